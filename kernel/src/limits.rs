@@ -1,0 +1,81 @@
+//! Every fixed bound of the node, declared once.
+//!
+//! Each constant says what it bounds, why it has its value, and what it costs. Bounds that an
+//! operator may want to move are settings instead (see [`crate::settings`]); their defaults
+//! live here too, so the two never drift apart.
+
+use std::time::Duration;
+
+/// Largest request head (request line and headers) the node reads, in bytes. Past it the
+/// request gets `431` and the connection closes. 16 KiB holds any browser's cookies and
+/// headers; it is also the most a connection can make the node buffer before a body starts.
+pub const HEADER_SECTION_MAX_BYTES: usize = 16 * 1024;
+
+/// Most header fields in one request. httparse parses into a fixed array of this many
+/// entries (16 bytes each on the stack). Past it: `431`.
+pub const HEADER_COUNT_MAX: usize = 64;
+
+/// Read scratch buffer, one per shard. Connections read into it and keep only the bytes of a
+/// partial request or frame, so an idle connection holds no read buffer at all.
+pub const READ_SCRATCH_BYTES: usize = 64 * 1024;
+
+/// Listen backlog of every listener socket (the kernel caps it at `net.core.somaxconn`).
+/// Connections the kernel completed wait here until a shard accepts them.
+pub const LISTEN_BACKLOG: i32 = 4096;
+
+/// File descriptors held back from `COMBD_MAX_CONNS`: listeners, io_uring rings, eventfds,
+/// log and database files. The connection cap is clamped to `RLIMIT_NOFILE` less this, so
+/// accept never fails with `EMFILE`.
+pub const FD_RESERVE: u64 = 256;
+
+/// How long a close the node starts (a WebSocket close, or an HTTP `connection: close`) reads and
+/// discards what the client still sends, waiting for its close frame or EOF,
+/// before the socket is dropped. Closing with unread bytes makes the kernel send a reset, which
+/// can destroy the response or close frame still unread on the client's side.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+/// A write that makes no progress for this long fails and the connection closes: a client
+/// that stops reading cannot pin a task and its buffers forever.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest payload of a WebSocket control frame (RFC 6455, 5.5).
+pub const WS_CONTROL_PAYLOAD_MAX_BYTES: u64 = 125;
+
+/// Longest object name in `/o/<app>/<name>`, in bytes. Names are also restricted to
+/// `[A-Za-z0-9_.-]` and may not start with a dot, so a name is always one safe path component.
+pub const OBJECT_NAME_MAX_BYTES: usize = 64;
+
+/// How often each shard's housekeeping tick runs: it notices a node-wide drain and, in later
+/// issues, measures the shard's lag.
+pub const SHARD_TICK: Duration = Duration::from_millis(100);
+
+/// Default of `COMBD_LISTEN`.
+pub const LISTEN_DEFAULT: &str = "0.0.0.0:8080";
+/// Default of `COMBD_DATA`.
+pub const DATA_DEFAULT: &str = "./data";
+/// Default of `COMBD_LOG`.
+pub const LOG_DEFAULT: &str = "info";
+/// Default of `COMBD_MAX_BODY`: 1 MiB. A request body is buffered whole before its handler runs.
+pub const MAX_BODY_DEFAULT_BYTES: u64 = 1024 * 1024;
+/// Default of `COMBD_HEADER_TIMEOUT`: a request head must be complete this long after its first
+/// byte (for a new connection: after accept). Slowloris protection.
+pub const HEADER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Default of `COMBD_BODY_TIMEOUT`: a body must be complete this long after its head.
+pub const BODY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Default of `COMBD_IDLE_TIMEOUT`: an HTTP keep-alive connection with no request in progress is
+/// closed after this long. WebSockets are not subject to it.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+/// Default of `COMBD_WS_MAX_MESSAGE`: 1 MiB, a reassembled WebSocket message; past it, close 1009.
+pub const WS_MAX_MESSAGE_DEFAULT_BYTES: u64 = 1024 * 1024;
+/// Default of `COMBD_SHUTDOWN_TIMEOUT`: how long a drain waits for in-flight work.
+pub const SHUTDOWN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Default of `COMBD_MAX_CONNS`, from the seed: 200,000 open connections.
+pub const MAX_CONNS_DEFAULT: u64 = 200_000;
+
+/// Memory each shard's io_uring reserves for registered (DMA) buffers. combd does network I/O
+/// through readiness and its own scratch buffer, so it needs little; glommio's default (10 MiB)
+/// would exceed a default `RLIMIT_MEMLOCK` with two shards.
+pub const SHARD_IO_MEMORY_BYTES: usize = 1 << 20;
+
+/// Bytes of responses a connection accumulates from pipelined requests before writing them.
+pub const PIPELINE_FLUSH_BYTES: usize = 64 * 1024;

@@ -1,0 +1,543 @@
+//! The node's settings: one table, one parser, one validator.
+//!
+//! Every setting is an environment variable `COMBD_*` with a matching command-line flag; a flag
+//! wins over the environment, which wins over the default. [`SETTINGS`] is the table that
+//! `--help` and the README are written from. [`Settings::load`] parses and validates all of
+//! them at once; the first invalid one fails start-up with a [`ConfigError`] naming it. Zero
+//! never means "unlimited": a zero size, count or timeout is an error.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::limits;
+
+/// One setting: its variable, its flag, its default and what it means.
+#[derive(Debug, Clone, Copy)]
+pub struct SettingSpec {
+    /// The environment variable, e.g. `COMBD_LISTEN`.
+    pub env: &'static str,
+    /// The command-line flag, e.g. `--listen`.
+    pub flag: &'static str,
+    /// The default as text, or a description of how it is computed.
+    pub default: &'static str,
+    /// One line on what it does.
+    pub meaning: &'static str,
+}
+
+/// Every setting of the node. `--help` and README.md list exactly these.
+pub const SETTINGS: &[SettingSpec] = &[
+    SettingSpec {
+        env: "COMBD_LISTEN",
+        flag: "--listen",
+        default: limits::LISTEN_DEFAULT,
+        meaning: "public address:port of the HTTP/WebSocket listener (port 0 picks a free port); \
+                  127.0.0.1 on the same port is always served too (the localhost listener)",
+    },
+    SettingSpec {
+        env: "COMBD_DATA",
+        flag: "--data",
+        default: limits::DATA_DEFAULT,
+        meaning: "data directory (created if missing); objects' databases live under it",
+    },
+    SettingSpec {
+        env: "COMBD_SHARDS",
+        flag: "--shards",
+        default: "the CPUs this process may run on",
+        meaning:
+            "number of shards (event loops), one pinned to each allowed CPU; at most that many",
+    },
+    SettingSpec {
+        env: "COMBD_LOG",
+        flag: "--log",
+        default: limits::LOG_DEFAULT,
+        meaning: "log filter: error, warn, info, debug, trace, or target=level directives",
+    },
+    SettingSpec {
+        env: "COMBD_MAX_BODY",
+        flag: "--max-body",
+        default: "1M",
+        meaning: "largest request body in bytes (K, M, G suffixes are binary); larger gets 413",
+    },
+    SettingSpec {
+        env: "COMBD_HEADER_TIMEOUT",
+        flag: "--header-timeout",
+        default: "10s",
+        meaning: "a request head must be complete this long after its first byte (or the accept); \
+                  else 408 and close",
+    },
+    SettingSpec {
+        env: "COMBD_BODY_TIMEOUT",
+        flag: "--body-timeout",
+        default: "30s",
+        meaning: "a request body must be complete this long after its head; else 408 and close",
+    },
+    SettingSpec {
+        env: "COMBD_IDLE_TIMEOUT",
+        flag: "--idle-timeout",
+        default: "60s",
+        meaning: "an HTTP keep-alive connection with no request in progress closes after this long",
+    },
+    SettingSpec {
+        env: "COMBD_WS_MAX_MESSAGE",
+        flag: "--ws-max-message",
+        default: "1M",
+        meaning:
+            "largest WebSocket message (after reassembly of fragments); larger closes with 1009",
+    },
+    SettingSpec {
+        env: "COMBD_SHUTDOWN_TIMEOUT",
+        flag: "--shutdown-timeout",
+        default: "10s",
+        meaning: "on SIGTERM/SIGINT, how long in-flight requests may take before the node exits",
+    },
+    SettingSpec {
+        env: "COMBD_MAX_CONNS",
+        flag: "--max-conns",
+        default: "200000",
+        meaning: "most open connections; clamped to RLIMIT_NOFILE less a reserve of 256",
+    },
+];
+
+/// A setting that failed validation. Its `Display` is the one line printed at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The environment variable name of the setting (or the flag, for an unknown flag).
+    pub setting: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.setting, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Where a setting's effective value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// The environment variable.
+    Env,
+    /// The command-line flag.
+    Flag,
+}
+
+/// What the command line asked for besides settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Run the node.
+    Run,
+    /// Print the help text and exit.
+    Help,
+    /// Print the version and exit.
+    Version,
+}
+
+/// The validated settings of a node.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `COMBD_LISTEN`.
+    pub listen: SocketAddr,
+    /// `COMBD_DATA`.
+    pub data_dir: PathBuf,
+    /// `COMBD_SHARDS`, resolved against the allowed CPUs.
+    pub shards: usize,
+    /// `COMBD_LOG`, as given (validated by the logger at start-up).
+    pub log: String,
+    /// `COMBD_MAX_BODY`.
+    pub max_body_bytes: u64,
+    /// `COMBD_HEADER_TIMEOUT`.
+    pub header_timeout: Duration,
+    /// `COMBD_BODY_TIMEOUT`.
+    pub body_timeout: Duration,
+    /// `COMBD_IDLE_TIMEOUT`.
+    pub idle_timeout: Duration,
+    /// `COMBD_WS_MAX_MESSAGE`.
+    pub ws_max_message_bytes: u64,
+    /// `COMBD_SHUTDOWN_TIMEOUT`.
+    pub shutdown_timeout: Duration,
+    /// `COMBD_MAX_CONNS` as configured (before clamping to the fd limit).
+    pub max_conns: u64,
+    /// Where each setting came from, by environment variable name.
+    pub sources: BTreeMap<&'static str, Source>,
+}
+
+fn err(setting: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        setting: setting.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Parses a byte size: a whole number, optionally followed by `K`, `M`, `G` or `T` (binary
+/// units, case-insensitive, an optional trailing `B` or `iB`). Zero is refused.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(digits_end);
+    if digits.is_empty() {
+        return Err(format!(
+            "{text:?} is not a size: expected bytes, or a number with K, M, G or T (e.g. 512M)"
+        ));
+    }
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit {unit:?}: use K, M, G or T"
+            ))
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is too large"))?;
+    let bytes = n
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))?;
+    if bytes == 0 {
+        return Err("must be at least 1 byte (zero does not mean unlimited)".to_string());
+    }
+    Ok(bytes)
+}
+
+/// Parses a duration: `500ms`, `10s`, `2m`, `1h`, or a bare whole number of seconds.
+/// Zero is refused.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(digits_end);
+    if digits.is_empty() {
+        return Err(format!(
+            "{text:?} is not a duration: expected e.g. 500ms, 10s, 2m"
+        ));
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is too large"))?;
+    let ms_per = match unit {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit {unit:?}: use ms, s, m or h"
+            ))
+        }
+    };
+    let ms = n
+        .checked_mul(ms_per)
+        .ok_or_else(|| format!("{text:?} is too large"))?;
+    if ms == 0 {
+        return Err("must be longer than zero (zero does not mean unlimited)".to_string());
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// Parses a positive whole count. Zero is refused.
+pub fn parse_count(text: &str) -> Result<u64, String> {
+    let t = text.trim().replace('_', "");
+    let n: u64 = t
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number"))?;
+    if n == 0 {
+        return Err("must be at least 1 (zero does not mean unlimited)".to_string());
+    }
+    Ok(n)
+}
+
+/// Parses a listen address `ip:port`. The localhost listener owns `127.0.0.1`, so the public
+/// address may not be it.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not an address:port (e.g. 0.0.0.0:8080)"))?;
+    if addr.ip() == std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
+        return Err(
+            "127.0.0.1 is the localhost listener's address, which is always served on \
+                    the same port; listen on 0.0.0.0 or another address (e.g. 127.0.0.2)"
+                .to_string(),
+        );
+    }
+    Ok(addr)
+}
+
+fn spec_by_flag(flag: &str) -> Option<&'static SettingSpec> {
+    SETTINGS.iter().find(|s| s.flag == flag)
+}
+
+impl Settings {
+    /// Reads the settings from an environment lookup and the command-line arguments (without
+    /// the program name), validating every one. `allowed_cpus` is how many CPUs this process
+    /// may run on: the default and the upper bound of `COMBD_SHARDS`.
+    pub fn load(
+        env: impl Fn(&str) -> Option<String>,
+        args: &[String],
+        allowed_cpus: usize,
+    ) -> Result<(Command, Settings), ConfigError> {
+        let mut raw: BTreeMap<&'static str, (String, Source)> = BTreeMap::new();
+        for spec in SETTINGS {
+            if let Some(v) = env(spec.env) {
+                raw.insert(spec.env, (v, Source::Env));
+            }
+        }
+        let mut command = Command::Run;
+        let mut i = 0;
+        while i < args.len() {
+            let arg = &args[i];
+            i += 1;
+            match arg.as_str() {
+                "-h" | "--help" => {
+                    command = Command::Help;
+                    continue;
+                }
+                "-V" | "--version" => {
+                    command = Command::Version;
+                    continue;
+                }
+                _ => {}
+            }
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) => (f, Some(v.to_string())),
+                None => (arg.as_str(), None),
+            };
+            let spec =
+                spec_by_flag(flag).ok_or_else(|| err(arg, "unknown argument (see --help)"))?;
+            let value = match inline {
+                Some(v) => v,
+                None => {
+                    let v = args
+                        .get(i)
+                        .ok_or_else(|| err(spec.env, format!("{flag} needs a value")))?;
+                    i += 1;
+                    v.clone()
+                }
+            };
+            raw.insert(spec.env, (value, Source::Flag));
+        }
+
+        let mut sources = BTreeMap::new();
+        for spec in SETTINGS {
+            let src = raw
+                .get(spec.env)
+                .map(|(_, s)| *s)
+                .unwrap_or(Source::Default);
+            sources.insert(spec.env, src);
+        }
+        let get = |name: &str| raw.get(name).map(|(v, _)| v.as_str());
+        // The table's default is the text parsed when a setting is not given, so the two
+        // cannot drift apart (the unit tests check the parsed defaults against `limits`).
+        fn parse<T>(
+            raw: &BTreeMap<&'static str, (String, Source)>,
+            name: &str,
+            f: fn(&str) -> Result<T, String>,
+        ) -> Result<T, ConfigError> {
+            let default = SETTINGS
+                .iter()
+                .find(|s| s.env == name)
+                .map_or("", |s| s.default);
+            f(raw.get(name).map_or(default, |(v, _)| v.as_str())).map_err(|m| err(name, m))
+        }
+
+        let listen = get("COMBD_LISTEN")
+            .map(|v| parse_listen(v).map_err(|m| err("COMBD_LISTEN", m)))
+            .unwrap_or_else(|| {
+                parse_listen(limits::LISTEN_DEFAULT).map_err(|m| err("COMBD_LISTEN", m))
+            })?;
+        let data_dir = PathBuf::from(get("COMBD_DATA").unwrap_or(limits::DATA_DEFAULT));
+        if data_dir.as_os_str().is_empty() {
+            return Err(err("COMBD_DATA", "must not be empty"));
+        }
+        let shards = match get("COMBD_SHARDS") {
+            None => allowed_cpus.max(1),
+            Some(v) => {
+                let n = parse_count(v).map_err(|m| err("COMBD_SHARDS", m))?;
+                if n as usize > allowed_cpus {
+                    return Err(err(
+                        "COMBD_SHARDS",
+                        format!("{n} shards, but this process may run on only {allowed_cpus} CPU(s); each shard needs its own"),
+                    ));
+                }
+                n as usize
+            }
+        };
+        let log = get("COMBD_LOG")
+            .unwrap_or(limits::LOG_DEFAULT)
+            .trim()
+            .to_string();
+        if log.is_empty() {
+            return Err(err("COMBD_LOG", "must not be empty (e.g. info)"));
+        }
+        let settings = Settings {
+            listen,
+            data_dir,
+            shards,
+            log,
+            max_body_bytes: parse(&raw, "COMBD_MAX_BODY", parse_bytes)?,
+            header_timeout: parse(&raw, "COMBD_HEADER_TIMEOUT", parse_duration)?,
+            body_timeout: parse(&raw, "COMBD_BODY_TIMEOUT", parse_duration)?,
+            idle_timeout: parse(&raw, "COMBD_IDLE_TIMEOUT", parse_duration)?,
+            ws_max_message_bytes: parse(&raw, "COMBD_WS_MAX_MESSAGE", parse_bytes)?,
+            shutdown_timeout: parse(&raw, "COMBD_SHUTDOWN_TIMEOUT", parse_duration)?,
+            max_conns: parse(&raw, "COMBD_MAX_CONNS", parse_count)?,
+            sources,
+        };
+        Ok((command, settings))
+    }
+
+    /// The connection cap in force: `COMBD_MAX_CONNS`, clamped to the file-descriptor limit
+    /// less [`limits::FD_RESERVE`].
+    pub fn max_conns_effective(&self, nofile_soft: u64) -> u64 {
+        self.max_conns
+            .min(nofile_soft.saturating_sub(limits::FD_RESERVE))
+            .max(1)
+    }
+}
+
+/// The `--help` text, written from [`SETTINGS`].
+pub fn help_text() -> String {
+    let mut out = String::from(
+        "combd: a realtime application server (HTTP/1.1 and WebSocket on io_uring)\n\n\
+         Usage: combd [--flag value]...\n\n\
+         Every setting is an environment variable with a matching flag; a flag wins.\n\n",
+    );
+    for s in SETTINGS {
+        out.push_str(&format!(
+            "  {:<22} {:<22} default: {}\n      {}\n",
+            s.flag, s.env, s.default, s.meaning
+        ));
+    }
+    out.push_str("\n  -h, --help             this text\n  -V, --version          the version\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(env: &[(&str, &str)], args: &[&str]) -> Result<Settings, ConfigError> {
+        let env: BTreeMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        Settings::load(|k| env.get(k).cloned(), &args, 2).map(|(_, s)| s)
+    }
+
+    #[test]
+    fn defaults_match_the_limits_file() {
+        let s = load(&[], &[]).expect("defaults are valid");
+        assert_eq!(s.listen.to_string(), limits::LISTEN_DEFAULT);
+        assert_eq!(s.max_body_bytes, limits::MAX_BODY_DEFAULT_BYTES);
+        assert_eq!(s.header_timeout, limits::HEADER_TIMEOUT_DEFAULT);
+        assert_eq!(s.body_timeout, limits::BODY_TIMEOUT_DEFAULT);
+        assert_eq!(s.idle_timeout, limits::IDLE_TIMEOUT_DEFAULT);
+        assert_eq!(s.ws_max_message_bytes, limits::WS_MAX_MESSAGE_DEFAULT_BYTES);
+        assert_eq!(s.shutdown_timeout, limits::SHUTDOWN_TIMEOUT_DEFAULT);
+        assert_eq!(s.max_conns, limits::MAX_CONNS_DEFAULT);
+        assert_eq!(s.shards, 2);
+        assert_eq!(s.log, limits::LOG_DEFAULT);
+        assert!(s.sources.values().all(|s| *s == Source::Default));
+    }
+
+    #[test]
+    fn flag_wins_over_env() {
+        let s = load(&[("COMBD_MAX_BODY", "2M")], &["--max-body", "3M"]).unwrap();
+        assert_eq!(s.max_body_bytes, 3 << 20);
+        assert_eq!(s.sources["COMBD_MAX_BODY"], Source::Flag);
+        let s = load(&[("COMBD_MAX_BODY", "2M")], &["--listen=127.0.0.2:0"]).unwrap();
+        assert_eq!(s.max_body_bytes, 2 << 20);
+        assert_eq!(s.sources["COMBD_MAX_BODY"], Source::Env);
+        assert_eq!(s.listen.to_string(), "127.0.0.2:0");
+    }
+
+    #[test]
+    fn zero_and_garbage_fail_naming_the_setting() {
+        for (name, bad) in [
+            ("COMBD_MAX_BODY", "0"),
+            ("COMBD_MAX_BODY", "12Q"),
+            ("COMBD_MAX_BODY", "-1"),
+            ("COMBD_HEADER_TIMEOUT", "0s"),
+            ("COMBD_HEADER_TIMEOUT", "soon"),
+            ("COMBD_IDLE_TIMEOUT", "5 parsecs"),
+            ("COMBD_WS_MAX_MESSAGE", "0K"),
+            ("COMBD_SHUTDOWN_TIMEOUT", "0"),
+            ("COMBD_MAX_CONNS", "0"),
+            ("COMBD_MAX_CONNS", "many"),
+            ("COMBD_SHARDS", "0"),
+            ("COMBD_SHARDS", "3"),
+            ("COMBD_LISTEN", "8080"),
+            ("COMBD_LISTEN", "127.0.0.1:8080"),
+            ("COMBD_LOG", " "),
+            ("COMBD_DATA", ""),
+        ] {
+            let e = load(&[(name, bad)], &[]).expect_err(&format!("{name}={bad:?} must fail"));
+            assert_eq!(e.setting, name, "{name}={bad:?}: {e}");
+            assert!(e.to_string().starts_with(name));
+        }
+    }
+
+    #[test]
+    fn unknown_flag_and_missing_value_fail() {
+        assert_eq!(load(&[], &["--nope"]).unwrap_err().setting, "--nope");
+        assert_eq!(
+            load(&[], &["--max-body"]).unwrap_err().setting,
+            "COMBD_MAX_BODY"
+        );
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(parse_bytes("1"), Ok(1));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("4G"), Ok(4 << 30));
+        assert_eq!(parse_bytes("4g"), Ok(4 << 30));
+        assert_eq!(parse_bytes("16KiB"), Ok(16 << 10));
+        assert_eq!(parse_bytes("1T"), Ok(1 << 40));
+        assert!(parse_bytes("99999999999T").is_err());
+        assert!(parse_bytes("M").is_err());
+        assert!(parse_bytes("1.5G").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("0ms").is_err());
+        assert!(parse_duration("1d").is_err());
+    }
+
+    #[test]
+    fn max_conns_is_clamped_to_the_fd_limit() {
+        let s = load(&[], &[]).unwrap();
+        assert_eq!(s.max_conns_effective(20_000), 20_000 - limits::FD_RESERVE);
+        assert_eq!(s.max_conns_effective(1_048_576), limits::MAX_CONNS_DEFAULT);
+        let s = load(&[("COMBD_MAX_CONNS", "50")], &[]).unwrap();
+        assert_eq!(s.max_conns_effective(20_000), 50);
+    }
+
+    #[test]
+    fn help_lists_every_setting() {
+        let h = help_text();
+        for s in SETTINGS {
+            assert!(
+                h.contains(s.env) && h.contains(s.flag),
+                "{} missing from --help",
+                s.env
+            );
+        }
+    }
+}

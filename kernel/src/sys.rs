@@ -1,0 +1,151 @@
+//! What combd asks the Linux kernel: allowed CPUs, the file-descriptor limit, listener sockets.
+//!
+//! Each function is a thin wrapper over one or two system calls; the decisions built on them
+//! live elsewhere and take plain values.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// The CPUs this process may run on (`sched_getaffinity`), in ascending order. `taskset -c 0`
+/// gives `[0]`, so the node runs one shard.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let max = libc::CPU_SETSIZE as usize;
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the new soft limit.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write one rlimit struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        lim = raised;
+    }
+    Ok(lim.rlim_cur)
+}
+
+fn reuseport_socket(addr: SocketAddr) -> io::Result<Socket> {
+    let domain = if addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    Ok(sock)
+}
+
+/// Binds a TCP listener with `SO_REUSEPORT` (so every shard binds the same address and the
+/// kernel spreads connections over them) and `SO_REUSEADDR`, and starts listening with
+/// `backlog`.
+///
+/// The socket is always bound to an explicit port. A port of 0 is first resolved by binding a
+/// throwaway socket: a socket bound to port 0 does not keep its port through
+/// [`stop_listening`] (the kernel releases an automatically chosen port when the listener
+/// stops, and `listen` would then pick a new one).
+pub fn bind_listener(addr: SocketAddr, backlog: i32) -> io::Result<Socket> {
+    let mut addr = addr;
+    let _probe = if addr.port() == 0 {
+        let probe = reuseport_socket(addr)?;
+        probe.bind(&addr.into())?;
+        let port = probe.local_addr()?.as_socket().map_or(0, |a| a.port());
+        addr.set_port(port);
+        Some(probe)
+    } else {
+        None
+    };
+    let sock = reuseport_socket(addr)?;
+    sock.bind(&addr.into())?;
+    sock.listen(backlog)?;
+    Ok(sock)
+}
+
+/// Stops a listening socket from taking new connections: after `shutdown(fd, SHUT_RD)` the
+/// kernel answers new SYNs with a reset, and a pending accept on it fails. The socket stays
+/// bound; [`resume_listening`] turns it back on.
+pub fn stop_listening(sock: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: shutdown on a descriptor we own.
+    if unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RD) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes a socket stopped by [`stop_listening`] listen again with `backlog`.
+pub fn resume_listening(sock: &impl AsRawFd, backlog: i32) -> io::Result<()> {
+    // SAFETY: listen on a descriptor we own.
+    if unsafe { libc::listen(sock.as_raw_fd(), backlog) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpStream;
+
+    #[test]
+    fn allowed_cpus_is_not_empty() {
+        let cpus = allowed_cpus().expect("sched_getaffinity");
+        assert!(!cpus.is_empty());
+        assert!(cpus.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn raise_nofile_reaches_the_hard_limit() {
+        let soft = raise_nofile_limit().expect("setrlimit");
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        assert_eq!(soft, lim.rlim_max);
+    }
+
+    #[test]
+    fn stop_refuses_and_resume_accepts_again() {
+        let l = bind_listener("127.0.0.2:0".parse().unwrap(), 16).expect("bind");
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        TcpStream::connect(addr).expect("listening: connect succeeds");
+        stop_listening(&l).expect("shutdown");
+        let e = TcpStream::connect(addr).expect_err("stopped: connect refused");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+        resume_listening(&l, 16).expect("listen");
+        TcpStream::connect(addr).expect("resumed: connect succeeds");
+    }
+
+    #[test]
+    fn two_listeners_share_a_port() {
+        let a = bind_listener("127.0.0.2:0".parse().unwrap(), 16).unwrap();
+        let addr = a.local_addr().unwrap().as_socket().unwrap();
+        let _b = bind_listener(addr, 16).expect("SO_REUSEPORT lets a second shard bind");
+        let local: SocketAddr = format!("127.0.0.1:{}", addr.port()).parse().unwrap();
+        let _c = bind_listener(local, 16).expect("localhost listener on the same port");
+    }
+}

@@ -1,0 +1,508 @@
+//! One connection: the HTTP/1.1 loop (keep-alive, pipelining, limits, timeouts), routing, and
+//! the WebSocket loop after an upgrade.
+//!
+//! Memory: a connection waiting for input holds no buffer. Reads go into the shard's scratch
+//! buffer inside a poll; only the bytes of an incomplete request or frame are copied into the
+//! connection's own `inbuf`, which is freed as soon as it is consumed. Responses are built in a
+//! `Vec` that is dropped once written.
+
+use std::future::Future;
+use std::io;
+use std::net::Shutdown;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use combd_kernel::limits;
+use futures_lite::io::AsyncWriteExt;
+use futures_lite::AsyncRead;
+use glommio::net::TcpStream;
+use glommio::timer::Timer;
+
+use crate::app::{valid_object_name, App, Message, Reply};
+use crate::http::{self, Head, Parsed, Request, Response};
+use crate::shard::Shard;
+use crate::stats::ShardStats;
+use crate::ws::{self, Decoder, WsEvent};
+
+/// What a wait for input ended with.
+enum Input {
+    /// Bytes were appended to `inbuf`.
+    Data,
+    /// The client closed its side.
+    Eof,
+    /// The deadline passed.
+    Timeout,
+    /// The node is draining (only reported when the caller allows it).
+    Drain,
+    /// The socket failed.
+    Failed,
+}
+
+/// Where a request goes.
+enum Routed {
+    Respond(Response),
+    Upgrade {
+        app: Arc<dyn App>,
+        object: String,
+        accept: String,
+    },
+}
+
+struct Conn {
+    shard: Rc<Shard>,
+    stream: TcpStream,
+    /// Bytes read but not yet consumed: an incomplete request or frame. Empty (and
+    /// unallocated) while the connection is idle.
+    inbuf: Vec<u8>,
+    slot: usize,
+    local: bool,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.shard.unregister(self.slot);
+        ShardStats::sub(&self.shard.stats().conns, 1);
+    }
+}
+
+/// Serves one accepted connection until it closes.
+pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, local: bool) {
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(limits::WRITE_STALL_TIMEOUT));
+    let slot = shard.register();
+    let mut conn = Conn {
+        shard,
+        stream,
+        inbuf: Vec::new(),
+        slot,
+        local,
+    };
+    conn.http().await;
+}
+
+impl Conn {
+    /// Waits for input and appends it to `inbuf`. `deadline` bounds the wait; `drain_ok`
+    /// lets a node drain interrupt it (false while a request is in progress, so it finishes).
+    async fn fill(&mut self, deadline: Option<Instant>, drain_ok: bool) -> Input {
+        let mut timer = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if d <= now {
+                    return Input::Timeout;
+                }
+                Some(Timer::new(d - now))
+            }
+            None => None,
+        };
+        futures_lite::future::poll_fn(|cx| self.poll_fill(cx, timer.as_mut(), drain_ok)).await
+    }
+
+    fn poll_fill(
+        &mut self,
+        cx: &mut Context<'_>,
+        timer: Option<&mut Timer>,
+        drain_ok: bool,
+    ) -> Poll<Input> {
+        if drain_ok && self.shard.draining.get() {
+            return Poll::Ready(Input::Drain);
+        }
+        {
+            let mut scratch = self.shard.scratch.borrow_mut();
+            match Pin::new(&mut self.stream).poll_read(cx, &mut scratch[..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Input::Eof),
+                Poll::Ready(Ok(n)) => {
+                    self.inbuf.extend_from_slice(&scratch[..n]);
+                    ShardStats::add(&self.shard.stats().bytes_in, n as u64);
+                    return Poll::Ready(Input::Data);
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(Input::Failed),
+                Poll::Pending => {}
+            }
+        }
+        if let Some(t) = timer {
+            if Pin::new(t).poll(cx).is_ready() {
+                return Poll::Ready(Input::Timeout);
+            }
+        }
+        self.shard.park(self.slot, cx.waker());
+        Poll::Pending
+    }
+
+    /// Writes `out` and frees it.
+    async fn flush(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let r = self.stream.write_all(out).await;
+        if r.is_ok() {
+            ShardStats::add(&self.shard.stats().bytes_out, out.len() as u64);
+        }
+        *out = Vec::new();
+        r
+    }
+
+    /// Closes our side and reads (discarding) until the client closes or
+    /// [`limits::CLOSE_LINGER`] passes, so unread client bytes cannot turn our close into a
+    /// reset that destroys the last response.
+    async fn linger_close(&mut self) {
+        let _ = self.stream.shutdown(Shutdown::Write).await;
+        let deadline = Instant::now() + limits::CLOSE_LINGER;
+        loop {
+            self.inbuf = Vec::new();
+            if !matches!(self.fill(Some(deadline), false).await, Input::Data) {
+                break;
+            }
+        }
+    }
+
+    /// Writes a final response and closes the connection.
+    async fn fail(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
+        self.count_status(status);
+        http::write_response(out, &Response::error(status, message), false, false);
+        if self.flush(out).await.is_ok() {
+            self.linger_close().await;
+        }
+    }
+
+    fn count_status(&self, status: u16) {
+        let stats = self.shard.stats();
+        ShardStats::add(&stats.requests, 1);
+        match status {
+            400..=499 => ShardStats::add(&stats.responses_4xx, 1),
+            500..=599 => ShardStats::add(&stats.responses_5xx, 1),
+            _ => {}
+        }
+    }
+
+    /// The HTTP/1.1 loop: one request after another, pipelined requests answered in order.
+    async fn http(&mut self) {
+        let settings = &self.shard.node.settings;
+        let (header_timeout, body_timeout, idle_timeout) = (
+            settings.header_timeout,
+            settings.body_timeout,
+            settings.idle_timeout,
+        );
+        let max_body = settings.max_body_bytes;
+        let mut out: Vec<u8> = Vec::new();
+        // When the request being read started (a new connection: its accept), and when the
+        // connection last became idle.
+        let mut request_started: Option<Instant> = Some(Instant::now());
+        let mut idle_since = Instant::now();
+        loop {
+            // 1. A complete head.
+            let head: Head = loop {
+                if !self.inbuf.is_empty() {
+                    request_started.get_or_insert_with(Instant::now);
+                    match http::parse_head(&self.inbuf) {
+                        Ok(Parsed::Complete(h)) => break h,
+                        Ok(Parsed::Partial) => {}
+                        Err(e) => return self.fail(&mut out, e.status, e.message).await,
+                    }
+                }
+                if self.flush(&mut out).await.is_err() {
+                    return;
+                }
+                let (deadline, idle) = match request_started {
+                    Some(t) => (t + header_timeout, false),
+                    None => (idle_since + idle_timeout, true),
+                };
+                match self.fill(Some(deadline), self.inbuf.is_empty()).await {
+                    Input::Data => {}
+                    Input::Eof | Input::Failed | Input::Drain => return,
+                    Input::Timeout if idle => {
+                        ShardStats::add(&self.shard.stats().idle_closed, 1);
+                        return;
+                    }
+                    Input::Timeout => {
+                        ShardStats::add(&self.shard.stats().request_timeouts, 1);
+                        return self
+                            .fail(&mut out, 408, "request head not received in time")
+                            .await;
+                    }
+                }
+            };
+
+            // 2. Its body.
+            if head.body_len > max_body {
+                return self.fail(&mut out, 413, "request body too large").await;
+            }
+            let total = head.len + head.body_len as usize;
+            if self.inbuf.len() < total {
+                if head.expect_continue {
+                    out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                }
+                if self.flush(&mut out).await.is_err() {
+                    return;
+                }
+                let deadline = Instant::now() + body_timeout;
+                while self.inbuf.len() < total {
+                    match self.fill(Some(deadline), false).await {
+                        Input::Data => {}
+                        Input::Eof | Input::Failed | Input::Drain => return,
+                        Input::Timeout => {
+                            ShardStats::add(&self.shard.stats().request_timeouts, 1);
+                            return self
+                                .fail(&mut out, 408, "request body not received in time")
+                                .await;
+                        }
+                    }
+                }
+            }
+
+            // 3. Route and answer.
+            let keep_alive = head.keep_alive && !self.shard.draining.get();
+            let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
+            let routed = match http::borrow_request(&self.inbuf, &head, &mut headers) {
+                Some(req) => {
+                    let head_only = req.method == "HEAD";
+                    match self.route(&req, &head) {
+                        Routed::Respond(resp) => {
+                            self.count_status(resp.status);
+                            http::write_response(&mut out, &resp, keep_alive, head_only);
+                            None
+                        }
+                        upgrade => Some(upgrade),
+                    }
+                }
+                None => {
+                    self.count_status(400);
+                    http::write_response(
+                        &mut out,
+                        &Response::error(400, "malformed request"),
+                        false,
+                        false,
+                    );
+                    Some(Routed::Respond(Response::error(400, "")))
+                }
+            };
+            self.inbuf.drain(..total);
+            if self.inbuf.is_empty() {
+                self.inbuf = Vec::new();
+                request_started = None;
+            } else {
+                request_started = Some(Instant::now());
+            }
+            match routed {
+                None => {}
+                Some(Routed::Respond(_)) => {
+                    if self.flush(&mut out).await.is_ok() {
+                        self.linger_close().await;
+                    }
+                    return;
+                }
+                Some(Routed::Upgrade {
+                    app,
+                    object,
+                    accept,
+                }) => {
+                    self.count_status(101);
+                    out.extend_from_slice(
+                        format!(
+                            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\n\r\n"
+                        )
+                        .as_bytes(),
+                    );
+                    if self.flush(&mut out).await.is_err() {
+                        return;
+                    }
+                    return self.websocket(app, object).await;
+                }
+            }
+            if !keep_alive {
+                if self.flush(&mut out).await.is_ok() {
+                    self.linger_close().await;
+                }
+                return;
+            }
+            if out.len() >= limits::PIPELINE_FLUSH_BYTES && self.flush(&mut out).await.is_err() {
+                return;
+            }
+            idle_since = Instant::now();
+        }
+    }
+
+    fn route(&self, req: &Request<'_>, head: &Head) -> Routed {
+        let node = &self.shard.node;
+        let get = matches!(req.method, "GET" | "HEAD");
+        let resp = match req.path {
+            "/healthz" if get => Response::json(200, &serde_json::json!({ "status": "ok" })),
+            "/stats" if self.local && get => {
+                Response::bytes(200, "application/json", node.stats_json().into_bytes())
+            }
+            "/metrics" if self.local && get => Response::bytes(
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                node.metrics_text().into_bytes(),
+            ),
+            "/healthz" => Response::error(405, "method not allowed").with_header("allow", "GET, HEAD"),
+            "/stats" | "/metrics" if self.local => {
+                Response::error(405, "method not allowed").with_header("allow", "GET, HEAD")
+            }
+            path => match path.strip_prefix("/o/").and_then(|rest| rest.split_once('/')) {
+                None => Response::error(404, "not found"),
+                Some((app_name, object)) => match node.apps.get(app_name) {
+                    None => Response::error(404, "no such app"),
+                    Some(_) if !valid_object_name(object) => Response::error(
+                        400,
+                        "invalid object name: 1 to 64 of A-Z a-z 0-9 _ . -, not starting with a dot",
+                    ),
+                    Some(app) if head.upgrade_websocket => match websocket_accept(req, head) {
+                        Ok(accept) => {
+                            return Routed::Upgrade { app: app.clone(), object: object.to_string(), accept }
+                        }
+                        Err(resp) => resp,
+                    },
+                    Some(app) => app.http(object, req),
+                },
+            },
+        };
+        Routed::Respond(resp)
+    }
+
+    /// The WebSocket loop: decode frames, hand messages to the app, answer pings, close with
+    /// the code the error calls for, or 1001 when the node drains.
+    async fn websocket(&mut self, app: Arc<dyn App>, object: String) {
+        let shard = self.shard.clone();
+        let stats = shard.stats();
+        ShardStats::add(&stats.ws_open, 1);
+        let _open = scopeguard(|| ShardStats::sub(&stats.ws_open, 1));
+        let mut decoder = Decoder::new(shard.node.settings.ws_max_message_bytes);
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let mut client_close: Option<Option<u16>> = None;
+            let mut error = None;
+            if !self.inbuf.is_empty() {
+                let mut reply = FrameReply {
+                    out: &mut out,
+                    stats,
+                };
+                let decoded = decoder.decode(&mut self.inbuf, |ev| match ev {
+                    WsEvent::Text(t) => {
+                        ShardStats::add(&stats.ws_messages_in, 1);
+                        app.ws_message(&object, Message::Text(t), &mut reply);
+                        true
+                    }
+                    WsEvent::Binary(b) => {
+                        ShardStats::add(&stats.ws_messages_in, 1);
+                        app.ws_message(&object, Message::Binary(b), &mut reply);
+                        true
+                    }
+                    WsEvent::Ping(p) => {
+                        ws::encode_pong(reply.out, p);
+                        true
+                    }
+                    WsEvent::Pong => true,
+                    WsEvent::Close(code, _) => {
+                        client_close = Some(code);
+                        false
+                    }
+                });
+                match decoded {
+                    Ok(used) => {
+                        self.inbuf.drain(..used);
+                    }
+                    Err(e) => error = Some(e),
+                }
+                if self.inbuf.is_empty() {
+                    self.inbuf = Vec::new();
+                }
+            }
+            if let Some(code) = client_close {
+                // Answer the close with the client's code (RFC 6455, 5.5.1), then close.
+                ws::encode_close(&mut out, code, "");
+                if self.flush(&mut out).await.is_ok() {
+                    self.linger_close().await;
+                }
+                return;
+            }
+            if let Some(e) = error {
+                ShardStats::add(&stats.ws_protocol_closed, 1);
+                ws::encode_close(&mut out, Some(e.code()), e.reason());
+                if self.flush(&mut out).await.is_ok() {
+                    self.linger_close().await;
+                }
+                return;
+            }
+            if self.flush(&mut out).await.is_err() {
+                return;
+            }
+            match self.fill(None, !decoder.in_message()).await {
+                Input::Data => {}
+                Input::Eof | Input::Failed | Input::Timeout => return,
+                Input::Drain => {
+                    ws::encode_close(
+                        &mut out,
+                        Some(ws::close::GOING_AWAY),
+                        "server shutting down",
+                    );
+                    if self.flush(&mut out).await.is_ok() {
+                        self.linger_close().await;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Checks a WebSocket upgrade request (RFC 6455, 4.2.1) and computes `Sec-WebSocket-Accept`.
+fn websocket_accept(req: &Request<'_>, head: &Head) -> Result<String, Response> {
+    if req.method != "GET" {
+        return Err(Response::error(405, "websocket upgrade needs GET").with_header("allow", "GET"));
+    }
+    if head.body_len != 0 {
+        return Err(Response::error(400, "websocket upgrade with a body"));
+    }
+    let connection_upgrade = req.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("connection")
+            && h.value
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    });
+    if !connection_upgrade {
+        return Err(Response::error(
+            400,
+            "websocket upgrade needs connection: upgrade",
+        ));
+    }
+    if req.header("sec-websocket-version").map(|v| v.trim_ascii()) != Some(b"13") {
+        return Err(Response::error(426, "websocket version 13 required")
+            .with_header("sec-websocket-version", "13"));
+    }
+    match req.header("sec-websocket-key").map(|v| v.trim_ascii()) {
+        Some(key) if key.len() == 24 => Ok(tungstenite::handshake::derive_accept_key(key)),
+        _ => Err(Response::error(400, "missing or invalid sec-websocket-key")),
+    }
+}
+
+/// Frames an app's replies into the connection's output.
+struct FrameReply<'a> {
+    out: &'a mut Vec<u8>,
+    stats: &'a ShardStats,
+}
+
+impl Reply for FrameReply<'_> {
+    fn send(&mut self, msg: Message<'_>) {
+        ShardStats::add(&self.stats.ws_messages_out, 1);
+        match msg {
+            Message::Text(t) => ws::encode_text(self.out, t),
+            Message::Binary(b) => ws::encode_binary(self.out, b),
+        }
+    }
+}
+
+/// Runs `f` when dropped.
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}

@@ -1,0 +1,394 @@
+//! HTTP/1.1 framing: parsing a request head (httparse) into what the connection loop needs,
+//! and writing responses. Pure functions over byte slices; the connection loop in
+//! `conn.rs` owns the socket.
+
+use std::io::Write as _;
+
+use combd_kernel::limits::{HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES};
+
+/// What the connection loop learns from a complete request head. Owned scalars only, so the
+/// read buffer may grow while the body arrives; handlers re-borrow the head with [`Request`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Length of the head in bytes, including the blank line.
+    pub len: usize,
+    /// Length of the body (`Content-Length`, else 0).
+    pub body_len: u64,
+    /// Whether the connection stays open after this request.
+    pub keep_alive: bool,
+    /// Whether the client sent `Expect: 100-continue`.
+    pub expect_continue: bool,
+    /// Whether this is a WebSocket upgrade request (`Upgrade: websocket`).
+    pub upgrade_websocket: bool,
+}
+
+/// A request head that cannot be served: the status and the message for the JSON body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadError {
+    /// HTTP status to answer with.
+    pub status: u16,
+    /// Human-readable reason, sent as `{"error": ...}`.
+    pub message: &'static str,
+}
+
+/// Outcome of looking for a request head at the start of a buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A complete head.
+    Complete(Head),
+    /// More bytes are needed.
+    Partial,
+}
+
+fn has_token(value: &[u8], token: &str) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// Parses the head at the start of `buf`. The body limit is checked by the caller, which
+/// knows the setting; the head limits ([`HEADER_SECTION_MAX_BYTES`], [`HEADER_COUNT_MAX`])
+/// are checked here.
+pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADER_COUNT_MAX];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() > HEADER_SECTION_MAX_BYTES {
+                return Err(HeadError {
+                    status: 431,
+                    message: "request header section too large",
+                });
+            }
+            return Ok(Parsed::Partial);
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HeadError {
+                status: 431,
+                message: "too many header fields",
+            })
+        }
+        Err(_) => {
+            return Err(HeadError {
+                status: 400,
+                message: "malformed request",
+            })
+        }
+    };
+    if len > HEADER_SECTION_MAX_BYTES {
+        return Err(HeadError {
+            status: 431,
+            message: "request header section too large",
+        });
+    }
+    let http11 = req.version == Some(1);
+    let mut body_len: Option<u64> = None;
+    let mut close = false;
+    let mut keep_alive_token = false;
+    let mut expect_continue = false;
+    let mut upgrade_websocket = false;
+    for h in req.headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let text = std::str::from_utf8(h.value).map_err(|_| HeadError {
+                status: 400,
+                message: "invalid content-length",
+            })?;
+            let n: u64 = text.trim().parse().map_err(|_| HeadError {
+                status: 400,
+                message: "invalid content-length",
+            })?;
+            if body_len.is_some_and(|b| b != n) {
+                return Err(HeadError {
+                    status: 400,
+                    message: "conflicting content-length headers",
+                });
+            }
+            body_len = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(HeadError {
+                status: 400,
+                message: "transfer-encoding is not supported: send the body with content-length",
+            });
+        } else if name.eq_ignore_ascii_case("connection") {
+            close |= has_token(h.value, "close");
+            keep_alive_token |= has_token(h.value, "keep-alive");
+        } else if name.eq_ignore_ascii_case("expect") {
+            if has_token(h.value, "100-continue") {
+                expect_continue = true;
+            } else {
+                return Err(HeadError {
+                    status: 417,
+                    message: "unsupported expectation",
+                });
+            }
+        } else if name.eq_ignore_ascii_case("upgrade") {
+            upgrade_websocket |= has_token(h.value, "websocket");
+        }
+    }
+    let keep_alive = if http11 {
+        !close
+    } else {
+        keep_alive_token && !close
+    };
+    Ok(Parsed::Complete(Head {
+        len,
+        body_len: body_len.unwrap_or(0),
+        keep_alive,
+        expect_continue,
+        upgrade_websocket,
+    }))
+}
+
+/// A complete request as handlers see it, borrowed from the connection's buffer.
+#[derive(Debug)]
+pub struct Request<'a> {
+    /// The method, e.g. `GET`.
+    pub method: &'a str,
+    /// The path, without the query.
+    pub path: &'a str,
+    /// The query string after `?`, if any.
+    pub query: Option<&'a str>,
+    /// The header fields.
+    pub headers: &'a [httparse::Header<'a>],
+    /// The body (`Content-Length` bytes).
+    pub body: &'a [u8],
+}
+
+impl Request<'_> {
+    /// The first header with this name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+}
+
+/// Re-borrows a head that [`parse_head`] accepted. `headers` is the caller's array.
+pub fn borrow_request<'a>(
+    buf: &'a [u8],
+    head: &Head,
+    headers: &'a mut [httparse::Header<'a>; HEADER_COUNT_MAX],
+) -> Option<Request<'a>> {
+    let mut req = httparse::Request::new(headers);
+    match req.parse(&buf[..head.len]) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return None,
+    }
+    let target = req.path?;
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (target, None),
+    };
+    let body_start = head.len;
+    let body_end = body_start + head.body_len as usize;
+    Some(Request {
+        method: req.method?,
+        path,
+        query,
+        headers: req.headers,
+        body: &buf[body_start..body_end],
+    })
+}
+
+/// A response a handler returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// The status code.
+    pub status: u16,
+    /// The content type of the body.
+    pub content_type: &'static str,
+    /// Extra header fields.
+    pub headers: Vec<(&'static str, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A JSON response.
+    pub fn json(status: u16, value: &serde_json::Value) -> Response {
+        Response {
+            status,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body: value.to_string().into_bytes(),
+        }
+    }
+
+    /// `{"error": message}` with the status.
+    pub fn error(status: u16, message: &str) -> Response {
+        Response::json(status, &serde_json::json!({ "error": message }))
+    }
+
+    /// A response with a body of the given type.
+    pub fn bytes(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
+        Response {
+            status,
+            content_type,
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    /// Adds a header field.
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+/// The reason phrase of a status code.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        200 => "OK",
+        204 => "No Content",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        417 => "Expectation Failed",
+        426 => "Upgrade Required",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        507 => "Insufficient Storage",
+        _ => "",
+    }
+}
+
+/// Appends a response to `out`. `keep_alive == false` adds `connection: close`; a `HEAD`
+/// request gets the headers without the body.
+pub fn write_response(out: &mut Vec<u8>, resp: &Response, keep_alive: bool, head_only: bool) {
+    let _ = write!(
+        out,
+        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n",
+        resp.status,
+        reason(resp.status),
+        resp.content_type,
+        resp.body.len()
+    );
+    for (name, value) in &resp.headers {
+        let _ = write!(out, "{name}: {value}\r\n");
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(&resp.body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> Result<Parsed, HeadError> {
+        parse_head(text.as_bytes())
+    }
+
+    #[test]
+    fn keep_alive_rules() {
+        let Ok(Parsed::Complete(h)) = head("GET / HTTP/1.1\r\nHost: x\r\n\r\n") else {
+            panic!()
+        };
+        assert!(h.keep_alive);
+        let Ok(Parsed::Complete(h)) = head("GET / HTTP/1.1\r\nConnection: close\r\n\r\n") else {
+            panic!()
+        };
+        assert!(!h.keep_alive);
+        let Ok(Parsed::Complete(h)) = head("GET / HTTP/1.0\r\n\r\n") else {
+            panic!()
+        };
+        assert!(!h.keep_alive);
+        let Ok(Parsed::Complete(h)) = head("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+        else {
+            panic!()
+        };
+        assert!(h.keep_alive);
+    }
+
+    #[test]
+    fn bodies_need_content_length() {
+        let Ok(Parsed::Complete(h)) = head("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+        else {
+            panic!()
+        };
+        assert_eq!((h.len, h.body_len), (38, 5));
+        assert_eq!(
+            head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(
+            head("POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(
+            head("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+    }
+
+    #[test]
+    fn head_limits() {
+        assert_eq!(head("GET / HTTP/1.1\r\nHost: x\r\n"), Ok(Parsed::Partial));
+        let big = format!(
+            "GET / HTTP/1.1\r\nX: {}\r\n",
+            "a".repeat(HEADER_SECTION_MAX_BYTES)
+        );
+        assert_eq!(parse_head(big.as_bytes()).unwrap_err().status, 431);
+        let mut many = String::from("GET / HTTP/1.1\r\n");
+        for i in 0..HEADER_COUNT_MAX + 1 {
+            many.push_str(&format!("X-{i}: y\r\n"));
+        }
+        many.push_str("\r\n");
+        assert_eq!(parse_head(many.as_bytes()).unwrap_err().status, 431);
+        let mut exactly = String::from("GET / HTTP/1.1\r\n");
+        for i in 0..HEADER_COUNT_MAX {
+            exactly.push_str(&format!("X-{i}: y\r\n"));
+        }
+        exactly.push_str("\r\n");
+        assert!(matches!(
+            parse_head(exactly.as_bytes()),
+            Ok(Parsed::Complete(_))
+        ));
+        assert_eq!(head("GARBAGE\r\n\r\n").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn request_borrow_splits_query_and_body() {
+        let buf = b"POST /o/echo/a?x=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi".to_vec();
+        let Ok(Parsed::Complete(h)) = parse_head(&buf) else {
+            panic!()
+        };
+        let mut hs = [httparse::EMPTY_HEADER; HEADER_COUNT_MAX];
+        let r = borrow_request(&buf, &h, &mut hs).unwrap();
+        assert_eq!(
+            (r.method, r.path, r.query, r.body),
+            ("POST", "/o/echo/a", Some("x=1"), &b"hi"[..])
+        );
+        assert_eq!(r.header("content-length"), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn response_framing() {
+        let mut out = Vec::new();
+        write_response(&mut out, &Response::error(404, "not found"), false, false);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"));
+        assert!(text.contains("content-length: 21\r\n"));
+        assert!(text.contains("connection: close\r\n"));
+        assert!(text.ends_with("\r\n\r\n{\"error\":\"not found\"}"));
+    }
+}

@@ -1,0 +1,307 @@
+//! Per-shard counters and gauges, and their two renderings: `/stats` (JSON) and `/metrics`
+//! (Prometheus text).
+//!
+//! Each shard owns one [`ShardStats`] and is its only writer (relaxed atomic adds on its own
+//! cache line); any shard's localhost listener may read all of them to answer `/stats`. Every
+//! field is declared once in [`ShardStats::fields`], which both renderings walk, so JSON and
+//! metrics cannot disagree.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Whether a figure goes up and down (a gauge) or only up (a counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A current value.
+    Gauge,
+    /// A running total since start.
+    Counter,
+}
+
+/// One shard's figures. Padded to its own cache lines so shards never share one.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct ShardStats {
+    /// Open connections (HTTP and WebSocket).
+    pub conns: AtomicU64,
+    /// Connections accepted since start.
+    pub accepted: AtomicU64,
+    /// Failed accept calls (other than the listener being stopped).
+    pub accept_errors: AtomicU64,
+    /// HTTP requests answered (including errors and WebSocket upgrades).
+    pub requests: AtomicU64,
+    /// Responses with a 4xx status.
+    pub responses_4xx: AtomicU64,
+    /// Responses with a 5xx status.
+    pub responses_5xx: AtomicU64,
+    /// Open WebSockets.
+    pub ws_open: AtomicU64,
+    /// WebSocket messages received (after reassembly).
+    pub ws_messages_in: AtomicU64,
+    /// WebSocket messages sent.
+    pub ws_messages_out: AtomicU64,
+    /// WebSockets the node closed for a protocol error (1002), bad UTF-8 (1007) or size (1009).
+    pub ws_protocol_closed: AtomicU64,
+    /// Bytes read from clients.
+    pub bytes_in: AtomicU64,
+    /// Bytes written to clients.
+    pub bytes_out: AtomicU64,
+    /// Requests closed with 408 because the head or body did not arrive in time.
+    pub request_timeouts: AtomicU64,
+    /// Keep-alive connections closed after `COMBD_IDLE_TIMEOUT` without a request.
+    pub idle_closed: AtomicU64,
+}
+
+/// One figure: its `/stats` name, `/metrics` name, kind, help line and value.
+pub type Field = (&'static str, &'static str, Kind, &'static str, u64);
+
+impl ShardStats {
+    /// Adds `n` to a figure.
+    #[inline]
+    pub fn add(field: &AtomicU64, n: u64) {
+        field.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Subtracts `n` from a gauge.
+    #[inline]
+    pub fn sub(field: &AtomicU64, n: u64) {
+        field.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Every figure, in a fixed order.
+    pub fn fields(&self) -> Vec<Field> {
+        use Kind::*;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            (
+                "conns",
+                "combd_conns",
+                Gauge,
+                "Open connections.",
+                g(&self.conns),
+            ),
+            (
+                "accepted",
+                "combd_accepted_total",
+                Counter,
+                "Connections accepted.",
+                g(&self.accepted),
+            ),
+            (
+                "accept_errors",
+                "combd_accept_errors_total",
+                Counter,
+                "Failed accept calls.",
+                g(&self.accept_errors),
+            ),
+            (
+                "requests",
+                "combd_requests_total",
+                Counter,
+                "HTTP requests answered.",
+                g(&self.requests),
+            ),
+            (
+                "responses_4xx",
+                "combd_responses_4xx_total",
+                Counter,
+                "Responses with a 4xx status.",
+                g(&self.responses_4xx),
+            ),
+            (
+                "responses_5xx",
+                "combd_responses_5xx_total",
+                Counter,
+                "Responses with a 5xx status.",
+                g(&self.responses_5xx),
+            ),
+            (
+                "ws_open",
+                "combd_ws_open",
+                Gauge,
+                "Open WebSockets.",
+                g(&self.ws_open),
+            ),
+            (
+                "ws_messages_in",
+                "combd_ws_messages_in_total",
+                Counter,
+                "WebSocket messages received.",
+                g(&self.ws_messages_in),
+            ),
+            (
+                "ws_messages_out",
+                "combd_ws_messages_out_total",
+                Counter,
+                "WebSocket messages sent.",
+                g(&self.ws_messages_out),
+            ),
+            (
+                "ws_protocol_closed",
+                "combd_ws_protocol_closed_total",
+                Counter,
+                "WebSockets closed for a protocol, UTF-8 or size error.",
+                g(&self.ws_protocol_closed),
+            ),
+            (
+                "bytes_in",
+                "combd_received_bytes_total",
+                Counter,
+                "Bytes read from clients.",
+                g(&self.bytes_in),
+            ),
+            (
+                "bytes_out",
+                "combd_sent_bytes_total",
+                Counter,
+                "Bytes written to clients.",
+                g(&self.bytes_out),
+            ),
+            (
+                "request_timeouts",
+                "combd_request_timeouts_total",
+                Counter,
+                "Requests answered 408 for a slow head or body.",
+                g(&self.request_timeouts),
+            ),
+            (
+                "idle_closed",
+                "combd_idle_closed_total",
+                Counter,
+                "Keep-alive connections closed when idle.",
+                g(&self.idle_closed),
+            ),
+        ]
+    }
+}
+
+/// Node-wide figures that are not sums of shards.
+#[derive(Debug, Clone)]
+pub struct NodeFigures {
+    /// Seconds since start, in milliseconds.
+    pub uptime_ms: u64,
+    /// `COMBD_MAX_CONNS` after clamping to the fd limit.
+    pub max_conns_effective: u64,
+    /// 1 while the node drains for shutdown.
+    pub draining: u64,
+}
+
+/// Renders `/stats`: node totals and node figures at the top level, then `"shards": [...]`.
+pub fn render_json(node: &NodeFigures, shards: &[ShardStats]) -> String {
+    let mut top = serde_json::Map::new();
+    top.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+    top.insert("uptime_ms".into(), node.uptime_ms.into());
+    top.insert(
+        "max_conns_effective".into(),
+        node.max_conns_effective.into(),
+    );
+    top.insert("draining".into(), node.draining.into());
+    top.insert("shard_count".into(), (shards.len() as u64).into());
+    let per: Vec<Vec<Field>> = shards.iter().map(|s| s.fields()).collect();
+    if let Some(first) = per.first() {
+        for (i, f) in first.iter().enumerate() {
+            let total: u64 = per.iter().map(|fs| fs[i].4).sum();
+            top.insert(f.0.into(), total.into());
+        }
+    }
+    let list: Vec<serde_json::Value> = per
+        .iter()
+        .enumerate()
+        .map(|(id, fs)| {
+            let mut m = serde_json::Map::new();
+            m.insert("shard".into(), (id as u64).into());
+            for f in fs {
+                m.insert(f.0.into(), f.4.into());
+            }
+            serde_json::Value::Object(m)
+        })
+        .collect();
+    top.insert("shards".into(), list.into());
+    serde_json::Value::Object(top).to_string()
+}
+
+/// Renders `/metrics` in the Prometheus text format, each per-shard series labelled `shard`.
+pub fn render_metrics(node: &NodeFigures, shards: &[ShardStats]) -> String {
+    let mut out = String::new();
+    let mut one = |name: &str, kind: &str, help: &str, value: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    one(
+        "combd_uptime_seconds",
+        "gauge",
+        "Seconds since the node started.",
+        node.uptime_ms / 1000,
+    );
+    one(
+        "combd_max_conns_effective",
+        "gauge",
+        "Connection cap after clamping to the fd limit.",
+        node.max_conns_effective,
+    );
+    one(
+        "combd_draining",
+        "gauge",
+        "1 while the node drains for shutdown.",
+        node.draining,
+    );
+    let per: Vec<Vec<Field>> = shards.iter().map(|s| s.fields()).collect();
+    if let Some(first) = per.first() {
+        for (i, f) in first.iter().enumerate() {
+            let kind = match f.2 {
+                Kind::Gauge => "gauge",
+                Kind::Counter => "counter",
+            };
+            let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.1, f.3, f.1, kind);
+            for (id, fs) in per.iter().enumerate() {
+                let _ = writeln!(out, "{}{{shard=\"{}\"}} {}", f.1, id, fs[i].4);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_sums_shards_and_lists_each() {
+        let shards = [ShardStats::default(), ShardStats::default()];
+        ShardStats::add(&shards[0].conns, 3);
+        ShardStats::add(&shards[1].conns, 4);
+        ShardStats::add(&shards[1].bytes_in, 10);
+        let node = NodeFigures {
+            uptime_ms: 5,
+            max_conns_effective: 9,
+            draining: 0,
+        };
+        let v: serde_json::Value = serde_json::from_str(&render_json(&node, &shards)).unwrap();
+        assert_eq!(v["conns"], 7);
+        assert_eq!(v["bytes_in"], 10);
+        assert_eq!(v["shards"][0]["conns"], 3);
+        assert_eq!(v["shards"][1]["conns"], 4);
+        assert_eq!(v["max_conns_effective"], 9);
+    }
+
+    #[test]
+    fn metrics_have_help_type_and_shard_labels() {
+        let shards = [ShardStats::default(), ShardStats::default()];
+        ShardStats::add(&shards[1].accepted, 2);
+        let node = NodeFigures {
+            uptime_ms: 5000,
+            max_conns_effective: 9,
+            draining: 0,
+        };
+        let text = render_metrics(&node, &shards);
+        assert!(text.contains("# TYPE combd_accepted_total counter\n"));
+        assert!(text.contains("combd_accepted_total{shard=\"1\"} 2\n"));
+        assert!(text.contains("# TYPE combd_conns gauge\n"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (_, v) = line.rsplit_once(' ').expect("name value");
+            v.parse::<u64>().expect("numeric sample");
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! WebSocket (RFC 6455) framing: decoding client frames with limits and reassembling
+//! fragmented messages; encoding server frames. Frame headers are tungstenite's
+//! ([`FrameHeader::parse`] and [`FrameHeader::format`]); the loop around them is ours so that an
+//! idle socket holds no buffer: the decoder keeps only a message under reassembly.
+
+use std::io::Cursor;
+
+use combd_kernel::limits::WS_CONTROL_PAYLOAD_MAX_BYTES;
+use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
+use tungstenite::protocol::frame::FrameHeader;
+
+/// Close codes the node sends.
+pub mod close {
+    /// Normal closure.
+    pub const NORMAL: u16 = 1000;
+    /// The node is shutting down.
+    pub const GOING_AWAY: u16 = 1001;
+    /// The client broke the protocol.
+    pub const PROTOCOL: u16 = 1002;
+    /// A text message was not valid UTF-8.
+    pub const INVALID_DATA: u16 = 1007;
+    /// A message was larger than `COMBD_WS_MAX_MESSAGE`.
+    pub const TOO_BIG: u16 = 1009;
+}
+
+/// Why the node closes a WebSocket after decoding: maps to one close code each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsError {
+    /// A protocol violation (close 1002), with what was wrong.
+    Protocol(&'static str),
+    /// Text that is not UTF-8 (close 1007).
+    InvalidUtf8,
+    /// A message over the size limit (close 1009).
+    TooBig,
+}
+
+impl WsError {
+    /// The close code for this error.
+    pub fn code(self) -> u16 {
+        match self {
+            WsError::Protocol(_) => close::PROTOCOL,
+            WsError::InvalidUtf8 => close::INVALID_DATA,
+            WsError::TooBig => close::TOO_BIG,
+        }
+    }
+
+    /// The close reason sent with the code.
+    pub fn reason(self) -> &'static str {
+        match self {
+            WsError::Protocol(why) => why,
+            WsError::InvalidUtf8 => "invalid utf-8 in text message",
+            WsError::TooBig => "message too big",
+        }
+    }
+}
+
+/// One decoded event. Payloads borrow from the read buffer or the reassembly buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WsEvent<'a> {
+    /// A complete text message.
+    Text(&'a str),
+    /// A complete binary message.
+    Binary(&'a [u8]),
+    /// A ping with its payload (to be answered with a pong).
+    Ping(&'a [u8]),
+    /// A pong.
+    Pong,
+    /// A close frame: its code (if any) and reason.
+    Close(Option<u16>, &'a str),
+}
+
+/// Decodes client frames, enforcing masking, control-frame rules, UTF-8 and the message size.
+#[derive(Debug)]
+pub struct Decoder {
+    max_message_bytes: u64,
+    /// The message under reassembly: whether it is text, and its bytes so far.
+    partial: Option<(bool, Vec<u8>)>,
+}
+
+/// Whether a received close code may appear on the wire (RFC 6455, 7.4).
+pub fn close_code_valid(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
+}
+
+impl Decoder {
+    /// A decoder for messages of at most `max_message_bytes`.
+    pub fn new(max_message_bytes: u64) -> Decoder {
+        Decoder {
+            max_message_bytes,
+            partial: None,
+        }
+    }
+
+    /// Whether a fragmented message is being reassembled (the connection is not idle).
+    pub fn in_message(&self) -> bool {
+        self.partial.is_some()
+    }
+
+    /// Decodes the complete frames at the start of `buf` (unmasking them in place), calling
+    /// `on` with each event until it returns `false`. Returns how many bytes were consumed;
+    /// the rest is an incomplete frame to keep for the next read.
+    pub fn decode(
+        &mut self,
+        buf: &mut [u8],
+        mut on: impl FnMut(WsEvent<'_>) -> bool,
+    ) -> Result<usize, WsError> {
+        let mut pos = 0usize;
+        loop {
+            let mut cursor = Cursor::new(&buf[pos..]);
+            let (header, len) = match FrameHeader::parse(&mut cursor) {
+                Ok(Some(h)) => h,
+                Ok(None) => return Ok(pos),
+                Err(_) => return Err(WsError::Protocol("invalid frame header")),
+            };
+            let header_len = cursor.position() as usize;
+            if header.rsv1 || header.rsv2 || header.rsv3 {
+                return Err(WsError::Protocol("reserved bits set"));
+            }
+            let Some(mask) = header.mask else {
+                return Err(WsError::Protocol("client frames must be masked"));
+            };
+            match header.opcode {
+                OpCode::Control(Control::Reserved(_)) | OpCode::Data(Data::Reserved(_)) => {
+                    return Err(WsError::Protocol("reserved opcode"))
+                }
+                OpCode::Control(_) => {
+                    if !header.is_final {
+                        return Err(WsError::Protocol("fragmented control frame"));
+                    }
+                    if len > WS_CONTROL_PAYLOAD_MAX_BYTES {
+                        return Err(WsError::Protocol("control frame payload over 125 bytes"));
+                    }
+                }
+                OpCode::Data(Data::Continue) => {
+                    let Some((_, so_far)) = &self.partial else {
+                        return Err(WsError::Protocol("continuation without a message"));
+                    };
+                    if len > self.max_message_bytes.saturating_sub(so_far.len() as u64) {
+                        return Err(WsError::TooBig);
+                    }
+                }
+                OpCode::Data(_) => {
+                    if self.partial.is_some() {
+                        return Err(WsError::Protocol("new message before the last one ended"));
+                    }
+                    if len > self.max_message_bytes {
+                        return Err(WsError::TooBig);
+                    }
+                }
+            }
+            // The size checks above bound `len` by the message limit or 125.
+            let len = len as usize;
+            let end = pos + header_len + len;
+            if buf.len() < end {
+                return Ok(pos);
+            }
+            let payload = &mut buf[pos + header_len..end];
+            apply_mask(payload, mask);
+            pos = end;
+            let go_on = match header.opcode {
+                OpCode::Control(Control::Ping) => on(WsEvent::Ping(payload)),
+                OpCode::Control(Control::Pong) => on(WsEvent::Pong),
+                OpCode::Control(Control::Close) => {
+                    let ev = match payload.len() {
+                        0 => WsEvent::Close(None, ""),
+                        1 => return Err(WsError::Protocol("close payload of one byte")),
+                        _ => {
+                            let code = u16::from_be_bytes([payload[0], payload[1]]);
+                            if !close_code_valid(code) {
+                                return Err(WsError::Protocol("invalid close code"));
+                            }
+                            let reason = std::str::from_utf8(&payload[2..])
+                                .map_err(|_| WsError::InvalidUtf8)?;
+                            WsEvent::Close(Some(code), reason)
+                        }
+                    };
+                    on(ev);
+                    return Ok(pos);
+                }
+                OpCode::Data(data) => {
+                    let text = match data {
+                        Data::Text => true,
+                        Data::Binary => false,
+                        _ => self.partial.as_ref().is_some_and(|(t, _)| *t),
+                    };
+                    if header.is_final && self.partial.is_none() {
+                        deliver(text, payload, &mut on)?
+                    } else {
+                        let (_, bytes) = self.partial.get_or_insert_with(|| (text, Vec::new()));
+                        bytes.extend_from_slice(payload);
+                        if header.is_final {
+                            let (text, bytes) = self.partial.take().unwrap_or_default();
+                            deliver(text, &bytes, &mut on)?
+                        } else {
+                            true
+                        }
+                    }
+                }
+                OpCode::Control(Control::Reserved(_)) => unreachable!("refused above"),
+            };
+            if !go_on {
+                return Ok(pos);
+            }
+        }
+    }
+}
+
+fn deliver(
+    text: bool,
+    payload: &[u8],
+    on: &mut impl FnMut(WsEvent<'_>) -> bool,
+) -> Result<bool, WsError> {
+    if text {
+        let s = std::str::from_utf8(payload).map_err(|_| WsError::InvalidUtf8)?;
+        Ok(on(WsEvent::Text(s)))
+    } else {
+        Ok(on(WsEvent::Binary(payload)))
+    }
+}
+
+/// XORs `buf` with the frame's masking key.
+pub fn apply_mask(buf: &mut [u8], mask: [u8; 4]) {
+    let word = u32::from_ne_bytes(mask);
+    let mut chunks = buf.chunks_exact_mut(4);
+    for c in &mut chunks {
+        let v = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]) ^ word;
+        c.copy_from_slice(&v.to_ne_bytes());
+    }
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= mask[i];
+    }
+}
+
+/// Appends one unmasked, final server frame.
+pub fn encode(out: &mut Vec<u8>, opcode: OpCode, payload: &[u8]) {
+    let header = FrameHeader {
+        is_final: true,
+        opcode,
+        ..FrameHeader::default()
+    };
+    // Writing into a Vec cannot fail.
+    let _ = header.format(payload.len() as u64, out);
+    out.extend_from_slice(payload);
+}
+
+/// Appends a text message.
+pub fn encode_text(out: &mut Vec<u8>, text: &str) {
+    encode(out, OpCode::Data(Data::Text), text.as_bytes());
+}
+
+/// Appends a binary message.
+pub fn encode_binary(out: &mut Vec<u8>, bytes: &[u8]) {
+    encode(out, OpCode::Data(Data::Binary), bytes);
+}
+
+/// Appends a close frame with a code and a reason (cut to fit a control frame).
+pub fn encode_close(out: &mut Vec<u8>, code: Option<u16>, reason: &str) {
+    let mut payload = Vec::with_capacity(2 + reason.len());
+    if let Some(code) = code {
+        payload.extend_from_slice(&code.to_be_bytes());
+        let mut cut = reason.len().min(WS_CONTROL_PAYLOAD_MAX_BYTES as usize - 2);
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        payload.extend_from_slice(&reason.as_bytes()[..cut]);
+    }
+    encode(out, OpCode::Control(Control::Close), &payload);
+}
+
+/// Appends a pong answering a ping's payload.
+pub fn encode_pong(out: &mut Vec<u8>, payload: &[u8]) {
+    encode(out, OpCode::Control(Control::Pong), payload);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client frame, masked as a client must.
+    fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mask = [1u8, 2, 3, 4];
+        let mut out = vec![(if fin { 0x80 } else { 0 }) | opcode];
+        match payload.len() {
+            n if n < 126 => out.push(0x80 | n as u8),
+            n if n < 65536 => {
+                out.push(0x80 | 126);
+                out.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                out.push(0x80 | 127);
+                out.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        out.extend_from_slice(&mask);
+        let mut p = payload.to_vec();
+        apply_mask(&mut p, mask);
+        out.extend_from_slice(&p);
+        out
+    }
+
+    fn events(d: &mut Decoder, bytes: &[u8]) -> Result<(usize, Vec<String>), WsError> {
+        let mut buf = bytes.to_vec();
+        let mut seen = Vec::new();
+        let used = d.decode(&mut buf, |e| {
+            seen.push(format!("{e:?}"));
+            true
+        })?;
+        Ok((used, seen))
+    }
+
+    #[test]
+    fn text_binary_and_ping() {
+        let mut d = Decoder::new(1024);
+        let mut bytes = frame(true, 1, b"hello");
+        bytes.extend(frame(true, 2, &[0, 1, 2]));
+        bytes.extend(frame(true, 9, b"p"));
+        let (used, seen) = events(&mut d, &bytes).unwrap();
+        assert_eq!(used, bytes.len());
+        assert_eq!(
+            seen,
+            ["Text(\"hello\")", "Binary([0, 1, 2])", "Ping([112])"]
+        );
+    }
+
+    #[test]
+    fn partial_frame_waits() {
+        let mut d = Decoder::new(1024);
+        let bytes = frame(true, 1, b"hello");
+        let (used, seen) = events(&mut d, &bytes[..bytes.len() - 1]).unwrap();
+        assert_eq!((used, seen.len()), (0, 0));
+    }
+
+    #[test]
+    fn fragments_reassemble_with_control_frames_between() {
+        let mut d = Decoder::new(1024);
+        let mut bytes = frame(false, 1, b"hel");
+        bytes.extend(frame(true, 9, b""));
+        bytes.extend(frame(false, 0, b"l"));
+        bytes.extend(frame(true, 0, b"o"));
+        let (_, seen) = events(&mut d, &bytes).unwrap();
+        assert_eq!(seen, ["Ping([])", "Text(\"hello\")"]);
+        assert!(!d.in_message());
+    }
+
+    #[test]
+    fn size_limit_at_max_and_past_it() {
+        let mut d = Decoder::new(10);
+        assert!(events(&mut d, &frame(true, 2, &[7; 10])).is_ok());
+        assert_eq!(
+            events(&mut d, &frame(true, 2, &[7; 11])),
+            Err(WsError::TooBig)
+        );
+        let mut d = Decoder::new(10);
+        let mut bytes = frame(false, 2, &[7; 6]);
+        bytes.extend(frame(true, 0, &[7; 5]));
+        assert_eq!(events(&mut d, &bytes), Err(WsError::TooBig));
+        // The header alone is enough to refuse: no need to buffer the payload.
+        let mut d = Decoder::new(10);
+        let big = frame(true, 2, &[0; 100]);
+        assert_eq!(events(&mut d, &big[..8]), Err(WsError::TooBig));
+    }
+
+    #[test]
+    fn protocol_errors() {
+        let mut d = Decoder::new(1024);
+        let mut unmasked = vec![0x81, 0x02];
+        unmasked.extend_from_slice(b"hi");
+        assert!(matches!(
+            events(&mut d, &unmasked),
+            Err(WsError::Protocol(_))
+        ));
+        assert!(matches!(
+            events(&mut Decoder::new(9), &frame(true, 3, b"")),
+            Err(WsError::Protocol(_))
+        ));
+        assert!(matches!(
+            events(&mut Decoder::new(9), &frame(true, 0, b"x")),
+            Err(WsError::Protocol(_))
+        ));
+        assert!(matches!(
+            events(&mut Decoder::new(9), &frame(false, 9, b"")),
+            Err(WsError::Protocol(_))
+        ));
+        assert!(matches!(
+            events(&mut Decoder::new(999), &frame(true, 9, &[0; 126])),
+            Err(WsError::Protocol(_))
+        ));
+        let mut rsv = frame(true, 1, b"x");
+        rsv[0] |= 0x40;
+        assert!(matches!(
+            events(&mut Decoder::new(9), &rsv),
+            Err(WsError::Protocol(_))
+        ));
+        assert_eq!(
+            events(&mut Decoder::new(9), &frame(true, 1, &[0xff, 0xfe])),
+            Err(WsError::InvalidUtf8)
+        );
+        assert!(matches!(
+            events(&mut Decoder::new(9), &frame(true, 8, &[3])),
+            Err(WsError::Protocol(_))
+        ));
+        assert!(matches!(
+            events(
+                &mut Decoder::new(9),
+                &frame(true, 8, &1005u16.to_be_bytes())
+            ),
+            Err(WsError::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn close_stops_decoding() {
+        let mut d = Decoder::new(99);
+        let mut bytes = frame(true, 8, &[0x03, 0xe8, b'b', b'y', b'e']);
+        bytes.extend(frame(true, 1, b"after"));
+        let (used, seen) = events(&mut d, &bytes).unwrap();
+        assert_eq!(seen, ["Close(Some(1000), \"bye\")"]);
+        assert!(used < bytes.len());
+    }
+
+    #[test]
+    fn encode_is_readable_by_tungstenite() {
+        let mut out = Vec::new();
+        encode_text(&mut out, "hi");
+        encode_close(&mut out, Some(close::TOO_BIG), &"x".repeat(200));
+        let mut c = Cursor::new(&out);
+        let (h, len) = FrameHeader::parse(&mut c).unwrap().unwrap();
+        assert_eq!((h.opcode, len), (OpCode::Data(Data::Text), 2));
+        c.set_position(c.position() + len);
+        let (h, len) = FrameHeader::parse(&mut c).unwrap().unwrap();
+        assert_eq!((h.opcode, len), (OpCode::Control(Control::Close), 125));
+    }
+}

@@ -1,0 +1,120 @@
+//! `combd`: start-up, the signal that drains the node, and exit codes.
+//!
+//! Exit codes: 0 after a clean drain; 78 (EX_CONFIG) for an invalid setting, after one line
+//! naming it; 70 (EX_SOFTWARE) when a shard fails.
+
+use std::io::Write as _;
+
+use combd_kernel::settings::{help_text, Command, Settings};
+use combd_kernel::sys;
+use combd_shards::Node;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use tracing::{info, warn};
+
+mod apps;
+
+const EX_CONFIG: i32 = 78;
+const EX_SOFTWARE: i32 = 70;
+
+fn config_fail(message: impl std::fmt::Display) -> ! {
+    eprintln!("combd: {message}");
+    std::process::exit(EX_CONFIG);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cpus = sys::allowed_cpus().unwrap_or_else(|e| {
+        eprintln!("combd: cannot read the CPUs this process may use: {e}");
+        std::process::exit(EX_SOFTWARE);
+    });
+    let (command, settings) = match Settings::load(|k| std::env::var(k).ok(), &args, cpus.len()) {
+        Ok(v) => v,
+        Err(e) => config_fail(e),
+    };
+    match command {
+        Command::Help => {
+            print!("{}", help_text());
+            return;
+        }
+        Command::Version => {
+            println!("combd {}", env!("CARGO_PKG_VERSION"));
+            return;
+        }
+        Command::Run => {}
+    }
+
+    let filter = tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
+        config_fail(format_args!(
+            "COMBD_LOG: {:?} is not a log filter: {e}",
+            settings.log
+        ))
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let nofile = sys::raise_nofile_limit().unwrap_or_else(|e| {
+        warn!("cannot raise RLIMIT_NOFILE: {e}");
+        1024
+    });
+    let max_conns = settings.max_conns_effective(nofile);
+    if max_conns < settings.max_conns {
+        warn!(
+            configured = settings.max_conns,
+            effective = max_conns,
+            rlimit_nofile = nofile,
+            "COMBD_MAX_CONNS clamped to the file-descriptor limit"
+        );
+    }
+    if let Err(e) = std::fs::create_dir_all(&settings.data_dir) {
+        config_fail(format_args!(
+            "COMBD_DATA: cannot create {}: {e}",
+            settings.data_dir.display()
+        ));
+    }
+
+    let shards = settings.shards;
+    let node = match Node::start(settings, apps::builtin(), &cpus, max_conns) {
+        Ok(node) => node,
+        Err(e) if e.starts_with("COMBD_") => config_fail(e),
+        Err(e) => {
+            eprintln!("combd: {e}");
+            std::process::exit(EX_SOFTWARE);
+        }
+    };
+    info!(public = %node.public_addr(), local = %node.local_addr(), shards, max_conns, "serving");
+    // One line on stdout that scripts and tests wait for.
+    println!(
+        "combd ready: public={} local={} shards={shards}",
+        node.public_addr(),
+        node.local_addr()
+    );
+    let _ = std::io::stdout().flush();
+
+    let drain = node.drain_handle();
+    match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
+        Ok(mut signals) => {
+            std::thread::spawn(move || {
+                let mut forever = signals.forever();
+                if let Some(sig) = forever.next() {
+                    info!(signal = sig, "draining");
+                    drain.drain();
+                }
+                if forever.next().is_some() {
+                    warn!("second signal: exiting without waiting for the drain");
+                    std::process::exit(EX_SOFTWARE);
+                }
+            });
+        }
+        Err(e) => warn!("cannot install signal handlers: {e}"),
+    }
+
+    match node.wait() {
+        Ok(()) => info!("stopped"),
+        Err(e) => {
+            eprintln!("combd: {e}");
+            std::process::exit(EX_SOFTWARE);
+        }
+    }
+}
