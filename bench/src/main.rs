@@ -1,1 +1,253 @@
-fn main() {}
+//! `combd-bench`: load scenarios against a running combd node.
+//!
+//! This first scenario, `idle`, measures what an idle WebSocket costs the node: it opens N
+//! WebSockets to the public address from source addresses spread over 127.0.0.10-250, holds
+//! them, and reads the node's resident memory (`/proc/<pid>/status`, the pid from `/stats`)
+//! and the kernel's TCP memory (`/proc/net/sockstat`) before and after. Then it pings a sample
+//! of the sockets and reports the round trip.
+//!
+//! Usage: `combd-bench idle --port P [--target 127.0.0.2] [--conns 10000] [--out FILE]`
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+struct Args {
+    target: Ipv4Addr,
+    port: u16,
+    conns: usize,
+    out: Option<String>,
+}
+
+fn parse_args() -> Result<(String, Args), String> {
+    let mut it = std::env::args().skip(1);
+    let scenario = it
+        .next()
+        .ok_or("usage: combd-bench idle --port P [--target IP] [--conns N] [--out FILE]")?;
+    let mut a = Args {
+        target: Ipv4Addr::new(127, 0, 0, 2),
+        port: 0,
+        conns: 10_000,
+        out: None,
+    };
+    while let Some(flag) = it.next() {
+        let v = it.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--target" => a.target = v.parse().map_err(|_| format!("--target {v:?}"))?,
+            "--port" => a.port = v.parse().map_err(|_| format!("--port {v:?}"))?,
+            "--conns" => a.conns = v.parse().map_err(|_| format!("--conns {v:?}"))?,
+            "--out" => a.out = Some(v),
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    if a.port == 0 {
+        return Err("--port is required".into());
+    }
+    Ok((scenario, a))
+}
+
+/// A GET on the localhost listener.
+fn local_get(port: u16, path: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("stats: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
+}
+
+fn rss_bytes(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// TCP memory in bytes from `/proc/net/sockstat` (`TCP: ... mem N`, in pages).
+fn tcp_mem_bytes() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap_or_default();
+    let page = 4096u64;
+    text.lines()
+        .find(|l| l.starts_with("TCP:"))
+        .and_then(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.iter()
+                .position(|x| *x == "mem")
+                .and_then(|i| w.get(i + 1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * page)
+}
+
+/// Kernel slab memory in bytes from `/proc/meminfo` (`Slab:`), machine-wide: socket structs,
+/// inodes and files live there, not in `sockstat`'s buffer pages.
+fn slab_bytes() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("Slab:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn open_ws(target: Ipv4Addr, port: u16, i: usize) -> Result<TcpStream, String> {
+    let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);
+    let sock =
+        Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
+    sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into())
+        .map_err(|e| format!("bind {src}: {e}"))?;
+    sock.connect(&SocketAddr::V4(SocketAddrV4::new(target, port)).into())
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut s: TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    write!(
+        s,
+        "GET /o/echo/idle{} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        i % 100
+    )
+    .map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(&mut s);
+    let mut line = String::new();
+    r.read_line(&mut line).map_err(|e| e.to_string())?;
+    if !line.starts_with("HTTP/1.1 101") {
+        return Err(format!("handshake: {line:?}"));
+    }
+    loop {
+        line.clear();
+        r.read_line(&mut line).map_err(|e| e.to_string())?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    Ok(s)
+}
+
+/// Sends a masked ping and waits for the pong.
+fn ping(s: &mut TcpStream) -> Result<Duration, String> {
+    let t = Instant::now();
+    s.write_all(&[0x89, 0x80, 1, 2, 3, 4])
+        .map_err(|e| e.to_string())?;
+    let mut hdr = [0u8; 2];
+    s.read_exact(&mut hdr).map_err(|e| e.to_string())?;
+    if hdr[0] != 0x8A {
+        return Err(format!("expected pong, got opcode {:#x}", hdr[0]));
+    }
+    Ok(t.elapsed())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+fn idle(a: &Args) -> Result<serde_json::Value, String> {
+    let stats: serde_json::Value =
+        serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
+    let pid = stats["pid"].as_u64().ok_or("stats has no pid")?;
+    let rss_before = rss_bytes(pid);
+    let tcp_before = tcp_mem_bytes();
+    let slab_before = slab_bytes();
+    let started = Instant::now();
+    let mut socks = Vec::with_capacity(a.conns);
+    let mut failed = 0usize;
+    for i in 0..a.conns {
+        match open_ws(a.target, a.port, i) {
+            Ok(s) => socks.push(s),
+            Err(e) => {
+                failed += 1;
+                if failed <= 3 {
+                    eprintln!("connection {i}: {e}");
+                }
+            }
+        }
+        if (i + 1) % 1000 == 0 {
+            eprintln!(
+                "idle: {} open, {failed} failed, {:.1}s",
+                socks.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let open_secs = started.elapsed().as_secs_f64();
+    // Let the node settle: the last handshakes' buffers are freed and the allocator is quiet.
+    std::thread::sleep(Duration::from_secs(2));
+    let rss_after = rss_bytes(pid);
+    let tcp_after = tcp_mem_bytes();
+    let slab_after = slab_bytes();
+    let stats: serde_json::Value =
+        serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
+    let mut rtts = Vec::new();
+    let step = (socks.len() / 200).max(1);
+    for s in socks.iter_mut().step_by(step) {
+        rtts.push(ping(s)?);
+    }
+    rtts.sort();
+    let n = socks.len().max(1) as f64;
+    let user_per = (rss_after.saturating_sub(rss_before)) as f64 / n;
+    // Both ends of each loopback connection are on this machine: half the delta is the node's.
+    let kernel_per = (tcp_after.saturating_sub(tcp_before)) as f64 / n / 2.0;
+    let slab_per = (slab_after.saturating_sub(slab_before)) as f64 / n / 2.0;
+    Ok(serde_json::json!({
+        "scenario": "idle",
+        "conns_requested": a.conns,
+        "conns_open": socks.len(),
+        "conns_failed": failed,
+        "open_seconds": open_secs,
+        "node_ws_open": stats["ws_open"],
+        "node_rss_before_bytes": rss_before,
+        "node_rss_after_bytes": rss_after,
+        "node_user_bytes_per_conn": user_per.round(),
+        "tcp_mem_before_bytes": tcp_before,
+        "tcp_mem_after_bytes": tcp_after,
+        "kernel_tcp_bytes_per_conn_half_of_pair": kernel_per.round(),
+        "slab_before_bytes": slab_before,
+        "slab_after_bytes": slab_after,
+        "kernel_slab_bytes_per_conn_half_of_pair": slab_per.round(),
+        "ping_samples": rtts.len(),
+        "ping_p50_ms": percentile(&rtts, 0.50),
+        "ping_p99_ms": percentile(&rtts, 0.99),
+    }))
+}
+
+fn main() {
+    let (scenario, args) = match parse_args() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("combd-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let result = match scenario.as_str() {
+        "idle" => idle(&args),
+        other => Err(format!("unknown scenario {other:?} (have: idle)")),
+    };
+    match result {
+        Ok(v) => {
+            let text = serde_json::to_string_pretty(&v).unwrap_or_default();
+            println!("{text}");
+            if let Some(path) = &args.out {
+                if let Err(e) = std::fs::write(path, &text) {
+                    eprintln!("combd-bench: cannot write {path}: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("combd-bench: {e}");
+            std::process::exit(1);
+        }
+    }
+}

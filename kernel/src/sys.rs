@@ -106,6 +106,7 @@ pub fn resume_listening(sock: &impl AsRawFd, backlog: i32) -> io::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::net::TcpStream;

@@ -82,6 +82,7 @@ pub fn valid_object_name(name: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

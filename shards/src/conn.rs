@@ -41,6 +41,17 @@ enum Input {
     Failed,
 }
 
+/// What the HTTP loop does after answering a request.
+enum Next {
+    Continue,
+    Close,
+    Upgrade {
+        app: Arc<dyn App>,
+        object: String,
+        accept: String,
+    },
+}
+
 /// Where a request goes.
 enum Routed {
     Respond(Response),
@@ -254,30 +265,7 @@ impl Conn {
 
             // 3. Route and answer.
             let keep_alive = head.keep_alive && !self.shard.draining.get();
-            let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
-            let routed = match http::borrow_request(&self.inbuf, &head, &mut headers) {
-                Some(req) => {
-                    let head_only = req.method == "HEAD";
-                    match self.route(&req, &head) {
-                        Routed::Respond(resp) => {
-                            self.count_status(resp.status);
-                            http::write_response(&mut out, &resp, keep_alive, head_only);
-                            None
-                        }
-                        upgrade => Some(upgrade),
-                    }
-                }
-                None => {
-                    self.count_status(400);
-                    http::write_response(
-                        &mut out,
-                        &Response::error(400, "malformed request"),
-                        false,
-                        false,
-                    );
-                    Some(Routed::Respond(Response::error(400, "")))
-                }
-            };
+            let next = self.answer(&head, keep_alive, &mut out);
             self.inbuf.drain(..total);
             if self.inbuf.is_empty() {
                 self.inbuf = Vec::new();
@@ -285,19 +273,19 @@ impl Conn {
             } else {
                 request_started = Some(Instant::now());
             }
-            match routed {
-                None => {}
-                Some(Routed::Respond(_)) => {
+            match next {
+                Next::Continue => {}
+                Next::Close => {
                     if self.flush(&mut out).await.is_ok() {
                         self.linger_close().await;
                     }
                     return;
                 }
-                Some(Routed::Upgrade {
+                Next::Upgrade {
                     app,
                     object,
                     accept,
-                }) => {
+                } => {
                     self.count_status(101);
                     out.extend_from_slice(
                         format!(
@@ -321,6 +309,39 @@ impl Conn {
                 return;
             }
             idle_since = Instant::now();
+        }
+    }
+
+    /// Routes the complete request at the start of `inbuf` and appends its response to `out`.
+    /// A plain function, not async: the header array lives on this frame only, never in the
+    /// connection's future (which every idle connection keeps).
+    fn answer(&mut self, head: &Head, keep_alive: bool, out: &mut Vec<u8>) -> Next {
+        let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
+        let Some(req) = http::borrow_request(&self.inbuf, head, &mut headers) else {
+            self.count_status(400);
+            http::write_response(
+                out,
+                &Response::error(400, "malformed request"),
+                false,
+                false,
+            );
+            return Next::Close;
+        };
+        match self.route(&req, head) {
+            Routed::Respond(resp) => {
+                self.count_status(resp.status);
+                http::write_response(out, &resp, keep_alive, req.method == "HEAD");
+                Next::Continue
+            }
+            Routed::Upgrade {
+                app,
+                object,
+                accept,
+            } => Next::Upgrade {
+                app,
+                object,
+                accept,
+            },
         }
     }
 

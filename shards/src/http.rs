@@ -285,6 +285,7 @@ pub fn write_response(out: &mut Vec<u8>, resp: &Response, keep_alive: bool, head
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

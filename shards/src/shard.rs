@@ -156,6 +156,13 @@ async fn accept_loop(shard: Rc<Shard>, listener: Rc<TcpListener>, local: bool) {
                 ShardStats::add(&stats.accepted, 1);
                 ShardStats::add(&stats.conns, 1);
                 let conn = crate::conn::serve(shard.clone(), stream, local);
+                if stats.accepted.load(std::sync::atomic::Ordering::Relaxed) == 1 {
+                    debug!(
+                        shard = shard.id,
+                        bytes = std::mem::size_of_val(&conn),
+                        "connection task size"
+                    );
+                }
                 match shard.gate.spawn(conn) {
                     Ok(task) => {
                         task.detach();

@@ -190,6 +190,7 @@ pub struct NodeFigures {
 pub fn render_json(node: &NodeFigures, shards: &[ShardStats]) -> String {
     let mut top = serde_json::Map::new();
     top.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+    top.insert("pid".into(), std::process::id().into());
     top.insert("uptime_ms".into(), node.uptime_ms.into());
     top.insert(
         "max_conns_effective".into(),
@@ -264,6 +265,7 @@ pub fn render_metrics(node: &NodeFigures, shards: &[ShardStats]) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

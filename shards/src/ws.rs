@@ -273,6 +273,7 @@ pub fn encode_pong(out: &mut Vec<u8>, payload: &[u8]) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -9,7 +9,8 @@ pub mod echo;
 /// Every built-in app.
 pub fn builtin() -> Apps {
     let mut apps = Apps::new();
-    for app in [Arc::new(echo::Echo) as Arc<dyn combd_shards::app::App>] {
+    let builtins: Vec<Arc<dyn combd_shards::app::App>> = vec![Arc::new(echo::Echo)];
+    for app in builtins {
         // Names are distinct by construction; a duplicate is a programming error at start-up.
         apps.register(app).expect("built-in app names are distinct");
     }

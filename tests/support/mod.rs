@@ -1,0 +1,212 @@
+//! Shared fixtures for the integration tests: start the real `combd` binary on a free port and
+//! talk to it with real sockets. Every wait is bounded and fails with "timed out waiting for ...".
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long any single wait in a test may take before it fails.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// A running node.
+pub struct TestNode {
+    child: Option<Child>,
+    pub port: u16,
+    pub data_dir: std::path::PathBuf,
+}
+
+impl TestNode {
+    /// Starts the node on 127.0.0.2 with a fresh data directory and the given settings, and
+    /// waits for its ready line.
+    pub fn start(env: &[(&str, &str)]) -> TestNode {
+        let data_dir = std::env::temp_dir().join(format!(
+            "combd-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_combd"));
+        cmd.env("COMBD_LISTEN", "127.0.0.2:0")
+            .env("COMBD_DATA", &data_dir)
+            .env("COMBD_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn combd");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        let line = rx
+            .recv_timeout(WAIT)
+            .expect("timed out waiting for the node's ready line");
+        let port: u16 = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+        TestNode {
+            child: Some(child),
+            port,
+            data_dir,
+        }
+    }
+
+    /// The public address (127.0.0.2).
+    pub fn public(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 2], self.port))
+    }
+
+    /// The localhost listener (127.0.0.1).
+    pub fn local(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// `/stats` from the localhost listener.
+    pub fn stats(&self) -> serde_json::Value {
+        let r = request(
+            self.local(),
+            b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, 200, "/stats: {}", r.text());
+        serde_json::from_slice(&r.body).expect("/stats is JSON")
+    }
+
+    /// Sends SIGTERM.
+    pub fn sigterm(&self) {
+        // SAFETY: kill on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let (tx, rx) = mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let status = child.wait();
+            let _ = tx.send(());
+            (child, status)
+        });
+        if rx.recv_timeout(WAIT + WAIT).is_err() {
+            panic!("timed out waiting for the node to exit");
+        }
+        let (_, status) = waiter.join().expect("waiter");
+        status.expect("wait")
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+/// Connects with read and write timeouts.
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.set_write_timeout(Some(WAIT)).unwrap();
+    s
+}
+
+/// Reads one response (content-length framed).
+pub fn read_response(r: &mut impl BufRead) -> Resp {
+    let mut status_line = String::new();
+    r.read_line(&mut status_line)
+        .expect("timed out waiting for a response");
+    assert!(
+        status_line.starts_with("HTTP/1.1 "),
+        "status line {status_line:?}"
+    );
+    let status: u16 = status_line[9..12].parse().expect("status code");
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).expect("header line");
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (n, v) = line.split_once(':').expect("header field");
+        headers.push((n.trim().to_string(), v.trim().to_string()));
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.parse().expect("content-length"))
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).expect("body");
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Sends raw bytes on a new connection and reads one response.
+pub fn request(addr: SocketAddr, raw: &[u8]) -> Resp {
+    let mut s = connect(addr);
+    s.write_all(raw).expect("write");
+    read_response(&mut BufReader::new(s))
+}
+
+/// Asserts the peer closed: the next read returns EOF (or a reset), not data, within the wait.
+pub fn assert_closed(r: &mut impl Read) {
+    let mut buf = [0u8; 256];
+    match r.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!(
+            "expected close, got {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("timed out waiting for the close: {e}"),
+    }
+}
