@@ -5,6 +5,7 @@
 
 use std::io::Write as _;
 
+use combd_kernel::memory::MemoryProbe;
 use combd_kernel::settings::{help_text, Command, Settings};
 use combd_kernel::sys;
 use combd_shards::Node;
@@ -12,6 +13,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use tracing::{info, warn};
 
 mod apps;
+mod coordinator;
 
 const EX_CONFIG: i32 = 78;
 const EX_SOFTWARE: i32 = 70;
@@ -60,7 +62,7 @@ fn main() {
     });
     let max_conns = settings.max_conns_effective(nofile);
     if max_conns < settings.max_conns {
-        warn!(
+        info!(
             configured = settings.max_conns,
             effective = max_conns,
             rlimit_nofile = nofile,
@@ -74,8 +76,27 @@ fn main() {
         ));
     }
 
+    let probe = MemoryProbe::discover(settings.memory_budget_bytes).unwrap_or_else(|e| {
+        eprintln!("combd: cannot read /proc/meminfo: {e}");
+        std::process::exit(EX_SOFTWARE);
+    });
+    info!(
+        budget_bytes = probe.budget_bytes,
+        source = probe.budget_source.as_str(),
+        cgroup = ?probe.cgroup.as_ref().map(|(v, d)| format!("{v:?} {}", d.display())),
+        "memory budget"
+    );
+
     let shards = settings.shards;
-    let node = match Node::start(settings, apps::builtin(), &cpus, max_conns) {
+    let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
+    let node = match Node::start(
+        settings,
+        apps::builtin(),
+        &cpus,
+        max_conns,
+        probe.budget_source.as_str(),
+        wake_coordinator,
+    ) {
         Ok(node) => node,
         Err(e) if e.starts_with("COMBD_") => config_fail(e),
         Err(e) => {
@@ -83,6 +104,14 @@ fn main() {
             std::process::exit(EX_SOFTWARE);
         }
     };
+    let shared = node.shared().clone();
+    let coordinator = std::thread::Builder::new()
+        .name("combd-coordinator".into())
+        .spawn(move || coordinator::run(shared, probe, coordinator_wakes))
+        .unwrap_or_else(|e| {
+            eprintln!("combd: cannot start the coordinator: {e}");
+            std::process::exit(EX_SOFTWARE);
+        });
     info!(public = %node.public_addr(), local = %node.local_addr(), shards, max_conns, "serving");
     // One line on stdout that scripts and tests wait for.
     println!(
@@ -110,7 +139,9 @@ fn main() {
         Err(e) => warn!("cannot install signal handlers: {e}"),
     }
 
-    match node.wait() {
+    let result = node.wait();
+    let _ = coordinator.join();
+    match result {
         Ok(()) => info!("stopped"),
         Err(e) => {
             eprintln!("combd: {e}");

@@ -14,6 +14,8 @@
 //! Parsers take `&str` and decisions take values, so everything here is unit-tested on fixture
 //! text; the file read or system call around a parser is one line.
 
+pub mod admission;
 pub mod limits;
+pub mod memory;
 pub mod settings;
 pub mod sys;

@@ -99,6 +99,14 @@ pub const SETTINGS: &[SettingSpec] = &[
         default: "200000",
         meaning: "most open connections; clamped to RLIMIT_NOFILE less a reserve of 256",
     },
+    SettingSpec {
+        env: "COMBD_MEMORY_BUDGET",
+        flag: "--memory-budget",
+        default: "the memory cgroup's limit, else the machine's RAM",
+        meaning:
+            "memory the node may use, in bytes or with K, M, G, T (512M, 4G); pressure 1 at 80 %, \
+                  2 (refusing at TCP) at 90 %",
+    },
 ];
 
 /// A setting that failed validation. Its `Display` is the one line printed at start-up.
@@ -165,6 +173,8 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     /// `COMBD_MAX_CONNS` as configured (before clamping to the fd limit).
     pub max_conns: u64,
+    /// `COMBD_MEMORY_BUDGET`, if set (else the budget comes from the cgroup or RAM).
+    pub memory_budget_bytes: Option<u64>,
     /// Where each setting came from, by environment variable name.
     pub sources: BTreeMap<&'static str, Source>,
 }
@@ -392,6 +402,10 @@ impl Settings {
             ws_max_message_bytes: parse(&raw, "COMBD_WS_MAX_MESSAGE", parse_bytes)?,
             shutdown_timeout: parse(&raw, "COMBD_SHUTDOWN_TIMEOUT", parse_duration)?,
             max_conns: parse(&raw, "COMBD_MAX_CONNS", parse_count)?,
+            memory_budget_bytes: match get("COMBD_MEMORY_BUDGET") {
+                None => None,
+                Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_MEMORY_BUDGET", m))?),
+            },
             sources,
         };
         Ok((command, settings))
@@ -477,6 +491,9 @@ mod tests {
             ("COMBD_SHUTDOWN_TIMEOUT", "0"),
             ("COMBD_MAX_CONNS", "0"),
             ("COMBD_MAX_CONNS", "many"),
+            ("COMBD_MEMORY_BUDGET", "0"),
+            ("COMBD_MEMORY_BUDGET", "lots"),
+            ("COMBD_MEMORY_BUDGET", "1.5G"),
             ("COMBD_SHARDS", "0"),
             ("COMBD_SHARDS", "3"),
             ("COMBD_LISTEN", "8080"),
@@ -497,6 +514,15 @@ mod tests {
             load(&[], &["--max-body"]).unwrap_err().setting,
             "COMBD_MAX_BODY"
         );
+    }
+
+    #[test]
+    fn memory_budget_takes_units() {
+        assert_eq!(load(&[], &[]).unwrap().memory_budget_bytes, None);
+        let s = load(&[("COMBD_MEMORY_BUDGET", "512M")], &[]).unwrap();
+        assert_eq!(s.memory_budget_bytes, Some(512 << 20));
+        let s = load(&[], &["--memory-budget", "4G"]).unwrap();
+        assert_eq!(s.memory_budget_bytes, Some(4 << 30));
     }
 
     #[test]

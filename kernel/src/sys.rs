@@ -82,6 +82,9 @@ pub fn bind_listener(addr: SocketAddr, backlog: i32) -> io::Result<Socket> {
     let sock = reuseport_socket(addr)?;
     sock.bind(&addr.into())?;
     sock.listen(backlog)?;
+    // Non-blocking, so a shard can empty the accept queue before it stops listening without
+    // ever blocking its loop (io_uring's accept works on non-blocking sockets too).
+    sock.set_nonblocking(true)?;
     Ok(sock)
 }
 
@@ -103,6 +106,20 @@ pub fn resume_listening(sock: &impl AsRawFd, backlog: i32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Free bytes (for unprivileged users) and total bytes of the filesystem holding `path`.
+pub fn disk_space(path: &std::path::Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path has a NUL byte"))?;
+    // SAFETY: statvfs writes one struct; c is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let frsize = st.f_frsize as u64;
+    Ok((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
 }
 
 #[cfg(test)]

@@ -76,6 +76,7 @@ impl Drop for Conn {
     fn drop(&mut self) {
         self.shard.unregister(self.slot);
         ShardStats::sub(&self.shard.stats().conns, 1);
+        self.shard.node.release_conn();
     }
 }
 
@@ -526,4 +527,30 @@ fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
         }
     }
     Guard(Some(f))
+}
+
+/// The answer to a connection that got in while the node is full: `503` with
+/// `retry-after: 1` and `{"error":"overloaded"}`, written before reading anything (a WebSocket
+/// upgrade gets it before upgrading), then a lingering close.
+pub(crate) async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
+    let _ = stream.set_write_timeout(Some(limits::WRITE_STALL_TIMEOUT));
+    let slot = shard.register();
+    let mut conn = Conn {
+        shard,
+        stream,
+        inbuf: Vec::new(),
+        slot,
+        local: false,
+    };
+    let mut out = Vec::new();
+    conn.count_status(503);
+    http::write_response(
+        &mut out,
+        &Response::error(503, "overloaded").with_header("retry-after", "1"),
+        false,
+        false,
+    );
+    if conn.flush(&mut out).await.is_ok() {
+        conn.linger_close().await;
+    }
 }

@@ -17,6 +17,7 @@
 //! An idle connection costs a task, a readiness poll and no buffers: reads go into one scratch
 //! buffer per shard, and a connection keeps only the bytes of an incomplete request or frame.
 
+pub mod admission;
 pub mod app;
 mod conn;
 pub mod http;

@@ -1,9 +1,11 @@
 //! Starting and stopping a node: bind every shard's listeners, start one glommio executor per
 //! shard pinned to its CPU, wait until all accept, and drain them on request.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::os::fd::IntoRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
@@ -12,9 +14,10 @@ use combd_kernel::settings::Settings;
 use combd_kernel::sys;
 use glommio::{LocalExecutorBuilder, Placement};
 
+use crate::admission::Admission;
 use crate::app::Apps;
 use crate::shard::Shard;
-use crate::stats::{self, NodeFigures, ShardStats};
+use crate::stats::{self, Kind, NodeFigures, ShardStats};
 
 /// What every shard of a node shares: settings, apps, every shard's stats, the drain flag.
 pub struct NodeShared {
@@ -26,8 +29,20 @@ pub struct NodeShared {
     pub stats: Box<[ShardStats]>,
     /// `COMBD_MAX_CONNS` after clamping to the fd limit.
     pub max_conns_effective: u64,
+    /// The admission state the coordinator publishes.
+    pub admission: Admission,
+    /// Where the memory budget came from.
+    pub memory_budget_source: &'static str,
     started: Instant,
     draining: AtomicBool,
+    /// Open connections on every shard and listener: reserved at accept, released when the
+    /// connection closes. The connection cap is checked against it atomically, so shards
+    /// accepting at once cannot overshoot the cap together.
+    conns_open: AtomicU64,
+    /// The coordinator's end of each shard's wake socket.
+    shard_wakers: Vec<UnixStream>,
+    /// Wakes the coordinator (a burst of accepts, the connection cap reached).
+    coordinator: mpsc::SyncSender<()>,
 }
 
 impl NodeShared {
@@ -36,12 +51,145 @@ impl NodeShared {
         self.draining.load(Ordering::Relaxed)
     }
 
+    /// Wakes every shard so it re-reads the admission state (and the drain flag).
+    pub fn wake_shards(&self) {
+        for w in &self.shard_wakers {
+            // Non-blocking: a full socket already holds a wake the shard has yet to read.
+            let _ = (&*w).write(&[1]);
+        }
+    }
+
+    /// Asks the coordinator to measure now.
+    pub fn wake_coordinator(&self) {
+        let _ = self.coordinator.try_send(());
+    }
+
+    /// Open connections on every shard.
+    pub fn conns(&self) -> u64 {
+        self.conns_open.load(Ordering::Relaxed)
+    }
+
+    /// Reserves a connection; returns how many are open with it.
+    pub(crate) fn reserve_conn(&self) -> u64 {
+        self.conns_open.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Releases a connection reserved with [`NodeShared::reserve_conn`].
+    pub(crate) fn release_conn(&self) {
+        self.conns_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
     /// The node-wide figures of `/stats`.
     pub fn figures(&self) -> NodeFigures {
+        use Kind::*;
+        let a = &self.admission;
+        let g = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
         NodeFigures {
             uptime_ms: self.started.elapsed().as_millis() as u64,
             max_conns_effective: self.max_conns_effective,
             draining: self.draining() as u64,
+            memory_budget_source: self.memory_budget_source,
+            full_reason: a.full_reason(),
+            figures: vec![
+                (
+                    "tcp_refusing",
+                    "combd_tcp_refusing",
+                    Gauge,
+                    "1 while the node refuses new connections at TCP.",
+                    a.refusing() as u64,
+                ),
+                (
+                    "pressure",
+                    "combd_pressure",
+                    Gauge,
+                    "Memory pressure level, 0, 1 or 2.",
+                    a.pressure.load(Ordering::Relaxed) as u64,
+                ),
+                (
+                    "memory_own_bytes",
+                    "combd_memory_own_bytes",
+                    Gauge,
+                    "Memory the node counts as its own.",
+                    g(&a.memory_own_bytes),
+                ),
+                (
+                    "memory_rss_bytes",
+                    "combd_memory_rss_bytes",
+                    Gauge,
+                    "Resident set of the process.",
+                    g(&a.memory_rss_bytes),
+                ),
+                (
+                    "memory_own_percent",
+                    "combd_memory_own_percent",
+                    Gauge,
+                    "Own memory as a percentage of the budget.",
+                    g(&a.memory_own_percent),
+                ),
+                (
+                    "memory_budget_bytes",
+                    "combd_memory_budget_bytes",
+                    Gauge,
+                    "The memory budget.",
+                    g(&a.memory_budget_bytes),
+                ),
+                (
+                    "machine_total_bytes",
+                    "combd_machine_total_bytes",
+                    Gauge,
+                    "The machine's memory (MemTotal).",
+                    g(&a.machine_total_bytes),
+                ),
+                (
+                    "machine_available_bytes",
+                    "combd_machine_available_bytes",
+                    Gauge,
+                    "The machine's available memory (MemAvailable).",
+                    g(&a.machine_available_bytes),
+                ),
+                (
+                    "machine_percent",
+                    "combd_machine_percent",
+                    Gauge,
+                    "Machine memory used, as a percentage of the machine less a tenth.",
+                    g(&a.machine_percent),
+                ),
+                (
+                    "tcp_kernel_bytes",
+                    "combd_tcp_kernel_bytes",
+                    Gauge,
+                    "Kernel TCP buffer memory, machine-wide.",
+                    g(&a.tcp_kernel_bytes),
+                ),
+                (
+                    "listen_stops",
+                    "combd_listen_stops_total",
+                    Counter,
+                    "Times the node stopped listening.",
+                    g(&a.listen_stops),
+                ),
+                (
+                    "disk_low",
+                    "combd_disk_low",
+                    Gauge,
+                    "1 while the data disk is low.",
+                    a.disk_low() as u64,
+                ),
+                (
+                    "disk_free_bytes",
+                    "combd_disk_free_bytes",
+                    Gauge,
+                    "Free bytes on the data disk.",
+                    g(&a.disk_free_bytes),
+                ),
+                (
+                    "measurements",
+                    "combd_measurements_total",
+                    Counter,
+                    "Admission measurements taken.",
+                    g(&a.measurements),
+                ),
+            ],
         }
     }
 
@@ -65,6 +213,8 @@ impl DrainHandle {
     /// flight finish within `COMBD_SHUTDOWN_TIMEOUT`, then exit.
     pub fn drain(&self) {
         self.0.draining.store(true, Ordering::Relaxed);
+        self.0.wake_shards();
+        self.0.wake_coordinator();
     }
 }
 
@@ -85,11 +235,15 @@ pub struct Node {
 impl Node {
     /// Binds the listeners of every shard on `cpus[..settings.shards]` and starts the shards.
     /// Returns once every shard accepts connections.
+    /// `coordinator` is the sending end of the channel the coordinator waits on;
+    /// `memory_budget_source` is shown in `/stats`.
     pub fn start(
         settings: Settings,
         apps: Apps,
         cpus: &[usize],
         max_conns_effective: u64,
+        memory_budget_source: &'static str,
+        coordinator: mpsc::SyncSender<()>,
     ) -> Result<Node, String> {
         let n = settings.shards;
         if cpus.len() < n {
@@ -118,16 +272,38 @@ impl Node {
             local.push(l);
         }
         let local_addr = SocketAddr::from(([127, 0, 0, 1], addr.port()));
+        let mut shard_wakers = Vec::with_capacity(n);
+        let mut shard_wake_fds = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (ours, theirs) = UnixStream::pair().map_err(|e| format!("wake socket: {e}"))?;
+            ours.set_nonblocking(true)
+                .map_err(|e| format!("wake socket: {e}"))?;
+            theirs
+                .set_nonblocking(true)
+                .map_err(|e| format!("wake socket: {e}"))?;
+            shard_wakers.push(ours);
+            shard_wake_fds.push(theirs.into_raw_fd());
+        }
         let shared = Arc::new(NodeShared {
             settings,
             apps,
             stats: (0..n).map(|_| ShardStats::default()).collect(),
             max_conns_effective,
+            admission: Admission::default(),
+            memory_budget_source,
             started: Instant::now(),
             draining: AtomicBool::new(false),
+            conns_open: AtomicU64::new(0),
+            shard_wakers,
+            coordinator,
         });
         let (tx, events) = mpsc::channel();
-        for (id, (p, l)) in public.into_iter().zip(local).enumerate() {
+        for (id, ((p, l), wake_fd)) in public
+            .into_iter()
+            .zip(local)
+            .zip(shard_wake_fds)
+            .enumerate()
+        {
             let for_shard = shared.clone();
             let tx = tx.clone();
             let (public_fd, local_fd) = (p.into_raw_fd(), l.into_raw_fd());
@@ -136,10 +312,11 @@ impl Node {
                 .io_memory(limits::SHARD_IO_MEMORY_BYTES)
                 .spawn(move || async move {
                     let ready = tx.clone();
-                    let result = Shard::run(id, for_shard, public_fd, local_fd, move || {
-                        let _ = ready.send((id, ShardEvent::Ready));
-                    })
-                    .await;
+                    let result =
+                        Shard::run(id, for_shard, public_fd, local_fd, wake_fd, move || {
+                            let _ = ready.send((id, ShardEvent::Ready));
+                        })
+                        .await;
                     let _ = tx.send((id, ShardEvent::Exited(result)));
                 });
             if let Err(e) = spawned {

@@ -1,16 +1,20 @@
 //! One shard: a glommio executor pinned to a core, with a public and a localhost listener,
-//! its connections, a read scratch buffer and a housekeeping tick.
+//! its connections, a read scratch buffer, a housekeeping tick, and a control task that stops
+//! and resumes the public listener as the coordinator decides.
 
 use std::cell::{Cell, RefCell};
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use combd_kernel::admission::MEASURE_EVERY_ACCEPTS;
 use combd_kernel::limits;
 use combd_kernel::sys;
-use glommio::net::TcpListener;
+use futures_lite::AsyncReadExt;
+use glommio::net::{TcpListener, TcpStream, UnixStream};
 use glommio::sync::Gate;
 use slab::Slab;
 use tracing::{debug, info, warn};
@@ -30,6 +34,18 @@ pub(crate) struct Shard {
     pub scratch: RefCell<Box<[u8]>>,
     /// Every connection task holds a pass; the drain waits for the gate to close.
     gate: Gate,
+    public: Listener,
+    local: Listener,
+}
+
+/// A listener and whether it listens. Each start of listening has a generation, so an accept
+/// loop left over from before a stop ends instead of counting the stop as an error.
+struct Listener {
+    socket: Rc<TcpListener>,
+    fd: RawFd,
+    local: bool,
+    listening: Cell<bool>,
+    generation: Cell<u64>,
 }
 
 impl Shard {
@@ -67,14 +83,127 @@ impl Shard {
         }
     }
 
+    fn listener(&self, local: bool) -> &Listener {
+        if local {
+            &self.local
+        } else {
+            &self.public
+        }
+    }
+
+    /// Starts (or restarts) the accept loop of a listener.
+    fn start_accepting(self: &Rc<Self>, local: bool) {
+        let l = self.listener(local);
+        l.generation.set(l.generation.get() + 1);
+        l.listening.set(true);
+        if !local {
+            self.stats().listening.store(1, Ordering::Relaxed);
+        }
+        glommio::spawn_local(accept_loop(self.clone(), local, l.generation.get())).detach();
+    }
+
+    /// Stops a listener: first accepts what the kernel already completed and answers it
+    /// (503 or close), so no completed connection is reset without an answer, then
+    /// `shutdown(SHUT_RD)`: the kernel refuses new connections and the accept loop ends.
+    fn stop_accepting(self: &Rc<Self>, local: bool) {
+        let l = self.listener(local);
+        if !l.listening.get() {
+            return;
+        }
+        l.listening.set(false);
+        if !local {
+            self.stats().listening.store(0, Ordering::Relaxed);
+        }
+        loop {
+            // SAFETY: accept4 on our listening socket; a returned fd is owned by the stream.
+            let fd = unsafe {
+                libc::accept4(
+                    l.fd,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                )
+            };
+            if fd < 0 {
+                break;
+            }
+            let stream = unsafe { TcpStream::from_raw_fd(fd) };
+            self.node.reserve_conn();
+            self.refuse_late(stream);
+        }
+        if let Err(e) = sys::stop_listening(&FdRef(l.fd)) {
+            warn!(shard = self.id, local, "stop listening: {e}");
+        }
+    }
+
+    fn resume_accepting(self: &Rc<Self>, local: bool) {
+        let l = self.listener(local);
+        if l.listening.get() {
+            return;
+        }
+        match sys::resume_listening(&FdRef(l.fd), limits::LISTEN_BACKLOG) {
+            Ok(()) => self.start_accepting(local),
+            Err(e) => warn!(shard = self.id, local, "listen again: {e}"),
+        }
+    }
+
+    /// Counts a connection as open on this shard (its `Conn` releases it when dropped).
+    fn open_conn(&self) {
+        ShardStats::add(&self.stats().accepted, 1);
+        ShardStats::add(&self.stats().conns, 1);
+    }
+
+    /// Undoes [`Shard::open_conn`] and the node-wide reservation for a connection whose task
+    /// could not start.
+    fn abandon_conn(&self) {
+        ShardStats::sub(&self.stats().conns, 1);
+        self.node.release_conn();
+    }
+
+    /// Answers a connection that got in while the node is full: 503 for plain HTTP. Its
+    /// node-wide reservation must already be taken.
+    fn refuse_late(self: &Rc<Self>, stream: TcpStream) {
+        self.open_conn();
+        ShardStats::add(&self.stats().refused_late, 1);
+        match self.gate.spawn(crate::conn::refuse(self.clone(), stream)) {
+            Ok(task) => {
+                task.detach();
+            }
+            Err(_) => self.abandon_conn(),
+        }
+    }
+
+    /// Brings the public listener in line with the published admission state.
+    fn apply_admission(self: &Rc<Self>) {
+        let refusing = self.node.admission.refusing();
+        if refusing && self.public.listening.get() {
+            self.stop_accepting(false);
+            debug!(shard = self.id, "public listener stopped");
+        } else if !refusing && !self.public.listening.get() {
+            self.resume_accepting(false);
+            debug!(shard = self.id, "public listener listening again");
+        }
+    }
+
     /// Runs the shard until the node drains. `ready` is called once both listeners accept.
     pub async fn run(
         id: usize,
         node: Arc<NodeShared>,
         public_fd: RawFd,
         local_fd: RawFd,
+        wake_fd: RawFd,
         ready: impl FnOnce(),
     ) -> Result<(), String> {
+        // SAFETY: the fds were made by `Node::start` for this shard alone; the listeners and
+        // the wake stream own and close them.
+        let listener = |fd: RawFd, local: bool| Listener {
+            socket: Rc::new(unsafe { TcpListener::from_raw_fd(fd) }),
+            fd,
+            local,
+            listening: Cell::new(false),
+            generation: Cell::new(0),
+        };
+        let mut wake = unsafe { UnixStream::from_raw_fd(wake_fd) };
         let shard = Rc::new(Shard {
             id,
             node,
@@ -82,30 +211,32 @@ impl Shard {
             wakers: RefCell::new(Slab::new()),
             scratch: RefCell::new(vec![0u8; limits::READ_SCRATCH_BYTES].into_boxed_slice()),
             gate: Gate::new(),
+            public: listener(public_fd, false),
+            local: listener(local_fd, true),
         });
-        // SAFETY: the fds are listening sockets bound by `Node::start` and handed to this
-        // shard alone; the listeners own and close them.
-        let public = Rc::new(unsafe { TcpListener::from_raw_fd(public_fd) });
-        let local = Rc::new(unsafe { TcpListener::from_raw_fd(local_fd) });
-        let accept_public = glommio::spawn_local(accept_loop(shard.clone(), public.clone(), false));
-        let accept_local = glommio::spawn_local(accept_loop(shard.clone(), local.clone(), true));
+        debug_assert!(!shard.public.local && shard.local.local);
+        shard.start_accepting(true);
+        shard.start_accepting(false);
+        shard.apply_admission();
+        glommio::spawn_local(tick(shard.clone())).detach();
         ready();
         debug!(shard = id, "accepting");
 
+        // The control loop: the coordinator writes a byte to the wake socket when the
+        // admission state changes or the node drains.
+        let mut buf = [0u8; 64];
         while !shard.node.draining() {
-            glommio::timer::sleep(limits::SHARD_TICK).await;
-        }
-
-        // Drain: stop both listeners (a pending accept fails and its loop ends), wake every
-        // waiting connection, and wait for the gate within the deadline.
-        shard.draining.set(true);
-        for fd in [public_fd, local_fd] {
-            if let Err(e) = sys::stop_listening(&BorrowedFd(fd)) {
-                warn!(shard = id, "stop listening: {e}");
+            match wake.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => shard.apply_admission(),
             }
         }
-        accept_public.await;
-        accept_local.await;
+
+        // Drain: stop both listeners (answering what is queued), wake every waiting
+        // connection, and wait for the gate within the deadline.
+        shard.draining.set(true);
+        shard.stop_accepting(false);
+        shard.stop_accepting(true);
         shard.wake_all();
         let deadline = shard.node.settings.shutdown_timeout;
         let started = Instant::now();
@@ -114,10 +245,7 @@ impl Shard {
             Ok(())
         })
         .await;
-        let left = shard
-            .stats()
-            .conns
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let left = shard.stats().conns.load(Ordering::Relaxed);
         match closed {
             Ok(()) => info!(
                 shard = id,
@@ -130,33 +258,70 @@ impl Shard {
                 "drain deadline passed; closing the rest"
             ),
         }
-        drop((public, local));
         Ok(())
     }
 }
 
-/// A raw fd borrowed for one system call.
-struct BorrowedFd(RawFd);
+/// A raw fd borrowed for one system call (glommio's `TcpListener` does not expose its fd, so
+/// the shard keeps it beside the socket).
+struct FdRef(RawFd);
 
-impl std::os::fd::AsRawFd for BorrowedFd {
+impl AsRawFd for FdRef {
     fn as_raw_fd(&self) -> RawFd {
         self.0
     }
 }
 
-async fn accept_loop(shard: Rc<Shard>, listener: Rc<TcpListener>, local: bool) {
+/// Measures how late the shard's timer fires: a loop that is busy or blocked shows lag.
+async fn tick(shard: Rc<Shard>) {
+    while !shard.draining.get() {
+        let start = Instant::now();
+        glommio::timer::sleep(limits::SHARD_TICK).await;
+        let late = start.elapsed().saturating_sub(limits::SHARD_TICK);
+        shard
+            .stats()
+            .lag_ms
+            .store(late.as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+async fn accept_loop(shard: Rc<Shard>, local: bool, generation: u64) {
     let mut last_warn: Option<Instant> = None;
+    let listener = shard.listener(local).socket.clone();
     loop {
-        match listener.accept().await {
+        let accepted = listener.accept().await;
+        let l = shard.listener(local);
+        if l.generation.get() != generation || !l.listening.get() {
+            // Stopped (or restarted) meanwhile: a connection accepted in the race is answered.
+            if let Ok(stream) = accepted {
+                shard.node.reserve_conn();
+                shard.refuse_late(stream);
+            }
+            return;
+        }
+        match accepted {
             Ok(stream) => {
-                if shard.draining.get() {
-                    break;
-                }
                 let stats = shard.stats();
-                ShardStats::add(&stats.accepted, 1);
-                ShardStats::add(&stats.conns, 1);
+                let accepted_total = stats.accepted.load(Ordering::Relaxed) + 1;
+                if accepted_total.is_multiple_of(MEASURE_EVERY_ACCEPTS) {
+                    shard.node.wake_coordinator();
+                }
+                // Reserve before use: the connection counts from here. The public listener
+                // turns away what gets in while the node is full or past its connection cap;
+                // the localhost listener never refuses.
+                let conns = shard.node.reserve_conn();
+                if !local {
+                    if conns >= shard.node.max_conns_effective {
+                        shard.node.wake_coordinator();
+                    }
+                    if shard.node.admission.refusing() || conns > shard.node.max_conns_effective {
+                        shard.refuse_late(stream);
+                        continue;
+                    }
+                }
+                shard.open_conn();
                 let conn = crate::conn::serve(shard.clone(), stream, local);
-                if stats.accepted.load(std::sync::atomic::Ordering::Relaxed) == 1 {
+                if accepted_total == 1 {
                     debug!(
                         shard = shard.id,
                         bytes = std::mem::size_of_val(&conn),
@@ -167,13 +332,10 @@ async fn accept_loop(shard: Rc<Shard>, listener: Rc<TcpListener>, local: bool) {
                     Ok(task) => {
                         task.detach();
                     }
-                    Err(_) => ShardStats::sub(&stats.conns, 1),
+                    Err(_) => shard.abandon_conn(),
                 }
             }
             Err(e) => {
-                if shard.draining.get() {
-                    break;
-                }
                 ShardStats::add(&shard.stats().accept_errors, 1);
                 // At most one line a second, and a short pause so a persistent error (EMFILE)
                 // cannot spin the loop.

@@ -50,6 +50,15 @@ pub struct ShardStats {
     pub request_timeouts: AtomicU64,
     /// Keep-alive connections closed after `COMBD_IDLE_TIMEOUT` without a request.
     pub idle_closed: AtomicU64,
+    /// Connections that got in while the node was full (or past the connection cap) and were
+    /// answered 503 (plain HTTP) or closed (TLS).
+    pub refused_late: AtomicU64,
+    /// 1 while this shard's public listener listens.
+    pub listening: AtomicU64,
+    /// 1 while this shard is behind (its ready line as long as its awake cap).
+    pub behind: AtomicU64,
+    /// How late this shard's last housekeeping tick ran, in milliseconds.
+    pub lag_ms: AtomicU64,
 }
 
 /// One figure: its `/stats` name, `/metrics` name, kind, help line and value.
@@ -171,6 +180,34 @@ impl ShardStats {
                 "Keep-alive connections closed when idle.",
                 g(&self.idle_closed),
             ),
+            (
+                "refused_late",
+                "combd_refused_late_total",
+                Counter,
+                "Connections answered 503 or closed because the node was full.",
+                g(&self.refused_late),
+            ),
+            (
+                "listening",
+                "combd_listening",
+                Gauge,
+                "1 while the public listener listens.",
+                g(&self.listening),
+            ),
+            (
+                "behind",
+                "combd_behind",
+                Gauge,
+                "1 while the shard is behind.",
+                g(&self.behind),
+            ),
+            (
+                "lag_ms",
+                "combd_lag_milliseconds",
+                Gauge,
+                "How late the last housekeeping tick ran.",
+                g(&self.lag_ms),
+            ),
         ]
     }
 }
@@ -178,12 +215,18 @@ impl ShardStats {
 /// Node-wide figures that are not sums of shards.
 #[derive(Debug, Clone)]
 pub struct NodeFigures {
-    /// Seconds since start, in milliseconds.
+    /// Milliseconds since start.
     pub uptime_ms: u64,
     /// `COMBD_MAX_CONNS` after clamping to the fd limit.
     pub max_conns_effective: u64,
     /// 1 while the node drains for shutdown.
     pub draining: u64,
+    /// Where the memory budget came from: `env`, `cgroup2`, `cgroup1` or `ram`.
+    pub memory_budget_source: &'static str,
+    /// Why the node would be full now: `none`, or reasons joined by `+`.
+    pub full_reason: String,
+    /// The node-wide gauges and counters: (`/stats` name, metric name, kind, help, value).
+    pub figures: Vec<Field>,
 }
 
 /// Renders `/stats`: node totals and node figures at the top level, then `"shards": [...]`.
@@ -197,6 +240,14 @@ pub fn render_json(node: &NodeFigures, shards: &[ShardStats]) -> String {
         node.max_conns_effective.into(),
     );
     top.insert("draining".into(), node.draining.into());
+    top.insert(
+        "memory_budget_source".into(),
+        node.memory_budget_source.into(),
+    );
+    top.insert("full_reason".into(), node.full_reason.clone().into());
+    for f in &node.figures {
+        top.insert(f.0.into(), f.4.into());
+    }
     top.insert("shard_count".into(), (shards.len() as u64).into());
     let per: Vec<Vec<Field>> = shards.iter().map(|s| s.fields()).collect();
     if let Some(first) = per.first() {
@@ -248,6 +299,18 @@ pub fn render_metrics(node: &NodeFigures, shards: &[ShardStats]) -> String {
         "1 while the node drains for shutdown.",
         node.draining,
     );
+    let kind_name = |k: Kind| match k {
+        Kind::Gauge => "gauge",
+        Kind::Counter => "counter",
+    };
+    for f in &node.figures {
+        one(f.1, kind_name(f.2), f.3, f.4);
+    }
+    let _ = writeln!(
+        out,
+        "# HELP combd_memory_budget_info Where the memory budget came from.\n# TYPE combd_memory_budget_info gauge\ncombd_memory_budget_info{{source=\"{}\"}} 1",
+        node.memory_budget_source
+    );
     let per: Vec<Vec<Field>> = shards.iter().map(|s| s.fields()).collect();
     if let Some(first) = per.first() {
         for (i, f) in first.iter().enumerate() {
@@ -279,6 +342,15 @@ mod tests {
             uptime_ms: 5,
             max_conns_effective: 9,
             draining: 0,
+            memory_budget_source: "env",
+            full_reason: "none".into(),
+            figures: vec![(
+                "pressure",
+                "combd_pressure",
+                Kind::Gauge,
+                "Memory pressure.",
+                2,
+            )],
         };
         let v: serde_json::Value = serde_json::from_str(&render_json(&node, &shards)).unwrap();
         assert_eq!(v["conns"], 7);
@@ -286,6 +358,8 @@ mod tests {
         assert_eq!(v["shards"][0]["conns"], 3);
         assert_eq!(v["shards"][1]["conns"], 4);
         assert_eq!(v["max_conns_effective"], 9);
+        assert_eq!(v["pressure"], 2);
+        assert_eq!(v["memory_budget_source"], "env");
     }
 
     #[test]
@@ -296,11 +370,22 @@ mod tests {
             uptime_ms: 5000,
             max_conns_effective: 9,
             draining: 0,
+            memory_budget_source: "cgroup1",
+            full_reason: "none".into(),
+            figures: vec![(
+                "pressure",
+                "combd_pressure",
+                Kind::Gauge,
+                "Memory pressure.",
+                2,
+            )],
         };
         let text = render_metrics(&node, &shards);
         assert!(text.contains("# TYPE combd_accepted_total counter\n"));
         assert!(text.contains("combd_accepted_total{shard=\"1\"} 2\n"));
         assert!(text.contains("# TYPE combd_conns gauge\n"));
+        assert!(text.contains("combd_pressure 2\n"));
+        assert!(text.contains("combd_memory_budget_info{source=\"cgroup1\"} 1\n"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (_, v) = line.rsplit_once(' ').expect("name value");
             v.parse::<u64>().expect("numeric sample");

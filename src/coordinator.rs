@@ -1,0 +1,162 @@
+//! The coordinator: the one non-shard thread. It measures memory, disk and connections every
+//! second and whenever a shard asks (every 64 accepts, or at the connection cap), decides with
+//! `combd_kernel::admission` whether the node is full, publishes the decision in atomics and
+//! wakes the shards so they stop or resume their public listeners.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use combd_kernel::admission::{
+    self, FullReasons, Hold, Measurements, MEASURE_INTERVAL, STATE_HOLD,
+};
+use combd_kernel::memory::MemoryProbe;
+use combd_kernel::sys;
+use combd_shards::NodeShared;
+use tracing::{info, warn};
+
+/// Runs the coordinator until the node drains.
+pub fn run(node: Arc<NodeShared>, probe: MemoryProbe, wake: Receiver<()>) {
+    let started = Instant::now();
+    let mut hold = Hold::START;
+    let mut last_error: Option<Instant> = None;
+    loop {
+        let want_full = measure(&node, &probe, &mut last_error);
+        let now_ms = started.elapsed().as_millis() as u64;
+        if hold.decide(want_full.any(), now_ms) {
+            publish_state(&node, hold.full, want_full);
+        }
+        if node.draining() {
+            return;
+        }
+        // A change held back by the hold is due when the hold ends: wake then, not later.
+        let timeout = match hold.since_ms {
+            Some(since) if want_full.any() != hold.full => {
+                let due = since + STATE_HOLD.as_millis() as u64;
+                Duration::from_millis(due.saturating_sub(now_ms)).min(MEASURE_INTERVAL)
+            }
+            _ => MEASURE_INTERVAL,
+        };
+        match wake.recv_timeout(timeout) {
+            Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Takes one measurement, publishes the figures, and returns why the node would be full.
+fn measure(
+    node: &NodeShared,
+    probe: &MemoryProbe,
+    last_error: &mut Option<Instant>,
+) -> FullReasons {
+    let a = &node.admission;
+    a.measurements.fetch_add(1, Ordering::Relaxed);
+    let mut level = a.pressure.load(Ordering::Relaxed);
+    match probe.sample() {
+        Ok(m) => {
+            let p = admission::pressure(
+                m.own_bytes,
+                probe.budget_bytes,
+                m.machine_total_bytes,
+                m.machine_available_bytes,
+            );
+            level = p.level;
+            a.pressure.store(p.level, Ordering::Relaxed);
+            a.memory_own_bytes.store(m.own_bytes, Ordering::Relaxed);
+            a.memory_rss_bytes.store(m.rss_bytes, Ordering::Relaxed);
+            a.memory_own_percent.store(p.own_percent, Ordering::Relaxed);
+            a.memory_budget_bytes
+                .store(probe.budget_bytes, Ordering::Relaxed);
+            a.machine_total_bytes
+                .store(m.machine_total_bytes, Ordering::Relaxed);
+            a.machine_available_bytes
+                .store(m.machine_available_bytes, Ordering::Relaxed);
+            a.machine_percent
+                .store(p.machine_percent, Ordering::Relaxed);
+            a.tcp_kernel_bytes
+                .store(m.tcp_kernel_bytes, Ordering::Relaxed);
+        }
+        Err(e) => rate_limited(last_error, || warn!("cannot measure memory: {e}")),
+    }
+    match sys::disk_space(&node.settings.data_dir) {
+        Ok((free, total)) => {
+            let low = admission::disk_low(free, total);
+            if low != a.disk_low() {
+                if low {
+                    warn!(
+                        free_bytes = free,
+                        total_bytes = total,
+                        "data disk low: new objects get 507"
+                    );
+                } else {
+                    info!(
+                        free_bytes = free,
+                        total_bytes = total,
+                        "data disk no longer low"
+                    );
+                }
+            }
+            a.disk_low.store(low, Ordering::Relaxed);
+            a.disk_free_bytes.store(free, Ordering::Relaxed);
+        }
+        Err(e) => rate_limited(last_error, || warn!("cannot measure the data disk: {e}")),
+    }
+    let m = Measurements {
+        pressure: level,
+        conns: node.conns(),
+        max_conns: node.max_conns_effective,
+        shards_behind: node
+            .stats
+            .iter()
+            .filter(|s| s.behind.load(Ordering::Relaxed) != 0)
+            .count(),
+        shards: node.stats.len(),
+    };
+    let reasons = admission::full_reasons(&m);
+    a.full_reasons.store(reasons.0, Ordering::Relaxed);
+    reasons
+}
+
+fn publish_state(node: &NodeShared, full: bool, reasons: FullReasons) {
+    let a = &node.admission;
+    let changed = a.refusing.swap(full, Ordering::Relaxed) != full;
+    if !changed {
+        return;
+    }
+    let figures = (
+        a.pressure.load(Ordering::Relaxed),
+        a.memory_own_bytes.load(Ordering::Relaxed),
+        a.memory_budget_bytes.load(Ordering::Relaxed),
+        node.conns(),
+        node.max_conns_effective,
+    );
+    if full {
+        a.listen_stops.fetch_add(1, Ordering::Relaxed);
+        warn!(
+            reason = %reasons.describe(),
+            pressure = figures.0,
+            memory_own_bytes = figures.1,
+            memory_budget_bytes = figures.2,
+            conns = figures.3,
+            max_conns = figures.4,
+            "full: refusing new connections at TCP"
+        );
+    } else {
+        info!(
+            pressure = figures.0,
+            memory_own_bytes = figures.1,
+            conns = figures.3,
+            "no longer full: listening again"
+        );
+    }
+    node.wake_shards();
+}
+
+fn rate_limited(last: &mut Option<Instant>, log: impl FnOnce()) {
+    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+        log();
+        *last = Some(Instant::now());
+    }
+}
