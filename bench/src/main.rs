@@ -6,7 +6,12 @@
 //! and the kernel's TCP memory (`/proc/net/sockstat`) before and after. Then it pings a sample
 //! of the sockets and reports the round trip.
 //!
-//! Usage: `combd-bench idle --port P [--target 127.0.0.2] [--conns 10000] [--out FILE]`
+//! `flood` opens N connections as fast as it can past the node's cap while one WebSocket
+//! already connected keeps echoing, and reports how many were kept, answered 503, or refused
+//! at TCP, how long the node took from full to refusing, and the connected client's echo
+//! latency during the flood.
+//!
+//! Usage: `combd-bench idle|flood --port P [--target 127.0.0.2] [--conns N] [--out FILE]`
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
@@ -222,6 +227,128 @@ fn idle(a: &Args) -> Result<serde_json::Value, String> {
     }))
 }
 
+/// Sends one masked text frame.
+fn send_text(s: &mut TcpStream, payload: &[u8]) -> Result<(), String> {
+    let mask = [1u8, 2, 3, 4];
+    let mut f = vec![0x81, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    s.write_all(&f).map_err(|e| e.to_string())
+}
+
+/// Reads one unmasked server frame of at most 125 bytes and returns its payload.
+fn read_small_frame(s: &mut TcpStream) -> Result<Vec<u8>, String> {
+    let mut hdr = [0u8; 2];
+    s.read_exact(&mut hdr).map_err(|e| e.to_string())?;
+    let mut p = vec![0u8; (hdr[1] & 0x7f) as usize];
+    s.read_exact(&mut p).map_err(|e| e.to_string())?;
+    Ok(p)
+}
+
+fn flood(a: &Args) -> Result<serde_json::Value, String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let before: serde_json::Value =
+        serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
+    // The client already connected: it echoes every 10 ms through the flood.
+    let mut served = open_ws(a.target, a.port, 0)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let echo = std::thread::spawn(move || {
+        let mut lat = Vec::new();
+        let mut errors = 0usize;
+        while !stop2.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            let ok = send_text(&mut served, b"tick").and_then(|_| read_small_frame(&mut served));
+            match ok {
+                Ok(_) => lat.push(t.elapsed()),
+                Err(_) => errors += 1,
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (lat, errors)
+    });
+
+    let started = Instant::now();
+    let mut streams = Vec::new();
+    let mut connect_times = Vec::new();
+    let mut refused_times = Vec::new();
+    let mut other_errors = 0usize;
+    for i in 0..a.conns {
+        let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| e.to_string())?;
+        sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into())
+            .map_err(|e| e.to_string())?;
+        match sock.connect(&SocketAddr::V4(SocketAddrV4::new(a.target, a.port)).into()) {
+            Ok(()) => {
+                connect_times.push(started.elapsed());
+                streams.push(TcpStream::from(sock));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                refused_times.push(started.elapsed())
+            }
+            Err(_) => other_errors += 1,
+        }
+    }
+    let flood_secs = started.elapsed().as_secs_f64();
+    // Classify what got in: a request gets 200 if kept, the 503 written on accept if late.
+    let (mut kept, mut late, mut closed) = (0usize, 0usize, 0usize);
+    let mut last_kept: Option<Duration> = None;
+    for (s, t) in streams.iter_mut().zip(&connect_times) {
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+        let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut buf = [0u8; 12];
+        match s.read_exact(&mut buf) {
+            Ok(()) if &buf[9..12] == b"200" => {
+                kept += 1;
+                last_kept = Some(*t);
+            }
+            Ok(()) if &buf[9..12] == b"503" => late += 1,
+            _ => closed += 1,
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut lat, echo_errors) = echo.join().map_err(|_| "echo thread panicked")?;
+    lat.sort();
+    let after: serde_json::Value =
+        serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
+    let first_refused = refused_times.first().copied();
+    let full_to_refusing_ms = match (last_kept, first_refused) {
+        (Some(k), Some(r)) if r >= k => Some((r - k).as_secs_f64() * 1000.0),
+        _ => None,
+    };
+    let delta = |k: &str| {
+        after[k]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(before[k].as_u64().unwrap_or(0))
+    };
+    Ok(serde_json::json!({
+        "scenario": "flood",
+        "attempts": a.conns,
+        "flood_seconds": flood_secs,
+        "kept": kept,
+        "answered_503": late,
+        "closed_without_answer": closed,
+        "refused_at_tcp": refused_times.len(),
+        "other_connect_errors": other_errors,
+        "full_to_refusing_ms": full_to_refusing_ms,
+        "node_max_conns_effective": after["max_conns_effective"],
+        "node_refused_late": delta("refused_late"),
+        "node_listen_stops": delta("listen_stops"),
+        "node_memory_own_bytes": after["memory_own_bytes"],
+        "node_memory_budget_bytes": after["memory_budget_bytes"],
+        "node_memory_budget_source": after["memory_budget_source"],
+        "node_pressure": after["pressure"],
+        "served_echo_samples": lat.len(),
+        "served_echo_errors": echo_errors,
+        "served_echo_p50_ms": percentile(&lat, 0.50),
+        "served_echo_p99_ms": percentile(&lat, 0.99),
+        "served_echo_max_ms": lat.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+    }))
+}
+
 fn main() {
     let (scenario, args) = match parse_args() {
         Ok(v) => v,
@@ -232,7 +359,8 @@ fn main() {
     };
     let result = match scenario.as_str() {
         "idle" => idle(&args),
-        other => Err(format!("unknown scenario {other:?} (have: idle)")),
+        "flood" => flood(&args),
+        other => Err(format!("unknown scenario {other:?} (have: idle, flood)")),
     };
     match result {
         Ok(v) => {

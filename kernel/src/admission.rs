@@ -147,12 +147,12 @@ impl Hold {
     };
 
     /// Applies one decision at `now_ms`. The state changes only once it has held for
-    /// [`STATE_HOLD`] (the first decision applies at once). Returns whether it changed.
+    /// [`STATE_HOLD`] since the last change (the first change applies at once: the state the
+    /// node starts in was not decided, so a burst right after start is not held back).
+    /// Returns whether it changed.
     pub fn decide(&mut self, want_full: bool, now_ms: u64) -> bool {
         if want_full == self.full {
-            if self.since_ms.is_none() {
-                self.since_ms = Some(now_ms);
-            }
+            // The state the node starts in was never decided: it holds nothing back.
             return false;
         }
         let held = match self.since_ms {
@@ -262,11 +262,12 @@ mod tests {
             changes += h.decide(t % 2 == 0, 11_000 + t * 100) as u32;
         }
         assert!(changes <= 5, "{changes} changes in 5 s");
-        // A steady wish that agrees with the state changes nothing.
+        // The starting state holds nothing back: a node full 500 ms after start refuses then.
         let mut h = Hold::START;
         assert!(!h.decide(false, 0));
-        assert!(!h.decide(true, 500));
-        assert!(h.decide(true, 1000));
+        assert!(h.decide(true, 500));
+        assert!(!h.decide(false, 1499));
+        assert!(h.decide(false, 1500));
     }
 
     #[test]

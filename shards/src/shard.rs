@@ -173,9 +173,12 @@ impl Shard {
         }
     }
 
-    /// Brings the public listener in line with the published admission state.
-    fn apply_admission(self: &Rc<Self>) {
-        let refusing = self.node.admission.refusing();
+    /// Brings the public listener in line with the published admission state: it stops while
+    /// the node is full, and also while this shard alone is behind, so the kernel steers new
+    /// connections to its siblings (the node refuses only when all are behind).
+    pub fn apply_admission(self: &Rc<Self>) {
+        let behind = self.stats().behind.load(Ordering::Relaxed) != 0;
+        let refusing = self.node.admission.refusing() || behind;
         if refusing && self.public.listening.get() {
             self.stop_accepting(false);
             debug!(shard = self.id, "public listener stopped");
