@@ -88,10 +88,11 @@ fn main() {
     );
 
     let shards = settings.shards;
+    let test_apps = settings.test_apps;
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
     let node = match Node::start(
         settings,
-        apps::builtin(),
+        apps::builtin(test_apps),
         &cpus,
         max_conns,
         probe.budget_source.as_str(),

@@ -79,3 +79,25 @@ pub const SHARD_IO_MEMORY_BYTES: usize = 1 << 20;
 
 /// Bytes of responses a connection accumulates from pipelined requests before writing them.
 pub const PIPELINE_FLUSH_BYTES: usize = 64 * 1024;
+
+/// Default mailbox of an object (an app may set its own): inputs waiting behind the one being
+/// handled. Past it an input is refused at once with 503 `overloaded`.
+pub const MAILBOX_DEFAULT: usize = 1000;
+/// Default batch of an app that handles batches: inputs taken at once into one transaction.
+pub const BATCH_DEFAULT: usize = 100;
+/// A session's mailbox: messages waiting to be written to its WebSocket.
+pub const SESSION_MAILBOX: usize = 1000;
+/// A session's mailbox while its shard is behind: what does not fit is dropped and counted.
+pub const SESSION_MAILBOX_BEHIND: usize = 8;
+/// An idle object is closed after this long...
+pub const OBJECT_IDLE: Duration = Duration::from_secs(1);
+/// ...or after this long while memory pressure is 1 or more, so it is not let go while its
+/// neighbours are still coming back.
+pub const OBJECT_IDLE_UNDER_PRESSURE: Duration = Duration::from_secs(10);
+/// Messages waiting in a shard's inbox from the other shards. Past it a cross-shard request
+/// is refused (503 `overloaded`) and a delivery dropped and counted.
+pub const CROSS_SHARD_QUEUE: usize = 16 * 1024;
+/// Default of `COMBD_MAX_AWAKE`, from the seed: cells at work at once per shard.
+pub const MAX_AWAKE_DEFAULT: usize = 1000;
+/// Default of `COMBD_RESTORES_AT_ONCE`, from the seed: objects opened at once per shard.
+pub const RESTORES_AT_ONCE_DEFAULT: usize = 4;

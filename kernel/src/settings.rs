@@ -107,6 +107,33 @@ pub const SETTINGS: &[SettingSpec] = &[
             "memory the node may use, in bytes or with K, M, G, T (512M, 4G); pressure 1 at 80 %, \
                   2 (refusing at TCP) at 90 %",
     },
+    SettingSpec {
+        env: "COMBD_MAX_AWAKE",
+        flag: "--max-awake",
+        default: "1000",
+        meaning:
+            "cells (sessions, objects) at work at once per shard; a shard whose ready line is \
+                  this long is behind",
+    },
+    SettingSpec {
+        env: "COMBD_RESTORES_AT_ONCE",
+        flag: "--restores-at-once",
+        default: "4",
+        meaning: "objects opened (restored) at once per shard; the rest wait their turn in order",
+    },
+    SettingSpec {
+        env: "COMBD_SQLITE_SYNC",
+        flag: "--sqlite-sync",
+        default: "full",
+        meaning: "full: an answered write survives power loss; normal: it survives a process crash",
+    },
+    SettingSpec {
+        env: "COMBD_TEST_APPS",
+        flag: "--test-apps",
+        default: "off",
+        meaning:
+            "on: also serve the test apps (hold: a request that takes ?ms=N); never in production",
+    },
 ];
 
 /// A setting that failed validation. Its `Display` is the one line printed at start-up.
@@ -175,6 +202,14 @@ pub struct Settings {
     pub max_conns: u64,
     /// `COMBD_MEMORY_BUDGET`, if set (else the budget comes from the cgroup or RAM).
     pub memory_budget_bytes: Option<u64>,
+    /// `COMBD_MAX_AWAKE`.
+    pub max_awake: usize,
+    /// `COMBD_RESTORES_AT_ONCE`.
+    pub restores_at_once: usize,
+    /// `COMBD_SQLITE_SYNC`: true for `full`.
+    pub sqlite_sync_full: bool,
+    /// `COMBD_TEST_APPS`.
+    pub test_apps: bool,
     /// Where each setting came from, by environment variable name.
     pub sources: BTreeMap<&'static str, Source>,
 }
@@ -265,6 +300,15 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
         return Err("must be at least 1 (zero does not mean unlimited)".to_string());
     }
     Ok(n)
+}
+
+/// Parses an on/off switch: `on`, `off`, `true`, `false`, `1`, `0`.
+pub fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        other => Err(format!("{other:?}: use on or off")),
+    }
 }
 
 /// Parses a listen address `ip:port`. The localhost listener owns `127.0.0.1`, so the public
@@ -402,6 +446,14 @@ impl Settings {
             ws_max_message_bytes: parse(&raw, "COMBD_WS_MAX_MESSAGE", parse_bytes)?,
             shutdown_timeout: parse(&raw, "COMBD_SHUTDOWN_TIMEOUT", parse_duration)?,
             max_conns: parse(&raw, "COMBD_MAX_CONNS", parse_count)?,
+            max_awake: parse(&raw, "COMBD_MAX_AWAKE", parse_count)? as usize,
+            restores_at_once: parse(&raw, "COMBD_RESTORES_AT_ONCE", parse_count)? as usize,
+            sqlite_sync_full: parse(&raw, "COMBD_SQLITE_SYNC", |v| match v.trim() {
+                "full" => Ok(true),
+                "normal" => Ok(false),
+                other => Err(format!("{other:?}: use full or normal")),
+            })?,
+            test_apps: parse(&raw, "COMBD_TEST_APPS", parse_switch)?,
             memory_budget_bytes: match get("COMBD_MEMORY_BUDGET") {
                 None => None,
                 Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_MEMORY_BUDGET", m))?),
@@ -462,6 +514,10 @@ mod tests {
         assert_eq!(s.ws_max_message_bytes, limits::WS_MAX_MESSAGE_DEFAULT_BYTES);
         assert_eq!(s.shutdown_timeout, limits::SHUTDOWN_TIMEOUT_DEFAULT);
         assert_eq!(s.max_conns, limits::MAX_CONNS_DEFAULT);
+        assert_eq!(s.max_awake, limits::MAX_AWAKE_DEFAULT);
+        assert_eq!(s.restores_at_once, limits::RESTORES_AT_ONCE_DEFAULT);
+        assert!(s.sqlite_sync_full);
+        assert!(!s.test_apps);
         assert_eq!(s.shards, 2);
         assert_eq!(s.log, limits::LOG_DEFAULT);
         assert!(s.sources.values().all(|s| *s == Source::Default));
@@ -494,6 +550,10 @@ mod tests {
             ("COMBD_MEMORY_BUDGET", "0"),
             ("COMBD_MEMORY_BUDGET", "lots"),
             ("COMBD_MEMORY_BUDGET", "1.5G"),
+            ("COMBD_MAX_AWAKE", "0"),
+            ("COMBD_RESTORES_AT_ONCE", "0"),
+            ("COMBD_SQLITE_SYNC", "off"),
+            ("COMBD_TEST_APPS", "maybe"),
             ("COMBD_SHARDS", "0"),
             ("COMBD_SHARDS", "3"),
             ("COMBD_LISTEN", "8080"),

@@ -21,7 +21,10 @@ use futures_lite::AsyncRead;
 use glommio::net::TcpStream;
 use glommio::timer::Timer;
 
-use crate::app::{valid_object_name, App, Message, Reply};
+use crate::app::{
+    valid_object_name, App, Cx, Effect, Input as AppInput, Message, Output, SessionId,
+};
+use crate::cells::Job;
 use crate::http::{self, Head, Parsed, Request, Response};
 use crate::shard::Shard;
 use crate::stats::ShardStats;
@@ -39,27 +42,39 @@ enum Input {
     Drain,
     /// The socket failed.
     Failed,
+    /// The session has mail to write.
+    Mail,
 }
 
 /// What the HTTP loop does after answering a request.
 enum Next {
     Continue,
     Close,
-    Upgrade {
+    Upgrade(Upgrade),
+    /// A request for an object: it goes to the object's mailbox; the loop awaits the reply.
+    Object {
         app: Arc<dyn App>,
         object: String,
-        accept: String,
+        method: String,
+        query: Option<String>,
+        body: Vec<u8>,
+        head_only: bool,
     },
+}
+
+/// A WebSocket upgrade that passed its checks.
+struct Upgrade {
+    app: Arc<dyn App>,
+    object: String,
+    accept: String,
+    query: Option<String>,
 }
 
 /// Where a request goes.
 enum Routed {
     Respond(Response),
-    Upgrade {
-        app: Arc<dyn App>,
-        object: String,
-        accept: String,
-    },
+    Upgrade(Upgrade),
+    Object { app: Arc<dyn App>, object: String },
 }
 
 struct Conn {
@@ -70,10 +85,15 @@ struct Conn {
     inbuf: Vec<u8>,
     slot: usize,
     local: bool,
+    /// The session id while this connection is a session attached to an object.
+    session: Option<u64>,
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        if let Some(id) = self.session.take() {
+            self.shard.end_session(id);
+        }
         self.shard.unregister(self.slot);
         ShardStats::sub(&self.shard.stats().conns, 1);
         self.shard.node.release_conn();
@@ -91,6 +111,7 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, local: bool) {
         inbuf: Vec::new(),
         slot,
         local,
+        session: None,
     };
     conn.http().await;
 }
@@ -120,6 +141,11 @@ impl Conn {
     ) -> Poll<Input> {
         if drain_ok && self.shard.draining.get() {
             return Poll::Ready(Input::Drain);
+        }
+        if let Some(id) = self.session {
+            if self.shard.has_mail(id) {
+                return Poll::Ready(Input::Mail);
+            }
         }
         {
             let mut scratch = self.shard.scratch.borrow_mut();
@@ -222,7 +248,7 @@ impl Conn {
                     None => (idle_since + idle_timeout, true),
                 };
                 match self.fill(Some(deadline), self.inbuf.is_empty()).await {
-                    Input::Data => {}
+                    Input::Data | Input::Mail => {}
                     Input::Eof | Input::Failed | Input::Drain => return,
                     Input::Timeout if idle => {
                         ShardStats::add(&self.shard.stats().idle_closed, 1);
@@ -252,7 +278,7 @@ impl Conn {
                 let deadline = Instant::now() + body_timeout;
                 while self.inbuf.len() < total {
                     match self.fill(Some(deadline), false).await {
-                        Input::Data => {}
+                        Input::Data | Input::Mail => {}
                         Input::Eof | Input::Failed | Input::Drain => return,
                         Input::Timeout => {
                             ShardStats::add(&self.shard.stats().request_timeouts, 1);
@@ -282,23 +308,33 @@ impl Conn {
                     }
                     return;
                 }
-                Next::Upgrade {
+                Next::Object {
                     app,
                     object,
-                    accept,
+                    method,
+                    query,
+                    body,
+                    head_only,
                 } => {
-                    self.count_status(101);
-                    out.extend_from_slice(
-                        format!(
-                            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\n\r\n"
-                        )
-                        .as_bytes(),
+                    let (tx, rx) = async_channel::bounded(1);
+                    self.shard.submit(
+                        &app,
+                        &object,
+                        Job::Http {
+                            method,
+                            query,
+                            body,
+                            reply: tx,
+                        },
                     );
-                    if self.flush(&mut out).await.is_err() {
-                        return;
-                    }
-                    return self.websocket(app, object).await;
+                    let resp = rx
+                        .recv()
+                        .await
+                        .unwrap_or_else(|_| Response::error(503, "overloaded"));
+                    self.count_status(resp.status);
+                    http::write_response(&mut out, &resp, keep_alive, head_only);
                 }
+                Next::Upgrade(up) => return self.upgrade(up, out).await,
             }
             if !keep_alive {
                 if self.flush(&mut out).await.is_ok() {
@@ -334,14 +370,14 @@ impl Conn {
                 http::write_response(out, &resp, keep_alive, req.method == "HEAD");
                 Next::Continue
             }
-            Routed::Upgrade {
+            Routed::Upgrade(up) => Next::Upgrade(up),
+            Routed::Object { app, object } => Next::Object {
                 app,
                 object,
-                accept,
-            } => Next::Upgrade {
-                app,
-                object,
-                accept,
+                method: req.method.to_string(),
+                query: req.query.map(str::to_string),
+                body: req.body.to_vec(),
+                head_only: req.method == "HEAD",
             },
         }
     }
@@ -364,7 +400,11 @@ impl Conn {
                 Response::error(405, "method not allowed").with_header("allow", "GET, HEAD")
             }
             path => match path.strip_prefix("/o/").and_then(|rest| rest.split_once('/')) {
-                None => Response::error(404, "not found"),
+                None => match node.apps.pages().iter().find(|(p, _)| *p == path) {
+                    Some((_, page)) if get => Response::bytes(200, "text/html; charset=utf-8", page.as_bytes().to_vec()),
+                    Some(_) => Response::error(405, "method not allowed").with_header("allow", "GET, HEAD"),
+                    None => Response::error(404, "not found"),
+                },
                 Some((app_name, object)) => match node.apps.get(app_name) {
                     None => Response::error(404, "no such app"),
                     Some(_) if !valid_object_name(object) => Response::error(
@@ -373,47 +413,163 @@ impl Conn {
                     ),
                     Some(app) if head.upgrade_websocket => match websocket_accept(req, head) {
                         Ok(accept) => {
-                            return Routed::Upgrade { app: app.clone(), object: object.to_string(), accept }
+                            return Routed::Upgrade(Upgrade {
+                                app: app.clone(),
+                                object: object.to_string(),
+                                accept,
+                                query: req.query.map(str::to_string),
+                            })
                         }
                         Err(resp) => resp,
                     },
-                    Some(app) => app.http(object, req),
+                    Some(app) if app.stateless() => {
+                        let mut effects = Vec::new();
+                        let input = AppInput::Http { method: req.method, query: req.query, body: req.body };
+                        match app.handle(&mut Cx::new(None, &mut effects), &input) {
+                            Ok(Output::Http(resp)) => resp,
+                            Ok(Output::None) => Response::bytes(204, "application/json", Vec::new()),
+                            Err(e) => Response::error(e.status, &e.message),
+                        }
+                    }
+                    Some(app) => return Routed::Object { app: app.clone(), object: object.to_string() },
                 },
             },
         };
         Routed::Respond(resp)
     }
 
-    /// The WebSocket loop: decode frames, hand messages to the app, answer pings, close with
-    /// the code the error calls for, or 1001 when the node drains.
-    async fn websocket(&mut self, app: Arc<dyn App>, object: String) {
+    /// Completes a WebSocket upgrade. A stateful app's session attaches to its object first;
+    /// the object may refuse it (503 `overloaded`, 507 `disk_low`, or the app's own error),
+    /// and then no upgrade happens.
+    async fn upgrade(&mut self, up: Upgrade, mut out: Vec<u8>) {
+        if !up.app.stateless() {
+            let topic = match up.app.topic(up.query.as_deref()) {
+                Ok(t) => t,
+                Err(e) => return self.fail(&mut out, e.status, &e.message).await,
+            };
+            let key = format!("{}/{}", up.app.name(), up.object);
+            let session = self.shard.new_session(self.slot, key, topic);
+            self.session = Some(session.id);
+            let (tx, rx) = async_channel::bounded(1);
+            let job = Job::Attach {
+                session,
+                query: up.query.clone(),
+                reply: tx,
+            };
+            self.shard.submit(&up.app, &up.object, job);
+            match rx.recv().await {
+                Ok(Ok(())) => {}
+                Ok(Err(resp)) => {
+                    if let Some(id) = self.session.take() {
+                        self.shard.end_session(id);
+                    }
+                    self.count_status(resp.status);
+                    http::write_response(&mut out, &resp, false, false);
+                    if self.flush(&mut out).await.is_ok() {
+                        self.linger_close().await;
+                    }
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+        self.count_status(101);
+        out.extend_from_slice(
+            format!(
+                "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n\r\n",
+                up.accept
+            )
+            .as_bytes(),
+        );
+        if self.flush(&mut out).await.is_err() {
+            return;
+        }
+        self.websocket(up).await;
+    }
+
+    /// The WebSocket loop: decode frames, hand messages to the app (inline for a stateless
+    /// app, to the object's mailbox for a session), write the session's mail while holding
+    /// an awake slot, answer pings, close with the code an error calls for, or 1001 when the
+    /// node drains.
+    async fn websocket(&mut self, up: Upgrade) {
+        let Upgrade { app, object, .. } = up;
         let shard = self.shard.clone();
         let stats = shard.stats();
         ShardStats::add(&stats.ws_open, 1);
         let _open = scopeguard(|| ShardStats::sub(&stats.ws_open, 1));
+        let session = self.session.map(|id| SessionId {
+            shard: shard.id as u32,
+            id,
+        });
+        let inline_id = SessionId {
+            shard: shard.id as u32,
+            id: 0,
+        };
         let mut decoder = Decoder::new(shard.node.settings.ws_max_message_bytes);
         let mut out: Vec<u8> = Vec::new();
         loop {
             let mut client_close: Option<Option<u16>> = None;
             let mut error = None;
             if !self.inbuf.is_empty() {
-                let mut reply = FrameReply {
-                    out: &mut out,
-                    stats,
+                let on_message = |text: bool, payload: &[u8], out: &mut Vec<u8>| {
+                    ShardStats::add(&stats.ws_messages_in, 1);
+                    match session {
+                        Some(s) => {
+                            let job = Job::Message {
+                                session: s,
+                                text,
+                                payload: payload.to_vec(),
+                            };
+                            shard.submit(&app, &object, job);
+                        }
+                        None => {
+                            let mut effects = Vec::new();
+                            let msg = if text {
+                                // The decoder checked the UTF-8.
+                                Message::Text(std::str::from_utf8(payload).unwrap_or_default())
+                            } else {
+                                Message::Binary(payload)
+                            };
+                            let input = AppInput::Message {
+                                session: inline_id,
+                                msg,
+                            };
+                            if let Err(e) = app.handle(&mut Cx::new(None, &mut effects), &input) {
+                                ws::encode_text(
+                                    out,
+                                    &serde_json::json!({ "error": e.message }).to_string(),
+                                );
+                            }
+                            for e in effects {
+                                if let Effect::Send { text, payload, .. } = e {
+                                    ShardStats::add(&stats.ws_messages_out, 1);
+                                    if text {
+                                        ws::encode(
+                                            out,
+                                            tungstenite::protocol::frame::coding::OpCode::Data(
+                                                tungstenite::protocol::frame::coding::Data::Text,
+                                            ),
+                                            &payload,
+                                        );
+                                    } else {
+                                        ws::encode_binary(out, &payload);
+                                    }
+                                }
+                            }
+                        }
+                    }
                 };
                 let decoded = decoder.decode(&mut self.inbuf, |ev| match ev {
                     WsEvent::Text(t) => {
-                        ShardStats::add(&stats.ws_messages_in, 1);
-                        app.ws_message(&object, Message::Text(t), &mut reply);
+                        on_message(true, t.as_bytes(), &mut out);
                         true
                     }
                     WsEvent::Binary(b) => {
-                        ShardStats::add(&stats.ws_messages_in, 1);
-                        app.ws_message(&object, Message::Binary(b), &mut reply);
+                        on_message(false, b, &mut out);
                         true
                     }
                     WsEvent::Ping(p) => {
-                        ws::encode_pong(reply.out, p);
+                        ws::encode_pong(&mut out, p);
                         true
                     }
                     WsEvent::Pong => true,
@@ -435,6 +591,7 @@ impl Conn {
             if let Some(code) = client_close {
                 // Answer the close with the client's code (RFC 6455, 5.5.1), then close.
                 ws::encode_close(&mut out, code, "");
+                self.detach(&app, &object, session);
                 if self.flush(&mut out).await.is_ok() {
                     self.linger_close().await;
                 }
@@ -443,29 +600,61 @@ impl Conn {
             if let Some(e) = error {
                 ShardStats::add(&stats.ws_protocol_closed, 1);
                 ws::encode_close(&mut out, Some(e.code()), e.reason());
+                self.detach(&app, &object, session);
                 if self.flush(&mut out).await.is_ok() {
                     self.linger_close().await;
                 }
                 return;
             }
             if self.flush(&mut out).await.is_err() {
+                self.detach(&app, &object, session);
                 return;
             }
             match self.fill(None, !decoder.in_message()).await {
                 Input::Data => {}
-                Input::Eof | Input::Failed | Input::Timeout => return,
+                Input::Mail => {
+                    // A sleeping session with mail waits its turn for an awake slot.
+                    let permit = shard.acquire_awake().await;
+                    if let Some(id) = self.session {
+                        for frame in shard.take_mail(id) {
+                            ShardStats::add(&stats.ws_messages_out, 1);
+                            out.extend_from_slice(&frame);
+                        }
+                    }
+                    let written = self.flush(&mut out).await;
+                    drop(permit);
+                    if written.is_err() {
+                        self.detach(&app, &object, session);
+                        return;
+                    }
+                }
+                Input::Eof | Input::Failed | Input::Timeout => {
+                    self.detach(&app, &object, session);
+                    return;
+                }
                 Input::Drain => {
                     ws::encode_close(
                         &mut out,
                         Some(ws::close::GOING_AWAY),
                         "server shutting down",
                     );
+                    self.detach(&app, &object, session);
                     if self.flush(&mut out).await.is_ok() {
                         self.linger_close().await;
                     }
                     return;
                 }
             }
+        }
+    }
+
+    /// Tells the object a session left, and forgets the session here.
+    fn detach(&mut self, app: &Arc<dyn App>, object: &str, session: Option<SessionId>) {
+        if let Some(s) = session {
+            self.shard.submit(app, object, Job::Detach { session: s });
+        }
+        if let Some(id) = self.session.take() {
+            self.shard.end_session(id);
         }
     }
 }
@@ -500,22 +689,6 @@ fn websocket_accept(req: &Request<'_>, head: &Head) -> Result<String, Response> 
     }
 }
 
-/// Frames an app's replies into the connection's output.
-struct FrameReply<'a> {
-    out: &'a mut Vec<u8>,
-    stats: &'a ShardStats,
-}
-
-impl Reply for FrameReply<'_> {
-    fn send(&mut self, msg: Message<'_>) {
-        ShardStats::add(&self.stats.ws_messages_out, 1);
-        match msg {
-            Message::Text(t) => ws::encode_text(self.out, t),
-            Message::Binary(b) => ws::encode_binary(self.out, b),
-        }
-    }
-}
-
 /// Runs `f` when dropped.
 fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
     struct Guard<F: FnOnce()>(Option<F>);
@@ -541,6 +714,7 @@ pub(crate) async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
         inbuf: Vec::new(),
         slot,
         local: false,
+        session: None,
     };
     let mut out = Vec::new();
     conn.count_status(503);

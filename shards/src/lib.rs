@@ -19,7 +19,9 @@
 
 pub mod admission;
 pub mod app;
+pub mod cells;
 mod conn;
+mod fifo;
 pub mod http;
 pub mod node;
 mod shard;

@@ -16,6 +16,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::admission::Admission;
 use crate::app::Apps;
+use crate::cells::ShardMsg;
 use crate::shard::Shard;
 use crate::stats::{self, Kind, NodeFigures, ShardStats};
 
@@ -43,6 +44,8 @@ pub struct NodeShared {
     shard_wakers: Vec<UnixStream>,
     /// Wakes the coordinator (a burst of accepts, the connection cap reached).
     coordinator: mpsc::SyncSender<()>,
+    /// Each shard's inbox, for jobs, deliveries and broadcasts from the other shards.
+    pub(crate) inboxes: Vec<async_channel::Sender<ShardMsg>>,
 }
 
 impl NodeShared {
@@ -284,6 +287,9 @@ impl Node {
             shard_wakers.push(ours);
             shard_wake_fds.push(theirs.into_raw_fd());
         }
+        let (inboxes, mut inbox_rx): (Vec<_>, Vec<_>) = (0..n)
+            .map(|_| async_channel::bounded(limits::CROSS_SHARD_QUEUE))
+            .unzip();
         let shared = Arc::new(NodeShared {
             settings,
             apps,
@@ -296,6 +302,7 @@ impl Node {
             conns_open: AtomicU64::new(0),
             shard_wakers,
             coordinator,
+            inboxes,
         });
         let (tx, events) = mpsc::channel();
         for (id, ((p, l), wake_fd)) in public
@@ -307,16 +314,24 @@ impl Node {
             let for_shard = shared.clone();
             let tx = tx.clone();
             let (public_fd, local_fd) = (p.into_raw_fd(), l.into_raw_fd());
+            let inbox = inbox_rx.remove(0);
             let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
                 .name(&format!("combd-shard{id}"))
                 .io_memory(limits::SHARD_IO_MEMORY_BYTES)
                 .spawn(move || async move {
                     let ready = tx.clone();
-                    let result =
-                        Shard::run(id, for_shard, public_fd, local_fd, wake_fd, move || {
+                    let result = Shard::run(
+                        id,
+                        for_shard,
+                        public_fd,
+                        local_fd,
+                        wake_fd,
+                        inbox,
+                        move || {
                             let _ = ready.send((id, ShardEvent::Ready));
-                        })
-                        .await;
+                        },
+                    )
+                    .await;
                     let _ = tx.send((id, ShardEvent::Exited(result)));
                 });
             if let Err(e) = spawned {

@@ -19,6 +19,8 @@ use glommio::sync::Gate;
 use slab::Slab;
 use tracing::{debug, info, warn};
 
+use crate::cells::{Cells, ShardMsg};
+use crate::fifo::Fifo;
 use crate::node::NodeShared;
 use crate::stats::ShardStats;
 
@@ -36,6 +38,22 @@ pub(crate) struct Shard {
     gate: Gate,
     public: Listener,
     local: Listener,
+    /// Objects and sessions.
+    pub cells: Cells,
+    /// The awake slots (`COMBD_MAX_AWAKE`) and their ready line: the wake queue.
+    pub awake: Rc<Fifo>,
+    /// The restore slots (`COMBD_RESTORES_AT_ONCE`).
+    pub restores: Rc<Fifo>,
+}
+
+/// An awake slot; given back (to the first in the ready line) when dropped.
+pub(crate) struct AwakePermit(Rc<Shard>);
+
+impl Drop for AwakePermit {
+    fn drop(&mut self) {
+        self.0.awake.release();
+        self.0.update_behind();
+    }
 }
 
 /// A listener and whether it listens. Each start of listening has a generation, so an accept
@@ -68,6 +86,67 @@ impl Shard {
             if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
                 *w = Some(waker.clone());
             }
+        }
+    }
+
+    /// Wakes the task parked in a slot.
+    pub fn wake_slot(&self, slot: usize) {
+        let w = self
+            .wakers
+            .borrow_mut()
+            .get_mut(slot)
+            .and_then(|w| w.take());
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+
+    /// Spawns a task that the drain waits for.
+    pub fn gate_spawn<T: 'static>(
+        &self,
+        fut: impl std::future::Future<Output = T> + 'static,
+    ) -> Result<glommio::Task<T>, ()> {
+        self.gate.spawn(fut).map_err(|_| ())
+    }
+
+    /// Whether the ready line is as long as the awake cap.
+    pub fn is_behind(&self) -> bool {
+        self.stats().behind.load(Ordering::Relaxed) != 0
+    }
+
+    /// Waits (in FIFO order, asleep) for an awake slot.
+    pub async fn acquire_awake(self: &Rc<Self>) -> AwakePermit {
+        let mut acquire = self.awake.acquire();
+        futures_lite::future::poll_fn(|cx| {
+            let r = std::future::Future::poll(std::pin::Pin::new(&mut acquire), cx);
+            self.update_behind();
+            r
+        })
+        .await;
+        AwakePermit(self.clone())
+    }
+
+    /// Publishes the wake queue's figures; a change of "behind" re-applies admission and
+    /// tells the coordinator.
+    pub fn update_behind(self: &Rc<Self>) {
+        let stats = self.stats();
+        stats
+            .cells_awake
+            .store(self.awake.used() as u64, Ordering::Relaxed);
+        stats
+            .cells_awake_max
+            .store(self.awake.used_max.get() as u64, Ordering::Relaxed);
+        stats
+            .sessions_ready
+            .store(self.awake.waiting() as u64, Ordering::Relaxed);
+        stats
+            .sessions_waited
+            .store(self.awake.waited.get(), Ordering::Relaxed);
+        let behind = self.awake.waiting() >= self.awake.cap();
+        if behind != self.is_behind() {
+            stats.behind.store(behind as u64, Ordering::Relaxed);
+            self.apply_admission();
+            self.node.wake_coordinator();
         }
     }
 
@@ -195,6 +274,7 @@ impl Shard {
         public_fd: RawFd,
         local_fd: RawFd,
         wake_fd: RawFd,
+        inbox: async_channel::Receiver<ShardMsg>,
         ready: impl FnOnce(),
     ) -> Result<(), String> {
         // SAFETY: the fds were made by `Node::start` for this shard alone; the listeners and
@@ -207,6 +287,8 @@ impl Shard {
             generation: Cell::new(0),
         };
         let mut wake = unsafe { UnixStream::from_raw_fd(wake_fd) };
+        let (node_max_awake, node_restores) =
+            (node.settings.max_awake, node.settings.restores_at_once);
         let shard = Rc::new(Shard {
             id,
             node,
@@ -216,12 +298,22 @@ impl Shard {
             gate: Gate::new(),
             public: listener(public_fd, false),
             local: listener(local_fd, true),
+            cells: Cells::default(),
+            awake: Rc::new(Fifo::new(node_max_awake)),
+            restores: Rc::new(Fifo::new(node_restores)),
         });
         debug_assert!(!shard.public.local && shard.local.local);
         shard.start_accepting(true);
         shard.start_accepting(false);
         shard.apply_admission();
         glommio::spawn_local(tick(shard.clone())).detach();
+        let receiver = shard.clone();
+        glommio::spawn_local(async move {
+            while let Ok(msg) = inbox.recv().await {
+                receiver.receive(msg);
+            }
+        })
+        .detach();
         ready();
         debug!(shard = id, "accepting");
 

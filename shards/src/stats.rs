@@ -59,6 +59,36 @@ pub struct ShardStats {
     pub behind: AtomicU64,
     /// How late this shard's last housekeeping tick ran, in milliseconds.
     pub lag_ms: AtomicU64,
+    /// Cells at work now (holding an awake slot).
+    pub cells_awake: AtomicU64,
+    /// The most cells at work at once.
+    pub cells_awake_max: AtomicU64,
+    /// Cells with work waiting for an awake slot now (the ready line).
+    pub sessions_ready: AtomicU64,
+    /// Cells that had to wait for an awake slot, in all.
+    pub sessions_waited: AtomicU64,
+    /// Open sessions.
+    pub sessions: AtomicU64,
+    /// Live objects on this shard.
+    pub objects_live: AtomicU64,
+    /// Objects being opened now.
+    pub restores_active: AtomicU64,
+    /// Objects waiting for a restore slot now.
+    pub restores_waiting: AtomicU64,
+    /// Objects opened, in all.
+    pub restores: AtomicU64,
+    /// Inputs refused because an object's mailbox (or the shard's inbox) was full.
+    pub mailbox_refused: AtomicU64,
+    /// Messages dropped because a session's mailbox was full.
+    pub session_mailbox_dropped: AtomicU64,
+    /// Deliveries and broadcasts dropped because another shard's inbox was full.
+    pub cross_shard_dropped: AtomicU64,
+    /// Batches run (one transaction each, or one input).
+    pub batches: AtomicU64,
+    /// The largest batch.
+    pub batch_max: AtomicU64,
+    /// The oldest age an input reached waiting in a mailbox, in milliseconds.
+    pub mailbox_oldest_age_ms: AtomicU64,
 }
 
 /// One figure: its `/stats` name, `/metrics` name, kind, help line and value.
@@ -78,136 +108,44 @@ impl ShardStats {
     }
 
     /// Every figure, in a fixed order.
+    #[rustfmt::skip]
     pub fn fields(&self) -> Vec<Field> {
         use Kind::*;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         vec![
-            (
-                "conns",
-                "combd_conns",
-                Gauge,
-                "Open connections.",
-                g(&self.conns),
-            ),
-            (
-                "accepted",
-                "combd_accepted_total",
-                Counter,
-                "Connections accepted.",
-                g(&self.accepted),
-            ),
-            (
-                "accept_errors",
-                "combd_accept_errors_total",
-                Counter,
-                "Failed accept calls.",
-                g(&self.accept_errors),
-            ),
-            (
-                "requests",
-                "combd_requests_total",
-                Counter,
-                "HTTP requests answered.",
-                g(&self.requests),
-            ),
-            (
-                "responses_4xx",
-                "combd_responses_4xx_total",
-                Counter,
-                "Responses with a 4xx status.",
-                g(&self.responses_4xx),
-            ),
-            (
-                "responses_5xx",
-                "combd_responses_5xx_total",
-                Counter,
-                "Responses with a 5xx status.",
-                g(&self.responses_5xx),
-            ),
-            (
-                "ws_open",
-                "combd_ws_open",
-                Gauge,
-                "Open WebSockets.",
-                g(&self.ws_open),
-            ),
-            (
-                "ws_messages_in",
-                "combd_ws_messages_in_total",
-                Counter,
-                "WebSocket messages received.",
-                g(&self.ws_messages_in),
-            ),
-            (
-                "ws_messages_out",
-                "combd_ws_messages_out_total",
-                Counter,
-                "WebSocket messages sent.",
-                g(&self.ws_messages_out),
-            ),
-            (
-                "ws_protocol_closed",
-                "combd_ws_protocol_closed_total",
-                Counter,
-                "WebSockets closed for a protocol, UTF-8 or size error.",
-                g(&self.ws_protocol_closed),
-            ),
-            (
-                "bytes_in",
-                "combd_received_bytes_total",
-                Counter,
-                "Bytes read from clients.",
-                g(&self.bytes_in),
-            ),
-            (
-                "bytes_out",
-                "combd_sent_bytes_total",
-                Counter,
-                "Bytes written to clients.",
-                g(&self.bytes_out),
-            ),
-            (
-                "request_timeouts",
-                "combd_request_timeouts_total",
-                Counter,
-                "Requests answered 408 for a slow head or body.",
-                g(&self.request_timeouts),
-            ),
-            (
-                "idle_closed",
-                "combd_idle_closed_total",
-                Counter,
-                "Keep-alive connections closed when idle.",
-                g(&self.idle_closed),
-            ),
-            (
-                "refused_late",
-                "combd_refused_late_total",
-                Counter,
-                "Connections answered 503 or closed because the node was full.",
-                g(&self.refused_late),
-            ),
-            (
-                "listening",
-                "combd_listening",
-                Gauge,
-                "1 while the public listener listens.",
-                g(&self.listening),
-            ),
-            (
-                "behind",
-                "combd_behind",
-                Gauge,
-                "1 while the shard is behind.",
-                g(&self.behind),
-            ),
-            (
-                "lag_ms",
-                "combd_lag_milliseconds",
-                Gauge,
-                "How late the last housekeeping tick ran.",
-                g(&self.lag_ms),
-            ),
+            ("conns", "combd_conns", Gauge, "Open connections.", g(&self.conns)),
+            ("accepted", "combd_accepted_total", Counter, "Connections accepted.", g(&self.accepted)),
+            ("accept_errors", "combd_accept_errors_total", Counter, "Failed accept calls.", g(&self.accept_errors)),
+            ("requests", "combd_requests_total", Counter, "HTTP requests answered.", g(&self.requests)),
+            ("responses_4xx", "combd_responses_4xx_total", Counter, "Responses with a 4xx status.", g(&self.responses_4xx)),
+            ("responses_5xx", "combd_responses_5xx_total", Counter, "Responses with a 5xx status.", g(&self.responses_5xx)),
+            ("ws_open", "combd_ws_open", Gauge, "Open WebSockets.", g(&self.ws_open)),
+            ("ws_messages_in", "combd_ws_messages_in_total", Counter, "WebSocket messages received.", g(&self.ws_messages_in)),
+            ("ws_messages_out", "combd_ws_messages_out_total", Counter, "WebSocket messages sent.", g(&self.ws_messages_out)),
+            ("ws_protocol_closed", "combd_ws_protocol_closed_total", Counter, "WebSockets closed for a protocol, UTF-8 or size error.", g(&self.ws_protocol_closed)),
+            ("bytes_in", "combd_received_bytes_total", Counter, "Bytes read from clients.", g(&self.bytes_in)),
+            ("bytes_out", "combd_sent_bytes_total", Counter, "Bytes written to clients.", g(&self.bytes_out)),
+            ("request_timeouts", "combd_request_timeouts_total", Counter, "Requests answered 408 for a slow head or body.", g(&self.request_timeouts)),
+            ("idle_closed", "combd_idle_closed_total", Counter, "Keep-alive connections closed when idle.", g(&self.idle_closed)),
+            ("refused_late", "combd_refused_late_total", Counter, "Connections answered 503 or closed because the node was full.", g(&self.refused_late)),
+            ("listening", "combd_listening", Gauge, "1 while the public listener listens.", g(&self.listening)),
+            ("behind", "combd_behind", Gauge, "1 while the shard is behind.", g(&self.behind)),
+            ("lag_ms", "combd_lag_milliseconds", Gauge, "How late the last housekeeping tick ran.", g(&self.lag_ms)),
+            ("cells_awake", "combd_cells_awake", Gauge, "Cells at work now.", g(&self.cells_awake)),
+            ("cells_awake_max", "combd_cells_awake_max", Gauge, "The most cells at work at once.", g(&self.cells_awake_max)),
+            ("sessions_ready", "combd_sessions_ready", Gauge, "Cells waiting for an awake slot now.", g(&self.sessions_ready)),
+            ("sessions_waited", "combd_sessions_waited_total", Counter, "Cells that waited for an awake slot.", g(&self.sessions_waited)),
+            ("sessions", "combd_sessions", Gauge, "Open sessions.", g(&self.sessions)),
+            ("objects_live", "combd_objects_live", Gauge, "Live objects.", g(&self.objects_live)),
+            ("restores_active", "combd_restores_active", Gauge, "Objects being opened now.", g(&self.restores_active)),
+            ("restores_waiting", "combd_restores_waiting", Gauge, "Objects waiting to be opened.", g(&self.restores_waiting)),
+            ("restores", "combd_restores_total", Counter, "Objects opened.", g(&self.restores)),
+            ("mailbox_refused", "combd_mailbox_refused_total", Counter, "Inputs refused at a full mailbox.", g(&self.mailbox_refused)),
+            ("session_mailbox_dropped", "combd_session_mailbox_dropped_total", Counter, "Messages dropped at a full session mailbox.", g(&self.session_mailbox_dropped)),
+            ("cross_shard_dropped", "combd_cross_shard_dropped_total", Counter, "Deliveries dropped at a full shard inbox.", g(&self.cross_shard_dropped)),
+            ("batches", "combd_batches_total", Counter, "Batches run.", g(&self.batches)),
+            ("batch_max", "combd_batch_max", Gauge, "The largest batch.", g(&self.batch_max)),
+            ("mailbox_oldest_age_ms", "combd_mailbox_oldest_age_milliseconds", Gauge, "The oldest a waiting input got.", g(&self.mailbox_oldest_age_ms)),
         ]
     }
 }

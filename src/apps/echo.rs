@@ -1,8 +1,8 @@
 //! `echo`: `POST /o/echo/<name>` answers with its body; a WebSocket at `/o/echo/<name>` gets
-//! every text and binary message back.
+//! every text and binary message back. Stateless: no object, no database.
 
-use combd_shards::app::{App, Message, Reply};
-use combd_shards::http::{Request, Response};
+use combd_shards::app::{App, AppError, Cx, Input, Message, Output};
+use combd_shards::http::Response;
 
 /// The echo app.
 pub struct Echo;
@@ -12,15 +12,40 @@ impl App for Echo {
         "echo"
     }
 
-    fn http(&self, _object: &str, req: &Request<'_>) -> Response {
-        if req.method != "POST" {
-            return Response::error(405, "echo takes POST (or a WebSocket upgrade)")
-                .with_header("allow", "POST");
-        }
-        Response::bytes(200, "application/octet-stream", req.body.to_vec())
+    fn stateless(&self) -> bool {
+        true
     }
 
-    fn ws_message(&self, _object: &str, msg: Message<'_>, reply: &mut dyn Reply) {
-        reply.send(msg);
+    fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+        match input {
+            Input::Http {
+                method: "POST",
+                body,
+                ..
+            } => Ok(Output::Http(Response::bytes(
+                200,
+                "application/octet-stream",
+                body.to_vec(),
+            ))),
+            Input::Http { .. } => Err(AppError::new(
+                405,
+                "echo takes POST (or a WebSocket upgrade)",
+            )),
+            Input::Message {
+                session,
+                msg: Message::Text(t),
+            } => {
+                cx.send(*session, t);
+                Ok(Output::None)
+            }
+            Input::Message {
+                session,
+                msg: Message::Binary(b),
+            } => {
+                cx.send_binary(*session, b);
+                Ok(Output::None)
+            }
+            Input::Attach { .. } | Input::Detach { .. } => Ok(Output::None),
+        }
     }
 }

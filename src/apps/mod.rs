@@ -2,15 +2,25 @@
 
 use std::sync::Arc;
 
-use combd_shards::app::Apps;
+use combd_shards::app::{App, Apps};
 
+pub mod counter;
 pub mod echo;
+pub mod hold;
+pub mod million;
 
-/// Every built-in app.
-pub fn builtin() -> Apps {
+/// Every built-in app; the test apps too when `test_apps` is on.
+pub fn builtin(test_apps: bool) -> Apps {
+    let mut list: Vec<Arc<dyn App>> = vec![
+        Arc::new(echo::Echo),
+        Arc::new(counter::Counter),
+        Arc::new(million::Million),
+    ];
+    if test_apps {
+        list.push(Arc::new(hold::Hold));
+    }
     let mut apps = Apps::new();
-    let builtins: Vec<Arc<dyn combd_shards::app::App>> = vec![Arc::new(echo::Echo)];
-    for app in builtins {
+    for app in list {
         // Names are distinct by construction; a duplicate is a programming error at start-up.
         apps.register(app).expect("built-in app names are distinct");
     }

@@ -1,0 +1,745 @@
+//! Cells: durable objects and sessions, their mailboxes, batches, and the routes between
+//! shards.
+//!
+//! - An **object** (`app/name`) lives on shard `hash(app/name) % shards`. Its cell owns its
+//!   SQLite database (`<data>/objects/<app>/<name>.sqlite`, WAL) and a bounded mailbox. A task
+//!   per live object opens ("restores") the database, within the shard's restore cap, then
+//!   takes its mail one input at a time, or a batch at once for apps that handle batches, in
+//!   one transaction on glommio's blocking thread, while holding one of the shard's awake
+//!   slots. Replies and effects (sends, broadcasts) leave after the commit. An idle object is
+//!   closed after [`OBJECT_IDLE`] (longer under memory pressure).
+//! - A **session** is a WebSocket attached to an object. It lives on its connection's shard,
+//!   with its own mailbox of frames to write; a session with mail waits for an awake slot
+//!   before it writes. Its messages go to its object's mailbox.
+//! - Between shards, each shard has one bounded inbox: jobs for its objects, deliveries to
+//!   its sessions, and broadcasts, which cross to each shard once and fan out there.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Instant;
+
+use combd_kernel::limits::{
+    OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE, SESSION_MAILBOX, SESSION_MAILBOX_BEHIND,
+};
+use glommio::timer::Timer;
+use tracing::warn;
+
+use crate::app::{App, AppError, Cx, Effect, Input, Message, Output, SessionId};
+use crate::http::Response;
+use crate::shard::Shard;
+use crate::stats::ShardStats;
+use crate::ws;
+
+/// Work for an object. Owned and `Send`: it may cross shards.
+pub(crate) enum Job {
+    /// An HTTP request; the response goes back on `reply`.
+    Http {
+        method: String,
+        query: Option<String>,
+        body: Vec<u8>,
+        reply: async_channel::Sender<Response>,
+    },
+    /// A message from a session.
+    Message {
+        session: SessionId,
+        text: bool,
+        payload: Vec<u8>,
+    },
+    /// A session attaching; `Err` refuses it with that response.
+    Attach {
+        session: SessionId,
+        query: Option<String>,
+        reply: async_channel::Sender<Result<(), Response>>,
+    },
+    /// A session detaching. Never refused: it frees what the object keeps for the session.
+    Detach { session: SessionId },
+}
+
+/// What crosses between shards.
+pub(crate) enum ShardMsg {
+    /// A job for an object living on the receiving shard.
+    Job { app: String, name: String, job: Job },
+    /// A framed message for a session on the receiving shard.
+    Deliver { session: u64, frame: Arc<[u8]> },
+    /// A framed message for every session of `key` subscribed to `topic` on the receiving shard.
+    Broadcast {
+        key: String,
+        topic: String,
+        frame: Arc<[u8]>,
+    },
+}
+
+/// The shard an object lives on: FNV-1a of `app/name`, modulo the shard count. Stable across
+/// restarts and builds.
+pub fn home_shard(app: &str, name: &str, shards: usize) -> usize {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in app.bytes().chain(std::iter::once(b'/')).chain(name.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    (h % shards.max(1) as u64) as usize
+}
+
+/// An object's database file.
+pub fn object_path(data_dir: &std::path::Path, app: &str, name: &str) -> PathBuf {
+    data_dir
+        .join("objects")
+        .join(app)
+        .join(format!("{name}.sqlite"))
+}
+
+struct Queued {
+    job: Job,
+    at: Instant,
+}
+
+/// A live object on its home shard.
+pub(crate) struct ObjectCell {
+    key: String,
+    app: Arc<dyn App>,
+    name: String,
+    mailbox: RefCell<VecDeque<Queued>>,
+    /// The object task's waker slot in the shard's waker slab.
+    slot: usize,
+}
+
+/// A session on its connection's shard.
+pub(crate) struct SessionCell {
+    /// The connection's waker slot: a delivery wakes it.
+    pub slot: usize,
+    pub mail: VecDeque<Arc<[u8]>>,
+    pub key: String,
+    pub topic: String,
+}
+
+/// The cells of one shard.
+#[derive(Default)]
+pub(crate) struct Cells {
+    objects: RefCell<HashMap<String, Rc<ObjectCell>>>,
+    pub sessions: RefCell<HashMap<u64, SessionCell>>,
+    topics: RefCell<HashMap<(String, String), HashSet<u64>>>,
+    next_session: Cell<u64>,
+}
+
+fn overloaded() -> Response {
+    Response::error(503, "overloaded").with_header("retry-after", "1")
+}
+
+fn error_frame(message: &str) -> Arc<[u8]> {
+    let mut out = Vec::new();
+    ws::encode_text(
+        &mut out,
+        &serde_json::json!({ "error": message }).to_string(),
+    );
+    out.into()
+}
+
+fn frame(text: bool, payload: &[u8]) -> Arc<[u8]> {
+    let mut out = Vec::with_capacity(payload.len() + 10);
+    if text {
+        ws::encode(
+            &mut out,
+            tungstenite::protocol::frame::coding::OpCode::Data(
+                tungstenite::protocol::frame::coding::Data::Text,
+            ),
+            payload,
+        );
+    } else {
+        ws::encode_binary(&mut out, payload);
+    }
+    out.into()
+}
+
+/// Answers a job that will not run, the way its kind calls for.
+fn refuse(shard: &Rc<Shard>, job: Job, resp: Response) {
+    match job {
+        Job::Http { reply, .. } => {
+            let _ = reply.try_send(resp);
+        }
+        Job::Attach { reply, .. } => {
+            let _ = reply.try_send(Err(resp));
+        }
+        Job::Message { session, .. } => {
+            let msg = String::from_utf8_lossy(&resp.body).into_owned();
+            let text = serde_json::from_str::<serde_json::Value>(&msg)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or(msg);
+            shard.deliver(session, error_frame(&text));
+        }
+        Job::Detach { .. } => {}
+    }
+}
+
+impl Shard {
+    /// A new session id on this shard.
+    pub(crate) fn new_session(&self, slot: usize, key: String, topic: String) -> SessionId {
+        let id = self.cells.next_session.get() + 1;
+        self.cells.next_session.set(id);
+        self.cells
+            .topics
+            .borrow_mut()
+            .entry((key.clone(), topic.clone()))
+            .or_default()
+            .insert(id);
+        self.cells.sessions.borrow_mut().insert(
+            id,
+            SessionCell {
+                slot,
+                mail: VecDeque::new(),
+                key,
+                topic,
+            },
+        );
+        ShardStats::add(&self.stats().sessions, 1);
+        SessionId {
+            shard: self.id as u32,
+            id,
+        }
+    }
+
+    /// Forgets a session (its connection closed).
+    pub(crate) fn end_session(&self, id: u64) {
+        if let Some(s) = self.cells.sessions.borrow_mut().remove(&id) {
+            ShardStats::sub(&self.stats().sessions, 1);
+            let mut topics = self.cells.topics.borrow_mut();
+            let k = (s.key, s.topic);
+            if let Some(set) = topics.get_mut(&k) {
+                set.remove(&id);
+                if set.is_empty() {
+                    topics.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// Whether a session has mail to write.
+    pub(crate) fn has_mail(&self, id: u64) -> bool {
+        self.cells
+            .sessions
+            .borrow()
+            .get(&id)
+            .is_some_and(|s| !s.mail.is_empty())
+    }
+
+    /// Takes a session's mail.
+    pub(crate) fn take_mail(&self, id: u64) -> VecDeque<Arc<[u8]>> {
+        self.cells
+            .sessions
+            .borrow_mut()
+            .get_mut(&id)
+            .map(|s| std::mem::take(&mut s.mail))
+            .unwrap_or_default()
+    }
+
+    /// Puts a frame in a local session's mailbox (1000, or 8 while the shard is behind; what
+    /// does not fit is dropped and counted) and wakes its connection.
+    fn deliver_local(&self, id: u64, frame: Arc<[u8]>) {
+        let limit = if self.is_behind() {
+            SESSION_MAILBOX_BEHIND
+        } else {
+            SESSION_MAILBOX
+        };
+        let slot = {
+            let mut sessions = self.cells.sessions.borrow_mut();
+            let Some(s) = sessions.get_mut(&id) else {
+                return;
+            };
+            if s.mail.len() >= limit {
+                ShardStats::add(&self.stats().session_mailbox_dropped, 1);
+                return;
+            }
+            s.mail.push_back(frame);
+            s.slot
+        };
+        self.wake_slot(slot);
+    }
+
+    /// Delivers a frame to a session on any shard.
+    pub(crate) fn deliver(&self, to: SessionId, frame: Arc<[u8]>) {
+        if to.shard as usize == self.id {
+            self.deliver_local(to.id, frame);
+        } else if let Some(inbox) = self.node.inboxes.get(to.shard as usize) {
+            if inbox
+                .try_send(ShardMsg::Deliver {
+                    session: to.id,
+                    frame,
+                })
+                .is_err()
+            {
+                ShardStats::add(&self.stats().cross_shard_dropped, 1);
+            }
+        }
+    }
+
+    fn fan_out_local(&self, key: &str, topic: &str, frame: &Arc<[u8]>) {
+        let ids: Vec<u64> = self
+            .cells
+            .topics
+            .borrow()
+            .get(&(key.to_string(), topic.to_string()))
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        for id in ids {
+            self.deliver_local(id, frame.clone());
+        }
+    }
+
+    /// Sends a job to its object, wherever it lives. A job that cannot be queued is answered
+    /// at once (503 `overloaded`, or 507 `disk_low` for a new object).
+    pub(crate) fn submit(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, job: Job) {
+        let home = home_shard(app.name(), name, self.node.stats.len());
+        if home == self.id {
+            self.submit_local(app, name, job);
+            return;
+        }
+        let msg = ShardMsg::Job {
+            app: app.name().to_string(),
+            name: name.to_string(),
+            job,
+        };
+        if let Err(e) = self.node.inboxes[home].try_send(msg) {
+            ShardStats::add(&self.stats().mailbox_refused, 1);
+            if let ShardMsg::Job { job, .. } = e.into_inner() {
+                refuse(self, job, overloaded());
+            }
+        }
+    }
+
+    fn submit_local(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, job: Job) {
+        let key = format!("{}/{}", app.name(), name);
+        let existing = self.cells.objects.borrow().get(&key).cloned();
+        let cell = match existing {
+            Some(c) => c,
+            None => {
+                if matches!(job, Job::Detach { .. }) {
+                    return;
+                }
+                // A new object needs disk: refuse it while the disk is low, unless its
+                // database already exists (existing objects keep working).
+                if self.node.admission.disk_low()
+                    && !object_path(&self.node.settings.data_dir, app.name(), name).exists()
+                {
+                    refuse(self, job, Response::error(507, "disk_low"));
+                    return;
+                }
+                let cell = Rc::new(ObjectCell {
+                    key: key.clone(),
+                    app: app.clone(),
+                    name: name.to_string(),
+                    mailbox: RefCell::new(VecDeque::new()),
+                    slot: self.register(),
+                });
+                self.cells.objects.borrow_mut().insert(key, cell.clone());
+                ShardStats::add(&self.stats().objects_live, 1);
+                if let Ok(task) = self.gate_spawn(object_task(self.clone(), cell.clone())) {
+                    task.detach();
+                }
+                cell
+            }
+        };
+        {
+            let mut mb = cell.mailbox.borrow_mut();
+            if !matches!(job, Job::Detach { .. }) && mb.len() >= cell.app.mailbox() {
+                drop(mb);
+                ShardStats::add(&self.stats().mailbox_refused, 1);
+                refuse(self, job, overloaded());
+                return;
+            }
+            mb.push_back(Queued {
+                job,
+                at: Instant::now(),
+            });
+        }
+        self.wake_slot(cell.slot);
+    }
+
+    /// Handles what another shard sent.
+    pub(crate) fn receive(self: &Rc<Self>, msg: ShardMsg) {
+        match msg {
+            ShardMsg::Job { app, name, job } => match self.node.apps.get(&app).cloned() {
+                Some(app) => self.submit_local(&app, &name, job),
+                None => refuse(self, job, Response::error(404, "no such app")),
+            },
+            ShardMsg::Deliver { session, frame } => self.deliver_local(session, frame),
+            ShardMsg::Broadcast { key, topic, frame } => self.fan_out_local(&key, &topic, &frame),
+        }
+    }
+
+    /// Applies an object's effects after its transaction committed.
+    fn apply_effects(&self, key: &str, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Send { to, text, payload } => self.deliver(to, frame(text, &payload)),
+                Effect::Broadcast {
+                    topic,
+                    text,
+                    payload,
+                } => {
+                    let f = frame(text, &payload);
+                    for (shard, inbox) in self.node.inboxes.iter().enumerate() {
+                        if shard == self.id {
+                            self.fan_out_local(key, &topic, &f);
+                        } else if inbox
+                            .try_send(ShardMsg::Broadcast {
+                                key: key.to_string(),
+                                topic: topic.clone(),
+                                frame: f.clone(),
+                            })
+                            .is_err()
+                        {
+                            ShardStats::add(&self.stats().cross_shard_dropped, 1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An input as it crosses into the blocking thread.
+enum Owned {
+    Http {
+        method: String,
+        query: Option<String>,
+        body: Vec<u8>,
+    },
+    Message {
+        session: SessionId,
+        text: bool,
+        payload: Vec<u8>,
+    },
+    Attach {
+        session: SessionId,
+        query: Option<String>,
+    },
+    Detach {
+        session: SessionId,
+    },
+}
+
+impl Owned {
+    fn input(&self) -> Result<Input<'_>, AppError> {
+        Ok(match self {
+            Owned::Http {
+                method,
+                query,
+                body,
+            } => Input::Http {
+                method,
+                query: query.as_deref(),
+                body,
+            },
+            Owned::Message {
+                session,
+                text,
+                payload,
+            } => Input::Message {
+                session: *session,
+                msg: if *text {
+                    Message::Text(
+                        std::str::from_utf8(payload)
+                            .map_err(|_| AppError::new(400, "invalid utf-8"))?,
+                    )
+                } else {
+                    Message::Binary(payload)
+                },
+            },
+            Owned::Attach { session, query } => Input::Attach {
+                session: *session,
+                query: query.as_deref(),
+            },
+            Owned::Detach { session } => Input::Detach { session: *session },
+        })
+    }
+}
+
+/// What comes back from the blocking thread for a batch.
+struct BatchResult {
+    outputs: Vec<Result<Output, AppError>>,
+    effects: Vec<Effect>,
+}
+
+/// Opens an object's database: WAL, the durability setting, the app's schema.
+fn open_db(
+    path: &std::path::Path,
+    sync_full: bool,
+    schema: &str,
+) -> Result<rusqlite::Connection, String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    }
+    let db =
+        rusqlite::Connection::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
+    let sync = if sync_full { "FULL" } else { "NORMAL" };
+    db.execute_batch(&format!(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=1000;"
+    ))
+    .map_err(|e| format!("configure {}: {e}", path.display()))?;
+    if !schema.is_empty() {
+        db.execute_batch(schema)
+            .map_err(|e| format!("schema of {}: {e}", path.display()))?;
+    }
+    Ok(db)
+}
+
+/// Runs inputs in one transaction (a batch), or each in its own when the batch fails or the
+/// app takes one at a time. Runs on the blocking thread.
+fn run_batch(app: &dyn App, db: &mut rusqlite::Connection, inputs: &[Owned]) -> BatchResult {
+    if inputs.len() > 1 {
+        let mut effects = Vec::new();
+        let attempt = (|| -> Result<Vec<Output>, AppError> {
+            let borrowed: Vec<Input<'_>> =
+                inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
+            let tx = db.transaction()?;
+            let outs = {
+                let mut cx = Cx::new(Some(&tx), &mut effects);
+                app.handle_batch(&mut cx, &borrowed)?
+            };
+            if outs.len() != inputs.len() {
+                return Err(AppError::new(
+                    500,
+                    "handle_batch answered the wrong number of inputs",
+                ));
+            }
+            tx.commit()?;
+            Ok(outs)
+        })();
+        if let Ok(outs) = attempt {
+            return BatchResult {
+                outputs: outs.into_iter().map(Ok).collect(),
+                effects,
+            };
+        }
+        // Nothing of the batch was applied; retry one by one so one bad input does not fail
+        // its neighbours.
+    }
+    let mut effects = Vec::new();
+    let mut outputs = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let mut mine = Vec::new();
+        let r = (|| -> Result<Output, AppError> {
+            let input = input.input()?;
+            let tx = db.transaction()?;
+            let out = {
+                let mut cx = Cx::new(Some(&tx), &mut mine);
+                app.handle(&mut cx, &input)?
+            };
+            tx.commit()?;
+            Ok(out)
+        })();
+        if r.is_ok() {
+            effects.append(&mut mine);
+        }
+        outputs.push(r);
+    }
+    BatchResult { outputs, effects }
+}
+
+/// The life of one object on its home shard.
+async fn object_task(shard: Rc<Shard>, cell: Rc<ObjectCell>) {
+    let stats = shard.stats();
+    // Restore, within the shard's restore cap, in order.
+    shard.restores.acquire().await;
+    stats
+        .restores_active
+        .store(shard.restores.used() as u64, Ordering::Relaxed);
+    let path = object_path(&shard.node.settings.data_dir, cell.app.name(), &cell.name);
+    let sync_full = shard.node.settings.sqlite_sync_full;
+    let schema = cell.app.schema();
+    let opened = glommio::executor()
+        .spawn_blocking(move || open_db(&path, sync_full, schema))
+        .await;
+    shard.restores.release();
+    stats
+        .restores_active
+        .store(shard.restores.used() as u64, Ordering::Relaxed);
+    ShardStats::add(&stats.restores, 1);
+    let mut db = match opened {
+        Ok(db) => Some(db),
+        Err(e) => {
+            warn!(object = %cell.key, "cannot open: {e}");
+            None
+        }
+    };
+
+    loop {
+        // Wait for mail, or close when idle (longer under memory pressure).
+        let idle = if shard.node.admission.pressure.load(Ordering::Relaxed) >= 1 {
+            OBJECT_IDLE_UNDER_PRESSURE
+        } else {
+            OBJECT_IDLE
+        };
+        let mut timer = Timer::new(idle);
+        let has_mail = futures_lite::future::poll_fn(|cx| {
+            if !cell.mailbox.borrow().is_empty() {
+                return Poll::Ready(true);
+            }
+            if shard.draining.get()
+                || std::future::Future::poll(std::pin::Pin::new(&mut timer), cx).is_ready()
+            {
+                return Poll::Ready(false);
+            }
+            shard.park(cell.slot, cx.waker());
+            Poll::Pending
+        })
+        .await;
+        if !has_mail {
+            // Idle (or draining with nothing queued): let the object go. It is removed from
+            // the map now, in the same turn, so new mail makes a fresh cell.
+            shard.cells.objects.borrow_mut().remove(&cell.key);
+            shard.unregister(cell.slot);
+            ShardStats::sub(&stats.objects_live, 1);
+            if let Some(db) = db.take() {
+                glommio::executor().spawn_blocking(move || drop(db)).await;
+            }
+            return;
+        }
+
+        let Some(conn) = db.take() else {
+            // The database could not be opened: answer everything queued, and let go.
+            let queued: Vec<Queued> = cell.mailbox.borrow_mut().drain(..).collect();
+            for q in queued {
+                refuse(
+                    &shard,
+                    q.job,
+                    Response::error(500, "object storage unavailable"),
+                );
+            }
+            continue;
+        };
+
+        // Take a batch while holding an awake slot.
+        let permit = shard.acquire_awake().await;
+        let n = if cell.app.handles_batch() {
+            cell.app.batch().max(1)
+        } else {
+            1
+        };
+        let jobs: Vec<Queued> = {
+            let mut mb = cell.mailbox.borrow_mut();
+            let k = n.min(mb.len());
+            mb.drain(..k).collect()
+        };
+        if let Some(oldest) = jobs.first() {
+            let age = oldest.at.elapsed().as_millis() as u64;
+            stats
+                .mailbox_oldest_age_ms
+                .fetch_max(age, Ordering::Relaxed);
+        }
+        let mut inputs = Vec::with_capacity(jobs.len());
+        let mut replies = Vec::with_capacity(jobs.len());
+        for q in jobs {
+            match q.job {
+                Job::Http {
+                    method,
+                    query,
+                    body,
+                    reply,
+                } => {
+                    inputs.push(Owned::Http {
+                        method,
+                        query,
+                        body,
+                    });
+                    replies.push(Reply::Http(reply));
+                }
+                Job::Message {
+                    session,
+                    text,
+                    payload,
+                } => {
+                    inputs.push(Owned::Message {
+                        session,
+                        text,
+                        payload,
+                    });
+                    replies.push(Reply::Session(session));
+                }
+                Job::Attach {
+                    session,
+                    query,
+                    reply,
+                } => {
+                    inputs.push(Owned::Attach { session, query });
+                    replies.push(Reply::Attach(reply));
+                }
+                Job::Detach { session } => {
+                    inputs.push(Owned::Detach { session });
+                    replies.push(Reply::None);
+                }
+            }
+        }
+        let count = inputs.len() as u64;
+        let app = cell.app.clone();
+        let (conn, result) = glommio::executor()
+            .spawn_blocking(move || {
+                let mut conn = conn;
+                let r = run_batch(app.as_ref(), &mut conn, &inputs);
+                (conn, r)
+            })
+            .await;
+        db = Some(conn);
+        ShardStats::add(&stats.batches, 1);
+        stats.batch_max.fetch_max(count, Ordering::Relaxed);
+        for (reply, out) in replies.into_iter().zip(result.outputs) {
+            match (reply, out) {
+                (Reply::Http(r), Ok(Output::Http(resp))) => {
+                    let _ = r.try_send(resp);
+                }
+                (Reply::Http(r), Ok(Output::None)) => {
+                    let _ = r.try_send(Response::bytes(204, "application/json", Vec::new()));
+                }
+                (Reply::Http(r), Err(e)) => {
+                    let _ = r.try_send(Response::error(e.status, &e.message));
+                }
+                (Reply::Attach(r), Ok(_)) => {
+                    let _ = r.try_send(Ok(()));
+                }
+                (Reply::Attach(r), Err(e)) => {
+                    let _ = r.try_send(Err(Response::error(e.status, &e.message)));
+                }
+                (Reply::Session(s), Err(e)) => shard.deliver(s, error_frame(&e.message)),
+                (Reply::Session(_), Ok(_)) | (Reply::None, _) => {}
+            }
+        }
+        shard.apply_effects(&cell.key, result.effects);
+        drop(permit);
+    }
+}
+
+enum Reply {
+    Http(async_channel::Sender<Response>),
+    Attach(async_channel::Sender<Result<(), Response>>),
+    Session(SessionId),
+    None,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_shard_is_stable_and_spread() {
+        assert_eq!(home_shard("counter", "a", 1), 0);
+        let a = home_shard("counter", "a", 4);
+        assert_eq!(a, home_shard("counter", "a", 4));
+        let mut seen = [0usize; 4];
+        for i in 0..400 {
+            seen[home_shard("million", &format!("b{i}"), 4)] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+    }
+
+    #[test]
+    fn object_paths_stay_in_the_data_dir() {
+        let p = object_path(std::path::Path::new("/data"), "counter", "a.b");
+        assert_eq!(p, PathBuf::from("/data/objects/counter/a.b.sqlite"));
+    }
+}
