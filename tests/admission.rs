@@ -8,30 +8,8 @@ mod support;
 
 use std::io::{BufReader, ErrorKind, Write};
 use std::net::TcpStream;
-use std::time::Instant;
 
 use support::*;
-
-/// Polls `/stats` until `cond` holds; fails with "timed out waiting for {what}".
-fn wait_stats(
-    node: &TestNode,
-    what: &str,
-    cond: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let s = node.stats();
-        if cond(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {s}"
-        );
-        // Nothing to wait on but the node's own figures: poll them gently.
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-}
 
 fn all_public_listeners_stopped(s: &serde_json::Value) -> bool {
     s["tcp_refusing"] == 1
@@ -197,34 +175,6 @@ fn a_burst_past_the_cap_is_refused_or_answered_503_never_kept() {
     );
 }
 
-/// A small tmpfs mounted for one test, unmounted when dropped.
-struct SmallDisk(std::path::PathBuf);
-
-impl SmallDisk {
-    fn mount(size: &str) -> Option<SmallDisk> {
-        let dir = std::env::temp_dir().join(format!("combd-disk-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            Some(SmallDisk(dir))
-        } else {
-            let _ = std::fs::remove_dir(&dir);
-            None
-        }
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn disk_low_on_a_small_filesystem_sets_and_clears() {
     let Some(disk) = SmallDisk::mount("4m") else {
@@ -240,11 +190,7 @@ fn disk_low_on_a_small_filesystem_sets_and_clears() {
     assert_eq!(s["disk_low"], 0);
 
     // Fill the filesystem to under a tenth free.
-    let filler = disk.0.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let chunk = vec![0u8; 64 * 1024];
-    while f.write_all(&chunk).is_ok() {}
-    drop(f);
+    let filler = disk.fill();
     let s = wait_stats(&node, "disk_low to be set", |s| s["disk_low"] == 1);
     assert!(s["disk_free_bytes"].as_u64().unwrap() < 4 << 20);
 

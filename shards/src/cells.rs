@@ -545,10 +545,21 @@ fn run_batch(app: &dyn App, db: &mut rusqlite::Connection, inputs: &[Owned]) -> 
 async fn object_task(shard: Rc<Shard>, cell: Rc<ObjectCell>) {
     let stats = shard.stats();
     // Restore, within the shard's restore cap, in order.
-    shard.restores.acquire().await;
+    let mut acquire = shard.restores.acquire();
+    futures_lite::future::poll_fn(|cx| {
+        let r = std::future::Future::poll(std::pin::Pin::new(&mut acquire), cx);
+        stats
+            .restores_waiting
+            .store(shard.restores.waiting() as u64, Ordering::Relaxed);
+        r
+    })
+    .await;
     stats
         .restores_active
         .store(shard.restores.used() as u64, Ordering::Relaxed);
+    stats
+        .restores_active_max
+        .store(shard.restores.used_max.get() as u64, Ordering::Relaxed);
     let path = object_path(&shard.node.settings.data_dir, cell.app.name(), &cell.name);
     let sync_full = shard.node.settings.sqlite_sync_full;
     let schema = cell.app.schema();

@@ -77,6 +77,8 @@ pub struct ShardStats {
     pub restores_waiting: AtomicU64,
     /// Objects opened, in all.
     pub restores: AtomicU64,
+    /// The most objects opened at once.
+    pub restores_active_max: AtomicU64,
     /// Inputs refused because an object's mailbox (or the shard's inbox) was full.
     pub mailbox_refused: AtomicU64,
     /// Messages dropped because a session's mailbox was full.
@@ -140,6 +142,7 @@ impl ShardStats {
             ("restores_active", "combd_restores_active", Gauge, "Objects being opened now.", g(&self.restores_active)),
             ("restores_waiting", "combd_restores_waiting", Gauge, "Objects waiting to be opened.", g(&self.restores_waiting)),
             ("restores", "combd_restores_total", Counter, "Objects opened.", g(&self.restores)),
+            ("restores_active_max", "combd_restores_active_max", Gauge, "The most objects opened at once.", g(&self.restores_active_max)),
             ("mailbox_refused", "combd_mailbox_refused_total", Counter, "Inputs refused at a full mailbox.", g(&self.mailbox_refused)),
             ("session_mailbox_dropped", "combd_session_mailbox_dropped_total", Counter, "Messages dropped at a full session mailbox.", g(&self.session_mailbox_dropped)),
             ("cross_shard_dropped", "combd_cross_shard_dropped_total", Counter, "Deliveries dropped at a full shard inbox.", g(&self.cross_shard_dropped)),

@@ -32,6 +32,11 @@ impl TestNode {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&data_dir);
+        Self::start_in(data_dir, env)
+    }
+
+    /// Starts the node on an existing data directory (a restart).
+    pub fn start_in(data_dir: std::path::PathBuf, env: &[(&str, &str)]) -> TestNode {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_combd"));
         cmd.env("COMBD_LISTEN", "127.0.0.2:0")
             .env("COMBD_DATA", &data_dir)
@@ -88,6 +93,14 @@ impl TestNode {
         serde_json::from_slice(&r.body).expect("/stats is JSON")
     }
 
+    /// Kills the process with SIGKILL and waits for it; the data directory stays.
+    pub fn kill9(mut self) -> std::path::PathBuf {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let _ = child.wait();
+        std::mem::take(&mut self.data_dir)
+    }
+
     /// Sends SIGTERM.
     pub fn sigterm(&self) {
         // SAFETY: kill on our own child's pid.
@@ -117,7 +130,73 @@ impl Drop for TestNode {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        if !self.data_dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
+    }
+}
+
+/// Polls `/stats` until `cond` holds; fails with "timed out waiting for {what}".
+pub fn wait_stats(
+    node: &TestNode,
+    what: &str,
+    cond: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let s = node.stats();
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {s}"
+        );
+        // Nothing to wait on but the node's own figures: poll them gently.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+pub struct SmallDisk(pub std::path::PathBuf);
+
+impl SmallDisk {
+    /// Mounts one, or None where mounting is not allowed.
+    pub fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = std::env::temp_dir().join(format!(
+            "combd-disk-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            Some(SmallDisk(dir))
+        } else {
+            let _ = std::fs::remove_dir(&dir);
+            None
+        }
+    }
+
+    /// Fills the filesystem; returns the filler file.
+    pub fn fill(&self) -> std::path::PathBuf {
+        let filler = self.0.join("filler");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        filler
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
