@@ -443,3 +443,87 @@ fn new_object_on_a_low_disk_gets_507_and_existing_ones_keep_working() {
     wait_stats(&node, "disk_low to clear", |s| s["disk_low"] == 0);
     assert_eq!(post(&node, "/o/counter/brand-new", "").json()["value"], 1);
 }
+
+#[test]
+fn behind_shrinks_session_mailboxes_to_8_and_counts_the_overflow() {
+    use combd_shards::cells::home_shard;
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "2"),
+        ("COMBD_MAX_AWAKE", "1"),
+        ("COMBD_TEST_APPS", "on"),
+    ]);
+    // A board living on shard 1, a viewer on shard 0, a clicker on shard 1.
+    let board = (0..)
+        .map(|i| format!("b{i}"))
+        .find(|b| home_shard("million", b, 2) == 1)
+        .unwrap();
+    let mut viewer = None;
+    let mut clicker = None;
+    for _ in 0..200 {
+        let mut ws = open_ws(&node, &format!("/o/million/{board}?page=0"));
+        let shard = read_json(&mut ws)["s"].as_u64().unwrap() >> 40;
+        match shard {
+            0 if viewer.is_none() => viewer = Some(ws),
+            1 if clicker.is_none() => clicker = Some(ws),
+            _ => {}
+        }
+        if viewer.is_some() && clicker.is_some() {
+            break;
+        }
+    }
+    let (mut viewer, mut clicker) = (
+        viewer.expect("a viewer on shard 0"),
+        clicker.expect("a clicker on shard 1"),
+    );
+    // Make shard 0 behind: one held object at work (the cap is 1), one more in the line.
+    let holds: Vec<String> = (0..)
+        .map(|i| format!("h{i}"))
+        .filter(|h| home_shard("hold", h, 2) == 0)
+        .take(2)
+        .collect();
+    let addr = node.public();
+    let first = {
+        let h = holds[0].clone();
+        std::thread::spawn(move || {
+            request(
+                addr,
+                format!("POST /o/hold/{h}?ms=3000 HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+                    .as_bytes(),
+            )
+        })
+    };
+    wait_stats(&node, "shard 0 at its awake cap", |s| {
+        s["shards"][0]["cells_awake"] == 1
+    });
+    let second = {
+        let h = holds[1].clone();
+        std::thread::spawn(move || {
+            request(
+                addr,
+                format!("POST /o/hold/{h} HTTP/1.1\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+            )
+        })
+    };
+    wait_stats(&node, "shard 0 behind", |s| s["shards"][0]["behind"] == 1);
+    // 30 clicks, each echoed to the clicker (shard 1 is not behind).
+    for c in 1..=30 {
+        clicker
+            .send(Message::text(format!(r#"{{"t":"click","i":{c},"c":{c}}}"#)))
+            .unwrap();
+        assert_eq!(read_json(&mut clicker)["u"][0][3], c);
+    }
+    let s = node.stats();
+    assert_eq!(
+        s["shards"][0]["session_mailbox_dropped"], 22,
+        "8 kept of 30: {s}"
+    );
+    assert_eq!(first.join().unwrap().status, 200);
+    assert_eq!(second.join().unwrap().status, 200);
+    // Once the shard catches up, the viewer gets the 8 its mailbox kept.
+    for c in 1..=8 {
+        assert_eq!(read_json(&mut viewer)["u"][0][3], c);
+    }
+    wait_stats(&node, "shard 0 no longer behind", |s| {
+        s["shards"][0]["behind"] == 0
+    });
+}

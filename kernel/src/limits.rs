@@ -101,3 +101,7 @@ pub const CROSS_SHARD_QUEUE: usize = 16 * 1024;
 pub const MAX_AWAKE_DEFAULT: usize = 1000;
 /// Default of `COMBD_RESTORES_AT_ONCE`, from the seed: objects opened at once per shard.
 pub const RESTORES_AT_ONCE_DEFAULT: usize = 4;
+/// Threads per shard that run SQLite (opening databases, transactions, fsync) off the event
+/// loop. More than one, so a slow transaction of one object does not hold up the restores and
+/// transactions of the others; the awake cap bounds how many cells use them at once.
+pub const BLOCKING_THREADS_PER_SHARD: usize = 4;

@@ -748,6 +748,85 @@ mod tests {
         assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
     }
 
+    /// Writes a row per input, then fails the ones whose body is `bad` (after writing).
+    struct Log;
+
+    impl App for Log {
+        fn name(&self) -> &'static str {
+            "log"
+        }
+        fn schema(&self) -> &'static str {
+            "CREATE TABLE IF NOT EXISTS log (v TEXT NOT NULL);"
+        }
+        fn handles_batch(&self) -> bool {
+            true
+        }
+        fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+            let Input::Http { body, .. } = input else {
+                return Ok(Output::None);
+            };
+            let v = String::from_utf8_lossy(body).into_owned();
+            cx.db()?.execute("INSERT INTO log (v) VALUES (?1)", [&v])?;
+            cx.broadcast("t", &v);
+            if v == "bad" {
+                return Err(AppError::new(400, "bad input"));
+            }
+            Ok(Output::Http(Response::json(
+                200,
+                &serde_json::json!({ "v": v }),
+            )))
+        }
+    }
+
+    fn http(body: &str) -> Owned {
+        Owned::Http {
+            method: "POST".into(),
+            query: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
+        let path = std::env::temp_dir().join(format!("combd-batch-{}.sqlite", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut db = open_db(&path, true, Log.schema()).unwrap();
+        let inputs = [http("a"), http("bad"), http("b")];
+        let r = run_batch(&Log, &mut db, &inputs);
+        assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
+        assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
+        assert!(r.outputs[2].is_ok());
+        let rows: Vec<String> = db
+            .prepare("SELECT v FROM log ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            rows,
+            ["a", "b"],
+            "the failed input's write was rolled back, the others kept once"
+        );
+        // Effects only of what committed.
+        let sent: Vec<_> = r
+            .effects
+            .iter()
+            .map(|e| match e {
+                Effect::Broadcast { payload, .. } => String::from_utf8_lossy(payload).into_owned(),
+                Effect::Send { .. } => String::new(),
+            })
+            .collect();
+        assert_eq!(sent, ["a", "b"]);
+
+        // A batch that succeeds is one transaction with every effect.
+        let r = run_batch(&Log, &mut db, &[http("c"), http("d")]);
+        assert!(r.outputs.iter().all(|o| o.is_ok()));
+        assert_eq!(r.effects.len(), 2);
+        drop(db);
+        let _ = std::fs::remove_file(&path);
+    }
+
     #[test]
     fn object_paths_stay_in_the_data_dir() {
         let p = object_path(std::path::Path::new("/data"), "counter", "a.b");

@@ -318,6 +318,9 @@ impl Node {
             let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
                 .name(&format!("combd-shard{id}"))
                 .io_memory(limits::SHARD_IO_MEMORY_BYTES)
+                .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(
+                    limits::BLOCKING_THREADS_PER_SHARD,
+                ))
                 .spawn(move || async move {
                     let ready = tx.clone();
                     let result = Shard::run(
