@@ -11,7 +11,10 @@
 //! at TCP, how long the node took from full to refusing, and the connected client's echo
 //! latency during the flood.
 //!
-//! Usage: `combd-bench idle|flood --port P [--target 127.0.0.2] [--conns N] [--out FILE]`
+//! `click` and `mailbox`: see `click.rs`.
+//!
+//! Usage: `combd-bench idle|flood|click|mailbox --port P [--target 127.0.0.2] [--conns N]
+//! [--out FILE] [--pages N] [--board NAME] [--interval-ms MS] [--duration-s S]`
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
@@ -19,11 +22,18 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-struct Args {
+mod click;
+
+pub(crate) struct Args {
     target: Ipv4Addr,
     port: u16,
     conns: usize,
     out: Option<String>,
+    /// `click`: pages the viewers spread over, the board, the click interval, the run length.
+    pages: u64,
+    board: String,
+    interval: Duration,
+    duration: Duration,
 }
 
 fn parse_args() -> Result<(String, Args), String> {
@@ -36,6 +46,10 @@ fn parse_args() -> Result<(String, Args), String> {
         port: 0,
         conns: 10_000,
         out: None,
+        pages: 245,
+        board: "bench".into(),
+        interval: Duration::from_secs(10),
+        duration: Duration::from_secs(60),
     };
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -44,6 +58,10 @@ fn parse_args() -> Result<(String, Args), String> {
             "--port" => a.port = v.parse().map_err(|_| format!("--port {v:?}"))?,
             "--conns" => a.conns = v.parse().map_err(|_| format!("--conns {v:?}"))?,
             "--out" => a.out = Some(v),
+            "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
+            "--board" => a.board = v,
+            "--interval-ms" => a.interval = Duration::from_millis(v.parse().map_err(|_| format!("--interval-ms {v:?}"))?),
+            "--duration-s" => a.duration = Duration::from_secs(v.parse().map_err(|_| format!("--duration-s {v:?}"))?),
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -54,7 +72,7 @@ fn parse_args() -> Result<(String, Args), String> {
 }
 
 /// A GET on the localhost listener.
-fn local_get(port: u16, path: &str) -> Result<String, String> {
+pub(crate) fn local_get(port: u16, path: &str) -> Result<String, String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("stats: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
     write!(
@@ -70,7 +88,7 @@ fn local_get(port: u16, path: &str) -> Result<String, String> {
         .unwrap_or_default())
 }
 
-fn rss_bytes(pid: u64) -> u64 {
+pub(crate) fn rss_bytes(pid: u64) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
@@ -103,6 +121,50 @@ fn slab_bytes() -> u64 {
         .find_map(|l| l.strip_prefix("Slab:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// User and system CPU seconds of a process (`/proc/<pid>/stat`).
+pub(crate) fn cpu_seconds(pid: u64) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are the 12th and 13th after the ")".
+    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0) + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / hz
+}
+
+/// Opens a WebSocket to `path` from a source address picked by `i`; returns the stream and
+/// any bytes read past the handshake.
+pub(crate) fn open_ws_path(target: Ipv4Addr, port: u16, i: usize, path: &str) -> Result<(TcpStream, Vec<u8>), String> {
+    let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
+    sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into()).map_err(|e| format!("bind {src}: {e}"))?;
+    sock.connect(&SocketAddr::V4(SocketAddrV4::new(target, port)).into()).map_err(|e| format!("connect: {e}"))?;
+    let mut s: TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    let end = loop {
+        let n = s.read(&mut tmp).map_err(|e| format!("handshake: {e}"))?;
+        if n == 0 {
+            return Err("closed during the handshake".into());
+        }
+        buf.extend_from_slice(&tmp[..n]);
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+    };
+    if !buf.starts_with(b"HTTP/1.1 101") {
+        return Err(format!("handshake: {:?}", String::from_utf8_lossy(&buf[..buf.len().min(40)])));
+    }
+    Ok((s, buf[end..].to_vec()))
 }
 
 fn open_ws(target: Ipv4Addr, port: u16, i: usize) -> Result<TcpStream, String> {
@@ -150,7 +212,7 @@ fn ping(s: &mut TcpStream) -> Result<Duration, String> {
     Ok(t.elapsed())
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -360,7 +422,9 @@ fn main() {
     let result = match scenario.as_str() {
         "idle" => idle(&args),
         "flood" => flood(&args),
-        other => Err(format!("unknown scenario {other:?} (have: idle, flood)")),
+        "click" => click::click(&args),
+        "mailbox" => click::mailbox(&args),
+        other => Err(format!("unknown scenario {other:?} (have: idle, flood, click, mailbox)")),
     };
     match result {
         Ok(v) => {
