@@ -66,7 +66,10 @@ fn frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
         }
         let (len, hdr) = match b[1] & 0x7f {
             126 if b.len() >= 4 => (u16::from_be_bytes([b[2], b[3]]) as usize, 4),
-            127 if b.len() >= 10 => (u64::from_be_bytes(b[2..10].try_into().unwrap_or_default()) as usize, 10),
+            127 if b.len() >= 10 => (
+                u64::from_be_bytes(b[2..10].try_into().unwrap_or_default()) as usize,
+                10,
+            ),
             126 | 127 => break,
             n => (n as usize, 2),
         };
@@ -91,13 +94,19 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
     let mut failed = 0usize;
     for i in 0..a.conns {
         let page = (i as u64) % pages;
-        match open_ws_path(a.target, a.port, i, &format!("/o/million/{}?page={page}", a.board)) {
+        match open_ws_path(
+            a.target,
+            a.port,
+            i,
+            &format!("/o/million/{}?page={page}", a.board),
+        ) {
             Ok((mut s, first)) => {
                 // The first message is the page's state, with our session number.
                 let mut buf = first;
                 let session = loop {
                     if let Some((_, p)) = frames(&mut buf).into_iter().next() {
-                        let v: serde_json::Value = serde_json::from_slice(&p).map_err(|e| e.to_string())?;
+                        let v: serde_json::Value =
+                            serde_json::from_slice(&p).map_err(|e| e.to_string())?;
                         break v["s"].as_u64().ok_or("no session in the page message")?;
                     }
                     let mut tmp = [0u8; 4096];
@@ -127,14 +136,21 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
             }
         }
         if (i + 1) % 1000 == 0 {
-            eprintln!("click: {} viewers connected, {failed} failed", viewers.len());
+            eprintln!(
+                "click: {} viewers connected, {failed} failed",
+                viewers.len()
+            );
         }
     }
     let connect_secs = started.elapsed().as_secs_f64();
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
     for (i, v) in viewers.iter_mut().enumerate() {
         poll.registry()
-            .register(&mut v.stream, Token(i), Interest::READABLE | Interest::WRITABLE)
+            .register(
+                &mut v.stream,
+                Token(i),
+                Interest::READABLE | Interest::WRITABLE,
+            )
             .map_err(|e| e.to_string())?;
     }
     // When each viewer clicks next: spread the first clicks over one interval.
@@ -156,11 +172,14 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
     let mut last_progress = Instant::now();
     loop {
         let now = Instant::now();
-        if now >= drain_until || (now >= run_until && viewers.iter().all(|v| v.pending.is_empty())) {
+        if now >= drain_until || (now >= run_until && viewers.iter().all(|v| v.pending.is_empty()))
+        {
             break;
         }
         while now < run_until {
-            let Some(std::cmp::Reverse((t, i))) = due.peek().copied() else { break };
+            let Some(std::cmp::Reverse((t, i))) = due.peek().copied() else {
+                break;
+            };
             if t > now {
                 break;
             }
@@ -177,12 +196,20 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
                     v.outbuf.drain(..n);
                 }
             }
-            let jitter = interval.as_micros() as u64 / 2 + rng.next() % interval.as_micros().max(1) as u64;
+            let jitter =
+                interval.as_micros() as u64 / 2 + rng.next() % interval.as_micros().max(1) as u64;
             due.push(std::cmp::Reverse((t + Duration::from_micros(jitter), i)));
         }
-        let next_due = due.peek().map(|r| r.0 .0).unwrap_or(run_until).min(drain_until);
-        let timeout = next_due.saturating_duration_since(Instant::now()).min(Duration::from_millis(50));
-        poll.poll(&mut events, Some(timeout)).map_err(|e| e.to_string())?;
+        let next_due = due
+            .peek()
+            .map(|r| r.0 .0)
+            .unwrap_or(run_until)
+            .min(drain_until);
+        let timeout = next_due
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(50));
+        poll.poll(&mut events, Some(timeout))
+            .map_err(|e| e.to_string())?;
         for ev in events.iter() {
             let v = &mut viewers[ev.token().0];
             if ev.is_writable() && !v.outbuf.is_empty() {
@@ -235,7 +262,11 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
             }
         }
         if last_progress.elapsed() >= Duration::from_secs(5) {
-            eprintln!("click: {sent} sent, {} echoed, {:.0}s", latencies.len(), t0.elapsed().as_secs_f64());
+            eprintln!(
+                "click: {sent} sent, {} echoed, {:.0}s",
+                latencies.len(),
+                t0.elapsed().as_secs_f64()
+            );
             last_progress = Instant::now();
         }
     }
@@ -282,9 +313,12 @@ pub fn mailbox(a: &Args) -> Result<serde_json::Value, String> {
     let mut socks = Vec::with_capacity(a.conns);
     for i in 0..a.conns {
         let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).map_err(|e| e.to_string())?;
-        sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into()).map_err(|e| e.to_string())?;
-        sock.connect(&SocketAddr::V4(SocketAddrV4::new(a.target, a.port)).into()).map_err(|e| format!("connect: {e}"))?;
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .map_err(|e| e.to_string())?;
+        sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into())
+            .map_err(|e| e.to_string())?;
+        sock.connect(&SocketAddr::V4(SocketAddrV4::new(a.target, a.port)).into())
+            .map_err(|e| format!("connect: {e}"))?;
         let s: std::net::TcpStream = sock.into();
         s.set_read_timeout(Some(Duration::from_secs(30))).ok();
         socks.push(s);
@@ -292,7 +326,11 @@ pub fn mailbox(a: &Args) -> Result<serde_json::Value, String> {
     // The burst: every request written before any answer is read.
     let burst_start = Instant::now();
     for s in socks.iter_mut() {
-        write!(s, "POST /o/counter/{object} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").map_err(|e| e.to_string())?;
+        write!(
+            s,
+            "POST /o/counter/{object} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        )
+        .map_err(|e| e.to_string())?;
     }
     let burst_secs = burst_start.elapsed().as_secs_f64();
     let (mut ok, mut refused, mut other, mut hung) = (0u64, 0u64, 0u64, 0u64);
@@ -311,7 +349,11 @@ pub fn mailbox(a: &Args) -> Result<serde_json::Value, String> {
     }
     let value_text = {
         let mut s = std::net::TcpStream::connect((a.target, a.port)).map_err(|e| e.to_string())?;
-        write!(s, "GET /o/counter/{object} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+        write!(
+            s,
+            "GET /o/counter/{object} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .map_err(|e| e.to_string())?;
         let mut t = String::new();
         s.read_to_string(&mut t).map_err(|e| e.to_string())?;
         t

@@ -60,8 +60,14 @@ fn parse_args() -> Result<(String, Args), String> {
             "--out" => a.out = Some(v),
             "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
             "--board" => a.board = v,
-            "--interval-ms" => a.interval = Duration::from_millis(v.parse().map_err(|_| format!("--interval-ms {v:?}"))?),
-            "--duration-s" => a.duration = Duration::from_secs(v.parse().map_err(|_| format!("--duration-s {v:?}"))?),
+            "--interval-ms" => {
+                a.interval =
+                    Duration::from_millis(v.parse().map_err(|_| format!("--interval-ms {v:?}"))?)
+            }
+            "--duration-s" => {
+                a.duration =
+                    Duration::from_secs(v.parse().map_err(|_| format!("--duration-s {v:?}"))?)
+            }
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -129,7 +135,8 @@ pub(crate) fn cpu_seconds(pid: u64) -> f64 {
     let after = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
     // Fields 14 and 15 (utime, stime) are the 12th and 13th after the ")".
-    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0) + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     ticks as f64 / hz
@@ -137,11 +144,19 @@ pub(crate) fn cpu_seconds(pid: u64) -> f64 {
 
 /// Opens a WebSocket to `path` from a source address picked by `i`; returns the stream and
 /// any bytes read past the handshake.
-pub(crate) fn open_ws_path(target: Ipv4Addr, port: u16, i: usize, path: &str) -> Result<(TcpStream, Vec<u8>), String> {
+pub(crate) fn open_ws_path(
+    target: Ipv4Addr,
+    port: u16,
+    i: usize,
+    path: &str,
+) -> Result<(TcpStream, Vec<u8>), String> {
     let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);
-    let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
-    sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into()).map_err(|e| format!("bind {src}: {e}"))?;
-    sock.connect(&SocketAddr::V4(SocketAddrV4::new(target, port)).into()).map_err(|e| format!("connect: {e}"))?;
+    let sock =
+        Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
+    sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into())
+        .map_err(|e| format!("bind {src}: {e}"))?;
+    sock.connect(&SocketAddr::V4(SocketAddrV4::new(target, port)).into())
+        .map_err(|e| format!("connect: {e}"))?;
     let mut s: TcpStream = sock.into();
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
     write!(
@@ -162,7 +177,10 @@ pub(crate) fn open_ws_path(target: Ipv4Addr, port: u16, i: usize, path: &str) ->
         }
     };
     if !buf.starts_with(b"HTTP/1.1 101") {
-        return Err(format!("handshake: {:?}", String::from_utf8_lossy(&buf[..buf.len().min(40)])));
+        return Err(format!(
+            "handshake: {:?}",
+            String::from_utf8_lossy(&buf[..buf.len().min(40)])
+        ));
     }
     Ok((s, buf[end..].to_vec()))
 }
@@ -424,7 +442,9 @@ fn main() {
         "flood" => flood(&args),
         "click" => click::click(&args),
         "mailbox" => click::mailbox(&args),
-        other => Err(format!("unknown scenario {other:?} (have: idle, flood, click, mailbox)")),
+        other => Err(format!(
+            "unknown scenario {other:?} (have: idle, flood, click, mailbox)"
+        )),
     };
     match result {
         Ok(v) => {
