@@ -61,6 +61,19 @@ fn stats_show_the_admission_figures() {
         assert!(s[key].is_u64(), "{key} in /stats: {s}");
     }
     assert_eq!(s["full_reason"], "none");
+    for key in [
+        "max_conns",
+        "max_body_bytes",
+        "max_awake",
+        "restores_at_once",
+        "mailbox_default",
+        "session_mailbox",
+    ] {
+        assert!(
+            s["limits"][key].as_u64().unwrap() > 0,
+            "limits.{key} in /stats"
+        );
+    }
     assert!(["cgroup1", "cgroup2", "ram"].contains(&s["memory_budget_source"].as_str().unwrap()));
     assert!(s["memory_own_bytes"].as_u64().unwrap() > 0);
     // The fd limit here is 20,000: the default cap of 200,000 is clamped below it.

@@ -259,6 +259,10 @@ fn a_failing_request_in_a_batch_leaves_no_partial_write() {
         sum(&s, "batch_max") >= 2,
         "requests waiting together formed batches: {s}"
     );
+    assert!(
+        sum(&s, "batch_max") <= 100,
+        "no batch past the app's batch size"
+    );
 }
 
 #[test]

@@ -176,10 +176,9 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
         {
             break;
         }
-        while now < run_until {
-            let Some(std::cmp::Reverse((t, i))) = due.peek().copied() else {
-                break;
-            };
+        // Send every click that is due (none once the run is over: then only echoes are awaited).
+        while let Some(std::cmp::Reverse((t, i))) = due.peek().copied().filter(|_| now < run_until)
+        {
             if t > now {
                 break;
             }

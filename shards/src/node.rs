@@ -82,6 +82,44 @@ impl NodeShared {
         self.conns_open.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Every limit in force, settings and constants, for `/stats`.
+    pub fn limits(&self) -> Vec<(&'static str, u64)> {
+        let s = &self.settings;
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        vec![
+            ("max_conns", self.max_conns_effective),
+            ("max_body_bytes", s.max_body_bytes),
+            ("header_timeout_ms", ms(s.header_timeout)),
+            ("body_timeout_ms", ms(s.body_timeout)),
+            ("idle_timeout_ms", ms(s.idle_timeout)),
+            ("ws_max_message_bytes", s.ws_max_message_bytes),
+            ("shutdown_timeout_ms", ms(s.shutdown_timeout)),
+            ("max_awake", s.max_awake as u64),
+            ("restores_at_once", s.restores_at_once as u64),
+            (
+                "header_section_max_bytes",
+                limits::HEADER_SECTION_MAX_BYTES as u64,
+            ),
+            ("header_count_max", limits::HEADER_COUNT_MAX as u64),
+            ("listen_backlog", limits::LISTEN_BACKLOG as u64),
+            ("mailbox_default", limits::MAILBOX_DEFAULT as u64),
+            ("batch_default", limits::BATCH_DEFAULT as u64),
+            ("session_mailbox", limits::SESSION_MAILBOX as u64),
+            (
+                "session_mailbox_behind",
+                limits::SESSION_MAILBOX_BEHIND as u64,
+            ),
+            ("cross_shard_queue", limits::CROSS_SHARD_QUEUE as u64),
+            ("object_idle_ms", ms(limits::OBJECT_IDLE)),
+            (
+                "object_idle_under_pressure_ms",
+                ms(limits::OBJECT_IDLE_UNDER_PRESSURE),
+            ),
+            ("close_linger_ms", ms(limits::CLOSE_LINGER)),
+            ("write_stall_timeout_ms", ms(limits::WRITE_STALL_TIMEOUT)),
+        ]
+    }
+
     /// The node-wide figures of `/stats`.
     pub fn figures(&self) -> NodeFigures {
         use Kind::*;
@@ -93,6 +131,7 @@ impl NodeShared {
             draining: self.draining() as u64,
             memory_budget_source: self.memory_budget_source,
             full_reason: a.full_reason(),
+            limits: self.limits(),
             figures: vec![
                 (
                     "tcp_refusing",

@@ -168,6 +168,8 @@ pub struct NodeFigures {
     pub full_reason: String,
     /// The node-wide gauges and counters: (`/stats` name, metric name, kind, help, value).
     pub figures: Vec<Field>,
+    /// Every limit in force: (name, value), shown under `"limits"` in `/stats`.
+    pub limits: Vec<(&'static str, u64)>,
 }
 
 /// Renders `/stats`: node totals and node figures at the top level, then `"shards": [...]`.
@@ -186,6 +188,12 @@ pub fn render_json(node: &NodeFigures, shards: &[ShardStats]) -> String {
         node.memory_budget_source.into(),
     );
     top.insert("full_reason".into(), node.full_reason.clone().into());
+    let limits: serde_json::Map<String, serde_json::Value> = node
+        .limits
+        .iter()
+        .map(|(k, v)| (k.to_string(), (*v).into()))
+        .collect();
+    top.insert("limits".into(), limits.into());
     for f in &node.figures {
         top.insert(f.0.into(), f.4.into());
     }
@@ -292,6 +300,7 @@ mod tests {
                 "Memory pressure.",
                 2,
             )],
+            limits: vec![("max_awake", 1000)],
         };
         let v: serde_json::Value = serde_json::from_str(&render_json(&node, &shards)).unwrap();
         assert_eq!(v["conns"], 7);
@@ -301,6 +310,7 @@ mod tests {
         assert_eq!(v["max_conns_effective"], 9);
         assert_eq!(v["pressure"], 2);
         assert_eq!(v["memory_budget_source"], "env");
+        assert_eq!(v["limits"]["max_awake"], 1000);
     }
 
     #[test]
@@ -320,6 +330,7 @@ mod tests {
                 "Memory pressure.",
                 2,
             )],
+            limits: vec![("max_awake", 1000)],
         };
         let text = render_metrics(&node, &shards);
         assert!(text.contains("# TYPE combd_accepted_total counter\n"));
