@@ -488,6 +488,13 @@ fn open_db(
     Ok(db)
 }
 
+/// Runs an app call, turning a panic into an error: the transaction around it is rolled back
+/// and the object keeps serving, instead of the panic taking the shard down.
+fn guarded<T>(f: impl FnOnce() -> Result<T, AppError>) -> Result<T, AppError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(AppError::new(500, "the app failed on this input")))
+}
+
 /// Runs inputs in one transaction (a batch), or each in its own when the batch fails or the
 /// app takes one at a time. Runs on the blocking thread.
 fn run_batch(app: &dyn App, db: &mut rusqlite::Connection, inputs: &[Owned]) -> BatchResult {
@@ -499,7 +506,7 @@ fn run_batch(app: &dyn App, db: &mut rusqlite::Connection, inputs: &[Owned]) -> 
             let tx = db.transaction()?;
             let outs = {
                 let mut cx = Cx::new(Some(&tx), &mut effects);
-                app.handle_batch(&mut cx, &borrowed)?
+                guarded(|| app.handle_batch(&mut cx, &borrowed))?
             };
             if outs.len() != inputs.len() {
                 return Err(AppError::new(
@@ -528,7 +535,7 @@ fn run_batch(app: &dyn App, db: &mut rusqlite::Connection, inputs: &[Owned]) -> 
             let tx = db.transaction()?;
             let out = {
                 let mut cx = Cx::new(Some(&tx), &mut mine);
-                app.handle(&mut cx, &input)?
+                guarded(|| app.handle(&mut cx, &input))?
             };
             tx.commit()?;
             Ok(out)
@@ -823,6 +830,40 @@ mod tests {
         let r = run_batch(&Log, &mut db, &[http("c"), http("d")]);
         assert!(r.outputs.iter().all(|o| o.is_ok()));
         assert_eq!(r.effects.len(), 2);
+        drop(db);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    struct Panics;
+
+    impl App for Panics {
+        fn name(&self) -> &'static str {
+            "panics"
+        }
+        fn schema(&self) -> &'static str {
+            "CREATE TABLE IF NOT EXISTS t (v INTEGER);"
+        }
+        fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+            cx.db()?.execute("INSERT INTO t (v) VALUES (1)", [])?;
+            if let Input::Http { body: b"panic", .. } = input {
+                panic!("an app bug");
+            }
+            Ok(Output::None)
+        }
+    }
+
+    #[test]
+    fn an_app_panic_fails_its_input_and_rolls_back() {
+        let path = std::env::temp_dir().join(format!("combd-panic-{}.sqlite", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut db = open_db(&path, false, Panics.schema()).unwrap();
+        let r = run_batch(&Panics, &mut db, &[http("ok"), http("panic"), http("ok")]);
+        assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
+        assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 500);
+        let n: i64 = db
+            .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 2);
         drop(db);
         let _ = std::fs::remove_file(&path);
     }
