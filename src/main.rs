@@ -88,6 +88,10 @@ fn main() {
     );
 
     let shards = settings.shards;
+    let outbound_budget = settings
+        .outbound_budget_bytes
+        .unwrap_or(probe.budget_bytes / 4 / shards.max(1) as u64)
+        .max(1);
     let test_apps = settings.test_apps;
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
     let node = match Node::start(
@@ -96,6 +100,7 @@ fn main() {
         &cpus,
         max_conns,
         probe.budget_source.as_str(),
+        outbound_budget,
         wake_coordinator,
     ) {
         Ok(node) => node,

@@ -105,3 +105,38 @@ pub const RESTORES_AT_ONCE_DEFAULT: usize = 4;
 /// loop. More than one, so a slow transaction of one object does not hold up the restores and
 /// transactions of the others; the awake cap bounds how many cells use them at once.
 pub const BLOCKING_THREADS_PER_SHARD: usize = 4;
+
+/// Default of `COMBD_CPU_LIMIT_TICKS`, from the seed: one call of a cell is killed after this
+/// many ticks (`cx.tick()` in an app's loops; every host call counts [`HOST_CALL_TICKS`]).
+pub const CPU_LIMIT_TICKS_DEFAULT: u64 = 100_000_000;
+/// Ticks a host call (SQL handle, send, broadcast, log) counts.
+pub const HOST_CALL_TICKS: u64 = 1_000;
+/// A request's host calls (SQL, sends) may take this long in all; past it the call is killed
+/// with `host_time`.
+pub const HOST_TIME_LIMIT: Duration = Duration::from_secs(1);
+/// One SQL statement may run this long; past it SQLite is interrupted (`sql_timeout`).
+pub const SQL_STATEMENT_LIMIT: Duration = Duration::from_millis(100);
+/// SQLite VM steps between checks of the two time limits above.
+pub const SQL_PROGRESS_STEPS: i32 = 1_000;
+/// Largest SQL value (string or blob), `SQLITE_LIMIT_LENGTH`: past it `too_big`.
+pub const SQL_VALUE_MAX_BYTES: i32 = 2 * 1024 * 1024;
+/// Default of `COMBD_DB_MAX`, from the seed: the largest object database; past it writes fail
+/// with `db_full`.
+pub const DB_MAX_BYTES: u64 = 1 << 30;
+/// A request's log output kept; past it lines are dropped and one marker says so.
+pub const LOG_MAX_BYTES: usize = 64 * 1024;
+/// WebSocket messages and sends one request may queue in all; past it a send fails with
+/// `send_limit`.
+pub const SENDS_MAX_BYTES: u64 = 16 * 1024 * 1024;
+/// A call that takes longer than this is counted in `slow_calls`.
+pub const SLOW_CALL: Duration = Duration::from_millis(10);
+/// A WebSocket client with this many bytes waiting for it (queued in its session mailbox and
+/// not yet taken by the kernel) is closed: it reads too slowly (`ws_slow_closed`).
+pub const WS_SLOW_CLOSE_BYTES: u64 = 8 * 1024 * 1024;
+/// Default of `COMBD_WS_RATE`: WebSocket messages per second per connection (token refill),
+/// from the ULDA seed's per-decoder bucket.
+pub const WS_RATE_DEFAULT: u64 = 1000;
+/// Default of `COMBD_WS_BURST`: the token bucket's capacity. Past it: close 1008.
+pub const WS_BURST_DEFAULT: u64 = 2000;
+/// Longest request target (path and query); past it `414`.
+pub const URL_MAX_BYTES: usize = 8 * 1024;

@@ -128,6 +128,37 @@ pub const SETTINGS: &[SettingSpec] = &[
         meaning: "full: an answered write survives power loss; normal: it survives a process crash",
     },
     SettingSpec {
+        env: "COMBD_CPU_LIMIT_TICKS",
+        flag: "--cpu-limit-ticks",
+        default: "100000000",
+        meaning: "ticks one call of a cell may count (cx.tick(); each host call counts 1000); past it: cpu_limit",
+    },
+    SettingSpec {
+        env: "COMBD_WS_RATE",
+        flag: "--ws-rate",
+        default: "1000",
+        meaning: "WebSocket messages per second per connection (token refill); past the burst: close 1008",
+    },
+    SettingSpec {
+        env: "COMBD_WS_BURST",
+        flag: "--ws-burst",
+        default: "2000",
+        meaning: "WebSocket messages a connection may send at once (the token bucket's capacity)",
+    },
+    SettingSpec {
+        env: "COMBD_OUTBOUND_BUDGET",
+        flag: "--outbound-budget",
+        default: "a quarter of the memory budget, split over the shards",
+        meaning: "bytes waiting to be written per shard, all connections together; a send past it closes \
+                  the connection it was for",
+    },
+    SettingSpec {
+        env: "COMBD_DB_MAX",
+        flag: "--db-max",
+        default: "1G",
+        meaning: "largest database of one object; a write past it fails with db_full (507)",
+    },
+    SettingSpec {
         env: "COMBD_TEST_APPS",
         flag: "--test-apps",
         default: "off",
@@ -210,6 +241,16 @@ pub struct Settings {
     pub sqlite_sync_full: bool,
     /// `COMBD_TEST_APPS`.
     pub test_apps: bool,
+    /// `COMBD_CPU_LIMIT_TICKS`.
+    pub cpu_limit_ticks: u64,
+    /// `COMBD_DB_MAX`.
+    pub db_max_bytes: u64,
+    /// `COMBD_WS_RATE`.
+    pub ws_rate: u64,
+    /// `COMBD_WS_BURST`.
+    pub ws_burst: u64,
+    /// `COMBD_OUTBOUND_BUDGET`, if set (else derived from the memory budget at start-up).
+    pub outbound_budget_bytes: Option<u64>,
     /// Where each setting came from, by environment variable name.
     pub sources: BTreeMap<&'static str, Source>,
 }
@@ -454,6 +495,14 @@ impl Settings {
                 other => Err(format!("{other:?}: use full or normal")),
             })?,
             test_apps: parse(&raw, "COMBD_TEST_APPS", parse_switch)?,
+            cpu_limit_ticks: parse(&raw, "COMBD_CPU_LIMIT_TICKS", parse_count)?,
+            db_max_bytes: parse(&raw, "COMBD_DB_MAX", parse_bytes)?,
+            ws_rate: parse(&raw, "COMBD_WS_RATE", parse_count)?,
+            ws_burst: parse(&raw, "COMBD_WS_BURST", parse_count)?,
+            outbound_budget_bytes: match get("COMBD_OUTBOUND_BUDGET") {
+                None => None,
+                Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_OUTBOUND_BUDGET", m))?),
+            },
             memory_budget_bytes: match get("COMBD_MEMORY_BUDGET") {
                 None => None,
                 Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_MEMORY_BUDGET", m))?),
@@ -518,6 +567,10 @@ mod tests {
         assert_eq!(s.restores_at_once, limits::RESTORES_AT_ONCE_DEFAULT);
         assert!(s.sqlite_sync_full);
         assert!(!s.test_apps);
+        assert_eq!(s.cpu_limit_ticks, limits::CPU_LIMIT_TICKS_DEFAULT);
+        assert_eq!(s.db_max_bytes, limits::DB_MAX_BYTES);
+        assert_eq!(s.ws_rate, limits::WS_RATE_DEFAULT);
+        assert_eq!(s.ws_burst, limits::WS_BURST_DEFAULT);
         assert_eq!(s.shards, 2);
         assert_eq!(s.log, limits::LOG_DEFAULT);
         assert!(s.sources.values().all(|s| *s == Source::Default));
@@ -554,6 +607,11 @@ mod tests {
             ("COMBD_RESTORES_AT_ONCE", "0"),
             ("COMBD_SQLITE_SYNC", "off"),
             ("COMBD_TEST_APPS", "maybe"),
+            ("COMBD_CPU_LIMIT_TICKS", "0"),
+            ("COMBD_DB_MAX", "0"),
+            ("COMBD_WS_RATE", "0"),
+            ("COMBD_WS_BURST", "-5"),
+            ("COMBD_OUTBOUND_BUDGET", "0"),
             ("COMBD_SHARDS", "0"),
             ("COMBD_SHARDS", "3"),
             ("COMBD_LISTEN", "8080"),

@@ -133,7 +133,13 @@ impl AppError {
 
 impl From<rusqlite::Error> for AppError {
     fn from(e: rusqlite::Error) -> AppError {
-        AppError::new(500, format!("storage: {e}"))
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::TooBig) => limit_error("too_big"),
+            Some(rusqlite::ErrorCode::DiskFull) => limit_error("db_full"),
+            // An interrupted statement: the node's watch says which limit (see cells).
+            Some(rusqlite::ErrorCode::OperationInterrupted) => limit_error("sql_timeout"),
+            _ => AppError::new(500, format!("storage: {e}")),
+        }
     }
 }
 
@@ -166,49 +172,152 @@ pub enum Effect {
     },
 }
 
-/// The context of one call: the object's database and the effects it queues.
+/// What one call has used of its limits. A limit that trips stays tripped: the call fails with
+/// that error even if the app ignored the error the host call returned.
+#[derive(Debug)]
+pub struct CallBudget {
+    ticks: u64,
+    tick_limit: u64,
+    sent_bytes: u64,
+    /// The request's log output, up to [`LOG_MAX_BYTES`](combd_kernel::limits::LOG_MAX_BYTES).
+    pub log: String,
+    log_dropped: bool,
+    /// The limit that killed the call, if one did: `cpu_limit`, `send_limit`, `host_time`,
+    /// `sql_timeout`.
+    pub tripped: Option<&'static str>,
+}
+
+impl CallBudget {
+    /// A fresh budget for one call.
+    pub fn new(tick_limit: u64) -> CallBudget {
+        CallBudget {
+            ticks: 0,
+            tick_limit,
+            sent_bytes: 0,
+            log: String::new(),
+            log_dropped: false,
+            tripped: None,
+        }
+    }
+
+    fn trip(&mut self, what: &'static str) -> AppError {
+        self.tripped.get_or_insert(what);
+        limit_error(what)
+    }
+
+    fn spend(&mut self, ticks: u64) -> Result<(), AppError> {
+        if let Some(t) = self.tripped {
+            return Err(limit_error(t));
+        }
+        self.ticks = self.ticks.saturating_add(ticks);
+        if self.ticks > self.tick_limit {
+            return Err(self.trip("cpu_limit"));
+        }
+        Ok(())
+    }
+}
+
+/// The error a tripped limit answers with.
+pub fn limit_error(what: &str) -> AppError {
+    let status = match what {
+        "too_big" => 413,
+        "db_full" => 507,
+        _ => 500,
+    };
+    AppError::new(status, what)
+}
+
+/// The context of one call: the object's database, the effects it queues, its limits.
 pub struct Cx<'a> {
     db: Option<&'a rusqlite::Connection>,
     effects: &'a mut Vec<Effect>,
+    budget: &'a mut CallBudget,
 }
 
 impl<'a> Cx<'a> {
     /// A context over a database (None for a stateless app).
-    pub fn new(db: Option<&'a rusqlite::Connection>, effects: &'a mut Vec<Effect>) -> Cx<'a> {
-        Cx { db, effects }
+    pub fn new(
+        db: Option<&'a rusqlite::Connection>,
+        effects: &'a mut Vec<Effect>,
+        budget: &'a mut CallBudget,
+    ) -> Cx<'a> {
+        Cx {
+            db,
+            effects,
+            budget,
+        }
     }
 
-    /// The object's database, inside the call's transaction.
-    pub fn db(&self) -> Result<&rusqlite::Connection, AppError> {
+    /// Counts one tick of work. Call it in every loop of an app: past
+    /// `COMBD_CPU_LIMIT_TICKS` the call is killed with `cpu_limit` (native code cannot be
+    /// preempted; ticks are how a compiled cell yields its claim on the CPU).
+    pub fn tick(&mut self) -> Result<(), AppError> {
+        self.budget.spend(1)
+    }
+
+    /// The object's database, inside the call's transaction. Each use counts as a host call.
+    pub fn db(&mut self) -> Result<&'a rusqlite::Connection, AppError> {
+        self.budget.spend(combd_kernel::limits::HOST_CALL_TICKS)?;
         self.db
             .ok_or_else(|| AppError::new(500, "this app has no database"))
     }
 
-    /// Sends a text message to a session once the call commits.
-    pub fn send(&mut self, to: SessionId, text: &str) {
+    fn queue(&mut self, bytes: usize) -> Result<(), AppError> {
+        self.budget.spend(combd_kernel::limits::HOST_CALL_TICKS)?;
+        self.budget.sent_bytes += bytes as u64;
+        if self.budget.sent_bytes > combd_kernel::limits::SENDS_MAX_BYTES {
+            return Err(self.budget.trip("send_limit"));
+        }
+        Ok(())
+    }
+
+    /// Sends a text message to a session once the call commits. A request may queue 16 MiB of
+    /// sends in all; past it: `send_limit`.
+    pub fn send(&mut self, to: SessionId, text: &str) -> Result<(), AppError> {
+        self.queue(text.len())?;
         self.effects.push(Effect::Send {
             to,
             text: true,
             payload: text.as_bytes().to_vec(),
         });
+        Ok(())
     }
 
     /// Sends a binary message to a session once the call commits.
-    pub fn send_binary(&mut self, to: SessionId, bytes: &[u8]) {
+    pub fn send_binary(&mut self, to: SessionId, bytes: &[u8]) -> Result<(), AppError> {
+        self.queue(bytes.len())?;
         self.effects.push(Effect::Send {
             to,
             text: false,
             payload: bytes.to_vec(),
         });
+        Ok(())
     }
 
     /// Sends a text message to every session of this object subscribed to `topic`.
-    pub fn broadcast(&mut self, topic: &str, text: &str) {
+    pub fn broadcast(&mut self, topic: &str, text: &str) -> Result<(), AppError> {
+        self.queue(text.len())?;
         self.effects.push(Effect::Broadcast {
             topic: topic.to_string(),
             text: true,
             payload: text.as_bytes().to_vec(),
         });
+        Ok(())
+    }
+
+    /// Writes a line to the node's log (after the call, at info level, with the object's
+    /// name). A request keeps up to 64 KiB; past it lines are dropped and a marker says so.
+    pub fn log(&mut self, line: &str) {
+        let b = &mut *self.budget;
+        if b.log.len() + line.len() + 1 > combd_kernel::limits::LOG_MAX_BYTES {
+            if !b.log_dropped {
+                b.log_dropped = true;
+                b.log.push_str("[log output past 64 KiB dropped]\n");
+            }
+            return;
+        }
+        b.log.push_str(line);
+        b.log.push('\n');
     }
 }
 
@@ -322,6 +431,33 @@ pub fn valid_object_name(name: &str) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_output_is_capped_at_64_kib_with_one_marker() {
+        let mut effects = Vec::new();
+        let mut budget = CallBudget::new(u64::MAX);
+        let mut cx = Cx::new(None, &mut effects, &mut budget);
+        let line = "x".repeat(1000);
+        for _ in 0..100 {
+            cx.log(&line);
+        }
+        assert!(budget.log.len() <= combd_kernel::limits::LOG_MAX_BYTES);
+        assert_eq!(budget.log.matches("dropped").count(), 1);
+        assert_eq!(budget.log.lines().filter(|l| l.len() == 1000).count(), 65);
+    }
+
+    #[test]
+    fn a_tripped_limit_stays_tripped() {
+        let mut effects = Vec::new();
+        let mut budget = CallBudget::new(3);
+        let mut cx = Cx::new(None, &mut effects, &mut budget);
+        assert!(cx.tick().is_ok());
+        assert!(cx.tick().is_ok());
+        assert!(cx.tick().is_ok());
+        assert_eq!(cx.tick().unwrap_err().message, "cpu_limit");
+        assert_eq!(cx.tick().unwrap_err().message, "cpu_limit");
+        assert_eq!(budget.tripped, Some("cpu_limit"));
+    }
 
     #[test]
     fn object_names() {

@@ -25,11 +25,12 @@ use std::time::Instant;
 
 use combd_kernel::limits::{
     OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE, SESSION_MAILBOX, SESSION_MAILBOX_BEHIND,
+    WS_SLOW_CLOSE_BYTES,
 };
 use glommio::timer::Timer;
 use tracing::warn;
 
-use crate::app::{App, AppError, Cx, Effect, Input, Message, Output, SessionId};
+use crate::app::{App, AppError, CallBudget, Cx, Effect, Input, Message, Output, SessionId};
 use crate::http::Response;
 use crate::shard::Shard;
 use crate::stats::ShardStats;
@@ -115,6 +116,12 @@ pub(crate) struct SessionCell {
     pub mail: VecDeque<Arc<[u8]>>,
     pub key: String,
     pub topic: String,
+    /// Bytes waiting for the client: the mailbox's, and those being written, until the
+    /// kernel has taken them.
+    pub waiting_bytes: u64,
+    /// Why the node closes this session: it reads too slowly, or its shard's outbound budget
+    /// is spent. Its mail is dropped at once; the connection closes when it next runs.
+    pub closing: Option<&'static str>,
 }
 
 /// The cells of one shard.
@@ -192,6 +199,8 @@ impl Shard {
             SessionCell {
                 slot,
                 mail: VecDeque::new(),
+                waiting_bytes: 0,
+                closing: None,
                 key,
                 topic,
             },
@@ -207,6 +216,7 @@ impl Shard {
     pub(crate) fn end_session(&self, id: u64) {
         if let Some(s) = self.cells.sessions.borrow_mut().remove(&id) {
             ShardStats::sub(&self.stats().sessions, 1);
+            self.release_outbound(s.waiting_bytes);
             let mut topics = self.cells.topics.borrow_mut();
             let k = (s.key, s.topic);
             if let Some(set) = topics.get_mut(&k) {
@@ -218,16 +228,26 @@ impl Shard {
         }
     }
 
-    /// Whether a session has mail to write.
+    /// Whether a session has mail to write, or is to be closed.
     pub(crate) fn has_mail(&self, id: u64) -> bool {
         self.cells
             .sessions
             .borrow()
             .get(&id)
-            .is_some_and(|s| !s.mail.is_empty())
+            .is_some_and(|s| !s.mail.is_empty() || s.closing.is_some())
     }
 
-    /// Takes a session's mail.
+    /// Why the node is closing this session, if it is.
+    pub(crate) fn closing(&self, id: u64) -> Option<&'static str> {
+        self.cells
+            .sessions
+            .borrow()
+            .get(&id)
+            .and_then(|s| s.closing)
+    }
+
+    /// Takes a session's mail; its bytes stay counted as waiting until
+    /// [`Shard::written`] says the kernel took them.
     pub(crate) fn take_mail(&self, id: u64) -> VecDeque<Arc<[u8]>> {
         self.cells
             .sessions
@@ -237,24 +257,75 @@ impl Shard {
             .unwrap_or_default()
     }
 
-    /// Puts a frame in a local session's mailbox (1000, or 8 while the shard is behind; what
-    /// does not fit is dropped and counted) and wakes its connection.
+    /// The kernel took `bytes` of a session's output.
+    pub(crate) fn written(&self, id: u64, bytes: u64) {
+        if let Some(s) = self.cells.sessions.borrow_mut().get_mut(&id) {
+            let b = bytes.min(s.waiting_bytes);
+            s.waiting_bytes -= b;
+            self.release_outbound(b);
+        }
+    }
+
+    fn release_outbound(&self, bytes: u64) {
+        self.outbound.set(self.outbound.get().saturating_sub(bytes));
+        self.stats()
+            .outbound_bytes
+            .store(self.outbound.get(), Ordering::Relaxed);
+    }
+
+    /// Puts a frame in a local session's mailbox and wakes its connection. The mailbox holds
+    /// 1000 frames, or 8 while the shard is behind (what does not fit is dropped and counted).
+    /// A session with [`WS_SLOW_CLOSE_BYTES`] waiting is closed (it reads too slowly), and so
+    /// is one whose frame would take its shard past its outbound budget: the connection that
+    /// would receive the send is closed, never the node.
     fn deliver_local(&self, id: u64, frame: Arc<[u8]>) {
         let limit = if self.is_behind() {
             SESSION_MAILBOX_BEHIND
         } else {
             SESSION_MAILBOX
         };
+        let len = frame.len() as u64;
+        let budget = self.node.outbound_budget_bytes;
         let slot = {
             let mut sessions = self.cells.sessions.borrow_mut();
             let Some(s) = sessions.get_mut(&id) else {
                 return;
             };
-            if s.mail.len() >= limit {
-                ShardStats::add(&self.stats().session_mailbox_dropped, 1);
+            if s.closing.is_some() {
                 return;
             }
-            s.mail.push_back(frame);
+            let close = if s.waiting_bytes + len > WS_SLOW_CLOSE_BYTES {
+                ShardStats::add(&self.stats().ws_slow_closed, 1);
+                Some("slow")
+            } else if self.outbound.get() + len > budget {
+                ShardStats::add(&self.stats().outbound_budget_closed, 1);
+                Some("outbound_budget")
+            } else {
+                None
+            };
+            if close.is_some() {
+                // Drop what waits in the mailbox now; what is being written is released as
+                // the connection closes.
+                let queued: u64 = s.mail.drain(..).map(|f| f.len() as u64).sum();
+                s.waiting_bytes -= queued.min(s.waiting_bytes);
+                self.outbound
+                    .set(self.outbound.get().saturating_sub(queued));
+                s.closing = close;
+            } else if s.mail.len() >= limit {
+                ShardStats::add(&self.stats().session_mailbox_dropped, 1);
+                return;
+            } else {
+                s.mail.push_back(frame);
+                s.waiting_bytes += len;
+                self.outbound.set(self.outbound.get() + len);
+                let stats = self.stats();
+                stats
+                    .outbound_bytes
+                    .store(self.outbound.get(), Ordering::Relaxed);
+                stats
+                    .outbound_bytes_max
+                    .fetch_max(self.outbound.get(), Ordering::Relaxed);
+            }
             s.slot
         };
         self.wake_slot(slot);
@@ -463,14 +534,25 @@ impl Owned {
 struct BatchResult {
     outputs: Vec<Result<Output, AppError>>,
     effects: Vec<Effect>,
+    /// The calls' log output.
+    logs: String,
+    /// A limit killed a call: the object is reloaded from its database.
+    killed: bool,
+    /// Calls slower than `SLOW_CALL`.
+    slow_calls: u64,
+    /// The limits that tripped.
+    limits: Vec<&'static str>,
 }
 
-/// Opens an object's database: WAL, the durability setting, the app's schema.
+/// Opens an object's database: WAL, the durability setting, the SQL limits (value size,
+/// database size, the statement and host-time watch), the app's schema.
 fn open_db(
     path: &std::path::Path,
     sync_full: bool,
+    db_max_bytes: u64,
     schema: &str,
 ) -> Result<rusqlite::Connection, String> {
+    use combd_kernel::limits::{SQL_PROGRESS_STEPS, SQL_VALUE_MAX_BYTES};
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     }
@@ -481,11 +563,111 @@ fn open_db(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=1000;"
     ))
     .map_err(|e| format!("configure {}: {e}", path.display()))?;
+    db.set_limit(
+        rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
+        SQL_VALUE_MAX_BYTES,
+    );
+    let page: u64 = db
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .map_err(|e| e.to_string())?;
+    db.execute_batch(&format!(
+        "PRAGMA max_page_count = {};",
+        (db_max_bytes / page.max(512)).max(1)
+    ))
+    .map_err(|e| format!("configure {}: {e}", path.display()))?;
+    watch::install(&db);
+    db.progress_handler(SQL_PROGRESS_STEPS, Some(watch::check));
     if !schema.is_empty() {
         db.execute_batch(schema)
             .map_err(|e| format!("schema of {}: {e}", path.display()))?;
     }
     Ok(db)
+}
+
+/// The statement and host-time watch. SQLite calls [`watch::check`] every few thousand VM
+/// steps; it interrupts a statement that has run longer than
+/// [`SQL_STATEMENT_LIMIT`](combd_kernel::limits::SQL_STATEMENT_LIMIT), or any statement once
+/// the call's SQL has taken [`HOST_TIME_LIMIT`](combd_kernel::limits::HOST_TIME_LIMIT) in all.
+/// Statement starts and durations come from `sqlite3_trace_v2`; time the app spends outside
+/// host calls is bounded by its ticks instead. The state is per thread: a blocking thread runs
+/// one call at a time.
+mod watch {
+    use std::cell::Cell;
+    use std::time::{Duration, Instant};
+
+    use combd_kernel::limits::{HOST_TIME_LIMIT, SQL_STATEMENT_LIMIT};
+    use rusqlite::ffi;
+
+    thread_local! {
+        static CALL_START: Cell<Option<Instant>> = const { Cell::new(None) };
+        static STMT_START: Cell<Option<Instant>> = const { Cell::new(None) };
+        static TRIPPED: Cell<Option<&'static str>> = const { Cell::new(None) };
+        static SQL_SPENT: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    }
+
+    unsafe extern "C" fn on_trace(
+        kind: u32,
+        _ctx: *mut std::ffi::c_void,
+        _p: *mut std::ffi::c_void,
+        x: *mut std::ffi::c_void,
+    ) -> i32 {
+        if kind == ffi::SQLITE_TRACE_PROFILE as u32 {
+            // SAFETY: for SQLITE_TRACE_PROFILE, X points to the statement's run time in ns.
+            let ns = unsafe { *(x as *const i64) };
+            SQL_SPENT.with(|s| s.set(s.get() + Duration::from_nanos(ns.max(0) as u64)));
+            STMT_START.with(|s| s.set(None));
+        } else {
+            STMT_START.with(|s| s.set(Some(Instant::now())));
+        }
+        0
+    }
+
+    /// Hooks statement starts on a connection.
+    pub fn install(db: &rusqlite::Connection) {
+        // SAFETY: the callback touches only thread-local state; the handle outlives the hook
+        // (it is removed when the connection closes).
+        unsafe {
+            ffi::sqlite3_trace_v2(
+                db.handle(),
+                (ffi::SQLITE_TRACE_STMT | ffi::SQLITE_TRACE_PROFILE) as u32,
+                Some(on_trace),
+                std::ptr::null_mut(),
+            );
+        }
+    }
+
+    /// Starts watching a call on this thread.
+    pub fn begin() {
+        CALL_START.with(|c| c.set(Some(Instant::now())));
+        STMT_START.with(|s| s.set(None));
+        TRIPPED.with(|t| t.set(None));
+        SQL_SPENT.with(|s| s.set(Duration::ZERO));
+    }
+
+    /// Which limit interrupted SQL during the call, if any; and stops watching.
+    pub fn end() -> Option<&'static str> {
+        CALL_START.with(|c| c.set(None));
+        TRIPPED.with(|t| t.take())
+    }
+
+    /// The progress handler: true interrupts the statement.
+    pub fn check() -> bool {
+        if CALL_START.with(|c| c.get()).is_none() {
+            return false;
+        }
+        let running = STMT_START
+            .with(|s| s.get())
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        if SQL_SPENT.with(|s| s.get()) + running > HOST_TIME_LIMIT {
+            TRIPPED.with(|t| t.set(Some("host_time")));
+            return true;
+        }
+        if running > SQL_STATEMENT_LIMIT {
+            TRIPPED.with(|t| t.set(Some("sql_timeout")));
+            return true;
+        }
+        false
+    }
 }
 
 /// Runs an app call, turning a panic into an error: the transaction around it is rolled back
@@ -495,57 +677,123 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, AppError>) -> Result<T, AppError> {
         .unwrap_or_else(|_| Err(AppError::new(500, "the app failed on this input")))
 }
 
+/// One call of an app in its own transaction, under its limits: ticks, sends, log, the SQL
+/// watch, the host-time limit. A limit that trips decides the result whatever the app
+/// returned, and the transaction is rolled back.
+fn call<T>(
+    db: &mut rusqlite::Connection,
+    tick_limit: u64,
+    effects: &mut Vec<Effect>,
+    logs: &mut String,
+    f: impl FnOnce(&mut Cx<'_>) -> Result<T, AppError>,
+) -> (Result<T, AppError>, CallStats) {
+    let started = std::time::Instant::now();
+    let mut budget = CallBudget::new(tick_limit);
+    watch::begin();
+    let r = (|| -> Result<T, AppError> {
+        let tx = db.transaction()?;
+        let out = {
+            let mut cx = Cx::new(Some(&tx), effects, &mut budget);
+            guarded(|| f(&mut cx))?
+        };
+        if budget.tripped.is_some() {
+            return Err(AppError::new(500, "limit"));
+        }
+        tx.commit()?;
+        Ok(out)
+    })();
+    let interrupted = watch::end();
+    let elapsed = started.elapsed();
+    let tripped = budget.tripped.or(interrupted);
+    logs.push_str(&budget.log);
+    let killed = tripped.is_some_and(|t| matches!(t, "cpu_limit" | "host_time" | "sql_timeout"));
+    // Limits SQLite enforces by refusing the statement (the app sees the error).
+    let tripped = tripped.or(match &r {
+        Err(e) if e.message == "too_big" => Some("too_big"),
+        Err(e) if e.message == "db_full" => Some("db_full"),
+        _ => None,
+    });
+    let r = match (r, tripped) {
+        (_, Some(t)) => Err(crate::app::limit_error(t)),
+        (r, None) => r,
+    };
+    let stats = CallStats {
+        killed,
+        slow: elapsed > combd_kernel::limits::SLOW_CALL,
+        limit: tripped,
+    };
+    (r, stats)
+}
+
+/// What [`call`] tells the object about a call besides its result.
+#[derive(Debug, Default, Clone, Copy)]
+struct CallStats {
+    /// A limit killed it: reload the object from its database.
+    killed: bool,
+    /// It took longer than [`SLOW_CALL`](combd_kernel::limits::SLOW_CALL).
+    slow: bool,
+    /// Which limit tripped, if any.
+    limit: Option<&'static str>,
+}
+
 /// Runs inputs in one transaction (a batch), or each in its own when the batch fails or the
 /// app takes one at a time. Runs on the blocking thread.
-fn run_batch(app: &dyn App, db: &mut rusqlite::Connection, inputs: &[Owned]) -> BatchResult {
+fn run_batch(
+    app: &dyn App,
+    db: &mut rusqlite::Connection,
+    inputs: &[Owned],
+    tick_limit: u64,
+) -> BatchResult {
+    let mut result = BatchResult {
+        outputs: Vec::new(),
+        effects: Vec::new(),
+        logs: String::new(),
+        killed: false,
+        slow_calls: 0,
+        limits: Vec::new(),
+    };
     if inputs.len() > 1 {
         let mut effects = Vec::new();
-        let attempt = (|| -> Result<Vec<Output>, AppError> {
+        let mut logs = String::new();
+        let (r, st) = call(db, tick_limit, &mut effects, &mut logs, |cx| {
             let borrowed: Vec<Input<'_>> =
                 inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
-            let tx = db.transaction()?;
-            let outs = {
-                let mut cx = Cx::new(Some(&tx), &mut effects);
-                guarded(|| app.handle_batch(&mut cx, &borrowed))?
-            };
+            let outs = app.handle_batch(cx, &borrowed)?;
             if outs.len() != inputs.len() {
                 return Err(AppError::new(
                     500,
                     "handle_batch answered the wrong number of inputs",
                 ));
             }
-            tx.commit()?;
             Ok(outs)
-        })();
-        if let Ok(outs) = attempt {
-            return BatchResult {
-                outputs: outs.into_iter().map(Ok).collect(),
-                effects,
-            };
+        });
+        result.slow_calls += st.slow as u64;
+        if let Ok(outs) = r {
+            result.outputs = outs.into_iter().map(Ok).collect();
+            result.effects = effects;
+            result.logs = logs;
+            return result;
         }
         // Nothing of the batch was applied; retry one by one so one bad input does not fail
         // its neighbours.
     }
-    let mut effects = Vec::new();
-    let mut outputs = Vec::with_capacity(inputs.len());
     for input in inputs {
         let mut mine = Vec::new();
-        let r = (|| -> Result<Output, AppError> {
+        let (r, st) = call(db, tick_limit, &mut mine, &mut result.logs, |cx| {
             let input = input.input()?;
-            let tx = db.transaction()?;
-            let out = {
-                let mut cx = Cx::new(Some(&tx), &mut mine);
-                guarded(|| app.handle(&mut cx, &input))?
-            };
-            tx.commit()?;
-            Ok(out)
-        })();
+            app.handle(cx, &input)
+        });
         if r.is_ok() {
-            effects.append(&mut mine);
+            result.effects.append(&mut mine);
         }
-        outputs.push(r);
+        result.killed |= st.killed;
+        result.slow_calls += st.slow as u64;
+        if let Some(l) = st.limit {
+            result.limits.push(l);
+        }
+        result.outputs.push(r);
     }
-    BatchResult { outputs, effects }
+    result
 }
 
 /// The life of one object on its home shard.
@@ -569,9 +817,10 @@ async fn object_task(shard: Rc<Shard>, cell: Rc<ObjectCell>) {
         .store(shard.restores.used_max.get() as u64, Ordering::Relaxed);
     let path = object_path(&shard.node.settings.data_dir, cell.app.name(), &cell.name);
     let sync_full = shard.node.settings.sqlite_sync_full;
+    let db_max = shard.node.settings.db_max_bytes;
     let schema = cell.app.schema();
     let opened = glommio::executor()
-        .spawn_blocking(move || open_db(&path, sync_full, schema))
+        .spawn_blocking(move || open_db(&path, sync_full, db_max, schema))
         .await;
     shard.restores.release();
     stats
@@ -695,14 +944,49 @@ async fn object_task(shard: Rc<Shard>, cell: Rc<ObjectCell>) {
         }
         let count = inputs.len() as u64;
         let app = cell.app.clone();
+        let tick_limit = shard.node.settings.cpu_limit_ticks;
         let (conn, result) = glommio::executor()
             .spawn_blocking(move || {
                 let mut conn = conn;
-                let r = run_batch(app.as_ref(), &mut conn, &inputs);
+                let r = run_batch(app.as_ref(), &mut conn, &inputs, tick_limit);
                 (conn, r)
             })
             .await;
-        db = Some(conn);
+        if !result.logs.is_empty() {
+            for line in result.logs.lines() {
+                tracing::info!(object = %cell.key, "{line}");
+            }
+        }
+        ShardStats::add(&stats.slow_calls, result.slow_calls);
+        for l in &result.limits {
+            let counter = match *l {
+                "cpu_limit" => &stats.cpu_limit_killed,
+                "host_time" => &stats.host_time_killed,
+                "sql_timeout" => &stats.sql_timeouts,
+                "too_big" => &stats.sql_too_big,
+                "db_full" => &stats.db_full,
+                _ => &stats.send_limit_refused,
+            };
+            ShardStats::add(counter, 1);
+        }
+        if result.killed {
+            // A killed call: reload the object from its database, so nothing of the call
+            // survives anywhere (its transaction was rolled back).
+            ShardStats::add(&stats.reloads, 1);
+            let path = object_path(&shard.node.settings.data_dir, cell.app.name(), &cell.name);
+            let schema = cell.app.schema();
+            let reopened = glommio::executor()
+                .spawn_blocking(move || {
+                    drop(conn);
+                    open_db(&path, sync_full, db_max, schema)
+                })
+                .await;
+            db = reopened
+                .map_err(|e| warn!(object = %cell.key, "cannot reopen: {e}"))
+                .ok();
+        } else {
+            db = Some(conn);
+        }
         ShardStats::add(&stats.batches, 1);
         stats.batch_max.fetch_max(count, Ordering::Relaxed);
         for (reply, out) in replies.into_iter().zip(result.outputs) {
@@ -774,7 +1058,7 @@ mod tests {
             };
             let v = String::from_utf8_lossy(body).into_owned();
             cx.db()?.execute("INSERT INTO log (v) VALUES (?1)", [&v])?;
-            cx.broadcast("t", &v);
+            cx.broadcast("t", &v)?;
             if v == "bad" {
                 return Err(AppError::new(400, "bad input"));
             }
@@ -797,9 +1081,9 @@ mod tests {
     fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
         let path = std::env::temp_dir().join(format!("combd-batch-{}.sqlite", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let mut db = open_db(&path, true, Log.schema()).unwrap();
+        let mut db = open_db(&path, true, 1 << 30, Log.schema()).unwrap();
         let inputs = [http("a"), http("bad"), http("b")];
-        let r = run_batch(&Log, &mut db, &inputs);
+        let r = run_batch(&Log, &mut db, &inputs, u64::MAX);
         assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
         assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
         assert!(r.outputs[2].is_ok());
@@ -827,7 +1111,7 @@ mod tests {
         assert_eq!(sent, ["a", "b"]);
 
         // A batch that succeeds is one transaction with every effect.
-        let r = run_batch(&Log, &mut db, &[http("c"), http("d")]);
+        let r = run_batch(&Log, &mut db, &[http("c"), http("d")], u64::MAX);
         assert!(r.outputs.iter().all(|o| o.is_ok()));
         assert_eq!(r.effects.len(), 2);
         drop(db);
@@ -856,8 +1140,13 @@ mod tests {
     fn an_app_panic_fails_its_input_and_rolls_back() {
         let path = std::env::temp_dir().join(format!("combd-panic-{}.sqlite", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let mut db = open_db(&path, false, Panics.schema()).unwrap();
-        let r = run_batch(&Panics, &mut db, &[http("ok"), http("panic"), http("ok")]);
+        let mut db = open_db(&path, false, 1 << 30, Panics.schema()).unwrap();
+        let r = run_batch(
+            &Panics,
+            &mut db,
+            &[http("ok"), http("panic"), http("ok")],
+            u64::MAX,
+        );
         assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
         assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 500);
         let n: i64 = db

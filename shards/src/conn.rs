@@ -21,6 +21,7 @@ use futures_lite::AsyncRead;
 use glommio::net::TcpStream;
 use glommio::timer::Timer;
 
+use crate::app::CallBudget;
 use crate::app::{
     valid_object_name, App, Cx, Effect, Input as AppInput, Message, Output, SessionId,
 };
@@ -178,6 +179,40 @@ impl Conn {
         if r.is_ok() {
             ShardStats::add(&self.shard.stats().bytes_out, out.len() as u64);
         }
+        *out = Vec::new();
+        r
+    }
+
+    /// Writes a session's output and frees it. Unlike [`Conn::flush`], the wait for the
+    /// socket to take it ends as soon as the node decides to close the session (a client that
+    /// stopped reading cannot hold the task until the write stall timeout).
+    async fn write_session(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        let mut pos = 0;
+        let r = futures_lite::future::poll_fn(|cx| loop {
+            if self
+                .session
+                .is_some_and(|id| self.shard.closing(id).is_some())
+            {
+                return Poll::Ready(Err(io::Error::other("session closing")));
+            }
+            if pos >= out.len() {
+                return Poll::Ready(Ok(()));
+            }
+            match futures_lite::AsyncWrite::poll_write(Pin::new(&mut self.stream), cx, &out[pos..])
+            {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    pos += n;
+                    ShardStats::add(&self.shard.stats().bytes_out, n as u64);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    self.shard.park(self.slot, cx.waker());
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await;
         *out = Vec::new();
         r
     }
@@ -425,7 +460,7 @@ impl Conn {
                     Some(app) if app.stateless() => {
                         let mut effects = Vec::new();
                         let input = AppInput::Http { method: req.method, query: req.query, body: req.body };
-                        match app.handle(&mut Cx::new(None, &mut effects), &input) {
+                        match app.handle(&mut Cx::new(None, &mut effects, &mut CallBudget::new(node_ticks(&self.shard))), &input) {
                             Ok(Output::Http(resp)) => resp,
                             Ok(Output::None) => Response::bytes(204, "application/json", Vec::new()),
                             Err(e) => Response::error(e.status, &e.message),
@@ -506,9 +541,18 @@ impl Conn {
             id: 0,
         };
         let mut decoder = Decoder::new(shard.node.settings.ws_max_message_bytes);
+        // The message rate: a token bucket of COMBD_WS_BURST tokens refilled at COMBD_WS_RATE
+        // a second; each message and ping takes one.
+        let (rate, burst) = (
+            shard.node.settings.ws_rate as f64,
+            shard.node.settings.ws_burst as f64,
+        );
+        let mut tokens = burst;
+        let mut refilled = Instant::now();
         let mut out: Vec<u8> = Vec::new();
         loop {
             let mut client_close: Option<Option<u16>> = None;
+            let mut over_rate = false;
             let mut error = None;
             if !self.inbuf.is_empty() {
                 let on_message = |text: bool, payload: &[u8], out: &mut Vec<u8>| {
@@ -534,7 +578,14 @@ impl Conn {
                                 session: inline_id,
                                 msg,
                             };
-                            if let Err(e) = app.handle(&mut Cx::new(None, &mut effects), &input) {
+                            if let Err(e) = app.handle(
+                                &mut Cx::new(
+                                    None,
+                                    &mut effects,
+                                    &mut CallBudget::new(node_ticks(&self.shard)),
+                                ),
+                                &input,
+                            ) {
                                 ws::encode_text(
                                     out,
                                     &serde_json::json!({ "error": e.message }).to_string(),
@@ -559,7 +610,22 @@ impl Conn {
                         }
                     }
                 };
+                let mut take_token = || {
+                    let now = Instant::now();
+                    tokens =
+                        (tokens + now.duration_since(refilled).as_secs_f64() * rate).min(burst);
+                    refilled = now;
+                    if tokens < 1.0 {
+                        return false;
+                    }
+                    tokens -= 1.0;
+                    true
+                };
                 let decoded = decoder.decode(&mut self.inbuf, |ev| match ev {
+                    WsEvent::Text(_) | WsEvent::Binary(_) | WsEvent::Ping(_) if !take_token() => {
+                        over_rate = true;
+                        false
+                    }
                     WsEvent::Text(t) => {
                         on_message(true, t.as_bytes(), &mut out);
                         true
@@ -588,6 +654,15 @@ impl Conn {
                     self.inbuf = Vec::new();
                 }
             }
+            if over_rate {
+                ShardStats::add(&stats.ws_rate_closed, 1);
+                ws::encode_close(&mut out, Some(ws::close::POLICY), "message rate exceeded");
+                self.detach(&app, &object, session);
+                if self.flush(&mut out).await.is_ok() {
+                    self.linger_close().await;
+                }
+                return;
+            }
             if let Some(code) = client_close {
                 // Answer the close with the client's code (RFC 6455, 5.5.1), then close.
                 ws::encode_close(&mut out, code, "");
@@ -613,15 +688,24 @@ impl Conn {
             match self.fill(None, !decoder.in_message()).await {
                 Input::Data => {}
                 Input::Mail => {
+                    let Some(id) = self.session else { continue };
+                    if let Some(why) = shard.closing(id) {
+                        // It reads too slowly, or the shard's outbound budget is spent: close
+                        // the connection (no close frame: it is not reading).
+                        tracing::debug!(shard = shard.id, session = id, why, "closing a session");
+                        self.detach(&app, &object, session);
+                        return;
+                    }
                     // A sleeping session with mail waits its turn for an awake slot.
                     let permit = shard.acquire_awake().await;
-                    if let Some(id) = self.session {
-                        for frame in shard.take_mail(id) {
-                            ShardStats::add(&stats.ws_messages_out, 1);
-                            out.extend_from_slice(&frame);
-                        }
+                    let mut taken = 0u64;
+                    for frame in shard.take_mail(id) {
+                        ShardStats::add(&stats.ws_messages_out, 1);
+                        taken += frame.len() as u64;
+                        out.extend_from_slice(&frame);
                     }
-                    let written = self.flush(&mut out).await;
+                    let written = self.write_session(&mut out).await;
+                    shard.written(id, taken);
                     drop(permit);
                     if written.is_err() {
                         self.detach(&app, &object, session);
@@ -657,6 +741,11 @@ impl Conn {
             self.shard.end_session(id);
         }
     }
+}
+
+/// The tick limit of one call.
+fn node_ticks(shard: &Shard) -> u64 {
+    shard.node.settings.cpu_limit_ticks
 }
 
 /// Checks a WebSocket upgrade request (RFC 6455, 4.2.1) and computes `Sec-WebSocket-Accept`.

@@ -4,7 +4,7 @@
 
 use std::io::Write as _;
 
-use combd_kernel::limits::{HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES};
+use combd_kernel::limits::{HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES, URL_MAX_BYTES};
 
 /// What the connection loop learns from a complete request head. Owned scalars only, so the
 /// read buffer may grow while the body arrives; handlers re-borrow the head with [`Request`].
@@ -80,6 +80,12 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
         return Err(HeadError {
             status: 431,
             message: "request header section too large",
+        });
+    }
+    if req.path.is_some_and(|p| p.len() > URL_MAX_BYTES) {
+        return Err(HeadError {
+            status: 414,
+            message: "request target too long",
         });
     }
     let http11 = req.version == Some(1);
@@ -251,6 +257,7 @@ pub fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Content Too Large",
+        414 => "URI Too Long",
         417 => "Expectation Failed",
         426 => "Upgrade Required",
         431 => "Request Header Fields Too Large",

@@ -34,6 +34,9 @@ pub struct NodeShared {
     pub admission: Admission,
     /// Where the memory budget came from.
     pub memory_budget_source: &'static str,
+    /// Bytes waiting to be written per shard, every connection together
+    /// (`COMBD_OUTBOUND_BUDGET`, else a quarter of the memory budget split over the shards).
+    pub outbound_budget_bytes: u64,
     started: Instant,
     draining: AtomicBool,
     /// Open connections on every shard and listener: reserved at accept, released when the
@@ -96,6 +99,18 @@ impl NodeShared {
             ("shutdown_timeout_ms", ms(s.shutdown_timeout)),
             ("max_awake", s.max_awake as u64),
             ("restores_at_once", s.restores_at_once as u64),
+            ("cpu_limit_ticks", s.cpu_limit_ticks),
+            ("db_max_bytes", s.db_max_bytes),
+            ("ws_rate", s.ws_rate),
+            ("ws_burst", s.ws_burst),
+            ("outbound_budget_bytes", self.outbound_budget_bytes),
+            ("ws_slow_close_bytes", limits::WS_SLOW_CLOSE_BYTES),
+            ("sends_max_bytes", limits::SENDS_MAX_BYTES),
+            ("log_max_bytes", limits::LOG_MAX_BYTES as u64),
+            ("sql_value_max_bytes", limits::SQL_VALUE_MAX_BYTES as u64),
+            ("sql_statement_ms", ms(limits::SQL_STATEMENT_LIMIT)),
+            ("host_time_ms", ms(limits::HOST_TIME_LIMIT)),
+            ("url_max_bytes", limits::URL_MAX_BYTES as u64),
             (
                 "header_section_max_bytes",
                 limits::HEADER_SECTION_MAX_BYTES as u64,
@@ -285,6 +300,7 @@ impl Node {
         cpus: &[usize],
         max_conns_effective: u64,
         memory_budget_source: &'static str,
+        outbound_budget_bytes: u64,
         coordinator: mpsc::SyncSender<()>,
     ) -> Result<Node, String> {
         let n = settings.shards;
@@ -336,6 +352,7 @@ impl Node {
             max_conns_effective,
             admission: Admission::default(),
             memory_budget_source,
+            outbound_budget_bytes,
             started: Instant::now(),
             draining: AtomicBool::new(false),
             conns_open: AtomicU64::new(0),

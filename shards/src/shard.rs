@@ -44,6 +44,8 @@ pub(crate) struct Shard {
     pub awake: Rc<Fifo>,
     /// The restore slots (`COMBD_RESTORES_AT_ONCE`).
     pub restores: Rc<Fifo>,
+    /// Bytes waiting to be written on this shard, every session together.
+    pub outbound: Cell<u64>,
 }
 
 /// An awake slot; given back (to the first in the ready line) when dropped.
@@ -301,6 +303,7 @@ impl Shard {
             cells: Cells::default(),
             awake: Rc::new(Fifo::new(node_max_awake)),
             restores: Rc::new(Fifo::new(node_restores)),
+            outbound: Cell::new(0),
         });
         debug_assert!(!shard.public.local && shard.local.local);
         shard.start_accepting(true);

@@ -91,6 +91,32 @@ pub struct ShardStats {
     pub batch_max: AtomicU64,
     /// The oldest age an input reached waiting in a mailbox, in milliseconds.
     pub mailbox_oldest_age_ms: AtomicU64,
+    /// Calls that took longer than 10 ms.
+    pub slow_calls: AtomicU64,
+    /// Calls killed past `COMBD_CPU_LIMIT_TICKS`.
+    pub cpu_limit_killed: AtomicU64,
+    /// Calls killed past 1 s of host calls.
+    pub host_time_killed: AtomicU64,
+    /// SQL statements interrupted past 100 ms.
+    pub sql_timeouts: AtomicU64,
+    /// SQL values refused past 2 MB.
+    pub sql_too_big: AtomicU64,
+    /// Writes refused at the 1 GB database cap.
+    pub db_full: AtomicU64,
+    /// Sends refused past 16 MiB a request.
+    pub send_limit_refused: AtomicU64,
+    /// Objects reloaded from their database after a killed call.
+    pub reloads: AtomicU64,
+    /// WebSockets closed because 8 MiB was waiting for them.
+    pub ws_slow_closed: AtomicU64,
+    /// Connections closed because the shard's outbound budget was spent.
+    pub outbound_budget_closed: AtomicU64,
+    /// Bytes waiting to be written on this shard (session mailboxes and writes in progress).
+    pub outbound_bytes: AtomicU64,
+    /// The most bytes waiting at once.
+    pub outbound_bytes_max: AtomicU64,
+    /// WebSockets closed with 1008 past their message rate.
+    pub ws_rate_closed: AtomicU64,
 }
 
 /// One figure: its `/stats` name, `/metrics` name, kind, help line and value.
@@ -149,6 +175,19 @@ impl ShardStats {
             ("batches", "combd_batches_total", Counter, "Batches run.", g(&self.batches)),
             ("batch_max", "combd_batch_max", Gauge, "The largest batch.", g(&self.batch_max)),
             ("mailbox_oldest_age_ms", "combd_mailbox_oldest_age_milliseconds", Gauge, "The oldest a waiting input got.", g(&self.mailbox_oldest_age_ms)),
+            ("slow_calls", "combd_slow_calls_total", Counter, "Calls longer than 10 ms.", g(&self.slow_calls)),
+            ("cpu_limit_killed", "combd_cpu_limit_killed_total", Counter, "Calls killed past the tick limit.", g(&self.cpu_limit_killed)),
+            ("host_time_killed", "combd_host_time_killed_total", Counter, "Calls killed past 1 s of host calls.", g(&self.host_time_killed)),
+            ("sql_timeouts", "combd_sql_timeouts_total", Counter, "SQL statements interrupted past 100 ms.", g(&self.sql_timeouts)),
+            ("sql_too_big", "combd_sql_too_big_total", Counter, "SQL values refused past 2 MB.", g(&self.sql_too_big)),
+            ("db_full", "combd_db_full_total", Counter, "Writes refused at the database size cap.", g(&self.db_full)),
+            ("send_limit_refused", "combd_send_limit_refused_total", Counter, "Sends refused past 16 MiB a request.", g(&self.send_limit_refused)),
+            ("reloads", "combd_reloads_total", Counter, "Objects reloaded after a killed call.", g(&self.reloads)),
+            ("ws_slow_closed", "combd_ws_slow_closed_total", Counter, "WebSockets closed with 8 MiB waiting.", g(&self.ws_slow_closed)),
+            ("outbound_budget_closed", "combd_outbound_budget_closed_total", Counter, "Connections closed at the shard's outbound budget.", g(&self.outbound_budget_closed)),
+            ("outbound_bytes", "combd_outbound_bytes", Gauge, "Bytes waiting to be written.", g(&self.outbound_bytes)),
+            ("outbound_bytes_max", "combd_outbound_bytes_max", Gauge, "The most bytes waiting at once.", g(&self.outbound_bytes_max)),
+            ("ws_rate_closed", "combd_ws_rate_closed_total", Counter, "WebSockets closed past their message rate.", g(&self.ws_rate_closed)),
         ]
     }
 }

@@ -19,6 +19,8 @@ pub mod close {
     pub const PROTOCOL: u16 = 1002;
     /// A text message was not valid UTF-8.
     pub const INVALID_DATA: u16 = 1007;
+    /// The client broke a policy (its message rate).
+    pub const POLICY: u16 = 1008;
     /// A message was larger than `COMBD_WS_MAX_MESSAGE`.
     pub const TOO_BIG: u16 = 1009;
 }

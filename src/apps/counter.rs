@@ -9,7 +9,7 @@ use combd_shards::http::Response;
 /// The counter app.
 pub struct Counter;
 
-fn value(cx: &Cx<'_>) -> Result<i64, AppError> {
+fn value(cx: &mut Cx<'_>) -> Result<i64, AppError> {
     Ok(cx
         .db()?
         .query_row("SELECT value FROM counter WHERE id = 1", [], |r| r.get(0))?)
@@ -64,7 +64,7 @@ impl App for Counter {
             Input::Http { .. } => Err(AppError::new(405, "GET the value or POST to add")),
             Input::Message { session, .. } => {
                 let v = value(cx)?;
-                cx.send(*session, &serde_json::json!({ "value": v }).to_string());
+                cx.send(*session, &serde_json::json!({ "value": v }).to_string())?;
                 Ok(Output::None)
             }
             Input::Attach { .. } | Input::Detach { .. } => Ok(Output::None),

@@ -35,14 +35,14 @@ impl App for Echo {
                 session,
                 msg: Message::Text(t),
             } => {
-                cx.send(*session, t);
+                cx.send(*session, t)?;
                 Ok(Output::None)
             }
             Input::Message {
                 session,
                 msg: Message::Binary(b),
             } => {
-                cx.send_binary(*session, b);
+                cx.send_binary(*session, b)?;
                 Ok(Output::None)
             }
             Input::Attach { .. } | Input::Detach { .. } => Ok(Output::None),

@@ -39,7 +39,7 @@ fn page_of(query: Option<&str>) -> Result<u64, AppError> {
     Ok(p)
 }
 
-fn load_page(cx: &Cx<'_>, page: u64) -> Result<Vec<u8>, AppError> {
+fn load_page(cx: &mut Cx<'_>, page: u64) -> Result<Vec<u8>, AppError> {
     let bits: Option<Vec<u8>> =
         match cx
             .db()?
@@ -91,6 +91,7 @@ fn apply(cx: &mut Cx<'_>, clicks: &[Click]) -> Result<(), AppError> {
         let mut bits = load_page(cx, page)?;
         let mut updates = Vec::with_capacity(clicks.len());
         for c in clicks {
+            cx.tick()?;
             let off = (c.i % PAGE_BOXES) as usize;
             bits[off / 8] ^= 1 << (off % 8);
             let v = (bits[off / 8] >> (off % 8)) & 1;
@@ -103,7 +104,7 @@ fn apply(cx: &mut Cx<'_>, clicks: &[Click]) -> Result<(), AppError> {
         cx.broadcast(
             &format!("p{page}"),
             &serde_json::json!({ "t": "set", "u": updates }).to_string(),
-        );
+        )?;
     }
     Ok(())
 }
@@ -153,7 +154,7 @@ impl App for Million {
                 let page = page_of(*query)?;
                 let bits = load_page(cx, page)?;
                 let msg = serde_json::json!({ "t": "page", "p": page, "s": session_number(*session), "bits": hex(&bits) });
-                cx.send(*session, &msg.to_string());
+                cx.send(*session, &msg.to_string())?;
                 Ok(Output::None)
             }
             Input::Detach { .. } => Ok(Output::None),

@@ -7,6 +7,7 @@ use combd_shards::app::{App, Apps};
 pub mod counter;
 pub mod echo;
 pub mod hold;
+pub mod limits;
 pub mod million;
 
 /// Every built-in app; the test apps too when `test_apps` is on.
@@ -18,6 +19,7 @@ pub fn builtin(test_apps: bool) -> Apps {
     ];
     if test_apps {
         list.push(Arc::new(hold::Hold));
+        list.push(Arc::new(limits::Limits));
     }
     let mut apps = Apps::new();
     for app in list {
