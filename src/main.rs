@@ -13,6 +13,10 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use tracing::{info, warn};
 
 mod apps;
+
+/// Counts what a call of a cell allocates, for apps with a `memory_kb` limit.
+#[global_allocator]
+static ALLOC: combd_shards::alloc::CountingAlloc = combd_shards::alloc::CountingAlloc;
 mod coordinator;
 
 const EX_CONFIG: i32 = 78;

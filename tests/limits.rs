@@ -206,6 +206,22 @@ fn websocket_message_rate_past_the_burst_closes_1008() {
 }
 
 #[test]
+fn memory_kb_kills_a_call_that_holds_too_much() {
+    // hold's memory_kb is 4096.
+    let node = test_node(&[]);
+    let r = post(&node, "/o/hold/mem?alloc=1048576");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = post(&node, "/o/hold/mem?alloc=5000000");
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (500, Some("memory_limit"))
+    );
+    assert_eq!(node.stats()["memory_limit_killed"], 1);
+    // The sequence the killed call advanced was rolled back.
+    assert_eq!(post(&node, "/o/hold/mem").json()["seq"], 2);
+}
+
+#[test]
 fn request_target_past_8_kib_gets_414() {
     let node = TestNode::start(&[]);
     let ok = format!(

@@ -178,6 +178,9 @@ pub enum Effect {
 pub struct CallBudget {
     ticks: u64,
     tick_limit: u64,
+    /// The app's `memory_kb` in bytes, and what the call holds besides its allocations
+    /// (its inputs' bytes in the mailbox).
+    memory_limit: Option<(u64, u64)>,
     sent_bytes: u64,
     /// The request's log output, up to [`LOG_MAX_BYTES`](combd_kernel::limits::LOG_MAX_BYTES).
     pub log: String,
@@ -193,11 +196,29 @@ impl CallBudget {
         CallBudget {
             ticks: 0,
             tick_limit,
+            memory_limit: None,
             sent_bytes: 0,
             log: String::new(),
             log_dropped: false,
             tripped: None,
         }
+    }
+
+    /// Sets the call's memory limit: `limit_bytes` for the inputs' `base_bytes`, the sends it
+    /// queues, and what it allocates while it runs.
+    pub fn with_memory(mut self, limit_bytes: Option<u64>, base_bytes: u64) -> CallBudget {
+        self.memory_limit = limit_bytes.map(|l| (l, base_bytes));
+        self
+    }
+
+    /// Checks the memory limit now (also done at every tick and host call).
+    pub fn check_memory(&mut self) -> Result<(), AppError> {
+        if let Some((limit, base)) = self.memory_limit {
+            if base + self.sent_bytes + crate::alloc::held() > limit {
+                return Err(self.trip("memory_limit"));
+            }
+        }
+        Ok(())
     }
 
     fn trip(&mut self, what: &'static str) -> AppError {
@@ -213,7 +234,7 @@ impl CallBudget {
         if self.ticks > self.tick_limit {
             return Err(self.trip("cpu_limit"));
         }
-        Ok(())
+        self.check_memory()
     }
 }
 
@@ -340,6 +361,13 @@ pub trait App: Send + Sync + 'static {
     /// Most inputs waiting in an object's mailbox; past it an input is refused at once.
     fn mailbox(&self) -> usize {
         combd_kernel::limits::MAILBOX_DEFAULT
+    }
+
+    /// The memory one call of this app may use, in KiB, if limited: its inputs waiting in the
+    /// mailbox, the sends it queues, and what it allocates while it runs (counted by the
+    /// node's allocator). Past it the call is killed with `memory_limit`.
+    fn memory_kb(&self) -> Option<u64> {
+        None
     }
 
     /// Most inputs handled in one batch (when [`App::handles_batch`]).

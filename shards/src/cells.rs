@@ -683,19 +683,24 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, AppError>) -> Result<T, AppError> {
 fn call<T>(
     db: &mut rusqlite::Connection,
     tick_limit: u64,
+    memory: (Option<u64>, u64),
     effects: &mut Vec<Effect>,
     logs: &mut String,
     f: impl FnOnce(&mut Cx<'_>) -> Result<T, AppError>,
 ) -> (Result<T, AppError>, CallStats) {
     let started = std::time::Instant::now();
-    let mut budget = CallBudget::new(tick_limit);
+    let mut budget = CallBudget::new(tick_limit).with_memory(memory.0, memory.1);
     watch::begin();
+    if memory.0.is_some() {
+        crate::alloc::begin();
+    }
     let r = (|| -> Result<T, AppError> {
         let tx = db.transaction()?;
         let out = {
             let mut cx = Cx::new(Some(&tx), effects, &mut budget);
             guarded(|| f(&mut cx))?
         };
+        let _ = budget.check_memory();
         if budget.tripped.is_some() {
             return Err(AppError::new(500, "limit"));
         }
@@ -703,10 +708,16 @@ fn call<T>(
         Ok(out)
     })();
     let interrupted = watch::end();
+    crate::alloc::end();
     let elapsed = started.elapsed();
     let tripped = budget.tripped.or(interrupted);
     logs.push_str(&budget.log);
-    let killed = tripped.is_some_and(|t| matches!(t, "cpu_limit" | "host_time" | "sql_timeout"));
+    let killed = tripped.is_some_and(|t| {
+        matches!(
+            t,
+            "cpu_limit" | "host_time" | "sql_timeout" | "memory_limit"
+        )
+    });
     // Limits SQLite enforces by refusing the statement (the app sees the error).
     let tripped = tripped.or(match &r {
         Err(e) if e.message == "too_big" => Some("too_big"),
@@ -744,6 +755,13 @@ fn run_batch(
     inputs: &[Owned],
     tick_limit: u64,
 ) -> BatchResult {
+    let limit = app.memory_kb().map(|kb| kb * 1024);
+    let input_bytes = |i: &Owned| match i {
+        Owned::Http { body, .. } => body.len() as u64,
+        Owned::Message { payload, .. } => payload.len() as u64,
+        _ => 0,
+    };
+    let all: u64 = inputs.iter().map(input_bytes).sum();
     let mut result = BatchResult {
         outputs: Vec::new(),
         effects: Vec::new(),
@@ -755,18 +773,25 @@ fn run_batch(
     if inputs.len() > 1 {
         let mut effects = Vec::new();
         let mut logs = String::new();
-        let (r, st) = call(db, tick_limit, &mut effects, &mut logs, |cx| {
-            let borrowed: Vec<Input<'_>> =
-                inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
-            let outs = app.handle_batch(cx, &borrowed)?;
-            if outs.len() != inputs.len() {
-                return Err(AppError::new(
-                    500,
-                    "handle_batch answered the wrong number of inputs",
-                ));
-            }
-            Ok(outs)
-        });
+        let (r, st) = call(
+            db,
+            tick_limit,
+            (limit, all),
+            &mut effects,
+            &mut logs,
+            |cx| {
+                let borrowed: Vec<Input<'_>> =
+                    inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
+                let outs = app.handle_batch(cx, &borrowed)?;
+                if outs.len() != inputs.len() {
+                    return Err(AppError::new(
+                        500,
+                        "handle_batch answered the wrong number of inputs",
+                    ));
+                }
+                Ok(outs)
+            },
+        );
         result.slow_calls += st.slow as u64;
         if let Ok(outs) = r {
             result.outputs = outs.into_iter().map(Ok).collect();
@@ -779,10 +804,17 @@ fn run_batch(
     }
     for input in inputs {
         let mut mine = Vec::new();
-        let (r, st) = call(db, tick_limit, &mut mine, &mut result.logs, |cx| {
-            let input = input.input()?;
-            app.handle(cx, &input)
-        });
+        let (r, st) = call(
+            db,
+            tick_limit,
+            (limit, input_bytes(input)),
+            &mut mine,
+            &mut result.logs,
+            |cx| {
+                let input = input.input()?;
+                app.handle(cx, &input)
+            },
+        );
         if r.is_ok() {
             result.effects.append(&mut mine);
         }
@@ -965,6 +997,7 @@ async fn object_task(shard: Rc<Shard>, cell: Rc<ObjectCell>) {
                 "sql_timeout" => &stats.sql_timeouts,
                 "too_big" => &stats.sql_too_big,
                 "db_full" => &stats.db_full,
+                "memory_limit" => &stats.memory_limit_killed,
                 _ => &stats.send_limit_refused,
             };
             ShardStats::add(counter, 1);

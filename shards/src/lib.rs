@@ -18,6 +18,7 @@
 //! buffer per shard, and a connection keeps only the bytes of an incomplete request or frame.
 
 pub mod admission;
+pub mod alloc;
 pub mod app;
 pub mod cells;
 mod conn;

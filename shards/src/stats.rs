@@ -107,6 +107,8 @@ pub struct ShardStats {
     pub send_limit_refused: AtomicU64,
     /// Objects reloaded from their database after a killed call.
     pub reloads: AtomicU64,
+    /// Calls killed past their app's `memory_kb`.
+    pub memory_limit_killed: AtomicU64,
     /// WebSockets closed because 8 MiB was waiting for them.
     pub ws_slow_closed: AtomicU64,
     /// Connections closed because the shard's outbound budget was spent.
@@ -183,6 +185,7 @@ impl ShardStats {
             ("db_full", "combd_db_full_total", Counter, "Writes refused at the database size cap.", g(&self.db_full)),
             ("send_limit_refused", "combd_send_limit_refused_total", Counter, "Sends refused past 16 MiB a request.", g(&self.send_limit_refused)),
             ("reloads", "combd_reloads_total", Counter, "Objects reloaded after a killed call.", g(&self.reloads)),
+            ("memory_limit_killed", "combd_memory_limit_killed_total", Counter, "Calls killed past their app's memory_kb.", g(&self.memory_limit_killed)),
             ("ws_slow_closed", "combd_ws_slow_closed_total", Counter, "WebSockets closed with 8 MiB waiting.", g(&self.ws_slow_closed)),
             ("outbound_budget_closed", "combd_outbound_budget_closed_total", Counter, "Connections closed at the shard's outbound budget.", g(&self.outbound_budget_closed)),
             ("outbound_bytes", "combd_outbound_bytes", Gauge, "Bytes waiting to be written.", g(&self.outbound_bytes)),

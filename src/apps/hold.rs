@@ -1,6 +1,7 @@
 //! `hold` (test app, served only with `COMBD_TEST_APPS=on`): each request holds its object for
 //! `?ms=N` milliseconds (at most 10,000) before answering `{"seq": n}`, its place in the
-//! object's order, so tests can fill a mailbox and watch the wake queue.
+//! object's order, so tests can fill a mailbox and watch the wake queue. `&alloc=N` makes
+//! the call hold N bytes while it runs: its `memory_kb` is 4096.
 
 use std::time::Duration;
 
@@ -24,6 +25,10 @@ impl App for Hold {
         8
     }
 
+    fn memory_kb(&self) -> Option<u64> {
+        Some(4096)
+    }
+
     fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
         let Input::Http { query, .. } = input else {
             return Ok(Output::None);
@@ -34,6 +39,13 @@ impl App for Hold {
             .unwrap_or(0)
             .min(10_000);
         std::thread::sleep(Duration::from_millis(ms));
+        let alloc: usize = query
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("alloc=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let held = vec![1u8; alloc];
+        cx.tick()?;
+        let _ = held.len();
         let n: i64 = cx.db()?.query_row(
             "UPDATE seq SET n = n + 1 WHERE id = 1 RETURNING n",
             [],
