@@ -88,6 +88,8 @@ struct Conn {
     local: bool,
     /// The session id while this connection is a session attached to an object.
     session: Option<u64>,
+    /// An upgrade the HTTP loop completed: the WebSocket loop runs next.
+    upgraded: Option<Box<Upgrade>>,
 }
 
 impl Drop for Conn {
@@ -113,8 +115,14 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, local: bool) {
         slot,
         local,
         session: None,
+        upgraded: None,
     };
+    // The HTTP loop and the WebSocket loop run one after the other, not one inside the
+    // other, so an idle WebSocket's task holds only the WebSocket loop's state.
     conn.http().await;
+    if let Some(up) = conn.upgraded.take() {
+        conn.websocket(*up).await;
+    }
 }
 
 impl Conn {
@@ -236,7 +244,7 @@ impl Conn {
         self.count_status(status);
         http::write_response(out, &Response::error(status, message), false, false);
         if self.flush(out).await.is_ok() {
-            self.linger_close().await;
+            Box::pin(self.linger_close()).await;
         }
     }
 
@@ -339,7 +347,7 @@ impl Conn {
                 Next::Continue => {}
                 Next::Close => {
                     if self.flush(&mut out).await.is_ok() {
-                        self.linger_close().await;
+                        Box::pin(self.linger_close()).await;
                     }
                     return;
                 }
@@ -369,11 +377,14 @@ impl Conn {
                     self.count_status(resp.status);
                     http::write_response(&mut out, &resp, keep_alive, head_only);
                 }
-                Next::Upgrade(up) => return self.upgrade(up, out).await,
+                Next::Upgrade(up) => {
+                    self.upgraded = Box::pin(self.upgrade(up, out)).await.map(Box::new);
+                    return;
+                }
             }
             if !keep_alive {
                 if self.flush(&mut out).await.is_ok() {
-                    self.linger_close().await;
+                    Box::pin(self.linger_close()).await;
                 }
                 return;
             }
@@ -476,11 +487,15 @@ impl Conn {
     /// Completes a WebSocket upgrade. A stateful app's session attaches to its object first;
     /// the object may refuse it (503 `overloaded`, 507 `disk_low`, or the app's own error),
     /// and then no upgrade happens.
-    async fn upgrade(&mut self, up: Upgrade, mut out: Vec<u8>) {
+    /// Answers an upgrade: `Some` once the 101 is written and the WebSocket loop may start.
+    async fn upgrade(&mut self, up: Upgrade, mut out: Vec<u8>) -> Option<Upgrade> {
         if !up.app.stateless() {
             let topic = match up.app.topic(up.query.as_deref()) {
                 Ok(t) => t,
-                Err(e) => return self.fail(&mut out, e.status, &e.message).await,
+                Err(e) => {
+                    self.fail(&mut out, e.status, &e.message).await;
+                    return None;
+                }
             };
             let key = format!("{}/{}", up.app.name(), up.object);
             let session = self.shard.new_session(self.slot, key, topic);
@@ -501,11 +516,11 @@ impl Conn {
                     self.count_status(resp.status);
                     http::write_response(&mut out, &resp, false, false);
                     if self.flush(&mut out).await.is_ok() {
-                        self.linger_close().await;
+                        Box::pin(self.linger_close()).await;
                     }
-                    return;
+                    return None;
                 }
-                Err(_) => return,
+                Err(_) => return None,
             }
         }
         self.count_status(101);
@@ -517,9 +532,9 @@ impl Conn {
             .as_bytes(),
         );
         if self.flush(&mut out).await.is_err() {
-            return;
+            return None;
         }
-        self.websocket(up).await;
+        Some(up)
     }
 
     /// The WebSocket loop: decode frames, hand messages to the app (inline for a stateless
@@ -527,7 +542,13 @@ impl Conn {
     /// an awake slot, answer pings, close with the code an error calls for, or 1001 when the
     /// node drains.
     async fn websocket(&mut self, up: Upgrade) {
-        let Upgrade { app, object, .. } = up;
+        let Upgrade {
+            app,
+            object,
+            accept,
+            query,
+        } = up;
+        drop((accept, query));
         let shard = self.shard.clone();
         let stats = shard.stats();
         ShardStats::add(&stats.ws_open, 1);
@@ -659,7 +680,7 @@ impl Conn {
                 ws::encode_close(&mut out, Some(ws::close::POLICY), "message rate exceeded");
                 self.detach(&app, &object, session);
                 if self.flush(&mut out).await.is_ok() {
-                    self.linger_close().await;
+                    Box::pin(self.linger_close()).await;
                 }
                 return;
             }
@@ -668,7 +689,7 @@ impl Conn {
                 ws::encode_close(&mut out, code, "");
                 self.detach(&app, &object, session);
                 if self.flush(&mut out).await.is_ok() {
-                    self.linger_close().await;
+                    Box::pin(self.linger_close()).await;
                 }
                 return;
             }
@@ -677,7 +698,7 @@ impl Conn {
                 ws::encode_close(&mut out, Some(e.code()), e.reason());
                 self.detach(&app, &object, session);
                 if self.flush(&mut out).await.is_ok() {
-                    self.linger_close().await;
+                    Box::pin(self.linger_close()).await;
                 }
                 return;
             }
@@ -724,7 +745,7 @@ impl Conn {
                     );
                     self.detach(&app, &object, session);
                     if self.flush(&mut out).await.is_ok() {
-                        self.linger_close().await;
+                        Box::pin(self.linger_close()).await;
                     }
                     return;
                 }
@@ -804,6 +825,7 @@ pub(crate) async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
         slot,
         local: false,
         session: None,
+        upgraded: None,
     };
     let mut out = Vec::new();
     conn.count_status(503);
