@@ -21,8 +21,21 @@ pub fn run(node: Arc<NodeShared>, probe: MemoryProbe, wake: Receiver<()>) {
     let started = Instant::now();
     let mut hold = Hold::START;
     let mut last_error: Option<Instant> = None;
+    let watchdog = crate::notify::watchdog_interval();
+    let mut last_ping = Instant::now();
+    let mut summary = Summary::new(&node);
     loop {
         let want_full = measure(&node, &probe, &mut last_error);
+        summary.tick(&node);
+        if let Some(every) = watchdog {
+            // Ping only while every shard's tick runs: a stalled shard stops the pings and
+            // systemd restarts the node.
+            if last_ping.elapsed() >= every && node.shards_alive(WATCHDOG_STALL.as_millis() as u64)
+            {
+                crate::notify::notify("WATCHDOG=1");
+                last_ping = Instant::now();
+            }
+        }
         let now_ms = started.elapsed().as_millis() as u64;
         if hold.decide(want_full.any(), now_ms) {
             publish_state(&node, hold.full, want_full);
@@ -37,6 +50,14 @@ pub fn run(node: Arc<NodeShared>, probe: MemoryProbe, wake: Receiver<()>) {
                 Duration::from_millis(due.saturating_sub(now_ms)).min(MEASURE_INTERVAL)
             }
             _ => MEASURE_INTERVAL,
+        };
+        let timeout = match watchdog {
+            Some(every) => timeout.min(
+                every
+                    .saturating_sub(last_ping.elapsed())
+                    .max(Duration::from_millis(10)),
+            ),
+            None => timeout,
         };
         match wake.recv_timeout(timeout) {
             Ok(()) | Err(RecvTimeoutError::Timeout) => {}
@@ -152,6 +173,62 @@ fn publish_state(node: &NodeShared, full: bool, reasons: FullReasons) {
         );
     }
     node.wake_shards();
+}
+
+/// A shard whose tick has not run for this long is stalled (its tick runs every 100 ms).
+const WATCHDOG_STALL: Duration = Duration::from_secs(2);
+
+/// How often refusals are summed up in the log (never one line per refused connection).
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+/// The rate-limited summary of refusals: at most one line per [`SUMMARY_EVERY`], and only when
+/// something was refused.
+struct Summary {
+    at: Instant,
+    refused_late: u64,
+    mailbox_refused: u64,
+}
+
+fn totals(node: &NodeShared) -> (u64, u64) {
+    node.stats.iter().fold((0, 0), |(a, b), s| {
+        (
+            a + s.refused_late.load(Ordering::Relaxed),
+            b + s.mailbox_refused.load(Ordering::Relaxed),
+        )
+    })
+}
+
+impl Summary {
+    fn new(node: &NodeShared) -> Summary {
+        let (refused_late, mailbox_refused) = totals(node);
+        Summary {
+            at: Instant::now(),
+            refused_late,
+            mailbox_refused,
+        }
+    }
+
+    fn tick(&mut self, node: &NodeShared) {
+        if self.at.elapsed() < SUMMARY_EVERY {
+            return;
+        }
+        let (late, mailbox) = totals(node);
+        let (d_late, d_mailbox) = (late - self.refused_late, mailbox - self.mailbox_refused);
+        if d_late > 0 || d_mailbox > 0 {
+            info!(
+                seconds = self.at.elapsed().as_secs(),
+                refused_late = d_late,
+                mailbox_refused = d_mailbox,
+                tcp_refusing = node.admission.refusing(),
+                "refusals since the last summary"
+            );
+        }
+        *self = Summary {
+            at: Instant::now(),
+            refused_late: late,
+            mailbox_refused: mailbox,
+        };
+    }
 }
 
 fn rate_limited(last: &mut Option<Instant>, log: impl FnOnce()) {

@@ -5,6 +5,7 @@
 
 use std::io::Write as _;
 
+use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
 use combd_kernel::settings::{help_text, Command, Settings};
 use combd_kernel::sys;
@@ -18,6 +19,8 @@ mod apps;
 #[global_allocator]
 static ALLOC: combd_shards::alloc::CountingAlloc = combd_shards::alloc::CountingAlloc;
 mod coordinator;
+mod notify;
+mod top;
 
 const EX_CONFIG: i32 = 78;
 const EX_SOFTWARE: i32 = 70;
@@ -29,6 +32,9 @@ fn config_fail(message: impl std::fmt::Display) -> ! {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("top") {
+        std::process::exit(top::run(&args[1..]));
+    }
     let cpus = sys::allowed_cpus().unwrap_or_else(|e| {
         eprintln!("combd: cannot read the CPUs this process may use: {e}");
         std::process::exit(EX_SOFTWARE);
@@ -46,7 +52,7 @@ fn main() {
             println!("combd {}", env!("CARGO_PKG_VERSION"));
             return;
         }
-        Command::Run => {}
+        Command::Run | Command::CheckConfig => {}
     }
 
     let filter = tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
@@ -97,6 +103,10 @@ fn main() {
         .unwrap_or(probe.budget_bytes / 4 / shards.max(1) as u64)
         .max(1);
     let test_apps = settings.test_apps;
+    if command == Command::CheckConfig {
+        check_config(&settings, &probe, nofile, max_conns, shards);
+        return;
+    }
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
     let node = match Node::start(
         settings,
@@ -130,6 +140,10 @@ fn main() {
         node.local_addr()
     );
     let _ = std::io::stdout().flush();
+    notify::notify(&format!(
+        "READY=1\nSTATUS=serving on {} with {shards} shard(s)",
+        node.public_addr()
+    ));
 
     let drain = node.drain_handle();
     match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
@@ -138,6 +152,7 @@ fn main() {
                 let mut forever = signals.forever();
                 if let Some(sig) = forever.next() {
                     info!(signal = sig, "draining");
+                    notify::notify("STOPPING=1");
                     drain.drain();
                 }
                 if forever.next().is_some() {
@@ -158,4 +173,69 @@ fn main() {
             std::process::exit(EX_SOFTWARE);
         }
     }
+}
+
+/// `--check-config`: every setting's effective value and where it came from, then what was
+/// derived from the machine, then the fixed limits.
+fn check_config(
+    settings: &Settings,
+    probe: &MemoryProbe,
+    nofile: u64,
+    max_conns: u64,
+    shards: usize,
+) {
+    use combd_kernel::settings::Source;
+    println!(
+        "combd {}: the settings are valid.\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    println!("{:<24} {:<28} source", "setting", "value");
+    for (name, value, source) in settings.describe() {
+        let source = match source {
+            Source::Default => "default",
+            Source::Env => "env",
+            Source::Flag => "flag",
+        };
+        println!("{name:<24} {value:<28} {source}");
+    }
+    println!("\nin force:");
+    let clamp = if max_conns < settings.max_conns {
+        format!("clamped to RLIMIT_NOFILE {nofile} less 256")
+    } else {
+        "COMBD_MAX_CONNS".to_string()
+    };
+    println!("{:<24} {:<28} {clamp}", "max_conns", max_conns);
+    println!(
+        "{:<24} {:<28} {}",
+        "memory_budget_bytes",
+        probe.budget_bytes,
+        probe.budget_source.as_str()
+    );
+    let outbound = settings
+        .outbound_budget_bytes
+        .unwrap_or(probe.budget_bytes / 4 / shards.max(1) as u64);
+    let from = if settings.outbound_budget_bytes.is_some() {
+        "COMBD_OUTBOUND_BUDGET"
+    } else {
+        "memory budget / 4 / shards"
+    };
+    println!("{:<24} {:<28} {from}", "outbound_budget_bytes", outbound);
+    println!(
+        "\nfixed limits (kernel/src/limits.rs): header section {} B, header fields {}, request target {} B, \
+         mailbox {}, batch {}, session mailbox {} ({} while behind), slow reader {} B, sends {} B a call, \
+         SQL statement {} ms, SQL per call {} ms, SQL value {} B, log {} B a call",
+        limits::HEADER_SECTION_MAX_BYTES,
+        limits::HEADER_COUNT_MAX,
+        limits::URL_MAX_BYTES,
+        limits::MAILBOX_DEFAULT,
+        limits::BATCH_DEFAULT,
+        limits::SESSION_MAILBOX,
+        limits::SESSION_MAILBOX_BEHIND,
+        limits::WS_SLOW_CLOSE_BYTES,
+        limits::SENDS_MAX_BYTES,
+        limits::SQL_STATEMENT_LIMIT.as_millis(),
+        limits::HOST_TIME_LIMIT.as_millis(),
+        limits::SQL_VALUE_MAX_BYTES,
+        limits::LOG_MAX_BYTES
+    );
 }

@@ -204,6 +204,8 @@ pub enum Command {
     Help,
     /// Print the version and exit.
     Version,
+    /// Validate the settings, print every effective limit with its source, and exit.
+    CheckConfig,
 }
 
 /// The validated settings of a node.
@@ -402,6 +404,10 @@ impl Settings {
                     command = Command::Version;
                     continue;
                 }
+                "--check-config" => {
+                    command = Command::CheckConfig;
+                    continue;
+                }
                 _ => {}
             }
             let (flag, inline) = match arg.split_once('=') {
@@ -512,6 +518,58 @@ impl Settings {
         Ok((command, settings))
     }
 
+    /// Every setting's effective value as text, with where it came from, in table order.
+    pub fn describe(&self) -> Vec<(&'static str, String, Source)> {
+        let secs = |d: Duration| format!("{}ms", d.as_millis());
+        let opt = |v: Option<u64>, none: &str| v.map_or(none.to_string(), |b| b.to_string());
+        SETTINGS
+            .iter()
+            .map(|spec| {
+                let v = match spec.env {
+                    "COMBD_LISTEN" => self.listen.to_string(),
+                    "COMBD_DATA" => self.data_dir.display().to_string(),
+                    "COMBD_SHARDS" => self.shards.to_string(),
+                    "COMBD_LOG" => self.log.clone(),
+                    "COMBD_MAX_BODY" => self.max_body_bytes.to_string(),
+                    "COMBD_HEADER_TIMEOUT" => secs(self.header_timeout),
+                    "COMBD_BODY_TIMEOUT" => secs(self.body_timeout),
+                    "COMBD_IDLE_TIMEOUT" => secs(self.idle_timeout),
+                    "COMBD_WS_MAX_MESSAGE" => self.ws_max_message_bytes.to_string(),
+                    "COMBD_SHUTDOWN_TIMEOUT" => secs(self.shutdown_timeout),
+                    "COMBD_MAX_CONNS" => self.max_conns.to_string(),
+                    "COMBD_MEMORY_BUDGET" => {
+                        opt(self.memory_budget_bytes, "(from the cgroup or RAM)")
+                    }
+                    "COMBD_MAX_AWAKE" => self.max_awake.to_string(),
+                    "COMBD_RESTORES_AT_ONCE" => self.restores_at_once.to_string(),
+                    "COMBD_SQLITE_SYNC" => (if self.sqlite_sync_full {
+                        "full"
+                    } else {
+                        "normal"
+                    })
+                    .to_string(),
+                    "COMBD_CPU_LIMIT_TICKS" => self.cpu_limit_ticks.to_string(),
+                    "COMBD_WS_RATE" => self.ws_rate.to_string(),
+                    "COMBD_WS_BURST" => self.ws_burst.to_string(),
+                    "COMBD_OUTBOUND_BUDGET" => {
+                        opt(self.outbound_budget_bytes, "(from the memory budget)")
+                    }
+                    "COMBD_DB_MAX" => self.db_max_bytes.to_string(),
+                    "COMBD_TEST_APPS" => (if self.test_apps { "on" } else { "off" }).to_string(),
+                    _ => String::from("?"),
+                };
+                (
+                    spec.env,
+                    v,
+                    self.sources
+                        .get(spec.env)
+                        .copied()
+                        .unwrap_or(Source::Default),
+                )
+            })
+            .collect()
+    }
+
     /// The connection cap in force: `COMBD_MAX_CONNS`, clamped to the file-descriptor limit
     /// less [`limits::FD_RESERVE`].
     pub fn max_conns_effective(&self, nofile_soft: u64) -> u64 {
@@ -534,7 +592,11 @@ pub fn help_text() -> String {
             s.flag, s.env, s.default, s.meaning
         ));
     }
-    out.push_str("\n  -h, --help             this text\n  -V, --version          the version\n");
+    out.push_str(
+        "\n  --check-config         validate the settings, print every effective limit and where it came from\n  \
+         -h, --help             this text\n  -V, --version          the version\n\n\
+         Subcommand: combd top [--port P] [--once] [--json]   a live per-shard view of /stats\n",
+    );
     out
 }
 
@@ -672,6 +734,15 @@ mod tests {
         assert_eq!(s.max_conns_effective(1_048_576), limits::MAX_CONNS_DEFAULT);
         let s = load(&[("COMBD_MAX_CONNS", "50")], &[]).unwrap();
         assert_eq!(s.max_conns_effective(20_000), 50);
+    }
+
+    #[test]
+    fn describe_covers_every_setting() {
+        let s = load(&[("COMBD_MAX_BODY", "2K")], &["--check-config"]).unwrap();
+        let d = s.describe();
+        assert_eq!(d.len(), SETTINGS.len());
+        assert!(d.iter().all(|(_, v, _)| v != "?"));
+        assert!(d.contains(&("COMBD_MAX_BODY", "2048".to_string(), Source::Env)));
     }
 
     #[test]

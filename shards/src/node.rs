@@ -70,6 +70,20 @@ impl NodeShared {
         let _ = self.coordinator.try_send(());
     }
 
+    /// Milliseconds since the node started.
+    pub fn uptime_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Whether every shard's housekeeping tick ran within `within_ms`: a stalled shard makes
+    /// this false, and the node stops its watchdog pings.
+    pub fn shards_alive(&self, within_ms: u64) -> bool {
+        let now = self.uptime_ms();
+        self.stats
+            .iter()
+            .all(|s| now.saturating_sub(s.heartbeat_ms.load(Ordering::Relaxed)) <= within_ms)
+    }
+
     /// Open connections on every shard.
     pub fn conns(&self) -> u64 {
         self.conns_open.load(Ordering::Relaxed)

@@ -376,10 +376,13 @@ async fn tick(shard: Rc<Shard>) {
         let start = Instant::now();
         glommio::timer::sleep(limits::SHARD_TICK).await;
         let late = start.elapsed().saturating_sub(limits::SHARD_TICK);
-        shard
-            .stats()
+        let stats = shard.stats();
+        stats
             .lag_ms
             .store(late.as_millis() as u64, Ordering::Relaxed);
+        stats
+            .heartbeat_ms
+            .store(shard.node.uptime_ms(), Ordering::Relaxed);
     }
 }
 

@@ -59,6 +59,9 @@ pub struct ShardStats {
     pub behind: AtomicU64,
     /// How late this shard's last housekeeping tick ran, in milliseconds.
     pub lag_ms: AtomicU64,
+    /// When this shard's housekeeping tick last ran, in milliseconds since the node started:
+    /// the heartbeat the watchdog checks.
+    pub heartbeat_ms: AtomicU64,
     /// Cells at work now (holding an awake slot).
     pub cells_awake: AtomicU64,
     /// The most cells at work at once.

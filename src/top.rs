@@ -1,0 +1,182 @@
+//! `combd top`: a live per-shard view of the localhost `/stats`, redrawn every second.
+//! `--once` prints one snapshot and exits (scriptable); `--json` passes the raw stats through.
+//! Refusal states are highlighted when the output is a terminal.
+
+use std::io::{IsTerminal, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+fn fetch(port: u16) -> Result<serde_json::Value, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("cannot reach 127.0.0.1:{port}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    write!(
+        s,
+        "GET /stats HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .ok_or("no HTTP response")?;
+    serde_json::from_str(body).map_err(|e| format!("/stats is not JSON: {e}"))
+}
+
+fn mb(v: &serde_json::Value) -> String {
+    let b = v.as_u64().unwrap_or(0) as f64;
+    if b >= 1e9 {
+        format!("{:.1} GB", b / 1e9)
+    } else {
+        format!("{:.1} MB", b / 1e6)
+    }
+}
+
+/// Renders one snapshot. `color` highlights refusal states.
+pub fn render(s: &serde_json::Value, color: bool) -> String {
+    let (hi, lo) = if color {
+        ("\x1b[1;31m", "\x1b[0m")
+    } else {
+        ("", "")
+    };
+    let flag = |on: bool, text: &str| {
+        if on {
+            format!("{hi}{text}{lo}")
+        } else {
+            text.to_string()
+        }
+    };
+    let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let mut out = String::new();
+    let refusing = u(&s["tcp_refusing"]) == 1;
+    out.push_str(&format!(
+        "combd {}  pid {}  up {}s  {}\n",
+        s["version"].as_str().unwrap_or("?"),
+        u(&s["pid"]),
+        u(&s["uptime_ms"]) / 1000,
+        if refusing {
+            flag(
+                true,
+                &format!(
+                    "REFUSING AT TCP ({})",
+                    s["full_reason"].as_str().unwrap_or("?")
+                ),
+            )
+        } else {
+            "accepting".to_string()
+        }
+    ));
+    out.push_str(&format!(
+        "memory {} of {} ({}%, {})  {}  machine {}%  conns {}/{}  {}\n",
+        mb(&s["memory_own_bytes"]),
+        mb(&s["memory_budget_bytes"]),
+        u(&s["memory_own_percent"]),
+        s["memory_budget_source"].as_str().unwrap_or("?"),
+        flag(
+            u(&s["pressure"]) >= 2,
+            &format!("pressure {}", u(&s["pressure"]))
+        ),
+        u(&s["machine_percent"]),
+        u(&s["conns"]),
+        u(&s["max_conns_effective"]),
+        flag(
+            u(&s["disk_low"]) == 1,
+            &format!(
+                "disk free {}{}",
+                mb(&s["disk_free_bytes"]),
+                if u(&s["disk_low"]) == 1 { " LOW" } else { "" }
+            )
+        ),
+    ));
+    out.push_str(&format!(
+        "refused late {}  listen stops {}  mailbox refused {}  session drops {}\n\n",
+        u(&s["refused_late"]),
+        u(&s["listen_stops"]),
+        u(&s["mailbox_refused"]),
+        u(&s["session_mailbox_dropped"])
+    ));
+    out.push_str(&format!(
+        "{:>5} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>5}\n",
+        "shard",
+        "conns",
+        "ws",
+        "objects",
+        "awake/max",
+        "ready",
+        "behind",
+        "listen",
+        "mbox_ref",
+        "batches",
+        "requests",
+        "lag"
+    ));
+    for sh in s["shards"].as_array().into_iter().flatten() {
+        let behind = u(&sh["behind"]) == 1;
+        let listening = u(&sh["listening"]) == 1;
+        out.push_str(&format!(
+            "{:>5} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>5}\n",
+            u(&sh["shard"]),
+            u(&sh["conns"]),
+            u(&sh["ws_open"]),
+            u(&sh["objects_live"]),
+            format!("{}/{}", u(&sh["cells_awake"]), u(&sh["cells_awake_max"])),
+            u(&sh["sessions_ready"]),
+            flag(behind, if behind { "YES" } else { "no" }),
+            flag(!listening, if listening { "yes" } else { "NO" }),
+            u(&sh["mailbox_refused"]),
+            u(&sh["batches"]),
+            u(&sh["requests"]),
+            format!("{}ms", u(&sh["lag_ms"])),
+        ));
+    }
+    out
+}
+
+/// Runs `combd top` with its own arguments; returns the exit status.
+pub fn run(args: &[String]) -> i32 {
+    let mut port: u16 = std::env::var("COMBD_LISTEN")
+        .ok()
+        .and_then(|l| l.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+        .unwrap_or(8080);
+    let (mut once, mut json) = (false, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--once" => once = true,
+            "--json" => json = true,
+            "--port" => match it.next().and_then(|p| p.parse().ok()) {
+                Some(p) => port = p,
+                None => {
+                    eprintln!("combd top: --port needs a port number");
+                    return 2;
+                }
+            },
+            other => {
+                eprintln!("combd top: unknown argument {other:?} (use --port P, --once, --json)");
+                return 2;
+            }
+        }
+    }
+    let color = std::io::stdout().is_terminal();
+    loop {
+        let text = match fetch(port) {
+            Ok(s) if json => format!("{s}\n"),
+            Ok(s) => render(&s, color),
+            Err(e) => {
+                eprintln!("combd top: {e}");
+                return 1;
+            }
+        };
+        let mut stdout = std::io::stdout();
+        if !once && color {
+            let _ = write!(stdout, "\x1b[H\x1b[2J");
+        }
+        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.flush();
+        if once {
+            return 0;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}

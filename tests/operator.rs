@@ -1,0 +1,255 @@
+//! The operator's surface: `combd top`, `/metrics` read by a Prometheus parser, the systemd
+//! unit, the notify protocol (READY=1 after listening, WATCHDOG=1, STOPPING=1), and
+//! `--check-config`.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::os::unix::net::UnixDatagram;
+use std::process::Command;
+
+use support::*;
+
+fn combd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_combd"))
+}
+
+#[test]
+fn top_once_prints_every_shard() {
+    let node = TestNode::start(&[("COMBD_SHARDS", "2")]);
+    let out = combd()
+        .args(["top", "--once", "--port", &node.port.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("accepting"), "{text}");
+    assert!(text.lines().any(|l| l.trim_start().starts_with("shard")));
+    for shard in ["0", "1"] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().next() == Some(shard)),
+            "no row for shard {shard}: {text}"
+        );
+    }
+    let out = combd()
+        .args(["top", "--once", "--json", "--port", &node.port.to_string()])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["shards"].as_array().unwrap().len(), 2);
+    // Nothing listening: a clear error and a failing status.
+    let out = combd()
+        .args(["top", "--once", "--port", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach"));
+}
+
+#[test]
+fn top_shows_refusing_at_tcp() {
+    let node = TestNode::start(&[("COMBD_MEMORY_BUDGET", "1M")]);
+    wait_stats(&node, "refusing", |s| s["tcp_refusing"] == 1);
+    let out = combd()
+        .args(["top", "--once", "--port", &node.port.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("REFUSING AT TCP (memory)"), "{text}");
+}
+
+#[test]
+fn metrics_parse_and_agree_with_stats() {
+    let node = TestNode::start(&[("COMBD_SHARDS", "2")]);
+    // Something stable to compare: an open WebSocket.
+    let stream = connect(node.public());
+    let url = format!("ws://127.0.0.2:{}/o/echo/m", node.port);
+    let (_ws, _) = tungstenite::client(url.as_str(), stream).unwrap();
+    let stats = wait_stats(&node, "the WebSocket to be open", |s| s["ws_open"] == 1);
+    let text = request(node.local(), b"GET /metrics HTTP/1.1\r\n\r\n").text();
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
+    let value = |name: &str, shard: Option<&str>| -> f64 {
+        let s = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && shard.is_none_or(|sh| s.labels.get("shard") == Some(sh)))
+            .unwrap_or_else(|| panic!("no sample {name} {shard:?}"));
+        match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => panic!("{name} is not a number"),
+        }
+    };
+    assert_eq!(
+        value("combd_max_conns_effective", None) as u64,
+        stats["max_conns_effective"].as_u64().unwrap()
+    );
+    assert_eq!(
+        value("combd_memory_budget_bytes", None) as u64,
+        stats["memory_budget_bytes"].as_u64().unwrap()
+    );
+    let ws: f64 = ["0", "1"]
+        .iter()
+        .map(|sh| value("combd_ws_open", Some(sh)))
+        .sum();
+    assert_eq!(ws as u64, 1);
+    for (i, sh) in stats["shards"].as_array().unwrap().iter().enumerate() {
+        let id = i.to_string();
+        assert_eq!(
+            value("combd_ws_open", Some(&id)) as u64,
+            sh["ws_open"].as_u64().unwrap()
+        );
+        assert_eq!(
+            value("combd_listening", Some(&id)) as u64,
+            sh["listening"].as_u64().unwrap()
+        );
+    }
+    // Every family has HELP and TYPE; counters end in _total.
+    let docs: HashMap<_, _> = scrape.docs.iter().collect();
+    for s in &scrape.samples {
+        assert!(docs.contains_key(&s.metric), "{} has no HELP", s.metric);
+        if let prometheus_parse::Value::Counter(_) = s.value {
+            assert!(s.metric.ends_with("_total"), "{}", s.metric);
+        }
+    }
+}
+
+#[test]
+fn the_systemd_unit_verifies() {
+    let Ok(which) = Command::new("systemd-analyze").arg("--version").output() else {
+        eprintln!("skipped: systemd-analyze is not installed");
+        return;
+    };
+    assert!(which.status.success());
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/combd.service"))
+        .unwrap();
+    for line in [
+        "Type=notify",
+        "LimitNOFILE=1048576",
+        "Restart=on-failure",
+        "RestartPreventExitStatus=78",
+        "#MemoryMax=",
+    ] {
+        assert!(unit.contains(line), "the unit lacks {line}");
+    }
+    // Verify it as installed, with the binary this test built in place of /usr/local/bin.
+    let dir = std::env::temp_dir().join(format!("combd-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("combd.service");
+    std::fs::write(
+        &path,
+        unit.replace("/usr/local/bin/combd", env!("CARGO_BIN_EXE_combd")),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn ready_after_listening_then_watchdog_then_stopping() {
+    let path = std::env::temp_dir().join(format!("combd-notify-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let sock = UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(WAIT)).unwrap();
+    let mut node = TestNode::start(&[
+        ("NOTIFY_SOCKET", path.to_str().unwrap()),
+        ("WATCHDOG_USEC", "200000"),
+    ]);
+    let mut buf = [0u8; 512];
+    let mut next = || {
+        let n = sock
+            .recv(&mut buf)
+            .expect("timed out waiting for a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let first = next();
+    assert!(first.starts_with("READY=1"), "{first}");
+    // READY came only once every shard listens: a connection succeeds right away.
+    assert_eq!(
+        request(node.public(), b"GET /healthz HTTP/1.1\r\n\r\n").status,
+        200
+    );
+    let msg = next();
+    assert_eq!(msg, "WATCHDOG=1");
+    node.sigterm();
+    loop {
+        let m = next();
+        if m == "STOPPING=1" {
+            break;
+        }
+        assert_eq!(m, "WATCHDOG=1");
+    }
+    assert_eq!(node.wait_exit().code(), Some(0));
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn check_config_prints_every_limit_and_its_source() {
+    let out = combd()
+        .arg("--check-config")
+        .args(["--max-awake", "7"])
+        .env("COMBD_MAX_BODY", "2K")
+        .env(
+            "COMBD_DATA",
+            std::env::temp_dir().join("combd-check-config"),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing: {text}"))
+            .to_string()
+    };
+    assert!(row("COMBD_MAX_BODY")
+        .split_whitespace()
+        .eq(["COMBD_MAX_BODY", "2048", "env"]));
+    assert!(row("COMBD_MAX_AWAKE")
+        .split_whitespace()
+        .eq(["COMBD_MAX_AWAKE", "7", "flag"]));
+    assert!(row("COMBD_SHUTDOWN_TIMEOUT").ends_with("default"));
+    for s in combd_kernel::settings::SETTINGS {
+        assert!(text.contains(s.env), "{} missing", s.env);
+    }
+    assert!(row("memory_budget_bytes")
+        .split_whitespace()
+        .last()
+        .is_some_and(|src| ["cgroup1", "cgroup2", "ram"].contains(&src)));
+    // And a bad setting fails it the same way as a start.
+    let out = combd()
+        .arg("--check-config")
+        .env("COMBD_WS_RATE", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("COMBD_WS_RATE"));
+}
