@@ -305,6 +305,10 @@ pub fn render_metrics(node: &NodeFigures, shards: &[ShardStats]) -> String {
         "# HELP combd_memory_budget_info Where the memory budget came from.\n# TYPE combd_memory_budget_info gauge\ncombd_memory_budget_info{{source=\"{}\"}} 1",
         node.memory_budget_source
     );
+    let _ = writeln!(out, "# HELP combd_limit Every limit in force, by name (the \"limits\" of /stats).\n# TYPE combd_limit gauge");
+    for (name, value) in &node.limits {
+        let _ = writeln!(out, "combd_limit{{name=\"{name}\"}} {value}");
+    }
     let per: Vec<Vec<Field>> = shards.iter().map(|s| s.fields()).collect();
     if let Some(first) = per.first() {
         for (i, f) in first.iter().enumerate() {
@@ -383,6 +387,7 @@ mod tests {
         assert!(text.contains("# TYPE combd_conns gauge\n"));
         assert!(text.contains("combd_pressure 2\n"));
         assert!(text.contains("combd_memory_budget_info{source=\"cgroup1\"} 1\n"));
+        assert!(text.contains("combd_limit{name=\"max_awake\"} 1000\n"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (_, v) = line.rsplit_once(' ').expect("name value");
             v.parse::<u64>().expect("numeric sample");
