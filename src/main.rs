@@ -10,8 +10,8 @@ use combd_kernel::memory::MemoryProbe;
 use combd_kernel::settings::{help_text, Command, Settings};
 use combd_kernel::sys;
 use combd_shards::Node;
-use signal_hook::consts::{SIGINT, SIGTERM};
-use tracing::{info, warn};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use tracing::{error, info, warn};
 
 mod apps;
 
@@ -108,6 +108,13 @@ fn main() {
         return;
     }
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
+    let tls = match &settings.tls {
+        Some(t) => match combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone()) {
+            Ok(tls) => Some(tls),
+            Err(e) => config_fail(e),
+        },
+        None => None,
+    };
     let node = match Node::start(
         settings,
         apps::builtin(test_apps),
@@ -116,6 +123,7 @@ fn main() {
         probe.budget_source.as_str(),
         outbound_budget,
         wake_coordinator,
+        tls,
     ) {
         Ok(node) => node,
         Err(e) if e.starts_with("COMBD_") => config_fail(e),
@@ -135,9 +143,12 @@ fn main() {
     info!(public = %node.public_addr(), local = %node.local_addr(), shards, max_conns, "serving");
     // One line on stdout that scripts and tests wait for.
     println!(
-        "combd ready: public={} local={} shards={shards}",
+        "combd ready: public={} local={} shards={shards}{}",
         node.public_addr(),
-        node.local_addr()
+        node.local_addr(),
+        node.tls_addr()
+            .map(|a| format!(" tls={a}"))
+            .unwrap_or_default()
     );
     let _ = std::io::stdout().flush();
     notify::notify(&format!(
@@ -146,18 +157,28 @@ fn main() {
     ));
 
     let drain = node.drain_handle();
-    match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
+    let shared = node.shared().clone();
+    match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(mut signals) => {
             std::thread::spawn(move || {
-                let mut forever = signals.forever();
-                if let Some(sig) = forever.next() {
-                    info!(signal = sig, "draining");
-                    notify::notify("STOPPING=1");
-                    drain.drain();
-                }
-                if forever.next().is_some() {
-                    warn!("second signal: exiting without waiting for the drain");
-                    std::process::exit(EX_SOFTWARE);
+                let mut draining = false;
+                for sig in signals.forever() {
+                    if sig == SIGHUP {
+                        // Reload the certificate and key; a bad pair keeps the old one.
+                        match shared.tls.as_ref().map(|t| t.reload()) {
+                            Some(Ok(())) => info!("SIGHUP: TLS certificate and key reloaded"),
+                            Some(Err(e)) => error!("SIGHUP: keeping the old TLS certificate: {e}"),
+                            None => info!("SIGHUP: TLS is off, nothing to reload"),
+                        }
+                    } else if !draining {
+                        draining = true;
+                        info!(signal = sig, "draining");
+                        notify::notify("STOPPING=1");
+                        drain.drain();
+                    } else {
+                        warn!("second signal: exiting without waiting for the drain");
+                        std::process::exit(EX_SOFTWARE);
+                    }
                 }
             });
         }

@@ -140,3 +140,9 @@ pub const WS_RATE_DEFAULT: u64 = 1000;
 pub const WS_BURST_DEFAULT: u64 = 2000;
 /// Longest request target (path and query); past it `414`.
 pub const URL_MAX_BYTES: usize = 8 * 1024;
+
+/// Default of `COMBD_TLS_HANDSHAKE_TIMEOUT`.
+pub const TLS_HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// TLS handshakes in progress per shard. A handshake is CPU work done on the shard's loop; past
+/// this many at once a new TLS connection is closed at once (`tls_handshakes_refused`).
+pub const TLS_HANDSHAKES_MAX: usize = 256;

@@ -159,6 +159,31 @@ pub const SETTINGS: &[SettingSpec] = &[
         meaning: "largest database of one object; a write past it fails with db_full (507)",
     },
     SettingSpec {
+        env: "COMBD_TLS_LISTEN",
+        flag: "--tls-listen",
+        default: "off",
+        meaning: "public address:port of the HTTPS/WSS listener (127.0.0.1 on the same port is served too); \
+                  needs COMBD_TLS_CERT and COMBD_TLS_KEY",
+    },
+    SettingSpec {
+        env: "COMBD_TLS_CERT",
+        flag: "--tls-cert",
+        default: "none",
+        meaning: "PEM file with the certificate chain, end-entity first; reloaded on SIGHUP",
+    },
+    SettingSpec {
+        env: "COMBD_TLS_KEY",
+        flag: "--tls-key",
+        default: "none",
+        meaning: "PEM file with the private key (PKCS#8, RSA or EC) matching the certificate; reloaded on SIGHUP",
+    },
+    SettingSpec {
+        env: "COMBD_TLS_HANDSHAKE_TIMEOUT",
+        flag: "--tls-handshake-timeout",
+        default: "10s",
+        meaning: "a TLS handshake must complete this long after the accept; else the connection closes",
+    },
+    SettingSpec {
         env: "COMBD_TEST_APPS",
         flag: "--test-apps",
         default: "off",
@@ -247,6 +272,10 @@ pub struct Settings {
     pub cpu_limit_ticks: u64,
     /// `COMBD_DB_MAX`.
     pub db_max_bytes: u64,
+    /// `COMBD_TLS_LISTEN`, `COMBD_TLS_CERT`, `COMBD_TLS_KEY`, when TLS is on.
+    pub tls: Option<TlsSettings>,
+    /// `COMBD_TLS_HANDSHAKE_TIMEOUT`.
+    pub tls_handshake_timeout: Duration,
     /// `COMBD_WS_RATE`.
     pub ws_rate: u64,
     /// `COMBD_WS_BURST`.
@@ -343,6 +372,45 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
         return Err("must be at least 1 (zero does not mean unlimited)".to_string());
     }
     Ok(n)
+}
+
+/// The TLS listener and its certificate files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// `COMBD_TLS_LISTEN`.
+    pub listen: SocketAddr,
+    /// `COMBD_TLS_CERT`.
+    pub cert: PathBuf,
+    /// `COMBD_TLS_KEY`.
+    pub key: PathBuf,
+}
+
+fn tls_settings(
+    listen: Option<&str>,
+    cert: Option<&str>,
+    key: Option<&str>,
+) -> Result<Option<TlsSettings>, ConfigError> {
+    let Some(listen) = listen else {
+        if cert.is_some() {
+            return Err(err("COMBD_TLS_CERT", "is set but COMBD_TLS_LISTEN is not"));
+        }
+        if key.is_some() {
+            return Err(err("COMBD_TLS_KEY", "is set but COMBD_TLS_LISTEN is not"));
+        }
+        return Ok(None);
+    };
+    let listen = parse_listen(listen).map_err(|m| err("COMBD_TLS_LISTEN", m))?;
+    let cert = cert
+        .filter(|c| !c.trim().is_empty())
+        .ok_or_else(|| err("COMBD_TLS_CERT", "required with COMBD_TLS_LISTEN"))?;
+    let key = key
+        .filter(|k| !k.trim().is_empty())
+        .ok_or_else(|| err("COMBD_TLS_KEY", "required with COMBD_TLS_LISTEN"))?;
+    Ok(Some(TlsSettings {
+        listen,
+        cert: PathBuf::from(cert),
+        key: PathBuf::from(key),
+    }))
 }
 
 /// Parses an on/off switch: `on`, `off`, `true`, `false`, `1`, `0`.
@@ -503,6 +571,12 @@ impl Settings {
             test_apps: parse(&raw, "COMBD_TEST_APPS", parse_switch)?,
             cpu_limit_ticks: parse(&raw, "COMBD_CPU_LIMIT_TICKS", parse_count)?,
             db_max_bytes: parse(&raw, "COMBD_DB_MAX", parse_bytes)?,
+            tls: tls_settings(
+                get("COMBD_TLS_LISTEN"),
+                get("COMBD_TLS_CERT"),
+                get("COMBD_TLS_KEY"),
+            )?,
+            tls_handshake_timeout: parse(&raw, "COMBD_TLS_HANDSHAKE_TIMEOUT", parse_duration)?,
             ws_rate: parse(&raw, "COMBD_WS_RATE", parse_count)?,
             ws_burst: parse(&raw, "COMBD_WS_BURST", parse_count)?,
             outbound_budget_bytes: match get("COMBD_OUTBOUND_BUDGET") {
@@ -555,6 +629,19 @@ impl Settings {
                         opt(self.outbound_budget_bytes, "(from the memory budget)")
                     }
                     "COMBD_DB_MAX" => self.db_max_bytes.to_string(),
+                    "COMBD_TLS_LISTEN" => self
+                        .tls
+                        .as_ref()
+                        .map_or("off".into(), |t| t.listen.to_string()),
+                    "COMBD_TLS_CERT" => self
+                        .tls
+                        .as_ref()
+                        .map_or("none".into(), |t| t.cert.display().to_string()),
+                    "COMBD_TLS_KEY" => self
+                        .tls
+                        .as_ref()
+                        .map_or("none".into(), |t| t.key.display().to_string()),
+                    "COMBD_TLS_HANDSHAKE_TIMEOUT" => secs(self.tls_handshake_timeout),
                     "COMBD_TEST_APPS" => (if self.test_apps { "on" } else { "off" }).to_string(),
                     _ => String::from("?"),
                 };
@@ -671,6 +758,10 @@ mod tests {
             ("COMBD_TEST_APPS", "maybe"),
             ("COMBD_CPU_LIMIT_TICKS", "0"),
             ("COMBD_DB_MAX", "0"),
+            ("COMBD_TLS_HANDSHAKE_TIMEOUT", "0"),
+            ("COMBD_TLS_LISTEN", "nowhere"),
+            ("COMBD_TLS_CERT", "/x.pem"),
+            ("COMBD_TLS_KEY", "/x.pem"),
             ("COMBD_WS_RATE", "0"),
             ("COMBD_WS_BURST", "-5"),
             ("COMBD_OUTBOUND_BUDGET", "0"),
@@ -703,6 +794,32 @@ mod tests {
         assert_eq!(s.memory_budget_bytes, Some(512 << 20));
         let s = load(&[], &["--memory-budget", "4G"]).unwrap();
         assert_eq!(s.memory_budget_bytes, Some(4 << 30));
+    }
+
+    #[test]
+    fn tls_needs_its_listener_cert_and_key() {
+        assert_eq!(load(&[], &[]).unwrap().tls, None);
+        let e = load(&[("COMBD_TLS_LISTEN", "0.0.0.0:8443")], &[]).unwrap_err();
+        assert_eq!(e.setting, "COMBD_TLS_CERT");
+        let e = load(
+            &[
+                ("COMBD_TLS_LISTEN", "0.0.0.0:8443"),
+                ("COMBD_TLS_CERT", "/c.pem"),
+            ],
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.setting, "COMBD_TLS_KEY");
+        let s = load(
+            &[
+                ("COMBD_TLS_LISTEN", "0.0.0.0:8443"),
+                ("COMBD_TLS_CERT", "/c.pem"),
+                ("COMBD_TLS_KEY", "/k.pem"),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(s.tls.unwrap().listen.port(), 8443);
     }
 
     #[test]

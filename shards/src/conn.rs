@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::io;
-use std::net::Shutdown;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -29,6 +28,7 @@ use crate::cells::Job;
 use crate::http::{self, Head, Parsed, Request, Response};
 use crate::shard::Shard;
 use crate::stats::ShardStats;
+use crate::tls::Stream;
 use crate::ws::{self, Decoder, WsEvent};
 
 /// What a wait for input ended with.
@@ -80,7 +80,7 @@ enum Routed {
 
 struct Conn {
     shard: Rc<Shard>,
-    stream: TcpStream,
+    stream: Stream,
     /// Bytes read but not yet consumed: an incomplete request or frame. Empty (and
     /// unallocated) while the connection is idle.
     inbuf: Vec<u8>,
@@ -104,9 +104,22 @@ impl Drop for Conn {
 }
 
 /// Serves one accepted connection until it closes.
-pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, local: bool) {
+pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, local: bool, tls: bool) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(limits::WRITE_STALL_TIMEOUT));
+    let stream = if tls {
+        match handshake(&shard, stream).await {
+            Some(s) => s,
+            None => {
+                // The connection was counted open by the accept loop.
+                ShardStats::sub(&shard.stats().conns, 1);
+                shard.node.release_conn();
+                return;
+            }
+        }
+    } else {
+        Stream::Plain(stream)
+    };
     let slot = shard.register();
     let mut conn = Conn {
         shard,
@@ -183,7 +196,11 @@ impl Conn {
         if out.is_empty() {
             return Ok(());
         }
-        let r = self.stream.write_all(out).await;
+        let mut r = self.stream.write_all(out).await;
+        if r.is_ok() {
+            // TLS keeps records until flushed; plain TCP has nothing to flush.
+            r = self.stream.flush().await;
+        }
         if r.is_ok() {
             ShardStats::add(&self.shard.stats().bytes_out, out.len() as u64);
         }
@@ -204,7 +221,14 @@ impl Conn {
                 return Poll::Ready(Err(io::Error::other("session closing")));
             }
             if pos >= out.len() {
-                return Poll::Ready(Ok(()));
+                return futures_lite::AsyncWrite::poll_flush(Pin::new(&mut self.stream), cx).map(
+                    |r| {
+                        if r.is_err() {
+                            return r;
+                        }
+                        Ok(())
+                    },
+                );
             }
             match futures_lite::AsyncWrite::poll_write(Pin::new(&mut self.stream), cx, &out[pos..])
             {
@@ -229,7 +253,8 @@ impl Conn {
     /// [`limits::CLOSE_LINGER`] passes, so unread client bytes cannot turn our close into a
     /// reset that destroys the last response.
     async fn linger_close(&mut self) {
-        let _ = self.stream.shutdown(Shutdown::Write).await;
+        // Closes the write side (TLS sends its close_notify first).
+        let _ = futures_lite::AsyncWriteExt::close(&mut self.stream).await;
         let deadline = Instant::now() + limits::CLOSE_LINGER;
         loop {
             self.inbuf = Vec::new();
@@ -820,7 +845,7 @@ pub(crate) async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
     let slot = shard.register();
     let mut conn = Conn {
         shard,
-        stream,
+        stream: Stream::Plain(stream),
         inbuf: Vec::new(),
         slot,
         local: false,
@@ -837,5 +862,47 @@ pub(crate) async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
     );
     if conn.flush(&mut out).await.is_ok() {
         conn.linger_close().await;
+    }
+}
+
+/// The TLS handshake of a new connection, within the shard's cap on handshakes in progress
+/// and `COMBD_TLS_HANDSHAKE_TIMEOUT`. `None`: refused, failed or timed out (counted).
+async fn handshake(shard: &Rc<Shard>, tcp: TcpStream) -> Option<Stream> {
+    let stats = shard.stats();
+    let Some(tls) = shard.node.tls.as_ref() else {
+        return None;
+    };
+    if shard.tls_in_progress.get() >= limits::TLS_HANDSHAKES_MAX {
+        ShardStats::add(&stats.tls_handshakes_refused, 1);
+        return None;
+    }
+    shard.tls_in_progress.set(shard.tls_in_progress.get() + 1);
+    stats.tls_handshakes_in_progress.store(
+        shard.tls_in_progress.get() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    let acceptor = futures_rustls::TlsAcceptor::from(tls.current());
+    let timeout = shard.node.settings.tls_handshake_timeout;
+    let result = glommio::timer::timeout(timeout, async {
+        acceptor
+            .accept(tcp)
+            .await
+            .map_err(glommio::GlommioError::IoError)
+    })
+    .await;
+    shard.tls_in_progress.set(shard.tls_in_progress.get() - 1);
+    stats.tls_handshakes_in_progress.store(
+        shard.tls_in_progress.get() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    match result {
+        Ok(s) => {
+            ShardStats::add(&stats.tls_handshakes, 1);
+            Some(Stream::Tls(Box::new(s)))
+        }
+        Err(_) => {
+            ShardStats::add(&stats.tls_handshake_failures, 1);
+            None
+        }
     }
 }

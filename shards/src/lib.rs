@@ -27,6 +27,7 @@ pub mod http;
 pub mod node;
 mod shard;
 pub mod stats;
+pub mod tls;
 pub mod ws;
 
 pub use node::{DrainHandle, Node, NodeShared};

@@ -17,8 +17,9 @@ use glommio::{LocalExecutorBuilder, Placement};
 use crate::admission::Admission;
 use crate::app::Apps;
 use crate::cells::ShardMsg;
-use crate::shard::Shard;
+use crate::shard::{ListenerFd, Shard};
 use crate::stats::{self, Kind, NodeFigures, ShardStats};
+use crate::tls::Tls;
 
 /// What every shard of a node shares: settings, apps, every shard's stats, the drain flag.
 pub struct NodeShared {
@@ -49,6 +50,8 @@ pub struct NodeShared {
     coordinator: mpsc::SyncSender<()>,
     /// Each shard's inbox, for jobs, deliveries and broadcasts from the other shards.
     pub(crate) inboxes: Vec<async_channel::Sender<ShardMsg>>,
+    /// The TLS configuration, when TLS is on.
+    pub tls: Option<Tls>,
 }
 
 impl NodeShared {
@@ -299,6 +302,7 @@ pub struct Node {
     shared: Arc<NodeShared>,
     public_addr: SocketAddr,
     local_addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     events: mpsc::Receiver<(usize, ShardEvent)>,
     running: usize,
 }
@@ -316,6 +320,7 @@ impl Node {
         memory_budget_source: &'static str,
         outbound_budget_bytes: u64,
         coordinator: mpsc::SyncSender<()>,
+        tls: Option<Tls>,
     ) -> Result<Node, String> {
         let n = settings.shards;
         if cpus.len() < n {
@@ -323,25 +328,43 @@ impl Node {
         }
         // Bind every listener before any shard starts, so a port of 0 resolves once and every
         // shard (and the localhost listener) shares it.
-        let mut public = Vec::with_capacity(n);
-        let mut local = Vec::with_capacity(n);
-        let mut addr = settings.listen;
-        for i in 0..n {
-            let p = sys::bind_listener(addr, limits::LISTEN_BACKLOG)
-                .map_err(|e| format!("COMBD_LISTEN: cannot listen on {addr}: {e}"))?;
-            if i == 0 {
-                addr = p
-                    .local_addr()
-                    .ok()
-                    .and_then(|a| a.as_socket())
-                    .unwrap_or(addr);
+        let (public, local, addr) = bind_pair(settings.listen, n, "COMBD_LISTEN")?;
+        let tls_bound = match &settings.tls {
+            Some(t) => Some(bind_pair(t.listen, n, "COMBD_TLS_LISTEN")?),
+            None => None,
+        };
+        let tls_addr = tls_bound.as_ref().map(|b| b.2);
+        let mut per_shard: Vec<Vec<ListenerFd>> = public
+            .into_iter()
+            .zip(local)
+            .map(|(p, l)| {
+                vec![
+                    ListenerFd {
+                        fd: p.into_raw_fd(),
+                        local: false,
+                        tls: false,
+                    },
+                    ListenerFd {
+                        fd: l.into_raw_fd(),
+                        local: true,
+                        tls: false,
+                    },
+                ]
+            })
+            .collect();
+        if let Some((tp, tl, _)) = tls_bound {
+            for (fds, (p, l)) in per_shard.iter_mut().zip(tp.into_iter().zip(tl)) {
+                fds.push(ListenerFd {
+                    fd: p.into_raw_fd(),
+                    local: false,
+                    tls: true,
+                });
+                fds.push(ListenerFd {
+                    fd: l.into_raw_fd(),
+                    local: true,
+                    tls: true,
+                });
             }
-            let l_addr = SocketAddr::from(([127, 0, 0, 1], addr.port()));
-            let l = sys::bind_listener(l_addr, limits::LISTEN_BACKLOG).map_err(|e| {
-                format!("COMBD_LISTEN: cannot listen on {l_addr} (localhost listener): {e}")
-            })?;
-            public.push(p);
-            local.push(l);
         }
         let local_addr = SocketAddr::from(([127, 0, 0, 1], addr.port()));
         let mut shard_wakers = Vec::with_capacity(n);
@@ -373,17 +396,12 @@ impl Node {
             shard_wakers,
             coordinator,
             inboxes,
+            tls,
         });
         let (tx, events) = mpsc::channel();
-        for (id, ((p, l), wake_fd)) in public
-            .into_iter()
-            .zip(local)
-            .zip(shard_wake_fds)
-            .enumerate()
-        {
+        for (id, (listener_fds, wake_fd)) in per_shard.into_iter().zip(shard_wake_fds).enumerate() {
             let for_shard = shared.clone();
             let tx = tx.clone();
-            let (public_fd, local_fd) = (p.into_raw_fd(), l.into_raw_fd());
             let inbox = inbox_rx.remove(0);
             let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
                 .name(&format!("combd-shard{id}"))
@@ -393,18 +411,11 @@ impl Node {
                 ))
                 .spawn(move || async move {
                     let ready = tx.clone();
-                    let result = Shard::run(
-                        id,
-                        for_shard,
-                        public_fd,
-                        local_fd,
-                        wake_fd,
-                        inbox,
-                        move || {
+                    let result =
+                        Shard::run(id, for_shard, listener_fds, wake_fd, inbox, move || {
                             let _ = ready.send((id, ShardEvent::Ready));
-                        },
-                    )
-                    .await;
+                        })
+                        .await;
                     let _ = tx.send((id, ShardEvent::Exited(result)));
                 });
             if let Err(e) = spawned {
@@ -417,6 +428,7 @@ impl Node {
             shared,
             public_addr: addr,
             local_addr,
+            tls_addr,
             events,
             running: n,
         };
@@ -441,6 +453,11 @@ impl Node {
     /// The public address (with the port resolved).
     pub fn public_addr(&self) -> SocketAddr {
         self.public_addr
+    }
+
+    /// The public TLS address, when TLS is on.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// The localhost listener's address.
@@ -485,4 +502,34 @@ impl Node {
             Some(e) => Err(e),
         }
     }
+}
+
+/// Binds `n` public listeners on `addr` (a port of 0 resolved once, so all share it) and `n`
+/// localhost listeners on `127.0.0.1` with the same port. Errors name `setting`.
+fn bind_pair(
+    addr: SocketAddr,
+    n: usize,
+    setting: &str,
+) -> Result<(Vec<socket2::Socket>, Vec<socket2::Socket>, SocketAddr), String> {
+    let mut public = Vec::with_capacity(n);
+    let mut local = Vec::with_capacity(n);
+    let mut addr = addr;
+    for i in 0..n {
+        let p = sys::bind_listener(addr, limits::LISTEN_BACKLOG)
+            .map_err(|e| format!("{setting}: cannot listen on {addr}: {e}"))?;
+        if i == 0 {
+            addr = p
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_socket())
+                .unwrap_or(addr);
+        }
+        let l_addr = SocketAddr::from(([127, 0, 0, 1], addr.port()));
+        let l = sys::bind_listener(l_addr, limits::LISTEN_BACKLOG).map_err(|e| {
+            format!("{setting}: cannot listen on {l_addr} (localhost listener): {e}")
+        })?;
+        public.push(p);
+        local.push(l);
+    }
+    Ok((public, local, addr))
 }

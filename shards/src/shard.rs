@@ -36,8 +36,8 @@ pub(crate) struct Shard {
     pub scratch: RefCell<Box<[u8]>>,
     /// Every connection task holds a pass; the drain waits for the gate to close.
     gate: Gate,
-    public: Listener,
-    local: Listener,
+    /// The listeners: public, localhost, and with TLS on, public TLS and localhost TLS.
+    listeners: Vec<Listener>,
     /// Objects and sessions.
     pub cells: Cells,
     /// The awake slots (`COMBD_MAX_AWAKE`) and their ready line: the wake queue.
@@ -46,6 +46,8 @@ pub(crate) struct Shard {
     pub restores: Rc<Fifo>,
     /// Bytes waiting to be written on this shard, every session together.
     pub outbound: Cell<u64>,
+    /// TLS handshakes in progress.
+    pub tls_in_progress: Cell<usize>,
 }
 
 /// An awake slot; given back (to the first in the ready line) when dropped.
@@ -64,6 +66,7 @@ struct Listener {
     socket: Rc<TcpListener>,
     fd: RawFd,
     local: bool,
+    tls: bool,
     listening: Cell<bool>,
     generation: Cell<u64>,
 }
@@ -164,37 +167,40 @@ impl Shard {
         }
     }
 
-    fn listener(&self, local: bool) -> &Listener {
-        if local {
-            &self.local
-        } else {
-            &self.public
-        }
+    fn listener(&self, idx: usize) -> &Listener {
+        &self.listeners[idx]
+    }
+
+    /// Publishes whether every public listener listens.
+    fn publish_listening(&self) {
+        let all = self
+            .listeners
+            .iter()
+            .filter(|l| !l.local)
+            .all(|l| l.listening.get());
+        self.stats().listening.store(all as u64, Ordering::Relaxed);
     }
 
     /// Starts (or restarts) the accept loop of a listener.
-    fn start_accepting(self: &Rc<Self>, local: bool) {
-        let l = self.listener(local);
+    fn start_accepting(self: &Rc<Self>, idx: usize) {
+        let l = self.listener(idx);
         l.generation.set(l.generation.get() + 1);
         l.listening.set(true);
-        if !local {
-            self.stats().listening.store(1, Ordering::Relaxed);
-        }
-        glommio::spawn_local(accept_loop(self.clone(), local, l.generation.get())).detach();
+        self.publish_listening();
+        glommio::spawn_local(accept_loop(self.clone(), idx, l.generation.get())).detach();
     }
 
     /// Stops a listener: first accepts what the kernel already completed and answers it
     /// (503 or close), so no completed connection is reset without an answer, then
     /// `shutdown(SHUT_RD)`: the kernel refuses new connections and the accept loop ends.
-    fn stop_accepting(self: &Rc<Self>, local: bool) {
-        let l = self.listener(local);
+    fn stop_accepting(self: &Rc<Self>, idx: usize) {
+        let l = self.listener(idx);
+        let (local, tls) = (l.local, l.tls);
         if !l.listening.get() {
             return;
         }
         l.listening.set(false);
-        if !local {
-            self.stats().listening.store(0, Ordering::Relaxed);
-        }
+        self.publish_listening();
         loop {
             // SAFETY: accept4 on our listening socket; a returned fd is owned by the stream.
             let fd = unsafe {
@@ -210,21 +216,21 @@ impl Shard {
             }
             let stream = unsafe { TcpStream::from_raw_fd(fd) };
             self.node.reserve_conn();
-            self.refuse_late(stream);
+            self.refuse_late(stream, tls);
         }
         if let Err(e) = sys::stop_listening(&FdRef(l.fd)) {
             warn!(shard = self.id, local, "stop listening: {e}");
         }
     }
 
-    fn resume_accepting(self: &Rc<Self>, local: bool) {
-        let l = self.listener(local);
+    fn resume_accepting(self: &Rc<Self>, idx: usize) {
+        let l = self.listener(idx);
         if l.listening.get() {
             return;
         }
         match sys::resume_listening(&FdRef(l.fd), limits::LISTEN_BACKLOG) {
-            Ok(()) => self.start_accepting(local),
-            Err(e) => warn!(shard = self.id, local, "listen again: {e}"),
+            Ok(()) => self.start_accepting(idx),
+            Err(e) => warn!(shard = self.id, local = l.local, "listen again: {e}"),
         }
     }
 
@@ -241,11 +247,17 @@ impl Shard {
         self.node.release_conn();
     }
 
-    /// Answers a connection that got in while the node is full: 503 for plain HTTP. Its
-    /// node-wide reservation must already be taken.
-    fn refuse_late(self: &Rc<Self>, stream: TcpStream) {
+    /// Answers a connection that got in while the node is full: 503 for plain HTTP, closed
+    /// for TLS. Its node-wide reservation must already be taken.
+    fn refuse_late(self: &Rc<Self>, stream: TcpStream, tls: bool) {
         self.open_conn();
         ShardStats::add(&self.stats().refused_late, 1);
+        if tls {
+            // A TLS connection cannot be answered before its handshake: it is closed.
+            drop(stream);
+            self.abandon_conn();
+            return;
+        }
         match self.gate.spawn(crate::conn::refuse(self.clone(), stream)) {
             Ok(task) => {
                 task.detach();
@@ -260,12 +272,22 @@ impl Shard {
     pub fn apply_admission(self: &Rc<Self>) {
         let behind = self.stats().behind.load(Ordering::Relaxed) != 0;
         let refusing = self.node.admission.refusing() || behind;
-        if refusing && self.public.listening.get() {
-            self.stop_accepting(false);
-            debug!(shard = self.id, "public listener stopped");
-        } else if !refusing && !self.public.listening.get() {
-            self.resume_accepting(false);
-            debug!(shard = self.id, "public listener listening again");
+        for idx in 0..self.listeners.len() {
+            let l = self.listener(idx);
+            if l.local {
+                continue;
+            }
+            if refusing && l.listening.get() {
+                self.stop_accepting(idx);
+                debug!(shard = self.id, tls = l.tls, "public listener stopped");
+            } else if !refusing && !l.listening.get() {
+                self.resume_accepting(idx);
+                debug!(
+                    shard = self.id,
+                    tls = l.tls,
+                    "public listener listening again"
+                );
+            }
         }
     }
 
@@ -273,21 +295,24 @@ impl Shard {
     pub async fn run(
         id: usize,
         node: Arc<NodeShared>,
-        public_fd: RawFd,
-        local_fd: RawFd,
+        listener_fds: Vec<ListenerFd>,
         wake_fd: RawFd,
         inbox: async_channel::Receiver<ShardMsg>,
         ready: impl FnOnce(),
     ) -> Result<(), String> {
         // SAFETY: the fds were made by `Node::start` for this shard alone; the listeners and
         // the wake stream own and close them.
-        let listener = |fd: RawFd, local: bool| Listener {
-            socket: Rc::new(unsafe { TcpListener::from_raw_fd(fd) }),
-            fd,
-            local,
-            listening: Cell::new(false),
-            generation: Cell::new(0),
-        };
+        let listeners = listener_fds
+            .into_iter()
+            .map(|l| Listener {
+                socket: Rc::new(unsafe { TcpListener::from_raw_fd(l.fd) }),
+                fd: l.fd,
+                local: l.local,
+                tls: l.tls,
+                listening: Cell::new(false),
+                generation: Cell::new(0),
+            })
+            .collect();
         let mut wake = unsafe { UnixStream::from_raw_fd(wake_fd) };
         let (node_max_awake, node_restores) =
             (node.settings.max_awake, node.settings.restores_at_once);
@@ -298,16 +323,16 @@ impl Shard {
             wakers: RefCell::new(Slab::new()),
             scratch: RefCell::new(vec![0u8; limits::READ_SCRATCH_BYTES].into_boxed_slice()),
             gate: Gate::new(),
-            public: listener(public_fd, false),
-            local: listener(local_fd, true),
+            listeners,
             cells: Cells::default(),
             awake: Rc::new(Fifo::new(node_max_awake)),
             restores: Rc::new(Fifo::new(node_restores)),
             outbound: Cell::new(0),
+            tls_in_progress: Cell::new(0),
         });
-        debug_assert!(!shard.public.local && shard.local.local);
-        shard.start_accepting(true);
-        shard.start_accepting(false);
+        for idx in 0..shard.listeners.len() {
+            shard.start_accepting(idx);
+        }
         shard.apply_admission();
         glommio::spawn_local(tick(shard.clone())).detach();
         let receiver = shard.clone();
@@ -333,8 +358,9 @@ impl Shard {
         // Drain: stop both listeners (answering what is queued), wake every waiting
         // connection, and wait for the gate within the deadline.
         shard.draining.set(true);
-        shard.stop_accepting(false);
-        shard.stop_accepting(true);
+        for idx in 0..shard.listeners.len() {
+            shard.stop_accepting(idx);
+        }
         shard.wake_all();
         let deadline = shard.node.settings.shutdown_timeout;
         let started = Instant::now();
@@ -358,6 +384,14 @@ impl Shard {
         }
         Ok(())
     }
+}
+
+/// A listening socket handed to a shard: its fd, whether it is the localhost listener, and
+/// whether it speaks TLS.
+pub(crate) struct ListenerFd {
+    pub fd: RawFd,
+    pub local: bool,
+    pub tls: bool,
 }
 
 /// A raw fd borrowed for one system call (glommio's `TcpListener` does not expose its fd, so
@@ -386,17 +420,20 @@ async fn tick(shard: Rc<Shard>) {
     }
 }
 
-async fn accept_loop(shard: Rc<Shard>, local: bool, generation: u64) {
+async fn accept_loop(shard: Rc<Shard>, idx: usize, generation: u64) {
     let mut last_warn: Option<Instant> = None;
-    let listener = shard.listener(local).socket.clone();
+    let (listener, local, tls) = {
+        let l = shard.listener(idx);
+        (l.socket.clone(), l.local, l.tls)
+    };
     loop {
         let accepted = listener.accept().await;
-        let l = shard.listener(local);
+        let l = shard.listener(idx);
         if l.generation.get() != generation || !l.listening.get() {
             // Stopped (or restarted) meanwhile: a connection accepted in the race is answered.
             if let Ok(stream) = accepted {
                 shard.node.reserve_conn();
-                shard.refuse_late(stream);
+                shard.refuse_late(stream, tls);
             }
             return;
         }
@@ -416,12 +453,12 @@ async fn accept_loop(shard: Rc<Shard>, local: bool, generation: u64) {
                         shard.node.wake_coordinator();
                     }
                     if shard.node.admission.refusing() || conns > shard.node.max_conns_effective {
-                        shard.refuse_late(stream);
+                        shard.refuse_late(stream, tls);
                         continue;
                     }
                 }
                 shard.open_conn();
-                let conn = crate::conn::serve(shard.clone(), stream, local);
+                let conn = crate::conn::serve(shard.clone(), stream, local, tls);
                 if accepted_total == 1 {
                     debug!(
                         shard = shard.id,
