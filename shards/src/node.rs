@@ -263,6 +263,20 @@ impl NodeShared {
                     "Admission measurements taken.",
                     g(&a.measurements),
                 ),
+                (
+                    "tls_reloads",
+                    "combd_tls_reloads_total",
+                    Counter,
+                    "TLS certificate reloads that took effect.",
+                    self.tls.as_ref().map_or(0, |t| g(&t.reloads)),
+                ),
+                (
+                    "tls_reload_failures",
+                    "combd_tls_reload_failures_total",
+                    Counter,
+                    "TLS certificate reloads refused.",
+                    self.tls.as_ref().map_or(0, |t| g(&t.reload_failures)),
+                ),
             ],
         }
     }

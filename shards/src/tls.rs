@@ -96,6 +96,10 @@ pub fn load(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
 /// The configuration in force, and where to reload it from.
 pub struct Tls {
     config: RwLock<Arc<ServerConfig>>,
+    /// Reloads that took effect.
+    pub reloads: std::sync::atomic::AtomicU64,
+    /// Reloads refused (the old pair stayed).
+    pub reload_failures: std::sync::atomic::AtomicU64,
     cert: PathBuf,
     key: PathBuf,
 }
@@ -106,6 +110,8 @@ impl Tls {
         let config = load(&cert, &key)?;
         Ok(Tls {
             config: RwLock::new(config),
+            reloads: Default::default(),
+            reload_failures: Default::default(),
             cert,
             key,
         })
@@ -122,7 +128,15 @@ impl Tls {
     /// Loads the files again; a bad pair is refused and the old one stays. Open connections
     /// keep the configuration they were made with.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let new = load(&self.cert, &self.key)?;
+        use std::sync::atomic::Ordering;
+        let new = match load(&self.cert, &self.key) {
+            Ok(c) => c,
+            Err(e) => {
+                self.reload_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        self.reloads.fetch_add(1, Ordering::Relaxed);
         match self.config.write() {
             Ok(mut c) => *c = new,
             Err(poisoned) => *poisoned.into_inner() = new,

@@ -19,6 +19,8 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 pub struct TestNode {
     child: Option<Child>,
     pub port: u16,
+    /// The TLS port, when TLS is on.
+    pub tls_port: Option<u16>,
     pub data_dir: std::path::PathBuf,
 }
 
@@ -62,9 +64,15 @@ impl TestNode {
             .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+        let tls_port = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("tls="))
+            .and_then(|a| a.rsplit_once(':'))
+            .and_then(|(_, p)| p.parse().ok());
         TestNode {
             child: Some(child),
             port,
+            tls_port,
             data_dir,
         }
     }
@@ -99,6 +107,12 @@ impl TestNode {
         let _ = child.kill();
         let _ = child.wait();
         std::mem::take(&mut self.data_dir)
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
     }
 
     /// Sends SIGTERM.

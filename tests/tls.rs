@@ -1,0 +1,259 @@
+//! TLS against the real node with a real rustls client verifying a certificate made in the
+//! test: HTTPS, WSS echo, a plain-text client, a silent client, refusal while full, and a
+//! certificate reload on SIGHUP under an open WSS session.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::{BufReader, ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::{CertificateDer, ServerName};
+use support::*;
+use tungstenite::Message;
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+struct Pair {
+    cert_pem: String,
+    key_pem: String,
+    der: CertificateDer<'static>,
+}
+
+fn make_pair() -> Pair {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    Pair {
+        cert_pem: ck.cert.pem(),
+        key_pem: ck.key_pair.serialize_pem(),
+        der: ck.cert.der().clone(),
+    }
+}
+
+fn write_pair(dir: &Path, p: &Pair) -> (PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, &p.cert_pem).unwrap();
+    std::fs::write(&k, &p.key_pem).unwrap();
+    (c, k)
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("combd-tls-{tag}-{}", std::process::id()))
+}
+
+fn start(dir: &Path, extra: &[(&str, &str)]) -> TestNode {
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let mut env = vec![
+        ("COMBD_TLS_LISTEN", "127.0.0.2:0".to_string()),
+        ("COMBD_TLS_CERT", c.to_str().unwrap().to_string()),
+        ("COMBD_TLS_KEY", k.to_str().unwrap().to_string()),
+    ];
+    env.extend(extra.iter().map(|(a, b)| (*a, b.to_string())));
+    let env: Vec<(&str, &str)> = env.iter().map(|(a, b)| (*a, b.as_str())).collect();
+    TestNode::start(&env)
+}
+
+/// A rustls client that trusts only `trusted`.
+fn tls_connect(node: &TestNode, trusted: &CertificateDer<'static>) -> std::io::Result<Tls> {
+    tls_connect_to(node, "127.0.0.2", trusted)
+}
+
+fn tls_connect_to(
+    node: &TestNode,
+    host: &str,
+    trusted: &CertificateDer<'static>,
+) -> std::io::Result<Tls> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(trusted.clone()).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
+            .unwrap();
+    let tcp = TcpStream::connect((host, node.tls_port.unwrap()))?;
+    tcp.set_read_timeout(Some(WAIT)).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    // Complete the handshake now, so a certificate error shows here.
+    while tls.conn.is_handshaking() {
+        tls.conn.complete_io(&mut tls.sock)?;
+    }
+    Ok(tls)
+}
+
+#[test]
+fn https_and_wss_serve_every_route() {
+    let dir = tmpdir("serve");
+    let pair = make_pair();
+    write_pair(&dir, &pair);
+    let node = start(&dir, &[]);
+    let mut tls = tls_connect(&node, &pair.der).unwrap();
+    assert_eq!(tls.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    tls.write_all(
+        b"POST /o/counter/t HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n",
+    )
+    .unwrap();
+    let mut r = BufReader::new(tls);
+    let resp = read_response(&mut r);
+    assert_eq!((resp.status, resp.json()["value"].as_i64()), (200, Some(1)));
+    assert_eq!(read_response(&mut r).status, 200);
+
+    let tls = tls_connect(&node, &pair.der).unwrap();
+    let url = format!("ws://localhost:{}/o/echo/secure", node.tls_port.unwrap());
+    let (mut ws, resp) = tungstenite::client(url.as_str(), tls).unwrap();
+    assert_eq!(resp.status(), 101);
+    ws.send(Message::text("over tls")).unwrap();
+    assert_eq!(ws.read().unwrap(), Message::text("over tls"));
+    let big = vec![9u8; 300_000];
+    ws.send(Message::binary(big.clone())).unwrap();
+    assert_eq!(ws.read().unwrap(), Message::binary(big));
+    let s = node.stats();
+    assert!(s["tls_handshakes"].as_u64().unwrap() >= 2);
+    assert_eq!(s["tls_handshakes_in_progress"], 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_plain_text_client_and_a_silent_client_are_dropped() {
+    let dir = tmpdir("bad");
+    write_pair(&dir, &make_pair());
+    let node = start(&dir, &[("COMBD_TLS_HANDSHAKE_TIMEOUT", "300ms")]);
+    let mut plain = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
+    plain.set_read_timeout(Some(WAIT)).unwrap();
+    plain.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+    let mut buf = [0u8; 1024];
+    // The node answers with a TLS alert at most, never HTTP, then closes.
+    let mut got = Vec::new();
+    loop {
+        match plain.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("timed out waiting for the close: {e}"),
+        }
+    }
+    assert!(!got.starts_with(b"HTTP"), "answered in plain text");
+    // A client that never sends a ClientHello is closed at the handshake timeout.
+    let mut silent = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
+    silent.set_read_timeout(Some(WAIT)).unwrap();
+    assert_closed(&mut silent);
+    let s = wait_stats(&node, "both failures counted", |s| {
+        s["tls_handshake_failures"].as_u64().unwrap_or(0) >= 2
+    });
+    assert_eq!(
+        s["conns"].as_u64().unwrap(),
+        1,
+        "only the /stats request is open: {s}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_tls_listener_stops_while_full() {
+    let dir = tmpdir("full");
+    let pair = make_pair();
+    write_pair(&dir, &pair);
+    let node = start(&dir, &[("COMBD_MEMORY_BUDGET", "1M")]);
+    wait_stats(&node, "every public listener stopped", |s| {
+        s["tcp_refusing"] == 1
+            && s["shards"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|sh| sh["listening"] == 0)
+    });
+    let e = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    // The localhost TLS listener still serves.
+    let mut tls = tls_connect_to(&node, "127.0.0.1", &pair.der).unwrap();
+    tls.write_all(b"GET /stats HTTP/1.1\r\n\r\n").unwrap();
+    let r = read_response(&mut BufReader::new(tls));
+    assert_eq!(
+        (r.status, r.json()["tcp_refusing"].as_u64()),
+        (200, Some(1))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sighup_reloads_the_certificate_and_keeps_open_sessions() {
+    let dir = tmpdir("reload");
+    let a = make_pair();
+    write_pair(&dir, &a);
+    let node = start(&dir, &[]);
+    let tls = tls_connect(&node, &a.der).unwrap();
+    let url = format!("ws://localhost:{}/o/echo/keep", node.tls_port.unwrap());
+    let (mut ws, _) = tungstenite::client(url.as_str(), tls).unwrap();
+    ws.send(Message::text("before")).unwrap();
+    assert_eq!(ws.read().unwrap(), Message::text("before"));
+
+    let b = make_pair();
+    write_pair(&dir, &b);
+    node.signal(libc::SIGHUP);
+    wait_stats(&node, "the reload", |s| s["tls_reloads"] == 1);
+    // New connections get the new certificate.
+    assert!(tls_connect(&node, &b.der).is_ok());
+    assert!(
+        tls_connect(&node, &a.der).is_err(),
+        "the old certificate is no longer served"
+    );
+    // The session opened before the reload goes on.
+    ws.send(Message::text("after")).unwrap();
+    assert_eq!(ws.read().unwrap(), Message::text("after"));
+
+    // A bad new pair is refused and the last good one stays.
+    std::fs::write(
+        dir.join("key.pem"),
+        "-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    node.signal(libc::SIGHUP);
+    wait_stats(&node, "the refused reload", |s| {
+        s["tls_reload_failures"] == 1
+    });
+    assert!(
+        tls_connect(&node, &b.der).is_ok(),
+        "the last good pair is still served"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_tls_files_fail_startup_naming_the_setting() {
+    let dir = tmpdir("startup");
+    let a = make_pair();
+    let b = make_pair();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.pem"), &a.cert_pem).unwrap();
+    std::fs::write(dir.join("b.key"), &b.key_pem).unwrap();
+    std::fs::write(dir.join("a.key"), &a.key_pem).unwrap();
+    let run = |cert: &str, key: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+            .env("COMBD_LISTEN", "127.0.0.2:0")
+            .env("COMBD_DATA", dir.join("data"))
+            .env("COMBD_TLS_LISTEN", "127.0.0.2:0")
+            .env("COMBD_TLS_CERT", dir.join(cert))
+            .env("COMBD_TLS_KEY", dir.join(key))
+            .output()
+            .unwrap()
+    };
+    for (cert, key, setting) in [
+        ("missing.pem", "a.key", "COMBD_TLS_CERT"),
+        ("a.pem", "b.key", "COMBD_TLS_KEY"),
+        ("a.pem", "missing.key", "COMBD_TLS_KEY"),
+    ] {
+        let out = run(cert, key);
+        assert_eq!(out.status.code(), Some(78), "{cert} {key}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(setting), "{cert} {key}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
