@@ -9,7 +9,7 @@ use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
 use combd_kernel::settings::{help_text, Command, Settings};
 use combd_kernel::sys;
-use combd_shards::Node;
+use combd_shards::{Node, NodeConfig};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tracing::{error, info, warn};
 
@@ -115,16 +115,16 @@ fn main() {
         },
         None => None,
     };
-    let node = match Node::start(
+    let config = NodeConfig {
         settings,
-        apps::builtin(test_apps),
-        &cpus,
-        max_conns,
-        probe.budget_source.as_str(),
-        outbound_budget,
-        wake_coordinator,
+        apps: apps::builtin(test_apps),
+        max_conns_effective: max_conns,
+        memory_budget_source: probe.budget_source.as_str(),
+        outbound_budget_bytes: outbound_budget,
+        coordinator: wake_coordinator,
         tls,
-    ) {
+    };
+    let node = match Node::start(config, &cpus) {
         Ok(node) => node,
         Err(e) if e.starts_with("COMBD_") => config_fail(e),
         Err(e) => {

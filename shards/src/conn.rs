@@ -221,14 +221,7 @@ impl Conn {
                 return Poll::Ready(Err(io::Error::other("session closing")));
             }
             if pos >= out.len() {
-                return futures_lite::AsyncWrite::poll_flush(Pin::new(&mut self.stream), cx).map(
-                    |r| {
-                        if r.is_err() {
-                            return r;
-                        }
-                        Ok(())
-                    },
-                );
+                return futures_lite::AsyncWrite::poll_flush(Pin::new(&mut self.stream), cx);
             }
             match futures_lite::AsyncWrite::poll_write(Pin::new(&mut self.stream), cx, &out[pos..])
             {
@@ -869,9 +862,7 @@ pub(crate) async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
 /// and `COMBD_TLS_HANDSHAKE_TIMEOUT`. `None`: refused, failed or timed out (counted).
 async fn handshake(shard: &Rc<Shard>, tcp: TcpStream) -> Option<Stream> {
     let stats = shard.stats();
-    let Some(tls) = shard.node.tls.as_ref() else {
-        return None;
-    };
+    let tls = shard.node.tls.as_ref()?;
     if shard.tls_in_progress.get() >= limits::TLS_HANDSHAKES_MAX {
         ShardStats::add(&stats.tls_handshakes_refused, 1);
         return None;

@@ -30,4 +30,4 @@ pub mod stats;
 pub mod tls;
 pub mod ws;
 
-pub use node::{DrainHandle, Node, NodeShared};
+pub use node::{DrainHandle, Node, NodeConfig, NodeShared};

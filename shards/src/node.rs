@@ -321,21 +321,37 @@ pub struct Node {
     running: usize,
 }
 
+/// What a node starts with, besides its CPUs.
+pub struct NodeConfig {
+    /// The validated settings.
+    pub settings: Settings,
+    /// The built-in apps.
+    pub apps: Apps,
+    /// `COMBD_MAX_CONNS` after clamping to the fd limit.
+    pub max_conns_effective: u64,
+    /// Where the memory budget came from, for `/stats`.
+    pub memory_budget_source: &'static str,
+    /// Bytes waiting to be written per shard.
+    pub outbound_budget_bytes: u64,
+    /// The sending end of the channel the coordinator waits on.
+    pub coordinator: mpsc::SyncSender<()>,
+    /// The TLS configuration, when TLS is on.
+    pub tls: Option<Tls>,
+}
+
 impl Node {
     /// Binds the listeners of every shard on `cpus[..settings.shards]` and starts the shards.
     /// Returns once every shard accepts connections.
-    /// `coordinator` is the sending end of the channel the coordinator waits on;
-    /// `memory_budget_source` is shown in `/stats`.
-    pub fn start(
-        settings: Settings,
-        apps: Apps,
-        cpus: &[usize],
-        max_conns_effective: u64,
-        memory_budget_source: &'static str,
-        outbound_budget_bytes: u64,
-        coordinator: mpsc::SyncSender<()>,
-        tls: Option<Tls>,
-    ) -> Result<Node, String> {
+    pub fn start(config: NodeConfig, cpus: &[usize]) -> Result<Node, String> {
+        let NodeConfig {
+            settings,
+            apps,
+            max_conns_effective,
+            memory_budget_source,
+            outbound_budget_bytes,
+            coordinator,
+            tls,
+        } = config;
         let n = settings.shards;
         if cpus.len() < n {
             return Err(format!("{n} shards need {n} CPUs, {} allowed", cpus.len()));
