@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 mod click;
+mod tls;
 
 pub(crate) struct Args {
     target: Ipv4Addr,
@@ -34,6 +35,9 @@ pub(crate) struct Args {
     board: String,
     interval: Duration,
     duration: Duration,
+    /// TLS scenarios: the certificate to trust and the node's TLS port.
+    tls_cert: Option<String>,
+    tls_port: Option<u16>,
 }
 
 fn parse_args() -> Result<(String, Args), String> {
@@ -50,6 +54,8 @@ fn parse_args() -> Result<(String, Args), String> {
         board: "bench".into(),
         interval: Duration::from_secs(10),
         duration: Duration::from_secs(60),
+        tls_cert: None,
+        tls_port: None,
     };
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -60,6 +66,8 @@ fn parse_args() -> Result<(String, Args), String> {
             "--out" => a.out = Some(v),
             "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
             "--board" => a.board = v,
+            "--tls-cert" => a.tls_cert = Some(v),
+            "--tls-port" => a.tls_port = Some(v.parse().map_err(|_| format!("--tls-port {v:?}"))?),
             "--interval-ms" => {
                 a.interval =
                     Duration::from_millis(v.parse().map_err(|_| format!("--interval-ms {v:?}"))?)
@@ -430,6 +438,23 @@ fn flood(a: &Args) -> Result<serde_json::Value, String> {
 }
 
 fn main() {
+    // `combd-bench gen-cert DIR`: a self-signed certificate for localhost (cert.pem, key.pem).
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("gen-cert") {
+        let dir = std::path::PathBuf::from(argv.get(2).map_or(".", String::as_str));
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
+            .map_err(|e| e.to_string())
+            .and_then(|ck| {
+                std::fs::write(dir.join("cert.pem"), ck.cert.pem()).map_err(|e| e.to_string())?;
+                std::fs::write(dir.join("key.pem"), ck.key_pair.serialize_pem())
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = made {
+            eprintln!("combd-bench: gen-cert: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let (scenario, args) = match parse_args() {
         Ok(v) => v,
         Err(e) => {
@@ -442,6 +467,8 @@ fn main() {
         "flood" => flood(&args),
         "click" => click::click(&args),
         "mailbox" => click::mailbox(&args),
+        "idle-tls" => tls::idle_tls(&args),
+        "handshakes" => tls::handshakes(&args),
         other => Err(format!(
             "unknown scenario {other:?} (have: idle, flood, click, mailbox)"
         )),
