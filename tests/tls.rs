@@ -257,3 +257,26 @@ fn bad_tls_files_fail_startup_naming_the_setting() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn handshakes_past_the_per_shard_cap_are_closed_at_once() {
+    let dir = tmpdir("cap");
+    write_pair(&dir, &make_pair());
+    let node = start(
+        &dir,
+        &[("COMBD_SHARDS", "1"), ("COMBD_TLS_HANDSHAKE_TIMEOUT", "5s")],
+    );
+    // 300 clients that never send a ClientHello: 256 handshakes wait, the rest are refused.
+    let silent: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap())
+        .collect();
+    let s = wait_stats(&node, "300 TLS connections accepted", |s| {
+        s["tls_handshakes_in_progress"].as_u64().unwrap_or(0)
+            + s["tls_handshakes_refused"].as_u64().unwrap_or(0)
+            >= 300
+    });
+    assert_eq!(s["tls_handshakes_in_progress"], 256, "{s}");
+    assert_eq!(s["tls_handshakes_refused"], 44);
+    drop(silent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
