@@ -13,7 +13,7 @@ use combd_shards::{Node, NodeConfig};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tracing::{error, info, warn};
 
-mod apps;
+use combd::apps;
 
 /// Counts what a call of a cell allocates, for apps with a `memory_kb` limit.
 #[global_allocator]

@@ -146,3 +146,13 @@ pub const TLS_HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// TLS handshakes in progress per shard. A handshake is CPU work done on the shard's loop; past
 /// this many at once a new TLS connection is closed at once (`tls_handshakes_refused`).
 pub const TLS_HANDSHAKES_MAX: usize = 256;
+
+/// Default of `COMBD_WS_PING_INTERVAL`.
+pub const WS_PING_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
+/// TCP keepalive on every accepted connection, so the kernel finds half-open connections (a
+/// peer that vanished without a FIN) on its own: first probe after this much silence...
+pub const TCP_KEEPIDLE_SECS: i32 = 60;
+/// ...then a probe this often...
+pub const TCP_KEEPINTVL_SECS: i32 = 10;
+/// ...and the connection is reset after this many unanswered probes.
+pub const TCP_KEEPCNT: i32 = 3;

@@ -184,6 +184,13 @@ pub const SETTINGS: &[SettingSpec] = &[
         meaning: "a TLS handshake must complete this long after the accept; else the connection closes",
     },
     SettingSpec {
+        env: "COMBD_WS_PING_INTERVAL",
+        flag: "--ws-ping-interval",
+        default: "30s",
+        meaning: "the node pings every WebSocket this often; one that has not answered (sent anything) \
+                  by the next ping is closed",
+    },
+    SettingSpec {
         env: "COMBD_TEST_APPS",
         flag: "--test-apps",
         default: "off",
@@ -276,6 +283,8 @@ pub struct Settings {
     pub tls: Option<TlsSettings>,
     /// `COMBD_TLS_HANDSHAKE_TIMEOUT`.
     pub tls_handshake_timeout: Duration,
+    /// `COMBD_WS_PING_INTERVAL`.
+    pub ws_ping_interval: Duration,
     /// `COMBD_WS_RATE`.
     pub ws_rate: u64,
     /// `COMBD_WS_BURST`.
@@ -577,6 +586,7 @@ impl Settings {
                 get("COMBD_TLS_KEY"),
             )?,
             tls_handshake_timeout: parse(&raw, "COMBD_TLS_HANDSHAKE_TIMEOUT", parse_duration)?,
+            ws_ping_interval: parse(&raw, "COMBD_WS_PING_INTERVAL", parse_duration)?,
             ws_rate: parse(&raw, "COMBD_WS_RATE", parse_count)?,
             ws_burst: parse(&raw, "COMBD_WS_BURST", parse_count)?,
             outbound_budget_bytes: match get("COMBD_OUTBOUND_BUDGET") {
@@ -642,6 +652,7 @@ impl Settings {
                         .as_ref()
                         .map_or("none".into(), |t| t.key.display().to_string()),
                     "COMBD_TLS_HANDSHAKE_TIMEOUT" => secs(self.tls_handshake_timeout),
+                    "COMBD_WS_PING_INTERVAL" => secs(self.ws_ping_interval),
                     "COMBD_TEST_APPS" => (if self.test_apps { "on" } else { "off" }).to_string(),
                     _ => String::from("?"),
                 };
@@ -759,6 +770,7 @@ mod tests {
             ("COMBD_CPU_LIMIT_TICKS", "0"),
             ("COMBD_DB_MAX", "0"),
             ("COMBD_TLS_HANDSHAKE_TIMEOUT", "0"),
+            ("COMBD_WS_PING_INTERVAL", "0s"),
             ("COMBD_TLS_LISTEN", "nowhere"),
             ("COMBD_TLS_CERT", "/x.pem"),
             ("COMBD_TLS_KEY", "/x.pem"),

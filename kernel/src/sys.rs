@@ -108,6 +108,37 @@ pub fn resume_listening(sock: &impl AsRawFd, backlog: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Turns on TCP keepalive on a connected socket with the given idle time, probe interval and
+/// probe count, so the kernel resets a connection whose peer vanished without a FIN.
+pub fn set_keepalive(
+    sock: &impl AsRawFd,
+    idle_secs: i32,
+    interval_secs: i32,
+    count: i32,
+) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    let set = |level: i32, name: i32, value: i32| -> io::Result<()> {
+        // SAFETY: setsockopt with a pointer to an i32 and its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                &value as *const i32 as *const libc::c_void,
+                std::mem::size_of::<i32>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle_secs)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, interval_secs)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, count)
+}
+
 /// Free bytes (for unprivileged users) and total bytes of the filesystem holding `path`.
 pub fn disk_space(path: &std::path::Path) -> io::Result<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
@@ -156,6 +187,15 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
         resume_listening(&l, 16).expect("listen");
         TcpStream::connect(addr).expect("resumed: connect succeeds");
+    }
+
+    #[test]
+    fn keepalive_is_set() {
+        let l = bind_listener("127.0.0.2:0".parse().unwrap(), 16).unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap().as_socket().unwrap()).unwrap();
+        set_keepalive(&c, 60, 10, 3).unwrap();
+        let s = socket2::SockRef::from(&c);
+        assert!(s.keepalive().unwrap());
     }
 
     #[test]

@@ -45,6 +45,8 @@ enum Input {
     Failed,
     /// The session has mail to write.
     Mail,
+    /// A WebSocket's ping is due (a new ping epoch on the shard).
+    PingDue,
 }
 
 /// What the HTTP loop does after answering a request.
@@ -90,6 +92,8 @@ struct Conn {
     session: Option<u64>,
     /// An upgrade the HTTP loop completed: the WebSocket loop runs next.
     upgraded: Option<Box<Upgrade>>,
+    /// For a WebSocket: the shard's ping epoch it last pinged in.
+    ping_epoch: Option<u64>,
 }
 
 impl Drop for Conn {
@@ -106,6 +110,12 @@ impl Drop for Conn {
 /// Serves one accepted connection until it closes.
 pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, local: bool, tls: bool) {
     let _ = stream.set_nodelay(true);
+    let _ = combd_kernel::sys::set_keepalive(
+        &stream,
+        limits::TCP_KEEPIDLE_SECS,
+        limits::TCP_KEEPINTVL_SECS,
+        limits::TCP_KEEPCNT,
+    );
     let _ = stream.set_write_timeout(Some(limits::WRITE_STALL_TIMEOUT));
     let stream = if tls {
         match handshake(&shard, stream).await {
@@ -129,6 +139,7 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, local: bool, tls:
         local,
         session: None,
         upgraded: None,
+        ping_epoch: None,
     };
     // The HTTP loop and the WebSocket loop run one after the other, not one inside the
     // other, so an idle WebSocket's task holds only the WebSocket loop's state.
@@ -168,6 +179,12 @@ impl Conn {
             if self.shard.has_mail(id) {
                 return Poll::Ready(Input::Mail);
             }
+        }
+        if self
+            .ping_epoch
+            .is_some_and(|e| e != self.shard.ping_epoch.get())
+        {
+            return Poll::Ready(Input::PingDue);
         }
         {
             let mut scratch = self.shard.scratch.borrow_mut();
@@ -309,7 +326,7 @@ impl Conn {
                     None => (idle_since + idle_timeout, true),
                 };
                 match self.fill(Some(deadline), self.inbuf.is_empty()).await {
-                    Input::Data | Input::Mail => {}
+                    Input::Data | Input::Mail | Input::PingDue => {}
                     Input::Eof | Input::Failed | Input::Drain => return,
                     Input::Timeout if idle => {
                         ShardStats::add(&self.shard.stats().idle_closed, 1);
@@ -339,7 +356,7 @@ impl Conn {
                 let deadline = Instant::now() + body_timeout;
                 while self.inbuf.len() < total {
                     match self.fill(Some(deadline), false).await {
-                        Input::Data | Input::Mail => {}
+                        Input::Data | Input::Mail | Input::PingDue => {}
                         Input::Eof | Input::Failed | Input::Drain => return,
                         Input::Timeout => {
                             ShardStats::add(&self.shard.stats().request_timeouts, 1);
@@ -588,6 +605,9 @@ impl Conn {
         );
         let mut tokens = burst;
         let mut refilled = Instant::now();
+        // Liveness: a ping every COMBD_WS_PING_INTERVAL; anything received answers it.
+        self.ping_epoch = Some(shard.ping_epoch.get());
+        let mut awaiting_pong = false;
         let mut out: Vec<u8> = Vec::new();
         loop {
             let mut client_close: Option<Option<u16>> = None;
@@ -725,7 +745,31 @@ impl Conn {
                 return;
             }
             match self.fill(None, !decoder.in_message()).await {
-                Input::Data => {}
+                Input::Data => awaiting_pong = false,
+                Input::PingDue => {
+                    self.ping_epoch = Some(shard.ping_epoch.get());
+                    if awaiting_pong {
+                        ShardStats::add(&stats.ws_ping_timeouts, 1);
+                        ws::encode_close(&mut out, Some(ws::close::GOING_AWAY), "ping timeout");
+                        self.detach(&app, &object, session);
+                        if self.flush(&mut out).await.is_ok() {
+                            Box::pin(self.linger_close()).await;
+                        }
+                        return;
+                    }
+                    awaiting_pong = true;
+                    ws::encode(
+                        &mut out,
+                        tungstenite::protocol::frame::coding::OpCode::Control(
+                            tungstenite::protocol::frame::coding::Control::Ping,
+                        ),
+                        b"",
+                    );
+                    if self.flush(&mut out).await.is_err() {
+                        self.detach(&app, &object, session);
+                        return;
+                    }
+                }
                 Input::Mail => {
                     let Some(id) = self.session else { continue };
                     if let Some(why) = shard.closing(id) {
@@ -844,6 +888,7 @@ pub(crate) async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
         local: false,
         session: None,
         upgraded: None,
+        ping_epoch: None,
     };
     let mut out = Vec::new();
     conn.count_status(503);

@@ -48,6 +48,8 @@ pub(crate) struct Shard {
     pub outbound: Cell<u64>,
     /// TLS handshakes in progress.
     pub tls_in_progress: Cell<usize>,
+    /// Incremented every `COMBD_WS_PING_INTERVAL`: WebSockets ping when it changes.
+    pub ping_epoch: Cell<u64>,
 }
 
 /// An awake slot; given back (to the first in the ready line) when dropped.
@@ -329,6 +331,7 @@ impl Shard {
             restores: Rc::new(Fifo::new(node_restores)),
             outbound: Cell::new(0),
             tls_in_progress: Cell::new(0),
+            ping_epoch: Cell::new(0),
         });
         for idx in 0..shard.listeners.len() {
             shard.start_accepting(idx);
@@ -406,7 +409,15 @@ impl AsRawFd for FdRef {
 
 /// Measures how late the shard's timer fires: a loop that is busy or blocked shows lag.
 async fn tick(shard: Rc<Shard>) {
+    let mut last_ping = Instant::now();
     while !shard.draining.get() {
+        // The ping sweep: a new epoch, and every waiting connection woken to see it
+        // (WebSockets ping their client, or close it if the last ping went unanswered).
+        if last_ping.elapsed() >= shard.node.settings.ws_ping_interval {
+            last_ping = Instant::now();
+            shard.ping_epoch.set(shard.ping_epoch.get() + 1);
+            shard.wake_all();
+        }
         let start = Instant::now();
         glommio::timer::sleep(limits::SHARD_TICK).await;
         let late = start.elapsed().saturating_sub(limits::SHARD_TICK);

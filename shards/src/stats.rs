@@ -122,6 +122,8 @@ pub struct ShardStats {
     pub outbound_bytes_max: AtomicU64,
     /// WebSockets closed with 1008 past their message rate.
     pub ws_rate_closed: AtomicU64,
+    /// WebSockets closed because they did not answer a ping by the next one.
+    pub ws_ping_timeouts: AtomicU64,
     /// TLS handshakes completed.
     pub tls_handshakes: AtomicU64,
     /// TLS handshakes that failed or timed out.
@@ -202,6 +204,7 @@ impl ShardStats {
             ("outbound_bytes", "combd_outbound_bytes", Gauge, "Bytes waiting to be written.", g(&self.outbound_bytes)),
             ("outbound_bytes_max", "combd_outbound_bytes_max", Gauge, "The most bytes waiting at once.", g(&self.outbound_bytes_max)),
             ("ws_rate_closed", "combd_ws_rate_closed_total", Counter, "WebSockets closed past their message rate.", g(&self.ws_rate_closed)),
+            ("ws_ping_timeouts", "combd_ws_ping_timeouts_total", Counter, "WebSockets closed for not answering a ping.", g(&self.ws_ping_timeouts)),
             ("tls_handshakes", "combd_tls_handshakes_total", Counter, "TLS handshakes completed.", g(&self.tls_handshakes)),
             ("tls_handshake_failures", "combd_tls_handshake_failures_total", Counter, "TLS handshakes failed or timed out.", g(&self.tls_handshake_failures)),
             ("tls_handshakes_in_progress", "combd_tls_handshakes_in_progress", Gauge, "TLS handshakes in progress.", g(&self.tls_handshakes_in_progress)),

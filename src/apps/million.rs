@@ -193,6 +193,21 @@ impl App for Million {
     }
 }
 
+/// For the fuzz target: parses `data` as a client message and as a page query; a click that
+/// parses is on the board.
+pub fn fuzz_entry(data: &[u8]) {
+    let session = SessionId { shard: 0, id: 1 };
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(c) = parse_click(session, &Message::Text(text)) {
+            assert!(c.i < BOXES);
+        }
+        if let Ok(p) = page_of(Some(text)) {
+            assert!(p < PAGES);
+        }
+    }
+    let _ = parse_click(session, &Message::Binary(data));
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
