@@ -11,7 +11,6 @@
 
 use std::collections::{BinaryHeap, HashMap};
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream as MioStream;
@@ -311,14 +310,7 @@ pub fn mailbox(a: &Args) -> Result<serde_json::Value, String> {
     let started = Instant::now();
     let mut socks = Vec::with_capacity(a.conns);
     for i in 0..a.conns {
-        let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            .map_err(|e| e.to_string())?;
-        sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into())
-            .map_err(|e| e.to_string())?;
-        sock.connect(&SocketAddr::V4(SocketAddrV4::new(a.target, a.port)).into())
-            .map_err(|e| format!("connect: {e}"))?;
-        let s: std::net::TcpStream = sock.into();
+        let s = crate::connect_from(a.target, a.port, i)?;
         s.set_read_timeout(Some(Duration::from_secs(30))).ok();
         socks.push(s);
     }

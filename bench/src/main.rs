@@ -16,7 +16,7 @@
 //! Usage: `combd-bench idle|flood|click|mailbox --port P [--target 127.0.0.2] [--conns N]
 //! [--out FILE] [--pages N] [--board NAME] [--interval-ms MS] [--duration-s S]`
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -150,14 +150,8 @@ pub(crate) fn cpu_seconds(pid: u64) -> f64 {
     ticks as f64 / hz
 }
 
-/// Opens a WebSocket to `path` from a source address picked by `i`; returns the stream and
-/// any bytes read past the handshake.
-pub(crate) fn open_ws_path(
-    target: Ipv4Addr,
-    port: u16,
-    i: usize,
-    path: &str,
-) -> Result<(TcpStream, Vec<u8>), String> {
+/// Connects to the target from a source address picked by `i` (127.0.0.10-250).
+pub(crate) fn connect_from(target: Ipv4Addr, port: u16, i: usize) -> Result<TcpStream, String> {
     let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);
     let sock =
         Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
@@ -165,11 +159,17 @@ pub(crate) fn open_ws_path(
         .map_err(|e| format!("bind {src}: {e}"))?;
     sock.connect(&SocketAddr::V4(SocketAddrV4::new(target, port)).into())
         .map_err(|e| format!("connect: {e}"))?;
-    let mut s: TcpStream = sock.into();
+    let s: TcpStream = sock.into();
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    Ok(s)
+}
+
+/// Sends a WebSocket upgrade for `path` on `s` and reads the 101; returns any bytes read past
+/// the handshake (the first frames).
+pub(crate) fn upgrade(s: &mut (impl Read + Write), path: &str) -> Result<Vec<u8>, String> {
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
@@ -190,39 +190,25 @@ pub(crate) fn open_ws_path(
             String::from_utf8_lossy(&buf[..buf.len().min(40)])
         ));
     }
-    Ok((s, buf[end..].to_vec()))
+    Ok(buf[end..].to_vec())
 }
 
+/// Opens a WebSocket to `path` from a source address picked by `i`; returns the stream and
+/// any bytes read past the handshake.
+pub(crate) fn open_ws_path(
+    target: Ipv4Addr,
+    port: u16,
+    i: usize,
+    path: &str,
+) -> Result<(TcpStream, Vec<u8>), String> {
+    let mut s = connect_from(target, port, i)?;
+    let rest = upgrade(&mut s, path)?;
+    Ok((s, rest))
+}
+
+/// An idle echo WebSocket.
 fn open_ws(target: Ipv4Addr, port: u16, i: usize) -> Result<TcpStream, String> {
-    let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);
-    let sock =
-        Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
-    sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into())
-        .map_err(|e| format!("bind {src}: {e}"))?;
-    sock.connect(&SocketAddr::V4(SocketAddrV4::new(target, port)).into())
-        .map_err(|e| format!("connect: {e}"))?;
-    let mut s: TcpStream = sock.into();
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    write!(
-        s,
-        "GET /o/echo/idle{} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-        i % 100
-    )
-    .map_err(|e| e.to_string())?;
-    let mut r = BufReader::new(&mut s);
-    let mut line = String::new();
-    r.read_line(&mut line).map_err(|e| e.to_string())?;
-    if !line.starts_with("HTTP/1.1 101") {
-        return Err(format!("handshake: {line:?}"));
-    }
-    loop {
-        line.clear();
-        r.read_line(&mut line).map_err(|e| e.to_string())?;
-        if line == "\r\n" || line.is_empty() {
-            break;
-        }
-    }
-    Ok(s)
+    open_ws_path(target, port, i, &format!("/o/echo/idle{}", i % 100)).map(|(s, _)| s)
 }
 
 /// Sends a masked ping and waits for the pong.

@@ -2,15 +2,14 @@
 //! `handshakes` (full TLS handshakes one after another from one generator core: handshakes per
 //! second the node completes on its one core). The certificate to trust is `--tls-cert FILE`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::io::Write;
+use std::net::{Ipv4Addr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
-use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::{cpu_seconds, local_get, percentile, rss_bytes, Args};
+use crate::{connect_from, cpu_seconds, local_get, percentile, rss_bytes, upgrade, Args};
 
 type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
@@ -39,15 +38,7 @@ fn connect(
     port: u16,
     i: usize,
 ) -> Result<Tls, String> {
-    let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);
-    let sock =
-        Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
-    sock.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into())
-        .map_err(|e| e.to_string())?;
-    sock.connect(&SocketAddr::V4(SocketAddrV4::new(target, port)).into())
-        .map_err(|e| format!("connect: {e}"))?;
-    let tcp: TcpStream = sock.into();
-    tcp.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let tcp = connect_from(target, port, i)?;
     let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
     let conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
     let mut tls = rustls::StreamOwned::new(conn, tcp);
@@ -71,25 +62,7 @@ pub fn idle_tls(a: &Args) -> Result<serde_json::Value, String> {
     let mut socks = Vec::with_capacity(a.conns);
     for i in 0..a.conns {
         let mut s = connect(&config, a.target, tls_port, i)?;
-        write!(
-            s,
-            "GET /o/echo/idle{} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-            i % 100
-        )
-        .map_err(|e| e.to_string())?;
-        let mut r = BufReader::new(&mut s);
-        let mut line = String::new();
-        r.read_line(&mut line).map_err(|e| e.to_string())?;
-        if !line.starts_with("HTTP/1.1 101") {
-            return Err(format!("handshake: {line:?}"));
-        }
-        loop {
-            line.clear();
-            r.read_line(&mut line).map_err(|e| e.to_string())?;
-            if line == "\r\n" || line.is_empty() {
-                break;
-            }
-        }
+        upgrade(&mut s, &format!("/o/echo/idle{}", i % 100))?;
         socks.push(s);
         if (i + 1) % 1000 == 0 {
             eprintln!(

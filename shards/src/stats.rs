@@ -345,17 +345,12 @@ pub fn render_metrics(node: &NodeFigures, shards: &[ShardStats]) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn json_sums_shards_and_lists_each() {
-        let shards = [ShardStats::default(), ShardStats::default()];
-        ShardStats::add(&shards[0].conns, 3);
-        ShardStats::add(&shards[1].conns, 4);
-        ShardStats::add(&shards[1].bytes_in, 10);
-        let node = NodeFigures {
-            uptime_ms: 5,
+    fn node(memory_budget_source: &'static str) -> NodeFigures {
+        NodeFigures {
+            uptime_ms: 5000,
             max_conns_effective: 9,
             draining: 0,
-            memory_budget_source: "env",
+            memory_budget_source,
             full_reason: "none".into(),
             figures: vec![(
                 "pressure",
@@ -365,7 +360,16 @@ mod tests {
                 2,
             )],
             limits: vec![("max_awake", 1000)],
-        };
+        }
+    }
+
+    #[test]
+    fn json_sums_shards_and_lists_each() {
+        let shards = [ShardStats::default(), ShardStats::default()];
+        ShardStats::add(&shards[0].conns, 3);
+        ShardStats::add(&shards[1].conns, 4);
+        ShardStats::add(&shards[1].bytes_in, 10);
+        let node = node("env");
         let v: serde_json::Value = serde_json::from_str(&render_json(&node, &shards)).unwrap();
         assert_eq!(v["conns"], 7);
         assert_eq!(v["bytes_in"], 10);
@@ -381,21 +385,7 @@ mod tests {
     fn metrics_have_help_type_and_shard_labels() {
         let shards = [ShardStats::default(), ShardStats::default()];
         ShardStats::add(&shards[1].accepted, 2);
-        let node = NodeFigures {
-            uptime_ms: 5000,
-            max_conns_effective: 9,
-            draining: 0,
-            memory_budget_source: "cgroup1",
-            full_reason: "none".into(),
-            figures: vec![(
-                "pressure",
-                "combd_pressure",
-                Kind::Gauge,
-                "Memory pressure.",
-                2,
-            )],
-            limits: vec![("max_awake", 1000)],
-        };
+        let node = node("cgroup1");
         let text = render_metrics(&node, &shards);
         assert!(text.contains("# TYPE combd_accepted_total counter\n"));
         assert!(text.contains("combd_accepted_total{shard=\"1\"} 2\n"));
