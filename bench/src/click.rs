@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::{cpu_seconds, local_get, open_ws_path, percentile, rss_bytes, Args};
+use crate::{cpu_seconds, open_ws_path, percentile, rss_bytes, Args};
 
 /// A small xorshift generator: the same run gives the same clicks.
 struct Rng(u64);
@@ -83,9 +83,7 @@ fn frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
 }
 
 pub fn click(a: &Args) -> Result<serde_json::Value, String> {
-    let stats: serde_json::Value =
-        serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
-    let pid = stats["pid"].as_u64().ok_or("stats has no pid")?;
+    let pid = crate::target_pid(a)?;
     let pages = a.pages.max(1);
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let started = Instant::now();
@@ -274,8 +272,7 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
     let lost: usize = viewers.iter().map(|v| v.pending.len()).sum();
     let closed = viewers.iter().filter(|v| v.closed).count();
     latencies.sort();
-    let after: serde_json::Value =
-        serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
+    let after = crate::stats_or_null(a);
     Ok(serde_json::json!({
         "scenario": "click",
         "viewers_requested": a.conns,

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 mod click;
+mod http;
 mod tls;
 
 pub(crate) struct Args {
@@ -38,6 +39,10 @@ pub(crate) struct Args {
     /// TLS scenarios: the certificate to trust and the node's TLS port.
     tls_cert: Option<String>,
     tls_port: Option<u16>,
+    /// The target's pid, for a target without combd's `/stats` (the peers).
+    pid: Option<u64>,
+    /// `idle`: view this million board instead of the echo app.
+    idle_board: Option<String>,
 }
 
 fn parse_args() -> Result<(String, Args), String> {
@@ -56,6 +61,8 @@ fn parse_args() -> Result<(String, Args), String> {
         duration: Duration::from_secs(60),
         tls_cert: None,
         tls_port: None,
+        pid: None,
+        idle_board: None,
     };
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -65,8 +72,12 @@ fn parse_args() -> Result<(String, Args), String> {
             "--conns" => a.conns = v.parse().map_err(|_| format!("--conns {v:?}"))?,
             "--out" => a.out = Some(v),
             "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
-            "--board" => a.board = v,
+            "--board" => {
+                a.idle_board = Some(v.clone());
+                a.board = v;
+            }
             "--tls-cert" => a.tls_cert = Some(v),
+            "--pid" => a.pid = Some(v.parse().map_err(|_| format!("--pid {v:?}"))?),
             "--tls-port" => a.tls_port = Some(v.parse().map_err(|_| format!("--tls-port {v:?}"))?),
             "--interval-ms" => {
                 a.interval =
@@ -85,7 +96,27 @@ fn parse_args() -> Result<(String, Args), String> {
     Ok((scenario, a))
 }
 
+/// The target's pid: `--pid`, else combd's `/stats`.
+pub(crate) fn target_pid(a: &Args) -> Result<u64, String> {
+    if let Some(pid) = a.pid {
+        return Ok(pid);
+    }
+    let stats: serde_json::Value =
+        serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
+    stats["pid"]
+        .as_u64()
+        .ok_or_else(|| "no --pid, and /stats has no pid".to_string())
+}
+
 /// A GET on the localhost listener.
+/// `/stats` if the target is combd (a peer has none: `null`).
+pub(crate) fn stats_or_null(a: &Args) -> serde_json::Value {
+    local_get(a.port, "/stats")
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
 pub(crate) fn local_get(port: u16, path: &str) -> Result<String, String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("stats: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
@@ -206,9 +237,14 @@ pub(crate) fn open_ws_path(
     Ok((s, rest))
 }
 
-/// An idle echo WebSocket.
-fn open_ws(target: Ipv4Addr, port: u16, i: usize) -> Result<TcpStream, String> {
-    open_ws_path(target, port, i, &format!("/o/echo/idle{}", i % 100)).map(|(s, _)| s)
+/// An idle WebSocket: on the echo app, or with `--board`, a viewer of the million board's
+/// pages (the protocol the peers speak too).
+fn open_ws(a: &Args, i: usize) -> Result<TcpStream, String> {
+    let path = match &a.idle_board {
+        Some(board) => format!("/o/million/{board}?page={}", i as u64 % a.pages.max(1)),
+        None => format!("/o/echo/idle{}", i % 100),
+    };
+    open_ws_path(a.target, a.port, i, &path).map(|(s, _)| s)
 }
 
 /// Sends a masked ping and waits for the pong.
@@ -233,9 +269,7 @@ pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
 }
 
 fn idle(a: &Args) -> Result<serde_json::Value, String> {
-    let stats: serde_json::Value =
-        serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
-    let pid = stats["pid"].as_u64().ok_or("stats has no pid")?;
+    let pid = crate::target_pid(a)?;
     let rss_before = rss_bytes(pid);
     let tcp_before = tcp_mem_bytes();
     let slab_before = slab_bytes();
@@ -243,7 +277,7 @@ fn idle(a: &Args) -> Result<serde_json::Value, String> {
     let mut socks = Vec::with_capacity(a.conns);
     let mut failed = 0usize;
     for i in 0..a.conns {
-        match open_ws(a.target, a.port, i) {
+        match open_ws(a, i) {
             Ok(s) => socks.push(s),
             Err(e) => {
                 failed += 1;
@@ -266,8 +300,7 @@ fn idle(a: &Args) -> Result<serde_json::Value, String> {
     let rss_after = rss_bytes(pid);
     let tcp_after = tcp_mem_bytes();
     let slab_after = slab_bytes();
-    let stats: serde_json::Value =
-        serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
+    let stats = stats_or_null(a);
     let mut rtts = Vec::new();
     let step = (socks.len() / 200).max(1);
     for s in socks.iter_mut().step_by(step) {
@@ -325,7 +358,7 @@ fn flood(a: &Args) -> Result<serde_json::Value, String> {
     let before: serde_json::Value =
         serde_json::from_str(&local_get(a.port, "/stats")?).map_err(|e| format!("stats: {e}"))?;
     // The client already connected: it echoes every 10 ms through the flood.
-    let mut served = open_ws(a.target, a.port, 0)?;
+    let mut served = open_ws_path(a.target, a.port, 0, "/o/echo/served").map(|(s, _)| s)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let echo = std::thread::spawn(move || {
@@ -454,6 +487,7 @@ fn main() {
         "click" => click::click(&args),
         "mailbox" => click::mailbox(&args),
         "idle-tls" => tls::idle_tls(&args),
+        "http" => http::http(&args),
         "handshakes" => tls::handshakes(&args),
         other => Err(format!(
             "unknown scenario {other:?} (have: idle, flood, click, mailbox)"
