@@ -160,7 +160,13 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
     }
     let cpu0 = cpu_seconds(pid);
     let self0 = cpu_seconds(std::process::id() as u64);
-    let mut latencies = Vec::new();
+    // Every echo in one histogram (µs), and per second for the timeline.
+    let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
+        .map_err(|e| e.to_string())?;
+    let mut second: Vec<Duration> = Vec::new();
+    let mut last_sample = Instant::now();
+    let (mut p50_line, mut p99_line, mut open_line, mut rss_line) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut sent = 0u64;
     let mut errors = 0u64;
     let mut events = Events::with_capacity(4096);
@@ -250,17 +256,29 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
                     for u in m["u"].as_array().into_iter().flatten() {
                         if u[2].as_u64() == Some(v.session) {
                             if let Some(at) = u[3].as_u64().and_then(|c| v.pending.remove(&c)) {
-                                latencies.push(at.elapsed());
+                                let d = at.elapsed();
+                                let _ = hist.record((d.as_micros() as u64).max(1));
+                                second.push(d);
                             }
                         }
                     }
                 }
             }
         }
+        if last_sample.elapsed() >= Duration::from_secs(1) {
+            let t = t0.elapsed().as_secs_f64();
+            second.sort();
+            p50_line.push((t, percentile(&second, 0.5)));
+            p99_line.push((t, percentile(&second, 0.99)));
+            open_line.push((t, viewers.iter().filter(|v| !v.closed).count() as f64));
+            rss_line.push((t, rss_bytes(pid) as f64 / 1e6));
+            second.clear();
+            last_sample = Instant::now();
+        }
         if last_progress.elapsed() >= Duration::from_secs(5) {
             eprintln!(
                 "click: {sent} sent, {} echoed, {:.0}s",
-                latencies.len(),
+                hist.len(),
                 t0.elapsed().as_secs_f64()
             );
             last_progress = Instant::now();
@@ -271,8 +289,48 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
     let self_cpu = (cpu_seconds(std::process::id() as u64) - self0) / elapsed * 100.0;
     let lost: usize = viewers.iter().map(|v| v.pending.len()).sum();
     let closed = viewers.iter().filter(|v| v.closed).count();
-    latencies.sort();
     let after = crate::stats_or_null(a);
+    if let Some(out) = &a.out {
+        let svg = crate::svg::timeline(
+            &format!(
+                "click: {} viewers, a click every {} ms",
+                viewers.len(),
+                interval.as_millis()
+            ),
+            &[
+                crate::svg::Panel {
+                    title: "echo latency (ms), per second",
+                    series: vec![
+                        crate::svg::Series {
+                            name: "p50",
+                            points: p50_line,
+                        },
+                        crate::svg::Series {
+                            name: "p99",
+                            points: p99_line,
+                        },
+                    ],
+                },
+                crate::svg::Panel {
+                    title: "viewers connected",
+                    series: vec![crate::svg::Series {
+                        name: "open",
+                        points: open_line,
+                    }],
+                },
+                crate::svg::Panel {
+                    title: "server memory (MB, RSS)",
+                    series: vec![crate::svg::Series {
+                        name: "rss",
+                        points: rss_line,
+                    }],
+                },
+            ],
+        );
+        let path = out.strip_suffix(".json").unwrap_or(out).to_string() + ".svg";
+        std::fs::write(&path, svg).map_err(|e| format!("{path}: {e}"))?;
+    }
+    let q = |x: f64| hist.value_at_quantile(x) as f64 / 1000.0;
     Ok(serde_json::json!({
         "scenario": "click",
         "viewers_requested": a.conns,
@@ -284,13 +342,13 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
         "duration_s": a.duration.as_secs(),
         "connect_seconds": connect_secs,
         "clicks_sent": sent,
-        "clicks_echoed": latencies.len(),
+        "clicks_echoed": hist.len(),
         "clicks_lost": lost,
         "error_messages": errors,
         "lost_percent": if sent == 0 { 0.0 } else { lost as f64 * 100.0 / sent as f64 },
-        "echo_p50_ms": percentile(&latencies, 0.50),
-        "echo_p99_ms": percentile(&latencies, 0.99),
-        "echo_max_ms": latencies.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+        "echo_p50_ms": q(0.50),
+        "echo_p99_ms": q(0.99),
+        "echo_max_ms": hist.max() as f64 / 1000.0,
         "node_cpu_percent": node_cpu,
         "generator_cpu_percent": self_cpu,
         "node_rss_bytes": rss_bytes(pid),

@@ -24,6 +24,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 mod click;
 mod http;
+mod svg;
 mod tls;
 
 pub(crate) struct Args {
