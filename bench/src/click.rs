@@ -89,6 +89,8 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
     let started = Instant::now();
     let mut viewers = Vec::with_capacity(a.conns);
     let mut failed = 0usize;
+    // How the viewers that did not get in were turned away (the `overload` scenario).
+    let (mut refused_tcp, mut answered_503, mut closed_otherwise) = (0usize, 0usize, 0usize);
     for i in 0..a.conns {
         let page = (i as u64) % pages;
         match open_ws_path(
@@ -127,6 +129,13 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
             }
             Err(e) => {
                 failed += 1;
+                if e.contains("Connection refused") {
+                    refused_tcp += 1;
+                } else if e.contains("HTTP/1.1 503") {
+                    answered_503 += 1;
+                } else {
+                    closed_otherwise += 1;
+                }
                 if failed <= 3 {
                     eprintln!("viewer {i}: {e}");
                 }
@@ -336,6 +345,13 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
         "viewers_requested": a.conns,
         "viewers": viewers.len(),
         "viewers_failed": failed,
+        "viewers_refused_at_tcp": refused_tcp,
+        "viewers_answered_503": answered_503,
+        "viewers_closed_otherwise": closed_otherwise,
+        "node_alive_after": crate::local_get(a.port, "/healthz").is_ok(),
+        "node_memory_budget_bytes": after["memory_budget_bytes"],
+        "node_tcp_refusing": after["tcp_refusing"],
+        "node_refused_late": after["refused_late"],
         "viewers_closed": closed,
         "pages": pages,
         "interval_ms": interval.as_millis() as u64,

@@ -486,6 +486,9 @@ fn main() {
         "idle" => idle(&args),
         "flood" => flood(&args),
         "click" => click::click(&args),
+        // `overload`: the click scenario with more viewers than the node holds; the result
+        // counts how those turned away were refused (at TCP, 503, closed).
+        "overload" => click::click(&args),
         "mailbox" => click::mailbox(&args),
         "idle-tls" => tls::idle_tls(&args),
         "http" => http::http(&args),
