@@ -253,12 +253,28 @@ fn ping(s: &mut TcpStream) -> Result<Duration, String> {
     let t = Instant::now();
     s.write_all(&[0x89, 0x80, 1, 2, 3, 4])
         .map_err(|e| e.to_string())?;
-    let mut hdr = [0u8; 2];
-    s.read_exact(&mut hdr).map_err(|e| e.to_string())?;
-    if hdr[0] != 0x8A {
-        return Err(format!("expected pong, got opcode {:#x}", hdr[0]));
+    // Frames that were waiting (a page's state, updates) come first: skip them.
+    loop {
+        let mut hdr = [0u8; 2];
+        s.read_exact(&mut hdr).map_err(|e| e.to_string())?;
+        let len = match hdr[1] & 0x7f {
+            126 => {
+                let mut l = [0u8; 2];
+                s.read_exact(&mut l).map_err(|e| e.to_string())?;
+                u64::from(u16::from_be_bytes(l))
+            }
+            127 => {
+                let mut l = [0u8; 8];
+                s.read_exact(&mut l).map_err(|e| e.to_string())?;
+                u64::from_be_bytes(l)
+            }
+            n => u64::from(n),
+        };
+        std::io::copy(&mut (&mut *s).take(len), &mut std::io::sink()).map_err(|e| e.to_string())?;
+        if hdr[0] == 0x8A {
+            return Ok(t.elapsed());
+        }
     }
-    Ok(t.elapsed())
 }
 
 pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
