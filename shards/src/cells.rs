@@ -36,29 +36,66 @@ use crate::shard::Shard;
 use crate::stats::ShardStats;
 use crate::ws;
 
-/// Work for an object. Owned and `Send`: it may cross shards.
-pub(crate) enum Job {
+/// Work for an object: what to handle, and where its answer goes. Owned and `Send`: it may
+/// cross shards.
+pub(crate) struct Job {
+    pub input: Owned,
+    pub reply: Reply,
+}
+
+impl Job {
     /// An HTTP request; the response goes back on `reply`.
-    Http {
+    pub fn http(
         method: String,
         query: Option<String>,
         body: Vec<u8>,
         reply: async_channel::Sender<Response>,
-    },
-    /// A message from a session.
-    Message {
-        session: SessionId,
-        text: bool,
-        payload: Vec<u8>,
-    },
+    ) -> Job {
+        Job {
+            input: Owned::Http {
+                method,
+                query,
+                body,
+            },
+            reply: Reply::Http(reply),
+        }
+    }
+
+    /// A message from a session (errors go back to the session).
+    pub fn message(session: SessionId, text: bool, payload: Vec<u8>) -> Job {
+        Job {
+            input: Owned::Message {
+                session,
+                text,
+                payload,
+            },
+            reply: Reply::Session(session),
+        }
+    }
+
     /// A session attaching; `Err` refuses it with that response.
-    Attach {
+    pub fn attach(
         session: SessionId,
         query: Option<String>,
         reply: async_channel::Sender<Result<(), Response>>,
-    },
+    ) -> Job {
+        Job {
+            input: Owned::Attach { session, query },
+            reply: Reply::Attach(reply),
+        }
+    }
+
     /// A session detaching. Never refused: it frees what the object keeps for the session.
-    Detach { session: SessionId },
+    pub fn detach(session: SessionId) -> Job {
+        Job {
+            input: Owned::Detach { session },
+            reply: Reply::None,
+        }
+    }
+
+    fn is_detach(&self) -> bool {
+        matches!(self.input, Owned::Detach { .. })
+    }
 }
 
 /// What crosses between shards.
@@ -164,14 +201,14 @@ fn frame(text: bool, payload: &[u8]) -> Arc<[u8]> {
 
 /// Answers a job that will not run, the way its kind calls for.
 fn refuse(shard: &Rc<Shard>, job: Job, resp: Response) {
-    match job {
-        Job::Http { reply, .. } => {
+    match job.reply {
+        Reply::Http(reply) => {
             let _ = reply.try_send(resp);
         }
-        Job::Attach { reply, .. } => {
+        Reply::Attach(reply) => {
             let _ = reply.try_send(Err(resp));
         }
-        Job::Message { session, .. } => {
+        Reply::Session(session) => {
             let msg = String::from_utf8_lossy(&resp.body).into_owned();
             let text = serde_json::from_str::<serde_json::Value>(&msg)
                 .ok()
@@ -179,7 +216,7 @@ fn refuse(shard: &Rc<Shard>, job: Job, resp: Response) {
                 .unwrap_or(msg);
             shard.deliver(session, error_frame(&text));
         }
-        Job::Detach { .. } => {}
+        Reply::None => {}
     }
 }
 
@@ -388,7 +425,7 @@ impl Shard {
         let cell = match existing {
             Some(c) => c,
             None => {
-                if matches!(job, Job::Detach { .. }) {
+                if job.is_detach() {
                     return;
                 }
                 // A new object needs disk: refuse it while the disk is low, unless its
@@ -416,7 +453,7 @@ impl Shard {
         };
         {
             let mut mb = cell.mailbox.borrow_mut();
-            if !matches!(job, Job::Detach { .. }) && mb.len() >= cell.app.mailbox() {
+            if !job.is_detach() && mb.len() >= cell.app.mailbox() {
                 drop(mb);
                 ShardStats::add(&self.stats().mailbox_refused, 1);
                 refuse(self, job, overloaded());
@@ -474,7 +511,7 @@ impl Shard {
 }
 
 /// An input as it crosses into the blocking thread.
-enum Owned {
+pub(crate) enum Owned {
     Http {
         method: String,
         query: Option<String>,
@@ -934,45 +971,8 @@ async fn object_task(shard: Rc<Shard>, cell: Rc<ObjectCell>) {
         let mut inputs = Vec::with_capacity(jobs.len());
         let mut replies = Vec::with_capacity(jobs.len());
         for q in jobs {
-            match q.job {
-                Job::Http {
-                    method,
-                    query,
-                    body,
-                    reply,
-                } => {
-                    inputs.push(Owned::Http {
-                        method,
-                        query,
-                        body,
-                    });
-                    replies.push(Reply::Http(reply));
-                }
-                Job::Message {
-                    session,
-                    text,
-                    payload,
-                } => {
-                    inputs.push(Owned::Message {
-                        session,
-                        text,
-                        payload,
-                    });
-                    replies.push(Reply::Session(session));
-                }
-                Job::Attach {
-                    session,
-                    query,
-                    reply,
-                } => {
-                    inputs.push(Owned::Attach { session, query });
-                    replies.push(Reply::Attach(reply));
-                }
-                Job::Detach { session } => {
-                    inputs.push(Owned::Detach { session });
-                    replies.push(Reply::None);
-                }
-            }
+            inputs.push(q.job.input);
+            replies.push(q.job.reply);
         }
         let count = inputs.len() as u64;
         let app = cell.app.clone();
@@ -1048,7 +1048,8 @@ async fn object_task(shard: Rc<Shard>, cell: Rc<ObjectCell>) {
     }
 }
 
-enum Reply {
+/// Where a job's answer goes.
+pub(crate) enum Reply {
     Http(async_channel::Sender<Response>),
     Attach(async_channel::Sender<Result<(), Response>>),
     Session(SessionId),

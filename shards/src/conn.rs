@@ -395,16 +395,8 @@ impl Conn {
                     head_only,
                 } => {
                     let (tx, rx) = async_channel::bounded(1);
-                    self.shard.submit(
-                        &app,
-                        &object,
-                        Job::Http {
-                            method,
-                            query,
-                            body,
-                            reply: tx,
-                        },
-                    );
+                    self.shard
+                        .submit(&app, &object, Job::http(method, query, body, tx));
                     let resp = rx
                         .recv()
                         .await
@@ -536,11 +528,7 @@ impl Conn {
             let session = self.shard.new_session(self.slot, key, topic);
             self.session = Some(session.id);
             let (tx, rx) = async_channel::bounded(1);
-            let job = Job::Attach {
-                session,
-                query: up.query.clone(),
-                reply: tx,
-            };
+            let job = Job::attach(session, up.query.clone(), tx);
             self.shard.submit(&up.app, &up.object, job);
             match rx.recv().await {
                 Ok(Ok(())) => {}
@@ -618,11 +606,7 @@ impl Conn {
                     ShardStats::add(&stats.ws_messages_in, 1);
                     match session {
                         Some(s) => {
-                            let job = Job::Message {
-                                session: s,
-                                text,
-                                payload: payload.to_vec(),
-                            };
+                            let job = Job::message(s, text, payload.to_vec());
                             shard.submit(&app, &object, job);
                         }
                         None => {
@@ -818,7 +802,7 @@ impl Conn {
     /// Tells the object a session left, and forgets the session here.
     fn detach(&mut self, app: &Arc<dyn App>, object: &str, session: Option<SessionId>) {
         if let Some(s) = session {
-            self.shard.submit(app, object, Job::Detach { session: s });
+            self.shard.submit(app, object, Job::detach(s));
         }
         if let Some(id) = self.session.take() {
             self.shard.end_session(id);
