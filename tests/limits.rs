@@ -234,3 +234,50 @@ fn request_target_past_8_kib_gets_414() {
     assert_eq!(r.status, 414);
     assert_eq!(r.json()["error"], "request target too long");
 }
+
+#[test]
+fn batches_never_pass_the_app_batch_size() {
+    // The limits app batches at most 3. One request holds the object; 7 queue behind it.
+    let node = test_node(&[("COMBD_SHARDS", "1")]);
+    let addr = node.public();
+    let first = std::thread::spawn(move || {
+        request(
+            addr,
+            b"POST /o/limits/b?do=sleep&ms=800 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+        )
+    });
+    wait_stats(&node, "the object at work", |s| s["cells_awake"] == 1);
+    let rest: Vec<_> = (0..7)
+        .map(|_| {
+            std::thread::spawn(move || {
+                request(
+                    addr,
+                    b"POST /o/limits/b?do=value&n=10 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                )
+            })
+        })
+        .collect();
+    for t in rest {
+        assert_eq!(t.join().unwrap().status, 200);
+    }
+    assert_eq!(first.join().unwrap().status, 200);
+    let s = node.stats();
+    assert_eq!(s["batch_max"], 3, "{s}");
+    assert_eq!(rows(&node, "b"), 7);
+}
+
+#[test]
+fn a_session_mailbox_holds_1000_and_drops_the_rest() {
+    let node = test_node(&[("COMBD_SHARDS", "1")]);
+    let _stuck = open_ws(&node, "/o/limits/mbox"); // never reads
+                                                   // 4 MiB first: the socket's buffers fill and the session's write blocks...
+    assert_eq!(post(&node, "/o/limits/mbox?do=sends&n=4").status, 200);
+    // ...then 1,200 small messages wait in its mailbox: 1,000 fit.
+    assert_eq!(
+        post(&node, "/o/limits/mbox?do=sends&n=1200&size=10").status,
+        200
+    );
+    let s = node.stats();
+    assert_eq!(s["session_mailbox_dropped"], 200, "{s}");
+    assert_eq!(s["ws_slow_closed"], 0);
+}

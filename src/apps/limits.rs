@@ -6,7 +6,9 @@
 //! - `slowsql`: one endless SQL statement (interrupted: `sql_timeout`);
 //! - `manysql`: short statements, one after another, forever (killed: `host_time`);
 //! - `fill`: adds 64 KiB rows until the database cap (`db_full`);
-//! - `sends`: broadcasts `n` messages of 1 MiB (past 16 MiB: `send_limit`);
+//! - `sends`: broadcasts `n` messages of `size` bytes (default 1 MiB; past 16 MiB in all:
+//!   `send_limit`);
+//! - `sleep`: holds the object `ms` milliseconds (not host time: no SQL);
 //! - `count`: answers how many rows the object holds (nothing half-applied survives).
 
 use combd_shards::app::{App, AppError, Cx, Input, Output};
@@ -28,6 +30,15 @@ impl App for Limits {
 
     fn schema(&self) -> &'static str {
         "CREATE TABLE IF NOT EXISTS rows (v BLOB NOT NULL);"
+    }
+
+    /// Batches of at most 3, so a test can cross the batch size.
+    fn batch(&self) -> usize {
+        3
+    }
+
+    fn handles_batch(&self) -> bool {
+        true
     }
 
     fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
@@ -73,10 +84,20 @@ impl App for Limits {
                     .execute("INSERT INTO rows (v) VALUES (zeroblob(65536))", [])?;
             },
             "sends" => {
-                let mb = "x".repeat(1 << 20);
+                let size = param(*query, "size")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1 << 20);
+                let msg = "x".repeat(size);
                 for _ in 0..n {
-                    cx.broadcast("", &mb)?;
+                    cx.broadcast("", &msg)?;
                 }
+            }
+            "sleep" => {
+                let ms = param(*query, "ms")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0u64)
+                    .min(5_000);
+                std::thread::sleep(std::time::Duration::from_millis(ms));
             }
             "count" => {}
             other => return Err(AppError::new(400, format!("unknown do={other}"))),
