@@ -128,6 +128,13 @@ impl NodeShared {
             ("sql_statement_ms", ms(limits::SQL_STATEMENT_LIMIT)),
             ("host_time_ms", ms(limits::HOST_TIME_LIMIT)),
             ("url_max_bytes", limits::URL_MAX_BYTES as u64),
+            ("tls_handshake_timeout_ms", ms(s.tls_handshake_timeout)),
+            ("tls_handshakes_max", limits::TLS_HANDSHAKES_MAX as u64),
+            ("ws_ping_interval_ms", ms(s.ws_ping_interval)),
+            (
+                "blocking_threads_per_shard",
+                limits::BLOCKING_THREADS_PER_SHARD as u64,
+            ),
             (
                 "header_section_max_bytes",
                 limits::HEADER_SECTION_MAX_BYTES as u64,
