@@ -11,15 +11,6 @@ use std::net::TcpStream;
 
 use support::*;
 
-fn all_public_listeners_stopped(s: &serde_json::Value) -> bool {
-    s["tcp_refusing"] == 1
-        && s["shards"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|sh| sh["listening"] == 0)
-}
-
 fn all_public_listeners_listening(s: &serde_json::Value) -> bool {
     s["tcp_refusing"] == 0
         && s["shards"]
@@ -191,11 +182,9 @@ fn a_burst_past_the_cap_is_refused_or_answered_503_never_kept() {
 #[test]
 fn disk_low_on_a_small_filesystem_sets_and_clears() {
     let Some(disk) = SmallDisk::mount("4m") else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
         return;
     };
-    let data = disk.0.join("data");
-    std::fs::create_dir_all(&data).unwrap();
+    let data = disk.data_dir();
     let node = TestNode::start(&[("COMBD_DATA", data.to_str().unwrap())]);
     let s = wait_stats(&node, "a first disk measurement", |s| {
         s["measurements"].as_u64().unwrap_or(0) >= 1

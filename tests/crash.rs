@@ -167,11 +167,9 @@ fn acknowledged_writes_survive_kill_9() {
 #[test]
 fn a_full_disk_fails_writes_clearly_and_keeps_reads() {
     let Some(disk) = SmallDisk::mount("8m") else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
         return;
     };
-    let data = disk.0.join("data");
-    std::fs::create_dir_all(&data).unwrap();
+    let data = disk.data_dir();
     let node = TestNode::start(&[("COMBD_DATA", data.to_str().unwrap())]);
     let (status, v) = post_counter(node.public(), "full", "").unwrap();
     assert_eq!((status, v["value"].as_i64()), (200, Some(1)));

@@ -162,14 +162,11 @@ fn the_tls_listener_stops_while_full() {
     let pair = make_pair();
     write_pair(&dir, &pair);
     let node = start(&dir, &[("COMBD_MEMORY_BUDGET", "1M")]);
-    wait_stats(&node, "every public listener stopped", |s| {
-        s["tcp_refusing"] == 1
-            && s["shards"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|sh| sh["listening"] == 0)
-    });
+    wait_stats(
+        &node,
+        "every public listener stopped",
+        all_public_listeners_stopped,
+    );
     let e = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
     // The localhost TLS listener still serves.

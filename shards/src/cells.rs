@@ -869,15 +869,14 @@ fn run_batch(
 async fn object_task(shard: Rc<Shard>, cell: Rc<ObjectCell>) {
     let stats = shard.stats();
     // Restore, within the shard's restore cap, in order.
-    let mut acquire = shard.restores.acquire();
-    futures_lite::future::poll_fn(|cx| {
-        let r = std::future::Future::poll(std::pin::Pin::new(&mut acquire), cx);
-        stats
-            .restores_waiting
-            .store(shard.restores.waiting() as u64, Ordering::Relaxed);
-        r
-    })
-    .await;
+    shard
+        .restores
+        .acquire_observed(|| {
+            stats
+                .restores_waiting
+                .store(shard.restores.waiting() as u64, Ordering::Relaxed)
+        })
+        .await;
     stats
         .restores_active
         .store(shard.restores.used() as u64, Ordering::Relaxed);

@@ -84,6 +84,18 @@ impl Fifo {
             done: false,
         }
     }
+
+    /// [`Fifo::acquire`], calling `observe` after every poll (joining the line, leaving it),
+    /// so the caller can publish the line's figures as they change.
+    pub async fn acquire_observed(self: &Rc<Self>, mut observe: impl FnMut()) {
+        let mut acquire = self.acquire();
+        futures_lite::future::poll_fn(|cx| {
+            let r = Pin::new(&mut acquire).poll(cx);
+            observe();
+            r
+        })
+        .await
+    }
 }
 
 /// The future of [`Fifo::acquire`]. Dropped while waiting, it leaves the line (and passes on

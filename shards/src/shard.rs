@@ -123,13 +123,7 @@ impl Shard {
 
     /// Waits (in FIFO order, asleep) for an awake slot.
     pub async fn acquire_awake(self: &Rc<Self>) -> AwakePermit {
-        let mut acquire = self.awake.acquire();
-        futures_lite::future::poll_fn(|cx| {
-            let r = std::future::Future::poll(std::pin::Pin::new(&mut acquire), cx);
-            self.update_behind();
-            r
-        })
-        .await;
+        self.awake.acquire_observed(|| self.update_behind()).await;
         AwakePermit(self.clone())
     }
 

@@ -175,7 +175,8 @@ pub fn wait_stats(
 pub struct SmallDisk(pub std::path::PathBuf);
 
 impl SmallDisk {
-    /// Mounts one, or None where mounting is not allowed.
+    /// Mounts one, or None (after one line saying the test is skipped) where mounting is not
+    /// allowed.
     pub fn mount(size: &str) -> Option<SmallDisk> {
         let dir = std::env::temp_dir().join(format!(
             "combd-disk-{}-{}",
@@ -193,8 +194,16 @@ impl SmallDisk {
             Some(SmallDisk(dir))
         } else {
             let _ = std::fs::remove_dir(&dir);
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
             None
         }
+    }
+
+    /// A data directory on the disk, for `COMBD_DATA`.
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        let data = self.0.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        data
     }
 
     /// Fills the filesystem; returns the filler file.
@@ -302,4 +311,14 @@ pub fn assert_closed(r: &mut impl Read) {
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
         Err(e) => panic!("timed out waiting for the close: {e}"),
     }
+}
+
+/// Whether every shard's public listener is stopped and the node says it refuses at TCP.
+pub fn all_public_listeners_stopped(s: &serde_json::Value) -> bool {
+    s["tcp_refusing"] == 1
+        && s["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|sh| sh["listening"] == 0)
 }
