@@ -1,15 +1,19 @@
 //! The coordinator: the one non-shard thread. It measures memory, disk and connections every
-//! second and whenever a shard asks (every 64 accepts, or at the connection cap), decides with
-//! `combd_kernel::admission` whether the node is full, publishes the decision in atomics and
-//! wakes the shards so they stop or resume their public listeners.
+//! [`MEASURE_INTERVAL`] and whenever a shard asks (every
+//! [`MEASURE_EVERY_ACCEPTS`](combd_kernel::limits::MEASURE_EVERY_ACCEPTS) accepts, or at the
+//! connection cap), decides with `combd_kernel::admission` whether the node is full, publishes
+//! the decision in atomics and wakes the shards so they stop or resume their public listeners.
+//! Every interval it keeps is in `combd_kernel::limits`.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use combd_kernel::admission::{
-    self, FullReasons, Hold, Measurements, MEASURE_INTERVAL, STATE_HOLD,
+use combd_kernel::admission::{self, FullReasons, Hold, Measurements};
+use combd_kernel::limits::{
+    COORDINATOR_WAIT_MIN, MEASURE_ERROR_LOG_EVERY, MEASURE_INTERVAL, STATE_HOLD, SUMMARY_EVERY,
+    WATCHDOG_STALL,
 };
 use combd_kernel::memory::MemoryProbe;
 use combd_kernel::sys;
@@ -55,7 +59,7 @@ pub fn run(node: Arc<NodeShared>, probe: MemoryProbe, wake: Receiver<()>) {
             Some(every) => timeout.min(
                 every
                     .saturating_sub(last_ping.elapsed())
-                    .max(Duration::from_millis(10)),
+                    .max(COORDINATOR_WAIT_MIN),
             ),
             None => timeout,
         };
@@ -175,12 +179,6 @@ fn publish_state(node: &NodeShared, full: bool, reasons: FullReasons) {
     node.wake_shards();
 }
 
-/// A shard whose tick has not run for this long is stalled (its tick runs every 100 ms).
-const WATCHDOG_STALL: Duration = Duration::from_secs(2);
-
-/// How often refusals are summed up in the log (never one line per refused connection).
-const SUMMARY_EVERY: Duration = Duration::from_secs(10);
-
 /// The rate-limited summary of refusals: at most one line per [`SUMMARY_EVERY`], and only when
 /// something was refused.
 struct Summary {
@@ -231,8 +229,9 @@ impl Summary {
     }
 }
 
+/// Runs `log` unless it ran less than [`MEASURE_ERROR_LOG_EVERY`] ago.
 fn rate_limited(last: &mut Option<Instant>, log: impl FnOnce()) {
-    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+    if last.is_none_or(|t| t.elapsed() >= MEASURE_ERROR_LOG_EVERY) {
         log();
         *last = Some(Instant::now());
     }

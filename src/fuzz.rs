@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use combd_kernel::{memory, settings};
+use combd_shards::app::object_path;
 use combd_shards::app::valid_object_name;
-use combd_shards::cells::object_path;
 use combd_shards::http::{self, Parsed};
 use combd_shards::ws::{Decoder, WsEvent};
 

@@ -1,9 +1,23 @@
 //! # combd
 //!
-//! The node's binary (`src/main.rs`) and what it is built from here: the built-in apps
-//! ([`apps`]) and the entry points the fuzz targets and their corpus tests share
-//! ([`fuzz`]). The serving machinery lives in `combd-shards`, the settings, limits and
-//! kernel parsers in `combd-kernel`.
+//! The node's binary and what it is built from here. This library has two modules:
+//!
+//! - [`apps`]: the built-in apps (`echo`, `counter`, `million`, and the test apps `hold` and
+//!   `limits` served only with `COMBD_TEST_APPS=on`), each an implementation of
+//!   `combd_shards::app::App`, registered by name at start-up.
+//! - [`fuzz`]: one entry point per input format the node parses from outside (HTTP heads,
+//!   WebSocket frames, settings, `/proc` files, object names, the million app's messages),
+//!   shared by the fuzz targets and the corpus tests that replay them.
+//!
+//! The binary (`src/main.rs`) sits on top of `combd-shards`, which does all the serving. `main`
+//! parses the settings (`combd_kernel::settings`), finds the memory budget, starts a
+//! `combd_shards::Node` with these apps, and maps every failure to one exit status (78 for a
+//! setting, 70 for anything else). Beside the shards it runs the `coordinator`, the one
+//! non-shard thread, which measures memory, disk and connections, decides with
+//! `combd_kernel::admission` whether the node is full, and publishes that to the shards;
+//! `notify` speaks systemd's notify protocol (ready, stopping, watchdog); `top` is the
+//! `combd top` subcommand, a live view of the localhost `/stats`. Dependencies run one way:
+//! `combd-kernel` ← `combd-shards` ← this crate.
 
 pub mod apps;
 pub mod fuzz;

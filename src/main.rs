@@ -1,15 +1,17 @@
 //! `combd`: start-up, the signal that drains the node, and exit codes.
 //!
-//! Exit codes: 0 after a clean drain; 78 (EX_CONFIG) for an invalid setting, after one line
-//! naming it; 70 (EX_SOFTWARE) when a shard fails.
+//! Exit codes: 0 after a clean drain; 78 (EX_CONFIG) for a setting that is invalid or cannot be
+//! served, after one line naming it; 70 (EX_SOFTWARE) when anything else fails (a shard, the
+//! machine's files). Every failure is a [`Failure`]; [`exit_status`] is the one place that maps
+//! it to a status, and [`fail`] the one place that reports it and exits.
 
 use std::io::Write as _;
 
 use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
-use combd_kernel::settings::{help_text, Command, Settings};
+use combd_kernel::settings::{help_text, Command, ConfigError, Settings};
 use combd_kernel::sys;
-use combd_shards::{Node, NodeConfig};
+use combd_shards::{Node, NodeConfig, StartError};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tracing::{error, info, warn};
 
@@ -22,12 +24,62 @@ mod coordinator;
 mod notify;
 mod top;
 
-const EX_CONFIG: i32 = 78;
-const EX_SOFTWARE: i32 = 70;
+/// Why the node stops with an error. The message is printed as `combd: <message>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Failure {
+    /// A setting's value is invalid or cannot be served; the message starts with the
+    /// setting's name. Restarting will not help: exit 78.
+    Config(String),
+    /// Anything else (a shard failed, a file of the machine could not be read): exit 70.
+    Software(String),
+}
 
-fn config_fail(message: impl std::fmt::Display) -> ! {
-    eprintln!("combd: {message}");
-    std::process::exit(EX_CONFIG);
+impl Failure {
+    fn message(&self) -> &str {
+        match self {
+            Failure::Config(m) | Failure::Software(m) => m,
+        }
+    }
+}
+
+impl From<ConfigError> for Failure {
+    fn from(e: ConfigError) -> Failure {
+        Failure::Config(e.to_string())
+    }
+}
+
+impl From<combd_shards::tls::TlsError> for Failure {
+    /// A certificate or key that cannot be loaded names its setting.
+    fn from(e: combd_shards::tls::TlsError) -> Failure {
+        Failure::Config(e.to_string())
+    }
+}
+
+impl From<StartError> for Failure {
+    fn from(e: StartError) -> Failure {
+        match e {
+            StartError::Setting { .. } => Failure::Config(e.to_string()),
+            StartError::Runtime(message) => Failure::Software(message),
+        }
+    }
+}
+
+/// The process's exit status for a failure: the only place that chooses one.
+fn exit_status(f: &Failure) -> i32 {
+    /// sysexits.h: configuration error. systemd's unit does not restart on it.
+    const EX_CONFIG: i32 = 78;
+    /// sysexits.h: internal software error.
+    const EX_SOFTWARE: i32 = 70;
+    match f {
+        Failure::Config(_) => EX_CONFIG,
+        Failure::Software(_) => EX_SOFTWARE,
+    }
+}
+
+/// Prints `combd: <message>` to stderr and exits with the failure's status.
+fn fail(f: Failure) -> ! {
+    eprintln!("combd: {}", f.message());
+    std::process::exit(exit_status(&f));
 }
 
 fn main() {
@@ -36,13 +88,12 @@ fn main() {
         std::process::exit(top::run(&args[1..]));
     }
     let cpus = sys::allowed_cpus().unwrap_or_else(|e| {
-        eprintln!("combd: cannot read the CPUs this process may use: {e}");
-        std::process::exit(EX_SOFTWARE);
+        fail(Failure::Software(format!(
+            "cannot read the CPUs this process may use: {e}"
+        )))
     });
-    let (command, settings) = match Settings::load(|k| std::env::var(k).ok(), &args, cpus.len()) {
-        Ok(v) => v,
-        Err(e) => config_fail(e),
-    };
+    let (command, settings) = Settings::load(|k| std::env::var(k).ok(), &args, cpus.len())
+        .unwrap_or_else(|e| fail(e.into()));
     match command {
         Command::Help => {
             print!("{}", help_text());
@@ -56,10 +107,10 @@ fn main() {
     }
 
     let filter = tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
-        config_fail(format_args!(
+        fail(Failure::Config(format!(
             "COMBD_LOG: {:?} is not a log filter: {e}",
             settings.log
-        ))
+        )))
     });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -68,7 +119,7 @@ fn main() {
 
     let nofile = sys::raise_nofile_limit().unwrap_or_else(|e| {
         warn!("cannot raise RLIMIT_NOFILE: {e}");
-        1024
+        limits::NOFILE_FALLBACK
     });
     let max_conns = settings.max_conns_effective(nofile);
     if max_conns < settings.max_conns {
@@ -80,16 +131,14 @@ fn main() {
         );
     }
     if let Err(e) = std::fs::create_dir_all(&settings.data_dir) {
-        config_fail(format_args!(
+        fail(Failure::Config(format!(
             "COMBD_DATA: cannot create {}: {e}",
             settings.data_dir.display()
-        ));
+        )));
     }
 
-    let probe = MemoryProbe::discover(settings.memory_budget_bytes).unwrap_or_else(|e| {
-        eprintln!("combd: cannot read /proc/meminfo: {e}");
-        std::process::exit(EX_SOFTWARE);
-    });
+    let probe = MemoryProbe::discover(settings.memory_budget_bytes)
+        .unwrap_or_else(|e| fail(Failure::Software(format!("cannot read /proc/meminfo: {e}"))));
     info!(
         budget_bytes = probe.budget_bytes,
         source = probe.budget_source.as_str(),
@@ -98,23 +147,21 @@ fn main() {
     );
 
     let shards = settings.shards;
-    let outbound_budget = settings
-        .outbound_budget_bytes
-        .unwrap_or(probe.budget_bytes / 4 / shards.max(1) as u64)
-        .max(1);
+    let outbound_budget = limits::outbound_budget_per_shard(
+        settings.outbound_budget_bytes,
+        probe.budget_bytes,
+        shards,
+    );
     let test_apps = settings.test_apps;
     if command == Command::CheckConfig {
         check_config(&settings, &probe, nofile, max_conns, shards);
         return;
     }
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
-    let tls = match &settings.tls {
-        Some(t) => match combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone()) {
-            Ok(tls) => Some(tls),
-            Err(e) => config_fail(e),
-        },
-        None => None,
-    };
+    let tls = settings.tls.as_ref().map(|t| {
+        combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
+            .unwrap_or_else(|e| fail(e.into()))
+    });
     let config = NodeConfig {
         settings,
         apps: apps::builtin(test_apps),
@@ -124,21 +171,15 @@ fn main() {
         coordinator: wake_coordinator,
         tls,
     };
-    let node = match Node::start(config, &cpus) {
-        Ok(node) => node,
-        Err(e) if e.starts_with("COMBD_") => config_fail(e),
-        Err(e) => {
-            eprintln!("combd: {e}");
-            std::process::exit(EX_SOFTWARE);
-        }
-    };
+    let node = Node::start(config, &cpus).unwrap_or_else(|e: StartError| fail(e.into()));
     let shared = node.shared().clone();
     let coordinator = std::thread::Builder::new()
         .name("combd-coordinator".into())
         .spawn(move || coordinator::run(shared, probe, coordinator_wakes))
         .unwrap_or_else(|e| {
-            eprintln!("combd: cannot start the coordinator: {e}");
-            std::process::exit(EX_SOFTWARE);
+            fail(Failure::Software(format!(
+                "cannot start the coordinator: {e}"
+            )))
         });
     info!(public = %node.public_addr(), local = %node.local_addr(), shards, max_conns, "serving");
     // One line on stdout that scripts and tests wait for.
@@ -156,44 +197,46 @@ fn main() {
         node.public_addr()
     ));
 
-    let drain = node.drain_handle();
-    let shared = node.shared().clone();
-    match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
-        Ok(mut signals) => {
-            std::thread::spawn(move || {
-                let mut draining = false;
-                for sig in signals.forever() {
-                    if sig == SIGHUP {
-                        // Reload the certificate and key; a bad pair keeps the old one.
-                        match shared.tls.as_ref().map(|t| t.reload()) {
-                            Some(Ok(())) => info!("SIGHUP: TLS certificate and key reloaded"),
-                            Some(Err(e)) => error!("SIGHUP: keeping the old TLS certificate: {e}"),
-                            None => info!("SIGHUP: TLS is off, nothing to reload"),
-                        }
-                    } else if !draining {
-                        draining = true;
-                        info!(signal = sig, "draining");
-                        notify::notify("STOPPING=1");
-                        drain.drain();
-                    } else {
-                        warn!("second signal: exiting without waiting for the drain");
-                        std::process::exit(EX_SOFTWARE);
-                    }
-                }
-            });
-        }
-        Err(e) => warn!("cannot install signal handlers: {e}"),
-    }
+    handle_signals(&node);
 
     let result = node.wait();
     let _ = coordinator.join();
     match result {
         Ok(()) => info!("stopped"),
-        Err(e) => {
-            eprintln!("combd: {e}");
-            std::process::exit(EX_SOFTWARE);
-        }
+        Err(e) => fail(Failure::Software(e)),
     }
+}
+
+/// SIGTERM and SIGINT start the drain (a second one exits at once); SIGHUP reloads the TLS
+/// certificate and key, keeping the old pair if the new one is bad.
+fn handle_signals(node: &Node) {
+    let drain = node.drain_handle();
+    let shared = node.shared().clone();
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
+        Ok(signals) => signals,
+        Err(e) => return warn!("cannot install signal handlers: {e}"),
+    };
+    std::thread::spawn(move || {
+        let mut draining = false;
+        for sig in signals.forever() {
+            if sig == SIGHUP {
+                match shared.tls.as_ref().map(|t| t.reload()) {
+                    Some(Ok(())) => info!("SIGHUP: TLS certificate and key reloaded"),
+                    Some(Err(e)) => error!("SIGHUP: keeping the old TLS certificate: {e}"),
+                    None => info!("SIGHUP: TLS is off, nothing to reload"),
+                }
+            } else if !draining {
+                draining = true;
+                info!(signal = sig, "draining");
+                notify::notify("STOPPING=1");
+                drain.drain();
+            } else {
+                fail(Failure::Software(
+                    "second signal: exiting without waiting for the drain".into(),
+                ));
+            }
+        }
+    });
 }
 
 /// `--check-config`: every setting's effective value and where it came from, then what was
@@ -221,7 +264,10 @@ fn check_config(
     }
     println!("\nin force:");
     let clamp = if max_conns < settings.max_conns {
-        format!("clamped to RLIMIT_NOFILE {nofile} less 256")
+        format!(
+            "clamped to RLIMIT_NOFILE {nofile} less {}",
+            limits::FD_RESERVE
+        )
     } else {
         "COMBD_MAX_CONNS".to_string()
     };
@@ -232,9 +278,11 @@ fn check_config(
         probe.budget_bytes,
         probe.budget_source.as_str()
     );
-    let outbound = settings
-        .outbound_budget_bytes
-        .unwrap_or(probe.budget_bytes / 4 / shards.max(1) as u64);
+    let outbound = limits::outbound_budget_per_shard(
+        settings.outbound_budget_bytes,
+        probe.budget_bytes,
+        shards,
+    );
     let from = if settings.outbound_budget_bytes.is_some() {
         "COMBD_OUTBOUND_BUDGET"
     } else {
@@ -259,4 +307,36 @@ fn check_config(
         limits::SQL_VALUE_MAX_BYTES,
         limits::LOG_MAX_BYTES
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setting_exits_78_anything_else_70() {
+        assert_eq!(exit_status(&Failure::Config("COMBD_LOG: bad".into())), 78);
+        assert_eq!(exit_status(&Failure::Software("a shard failed".into())), 70);
+        let e = ConfigError {
+            setting: "COMBD_MAX_BODY".into(),
+            message: "must not be zero".into(),
+        };
+        assert_eq!(
+            Failure::from(e),
+            Failure::Config("COMBD_MAX_BODY: must not be zero".into())
+        );
+    }
+
+    #[test]
+    fn start_errors_keep_their_message_and_pick_the_status() {
+        let taken = Failure::from(StartError::Setting {
+            setting: "COMBD_LISTEN",
+            message: "0.0.0.0:8080 is in use".into(),
+        });
+        assert_eq!(taken.message(), "COMBD_LISTEN: 0.0.0.0:8080 is in use");
+        assert_eq!(exit_status(&taken), 78);
+        let shard = Failure::from(StartError::Runtime("shard 1 did not start".into()));
+        assert_eq!(shard.message(), "shard 1 did not start");
+        assert_eq!(exit_status(&shard), 70);
+    }
 }

@@ -448,7 +448,7 @@ fn new_object_on_a_low_disk_gets_507_and_existing_ones_keep_working() {
 
 #[test]
 fn behind_shrinks_session_mailboxes_to_8_and_counts_the_overflow() {
-    use combd_shards::cells::home_shard;
+    use combd_shards::app::home_shard;
     let node = TestNode::start(&[
         ("COMBD_SHARDS", "2"),
         ("COMBD_MAX_AWAKE", "1"),

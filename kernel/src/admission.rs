@@ -1,23 +1,11 @@
 //! The admission decisions, as pure functions over measured values: memory pressure, whether
 //! the node is full (and why), the one-second hold that keeps it from flapping, and whether
-//! the data disk is low.
+//! the data disk is low. Their thresholds live in [`crate::limits`].
 
-use std::time::Duration;
-
-/// Pressure becomes 1 when the higher of the two memory measures reaches this percentage.
-pub const PRESSURE_1_PERCENT: u64 = 80;
-/// Pressure becomes 2 (the node is full) at this percentage.
-pub const PRESSURE_2_PERCENT: u64 = 90;
-/// The machine's memory kept back: its percentages are of the machine less a tenth.
-pub const MACHINE_RESERVE_DIVISOR: u64 = 10;
-/// Each admission state (full, not full) holds at least this long, so it does not flap.
-pub const STATE_HOLD: Duration = Duration::from_secs(1);
-/// The coordinator measures at least this often...
-pub const MEASURE_INTERVAL: Duration = Duration::from_secs(1);
-/// ...and also every this many accepted connections, so a burst cannot outrun it.
-pub const MEASURE_EVERY_ACCEPTS: u64 = 64;
-/// The disk is low below the lesser of a tenth of its filesystem and this.
-pub const DISK_LOW_MAX_BYTES: u64 = 2 << 30;
+use crate::limits::{
+    DISK_LOW_DIVISOR, DISK_LOW_MAX_BYTES, MACHINE_RESERVE_DIVISOR, PRESSURE_1_PERCENT,
+    PRESSURE_2_PERCENT, STATE_HOLD,
+};
 
 /// The memory measures, in percent, and the level they give.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +19,8 @@ pub struct Pressure {
 }
 
 /// Memory pressure from own memory against the budget and the machine's used memory against
-/// the machine less a tenth; the higher measure wins.
+/// the machine less a tenth ([`MACHINE_RESERVE_DIVISOR`]); the higher measure wins: level 1 at
+/// [`PRESSURE_1_PERCENT`], 2 at [`PRESSURE_2_PERCENT`].
 pub fn pressure(
     own_bytes: u64,
     budget_bytes: u64,
@@ -167,10 +156,10 @@ impl Hold {
     }
 }
 
-/// Whether the data disk is low: free space below the lesser of a tenth of the filesystem and
-/// [`DISK_LOW_MAX_BYTES`].
+/// Whether the data disk is low: free space below the lesser of a tenth of the filesystem
+/// ([`DISK_LOW_DIVISOR`]) and [`DISK_LOW_MAX_BYTES`].
 pub fn disk_low(free_bytes: u64, total_bytes: u64) -> bool {
-    free_bytes < (total_bytes / 10).min(DISK_LOW_MAX_BYTES)
+    free_bytes < (total_bytes / DISK_LOW_DIVISOR).min(DISK_LOW_MAX_BYTES)
 }
 
 #[cfg(test)]

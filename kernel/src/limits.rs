@@ -1,26 +1,47 @@
 //! Every fixed bound of the node, declared once.
 //!
-//! Each constant says what it bounds, why it has its value, and what it costs. Bounds that an
-//! operator may want to move are settings instead (see [`crate::settings`]); their defaults
-//! live here too, so the two never drift apart.
+//! Each constant says what it bounds, why it has its value, and, where it holds memory, what it
+//! costs. Bounds that an operator may want to move are settings instead (see
+//! [`crate::settings`]); their defaults live here too, so the two never drift apart (the
+//! settings' unit tests check every parsed default against this file). The one limit derived
+//! from the machine at start-up, the outbound budget, is computed by
+//! [`outbound_budget_per_shard`]. Relations between limits that must hold are checked at compile
+//! time at the end of this file: a change that breaks one does not build.
 
 use std::time::Duration;
 
+// ---------------------------------------------------------------------------------------------
+// HTTP and connections
+// ---------------------------------------------------------------------------------------------
+
 /// Largest request head (request line and headers) the node reads, in bytes. Past it the
 /// request gets `431` and the connection closes. 16 KiB holds any browser's cookies and
-/// headers; it is also the most a connection can make the node buffer before a body starts.
+/// headers; it is also the most a connection can make the node buffer before a body starts
+/// (16 KiB per connection with a partial head).
 pub const HEADER_SECTION_MAX_BYTES: usize = 16 * 1024;
 
 /// Most header fields in one request. httparse parses into a fixed array of this many
-/// entries (16 bytes each on the stack). Past it: `431`.
+/// entries (32 bytes each on 64-bit: 2 KiB on the stack per parse). Browsers send about twenty; 64
+/// leaves room for what proxies add. Past it: `431`.
 pub const HEADER_COUNT_MAX: usize = 64;
 
-/// Read scratch buffer, one per shard. Connections read into it and keep only the bytes of a
-/// partial request or frame, so an idle connection holds no read buffer at all.
+/// Longest request target (path and query); past it `414`. Half the head section, so a
+/// maximal target still leaves room for the headers; 8 KiB is what common proxies accept.
+pub const URL_MAX_BYTES: usize = 8 * 1024;
+
+/// Read scratch buffer, one per shard (64 KiB per shard in all). Connections read into it and
+/// keep only the bytes of a partial request or frame, so an idle connection holds no read
+/// buffer at all. 64 KiB takes a whole pipelined burst or a large frame in one read.
 pub const READ_SCRATCH_BYTES: usize = 64 * 1024;
 
-/// Listen backlog of every listener socket (the kernel caps it at `net.core.somaxconn`).
-/// Connections the kernel completed wait here until a shard accepts them.
+/// Bytes of responses a connection accumulates from pipelined requests before writing them:
+/// one write per this many bytes instead of one per response. Costs up to 64 KiB per
+/// connection while it is answering a pipelined burst, nothing otherwise.
+pub const PIPELINE_FLUSH_BYTES: usize = 64 * 1024;
+
+/// Listen backlog of every listener socket (the kernel caps it at `net.core.somaxconn`, whose
+/// default is 4096 since Linux 5.4). Connections the kernel completed wait here until a shard
+/// accepts them; each holds a socket in the kernel's memory, not the node's.
 pub const LISTEN_BACKLOG: i32 = 4096;
 
 /// File descriptors held back from `COMBD_MAX_CONNS`: listeners, io_uring rings, eventfds,
@@ -28,26 +49,212 @@ pub const LISTEN_BACKLOG: i32 = 4096;
 /// accept never fails with `EMFILE`.
 pub const FD_RESERVE: u64 = 256;
 
+/// The `RLIMIT_NOFILE` soft limit assumed when the node cannot read or raise it: Linux's
+/// default soft limit. The connection cap is then clamped to it less [`FD_RESERVE`].
+pub const NOFILE_FALLBACK: u64 = 1024;
+
 /// How long a close the node starts (a WebSocket close, or an HTTP `connection: close`) reads and
 /// discards what the client still sends, waiting for its close frame or EOF,
 /// before the socket is dropped. Closing with unread bytes makes the kernel send a reset, which
-/// can destroy the response or close frame still unread on the client's side.
+/// can destroy the response or close frame still unread on the client's side. Two seconds is
+/// many round trips even on a mobile link, and bounds how long a closing connection is held.
 pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
 /// A write that makes no progress for this long fails and the connection closes: a client
-/// that stops reading cannot pin a task and its buffers forever.
+/// that stops reading cannot pin a task and its buffers forever. As long as the default body
+/// timeout: a client gets as long to take a response as to send a request.
 pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// TCP keepalive on every accepted connection, so the kernel finds half-open connections (a
+/// peer that vanished without a FIN) on its own: first probe after this much silence...
+pub const TCP_KEEPIDLE_SECS: i32 = 60;
+/// ...then a probe this often...
+pub const TCP_KEEPINTVL_SECS: i32 = 10;
+/// ...and the connection is reset after this many unanswered probes: a vanished peer is found
+/// within 90 s and its connection slot given back.
+pub const TCP_KEEPCNT: i32 = 3;
+
+/// Pause after an accept that failed (`EMFILE`, `ENFILE`, `ENOBUFS`): the failed connection
+/// stays queued, so accepting again at once would fail again and spin the shard's loop. 10 ms
+/// lets other work run and descriptors be closed, and adds little to a connection's wait.
+pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(10);
+/// Failed accepts are logged at most once per this interval (each is counted in
+/// `accept_errors`), so a flood of them cannot flood the log.
+pub const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(1);
+
+// ---------------------------------------------------------------------------------------------
+// TLS
+// ---------------------------------------------------------------------------------------------
+
+/// TLS handshakes in progress per shard. A handshake is CPU work done on the shard's loop; past
+/// this many at once a new TLS connection is closed at once (`tls_handshakes_refused`). Each
+/// holds a rustls connection and its buffers, so the cap also bounds that memory per shard.
+pub const TLS_HANDSHAKES_MAX: usize = 256;
+
+// ---------------------------------------------------------------------------------------------
+// WebSocket
+// ---------------------------------------------------------------------------------------------
 
 /// Largest payload of a WebSocket control frame (RFC 6455, 5.5).
 pub const WS_CONTROL_PAYLOAD_MAX_BYTES: u64 = 125;
 
+/// A WebSocket client with this many bytes waiting for it (queued in its session mailbox and
+/// not yet taken by the kernel) is closed: it reads too slowly (`ws_slow_closed`). This is the
+/// most one slow reader can make the node hold: 8 MiB, eight default-sized messages.
+pub const WS_SLOW_CLOSE_BYTES: u64 = 8 * 1024 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Shards and their loops
+// ---------------------------------------------------------------------------------------------
+
+/// How often each shard's housekeeping tick runs: it notices a node-wide drain, measures the
+/// shard's lag (how late the tick woke) and beats the heartbeat the watchdog checks. A tenth of
+/// a second notices lag quickly at ten wake-ups a second per shard.
+pub const SHARD_TICK: Duration = Duration::from_millis(100);
+
+/// A turn of the shard's loop longer than this is counted in `turn_overruns`: for that long
+/// every other connection of the shard waited. It is the default threshold of glommio's own
+/// stall detector.
+pub const TURN_OVERRUN: Duration = Duration::from_millis(10);
+
+/// Deliveries one broadcast makes on a shard before it yields the shard's loop, so fanning out
+/// to a hundred thousand sessions cannot hold every other connection for the whole fan-out.
+pub const FANOUT_PER_TURN: usize = 256;
+
+/// Cross-shard messages the inbox loop handles per turn before yielding, so a full inbox
+/// ([`CROSS_SHARD_QUEUE`]) cannot starve the shard's own connections.
+pub const INBOX_PER_TURN: usize = 256;
+
+/// Connections the WebSocket ping sweep wakes per turn before yielding. Waking is cheaper than
+/// a delivery, so the budget is larger than [`FANOUT_PER_TURN`].
+pub const PING_SWEEP_PER_TURN: usize = 1024;
+
+/// Queued connections a stopping listener answers (`503` or close) per turn before yielding.
+pub const ACCEPT_DRAIN_PER_TURN: usize = 64;
+
+/// Most connections a stopping listener answers before it stops: the most its backlog can hold.
+/// The rest are refused by the kernel once the socket stops listening.
+pub const ACCEPT_DRAIN_MAX: usize = LISTEN_BACKLOG as usize;
+
+/// Memory each shard's io_uring reserves for registered (DMA) buffers: 1 MiB of locked memory
+/// per shard. combd does network I/O through readiness and its own scratch buffer, so it needs
+/// little; glommio's default (10 MiB) would exceed a default `RLIMIT_MEMLOCK` with two shards.
+pub const SHARD_IO_MEMORY_BYTES: usize = 1 << 20;
+
+/// Messages waiting in a shard's inbox from the other shards. Past it a cross-shard request
+/// is refused (503 `overloaded`) and a delivery dropped and counted. The channel's slots are
+/// allocated up front: this many message slots per shard.
+pub const CROSS_SHARD_QUEUE: usize = 16 * 1024;
+
+/// Threads per shard that run SQLite (opening databases, transactions, fsync) off the event
+/// loop. More than one, so a slow transaction of one object does not hold up the restores and
+/// transactions of the others; the awake cap bounds how many cells use them at once. Each is an
+/// OS thread with its own stack.
+pub const BLOCKING_THREADS_PER_SHARD: usize = 4;
+
+// ---------------------------------------------------------------------------------------------
+// Cells: objects and sessions
+// ---------------------------------------------------------------------------------------------
+
 /// Longest object name in `/o/<app>/<name>`, in bytes. Names are also restricted to
-/// `[A-Za-z0-9_.-]` and may not start with a dot, so a name is always one safe path component.
+/// `[A-Za-z0-9_.-]` and may not start with a dot, so a name is always one safe path component;
+/// 64 leaves its database's file names (`<name>.sqlite-wal`) far below the 255-byte limit.
 pub const OBJECT_NAME_MAX_BYTES: usize = 64;
 
-/// How often each shard's housekeeping tick runs: it notices a node-wide drain and, in later
-/// issues, measures the shard's lag.
-pub const SHARD_TICK: Duration = Duration::from_millis(100);
+/// Default mailbox of an object (an app may set its own): inputs waiting behind the one being
+/// handled. Past it an input is refused at once with 503 `overloaded`. Each waiting input holds
+/// its request body, so a full mailbox may hold up to this many bodies.
+pub const MAILBOX_DEFAULT: usize = 1000;
+/// Default batch of an app that handles batches: inputs taken at once into one transaction, so
+/// a hundred writes share one fsync.
+pub const BATCH_DEFAULT: usize = 100;
+/// A session's mailbox: messages waiting to be written to its WebSocket.
+pub const SESSION_MAILBOX: usize = 1000;
+/// A session's mailbox while its shard is behind: what does not fit is dropped and counted.
+/// Small, so a behind shard stops queueing for clients that cannot keep up.
+pub const SESSION_MAILBOX_BEHIND: usize = 8;
+/// An idle object is closed after this long (its database closed, its memory given back)...
+pub const OBJECT_IDLE: Duration = Duration::from_secs(1);
+/// ...or after this long while memory pressure is 1 or more, so it is not let go while its
+/// neighbours are still coming back.
+pub const OBJECT_IDLE_UNDER_PRESSURE: Duration = Duration::from_secs(10);
+
+/// Ticks a host call (SQL handle, send, broadcast, log) counts against the CPU limit, so a loop
+/// of cheap host calls is bounded like a loop of computation.
+pub const HOST_CALL_TICKS: u64 = 1_000;
+/// A request's host calls (SQL, sends) may take this long in all; past it the call is killed
+/// with `host_time`. A second of a cell's time is already far past an interactive answer.
+pub const HOST_TIME_LIMIT: Duration = Duration::from_secs(1);
+/// A call that takes longer than this is counted in `slow_calls`: as long as a turn overrun.
+pub const SLOW_CALL: Duration = Duration::from_millis(10);
+/// A request's log output kept (64 KiB per call at most); past it lines are dropped and one
+/// marker says so.
+pub const LOG_MAX_BYTES: usize = 64 * 1024;
+/// WebSocket messages and sends one request may queue in all; past it a send fails with
+/// `send_limit`. This is the most one call can make the node buffer for others: 16 MiB.
+pub const SENDS_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// SQLite
+// ---------------------------------------------------------------------------------------------
+
+/// One SQL statement may run this long; past it SQLite is interrupted (`sql_timeout`). A tenth
+/// of the host-time limit, so one statement cannot spend a whole call's time.
+pub const SQL_STATEMENT_LIMIT: Duration = Duration::from_millis(100);
+/// SQLite VM steps between checks of the two time limits above: a few microseconds of work, so
+/// a limit is noticed promptly while checking costs nothing measurable.
+pub const SQL_PROGRESS_STEPS: i32 = 1_000;
+/// Largest SQL value (string or blob), `SQLITE_LIMIT_LENGTH`: past it `too_big`. A value is
+/// held in memory whole, so this bounds what one value costs: 2 MiB.
+pub const SQL_VALUE_MAX_BYTES: i32 = 2 * 1024 * 1024;
+/// `PRAGMA busy_timeout` of every object database. An object's database has one writer (its
+/// object), so another connection's lock is held only briefly (a WAL checkpoint, a restore); a
+/// second covers that without letting a stuck lock hold a blocking thread for long.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_millis(1000);
+
+// ---------------------------------------------------------------------------------------------
+// Admission: the coordinator's measurements and decisions
+// ---------------------------------------------------------------------------------------------
+
+/// Pressure becomes 1 when the higher of the two memory measures reaches this percentage: idle
+/// objects are then kept longer and the node starts to shed.
+pub const PRESSURE_1_PERCENT: u64 = 80;
+/// Pressure becomes 2 (the node is full and refuses at TCP) at this percentage: the last tenth
+/// is kept for what is already admitted.
+pub const PRESSURE_2_PERCENT: u64 = 90;
+/// The machine's memory kept back: its percentages are of the machine less a tenth (total /
+/// this), left to the kernel and the rest of the machine.
+pub const MACHINE_RESERVE_DIVISOR: u64 = 10;
+/// Each admission state (full, not full) holds at least this long, so it does not flap.
+pub const STATE_HOLD: Duration = Duration::from_secs(1);
+/// The coordinator measures at least this often...
+pub const MEASURE_INTERVAL: Duration = Duration::from_secs(1);
+/// ...and also every this many accepted connections, so a burst cannot outrun it.
+pub const MEASURE_EVERY_ACCEPTS: u64 = 64;
+/// The disk is low below the lesser of a tenth of its filesystem (total / this)...
+pub const DISK_LOW_DIVISOR: u64 = 10;
+/// ...and this: 2 GiB is room for many databases to grow while the operator reacts.
+pub const DISK_LOW_MAX_BYTES: u64 = 2 << 30;
+/// A failed measurement (memory, disk) is logged at most once per this interval: it usually
+/// fails every second until someone fixes the machine.
+pub const MEASURE_ERROR_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Refusals are summed up in the log at most once per this interval (never one line per refused
+/// connection).
+pub const SUMMARY_EVERY: Duration = Duration::from_secs(10);
+/// A shard whose tick ([`SHARD_TICK`]) has not run for this long is stalled: the coordinator
+/// stops pinging systemd's watchdog, which restarts the node. Twenty ticks, so a busy moment is
+/// not taken for a stall; well under the unit's `WatchdogSec=10`.
+pub const WATCHDOG_STALL: Duration = Duration::from_secs(2);
+/// The coordinator's shortest wait between two rounds when a watchdog ping is due, so a ping
+/// that is already late cannot make it spin.
+pub const COORDINATOR_WAIT_MIN: Duration = Duration::from_millis(10);
+/// The outbound budget's share of the memory budget when `COMBD_OUTBOUND_BUDGET` is not set: a
+/// quarter (budget / this), split over the shards. See [`outbound_budget_per_shard`].
+pub const OUTBOUND_BUDGET_DIVISOR: u64 = 4;
+
+// ---------------------------------------------------------------------------------------------
+// Defaults of settings (the settings are parsed in `crate::settings`)
+// ---------------------------------------------------------------------------------------------
 
 /// Default of `COMBD_LISTEN`.
 pub const LISTEN_DEFAULT: &str = "0.0.0.0:8080";
@@ -55,104 +262,146 @@ pub const LISTEN_DEFAULT: &str = "0.0.0.0:8080";
 pub const DATA_DEFAULT: &str = "./data";
 /// Default of `COMBD_LOG`.
 pub const LOG_DEFAULT: &str = "info";
-/// Default of `COMBD_MAX_BODY`: 1 MiB. A request body is buffered whole before its handler runs.
+/// Default of `COMBD_MAX_BODY`: 1 MiB. A request body is buffered whole before its handler runs,
+/// so this is what one request can make the node hold.
 pub const MAX_BODY_DEFAULT_BYTES: u64 = 1024 * 1024;
 /// Default of `COMBD_HEADER_TIMEOUT`: a request head must be complete this long after its first
 /// byte (for a new connection: after accept). Slowloris protection.
 pub const HEADER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
-/// Default of `COMBD_BODY_TIMEOUT`: a body must be complete this long after its head.
+/// Default of `COMBD_BODY_TIMEOUT`: a body must be complete this long after its head (1 MiB in
+/// 30 s is a slow mobile upload).
 pub const BODY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// Default of `COMBD_IDLE_TIMEOUT`: an HTTP keep-alive connection with no request in progress is
 /// closed after this long. WebSockets are not subject to it.
 pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
-/// Default of `COMBD_WS_MAX_MESSAGE`: 1 MiB, a reassembled WebSocket message; past it, close 1009.
+/// Default of `COMBD_WS_MAX_MESSAGE`: 1 MiB, a reassembled WebSocket message, held whole while it
+/// is reassembled; past it, close 1009.
 pub const WS_MAX_MESSAGE_DEFAULT_BYTES: u64 = 1024 * 1024;
 /// Default of `COMBD_SHUTDOWN_TIMEOUT`: how long a drain waits for in-flight work.
 pub const SHUTDOWN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// Default of `COMBD_MAX_CONNS`, from the seed: 200,000 open connections.
 pub const MAX_CONNS_DEFAULT: u64 = 200_000;
-
-/// Memory each shard's io_uring reserves for registered (DMA) buffers. combd does network I/O
-/// through readiness and its own scratch buffer, so it needs little; glommio's default (10 MiB)
-/// would exceed a default `RLIMIT_MEMLOCK` with two shards.
-pub const SHARD_IO_MEMORY_BYTES: usize = 1 << 20;
-
-/// Bytes of responses a connection accumulates from pipelined requests before writing them.
-pub const PIPELINE_FLUSH_BYTES: usize = 64 * 1024;
-
-/// Default mailbox of an object (an app may set its own): inputs waiting behind the one being
-/// handled. Past it an input is refused at once with 503 `overloaded`.
-pub const MAILBOX_DEFAULT: usize = 1000;
-/// Default batch of an app that handles batches: inputs taken at once into one transaction.
-pub const BATCH_DEFAULT: usize = 100;
-/// A session's mailbox: messages waiting to be written to its WebSocket.
-pub const SESSION_MAILBOX: usize = 1000;
-/// A session's mailbox while its shard is behind: what does not fit is dropped and counted.
-pub const SESSION_MAILBOX_BEHIND: usize = 8;
-/// An idle object is closed after this long...
-pub const OBJECT_IDLE: Duration = Duration::from_secs(1);
-/// ...or after this long while memory pressure is 1 or more, so it is not let go while its
-/// neighbours are still coming back.
-pub const OBJECT_IDLE_UNDER_PRESSURE: Duration = Duration::from_secs(10);
-/// Messages waiting in a shard's inbox from the other shards. Past it a cross-shard request
-/// is refused (503 `overloaded`) and a delivery dropped and counted.
-pub const CROSS_SHARD_QUEUE: usize = 16 * 1024;
 /// Default of `COMBD_MAX_AWAKE`, from the seed: cells at work at once per shard.
 pub const MAX_AWAKE_DEFAULT: usize = 1000;
 /// Default of `COMBD_RESTORES_AT_ONCE`, from the seed: objects opened at once per shard.
 pub const RESTORES_AT_ONCE_DEFAULT: usize = 4;
-/// Threads per shard that run SQLite (opening databases, transactions, fsync) off the event
-/// loop. More than one, so a slow transaction of one object does not hold up the restores and
-/// transactions of the others; the awake cap bounds how many cells use them at once.
-pub const BLOCKING_THREADS_PER_SHARD: usize = 4;
-
 /// Default of `COMBD_CPU_LIMIT_TICKS`, from the seed: one call of a cell is killed after this
 /// many ticks (`cx.tick()` in an app's loops; every host call counts [`HOST_CALL_TICKS`]).
 pub const CPU_LIMIT_TICKS_DEFAULT: u64 = 100_000_000;
-/// Ticks a host call (SQL handle, send, broadcast, log) counts.
-pub const HOST_CALL_TICKS: u64 = 1_000;
-/// A request's host calls (SQL, sends) may take this long in all; past it the call is killed
-/// with `host_time`.
-pub const HOST_TIME_LIMIT: Duration = Duration::from_secs(1);
-/// One SQL statement may run this long; past it SQLite is interrupted (`sql_timeout`).
-pub const SQL_STATEMENT_LIMIT: Duration = Duration::from_millis(100);
-/// SQLite VM steps between checks of the two time limits above.
-pub const SQL_PROGRESS_STEPS: i32 = 1_000;
-/// Largest SQL value (string or blob), `SQLITE_LIMIT_LENGTH`: past it `too_big`.
-pub const SQL_VALUE_MAX_BYTES: i32 = 2 * 1024 * 1024;
 /// Default of `COMBD_DB_MAX`, from the seed: the largest object database; past it writes fail
 /// with `db_full`.
 pub const DB_MAX_BYTES: u64 = 1 << 30;
-/// A request's log output kept; past it lines are dropped and one marker says so.
-pub const LOG_MAX_BYTES: usize = 64 * 1024;
-/// WebSocket messages and sends one request may queue in all; past it a send fails with
-/// `send_limit`.
-pub const SENDS_MAX_BYTES: u64 = 16 * 1024 * 1024;
-/// A call that takes longer than this is counted in `slow_calls`.
-pub const SLOW_CALL: Duration = Duration::from_millis(10);
-/// A WebSocket client with this many bytes waiting for it (queued in its session mailbox and
-/// not yet taken by the kernel) is closed: it reads too slowly (`ws_slow_closed`).
-pub const WS_SLOW_CLOSE_BYTES: u64 = 8 * 1024 * 1024;
 /// Default of `COMBD_WS_RATE`: WebSocket messages per second per connection (token refill),
 /// from the ULDA seed's per-decoder bucket.
 pub const WS_RATE_DEFAULT: u64 = 1000;
 /// Default of `COMBD_WS_BURST`: the token bucket's capacity. Past it: close 1008.
 pub const WS_BURST_DEFAULT: u64 = 2000;
-/// Longest request target (path and query); past it `414`.
-pub const URL_MAX_BYTES: usize = 8 * 1024;
-
-/// Default of `COMBD_TLS_HANDSHAKE_TIMEOUT`.
+/// Default of `COMBD_TLS_HANDSHAKE_TIMEOUT`: as long as the header timeout, the same slowloris
+/// guard for the step before the head.
 pub const TLS_HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
-/// TLS handshakes in progress per shard. A handshake is CPU work done on the shard's loop; past
-/// this many at once a new TLS connection is closed at once (`tls_handshakes_refused`).
-pub const TLS_HANDSHAKES_MAX: usize = 256;
-
-/// Default of `COMBD_WS_PING_INTERVAL`.
+/// Default of `COMBD_WS_PING_INTERVAL`: often enough that a vanished WebSocket client is found
+/// within a minute, and that idle NAT mappings (often 60 s or more) stay open.
 pub const WS_PING_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
-/// TCP keepalive on every accepted connection, so the kernel finds half-open connections (a
-/// peer that vanished without a FIN) on its own: first probe after this much silence...
-pub const TCP_KEEPIDLE_SECS: i32 = 60;
-/// ...then a probe this often...
-pub const TCP_KEEPINTVL_SECS: i32 = 10;
-/// ...and the connection is reset after this many unanswered probes.
-pub const TCP_KEEPCNT: i32 = 3;
+
+// ---------------------------------------------------------------------------------------------
+// Derived limits
+// ---------------------------------------------------------------------------------------------
+
+/// Bytes waiting to be written that one shard's connections may hold together: `configured`
+/// (`COMBD_OUTBOUND_BUDGET`) if set, else the memory budget over
+/// [`OUTBOUND_BUDGET_DIVISOR`] split over the shards; at least 1. Zero shards count as one.
+pub fn outbound_budget_per_shard(
+    configured: Option<u64>,
+    memory_budget_bytes: u64,
+    shards: usize,
+) -> u64 {
+    configured
+        .unwrap_or(memory_budget_bytes / OUTBOUND_BUDGET_DIVISOR / shards.max(1) as u64)
+        .max(1)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Relations that must hold (checked when the crate builds)
+// ---------------------------------------------------------------------------------------------
+
+// Shrinking a session's mailbox when its shard is behind must shrink it, and leave room for one.
+const _: () = assert!(0 < SESSION_MAILBOX_BEHIND && SESSION_MAILBOX_BEHIND < SESSION_MAILBOX);
+// Pressure 1 must come before pressure 2, and both must be reachable percentages.
+const _: () = assert!(PRESSURE_1_PERCENT < PRESSURE_2_PERCENT && PRESSURE_2_PERCENT <= 100);
+// A batch is taken from the mailbox: a larger batch could never fill.
+const _: () = assert!(BATCH_DEFAULT <= MAILBOX_DEFAULT);
+// The request target is part of the head: a target limit past the head's could never apply.
+const _: () = assert!(URL_MAX_BYTES <= HEADER_SECTION_MAX_BYTES);
+// One statement must be interrupted before the call's whole SQL time is spent.
+const _: () = assert!(SQL_STATEMENT_LIMIT.as_nanos() < HOST_TIME_LIMIT.as_nanos());
+// A call is counted slow long before it is killed, or slow_calls would count only kills.
+const _: () = assert!(SLOW_CALL.as_nanos() < HOST_TIME_LIMIT.as_nanos());
+// Under pressure idle objects are kept longer, not shorter.
+const _: () = assert!(OBJECT_IDLE.as_nanos() < OBJECT_IDLE_UNDER_PRESSURE.as_nanos());
+// The hold must span at least one measurement, or it cannot hold a state against the next one.
+const _: () = assert!(STATE_HOLD.as_nanos() >= MEASURE_INTERVAL.as_nanos());
+// The summary is checked once per measurement: a shorter interval could not be kept.
+const _: () = assert!(SUMMARY_EVERY.as_nanos() >= MEASURE_INTERVAL.as_nanos());
+// The coordinator's shortest wait must not replace its measuring interval.
+const _: () = assert!(COORDINATOR_WAIT_MIN.as_nanos() < MEASURE_INTERVAL.as_nanos());
+// An overrun must be shorter than a tick, or a tick's lag would hide every overrun.
+const _: () = assert!(TURN_OVERRUN.as_nanos() < SHARD_TICK.as_nanos());
+// A stall must span several ticks, or a healthy shard between two ticks would look stalled.
+const _: () = assert!(SHARD_TICK.as_nanos() < WATCHDOG_STALL.as_nanos());
+// Every restore runs on a blocking thread: more at once than threads would only queue.
+const _: () = assert!(RESTORES_AT_ONCE_DEFAULT <= BLOCKING_THREADS_PER_SHARD);
+// A drain must leave time for a closing connection's linger.
+const _: () = assert!(CLOSE_LINGER.as_nanos() < SHUTDOWN_TIMEOUT_DEFAULT.as_nanos());
+// A per-turn budget of zero would make its loop yield forever without doing any work.
+const _: () = assert!(
+    FANOUT_PER_TURN > 0
+        && INBOX_PER_TURN > 0
+        && PING_SWEEP_PER_TURN > 0
+        && ACCEPT_DRAIN_PER_TURN > 0
+);
+// A turn of the accept drain cannot answer more than the whole drain may.
+const _: () = assert!(ACCEPT_DRAIN_PER_TURN <= ACCEPT_DRAIN_MAX);
+// ACCEPT_DRAIN_MAX is the backlog cast to usize: a negative backlog would wrap.
+const _: () = assert!(LISTEN_BACKLOG > 0);
+// A message limit at or under a control frame's payload would refuse ordinary messages.
+const _: () = assert!(WS_CONTROL_PAYLOAD_MAX_BYTES < WS_MAX_MESSAGE_DEFAULT_BYTES);
+// A host call must cost less than a whole call's CPU limit, or no call could make one.
+const _: () = assert!(HOST_CALL_TICKS < CPU_LIMIT_TICKS_DEFAULT);
+// The bucket must hold a second of the rate, or a client at the allowed rate in bursts is closed.
+const _: () = assert!(WS_RATE_DEFAULT <= WS_BURST_DEFAULT);
+// async_channel::bounded(0) panics, and a shard without an inbox could not be reached.
+const _: () = assert!(CROSS_SHARD_QUEUE > 0);
+// A shard needs at least one thread for SQLite and must accept at least one TLS handshake.
+const _: () = assert!(BLOCKING_THREADS_PER_SHARD > 0 && TLS_HANDSHAKES_MAX > 0);
+// The accept-triggered measurement uses `is_multiple_of`, and the divisors divide: none is zero.
+const _: () = assert!(
+    MEASURE_EVERY_ACCEPTS > 0
+        && MACHINE_RESERVE_DIVISOR > 0
+        && DISK_LOW_DIVISOR > 0
+        && OUTBOUND_BUDGET_DIVISOR > 0
+);
+// An object's database files (`<name>.sqlite-wal`) must fit one path component (NAME_MAX).
+const _: () = assert!(OBJECT_NAME_MAX_BYTES + ".sqlite-wal".len() <= 255);
+// The reserve must leave connections under the fallback descriptor limit.
+const _: () = assert!(FD_RESERVE < NOFILE_FALLBACK);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outbound_budget_is_the_setting_else_a_quarter_of_memory_split_over_shards() {
+        // The setting wins, whatever the memory budget and shards.
+        assert_eq!(
+            outbound_budget_per_shard(Some(3 << 20), 8 << 30, 4),
+            3 << 20
+        );
+        // Else a quarter of the memory budget over the shards: 8 GiB, 4 shards, 512 MiB each.
+        assert_eq!(outbound_budget_per_shard(None, 8 << 30, 4), 512 << 20);
+        assert_eq!(outbound_budget_per_shard(None, 8 << 30, 1), 2 << 30);
+        // Never zero, and zero shards do not divide by zero.
+        assert_eq!(outbound_budget_per_shard(None, 3, 2), 1);
+        assert_eq!(outbound_budget_per_shard(None, 0, 0), 1);
+        assert_eq!(outbound_budget_per_shard(None, 4096, 0), 1024);
+    }
+}

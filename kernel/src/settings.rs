@@ -731,9 +731,31 @@ mod tests {
         assert_eq!(s.db_max_bytes, limits::DB_MAX_BYTES);
         assert_eq!(s.ws_rate, limits::WS_RATE_DEFAULT);
         assert_eq!(s.ws_burst, limits::WS_BURST_DEFAULT);
+        assert_eq!(
+            s.tls_handshake_timeout,
+            limits::TLS_HANDSHAKE_TIMEOUT_DEFAULT
+        );
+        assert_eq!(s.ws_ping_interval, limits::WS_PING_INTERVAL_DEFAULT);
         assert_eq!(s.shards, 2);
         assert_eq!(s.log, limits::LOG_DEFAULT);
         assert!(s.sources.values().all(|s| *s == Source::Default));
+    }
+
+    #[test]
+    fn the_table_text_matches_the_limits_file() {
+        // The table's meanings quote fixed limits as text; they must say what the limits are.
+        let meaning = |env: &str| SETTINGS.iter().find(|s| s.env == env).unwrap().meaning;
+        assert!(meaning("COMBD_MEMORY_BUDGET").contains(&format!(
+            "pressure 1 at {} %, 2 (refusing at TCP) at {} %",
+            limits::PRESSURE_1_PERCENT,
+            limits::PRESSURE_2_PERCENT
+        )));
+        assert!(meaning("COMBD_MAX_CONNS")
+            .contains(&format!("less a reserve of {}", limits::FD_RESERVE)));
+        assert!(meaning("COMBD_CPU_LIMIT_TICKS").contains(&format!(
+            "each host call counts {}",
+            limits::HOST_CALL_TICKS
+        )));
     }
 
     #[test]

@@ -44,6 +44,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::http::Response;
+use crate::limit::Limit;
 
 /// A session: one WebSocket attached to an object, on the shard that holds its connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,6 +120,8 @@ pub struct AppError {
     pub status: u16,
     /// What went wrong.
     pub message: String,
+    /// The limit this error reports, when a limit made it.
+    limit: Option<Limit>,
 }
 
 impl AppError {
@@ -127,17 +130,24 @@ impl AppError {
         AppError {
             status,
             message: message.into(),
+            limit: None,
         }
+    }
+
+    /// The limit this error reports, if a limit made it (SQLite refuses a value past
+    /// `SQL_VALUE_MAX_BYTES` or a write past `COMBD_DB_MAX` with such an error).
+    pub fn limit(&self) -> Option<Limit> {
+        self.limit
     }
 }
 
 impl From<rusqlite::Error> for AppError {
     fn from(e: rusqlite::Error) -> AppError {
         match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::TooBig) => limit_error("too_big"),
-            Some(rusqlite::ErrorCode::DiskFull) => limit_error("db_full"),
+            Some(rusqlite::ErrorCode::TooBig) => limit_error(Limit::TooBig),
+            Some(rusqlite::ErrorCode::DiskFull) => limit_error(Limit::DbFull),
             // An interrupted statement: the node's watch says which limit (see cells).
-            Some(rusqlite::ErrorCode::OperationInterrupted) => limit_error("sql_timeout"),
+            Some(rusqlite::ErrorCode::OperationInterrupted) => limit_error(Limit::SqlTimeout),
             _ => AppError::new(500, format!("storage: {e}")),
         }
     }
@@ -185,9 +195,8 @@ pub struct CallBudget {
     /// The request's log output, up to [`LOG_MAX_BYTES`](combd_kernel::limits::LOG_MAX_BYTES).
     pub log: String,
     log_dropped: bool,
-    /// The limit that killed the call, if one did: `cpu_limit`, `send_limit`, `host_time`,
-    /// `sql_timeout`.
-    pub tripped: Option<&'static str>,
+    /// The limit the call tripped, if one did.
+    pub tripped: Option<Limit>,
 }
 
 impl CallBudget {
@@ -215,13 +224,13 @@ impl CallBudget {
     pub fn check_memory(&mut self) -> Result<(), AppError> {
         if let Some((limit, base)) = self.memory_limit {
             if base + self.sent_bytes + crate::alloc::held() > limit {
-                return Err(self.trip("memory_limit"));
+                return Err(self.trip(Limit::Memory));
             }
         }
         Ok(())
     }
 
-    fn trip(&mut self, what: &'static str) -> AppError {
+    fn trip(&mut self, what: Limit) -> AppError {
         self.tripped.get_or_insert(what);
         limit_error(what)
     }
@@ -232,20 +241,18 @@ impl CallBudget {
         }
         self.ticks = self.ticks.saturating_add(ticks);
         if self.ticks > self.tick_limit {
-            return Err(self.trip("cpu_limit"));
+            return Err(self.trip(Limit::Cpu));
         }
         self.check_memory()
     }
 }
 
 /// The error a tripped limit answers with.
-pub fn limit_error(what: &str) -> AppError {
-    let status = match what {
-        "too_big" => 413,
-        "db_full" => 507,
-        _ => 500,
-    };
-    AppError::new(status, what)
+pub fn limit_error(what: Limit) -> AppError {
+    AppError {
+        limit: Some(what),
+        ..AppError::new(what.status(), what.as_str())
+    }
 }
 
 /// The context of one call: the object's database, the effects it queues, its limits.
@@ -287,7 +294,7 @@ impl<'a> Cx<'a> {
         self.budget.spend(combd_kernel::limits::HOST_CALL_TICKS)?;
         self.budget.sent_bytes += bytes as u64;
         if self.budget.sent_bytes > combd_kernel::limits::SENDS_MAX_BYTES {
-            return Err(self.budget.trip("send_limit"));
+            return Err(self.budget.trip(Limit::Send));
         }
         Ok(())
     }
@@ -455,6 +462,26 @@ pub fn valid_object_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
+/// The shard an object lives on: FNV-1a of `app/name`, modulo the shard count. Stable across
+/// restarts and builds.
+pub fn home_shard(app: &str, name: &str, shards: usize) -> usize {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in app.bytes().chain(std::iter::once(b'/')).chain(name.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    (h % shards.max(1) as u64) as usize
+}
+
+/// An object's database file: `<data>/objects/<app>/<name>.sqlite`. With a name that passed
+/// [`valid_object_name`], it is always inside the data directory.
+pub fn object_path(data_dir: &std::path::Path, app: &str, name: &str) -> std::path::PathBuf {
+    data_dir
+        .join("objects")
+        .join(app)
+        .join(format!("{name}.sqlite"))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -484,7 +511,7 @@ mod tests {
         assert!(cx.tick().is_ok());
         assert_eq!(cx.tick().unwrap_err().message, "cpu_limit");
         assert_eq!(cx.tick().unwrap_err().message, "cpu_limit");
-        assert_eq!(budget.tripped, Some("cpu_limit"));
+        assert_eq!(budget.tripped, Some(Limit::Cpu));
     }
 
     #[test]
@@ -499,5 +526,26 @@ mod tests {
         assert!(!valid_object_name("a/b"));
         assert!(!valid_object_name("a%2fb"));
         assert!(!valid_object_name("é"));
+    }
+
+    #[test]
+    fn home_shard_is_stable_and_spread() {
+        assert_eq!(home_shard("counter", "a", 1), 0);
+        let a = home_shard("counter", "a", 4);
+        assert_eq!(a, home_shard("counter", "a", 4));
+        let mut seen = [0usize; 4];
+        for i in 0..400 {
+            seen[home_shard("million", &format!("b{i}"), 4)] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+    }
+
+    #[test]
+    fn object_paths_stay_in_the_data_dir() {
+        let p = object_path(std::path::Path::new("/data"), "counter", "a.b");
+        assert_eq!(
+            p,
+            std::path::PathBuf::from("/data/objects/counter/a.b.sqlite")
+        );
     }
 }

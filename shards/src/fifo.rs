@@ -19,6 +19,8 @@ struct Waiter {
 /// The slots and their line.
 pub(crate) struct Fifo {
     cap: usize,
+    /// The longest the line may get: the caller's bound on how many tasks can wait at once.
+    line_max: usize,
     used: Cell<usize>,
     line: RefCell<VecDeque<Rc<Waiter>>>,
     /// The most slots ever held at once.
@@ -28,9 +30,11 @@ pub(crate) struct Fifo {
 }
 
 impl Fifo {
-    pub fn new(cap: usize) -> Fifo {
+    /// `cap` slots; at most `line_max` waiters (asserted: the caller's bound on its tasks).
+    pub fn new(cap: usize, line_max: usize) -> Fifo {
         Fifo {
             cap,
+            line_max,
             used: Cell::new(0),
             line: RefCell::new(VecDeque::new()),
             used_max: Cell::new(0),
@@ -122,7 +126,15 @@ impl Future for Acquire {
                 let w = Rc::new(Waiter::default());
                 *w.waker.borrow_mut() = Some(cx.waker().clone());
                 self.fifo.waited.set(self.fifo.waited.get() + 1);
-                self.fifo.line.borrow_mut().push_back(w.clone());
+                {
+                    let mut line = self.fifo.line.borrow_mut();
+                    debug_assert!(
+                        line.len() < self.fifo.line_max,
+                        "a ready line past its bound of {}",
+                        self.fifo.line_max
+                    );
+                    line.push_back(w.clone());
+                }
                 self.waiter = Some(w);
                 Poll::Pending
             }
@@ -173,7 +185,7 @@ mod tests {
 
     #[test]
     fn at_most_cap_and_strict_order() {
-        let fifo = Rc::new(Fifo::new(2));
+        let fifo = Rc::new(Fifo::new(2, 8));
         let mut a = fifo.acquire();
         let mut b = fifo.acquire();
         let mut c = fifo.acquire();
@@ -194,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_cancelled_waiter_passes_its_slot_on() {
-        let fifo = Rc::new(Fifo::new(1));
+        let fifo = Rc::new(Fifo::new(1, 8));
         let mut a = fifo.acquire();
         assert!(poll(&mut a));
         let mut b = fifo.acquire();

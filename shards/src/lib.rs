@@ -1,33 +1,77 @@
 //! # combd-shards
 //!
 //! The serving half of combd: one **shard** per core, each a glommio executor (io_uring)
-//! pinned to its CPU, sharing nothing on the hot path.
+//! pinned to its CPU, sharing nothing on the hot path. Its public API is small: the app
+//! interface ([`app`], with [`http::Response`]), starting and draining a node ([`Node`],
+//! [`DrainHandle`], [`NodeShared`] for the coordinator), TLS ([`tls`]), the counting allocator
+//! ([`alloc`]), and the pure codecs the fuzz targets drive ([`http`], [`ws`]).
 //!
-//! - [`node`] binds every shard's listeners (the public address with `SO_REUSEPORT`, so the
-//!   kernel spreads connections over the shards, and `127.0.0.1` on the same port: the
-//!   localhost listener, which serves `/stats` and `/metrics`), starts the shards, and drains
-//!   them on shutdown.
-//! - `shard` runs the accept loops and a housekeeping tick; `conn` serves one connection: the
-//!   HTTP/1.1 loop (keep-alive, pipelining, the limits of [`combd_kernel::limits`] and the
-//!   timeouts of the settings), then the WebSocket loop after an upgrade.
-//! - [`http`] and [`ws`] are the framing, as pure functions over byte slices.
-//! - [`app`] is the interface to the node's built-in apps, reached at `/o/<app>/<name>`.
-//! - [`stats`] holds each shard's counters and renders `/stats` and `/metrics`.
+//! ## The modules, bottom to top
 //!
-//! An idle connection costs a task, a readiness poll and no buffers: reads go into one scratch
-//! buffer per shard, and a connection keeps only the bytes of an incomplete request or frame.
+//! Imports go one way, from each layer to the ones below it; no two modules import each
+//! other.
+//!
+//! 1. **Pure pieces**, each on its own: the HTTP/1.1 head parser and response writer
+//!    ([`http`]), the WebSocket frame codec ([`ws`]), the app interface ([`app`]), the typed
+//!    limits a call can trip ([`limit`]), what reaches a cell ([`job`]: a job and the messages
+//!    between shards), the FIFO slot counter behind the wake queue (`fifo`), the counters and
+//!    their two renderings ([`stats`]), the published admission state ([`admission`]), TLS
+//!    configuration and streams ([`tls`]), and the allocator ([`alloc`]).
+//! 2. **Node-wide state** (`shared`): settings, apps, every shard's stats, the admission
+//!    state, the connection count, the shards' inboxes and wake sockets, the drain flag.
+//! 3. **A shard's own state** (`state`): waker slots, the scratch buffer, the task gate, the
+//!    wake queue (awake and restore slots with their ready lines), connection slots
+//!    (reserve → open → release once), the per-turn budget, outbound bytes, the ping epoch.
+//! 4. **Cells** (`cells`): sessions, objects (their task, their calls under limits, their
+//!    SQLite store), and routing between shards. **Connections** (`conn`): the HTTP loop and
+//!    route table, the WebSocket loop, the TLS hand-off, the late refusal. A connection
+//!    reaches cells only by submitting a job and through its session.
+//! 5. **The run loop** (`shard`): listeners, the accept loop (the only place that spawns
+//!    connection tasks), admission applied to the listeners, the inbox, the housekeeping tick.
+//! 6. **Node start and drain** ([`node`]).
+//!
+//! ## A request, a message, a refusal
+//!
+//! - *A request*: the shard's accept loop reserves a connection slot and spawns
+//!   `conn::serve`; the HTTP loop reads a head into the shard's scratch buffer, keeping only
+//!   the bytes of an incomplete request; the route table answers it, calls a stateless app in
+//!   place, or submits a job to the object's mailbox, on its home shard (through that shard's
+//!   inbox if it is another). The object's task takes a batch under an awake slot, runs it in
+//!   one transaction on a blocking thread, and replies once it committed.
+//! - *A message*: a session's WebSocket frame becomes a job like a request. What the object
+//!   sends or broadcasts after its commit goes to session mailboxes: a broadcast crosses to
+//!   each other shard once and fans out there, a bounded number of deliveries a turn; a
+//!   session with mail waits for an awake slot, then writes it.
+//! - *A refusal*: the coordinator (in the `combd` crate) publishes "full"; each shard stops
+//!   its public listeners (answering its accept queue first), so the kernel refuses at TCP.
+//!   Inside a shard a full mailbox answers 503 at once, a slow reader or a spent outbound
+//!   budget closes its session, and a tripped limit fails its call and rolls it back.
+//!
+//! ## Changes from the design
+//!
+//! - Each shard has one bounded inbox (MPMC) rather than a channel per pair of shards.
+//! - An object's task is spawned by `cells` (through the shard's gate, so the drain waits for
+//!   it) when its first mail arrives, not by the run loop: an object is born from a job, which
+//!   only cells see. Connection tasks are spawned only by the run loop.
+//! - The wake queue tells the run loop to re-apply admission through a signal in the shard's
+//!   state, instead of calling up into the listeners.
 
 pub mod admission;
 pub mod alloc;
 pub mod app;
-pub mod cells;
+mod cells;
 mod conn;
 mod fifo;
 pub mod http;
+mod job;
+pub mod limit;
 pub mod node;
 mod shard;
+mod shared;
+mod state;
 pub mod stats;
 pub mod tls;
 pub mod ws;
 
-pub use node::{DrainHandle, Node, NodeConfig, NodeShared};
+pub use node::{DrainHandle, Node, NodeConfig, StartError};
+pub use shared::NodeShared;

@@ -1,69 +1,41 @@
-//! One shard: a glommio executor pinned to a core, with a public and a localhost listener,
-//! its connections, a read scratch buffer, a housekeeping tick, and a control task that stops
-//! and resumes the public listener as the coordinator decides.
+//! One shard's run loop: the only place that accepts connections and spawns their tasks. It
+//! owns the listeners (public, localhost, and with TLS their TLS twins), stops and resumes the
+//! public ones as admission decides, answers what gets in late, carries the inbox from the
+//! other shards to the cells, runs the housekeeping tick (lag, stalls, the ping sweep), and
+//! drains on shutdown.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Waker;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use combd_kernel::admission::MEASURE_EVERY_ACCEPTS;
-use combd_kernel::limits;
+use combd_kernel::limits::{self, MEASURE_EVERY_ACCEPTS};
 use combd_kernel::sys;
 use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream, UnixStream};
-use glommio::sync::Gate;
-use slab::Slab;
 use tracing::{debug, info, warn};
 
-use crate::cells::{Cells, ShardMsg};
-use crate::fifo::Fifo;
-use crate::node::NodeShared;
+use crate::cells::Cells;
+use crate::conn;
+use crate::job::ShardMsg;
+use crate::shared::NodeShared;
+use crate::state::slot::ConnSlot;
+use crate::state::turn::Turn;
+use crate::state::ShardState;
 use crate::stats::ShardStats;
 
-/// A shard's state, shared by its tasks (single-threaded: `Rc`, `Cell`, `RefCell`).
-pub(crate) struct Shard {
-    pub id: usize,
-    pub node: Arc<NodeShared>,
-    /// Set once the node drains; connections see it when they next wait.
-    pub draining: Cell<bool>,
-    /// The waker of each connection waiting for input, so a drain can wake them all.
-    wakers: RefCell<Slab<Option<Waker>>>,
-    /// The read scratch buffer; borrowed only inside a poll, never across an await.
-    pub scratch: RefCell<Box<[u8]>>,
-    /// Every connection task holds a pass; the drain waits for the gate to close.
-    gate: Gate,
-    /// The listeners: public, localhost, and with TLS on, public TLS and localhost TLS.
-    listeners: Vec<Listener>,
-    /// Objects and sessions.
-    pub cells: Cells,
-    /// The awake slots (`COMBD_MAX_AWAKE`) and their ready line: the wake queue.
-    pub awake: Rc<Fifo>,
-    /// The restore slots (`COMBD_RESTORES_AT_ONCE`).
-    pub restores: Rc<Fifo>,
-    /// Bytes waiting to be written on this shard, every session together.
-    pub outbound: Cell<u64>,
-    /// TLS handshakes in progress.
-    pub tls_in_progress: Cell<usize>,
-    /// Incremented every `COMBD_WS_PING_INTERVAL`: WebSockets ping when it changes.
-    pub ping_epoch: Cell<u64>,
-}
-
-/// An awake slot; given back (to the first in the ready line) when dropped.
-pub(crate) struct AwakePermit(Rc<Shard>);
-
-impl Drop for AwakePermit {
-    fn drop(&mut self) {
-        self.0.awake.release();
-        self.0.update_behind();
-    }
+/// A listening socket handed to a shard: its fd, whether it is the localhost listener, and
+/// whether it speaks TLS.
+pub(crate) struct ListenerFd {
+    pub fd: RawFd,
+    pub local: bool,
+    pub tls: bool,
 }
 
 /// A listener and whether it listens. Each start of listening has a generation, so an accept
-/// loop left over from before a stop ends instead of counting the stop as an error.
+/// loop (or a queue drain) left over from before a stop or restart ends instead of acting.
 struct Listener {
     socket: Rc<TcpListener>,
     fd: RawFd,
@@ -73,98 +45,150 @@ struct Listener {
     generation: Cell<u64>,
 }
 
-impl Shard {
-    pub fn stats(&self) -> &ShardStats {
-        &self.node.stats[self.id]
-    }
+/// A raw fd borrowed for one system call (glommio's `TcpListener` does not expose its fd, so
+/// the shard keeps it beside the socket).
+struct FdRef(RawFd);
 
-    /// A slot for a connection's waker.
-    pub fn register(&self) -> usize {
-        self.wakers.borrow_mut().insert(None)
+impl AsRawFd for FdRef {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
     }
+}
 
-    pub fn unregister(&self, slot: usize) {
-        self.wakers.borrow_mut().try_remove(slot);
+/// The run loop's own state: the shard's state, its cells, its listeners.
+struct Shard {
+    state: Rc<ShardState>,
+    cells: Rc<Cells>,
+    listeners: Vec<Listener>,
+}
+
+/// Runs a shard until the node drains. `ready` is called once every listener accepts.
+pub(crate) async fn run(
+    id: usize,
+    node: Arc<NodeShared>,
+    listener_fds: Vec<ListenerFd>,
+    wake_fd: RawFd,
+    inbox: async_channel::Receiver<ShardMsg>,
+    ready: impl FnOnce(),
+) {
+    // SAFETY: the fds were made by `Node::start` for this shard alone; the listeners and the
+    // wake stream own and close them.
+    let listeners = listener_fds
+        .into_iter()
+        .map(|l| Listener {
+            socket: Rc::new(unsafe { TcpListener::from_raw_fd(l.fd) }),
+            fd: l.fd,
+            local: l.local,
+            tls: l.tls,
+            listening: Cell::new(false),
+            generation: Cell::new(0),
+        })
+        .collect();
+    let wake = unsafe { UnixStream::from_raw_fd(wake_fd) };
+    let state = Rc::new(ShardState::new(id, node));
+    let shard = Rc::new(Shard {
+        cells: Rc::new(Cells::new(state.clone())),
+        state,
+        listeners,
+    });
+    for idx in 0..shard.listeners.len() {
+        shard.start_accepting(idx);
     }
+    shard.apply_admission();
+    glommio::spawn_local(tick(shard.state.clone())).detach();
+    glommio::spawn_local(carry_inbox(shard.cells.clone(), inbox)).detach();
+    let wake_closed = Rc::new(Cell::new(false));
+    glommio::spawn_local(read_wakes(shard.state.clone(), wake, wake_closed.clone())).detach();
+    ready();
+    debug!(shard = id, "accepting");
 
-    /// Remembers the waker of a connection about to wait.
-    pub fn park(&self, slot: usize, waker: &Waker) {
-        if let Some(w) = self.wakers.borrow_mut().get_mut(slot) {
-            if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                *w = Some(waker.clone());
+    // The control loop: the coordinator wakes the shard when the admission state changes or
+    // the node drains; the wake queue when the shard becomes behind or catches up.
+    while !shard.state.node().draining() && !wake_closed.get() {
+        shard.state.wait_admission_changed().await;
+        shard.apply_admission();
+    }
+    shard.drain().await;
+}
+
+/// Reads the coordinator's wake socket and raises the shard's admission signal for each
+/// wake. Marks `closed` when the socket closes or fails.
+async fn read_wakes(state: Rc<ShardState>, mut wake: UnixStream, closed: Rc<Cell<bool>>) {
+    let mut buf = [0u8; 64];
+    loop {
+        let r = wake.read(&mut buf).await;
+        if !matches!(r, Ok(n) if n > 0) {
+            closed.set(true);
+        }
+        state.admission_changed();
+        if closed.get() || state.node().draining() {
+            return;
+        }
+    }
+}
+
+/// Hands what the other shards sent to the cells, [`INBOX_PER_TURN`](limits::INBOX_PER_TURN)
+/// messages a turn.
+async fn carry_inbox(cells: Rc<Cells>, inbox: async_channel::Receiver<ShardMsg>) {
+    let mut turn = Turn::new(cells.state().stats(), limits::INBOX_PER_TURN);
+    loop {
+        let msg = match inbox.try_recv() {
+            Ok(msg) => msg,
+            Err(async_channel::TryRecvError::Closed) => return,
+            Err(async_channel::TryRecvError::Empty) => {
+                turn.idle();
+                let Ok(msg) = inbox.recv().await else { return };
+                turn.resume();
+                msg
             }
+        };
+        cells.receive(msg).await;
+        turn.spend().await;
+    }
+}
+
+/// The housekeeping tick: measures how late the shard's timer fires (a loop that is busy or
+/// blocked shows lag; past [`TURN_OVERRUN`](limits::TURN_OVERRUN) it counts as an overrun),
+/// beats the heartbeat the watchdog checks, and runs the ping sweep.
+async fn tick(state: Rc<ShardState>) {
+    let mut last_ping = Instant::now();
+    while !state.draining() {
+        if last_ping.elapsed() >= state.settings().ws_ping_interval {
+            last_ping = Instant::now();
+            ping_sweep(&state).await;
         }
-    }
-
-    /// Wakes the task parked in a slot.
-    pub fn wake_slot(&self, slot: usize) {
-        let w = self
-            .wakers
-            .borrow_mut()
-            .get_mut(slot)
-            .and_then(|w| w.take());
-        if let Some(w) = w {
-            w.wake();
+        let start = Instant::now();
+        glommio::timer::sleep(limits::SHARD_TICK).await;
+        let late = start.elapsed().saturating_sub(limits::SHARD_TICK);
+        let stats = state.stats();
+        stats
+            .lag_ms
+            .store(late.as_millis() as u64, Ordering::Relaxed);
+        if late > limits::TURN_OVERRUN {
+            ShardStats::add(&stats.turn_overruns, 1);
         }
-    }
-
-    /// Spawns a task that the drain waits for.
-    pub fn gate_spawn<T: 'static>(
-        &self,
-        fut: impl std::future::Future<Output = T> + 'static,
-    ) -> Result<glommio::Task<T>, ()> {
-        self.gate.spawn(fut).map_err(|_| ())
-    }
-
-    /// Whether the ready line is as long as the awake cap.
-    pub fn is_behind(&self) -> bool {
-        self.stats().behind.load(Ordering::Relaxed) != 0
-    }
-
-    /// Waits (in FIFO order, asleep) for an awake slot.
-    pub async fn acquire_awake(self: &Rc<Self>) -> AwakePermit {
-        self.awake.acquire_observed(|| self.update_behind()).await;
-        AwakePermit(self.clone())
-    }
-
-    /// Publishes the wake queue's figures; a change of "behind" re-applies admission and
-    /// tells the coordinator.
-    pub fn update_behind(self: &Rc<Self>) {
-        let stats = self.stats();
         stats
-            .cells_awake
-            .store(self.awake.used() as u64, Ordering::Relaxed);
-        stats
-            .cells_awake_max
-            .store(self.awake.used_max.get() as u64, Ordering::Relaxed);
-        stats
-            .sessions_ready
-            .store(self.awake.waiting() as u64, Ordering::Relaxed);
-        stats
-            .sessions_waited
-            .store(self.awake.waited.get(), Ordering::Relaxed);
-        let behind = self.awake.waiting() >= self.awake.cap();
-        if behind != self.is_behind() {
-            stats.behind.store(behind as u64, Ordering::Relaxed);
-            self.apply_admission();
-            self.node.wake_coordinator();
-        }
+            .heartbeat_ms
+            .store(state.node().uptime_ms(), Ordering::Relaxed);
     }
+}
 
-    fn wake_all(&self) {
-        let wakers: Vec<Waker> = self
-            .wakers
-            .borrow_mut()
-            .iter_mut()
-            .filter_map(|(_, w)| w.take())
-            .collect();
-        for w in wakers {
-            w.wake();
-        }
+/// A new ping epoch, and every waiting task woken to see it (WebSockets ping their client,
+/// or close it if the last ping went unanswered),
+/// [`PING_SWEEP_PER_TURN`](limits::PING_SWEEP_PER_TURN) a turn.
+async fn ping_sweep(state: &ShardState) {
+    state.next_ping_epoch();
+    let mut turn = Turn::new(state.stats(), 1);
+    let mut from = 0;
+    while let Some(next) = state.wake_some(from, limits::PING_SWEEP_PER_TURN) {
+        from = next;
+        turn.yield_now().await;
     }
+}
 
-    fn listener(&self, idx: usize) -> &Listener {
-        &self.listeners[idx]
+impl Shard {
+    fn stats(&self) -> &ShardStats {
+        self.state.stats()
     }
 
     /// Publishes whether every public listener listens.
@@ -177,27 +201,76 @@ impl Shard {
         self.stats().listening.store(all as u64, Ordering::Relaxed);
     }
 
+    /// Brings the public listeners in line with the published admission state: they stop
+    /// while the node is full, and also while this shard alone is behind, so the kernel steers
+    /// new connections to its siblings (the node refuses only when all are behind).
+    fn apply_admission(self: &Rc<Self>) {
+        let refusing = self.state.node().admission.refusing() || self.state.is_behind();
+        for (idx, l) in self.listeners.iter().enumerate() {
+            if l.local || refusing != l.listening.get() {
+                continue;
+            }
+            if refusing {
+                self.stop_accepting(idx);
+                debug!(
+                    shard = self.state.id(),
+                    tls = l.tls,
+                    "public listener stopped"
+                );
+            } else {
+                self.resume_accepting(idx);
+                debug!(
+                    shard = self.state.id(),
+                    tls = l.tls,
+                    "public listener listening again"
+                );
+            }
+        }
+    }
+
     /// Starts (or restarts) the accept loop of a listener.
     fn start_accepting(self: &Rc<Self>, idx: usize) {
-        let l = self.listener(idx);
+        let l = &self.listeners[idx];
         l.generation.set(l.generation.get() + 1);
         l.listening.set(true);
         self.publish_listening();
-        glommio::spawn_local(accept_loop(self.clone(), idx, l.generation.get())).detach();
+        glommio::spawn_local(self.clone().accept_loop(idx, l.generation.get())).detach();
     }
 
-    /// Stops a listener: first accepts what the kernel already completed and answers it
-    /// (503 or close), so no completed connection is reset without an answer, then
-    /// `shutdown(SHUT_RD)`: the kernel refuses new connections and the accept loop ends.
+    /// Stops a listener: first answers what the kernel already completed (503 or close), so
+    /// no completed connection is reset without an answer, then `shutdown(SHUT_RD)`: the
+    /// kernel refuses new connections and the accept loop ends.
     fn stop_accepting(self: &Rc<Self>, idx: usize) {
-        let l = self.listener(idx);
-        let (local, tls) = (l.local, l.tls);
-        if !l.listening.get() {
-            return;
+        if let Some(generation) = self.mark_stopped(idx) {
+            let drain = self.clone().drain_accept_queue(idx, generation);
+            if let Ok(task) = self.state.spawn(drain) {
+                task.detach();
+            }
         }
-        l.listening.set(false);
+    }
+
+    /// Marks a listener stopped; its generation if it was listening.
+    fn mark_stopped(&self, idx: usize) -> Option<u64> {
+        let l = &self.listeners[idx];
+        if !l.listening.replace(false) {
+            return None;
+        }
         self.publish_listening();
-        loop {
+        Some(l.generation.get())
+    }
+
+    /// Answers the connections waiting in a stopped listener's accept queue,
+    /// [`ACCEPT_DRAIN_PER_TURN`](limits::ACCEPT_DRAIN_PER_TURN) a turn and at most
+    /// [`ACCEPT_DRAIN_MAX`](limits::ACCEPT_DRAIN_MAX) in all, then stops it listening, unless
+    /// it was restarted meanwhile.
+    async fn drain_accept_queue(self: Rc<Self>, idx: usize, generation: u64) {
+        let l = &self.listeners[idx];
+        let still_stopped = || l.generation.get() == generation && !l.listening.get();
+        let mut turn = Turn::new(self.stats(), limits::ACCEPT_DRAIN_PER_TURN);
+        for _ in 0..limits::ACCEPT_DRAIN_MAX {
+            if !still_stopped() {
+                return;
+            }
             // SAFETY: accept4 on our listening socket; a returned fd is owned by the stream.
             let fd = unsafe {
                 libc::accept4(
@@ -211,162 +284,137 @@ impl Shard {
                 break;
             }
             let stream = unsafe { TcpStream::from_raw_fd(fd) };
-            self.node.reserve_conn();
-            self.refuse_late(stream, tls);
+            let (slot, _) = ConnSlot::reserve(&self.state);
+            self.refuse_late(slot, stream, l.tls);
+            turn.spend().await;
         }
-        if let Err(e) = sys::stop_listening(&FdRef(l.fd)) {
-            warn!(shard = self.id, local, "stop listening: {e}");
-        }
-    }
-
-    fn resume_accepting(self: &Rc<Self>, idx: usize) {
-        let l = self.listener(idx);
-        if l.listening.get() {
-            return;
-        }
-        match sys::resume_listening(&FdRef(l.fd), limits::LISTEN_BACKLOG) {
-            Ok(()) => self.start_accepting(idx),
-            Err(e) => warn!(shard = self.id, local = l.local, "listen again: {e}"),
-        }
-    }
-
-    /// Counts a connection as open on this shard (its `Conn` releases it when dropped).
-    fn open_conn(&self) {
-        ShardStats::add(&self.stats().accepted, 1);
-        ShardStats::add(&self.stats().conns, 1);
-    }
-
-    /// Undoes [`Shard::open_conn`] and the node-wide reservation for a connection whose task
-    /// could not start.
-    fn abandon_conn(&self) {
-        ShardStats::sub(&self.stats().conns, 1);
-        self.node.release_conn();
-    }
-
-    /// Answers a connection that got in while the node is full: 503 for plain HTTP, closed
-    /// for TLS. Its node-wide reservation must already be taken.
-    fn refuse_late(self: &Rc<Self>, stream: TcpStream, tls: bool) {
-        self.open_conn();
-        ShardStats::add(&self.stats().refused_late, 1);
-        if tls {
-            // A TLS connection cannot be answered before its handshake: it is closed.
-            drop(stream);
-            self.abandon_conn();
-            return;
-        }
-        match self.gate.spawn(crate::conn::refuse(self.clone(), stream)) {
-            Ok(task) => {
-                task.detach();
-            }
-            Err(_) => self.abandon_conn(),
-        }
-    }
-
-    /// Brings the public listener in line with the published admission state: it stops while
-    /// the node is full, and also while this shard alone is behind, so the kernel steers new
-    /// connections to its siblings (the node refuses only when all are behind).
-    pub fn apply_admission(self: &Rc<Self>) {
-        let behind = self.stats().behind.load(Ordering::Relaxed) != 0;
-        let refusing = self.node.admission.refusing() || behind;
-        for idx in 0..self.listeners.len() {
-            let l = self.listener(idx);
-            if l.local {
-                continue;
-            }
-            if refusing && l.listening.get() {
-                self.stop_accepting(idx);
-                debug!(shard = self.id, tls = l.tls, "public listener stopped");
-            } else if !refusing && !l.listening.get() {
-                self.resume_accepting(idx);
-                debug!(
-                    shard = self.id,
-                    tls = l.tls,
-                    "public listener listening again"
+        if still_stopped() {
+            if let Err(e) = sys::stop_listening(&FdRef(l.fd)) {
+                warn!(
+                    shard = self.state.id(),
+                    local = l.local,
+                    "stop listening: {e}"
                 );
             }
         }
     }
 
-    /// Runs the shard until the node drains. `ready` is called once both listeners accept.
-    pub async fn run(
-        id: usize,
-        node: Arc<NodeShared>,
-        listener_fds: Vec<ListenerFd>,
-        wake_fd: RawFd,
-        inbox: async_channel::Receiver<ShardMsg>,
-        ready: impl FnOnce(),
-    ) -> Result<(), String> {
-        // SAFETY: the fds were made by `Node::start` for this shard alone; the listeners and
-        // the wake stream own and close them.
-        let listeners = listener_fds
-            .into_iter()
-            .map(|l| Listener {
-                socket: Rc::new(unsafe { TcpListener::from_raw_fd(l.fd) }),
-                fd: l.fd,
-                local: l.local,
-                tls: l.tls,
-                listening: Cell::new(false),
-                generation: Cell::new(0),
-            })
-            .collect();
-        let mut wake = unsafe { UnixStream::from_raw_fd(wake_fd) };
-        let (node_max_awake, node_restores) =
-            (node.settings.max_awake, node.settings.restores_at_once);
-        let shard = Rc::new(Shard {
-            id,
-            node,
-            draining: Cell::new(false),
-            wakers: RefCell::new(Slab::new()),
-            scratch: RefCell::new(vec![0u8; limits::READ_SCRATCH_BYTES].into_boxed_slice()),
-            gate: Gate::new(),
-            listeners,
-            cells: Cells::default(),
-            awake: Rc::new(Fifo::new(node_max_awake)),
-            restores: Rc::new(Fifo::new(node_restores)),
-            outbound: Cell::new(0),
-            tls_in_progress: Cell::new(0),
-            ping_epoch: Cell::new(0),
-        });
-        for idx in 0..shard.listeners.len() {
-            shard.start_accepting(idx);
+    fn resume_accepting(self: &Rc<Self>, idx: usize) {
+        let l = &self.listeners[idx];
+        if l.listening.get() {
+            return;
         }
-        shard.apply_admission();
-        glommio::spawn_local(tick(shard.clone())).detach();
-        let receiver = shard.clone();
-        glommio::spawn_local(async move {
-            while let Ok(msg) = inbox.recv().await {
-                receiver.receive(msg);
-            }
-        })
-        .detach();
-        ready();
-        debug!(shard = id, "accepting");
+        match sys::resume_listening(&FdRef(l.fd), limits::LISTEN_BACKLOG) {
+            Ok(()) => self.start_accepting(idx),
+            Err(e) => warn!(
+                shard = self.state.id(),
+                local = l.local,
+                "listen again: {e}"
+            ),
+        }
+    }
 
-        // The control loop: the coordinator writes a byte to the wake socket when the
-        // admission state changes or the node drains.
-        let mut buf = [0u8; 64];
-        while !shard.node.draining() {
-            match wake.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => shard.apply_admission(),
+    /// Answers a connection that got in while the node is full: 503 for plain HTTP, closed
+    /// for TLS (it cannot be answered before its handshake).
+    fn refuse_late(&self, mut slot: ConnSlot, stream: TcpStream, tls: bool) {
+        slot.open();
+        ShardStats::add(&self.stats().refused_late, 1);
+        if tls {
+            return;
+        }
+        if let Ok(task) = self
+            .state
+            .spawn(conn::refuse(self.cells.clone(), slot, stream))
+        {
+            task.detach();
+        }
+    }
+
+    async fn accept_loop(self: Rc<Self>, idx: usize, generation: u64) {
+        let mut last_warn: Option<Instant> = None;
+        let l = &self.listeners[idx];
+        let listener = l.socket.clone();
+        loop {
+            let accepted = listener.accept().await;
+            if l.generation.get() != generation || !l.listening.get() {
+                // Stopped (or restarted) meanwhile: a connection accepted in the race is
+                // answered.
+                if let Ok(stream) = accepted {
+                    let (slot, _) = ConnSlot::reserve(&self.state);
+                    self.refuse_late(slot, stream, l.tls);
+                }
+                return;
+            }
+            match accepted {
+                Ok(stream) => self.admit(stream, l),
+                Err(e) => {
+                    ShardStats::add(&self.stats().accept_errors, 1);
+                    // At most one line per interval, and a short pause so a persistent error
+                    // (EMFILE) cannot spin the loop.
+                    if last_warn.is_none_or(|t| t.elapsed() >= limits::ACCEPT_ERROR_LOG_EVERY) {
+                        warn!(
+                            shard = self.state.id(),
+                            local = l.local,
+                            "accept failed: {e}"
+                        );
+                        last_warn = Some(Instant::now());
+                    }
+                    glommio::timer::sleep(limits::ACCEPT_ERROR_PAUSE).await;
+                }
             }
         }
+    }
 
-        // Drain: stop both listeners (answering what is queued), wake every waiting
-        // connection, and wait for the gate within the deadline.
-        shard.draining.set(true);
-        for idx in 0..shard.listeners.len() {
-            shard.stop_accepting(idx);
+    /// A connection just accepted: counted against the cap first (reserve before use), then
+    /// served, or, on the public listener while the node is full or past its connection cap,
+    /// refused late. The localhost listener never refuses.
+    fn admit(&self, stream: TcpStream, l: &Listener) {
+        let node = self.state.node();
+        let accepted_total = self.stats().accepted.load(Ordering::Relaxed) + 1;
+        if accepted_total.is_multiple_of(MEASURE_EVERY_ACCEPTS) {
+            node.wake_coordinator();
         }
-        shard.wake_all();
-        let deadline = shard.node.settings.shutdown_timeout;
+        let (mut slot, conns) = ConnSlot::reserve(&self.state);
+        if !l.local {
+            if conns >= node.max_conns_effective {
+                node.wake_coordinator();
+            }
+            if node.admission.refusing() || conns > node.max_conns_effective {
+                return self.refuse_late(slot, stream, l.tls);
+            }
+        }
+        slot.open();
+        let conn = conn::serve(self.cells.clone(), slot, stream, l.local, l.tls);
+        if accepted_total == 1 {
+            debug!(
+                shard = self.state.id(),
+                bytes = std::mem::size_of_val(&conn),
+                "connection task size"
+            );
+        }
+        // A task that cannot start (the shard drains) drops its connection, and its slot.
+        if let Ok(task) = self.state.spawn(conn) {
+            task.detach();
+        }
+    }
+
+    /// Drain: stop every listener (answering what is queued), wake every waiting task, and
+    /// wait for the connection and object tasks within the deadline.
+    async fn drain(self: &Rc<Self>) {
+        let id = self.state.id();
+        for idx in 0..self.listeners.len() {
+            if let Some(generation) = self.mark_stopped(idx) {
+                self.clone().drain_accept_queue(idx, generation).await;
+            }
+        }
+        self.state.start_drain();
+        let deadline = self.state.settings().shutdown_timeout;
         let started = Instant::now();
         let closed = glommio::timer::timeout(deadline, async {
-            let _ = shard.gate.close().await;
+            self.state.tasks_ended().await;
             Ok(())
         })
         .await;
-        let left = shard.stats().conns.load(Ordering::Relaxed);
         match closed {
             Ok(()) => info!(
                 shard = id,
@@ -375,119 +423,9 @@ impl Shard {
             ),
             Err(_) => warn!(
                 shard = id,
-                connections_left = left,
+                connections_left = self.stats().conns.load(Ordering::Relaxed),
                 "drain deadline passed; closing the rest"
             ),
-        }
-        Ok(())
-    }
-}
-
-/// A listening socket handed to a shard: its fd, whether it is the localhost listener, and
-/// whether it speaks TLS.
-pub(crate) struct ListenerFd {
-    pub fd: RawFd,
-    pub local: bool,
-    pub tls: bool,
-}
-
-/// A raw fd borrowed for one system call (glommio's `TcpListener` does not expose its fd, so
-/// the shard keeps it beside the socket).
-struct FdRef(RawFd);
-
-impl AsRawFd for FdRef {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
-/// Measures how late the shard's timer fires: a loop that is busy or blocked shows lag.
-async fn tick(shard: Rc<Shard>) {
-    let mut last_ping = Instant::now();
-    while !shard.draining.get() {
-        // The ping sweep: a new epoch, and every waiting connection woken to see it
-        // (WebSockets ping their client, or close it if the last ping went unanswered).
-        if last_ping.elapsed() >= shard.node.settings.ws_ping_interval {
-            last_ping = Instant::now();
-            shard.ping_epoch.set(shard.ping_epoch.get() + 1);
-            shard.wake_all();
-        }
-        let start = Instant::now();
-        glommio::timer::sleep(limits::SHARD_TICK).await;
-        let late = start.elapsed().saturating_sub(limits::SHARD_TICK);
-        let stats = shard.stats();
-        stats
-            .lag_ms
-            .store(late.as_millis() as u64, Ordering::Relaxed);
-        stats
-            .heartbeat_ms
-            .store(shard.node.uptime_ms(), Ordering::Relaxed);
-    }
-}
-
-async fn accept_loop(shard: Rc<Shard>, idx: usize, generation: u64) {
-    let mut last_warn: Option<Instant> = None;
-    let (listener, local, tls) = {
-        let l = shard.listener(idx);
-        (l.socket.clone(), l.local, l.tls)
-    };
-    loop {
-        let accepted = listener.accept().await;
-        let l = shard.listener(idx);
-        if l.generation.get() != generation || !l.listening.get() {
-            // Stopped (or restarted) meanwhile: a connection accepted in the race is answered.
-            if let Ok(stream) = accepted {
-                shard.node.reserve_conn();
-                shard.refuse_late(stream, tls);
-            }
-            return;
-        }
-        match accepted {
-            Ok(stream) => {
-                let stats = shard.stats();
-                let accepted_total = stats.accepted.load(Ordering::Relaxed) + 1;
-                if accepted_total.is_multiple_of(MEASURE_EVERY_ACCEPTS) {
-                    shard.node.wake_coordinator();
-                }
-                // Reserve before use: the connection counts from here. The public listener
-                // turns away what gets in while the node is full or past its connection cap;
-                // the localhost listener never refuses.
-                let conns = shard.node.reserve_conn();
-                if !local {
-                    if conns >= shard.node.max_conns_effective {
-                        shard.node.wake_coordinator();
-                    }
-                    if shard.node.admission.refusing() || conns > shard.node.max_conns_effective {
-                        shard.refuse_late(stream, tls);
-                        continue;
-                    }
-                }
-                shard.open_conn();
-                let conn = crate::conn::serve(shard.clone(), stream, local, tls);
-                if accepted_total == 1 {
-                    debug!(
-                        shard = shard.id,
-                        bytes = std::mem::size_of_val(&conn),
-                        "connection task size"
-                    );
-                }
-                match shard.gate.spawn(conn) {
-                    Ok(task) => {
-                        task.detach();
-                    }
-                    Err(_) => shard.abandon_conn(),
-                }
-            }
-            Err(e) => {
-                ShardStats::add(&shard.stats().accept_errors, 1);
-                // At most one line a second, and a short pause so a persistent error (EMFILE)
-                // cannot spin the loop.
-                if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                    warn!(shard = shard.id, local, "accept failed: {e}");
-                    last_warn = Some(Instant::now());
-                }
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-            }
         }
     }
 }

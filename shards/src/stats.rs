@@ -132,6 +132,14 @@ pub struct ShardStats {
     pub tls_handshakes_in_progress: AtomicU64,
     /// TLS connections closed at once because too many handshakes were in progress.
     pub tls_handshakes_refused: AtomicU64,
+    /// Times a loop that grows with load (fan-out, inbox, ping sweep, accept-queue drain)
+    /// spent its budget for one turn and yielded the shard's loop to the other tasks.
+    pub turn_yields: AtomicU64,
+    /// Turns of the shard's loop that ran longer than `TURN_OVERRUN`: a budgeted loop's turn,
+    /// or any task that held the loop (seen by the housekeeping timer firing late).
+    pub turn_overruns: AtomicU64,
+    /// Broadcasts being fanned out to this shard's sessions now.
+    pub fanouts_in_progress: AtomicU64,
 }
 
 /// One figure: its `/stats` name, `/metrics` name, kind, help line and value.
@@ -209,6 +217,9 @@ impl ShardStats {
             ("tls_handshake_failures", "combd_tls_handshake_failures_total", Counter, "TLS handshakes failed or timed out.", g(&self.tls_handshake_failures)),
             ("tls_handshakes_in_progress", "combd_tls_handshakes_in_progress", Gauge, "TLS handshakes in progress.", g(&self.tls_handshakes_in_progress)),
             ("tls_handshakes_refused", "combd_tls_handshakes_refused_total", Counter, "TLS connections closed past the handshake cap.", g(&self.tls_handshakes_refused)),
+            ("turn_yields", "combd_turn_yields_total", Counter, "Times a budgeted loop yielded the shard's loop.", g(&self.turn_yields)),
+            ("turn_overruns", "combd_turn_overruns_total", Counter, "Turns of the shard's loop longer than 10 ms.", g(&self.turn_overruns)),
+            ("fanouts_in_progress", "combd_fanouts_in_progress", Gauge, "Broadcasts being fanned out now.", g(&self.fanouts_in_progress)),
         ]
     }
 }

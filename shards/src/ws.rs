@@ -255,6 +255,22 @@ pub fn encode_binary(out: &mut Vec<u8>, bytes: &[u8]) {
     encode(out, OpCode::Data(Data::Binary), bytes);
 }
 
+/// Appends a text (`text`) or binary message.
+pub fn encode_message(out: &mut Vec<u8>, text: bool, payload: &[u8]) {
+    let data = if text { Data::Text } else { Data::Binary };
+    encode(out, OpCode::Data(data), payload);
+}
+
+/// Appends `{"error": message}` as a text message: how a session learns that an input failed.
+pub fn encode_error(out: &mut Vec<u8>, message: &str) {
+    encode_text(out, &serde_json::json!({ "error": message }).to_string());
+}
+
+/// Appends a ping with no payload.
+pub fn encode_ping(out: &mut Vec<u8>) {
+    encode(out, OpCode::Control(Control::Ping), b"");
+}
+
 /// Appends a close frame with a code and a reason (cut to fit a control frame).
 pub fn encode_close(out: &mut Vec<u8>, code: Option<u16>, reason: &str) {
     let mut payload = Vec::with_capacity(2 + reason.len());

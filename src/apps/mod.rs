@@ -9,6 +9,7 @@ pub mod echo;
 pub mod hold;
 pub mod limits;
 pub mod million;
+pub mod stall;
 
 /// Every built-in app; the test apps too when `test_apps` is on.
 pub fn builtin(test_apps: bool) -> Apps {
@@ -20,6 +21,7 @@ pub fn builtin(test_apps: bool) -> Apps {
     if test_apps {
         list.push(Arc::new(hold::Hold));
         list.push(Arc::new(limits::Limits));
+        list.push(Arc::new(stall::Stall));
     }
     let mut apps = Apps::new();
     for app in list {

@@ -1,0 +1,308 @@
+//! One call of an app, under its limits, and a batch of calls in one transaction. Runs on a
+//! blocking thread, never on the shard's loop.
+
+use combd_kernel::limits::SLOW_CALL;
+
+use crate::app::{limit_error, App, AppError, CallBudget, Cx, Effect, Input, Output};
+use crate::job::Owned;
+use crate::limit::Limit;
+
+use super::store::watch;
+
+/// What comes back from the blocking thread for a batch.
+pub(super) struct BatchResult {
+    pub outputs: Vec<Result<Output, AppError>>,
+    pub effects: Vec<Effect>,
+    /// The calls' log output.
+    pub logs: String,
+    /// A limit killed a call: the object is reloaded from its database.
+    pub killed: bool,
+    /// Calls slower than `SLOW_CALL`.
+    pub slow_calls: u64,
+    /// The limits that tripped.
+    pub limits: Vec<Limit>,
+}
+
+/// What [`call`] tells the object about a call besides its result.
+#[derive(Debug, Default, Clone, Copy)]
+struct CallStats {
+    /// It took longer than [`SLOW_CALL`].
+    slow: bool,
+    /// Which limit tripped, if any.
+    limit: Option<Limit>,
+}
+
+/// The limits of every call of one batch.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CallLimits {
+    /// `COMBD_CPU_LIMIT_TICKS`.
+    pub ticks: u64,
+    /// The app's `memory_kb`, in bytes.
+    pub memory_bytes: Option<u64>,
+}
+
+/// Runs inputs in one transaction (a batch), or each in its own when the batch fails or the
+/// app takes one at a time.
+pub(super) fn run_batch(
+    app: &dyn App,
+    db: &mut rusqlite::Connection,
+    inputs: &[Owned],
+    limits: CallLimits,
+) -> BatchResult {
+    let mut result = BatchResult {
+        outputs: Vec::new(),
+        effects: Vec::new(),
+        logs: String::new(),
+        killed: false,
+        slow_calls: 0,
+        limits: Vec::new(),
+    };
+    if inputs.len() > 1 {
+        let all: u64 = inputs.iter().map(Owned::bytes).sum();
+        let mut effects = Vec::new();
+        let mut logs = String::new();
+        let (r, st) = call(db, limits, all, &mut effects, &mut logs, |cx| {
+            let borrowed: Vec<Input<'_>> =
+                inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
+            let outs = app.handle_batch(cx, &borrowed)?;
+            if outs.len() != inputs.len() {
+                return Err(AppError::new(
+                    500,
+                    "handle_batch answered the wrong number of inputs",
+                ));
+            }
+            Ok(outs)
+        });
+        result.slow_calls += st.slow as u64;
+        if let Ok(outs) = r {
+            result.outputs = outs.into_iter().map(Ok).collect();
+            result.effects = effects;
+            result.logs = logs;
+            return result;
+        }
+        // Nothing of the batch was applied; retry one by one so one bad input does not fail
+        // its neighbours.
+    }
+    for input in inputs {
+        let mut mine = Vec::new();
+        let (r, st) = call(
+            db,
+            limits,
+            input.bytes(),
+            &mut mine,
+            &mut result.logs,
+            |cx| app.handle(cx, &input.input()?),
+        );
+        if r.is_ok() {
+            result.effects.append(&mut mine);
+        }
+        result.slow_calls += st.slow as u64;
+        if let Some(l) = st.limit {
+            result.killed |= l.kills();
+            result.limits.push(l);
+        }
+        result.outputs.push(r);
+    }
+    result
+}
+
+/// Runs an app call, turning a panic into an error: the transaction around it is rolled back
+/// and the object keeps serving, instead of the panic taking the shard down.
+fn guarded<T>(f: impl FnOnce() -> Result<T, AppError>) -> Result<T, AppError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(AppError::new(500, "the app failed on this input")))
+}
+
+/// One call of an app in its own transaction, under its limits: ticks, memory (for
+/// `input_bytes` of input), sends, log, the SQL watch, the host-time limit. A limit that trips
+/// decides the result whatever the app returned, and the transaction is rolled back.
+fn call<T>(
+    db: &mut rusqlite::Connection,
+    limits: CallLimits,
+    input_bytes: u64,
+    effects: &mut Vec<Effect>,
+    logs: &mut String,
+    f: impl FnOnce(&mut Cx<'_>) -> Result<T, AppError>,
+) -> (Result<T, AppError>, CallStats) {
+    let started = std::time::Instant::now();
+    let mut budget = CallBudget::new(limits.ticks).with_memory(limits.memory_bytes, input_bytes);
+    watch::begin();
+    if limits.memory_bytes.is_some() {
+        crate::alloc::begin();
+    }
+    let r = (|| -> Result<T, AppError> {
+        let tx = db.transaction()?;
+        let out = {
+            let mut cx = Cx::new(Some(&tx), effects, &mut budget);
+            guarded(|| f(&mut cx))?
+        };
+        let _ = budget.check_memory();
+        if let Some(limit) = budget.tripped {
+            return Err(limit_error(limit));
+        }
+        tx.commit()?;
+        Ok(out)
+    })();
+    let interrupted = watch::end();
+    crate::alloc::end();
+    logs.push_str(&budget.log);
+    // A limit the call tripped or SQL was interrupted for; else one SQLite enforces by
+    // refusing the statement (the app saw the error and returned it).
+    let tripped = budget
+        .tripped
+        .or(interrupted)
+        .or_else(|| r.as_ref().err().and_then(AppError::limit));
+    let r = match tripped {
+        Some(limit) => Err(limit_error(limit)),
+        None => r,
+    };
+    let stats = CallStats {
+        slow: started.elapsed() > SLOW_CALL,
+        limit: tripped,
+    };
+    (r, stats)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::store::{self, StoreConfig};
+    use super::*;
+    use crate::http::Response;
+
+    const NO_LIMITS: CallLimits = CallLimits {
+        ticks: u64::MAX,
+        memory_bytes: None,
+    };
+
+    fn open(name: &str, sync_full: bool, schema: &'static str) -> rusqlite::Connection {
+        let path = std::env::temp_dir().join(format!("combd-{name}-{}.sqlite", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let config = StoreConfig {
+            sync_full,
+            db_max_bytes: 1 << 30,
+            schema,
+        };
+        store::open(&path, config).unwrap()
+    }
+
+    /// Writes a row per input, then fails the ones whose body is `bad` (after writing).
+    struct Log;
+
+    impl App for Log {
+        fn name(&self) -> &'static str {
+            "log"
+        }
+        fn schema(&self) -> &'static str {
+            "CREATE TABLE IF NOT EXISTS log (v TEXT NOT NULL);"
+        }
+        fn handles_batch(&self) -> bool {
+            true
+        }
+        fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+            let Input::Http { body, .. } = input else {
+                return Ok(Output::None);
+            };
+            let v = String::from_utf8_lossy(body).into_owned();
+            cx.db()?.execute("INSERT INTO log (v) VALUES (?1)", [&v])?;
+            cx.broadcast("t", &v)?;
+            if v == "bad" {
+                return Err(AppError::new(400, "bad input"));
+            }
+            Ok(Output::Http(Response::json(
+                200,
+                &serde_json::json!({ "v": v }),
+            )))
+        }
+    }
+
+    fn http(body: &str) -> Owned {
+        Owned::Http {
+            method: "POST".into(),
+            query: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
+        let mut db = open("batch", true, Log.schema());
+        let inputs = [http("a"), http("bad"), http("b")];
+        let r = run_batch(&Log, &mut db, &inputs, NO_LIMITS);
+        assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
+        assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
+        assert!(r.outputs[2].is_ok());
+        let rows: Vec<String> = db
+            .prepare("SELECT v FROM log ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            rows,
+            ["a", "b"],
+            "the failed input's write was rolled back, the others kept once"
+        );
+        // Effects only of what committed.
+        let sent: Vec<_> = r
+            .effects
+            .iter()
+            .map(|e| match e {
+                Effect::Broadcast { payload, .. } => String::from_utf8_lossy(payload).into_owned(),
+                Effect::Send { .. } => String::new(),
+            })
+            .collect();
+        assert_eq!(sent, ["a", "b"]);
+
+        // A batch that succeeds is one transaction with every effect.
+        let r = run_batch(&Log, &mut db, &[http("c"), http("d")], NO_LIMITS);
+        assert!(r.outputs.iter().all(|o| o.is_ok()));
+        assert_eq!(r.effects.len(), 2);
+    }
+
+    struct Panics;
+
+    impl App for Panics {
+        fn name(&self) -> &'static str {
+            "panics"
+        }
+        fn schema(&self) -> &'static str {
+            "CREATE TABLE IF NOT EXISTS t (v INTEGER);"
+        }
+        fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+            cx.db()?.execute("INSERT INTO t (v) VALUES (1)", [])?;
+            if let Input::Http { body: b"panic", .. } = input {
+                panic!("an app bug");
+            }
+            Ok(Output::None)
+        }
+    }
+
+    #[test]
+    fn an_app_panic_fails_its_input_and_rolls_back() {
+        let mut db = open("panic", false, Panics.schema());
+        let inputs = [http("ok"), http("panic"), http("ok")];
+        let r = run_batch(&Panics, &mut db, &inputs, NO_LIMITS);
+        assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
+        assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 500);
+        let n: i64 = db
+            .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn a_tripped_limit_decides_the_result_and_kills_the_call() {
+        let mut db = open("ticks", false, Panics.schema());
+        let limits = CallLimits {
+            ticks: 10,
+            memory_bytes: None,
+        };
+        // Each db() is a host call of 1,000 ticks: past 10 at once.
+        let r = run_batch(&Panics, &mut db, &[http("ok")], limits);
+        assert_eq!(r.outputs[0].as_ref().unwrap_err().message, "cpu_limit");
+        assert_eq!(r.limits, [Limit::Cpu]);
+        assert!(r.killed);
+    }
+}

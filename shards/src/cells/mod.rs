@@ -1,0 +1,249 @@
+//! Cells: durable objects and sessions, their mailboxes, and the routes between shards.
+//!
+//! - An **object** (`app/name`) lives on shard [`home_shard`]`(app, name)`. Its cell owns a
+//!   bounded mailbox and a task ([`object`]) that restores its database ([`store`]) within the
+//!   shard's restore cap, then takes its mail one input at a time, or a batch at once for apps
+//!   that handle batches, in one transaction on a blocking thread ([`call`]), while holding
+//!   an awake slot. Replies and effects (sends, broadcasts) leave after the commit.
+//! - A **session** ([`session`]) is a WebSocket attached to an object. It lives on its
+//!   connection's shard, with its own mailbox of frames to write.
+//! - Between shards, each shard has one bounded inbox: jobs for its objects, deliveries to its
+//!   sessions, and broadcasts, which cross to each shard once and fan out there.
+//!
+//! Connections reach cells only by [`Cells::submit`]ting a job and through their session.
+
+mod call;
+mod object;
+pub(crate) mod session;
+mod store;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use combd_kernel::limits::CROSS_SHARD_QUEUE;
+
+use crate::app::{home_shard, object_path, App, Effect};
+use crate::http::Response;
+use crate::job::{Job, Reply, ShardMsg};
+use crate::state::ShardState;
+use crate::stats::ShardStats;
+use crate::ws;
+use object::ObjectCell;
+use session::Sessions;
+
+/// The cells of one shard.
+pub(crate) struct Cells {
+    state: Rc<ShardState>,
+    objects: RefCell<HashMap<String, Rc<ObjectCell>>>,
+    sessions: Sessions,
+}
+
+/// Why a job is answered without running, with the numbers that decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The object's mailbox holds `cap` inputs already.
+    MailboxFull { cap: usize },
+    /// The home shard's inbox holds `cap` messages already.
+    InboxFull { cap: usize },
+    /// A new object while the data disk is low.
+    DiskLow,
+    /// No app of that name on the receiving shard.
+    NoSuchApp,
+    /// The object's database could not be opened.
+    StorageUnavailable,
+}
+
+impl Refusal {
+    /// What the client sees.
+    pub fn response(self) -> Response {
+        match self {
+            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } => {
+                Response::error(503, "overloaded").with_header("retry-after", "1")
+            }
+            Refusal::DiskLow => Response::error(507, "disk_low"),
+            Refusal::NoSuchApp => Response::error(404, "no such app"),
+            Refusal::StorageUnavailable => Response::error(500, "object storage unavailable"),
+        }
+    }
+
+    /// The message a session sees as `{"error": ...}`.
+    fn message(self) -> &'static str {
+        match self {
+            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } => "overloaded",
+            Refusal::DiskLow => "disk_low",
+            Refusal::NoSuchApp => "no such app",
+            Refusal::StorageUnavailable => "object storage unavailable",
+        }
+    }
+}
+
+impl Cells {
+    pub fn new(state: Rc<ShardState>) -> Cells {
+        Cells {
+            sessions: Sessions::new(state.clone()),
+            state,
+            objects: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The shard's state.
+    pub fn state(&self) -> &Rc<ShardState> {
+        &self.state
+    }
+
+    /// The shard's sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Sends a job to its object, wherever it lives. A job that cannot be queued is answered
+    /// at once (503 `overloaded`, or 507 `disk_low` for a new object).
+    pub fn submit(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, job: Job) {
+        let node = self.state.node();
+        let home = home_shard(app.name(), name, node.stats.len());
+        if home == self.state.id() {
+            self.submit_local(app, name, job);
+            return;
+        }
+        let msg = ShardMsg::Job {
+            app: app.name().to_string(),
+            name: name.to_string(),
+            job,
+        };
+        if let Err(e) = node.inboxes[home].try_send(msg) {
+            ShardStats::add(&self.state.stats().mailbox_refused, 1);
+            if let ShardMsg::Job { job, .. } = e.into_inner() {
+                self.refuse(
+                    job,
+                    Refusal::InboxFull {
+                        cap: CROSS_SHARD_QUEUE,
+                    },
+                );
+            }
+        }
+    }
+
+    fn submit_local(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, job: Job) {
+        let key = format!("{}/{}", app.name(), name);
+        let existing = self.objects.borrow().get(&key).cloned();
+        let cell = match existing {
+            Some(c) => c,
+            None if job.is_detach() => return,
+            None => match self.new_object(app, name, key) {
+                Ok(cell) => cell,
+                Err(refusal) => return self.refuse(job, refusal),
+            },
+        };
+        if let Err((job, refusal)) = cell.post(job) {
+            ShardStats::add(&self.state.stats().mailbox_refused, 1);
+            self.refuse(job, refusal);
+        }
+    }
+
+    /// A new live object and its task. A new object needs disk: it is refused while the disk
+    /// is low, unless its database already exists (existing objects keep working).
+    fn new_object(
+        self: &Rc<Self>,
+        app: &Arc<dyn App>,
+        name: &str,
+        key: String,
+    ) -> Result<Rc<ObjectCell>, Refusal> {
+        let node = self.state.node();
+        if node.admission.disk_low()
+            && !object_path(&node.settings.data_dir, app.name(), name).exists()
+        {
+            return Err(Refusal::DiskLow);
+        }
+        let cell = Rc::new(ObjectCell::new(&self.state, key.clone(), app.clone(), name));
+        self.objects.borrow_mut().insert(key, cell.clone());
+        ShardStats::add(&self.state.stats().objects_live, 1);
+        if let Ok(task) = self.state.spawn(object::run(self.clone(), cell.clone())) {
+            task.detach();
+        }
+        Ok(cell)
+    }
+
+    /// Forgets a live object (its task ends); new mail for it makes a fresh cell.
+    fn let_go(&self, key: &str) {
+        if self.objects.borrow_mut().remove(key).is_some() {
+            ShardStats::sub(&self.state.stats().objects_live, 1);
+        }
+    }
+
+    /// Answers a job that will not run, the way its kind calls for.
+    fn refuse(&self, job: Job, refusal: Refusal) {
+        tracing::trace!(shard = self.state.id(), ?refusal, "refused");
+        match job.reply {
+            Reply::Http(reply) => {
+                let _ = reply.try_send(refusal.response());
+            }
+            Reply::Attach(reply) => {
+                let _ = reply.try_send(Err(refusal.response()));
+            }
+            Reply::Session(session) => {
+                let mut frame = Vec::new();
+                ws::encode_error(&mut frame, refusal.message());
+                self.sessions.deliver(session, frame.into());
+            }
+            Reply::None => {}
+        }
+    }
+
+    /// Handles what another shard sent. A broadcast fans out within the shard's per-turn
+    /// budget, so this may take several turns.
+    pub async fn receive(self: &Rc<Self>, msg: ShardMsg) {
+        match msg {
+            ShardMsg::Job { app, name, job } => match self.state.node().apps.get(&app).cloned() {
+                Some(app) => self.submit_local(&app, &name, job),
+                None => self.refuse(job, Refusal::NoSuchApp),
+            },
+            ShardMsg::Deliver { session, frame } => self.sessions.deliver_local(session, frame),
+            ShardMsg::Broadcast { key, topic, frame } => {
+                self.sessions.fan_out(&key, &topic, &frame).await
+            }
+        }
+    }
+
+    /// Applies an object's effects after its transaction committed: sends, and broadcasts,
+    /// which cross to every other shard once and fan out here within the per-turn budget.
+    async fn apply_effects(&self, key: &str, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Send { to, text, payload } => {
+                    self.sessions.deliver(to, message_frame(text, &payload))
+                }
+                Effect::Broadcast {
+                    topic,
+                    text,
+                    payload,
+                } => {
+                    let frame = message_frame(text, &payload);
+                    let node = self.state.node();
+                    for (shard, inbox) in node.inboxes.iter().enumerate() {
+                        if shard == self.state.id() {
+                            continue;
+                        }
+                        let msg = ShardMsg::Broadcast {
+                            key: key.to_string(),
+                            topic: topic.clone(),
+                            frame: frame.clone(),
+                        };
+                        if inbox.try_send(msg).is_err() {
+                            ShardStats::add(&self.state.stats().cross_shard_dropped, 1);
+                        }
+                    }
+                    self.sessions.fan_out(key, &topic, &frame).await;
+                }
+            }
+        }
+    }
+}
+
+/// A message as a WebSocket frame, ready for any number of sessions.
+fn message_frame(text: bool, payload: &[u8]) -> Arc<[u8]> {
+    let mut frame = Vec::with_capacity(payload.len() + 10);
+    ws::encode_message(&mut frame, text, payload);
+    frame.into()
+}

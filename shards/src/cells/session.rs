@@ -1,0 +1,329 @@
+//! Sessions: the cells of WebSocket connections attached to an object. Each has a mailbox of
+//! frames to write, the bytes waiting for its client, and the topic it is subscribed to.
+//!
+//! Whether a frame is queued, dropped or closes the session is one pure decision
+//! ([`decide`]); the registry applies it, counts it and wakes the connection.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use combd_kernel::limits::{
+    FANOUT_PER_TURN, SESSION_MAILBOX, SESSION_MAILBOX_BEHIND, WS_SLOW_CLOSE_BYTES,
+};
+
+use crate::app::SessionId;
+use crate::job::ShardMsg;
+use crate::state::turn::Turn;
+use crate::state::{Defer, ShardState};
+use crate::stats::ShardStats;
+
+/// Why the node closes a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CloseWhy {
+    /// [`WS_SLOW_CLOSE_BYTES`] would be waiting for it: it reads too slowly.
+    Slow,
+    /// The frame would take the shard past its outbound budget.
+    OutboundBudget,
+}
+
+/// What to do with a frame for a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// Put it in the session's mailbox.
+    Queue,
+    /// The mailbox is full: drop it (counted).
+    Drop,
+    /// Close the session (its mailbox is dropped).
+    Close(CloseWhy),
+}
+
+/// What decides a delivery.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waiting {
+    /// Frames in the session's mailbox.
+    pub frames: usize,
+    /// The mailbox's limit now: [`SESSION_MAILBOX`], or [`SESSION_MAILBOX_BEHIND`] while the
+    /// shard is behind.
+    pub frames_max: usize,
+    /// Bytes waiting for this session (mailbox and writes in progress).
+    pub session_bytes: u64,
+    /// Bytes waiting on the whole shard, and the shard's outbound budget.
+    pub shard_bytes: u64,
+    pub shard_budget: u64,
+}
+
+/// Decides what happens to a frame of `len` bytes: a session with too much waiting is
+/// closed, never the node; a full mailbox drops the frame.
+pub(crate) fn decide(w: Waiting, len: u64) -> Delivery {
+    if w.session_bytes + len > WS_SLOW_CLOSE_BYTES {
+        Delivery::Close(CloseWhy::Slow)
+    } else if w.shard_bytes + len > w.shard_budget {
+        Delivery::Close(CloseWhy::OutboundBudget)
+    } else if w.frames >= w.frames_max {
+        Delivery::Drop
+    } else {
+        Delivery::Queue
+    }
+}
+
+/// A session on its connection's shard.
+struct SessionCell {
+    /// The connection's waker slot: a delivery wakes it.
+    slot: usize,
+    mail: VecDeque<Arc<[u8]>>,
+    key: String,
+    topic: String,
+    /// Bytes waiting for the client: the mailbox's, and those being written, until the
+    /// kernel has taken them.
+    waiting_bytes: u64,
+    /// Why the node closes this session. Its mail is dropped at once; the connection closes
+    /// when it next runs.
+    closing: Option<CloseWhy>,
+}
+
+/// The sessions of one shard, and the topics they are subscribed to.
+pub(crate) struct Sessions {
+    state: Rc<ShardState>,
+    map: RefCell<HashMap<u64, SessionCell>>,
+    topics: RefCell<HashMap<(String, String), HashSet<u64>>>,
+    next: Cell<u64>,
+}
+
+impl Sessions {
+    pub fn new(state: Rc<ShardState>) -> Sessions {
+        Sessions {
+            state,
+            map: RefCell::new(HashMap::new()),
+            topics: RefCell::new(HashMap::new()),
+            next: Cell::new(0),
+        }
+    }
+
+    /// A new session of the connection parked in `slot`, attached to object `key` and
+    /// subscribed to `topic`.
+    pub fn open(&self, slot: usize, key: String, topic: String) -> SessionId {
+        let id = self.next.get() + 1;
+        self.next.set(id);
+        self.topics
+            .borrow_mut()
+            .entry((key.clone(), topic.clone()))
+            .or_default()
+            .insert(id);
+        self.map.borrow_mut().insert(
+            id,
+            SessionCell {
+                slot,
+                mail: VecDeque::new(),
+                waiting_bytes: 0,
+                closing: None,
+                key,
+                topic,
+            },
+        );
+        ShardStats::add(&self.state.stats().sessions, 1);
+        SessionId {
+            shard: self.state.id() as u32,
+            id,
+        }
+    }
+
+    /// Forgets a session (its connection closed).
+    pub fn end(&self, id: u64) {
+        let Some(s) = self.map.borrow_mut().remove(&id) else {
+            return;
+        };
+        ShardStats::sub(&self.state.stats().sessions, 1);
+        self.state.release_outbound(s.waiting_bytes);
+        let mut topics = self.topics.borrow_mut();
+        let k = (s.key, s.topic);
+        if let Some(set) = topics.get_mut(&k) {
+            set.remove(&id);
+            if set.is_empty() {
+                topics.remove(&k);
+            }
+        }
+    }
+
+    /// Whether a session has mail to write, or is to be closed.
+    pub fn has_mail(&self, id: u64) -> bool {
+        self.map
+            .borrow()
+            .get(&id)
+            .is_some_and(|s| !s.mail.is_empty() || s.closing.is_some())
+    }
+
+    /// Why the node is closing this session, if it is.
+    pub fn closing(&self, id: u64) -> Option<CloseWhy> {
+        self.map.borrow().get(&id).and_then(|s| s.closing)
+    }
+
+    /// Takes a session's mail; its bytes stay counted as waiting until [`Sessions::written`]
+    /// says the kernel took them.
+    pub fn take_mail(&self, id: u64) -> VecDeque<Arc<[u8]>> {
+        self.map
+            .borrow_mut()
+            .get_mut(&id)
+            .map(|s| std::mem::take(&mut s.mail))
+            .unwrap_or_default()
+    }
+
+    /// The kernel took `bytes` of a session's output.
+    pub fn written(&self, id: u64, bytes: u64) {
+        if let Some(s) = self.map.borrow_mut().get_mut(&id) {
+            let b = bytes.min(s.waiting_bytes);
+            s.waiting_bytes -= b;
+            self.state.release_outbound(b);
+        }
+    }
+
+    /// Puts a frame in a local session's mailbox and wakes its connection, as [`decide`]
+    /// says.
+    pub fn deliver_local(&self, id: u64, frame: Arc<[u8]>) {
+        let len = frame.len() as u64;
+        let stats = self.state.stats();
+        let slot = {
+            let mut map = self.map.borrow_mut();
+            let Some(s) = map.get_mut(&id) else {
+                return;
+            };
+            if s.closing.is_some() {
+                return;
+            }
+            let waiting = Waiting {
+                frames: s.mail.len(),
+                frames_max: if self.state.is_behind() {
+                    SESSION_MAILBOX_BEHIND
+                } else {
+                    SESSION_MAILBOX
+                },
+                session_bytes: s.waiting_bytes,
+                shard_bytes: self.state.outbound(),
+                shard_budget: self.state.node().outbound_budget_bytes,
+            };
+            match decide(waiting, len) {
+                Delivery::Queue => {
+                    s.mail.push_back(frame);
+                    s.waiting_bytes += len;
+                    self.state.add_outbound(len);
+                }
+                Delivery::Drop => {
+                    ShardStats::add(&stats.session_mailbox_dropped, 1);
+                    return;
+                }
+                Delivery::Close(why) => {
+                    ShardStats::add(
+                        match why {
+                            CloseWhy::Slow => &stats.ws_slow_closed,
+                            CloseWhy::OutboundBudget => &stats.outbound_budget_closed,
+                        },
+                        1,
+                    );
+                    // Drop what waits in the mailbox now; what is being written is released
+                    // as the connection closes.
+                    let queued: u64 = s.mail.drain(..).map(|f| f.len() as u64).sum();
+                    s.waiting_bytes -= queued.min(s.waiting_bytes);
+                    self.state.release_outbound(queued);
+                    s.closing = Some(why);
+                }
+            }
+            s.slot
+        };
+        self.state.wake_slot(slot);
+    }
+
+    /// Delivers a frame to a session on any shard.
+    pub fn deliver(&self, to: SessionId, frame: Arc<[u8]>) {
+        if to.shard as usize == self.state.id() {
+            self.deliver_local(to.id, frame);
+            return;
+        }
+        let Some(inbox) = self.state.node().inboxes.get(to.shard as usize) else {
+            return;
+        };
+        let msg = ShardMsg::Deliver {
+            session: to.id,
+            frame,
+        };
+        if inbox.try_send(msg).is_err() {
+            ShardStats::add(&self.state.stats().cross_shard_dropped, 1);
+        }
+    }
+
+    /// Delivers a frame to every local session of object `key` subscribed to `topic`,
+    /// [`FANOUT_PER_TURN`] deliveries a turn.
+    pub async fn fan_out(&self, key: &str, topic: &str, frame: &Arc<[u8]>) {
+        let ids: Vec<u64> = self
+            .topics
+            .borrow()
+            .get(&(key.to_string(), topic.to_string()))
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        if ids.is_empty() {
+            return;
+        }
+        let stats = self.state.stats();
+        ShardStats::add(&stats.fanouts_in_progress, 1);
+        let _done = Defer(|| ShardStats::sub(&stats.fanouts_in_progress, 1));
+        let mut turn = Turn::new(stats, FANOUT_PER_TURN);
+        for id in ids {
+            self.deliver_local(id, frame.clone());
+            turn.spend().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting() -> Waiting {
+        Waiting {
+            frames: 0,
+            frames_max: SESSION_MAILBOX,
+            session_bytes: 0,
+            shard_bytes: 0,
+            shard_budget: 1 << 30,
+        }
+    }
+
+    #[test]
+    fn a_frame_is_queued_dropped_or_closes_the_session() {
+        assert_eq!(decide(waiting(), 100), Delivery::Queue);
+        let full = Waiting {
+            frames: SESSION_MAILBOX,
+            ..waiting()
+        };
+        assert_eq!(decide(full, 100), Delivery::Drop);
+        let behind = Waiting {
+            frames: SESSION_MAILBOX_BEHIND,
+            frames_max: SESSION_MAILBOX_BEHIND,
+            ..waiting()
+        };
+        assert_eq!(decide(behind, 1), Delivery::Drop);
+        let slow = Waiting {
+            session_bytes: WS_SLOW_CLOSE_BYTES - 10,
+            ..waiting()
+        };
+        assert_eq!(decide(slow, 10), Delivery::Queue);
+        assert_eq!(decide(slow, 11), Delivery::Close(CloseWhy::Slow));
+        let spent = Waiting {
+            shard_bytes: 1000,
+            shard_budget: 1000,
+            ..waiting()
+        };
+        assert_eq!(decide(spent, 1), Delivery::Close(CloseWhy::OutboundBudget));
+        // Closing wins over dropping: a slow reader with a full mailbox is closed.
+        assert_eq!(
+            decide(
+                Waiting {
+                    frames: SESSION_MAILBOX,
+                    ..slow
+                },
+                11
+            ),
+            Delivery::Close(CloseWhy::Slow)
+        );
+    }
+}

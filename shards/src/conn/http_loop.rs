@@ -1,0 +1,210 @@
+//! The HTTP/1.1 loop: one request after another on a connection, pipelined requests answered
+//! in order, within the header, body and idle timeouts and the size limits.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use combd_kernel::limits;
+
+use crate::app::App;
+use crate::http::{self, Head, Parsed, Response};
+use crate::job::Job;
+use crate::stats::ShardStats;
+
+use super::routes::Routed;
+use super::websocket::Upgrade;
+use super::{Conn, Input};
+
+/// What the loop does after a request was answered (or handed on).
+enum Next {
+    Continue,
+    Close,
+    Upgrade(Upgrade),
+    /// A request for an object: it goes to the object's mailbox; the loop awaits the reply.
+    Object(Box<ObjectRequest>),
+}
+
+/// A request for an object, owned so it can wait for its answer.
+struct ObjectRequest {
+    app: Arc<dyn App>,
+    object: String,
+    method: String,
+    query: Option<String>,
+    body: Vec<u8>,
+    head_only: bool,
+}
+
+/// When the request being read started (a new connection: its accept), or, with none in
+/// progress, when the connection became idle.
+enum Clock {
+    Request(Instant),
+    Idle(Instant),
+}
+
+impl Conn {
+    /// The HTTP/1.1 loop. Returns when the connection is to close, or after an upgrade (with
+    /// `self.upgraded` set).
+    pub(super) async fn http(&mut self) {
+        let mut out: Vec<u8> = Vec::new();
+        let mut clock = Clock::Request(Instant::now());
+        loop {
+            let Some(head) = self.read_head(&mut out, &mut clock).await else {
+                return;
+            };
+            if !self.read_body(&mut out, &head).await {
+                return;
+            }
+            let keep_alive = head.keep_alive && !self.state().draining();
+            let next = self.answer(&head, keep_alive, &mut out);
+            self.inbuf.drain(..head.len + head.body_len as usize);
+            // A pipelined request's head timeout runs from now; else the connection is idle
+            // once this request is answered.
+            let pipelined = !self.inbuf.is_empty();
+            if pipelined {
+                clock = Clock::Request(Instant::now());
+            } else {
+                self.inbuf = Vec::new();
+            }
+            match next {
+                Next::Continue => {}
+                Next::Close => return self.flush_and_close(&mut out).await,
+                Next::Object(req) => self.ask_object(*req, keep_alive, &mut out).await,
+                Next::Upgrade(up) => {
+                    self.upgraded = Box::pin(self.upgrade(up, out)).await.map(Box::new);
+                    return;
+                }
+            }
+            if !keep_alive {
+                return self.flush_and_close(&mut out).await;
+            }
+            if out.len() >= limits::PIPELINE_FLUSH_BYTES && self.flush(&mut out).await.is_err() {
+                return;
+            }
+            if !pipelined {
+                clock = Clock::Idle(Instant::now());
+            }
+        }
+    }
+
+    /// Reads until a complete head is in `inbuf`, writing what `out` holds while it waits.
+    /// `None`: the connection is done (closed, timed out, failed: answered if it could be).
+    async fn read_head(&mut self, out: &mut Vec<u8>, clock: &mut Clock) -> Option<Head> {
+        let settings = self.state().settings();
+        let (header_timeout, idle_timeout) = (settings.header_timeout, settings.idle_timeout);
+        loop {
+            if !self.inbuf.is_empty() {
+                if let Clock::Idle(_) = clock {
+                    *clock = Clock::Request(Instant::now());
+                }
+                match http::parse_head(&self.inbuf) {
+                    Ok(Parsed::Complete(h)) => return Some(h),
+                    Ok(Parsed::Partial) => {}
+                    Err(e) => {
+                        self.fail(out, e.status, e.message).await;
+                        return None;
+                    }
+                }
+            }
+            if self.flush(out).await.is_err() {
+                return None;
+            }
+            let deadline = match clock {
+                Clock::Request(t) => *t + header_timeout,
+                Clock::Idle(t) => *t + idle_timeout,
+            };
+            match self.fill(Some(deadline), self.inbuf.is_empty()).await {
+                Input::Data | Input::Mail | Input::PingDue => {}
+                Input::Eof | Input::Failed | Input::Drain => return None,
+                Input::Timeout => {
+                    if let Clock::Idle(_) = clock {
+                        ShardStats::add(&self.stats().idle_closed, 1);
+                    } else {
+                        ShardStats::add(&self.stats().request_timeouts, 1);
+                        self.fail(out, 408, "request head not received in time")
+                            .await;
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Reads the body of `head` into `inbuf` (answering `Expect: 100-continue`), within the
+    /// body limit and timeout. False: the connection is done.
+    async fn read_body(&mut self, out: &mut Vec<u8>, head: &Head) -> bool {
+        let settings = self.state().settings();
+        let (max_body, body_timeout) = (settings.max_body_bytes, settings.body_timeout);
+        if head.body_len > max_body {
+            self.fail(out, 413, "request body too large").await;
+            return false;
+        }
+        let total = head.len + head.body_len as usize;
+        if self.inbuf.len() >= total {
+            return true;
+        }
+        if head.expect_continue {
+            out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        if self.flush(out).await.is_err() {
+            return false;
+        }
+        let deadline = Instant::now() + body_timeout;
+        while self.inbuf.len() < total {
+            match self.fill(Some(deadline), false).await {
+                Input::Data | Input::Mail | Input::PingDue => {}
+                Input::Eof | Input::Failed | Input::Drain => return false,
+                Input::Timeout => {
+                    ShardStats::add(&self.stats().request_timeouts, 1);
+                    self.fail(out, 408, "request body not received in time")
+                        .await;
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Routes the complete request at the start of `inbuf` and appends its response to `out`.
+    /// A plain function, not async: the header array lives on this frame only, never in the
+    /// connection's future (which every idle connection keeps).
+    fn answer(&mut self, head: &Head, keep_alive: bool, out: &mut Vec<u8>) -> Next {
+        let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
+        let Some(req) = http::borrow_request(&self.inbuf, head, &mut headers) else {
+            self.respond(
+                out,
+                &Response::error(400, "malformed request"),
+                false,
+                false,
+            );
+            return Next::Close;
+        };
+        let head_only = req.method == "HEAD";
+        match self.route(&req, head) {
+            Routed::Respond(resp) => {
+                self.respond(out, &resp, keep_alive, head_only);
+                Next::Continue
+            }
+            Routed::Upgrade(up) => Next::Upgrade(up),
+            Routed::Object { app, object } => Next::Object(Box::new(ObjectRequest {
+                app,
+                object,
+                method: req.method.to_string(),
+                query: req.query.map(str::to_string),
+                body: req.body.to_vec(),
+                head_only,
+            })),
+        }
+    }
+
+    /// Sends a request to its object's mailbox and appends the answer to `out`.
+    async fn ask_object(&mut self, req: ObjectRequest, keep_alive: bool, out: &mut Vec<u8>) {
+        let (tx, rx) = async_channel::bounded(1);
+        let job = Job::http(req.method, req.query, req.body, tx);
+        self.cells.submit(&req.app, &req.object, job);
+        let resp = rx
+            .recv()
+            .await
+            .unwrap_or_else(|_| Response::error(503, "overloaded"));
+        self.respond(out, &resp, keep_alive, req.head_only);
+    }
+}

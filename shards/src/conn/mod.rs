@@ -1,0 +1,266 @@
+//! One connection: what it holds, how it waits for input, writes and closes. The protocols
+//! are in their own rooms: the HTTP/1.1 loop ([`http_loop`]) and its route table
+//! ([`routes`]), the WebSocket loop ([`websocket`]) after an upgrade, the TLS hand-off
+//! ([`tls_handoff`]) before either, and the late refusal ([`refuse`]) of a connection that got
+//! in while the node is full.
+//!
+//! Memory: a connection waiting for input holds no buffer. Reads go into the shard's scratch
+//! buffer inside a poll; only the bytes of an incomplete request or frame are copied into the
+//! connection's own `inbuf`, which is freed as soon as it is consumed. Responses are built in a
+//! `Vec` that is dropped once written.
+
+mod http_loop;
+mod refuse;
+mod routes;
+mod tls_handoff;
+mod websocket;
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use combd_kernel::limits;
+use futures_lite::io::AsyncWriteExt;
+use futures_lite::AsyncRead;
+use glommio::net::TcpStream;
+use glommio::timer::Timer;
+
+use crate::cells::Cells;
+use crate::http::{self, Response};
+use crate::state::slot::{ConnSlot, WakerSlot};
+use crate::state::ShardState;
+use crate::stats::ShardStats;
+use crate::tls::Stream;
+
+pub(crate) use refuse::refuse;
+use websocket::Upgrade;
+
+/// What a wait for input ended with.
+enum Input {
+    /// Bytes were appended to `inbuf`.
+    Data,
+    /// The client closed its side.
+    Eof,
+    /// The deadline passed.
+    Timeout,
+    /// The node is draining (only reported when the caller allows it).
+    Drain,
+    /// The socket failed.
+    Failed,
+    /// The session has mail to write.
+    Mail,
+    /// A WebSocket's ping is due (a new ping epoch on the shard).
+    PingDue,
+}
+
+struct Conn {
+    cells: Rc<Cells>,
+    stream: Stream,
+    /// Bytes read but not yet consumed: an incomplete request or frame. Empty (and
+    /// unallocated) while the connection is idle.
+    inbuf: Vec<u8>,
+    /// Where the task parks while it waits.
+    waker: WakerSlot,
+    /// The connection's place in the node's count, released when the connection is dropped.
+    _slot: ConnSlot,
+    local: bool,
+    /// The session id while this connection is a session attached to an object.
+    session: Option<u64>,
+    /// An upgrade the HTTP loop completed: the WebSocket loop runs next.
+    upgraded: Option<Box<Upgrade>>,
+    /// For a WebSocket: the shard's ping epoch it last pinged in.
+    ping_epoch: Option<u64>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(id) = self.session.take() {
+            self.cells.sessions().end(id);
+        }
+    }
+}
+
+/// Sets the socket options every accepted connection gets: no Nagle delay, TCP keepalive
+/// (so the kernel finds half-open peers), and a write stall timeout.
+fn set_socket_options(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let _ = combd_kernel::sys::set_keepalive(
+        stream,
+        limits::TCP_KEEPIDLE_SECS,
+        limits::TCP_KEEPINTVL_SECS,
+        limits::TCP_KEEPCNT,
+    );
+    let _ = stream.set_write_timeout(Some(limits::WRITE_STALL_TIMEOUT));
+}
+
+/// Serves one accepted connection until it closes. `slot` is its place in the connection
+/// count, already open.
+pub(crate) async fn serve(
+    cells: Rc<Cells>,
+    slot: ConnSlot,
+    stream: TcpStream,
+    local: bool,
+    tls: bool,
+) {
+    set_socket_options(&stream);
+    let state = cells.state().clone();
+    let stream = if tls {
+        match tls_handoff::handshake(&state, stream).await {
+            Some(s) => s,
+            None => return,
+        }
+    } else {
+        Stream::Plain(stream)
+    };
+    let mut conn = Conn::new(cells, slot, stream, local);
+    // The HTTP loop and the WebSocket loop run one after the other, not one inside the
+    // other, so an idle WebSocket's task holds only the WebSocket loop's state.
+    conn.http().await;
+    if let Some(up) = conn.upgraded.take() {
+        conn.websocket(*up).await;
+    }
+}
+
+impl Conn {
+    fn new(cells: Rc<Cells>, slot: ConnSlot, stream: Stream, local: bool) -> Conn {
+        Conn {
+            waker: WakerSlot::new(cells.state()),
+            cells,
+            stream,
+            inbuf: Vec::new(),
+            _slot: slot,
+            local,
+            session: None,
+            upgraded: None,
+            ping_epoch: None,
+        }
+    }
+
+    fn state(&self) -> &Rc<ShardState> {
+        self.waker.state()
+    }
+
+    fn stats(&self) -> &ShardStats {
+        self.state().stats()
+    }
+
+    /// Waits for input and appends it to `inbuf`. `deadline` bounds the wait; `drain_ok`
+    /// lets a node drain interrupt it (false while a request is in progress, so it finishes).
+    async fn fill(&mut self, deadline: Option<Instant>, drain_ok: bool) -> Input {
+        let mut timer = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if d <= now {
+                    return Input::Timeout;
+                }
+                Some(Timer::new(d - now))
+            }
+            None => None,
+        };
+        futures_lite::future::poll_fn(|cx| self.poll_fill(cx, timer.as_mut(), drain_ok)).await
+    }
+
+    fn poll_fill(
+        &mut self,
+        cx: &mut Context<'_>,
+        timer: Option<&mut Timer>,
+        drain_ok: bool,
+    ) -> Poll<Input> {
+        let state = self.waker.state();
+        if drain_ok && state.draining() {
+            return Poll::Ready(Input::Drain);
+        }
+        if let Some(id) = self.session {
+            if self.cells.sessions().has_mail(id) {
+                return Poll::Ready(Input::Mail);
+            }
+        }
+        if self.ping_epoch.is_some_and(|e| e != state.ping_epoch()) {
+            return Poll::Ready(Input::PingDue);
+        }
+        {
+            let mut scratch = state.scratch();
+            match Pin::new(&mut self.stream).poll_read(cx, &mut scratch[..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Input::Eof),
+                Poll::Ready(Ok(n)) => {
+                    self.inbuf.extend_from_slice(&scratch[..n]);
+                    ShardStats::add(&state.stats().bytes_in, n as u64);
+                    return Poll::Ready(Input::Data);
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(Input::Failed),
+                Poll::Pending => {}
+            }
+        }
+        if let Some(t) = timer {
+            if Pin::new(t).poll(cx).is_ready() {
+                return Poll::Ready(Input::Timeout);
+            }
+        }
+        state.park(self.waker.index(), cx.waker());
+        Poll::Pending
+    }
+
+    /// Writes `out` and frees it.
+    async fn flush(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let mut r = self.stream.write_all(out).await;
+        if r.is_ok() {
+            // TLS keeps records until flushed; plain TCP has nothing to flush.
+            r = self.stream.flush().await;
+        }
+        if r.is_ok() {
+            ShardStats::add(&self.stats().bytes_out, out.len() as u64);
+        }
+        *out = Vec::new();
+        r
+    }
+
+    /// Closes our side and reads (discarding) until the client closes or
+    /// [`limits::CLOSE_LINGER`] passes, so unread client bytes cannot turn our close into a
+    /// reset that destroys the last response.
+    async fn linger_close(&mut self) {
+        // Closes the write side (TLS sends its close_notify first).
+        let _ = futures_lite::AsyncWriteExt::close(&mut self.stream).await;
+        let deadline = Instant::now() + limits::CLOSE_LINGER;
+        loop {
+            self.inbuf = Vec::new();
+            if !matches!(self.fill(Some(deadline), false).await, Input::Data) {
+                break;
+            }
+        }
+    }
+
+    /// Writes what `out` holds, then closes with a linger.
+    async fn flush_and_close(&mut self, out: &mut Vec<u8>) {
+        if self.flush(out).await.is_ok() {
+            Box::pin(self.linger_close()).await;
+        }
+    }
+
+    /// Writes a final response and closes the connection.
+    async fn fail(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
+        self.respond(out, &Response::error(status, message), false, false);
+        self.flush_and_close(out).await;
+    }
+
+    /// Appends a response to `out`, counted.
+    fn respond(&self, out: &mut Vec<u8>, resp: &Response, keep_alive: bool, head_only: bool) {
+        self.count_status(resp.status);
+        http::write_response(out, resp, keep_alive, head_only);
+    }
+
+    fn count_status(&self, status: u16) {
+        let stats = self.stats();
+        ShardStats::add(&stats.requests, 1);
+        match status {
+            400..=499 => ShardStats::add(&stats.responses_4xx, 1),
+            500..=599 => ShardStats::add(&stats.responses_5xx, 1),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The route table: where a request goes. The node's own endpoints (`/healthz`, and on the
+//! localhost listener `/stats` and `/metrics`), the apps' pages, and `/o/<app>/<name>`: a
+//! WebSocket upgrade, a stateless app called right here, or a job for an object.
+
+use std::sync::Arc;
+
+use crate::app::{valid_object_name, App, AppError, CallBudget, Cx, Effect, Input, Output};
+use crate::http::{Head, Request, Response};
+
+use super::websocket::Upgrade;
+use super::Conn;
+
+/// Where a request goes.
+pub(super) enum Routed {
+    Respond(Response),
+    Upgrade(Upgrade),
+    Object { app: Arc<dyn App>, object: String },
+}
+
+fn method_not_allowed() -> Response {
+    Response::error(405, "method not allowed").with_header("allow", "GET, HEAD")
+}
+
+impl Conn {
+    pub(super) fn route(&self, req: &Request<'_>, head: &Head) -> Routed {
+        let node = self.state().node();
+        let get = matches!(req.method, "GET" | "HEAD");
+        let resp = match req.path {
+            "/healthz" if get => Response::json(200, &serde_json::json!({ "status": "ok" })),
+            "/healthz" => method_not_allowed(),
+            "/stats" if self.local && get => {
+                Response::bytes(200, "application/json", node.stats_json().into_bytes())
+            }
+            "/metrics" if self.local && get => Response::bytes(
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                node.metrics_text().into_bytes(),
+            ),
+            "/stats" | "/metrics" if self.local => method_not_allowed(),
+            path => match path
+                .strip_prefix("/o/")
+                .and_then(|rest| rest.split_once('/'))
+            {
+                None => match node.apps.pages().iter().find(|(p, _)| *p == path) {
+                    Some((_, page)) if get => {
+                        Response::bytes(200, "text/html; charset=utf-8", page.as_bytes().to_vec())
+                    }
+                    Some(_) => method_not_allowed(),
+                    None => Response::error(404, "not found"),
+                },
+                Some((app, object)) => return self.route_object(req, head, app, object),
+            },
+        };
+        Routed::Respond(resp)
+    }
+
+    /// `/o/<app>/<object>`.
+    fn route_object(&self, req: &Request<'_>, head: &Head, app: &str, object: &str) -> Routed {
+        let Some(app) = self.state().node().apps.get(app) else {
+            return Routed::Respond(Response::error(404, "no such app"));
+        };
+        if !valid_object_name(object) {
+            return Routed::Respond(Response::error(
+                400,
+                "invalid object name: 1 to 64 of A-Z a-z 0-9 _ . -, not starting with a dot",
+            ));
+        }
+        if head.upgrade_websocket {
+            return match websocket_accept(req, head) {
+                Ok(accept) => Routed::Upgrade(Upgrade {
+                    app: app.clone(),
+                    object: object.to_string(),
+                    accept,
+                    query: req.query.map(str::to_string),
+                }),
+                Err(resp) => Routed::Respond(resp),
+            };
+        }
+        if !app.stateless() {
+            return Routed::Object {
+                app: app.clone(),
+                object: object.to_string(),
+            };
+        }
+        let input = Input::Http {
+            method: req.method,
+            query: req.query,
+            body: req.body,
+        };
+        let (result, _) = self.call_stateless(app.as_ref(), &input);
+        Routed::Respond(match result {
+            Ok(Output::Http(resp)) => resp,
+            Ok(Output::None) => Response::bytes(204, "application/json", Vec::new()),
+            Err(e) => Response::error(e.status, &e.message),
+        })
+    }
+
+    /// Calls a stateless app right here, on the shard's loop: no database, no mailbox, its
+    /// ticks limited as any call's. Returns its answer and the sends it made.
+    pub(super) fn call_stateless(
+        &self,
+        app: &dyn App,
+        input: &Input<'_>,
+    ) -> (Result<Output, AppError>, Vec<Effect>) {
+        let mut effects = Vec::new();
+        let mut budget = CallBudget::new(self.state().settings().cpu_limit_ticks);
+        let result = app.handle(&mut Cx::new(None, &mut effects, &mut budget), input);
+        (result, effects)
+    }
+}
+
+/// Checks a WebSocket upgrade request (RFC 6455, 4.2.1) and computes `Sec-WebSocket-Accept`.
+fn websocket_accept(req: &Request<'_>, head: &Head) -> Result<String, Response> {
+    if req.method != "GET" {
+        return Err(Response::error(405, "websocket upgrade needs GET").with_header("allow", "GET"));
+    }
+    if head.body_len != 0 {
+        return Err(Response::error(400, "websocket upgrade with a body"));
+    }
+    let connection_upgrade = req.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("connection")
+            && h.value
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    });
+    if !connection_upgrade {
+        return Err(Response::error(
+            400,
+            "websocket upgrade needs connection: upgrade",
+        ));
+    }
+    if req.header("sec-websocket-version").map(|v| v.trim_ascii()) != Some(b"13") {
+        return Err(Response::error(426, "websocket version 13 required")
+            .with_header("sec-websocket-version", "13"));
+    }
+    match req.header("sec-websocket-key").map(|v| v.trim_ascii()) {
+        Some(key) if key.len() == 24 => Ok(tungstenite::handshake::derive_accept_key(key)),
+        _ => Err(Response::error(400, "missing or invalid sec-websocket-key")),
+    }
+}

@@ -1,0 +1,364 @@
+//! The WebSocket side of a connection: the upgrade (a stateful app's session attaches to its
+//! object first), then the loop: decode frames and hand messages to the app (called right
+//! here for a stateless app, sent to the object's mailbox for a session), write the session's
+//! mail while holding an awake slot, keep the client's message rate, ping it every
+//! `COMBD_WS_PING_INTERVAL`, and close with the code the reason calls for. Every close goes
+//! through [`Conn::close_with`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use combd_kernel::settings::Settings;
+
+use crate::app::{App, Effect, Input as AppInput, Message, SessionId};
+use crate::job::Job;
+use crate::state::Defer;
+use crate::stats::ShardStats;
+use crate::ws::{self, close, Decoder, WsEvent};
+
+use super::{Conn, Input};
+
+/// A WebSocket upgrade that passed its checks.
+pub(super) struct Upgrade {
+    pub app: Arc<dyn App>,
+    pub object: String,
+    pub accept: String,
+    pub query: Option<String>,
+}
+
+/// How the node ends a WebSocket.
+#[derive(Debug, Clone, Copy)]
+enum Close {
+    /// With a close frame (no code: an empty close, echoing the client's), then a linger.
+    Frame(Option<u16>, &'static str),
+    /// Without one: the client is gone, or it is not reading.
+    Drop,
+}
+
+/// Where a WebSocket's messages go.
+struct Target {
+    app: Arc<dyn App>,
+    object: String,
+    /// The session, for a stateful app.
+    session: Option<SessionId>,
+}
+
+/// What the loop knows of its WebSocket.
+struct Ws {
+    to: Target,
+    decoder: Decoder,
+    /// A ping was sent and nothing has come back since.
+    awaiting_pong: bool,
+}
+
+/// The message rate: a token bucket of `COMBD_WS_BURST` tokens refilled at `COMBD_WS_RATE` a
+/// second; each message and ping takes one.
+struct Rate {
+    tokens: f64,
+    refilled: Instant,
+    per_second: f64,
+    burst: f64,
+}
+
+impl Rate {
+    fn new(settings: &Settings) -> Rate {
+        Rate {
+            tokens: settings.ws_burst as f64,
+            refilled: Instant::now(),
+            per_second: settings.ws_rate as f64,
+            burst: settings.ws_burst as f64,
+        }
+    }
+
+    /// Takes a token; false when none is left.
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
+        self.tokens = (self.tokens + refill).min(self.burst);
+        self.refilled = now;
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+}
+
+impl Conn {
+    /// Answers an upgrade: `Some` once the 101 is written and the WebSocket loop may start.
+    /// A stateful app's session attaches to its object first; the object may refuse it (503
+    /// `overloaded`, 507 `disk_low`, or the app's own error), and then no upgrade happens.
+    pub(super) async fn upgrade(&mut self, up: Upgrade, mut out: Vec<u8>) -> Option<Upgrade> {
+        if !up.app.stateless() {
+            let topic = match up.app.topic(up.query.as_deref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.fail(&mut out, e.status, &e.message).await;
+                    return None;
+                }
+            };
+            let key = format!("{}/{}", up.app.name(), up.object);
+            let session = self.cells.sessions().open(self.waker.index(), key, topic);
+            self.session = Some(session.id);
+            let (tx, rx) = async_channel::bounded(1);
+            let job = Job::attach(session, up.query.clone(), tx);
+            self.cells.submit(&up.app, &up.object, job);
+            match rx.recv().await {
+                Ok(Ok(())) => {}
+                Ok(Err(resp)) => {
+                    self.end_session();
+                    self.respond(&mut out, &resp, false, false);
+                    self.flush_and_close(&mut out).await;
+                    return None;
+                }
+                Err(_) => return None,
+            }
+        }
+        self.count_status(101);
+        out.extend_from_slice(
+            format!(
+                "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n\r\n",
+                up.accept
+            )
+            .as_bytes(),
+        );
+        if self.flush(&mut out).await.is_err() {
+            return None;
+        }
+        Some(up)
+    }
+
+    /// The WebSocket loop, until the connection closes.
+    pub(super) async fn websocket(&mut self, up: Upgrade) {
+        let state = self.state().clone();
+        let stats = state.stats();
+        ShardStats::add(&stats.ws_open, 1);
+        let _open = Defer(|| ShardStats::sub(&stats.ws_open, 1));
+        let settings = state.settings();
+        let mut ws = Ws {
+            to: Target {
+                session: self.session.map(|id| SessionId {
+                    shard: state.id() as u32,
+                    id,
+                }),
+                app: up.app,
+                object: up.object,
+            },
+            decoder: Decoder::new(settings.ws_max_message_bytes),
+            awaiting_pong: false,
+        };
+        let mut rate = Rate::new(settings);
+        // Liveness: a ping every COMBD_WS_PING_INTERVAL; anything received answers it.
+        self.ping_epoch = Some(state.ping_epoch());
+        let mut out: Vec<u8> = Vec::new();
+        let close = loop {
+            if !self.inbuf.is_empty() {
+                if let Some(close) = self.decode_input(&mut ws, &mut rate, &mut out) {
+                    break close;
+                }
+            }
+            if self.flush(&mut out).await.is_err() {
+                break Close::Drop;
+            }
+            match self.fill(None, !ws.decoder.in_message()).await {
+                Input::Data => ws.awaiting_pong = false,
+                Input::PingDue => {
+                    if let Some(close) = self.ping(&mut ws, &mut out) {
+                        break close;
+                    }
+                }
+                Input::Mail => {
+                    if let Some(close) = self.write_mail().await {
+                        break close;
+                    }
+                }
+                Input::Eof | Input::Failed | Input::Timeout => break Close::Drop,
+                Input::Drain => {
+                    break Close::Frame(Some(close::GOING_AWAY), "server shutting down")
+                }
+            }
+        };
+        self.close_with(&ws, close, out).await;
+    }
+
+    /// Decodes what `inbuf` holds and handles each event. `Some`: the WebSocket is to close.
+    fn decode_input(&mut self, ws: &mut Ws, rate: &mut Rate, out: &mut Vec<u8>) -> Option<Close> {
+        let state = self.state().clone();
+        let stats = state.stats();
+        let mut inbuf = std::mem::take(&mut self.inbuf);
+        let mut client_close: Option<Option<u16>> = None;
+        let mut over_rate = false;
+        let to = &ws.to;
+        let decoded = ws.decoder.decode(&mut inbuf, |ev| match ev {
+            WsEvent::Text(_) | WsEvent::Binary(_) | WsEvent::Ping(_) if !rate.take() => {
+                over_rate = true;
+                false
+            }
+            WsEvent::Text(t) => {
+                self.on_message(to, true, t.as_bytes(), out);
+                true
+            }
+            WsEvent::Binary(b) => {
+                self.on_message(to, false, b, out);
+                true
+            }
+            WsEvent::Ping(p) => {
+                ws::encode_pong(out, p);
+                true
+            }
+            WsEvent::Pong => true,
+            WsEvent::Close(code, _) => {
+                client_close = Some(code);
+                false
+            }
+        });
+        let error = match decoded {
+            Ok(used) => {
+                inbuf.drain(..used);
+                None
+            }
+            Err(e) => Some(e),
+        };
+        if !inbuf.is_empty() {
+            self.inbuf = inbuf;
+        }
+        if over_rate {
+            ShardStats::add(&stats.ws_rate_closed, 1);
+            return Some(Close::Frame(Some(close::POLICY), "message rate exceeded"));
+        }
+        if let Some(code) = client_close {
+            // Answer the close with the client's code (RFC 6455, 5.5.1), then close.
+            return Some(Close::Frame(code, ""));
+        }
+        let e = error?;
+        ShardStats::add(&stats.ws_protocol_closed, 1);
+        Some(Close::Frame(Some(e.code()), e.reason()))
+    }
+
+    /// A message from the client: to the session's object, or to a stateless app right here
+    /// (its sends and errors go straight back into `out`).
+    fn on_message(&self, to: &Target, text: bool, payload: &[u8], out: &mut Vec<u8>) {
+        ShardStats::add(&self.stats().ws_messages_in, 1);
+        if let Some(s) = to.session {
+            let job = Job::message(s, text, payload.to_vec());
+            self.cells.submit(&to.app, &to.object, job);
+            return;
+        }
+        let msg = if text {
+            // The decoder checked the UTF-8.
+            Message::Text(std::str::from_utf8(payload).unwrap_or_default())
+        } else {
+            Message::Binary(payload)
+        };
+        let session = SessionId {
+            shard: self.state().id() as u32,
+            id: 0,
+        };
+        let (result, effects) =
+            self.call_stateless(to.app.as_ref(), &AppInput::Message { session, msg });
+        if let Err(e) = result {
+            ws::encode_error(out, &e.message);
+        }
+        for e in effects {
+            if let Effect::Send { text, payload, .. } = e {
+                ShardStats::add(&self.stats().ws_messages_out, 1);
+                ws::encode_message(out, text, &payload);
+            }
+        }
+    }
+
+    /// A ping is due: send one, or close a client that did not answer the last.
+    fn ping(&mut self, ws: &mut Ws, out: &mut Vec<u8>) -> Option<Close> {
+        self.ping_epoch = Some(self.state().ping_epoch());
+        if ws.awaiting_pong {
+            ShardStats::add(&self.stats().ws_ping_timeouts, 1);
+            return Some(Close::Frame(Some(close::GOING_AWAY), "ping timeout"));
+        }
+        ws.awaiting_pong = true;
+        ws::encode_ping(out);
+        None
+    }
+
+    /// Writes the session's mail while holding an awake slot (a sleeping session with mail
+    /// waits its turn). `Some`: the session is to close.
+    async fn write_mail(&mut self) -> Option<Close> {
+        let id = self.session?;
+        let state = self.state().clone();
+        if let Some(why) = self.cells.sessions().closing(id) {
+            // It reads too slowly, or the shard's outbound budget is spent: close the
+            // connection (no close frame: it is not reading).
+            tracing::debug!(shard = state.id(), session = id, ?why, "closing a session");
+            return Some(Close::Drop);
+        }
+        let permit = state.acquire_awake().await;
+        let mut out = Vec::new();
+        let mut taken = 0u64;
+        for frame in self.cells.sessions().take_mail(id) {
+            ShardStats::add(&state.stats().ws_messages_out, 1);
+            taken += frame.len() as u64;
+            out.extend_from_slice(&frame);
+        }
+        let written = self.write_session(&mut out).await;
+        self.cells.sessions().written(id, taken);
+        drop(permit);
+        written.err().map(|_| Close::Drop)
+    }
+
+    /// Writes a session's output and frees it. Unlike [`Conn::flush`], the wait for the
+    /// socket to take it ends as soon as the node decides to close the session (a client that
+    /// stopped reading cannot hold the task until the write stall timeout).
+    async fn write_session(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        use futures_lite::AsyncWrite;
+        use std::pin::Pin;
+        use std::task::Poll;
+        let mut pos = 0;
+        let r = futures_lite::future::poll_fn(|cx| loop {
+            let closing = self
+                .session
+                .is_some_and(|id| self.cells.sessions().closing(id).is_some());
+            if closing {
+                return Poll::Ready(Err(std::io::Error::other("session closing")));
+            }
+            if pos >= out.len() {
+                return Pin::new(&mut self.stream).poll_flush(cx);
+            }
+            match Pin::new(&mut self.stream).poll_write(cx, &out[pos..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
+                Poll::Ready(Ok(n)) => {
+                    pos += n;
+                    ShardStats::add(&self.waker.state().stats().bytes_out, n as u64);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    self.waker.state().park(self.waker.index(), cx.waker());
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await;
+        *out = Vec::new();
+        r
+    }
+
+    /// Ends the WebSocket: tells the object the session left, then closes the connection the
+    /// way `close` says.
+    async fn close_with(&mut self, ws: &Ws, close: Close, mut out: Vec<u8>) {
+        if let Some(s) = ws.to.session {
+            self.cells.submit(&ws.to.app, &ws.to.object, Job::detach(s));
+        }
+        self.end_session();
+        if let Close::Frame(code, reason) = close {
+            ws::encode_close(&mut out, code, reason);
+            self.flush_and_close(&mut out).await;
+        }
+    }
+
+    /// Forgets this connection's session here.
+    fn end_session(&mut self) {
+        if let Some(id) = self.session.take() {
+            self.cells.sessions().end(id);
+        }
+    }
+}

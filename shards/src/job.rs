@@ -1,0 +1,163 @@
+//! What reaches a cell: a job (an input and where its answer goes), and the messages that
+//! cross between shards. Plain owned data, `Send`, with no behaviour: connections build jobs,
+//! cells run them, and the inbox carries them between shards.
+
+use std::sync::Arc;
+
+use crate::app::{AppError, Input, Message, SessionId};
+use crate::http::Response;
+
+/// Work for an object: what to handle, and where its answer goes.
+pub(crate) struct Job {
+    pub input: Owned,
+    pub reply: Reply,
+}
+
+impl Job {
+    /// An HTTP request; the response goes back on `reply`.
+    pub fn http(
+        method: String,
+        query: Option<String>,
+        body: Vec<u8>,
+        reply: async_channel::Sender<Response>,
+    ) -> Job {
+        Job {
+            input: Owned::Http {
+                method,
+                query,
+                body,
+            },
+            reply: Reply::Http(reply),
+        }
+    }
+
+    /// A message from a session (errors go back to the session).
+    pub fn message(session: SessionId, text: bool, payload: Vec<u8>) -> Job {
+        Job {
+            input: Owned::Message {
+                session,
+                text,
+                payload,
+            },
+            reply: Reply::Session(session),
+        }
+    }
+
+    /// A session attaching; `Err` refuses it with that response.
+    pub fn attach(
+        session: SessionId,
+        query: Option<String>,
+        reply: async_channel::Sender<Result<(), Response>>,
+    ) -> Job {
+        Job {
+            input: Owned::Attach { session, query },
+            reply: Reply::Attach(reply),
+        }
+    }
+
+    /// A session detaching. Never refused: it frees what the object keeps for the session.
+    pub fn detach(session: SessionId) -> Job {
+        Job {
+            input: Owned::Detach { session },
+            reply: Reply::None,
+        }
+    }
+
+    /// Whether this is a detach (which is never refused and never creates an object).
+    pub fn is_detach(&self) -> bool {
+        matches!(self.input, Owned::Detach { .. })
+    }
+}
+
+/// Where a job's answer goes.
+pub(crate) enum Reply {
+    /// An HTTP request waiting for its response.
+    Http(async_channel::Sender<Response>),
+    /// A session waiting to know whether it may attach.
+    Attach(async_channel::Sender<Result<(), Response>>),
+    /// A session's message: only an error is answered, as a message to the session.
+    Session(SessionId),
+    /// Nobody waits.
+    None,
+}
+
+/// An input as it crosses into the blocking thread.
+pub(crate) enum Owned {
+    Http {
+        method: String,
+        query: Option<String>,
+        body: Vec<u8>,
+    },
+    Message {
+        session: SessionId,
+        text: bool,
+        payload: Vec<u8>,
+    },
+    Attach {
+        session: SessionId,
+        query: Option<String>,
+    },
+    Detach {
+        session: SessionId,
+    },
+}
+
+impl Owned {
+    /// The input as the app sees it.
+    pub fn input(&self) -> Result<Input<'_>, AppError> {
+        Ok(match self {
+            Owned::Http {
+                method,
+                query,
+                body,
+            } => Input::Http {
+                method,
+                query: query.as_deref(),
+                body,
+            },
+            Owned::Message {
+                session,
+                text,
+                payload,
+            } => Input::Message {
+                session: *session,
+                msg: if *text {
+                    Message::Text(
+                        std::str::from_utf8(payload)
+                            .map_err(|_| AppError::new(400, "invalid utf-8"))?,
+                    )
+                } else {
+                    Message::Binary(payload)
+                },
+            },
+            Owned::Attach { session, query } => Input::Attach {
+                session: *session,
+                query: query.as_deref(),
+            },
+            Owned::Detach { session } => Input::Detach { session: *session },
+        })
+    }
+
+    /// The bytes the input brings (counted against the app's `memory_kb`).
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Owned::Http { body, .. } => body.len() as u64,
+            Owned::Message { payload, .. } => payload.len() as u64,
+            Owned::Attach { .. } | Owned::Detach { .. } => 0,
+        }
+    }
+}
+
+/// What crosses between shards, through the receiving shard's bounded inbox.
+pub(crate) enum ShardMsg {
+    /// A job for an object living on the receiving shard.
+    Job { app: String, name: String, job: Job },
+    /// A framed message for a session on the receiving shard.
+    Deliver { session: u64, frame: Arc<[u8]> },
+    /// A framed message for every session of `key` subscribed to `topic` on the receiving shard.
+    Broadcast {
+        key: String,
+        topic: String,
+        frame: Arc<[u8]>,
+    },
+}

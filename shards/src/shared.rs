@@ -1,0 +1,258 @@
+//! What every shard of a node shares: the settings, the apps, every shard's stats, the
+//! admission state the coordinator publishes, the node-wide connection count, the shards'
+//! inboxes and wake sockets, and the drain flag. Read without locks on the hot path.
+
+use std::io::Write as _;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use combd_kernel::limits;
+use combd_kernel::settings::Settings;
+
+use crate::admission::Admission;
+use crate::app::Apps;
+use crate::job::ShardMsg;
+use crate::stats::{self, Field, Kind, NodeFigures, ShardStats};
+use crate::tls::Tls;
+
+/// What every shard of a node shares: settings, apps, every shard's stats, the drain flag.
+pub struct NodeShared {
+    /// The validated settings.
+    pub settings: Settings,
+    /// The built-in apps.
+    pub apps: Apps,
+    /// One entry per shard, written only by that shard.
+    pub stats: Box<[ShardStats]>,
+    /// `COMBD_MAX_CONNS` after clamping to the fd limit.
+    pub max_conns_effective: u64,
+    /// The admission state the coordinator publishes.
+    pub admission: Admission,
+    /// Where the memory budget came from.
+    pub memory_budget_source: &'static str,
+    /// Bytes waiting to be written per shard, every connection together
+    /// (`COMBD_OUTBOUND_BUDGET`, else a quarter of the memory budget split over the shards).
+    pub outbound_budget_bytes: u64,
+    started: Instant,
+    draining: AtomicBool,
+    /// Open connections on every shard and listener: reserved at accept, released when the
+    /// connection closes. The connection cap is checked against it atomically, so shards
+    /// accepting at once cannot overshoot the cap together.
+    conns_open: AtomicU64,
+    /// The coordinator's end of each shard's wake socket.
+    shard_wakers: Vec<UnixStream>,
+    /// Wakes the coordinator (a burst of accepts, the connection cap reached).
+    coordinator: mpsc::SyncSender<()>,
+    /// Each shard's inbox, for jobs, deliveries and broadcasts from the other shards.
+    pub(crate) inboxes: Vec<async_channel::Sender<ShardMsg>>,
+    /// The TLS configuration, when TLS is on.
+    pub tls: Option<Tls>,
+}
+
+/// What a node's shared state is made of, besides what it makes itself.
+pub(crate) struct SharedParts {
+    pub settings: Settings,
+    pub apps: Apps,
+    pub max_conns_effective: u64,
+    pub memory_budget_source: &'static str,
+    pub outbound_budget_bytes: u64,
+    pub shard_wakers: Vec<UnixStream>,
+    pub coordinator: mpsc::SyncSender<()>,
+    pub inboxes: Vec<async_channel::Sender<ShardMsg>>,
+    pub tls: Option<Tls>,
+}
+
+impl NodeShared {
+    /// The shared state of a node about to start its shards.
+    pub(crate) fn new(p: SharedParts) -> NodeShared {
+        NodeShared {
+            stats: (0..p.inboxes.len())
+                .map(|_| ShardStats::default())
+                .collect(),
+            settings: p.settings,
+            apps: p.apps,
+            max_conns_effective: p.max_conns_effective,
+            admission: Admission::default(),
+            memory_budget_source: p.memory_budget_source,
+            outbound_budget_bytes: p.outbound_budget_bytes,
+            started: Instant::now(),
+            draining: AtomicBool::new(false),
+            conns_open: AtomicU64::new(0),
+            shard_wakers: p.shard_wakers,
+            coordinator: p.coordinator,
+            inboxes: p.inboxes,
+            tls: p.tls,
+        }
+    }
+
+    /// Starts the drain: every shard is woken to see it.
+    pub(crate) fn start_drain(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+        self.wake_shards();
+        self.wake_coordinator();
+    }
+
+    /// Whether the node is draining for shutdown.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Wakes every shard so it re-reads the admission state (and the drain flag).
+    pub fn wake_shards(&self) {
+        for w in &self.shard_wakers {
+            // Non-blocking: a full socket already holds a wake the shard has yet to read.
+            let _ = (&*w).write(&[1]);
+        }
+    }
+
+    /// Asks the coordinator to measure now.
+    pub fn wake_coordinator(&self) {
+        let _ = self.coordinator.try_send(());
+    }
+
+    /// Milliseconds since the node started.
+    pub fn uptime_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Whether every shard's housekeeping tick ran within `within_ms`: a stalled shard makes
+    /// this false, and the node stops its watchdog pings.
+    pub fn shards_alive(&self, within_ms: u64) -> bool {
+        let now = self.uptime_ms();
+        self.stats
+            .iter()
+            .all(|s| now.saturating_sub(s.heartbeat_ms.load(Ordering::Relaxed)) <= within_ms)
+    }
+
+    /// Open connections on every shard.
+    pub fn conns(&self) -> u64 {
+        self.conns_open.load(Ordering::Relaxed)
+    }
+
+    /// Reserves a connection; returns how many are open with it.
+    pub(crate) fn reserve_conn(&self) -> u64 {
+        self.conns_open.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Releases a connection reserved with [`NodeShared::reserve_conn`].
+    pub(crate) fn release_conn(&self) {
+        self.conns_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Every limit in force, settings and constants, for `/stats`.
+    pub fn limits(&self) -> Vec<(&'static str, u64)> {
+        let s = &self.settings;
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        vec![
+            ("max_conns", self.max_conns_effective),
+            ("max_body_bytes", s.max_body_bytes),
+            ("header_timeout_ms", ms(s.header_timeout)),
+            ("body_timeout_ms", ms(s.body_timeout)),
+            ("idle_timeout_ms", ms(s.idle_timeout)),
+            ("ws_max_message_bytes", s.ws_max_message_bytes),
+            ("shutdown_timeout_ms", ms(s.shutdown_timeout)),
+            ("max_awake", s.max_awake as u64),
+            ("restores_at_once", s.restores_at_once as u64),
+            ("cpu_limit_ticks", s.cpu_limit_ticks),
+            ("db_max_bytes", s.db_max_bytes),
+            ("ws_rate", s.ws_rate),
+            ("ws_burst", s.ws_burst),
+            ("outbound_budget_bytes", self.outbound_budget_bytes),
+            ("ws_slow_close_bytes", limits::WS_SLOW_CLOSE_BYTES),
+            ("sends_max_bytes", limits::SENDS_MAX_BYTES),
+            ("log_max_bytes", limits::LOG_MAX_BYTES as u64),
+            ("sql_value_max_bytes", limits::SQL_VALUE_MAX_BYTES as u64),
+            ("sql_statement_ms", ms(limits::SQL_STATEMENT_LIMIT)),
+            ("host_time_ms", ms(limits::HOST_TIME_LIMIT)),
+            ("url_max_bytes", limits::URL_MAX_BYTES as u64),
+            ("tls_handshake_timeout_ms", ms(s.tls_handshake_timeout)),
+            ("tls_handshakes_max", limits::TLS_HANDSHAKES_MAX as u64),
+            ("ws_ping_interval_ms", ms(s.ws_ping_interval)),
+            (
+                "blocking_threads_per_shard",
+                limits::BLOCKING_THREADS_PER_SHARD as u64,
+            ),
+            (
+                "header_section_max_bytes",
+                limits::HEADER_SECTION_MAX_BYTES as u64,
+            ),
+            ("header_count_max", limits::HEADER_COUNT_MAX as u64),
+            ("listen_backlog", limits::LISTEN_BACKLOG as u64),
+            ("mailbox_default", limits::MAILBOX_DEFAULT as u64),
+            ("batch_default", limits::BATCH_DEFAULT as u64),
+            ("session_mailbox", limits::SESSION_MAILBOX as u64),
+            (
+                "session_mailbox_behind",
+                limits::SESSION_MAILBOX_BEHIND as u64,
+            ),
+            ("cross_shard_queue", limits::CROSS_SHARD_QUEUE as u64),
+            ("object_idle_ms", ms(limits::OBJECT_IDLE)),
+            (
+                "object_idle_under_pressure_ms",
+                ms(limits::OBJECT_IDLE_UNDER_PRESSURE),
+            ),
+            ("close_linger_ms", ms(limits::CLOSE_LINGER)),
+            ("write_stall_timeout_ms", ms(limits::WRITE_STALL_TIMEOUT)),
+            ("fanout_per_turn", limits::FANOUT_PER_TURN as u64),
+            ("inbox_per_turn", limits::INBOX_PER_TURN as u64),
+            ("ping_sweep_per_turn", limits::PING_SWEEP_PER_TURN as u64),
+            (
+                "accept_drain_per_turn",
+                limits::ACCEPT_DRAIN_PER_TURN as u64,
+            ),
+            ("accept_drain_max", limits::ACCEPT_DRAIN_MAX as u64),
+            ("turn_overrun_ms", ms(limits::TURN_OVERRUN)),
+        ]
+    }
+
+    /// The node-wide figures of `/stats`.
+    pub fn figures(&self) -> NodeFigures {
+        let a = &self.admission;
+        NodeFigures {
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            max_conns_effective: self.max_conns_effective,
+            draining: self.draining() as u64,
+            memory_budget_source: self.memory_budget_source,
+            full_reason: a.full_reason(),
+            limits: self.limits(),
+            figures: self.admission_figures(),
+        }
+    }
+
+    /// The admission state's figures: refusing, memory, disk, measurements, TLS reloads.
+    #[rustfmt::skip]
+    fn admission_figures(&self) -> Vec<Field> {
+        use Kind::*;
+        let a = &self.admission;
+        let g = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        vec![
+            ("tcp_refusing", "combd_tcp_refusing", Gauge, "1 while the node refuses new connections at TCP.", a.refusing() as u64),
+            ("pressure", "combd_pressure", Gauge, "Memory pressure level, 0, 1 or 2.", a.pressure.load(Ordering::Relaxed) as u64),
+            ("memory_own_bytes", "combd_memory_own_bytes", Gauge, "Memory the node counts as its own.", g(&a.memory_own_bytes)),
+            ("memory_rss_bytes", "combd_memory_rss_bytes", Gauge, "Resident set of the process.", g(&a.memory_rss_bytes)),
+            ("memory_own_percent", "combd_memory_own_percent", Gauge, "Own memory as a percentage of the budget.", g(&a.memory_own_percent)),
+            ("memory_budget_bytes", "combd_memory_budget_bytes", Gauge, "The memory budget.", g(&a.memory_budget_bytes)),
+            ("machine_total_bytes", "combd_machine_total_bytes", Gauge, "The machine's memory (MemTotal).", g(&a.machine_total_bytes)),
+            ("machine_available_bytes", "combd_machine_available_bytes", Gauge, "The machine's available memory (MemAvailable).", g(&a.machine_available_bytes)),
+            ("machine_percent", "combd_machine_percent", Gauge, "Machine memory used, as a percentage of the machine less a tenth.", g(&a.machine_percent)),
+            ("tcp_kernel_bytes", "combd_tcp_kernel_bytes", Gauge, "Kernel TCP buffer memory, machine-wide.", g(&a.tcp_kernel_bytes)),
+            ("listen_stops", "combd_listen_stops_total", Counter, "Times the node stopped listening.", g(&a.listen_stops)),
+            ("disk_low", "combd_disk_low", Gauge, "1 while the data disk is low.", a.disk_low() as u64),
+            ("disk_free_bytes", "combd_disk_free_bytes", Gauge, "Free bytes on the data disk.", g(&a.disk_free_bytes)),
+            ("measurements", "combd_measurements_total", Counter, "Admission measurements taken.", g(&a.measurements)),
+            ("tls_reloads", "combd_tls_reloads_total", Counter, "TLS certificate reloads that took effect.", self.tls.as_ref().map_or(0, |t| g(&t.reloads))),
+            ("tls_reload_failures", "combd_tls_reload_failures_total", Counter, "TLS certificate reloads refused.", self.tls.as_ref().map_or(0, |t| g(&t.reload_failures))),
+        ]
+    }
+
+    /// `/stats` as JSON.
+    pub fn stats_json(&self) -> String {
+        stats::render_json(&self.figures(), &self.stats)
+    }
+
+    /// `/metrics` in Prometheus text.
+    pub fn metrics_text(&self) -> String {
+        stats::render_metrics(&self.figures(), &self.stats)
+    }
+}

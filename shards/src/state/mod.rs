@@ -1,0 +1,292 @@
+//! A shard's own state, at the bottom of the shard: what its cells, connections and run loop
+//! share, behind small accessors. Single-threaded (`Rc`, `Cell`, `RefCell`); nothing here
+//! spawns a connection or runs a cell.
+//!
+//! - the node's shared state ([`NodeShared`]) and this shard's id, stats and drain flag;
+//! - the waker slots: every task that waits for input (a connection, an object) parks its
+//!   waker in a slot, so a delivery, a drain or the ping sweep can wake it;
+//! - the read scratch buffer (borrowed only inside a poll, never across an await);
+//! - the gate every connection and object task is spawned through, so a drain can wait for
+//!   them;
+//! - the wake queue ([`wake_queue`]): the awake and restore slots with their ready lines;
+//! - connection slots ([`slot`]): reserve → open → release, once;
+//! - the per-turn budget ([`turn`]) every loop that grows with load spends;
+//! - the shard's outbound bytes, TLS handshakes in progress and ping epoch.
+
+pub(crate) mod slot;
+pub(crate) mod turn;
+pub(crate) mod wake_queue;
+
+use std::cell::{Cell, RefCell, RefMut};
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+
+use combd_kernel::limits;
+use combd_kernel::settings::Settings;
+use glommio::sync::Gate;
+use slab::Slab;
+
+use crate::shared::NodeShared;
+use crate::stats::ShardStats;
+use wake_queue::WakeQueue;
+
+/// A shard's state, shared by its tasks.
+pub(crate) struct ShardState {
+    id: usize,
+    node: Arc<NodeShared>,
+    /// Set once the node drains; tasks see it when they next wait.
+    draining: Cell<bool>,
+    /// The waker of each task waiting for input.
+    wakers: RefCell<Slab<Option<Waker>>>,
+    scratch: RefCell<Box<[u8]>>,
+    /// Every connection and object task holds a pass; the drain waits for the gate to close.
+    gate: Gate,
+    wake_queue: WakeQueue,
+    /// Bytes waiting to be written on this shard, every session together.
+    outbound: Cell<u64>,
+    tls_in_progress: Cell<usize>,
+    /// Incremented every `COMBD_WS_PING_INTERVAL`: WebSockets ping when it changes.
+    ping_epoch: Cell<u64>,
+    /// Raised when the listeners may need to stop or resume: the coordinator woke the shard,
+    /// or the shard became behind or caught up.
+    admission_changed: Signal,
+}
+
+impl ShardState {
+    pub fn new(id: usize, node: Arc<NodeShared>) -> ShardState {
+        let wake_queue = WakeQueue::new(&node.settings, node.max_conns_effective);
+        ShardState {
+            id,
+            node,
+            draining: Cell::new(false),
+            wakers: RefCell::new(Slab::new()),
+            scratch: RefCell::new(vec![0u8; limits::READ_SCRATCH_BYTES].into_boxed_slice()),
+            gate: Gate::new(),
+            wake_queue,
+            outbound: Cell::new(0),
+            tls_in_progress: Cell::new(0),
+            ping_epoch: Cell::new(0),
+            admission_changed: Signal::default(),
+        }
+    }
+
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    pub fn node(&self) -> &Arc<NodeShared> {
+        &self.node
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.node.settings
+    }
+
+    pub fn stats(&self) -> &ShardStats {
+        &self.node.stats[self.id]
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.get()
+    }
+
+    /// Marks the shard draining and wakes every waiting task to see it.
+    pub fn start_drain(&self) {
+        self.draining.set(true);
+        self.wake_all();
+    }
+
+    /// The read scratch buffer. Borrow it only inside a poll, never across an await.
+    pub fn scratch(&self) -> RefMut<'_, Box<[u8]>> {
+        self.scratch.borrow_mut()
+    }
+
+    /// Spawns a task the drain waits for; `Err` once the gate is closing.
+    pub fn spawn<T: 'static>(
+        &self,
+        fut: impl Future<Output = T> + 'static,
+    ) -> Result<glommio::Task<T>, ()> {
+        self.gate.spawn(fut).map_err(|_| ())
+    }
+
+    /// Waits until every task spawned through [`ShardState::spawn`] has ended.
+    pub async fn tasks_ended(&self) {
+        let _ = self.gate.close().await;
+    }
+
+    // --- Waker slots ---
+
+    /// A slot for a waiting task's waker.
+    pub fn register(&self) -> usize {
+        self.wakers.borrow_mut().insert(None)
+    }
+
+    pub fn unregister(&self, slot: usize) {
+        self.wakers.borrow_mut().try_remove(slot);
+    }
+
+    /// Remembers the waker of a task about to wait.
+    pub fn park(&self, slot: usize, waker: &Waker) {
+        if let Some(w) = self.wakers.borrow_mut().get_mut(slot) {
+            if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                *w = Some(waker.clone());
+            }
+        }
+    }
+
+    /// Wakes the task parked in a slot.
+    pub fn wake_slot(&self, slot: usize) {
+        let w = self
+            .wakers
+            .borrow_mut()
+            .get_mut(slot)
+            .and_then(|w| w.take());
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+
+    /// Wakes every parked task (the drain).
+    fn wake_all(&self) {
+        let mut next = 0;
+        while let Some(n) = self.wake_some(next, usize::MAX) {
+            next = n;
+        }
+    }
+
+    /// Wakes at most `n` parked tasks from slot `from` on; returns where to go on from, or
+    /// `None` when the last slot was reached. The ping sweep wakes the shard a slice a turn.
+    pub fn wake_some(&self, from: usize, n: usize) -> Option<usize> {
+        let mut woken = Vec::new();
+        let mut next = None;
+        {
+            let mut wakers = self.wakers.borrow_mut();
+            let end = wakers.capacity();
+            let mut slot = from;
+            while slot < end {
+                if woken.len() == n {
+                    next = Some(slot);
+                    break;
+                }
+                if let Some(w) = wakers.get_mut(slot).and_then(Option::take) {
+                    woken.push(w);
+                }
+                slot += 1;
+            }
+        }
+        woken.into_iter().for_each(Waker::wake);
+        next
+    }
+
+    // --- The ping epoch ---
+
+    pub fn ping_epoch(&self) -> u64 {
+        self.ping_epoch.get()
+    }
+
+    /// Starts a new ping epoch: WebSockets woken after this ping their client.
+    pub fn next_ping_epoch(&self) {
+        self.ping_epoch.set(self.ping_epoch.get() + 1);
+    }
+
+    // --- TLS handshakes in progress ---
+
+    /// Counts a handshake in progress while the guard lives; `None` past
+    /// [`TLS_HANDSHAKES_MAX`](limits::TLS_HANDSHAKES_MAX).
+    pub fn begin_handshake(&self) -> Option<HandshakeGuard<'_>> {
+        if self.tls_in_progress.get() >= limits::TLS_HANDSHAKES_MAX {
+            return None;
+        }
+        self.set_handshakes(self.tls_in_progress.get() + 1);
+        Some(HandshakeGuard(self))
+    }
+
+    fn set_handshakes(&self, n: usize) {
+        self.tls_in_progress.set(n);
+        self.stats()
+            .tls_handshakes_in_progress
+            .store(n as u64, Ordering::Relaxed);
+    }
+
+    // --- Outbound bytes ---
+
+    /// Bytes waiting to be written on this shard.
+    pub fn outbound(&self) -> u64 {
+        self.outbound.get()
+    }
+
+    /// Counts `bytes` more waiting to be written.
+    pub fn add_outbound(&self, bytes: u64) {
+        let now = self.outbound.get() + bytes;
+        self.outbound.set(now);
+        let stats = self.stats();
+        stats.outbound_bytes.store(now, Ordering::Relaxed);
+        stats.outbound_bytes_max.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// `bytes` were written (or dropped).
+    pub fn release_outbound(&self, bytes: u64) {
+        let now = self.outbound.get().saturating_sub(bytes);
+        self.outbound.set(now);
+        self.stats().outbound_bytes.store(now, Ordering::Relaxed);
+    }
+
+    // --- Admission ---
+
+    /// Tells the run loop to bring the listeners in line with the admission state.
+    pub fn admission_changed(&self) {
+        self.admission_changed.raise();
+    }
+
+    /// Waits until [`ShardState::admission_changed`] was called since the last wait.
+    pub async fn wait_admission_changed(&self) {
+        self.admission_changed.wait().await
+    }
+}
+
+/// A TLS handshake in progress; counted down when dropped.
+pub(crate) struct HandshakeGuard<'a>(&'a ShardState);
+
+impl Drop for HandshakeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set_handshakes(self.0.tls_in_progress.get() - 1);
+    }
+}
+
+/// A one-waiter event: raised any number of times, seen once by the next wait.
+#[derive(Default)]
+struct Signal {
+    raised: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Signal {
+    fn raise(&self) {
+        self.raised.set(true);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    async fn wait(&self) {
+        futures_lite::future::poll_fn(|cx| {
+            if self.raised.replace(false) {
+                return Poll::Ready(());
+            }
+            *self.waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// Runs a closure when dropped: a gauge counted down however its future ends.
+pub(crate) struct Defer<F: FnMut()>(pub F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}

@@ -1,0 +1,118 @@
+//! The wake queue: at most `COMBD_MAX_AWAKE` cells at work at once on a shard, the rest
+//! waiting asleep in a first-in-first-out ready line; and the same for the objects being
+//! restored (`COMBD_RESTORES_AT_ONCE`). The queue publishes its own gauges, and a change of
+//! "behind" (the ready line as long as the awake cap) raises the shard's admission signal and
+//! wakes the coordinator.
+//!
+//! The ready lines are bounded: each entry is a task waiting for one slot, and a task waits
+//! for at most one at a time. The tasks are connection tasks (at most the connection cap) and
+//! object tasks, each holding mail a connection sent; so a line never holds more than twice
+//! the connection cap, which [`Fifo`] asserts.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+use combd_kernel::settings::Settings;
+
+use crate::fifo::Fifo;
+use crate::stats::ShardStats;
+
+use super::ShardState;
+
+/// The awake and restore slots of a shard.
+pub(crate) struct WakeQueue {
+    awake: Rc<Fifo>,
+    restores: Rc<Fifo>,
+}
+
+impl WakeQueue {
+    pub fn new(settings: &Settings, max_conns: u64) -> WakeQueue {
+        let line_max = (max_conns as usize).saturating_mul(2);
+        WakeQueue {
+            awake: Rc::new(Fifo::new(settings.max_awake, line_max)),
+            restores: Rc::new(Fifo::new(settings.restores_at_once, line_max)),
+        }
+    }
+
+    /// Publishes the awake line's figures; true when "behind" changed.
+    fn publish_awake(&self, stats: &ShardStats) -> bool {
+        let a = &self.awake;
+        stats.cells_awake.store(a.used() as u64, Ordering::Relaxed);
+        stats
+            .cells_awake_max
+            .store(a.used_max.get() as u64, Ordering::Relaxed);
+        stats
+            .sessions_ready
+            .store(a.waiting() as u64, Ordering::Relaxed);
+        stats
+            .sessions_waited
+            .store(a.waited.get(), Ordering::Relaxed);
+        let behind = a.waiting() >= a.cap();
+        behind != (stats.behind.swap(behind as u64, Ordering::Relaxed) != 0)
+    }
+
+    fn publish_restores(&self, stats: &ShardStats) {
+        let r = &self.restores;
+        stats
+            .restores_waiting
+            .store(r.waiting() as u64, Ordering::Relaxed);
+        stats
+            .restores_active
+            .store(r.used() as u64, Ordering::Relaxed);
+        stats
+            .restores_active_max
+            .store(r.used_max.get() as u64, Ordering::Relaxed);
+    }
+}
+
+/// An awake slot; given back (to the first in the ready line) when dropped.
+pub(crate) struct AwakePermit(Rc<ShardState>);
+
+impl Drop for AwakePermit {
+    fn drop(&mut self) {
+        self.0.wake_queue.awake.release();
+        self.0.publish_awake();
+    }
+}
+
+/// A restore slot; given back when dropped.
+pub(crate) struct RestorePermit(Rc<ShardState>);
+
+impl Drop for RestorePermit {
+    fn drop(&mut self) {
+        let q = &self.0.wake_queue;
+        q.restores.release();
+        q.publish_restores(self.0.stats());
+        ShardStats::add(&self.0.stats().restores, 1);
+    }
+}
+
+impl ShardState {
+    /// Whether the ready line is as long as the awake cap.
+    pub fn is_behind(&self) -> bool {
+        self.stats().behind.load(Ordering::Relaxed) != 0
+    }
+
+    /// Waits (in FIFO order, asleep) for an awake slot.
+    pub async fn acquire_awake(self: &Rc<Self>) -> AwakePermit {
+        let awake = self.wake_queue.awake.clone();
+        awake.acquire_observed(|| self.publish_awake()).await;
+        AwakePermit(self.clone())
+    }
+
+    /// Waits (in FIFO order) for a restore slot.
+    pub async fn acquire_restore(self: &Rc<Self>) -> RestorePermit {
+        let restores = self.wake_queue.restores.clone();
+        restores
+            .acquire_observed(|| self.wake_queue.publish_restores(self.stats()))
+            .await;
+        RestorePermit(self.clone())
+    }
+
+    fn publish_awake(&self) {
+        if self.wake_queue.publish_awake(self.stats()) {
+            self.admission_changed();
+            self.node().wake_coordinator();
+        }
+    }
+}

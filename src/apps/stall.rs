@@ -1,0 +1,41 @@
+//! `stall` (test app, served only with `COMBD_TEST_APPS=on`): a stateless app that holds its
+//! shard's loop. `POST /o/stall/<name>?ms=N` spins for `N` milliseconds (at most 1,000) right
+//! on the loop, as a native app with a bug would, so tests can watch the shard's stall
+//! detector (`turn_overruns`) see it.
+
+use std::time::{Duration, Instant};
+
+use combd_shards::app::{App, AppError, Cx, Input, Output};
+use combd_shards::http::Response;
+
+/// The stall app.
+pub struct Stall;
+
+impl App for Stall {
+    fn name(&self) -> &'static str {
+        "stall"
+    }
+
+    fn stateless(&self) -> bool {
+        true
+    }
+
+    fn handle(&self, _cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+        let Input::Http { query, .. } = input else {
+            return Ok(Output::None);
+        };
+        let ms: u64 = query
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ms=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+            .min(1_000);
+        let until = Instant::now() + Duration::from_millis(ms);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        Ok(Output::Http(Response::json(
+            200,
+            &serde_json::json!({ "stalled_ms": ms }),
+        )))
+    }
+}
