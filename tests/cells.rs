@@ -16,7 +16,7 @@ fn post(node: &TestNode, path: &str, body: &str) -> Resp {
     request(
         node.public(),
         format!(
-            "POST {path} HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         )
         .as_bytes(),
@@ -26,7 +26,7 @@ fn post(node: &TestNode, path: &str, body: &str) -> Resp {
 fn get(node: &TestNode, path: &str) -> Resp {
     request(
         node.public(),
-        format!("GET {path} HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
     )
 }
 
@@ -85,8 +85,10 @@ fn acknowledged_increments_survive_kill_9() {
                         return;
                     };
                     s.set_read_timeout(Some(WAIT)).unwrap();
-                    if s.write_all(b"POST /o/counter/durable HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-                        .is_err()
+                    if s.write_all(
+                        b"POST /o/counter/durable HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+                    )
+                    .is_err()
                     {
                         return;
                     }
@@ -158,7 +160,7 @@ fn mailbox_overflow_refuses_exactly_the_excess() {
         move || {
             request(
                 addr,
-                b"POST /o/hold/m?ms=1500 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                b"POST /o/hold/m?ms=1500 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
             )
         }
     });
@@ -171,7 +173,7 @@ fn mailbox_overflow_refuses_exactly_the_excess() {
             std::thread::spawn(move || {
                 request(
                     addr,
-                    b"POST /o/hold/m HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                    b"POST /o/hold/m HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
                 )
             })
         })
@@ -217,7 +219,7 @@ fn a_failing_request_in_a_batch_leaves_no_partial_write() {
                     let r = request(
                         addr,
                         format!(
-                            "POST /o/counter/batch HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                            "POST /o/counter/batch HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
                             body.len()
                         )
                         .as_bytes(),
@@ -278,8 +280,10 @@ fn wake_queue_caps_cells_at_work() {
             std::thread::spawn(move || {
                 request(
                     addr,
-                    format!("POST /o/hold/w{i}?ms=300 HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-                        .as_bytes(),
+                    format!(
+                        "POST /o/hold/w{i}?ms=300 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+                    )
+                    .as_bytes(),
                 )
             })
         })
@@ -306,8 +310,10 @@ fn restores_one_at_a_time_and_idle_objects_are_let_go() {
             std::thread::spawn(move || {
                 request(
                     addr,
-                    format!("POST /o/counter/r{i} HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-                        .as_bytes(),
+                    format!(
+                        "POST /o/counter/r{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+                    )
+                    .as_bytes(),
                 )
             })
         })
@@ -411,7 +417,7 @@ fn million_click_is_broadcast_once_to_viewers_on_every_shard() {
     // A page that does not exist is refused before the upgrade.
     let r = request(
         node.public(),
-        b"GET /o/million/board1?page=999 HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        b"GET /o/million/board1?page=999 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
     );
     assert_eq!(r.status, 400);
     assert!(r.json()["error"].as_str().unwrap().contains("page"));
@@ -489,8 +495,10 @@ fn behind_shrinks_session_mailboxes_to_8_and_counts_the_overflow() {
         std::thread::spawn(move || {
             request(
                 addr,
-                format!("POST /o/hold/{h}?ms=3000 HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-                    .as_bytes(),
+                format!(
+                    "POST /o/hold/{h}?ms=3000 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+                )
+                .as_bytes(),
             )
         })
     };
@@ -502,7 +510,8 @@ fn behind_shrinks_session_mailboxes_to_8_and_counts_the_overflow() {
         std::thread::spawn(move || {
             request(
                 addr,
-                format!("POST /o/hold/{h} HTTP/1.1\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+                format!("POST /o/hold/{h} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+                    .as_bytes(),
             )
         })
     };

@@ -13,8 +13,10 @@ use tungstenite::{Message, WebSocket};
 fn post(node: &TestNode, path: &str) -> Resp {
     request(
         node.public(),
-        format!("POST {path} HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            .as_bytes(),
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
     )
 }
 
@@ -178,7 +180,7 @@ fn the_outbound_budget_closes_the_receiving_connection_not_the_node() {
     assert_eq!(s["limits"]["outbound_budget_bytes"], 3 << 20);
     assert!(s["outbound_bytes_max"].as_u64().unwrap() <= 3 << 20);
     assert_eq!(
-        request(node.public(), b"GET /healthz HTTP/1.1\r\n\r\n").status,
+        request(node.public(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status,
         200
     );
 }
@@ -225,11 +227,14 @@ fn memory_kb_kills_a_call_that_holds_too_much() {
 fn request_target_past_8_kib_gets_414() {
     let node = TestNode::start(&[]);
     let ok = format!(
-        "GET /healthz?{} HTTP/1.1\r\n\r\n",
+        "GET /healthz?{} HTTP/1.1\r\nHost: x\r\n\r\n",
         "a".repeat(8 * 1024 - 20)
     );
     assert_eq!(request(node.public(), ok.as_bytes()).status, 200);
-    let long = format!("GET /healthz?{} HTTP/1.1\r\n\r\n", "a".repeat(8 * 1024));
+    let long = format!(
+        "GET /healthz?{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(8 * 1024)
+    );
     let r = request(node.public(), long.as_bytes());
     assert_eq!(r.status, 414);
     assert_eq!(r.json()["error"], "request target too long");
@@ -243,7 +248,7 @@ fn batches_never_pass_the_app_batch_size() {
     let first = std::thread::spawn(move || {
         request(
             addr,
-            b"POST /o/limits/b?do=sleep&ms=800 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"POST /o/limits/b?do=sleep&ms=800 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
         )
     });
     wait_stats(&node, "the object at work", |s| s["cells_awake"] == 1);
@@ -252,7 +257,7 @@ fn batches_never_pass_the_app_batch_size() {
             std::thread::spawn(move || {
                 request(
                     addr,
-                    b"POST /o/limits/b?do=value&n=10 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                    b"POST /o/limits/b?do=value&n=10 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
                 )
             })
         })

@@ -73,7 +73,7 @@ fn metrics_parse_and_agree_with_stats() {
     let url = format!("ws://127.0.0.2:{}/o/echo/m", node.port);
     let (_ws, _) = tungstenite::client(url.as_str(), stream).unwrap();
     let stats = wait_stats(&node, "the WebSocket to be open", |s| s["ws_open"] == 1);
-    let text = request(node.local(), b"GET /metrics HTTP/1.1\r\n\r\n").text();
+    let text = request(node.local(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").text();
     let lines = text.lines().map(|l| Ok(l.to_string()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
     let value = |name: &str, shard: Option<&str>| -> f64 {
@@ -189,7 +189,7 @@ fn ready_after_listening_then_watchdog_then_stopping() {
     assert!(first.starts_with("READY=1"), "{first}");
     // READY came only once every shard listens: a connection succeeds right away.
     assert_eq!(
-        request(node.public(), b"GET /healthz HTTP/1.1\r\n\r\n").status,
+        request(node.public(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status,
         200
     );
     let msg = next();

@@ -1,6 +1,6 @@
-//! HTTP/1.1 framing: parsing a request head (httparse) into what the connection loop needs,
-//! and writing responses. Pure functions over byte slices; the connection loop in
-//! `conn.rs` owns the socket.
+//! HTTP/1.1 framing (RFC 9112): parsing a request head (httparse) into what the connection
+//! loop needs, and writing responses. Pure functions over byte slices; the connection loop
+//! (`conn`) owns the socket.
 
 use std::io::Write as _;
 
@@ -20,6 +20,8 @@ pub struct Head {
     pub expect_continue: bool,
     /// Whether this is a WebSocket upgrade request (`Upgrade: websocket`).
     pub upgrade_websocket: bool,
+    /// Whether the request is HTTP/1.1 (else HTTP/1.0).
+    pub http11: bool,
 }
 
 /// A request head that cannot be served: the status and the message for the JSON body.
@@ -38,6 +40,76 @@ pub enum Parsed {
     Complete(Head),
     /// More bytes are needed.
     Partial,
+}
+
+fn bad(message: &'static str) -> HeadError {
+    HeadError {
+        status: 400,
+        message,
+    }
+}
+
+/// A `Content-Length` value: `1*DIGIT` and nothing else (RFC 9110, 8.6). A sign, a space
+/// inside or a list is refused, so no proxy in front can read the length differently.
+fn content_length(value: &[u8]) -> Result<u64, HeadError> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return Err(bad("invalid content-length"));
+    }
+    // Digits only, so the text is ASCII; a value past u64 is refused too.
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or(bad("invalid content-length"))
+}
+
+/// Whether a `Host` value is `uri-host [ ":" port ]` (RFC 9110, 7.2; RFC 3986, 3.2.2): an
+/// IP literal in brackets, or a name of unreserved characters, percent-encodings and
+/// sub-delimiters; then an optional port of digits. Empty is valid (a target without an
+/// authority).
+pub fn valid_host(value: &[u8]) -> bool {
+    let sub_delim = |b: u8| b"!$&'()*+,;=".contains(&b);
+    let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
+    let (host, port) = if value.first() == Some(&b'[') {
+        let Some(end) = value.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let inside = &value[1..end];
+        if inside.is_empty()
+            || !inside
+                .iter()
+                .all(|&b| unreserved(b) || sub_delim(b) || b == b':')
+        {
+            return false;
+        }
+        match &value[end + 1..] {
+            [] => (&value[..0], None),
+            [b':', port @ ..] => (&value[..0], Some(port)),
+            _ => return false,
+        }
+    } else {
+        match value.iter().position(|&b| b == b':') {
+            Some(i) => (&value[..i], Some(&value[i + 1..])),
+            None => (value, None),
+        }
+    };
+    let name_ok = {
+        let mut i = 0;
+        let mut ok = true;
+        while i < host.len() {
+            let b = host[i];
+            if b == b'%' {
+                ok &= host.len() > i + 2
+                    && host[i + 1].is_ascii_hexdigit()
+                    && host[i + 2].is_ascii_hexdigit();
+                i += 3;
+            } else {
+                ok &= unreserved(b) || sub_delim(b);
+                i += 1;
+            }
+        }
+        ok
+    };
+    name_ok && port.is_none_or(|p| p.iter().all(u8::is_ascii_digit))
 }
 
 fn has_token(value: &[u8], token: &str) -> bool {
@@ -94,24 +166,24 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
     let mut keep_alive_token = false;
     let mut expect_continue = false;
     let mut upgrade_websocket = false;
+    let mut hosts = 0;
     for h in req.headers.iter() {
         let name = h.name;
         if name.eq_ignore_ascii_case("content-length") {
-            let text = std::str::from_utf8(h.value).map_err(|_| HeadError {
-                status: 400,
-                message: "invalid content-length",
-            })?;
-            let n: u64 = text.trim().parse().map_err(|_| HeadError {
-                status: 400,
-                message: "invalid content-length",
-            })?;
+            let n = content_length(h.value)?;
             if body_len.is_some_and(|b| b != n) {
-                return Err(HeadError {
-                    status: 400,
-                    message: "conflicting content-length headers",
-                });
+                return Err(bad("conflicting content-length headers"));
             }
             body_len = Some(n);
+        } else if name.eq_ignore_ascii_case("host") {
+            // RFC 9112, 3.2: one Host, valid.
+            hosts += 1;
+            if hosts > 1 {
+                return Err(bad("more than one host header"));
+            }
+            if !valid_host(h.value) {
+                return Err(bad("invalid host header"));
+            }
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(HeadError {
                 status: 400,
@@ -122,7 +194,8 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
             keep_alive_token |= has_token(h.value, "keep-alive");
         } else if name.eq_ignore_ascii_case("expect") {
             if has_token(h.value, "100-continue") {
-                expect_continue = true;
+                // An HTTP/1.0 client cannot take a 100 (RFC 9110, 10.1.1): ignored.
+                expect_continue = http11;
             } else {
                 return Err(HeadError {
                     status: 417,
@@ -132,6 +205,9 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
         } else if name.eq_ignore_ascii_case("upgrade") {
             upgrade_websocket |= has_token(h.value, "websocket");
         }
+    }
+    if http11 && hosts == 0 {
+        return Err(bad("missing host header"));
     }
     let keep_alive = if http11 {
         !close
@@ -144,7 +220,30 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
         keep_alive,
         expect_continue,
         upgrade_websocket,
+        http11,
     }))
+}
+
+/// The path and query of a request target: origin-form (`/p?q`) as it is, absolute-form
+/// (`http://host/p?q`, RFC 9112, 3.2.2) with its scheme and authority removed (an empty path
+/// is `/`).
+fn split_target(target: &str) -> (&str, Option<&str>) {
+    let scheme = |s: &str| {
+        target
+            .get(..s.len())
+            .is_some_and(|t| t.eq_ignore_ascii_case(s))
+    };
+    let t = if scheme("http://") || scheme("https://") {
+        let rest = &target[target.find("://").map_or(0, |i| i + 3)..];
+        rest.find(['/', '?']).map_or("", |i| &rest[i..])
+    } else {
+        target
+    };
+    let (path, query) = match t.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (t, None),
+    };
+    (if path.is_empty() { "/" } else { path }, query)
 }
 
 /// A complete request as handlers see it, borrowed from the connection's buffer.
@@ -183,11 +282,7 @@ pub fn borrow_request<'a>(
         Ok(httparse::Status::Complete(_)) => {}
         _ => return None,
     }
-    let target = req.path?;
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (target, None),
-    };
+    let (path, query) = split_target(req.path?);
     let body_start = head.len;
     let body_end = body_start + head.body_len as usize;
     Some(Request {
@@ -268,17 +363,60 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Appends a response to `out`. `keep_alive == false` adds `connection: close`; a `HEAD`
-/// request gets the headers without the body.
-pub fn write_response(out: &mut Vec<u8>, resp: &Response, keep_alive: bool, head_only: bool) {
+/// An IMF-fixdate (RFC 9110, 5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`: always 29 bytes.
+pub type HttpDate = [u8; 29];
+
+/// The IMF-fixdate of a time in seconds since the Unix epoch.
+pub fn http_date(unix_secs: u64) -> HttpDate {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = unix_secs / 86_400;
+    let secs = unix_secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's days_from_civil, inverted).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let text = format!(
+        "{}, {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
+        DAYS[(days % 7) as usize],
+        MONTHS[(month - 1) as usize],
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    );
+    let mut out = [b' '; 29];
+    let n = text.len().min(29);
+    out[..n].copy_from_slice(&text.as_bytes()[..n]);
+    out
+}
+
+/// Appends a response to `out`, with `date` (see [`http_date`]). `keep_alive == false` adds
+/// `connection: close`; a `HEAD` request gets the headers without the body.
+pub fn write_response(
+    out: &mut Vec<u8>,
+    resp: &Response,
+    keep_alive: bool,
+    head_only: bool,
+    date: &HttpDate,
+) {
     let _ = write!(
         out,
-        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n",
+        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\ndate: ",
         resp.status,
         reason(resp.status),
         resp.content_type,
         resp.body.len()
     );
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n");
     for (name, value) in &resp.headers {
         let _ = write!(out, "{name}: {value}\r\n");
     }
@@ -306,7 +444,9 @@ mod tests {
             panic!()
         };
         assert!(h.keep_alive);
-        let Ok(Parsed::Complete(h)) = head("GET / HTTP/1.1\r\nConnection: close\r\n\r\n") else {
+        let Ok(Parsed::Complete(h)) =
+            head("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        else {
             panic!()
         };
         assert!(!h.keep_alive);
@@ -323,11 +463,12 @@ mod tests {
 
     #[test]
     fn bodies_need_content_length() {
-        let Ok(Parsed::Complete(h)) = head("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+        let Ok(Parsed::Complete(h)) =
+            head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
         else {
             panic!()
         };
-        assert_eq!((h.len, h.body_len), (38, 5));
+        assert_eq!((h.len, h.body_len), (47, 5));
         assert_eq!(
             head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
                 .unwrap_err()
@@ -362,8 +503,8 @@ mod tests {
         }
         many.push_str("\r\n");
         assert_eq!(parse_head(many.as_bytes()).unwrap_err().status, 431);
-        let mut exactly = String::from("GET / HTTP/1.1\r\n");
-        for i in 0..HEADER_COUNT_MAX {
+        let mut exactly = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+        for i in 0..HEADER_COUNT_MAX - 1 {
             exactly.push_str(&format!("X-{i}: y\r\n"));
         }
         exactly.push_str("\r\n");
@@ -376,7 +517,7 @@ mod tests {
 
     #[test]
     fn request_borrow_splits_query_and_body() {
-        let buf = b"POST /o/echo/a?x=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi".to_vec();
+        let buf = b"POST /o/echo/a?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi".to_vec();
         let Ok(Parsed::Complete(h)) = parse_head(&buf) else {
             panic!()
         };
@@ -392,11 +533,108 @@ mod tests {
     #[test]
     fn response_framing() {
         let mut out = Vec::new();
-        write_response(&mut out, &Response::error(404, "not found"), false, false);
+        let date = http_date(784_111_777);
+        write_response(
+            &mut out,
+            &Response::error(404, "not found"),
+            false,
+            false,
+            &date,
+        );
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"));
+        assert!(text.contains("date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"));
         assert!(text.contains("content-length: 21\r\n"));
         assert!(text.contains("connection: close\r\n"));
         assert!(text.ends_with("\r\n\r\n{\"error\":\"not found\"}"));
+    }
+
+    #[test]
+    fn dates_are_imf_fixdates() {
+        let d = |t| String::from_utf8(http_date(t).to_vec()).unwrap();
+        assert_eq!(d(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(d(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(d(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
+        assert_eq!(d(1_795_996_799), "Sun, 29 Nov 2026 23:59:59 GMT");
+        assert_eq!(d(4_107_542_400), "Mon, 01 Mar 2100 00:00:00 GMT");
+    }
+
+    fn status(text: &str) -> u16 {
+        match head(text) {
+            Ok(_) => 200,
+            Err(e) => e.status,
+        }
+    }
+
+    #[test]
+    fn content_length_is_digits_only() {
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"),
+            200
+        );
+        for bad in [
+            "+5",
+            "-5",
+            "5 5",
+            "0x5",
+            "5,5",
+            "",
+            "99999999999999999999999",
+        ] {
+            let req = format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {bad}\r\n\r\n");
+            assert_eq!(status(&req), 400, "{bad:?}");
+        }
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: +5\r\n\r\n"),
+            400
+        );
+    }
+
+    #[test]
+    fn host_is_required_once_and_valid() {
+        assert_eq!(status("GET / HTTP/1.1\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.0\r\n\r\n"), 200);
+        for ok in [
+            "example.com",
+            "example.com:8080",
+            "127.0.0.2:80",
+            "[::1]:8080",
+            "[::1]",
+            "",
+            "a%20b",
+            "x:",
+        ] {
+            assert!(valid_host(ok.as_bytes()), "{ok:?}");
+        }
+        for bad in [
+            "a b", "a/b", "a@b", "[::1", "[::1]x", "a:b", "a:80:80", "a%2", "é",
+        ] {
+            assert!(!valid_host(bad.as_bytes()), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn expect_100_continue_only_for_http_1_1() {
+        let h = |v: &str| match head(&format!(
+            "POST / HTTP/{v}\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n"
+        )) {
+            Ok(Parsed::Complete(h)) => h.expect_continue,
+            other => panic!("{other:?}"),
+        };
+        assert!(h("1.1"));
+        assert!(!h("1.0"));
+    }
+
+    #[test]
+    fn absolute_form_targets_are_served_by_their_path() {
+        assert_eq!(split_target("/a?b"), ("/a", Some("b")));
+        assert_eq!(split_target("http://h/healthz"), ("/healthz", None));
+        assert_eq!(
+            split_target("HTTPS://h:1/o/x/y?q=1"),
+            ("/o/x/y", Some("q=1"))
+        );
+        assert_eq!(split_target("http://h"), ("/", None));
+        assert_eq!(split_target("http://h?q"), ("/", Some("q")));
     }
 }

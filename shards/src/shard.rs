@@ -160,6 +160,7 @@ async fn tick(state: Rc<ShardState>) {
         let start = Instant::now();
         glommio::timer::sleep(limits::SHARD_TICK).await;
         let late = start.elapsed().saturating_sub(limits::SHARD_TICK);
+        state.refresh_date();
         let stats = state.stats();
         stats
             .lag_ms

@@ -77,6 +77,87 @@ pub struct Decoder {
     max_message_bytes: u64,
     /// The message under reassembly: whether it is text, and its bytes so far.
     partial: Option<(bool, Vec<u8>)>,
+    /// The UTF-8 check of the text message being received, across its fragments. Text is
+    /// checked as its bytes arrive, so an invalid message fails at its first invalid byte,
+    /// not once it is complete.
+    utf8: Utf8Check,
+    /// Payload bytes of the incomplete text frame at the start of the buffer already checked.
+    checked: usize,
+}
+
+/// An incremental UTF-8 check (RFC 3629): the bytes still needed by the character being
+/// read, and the range its next byte must be in (which excludes overlong forms, surrogates
+/// and code points past U+10FFFF).
+#[derive(Debug, Clone, Copy)]
+struct Utf8Check {
+    need: u8,
+    lo: u8,
+    hi: u8,
+}
+
+impl Default for Utf8Check {
+    fn default() -> Utf8Check {
+        Utf8Check {
+            need: 0,
+            lo: 0x80,
+            hi: 0xBF,
+        }
+    }
+}
+
+impl Utf8Check {
+    /// Takes one byte; false when the text can no longer be UTF-8.
+    fn byte(&mut self, b: u8) -> bool {
+        if self.need > 0 {
+            if b < self.lo || b > self.hi {
+                return false;
+            }
+            *self = Utf8Check {
+                need: self.need - 1,
+                ..Utf8Check::default()
+            };
+            return true;
+        }
+        let (need, lo, hi) = match b {
+            0x00..=0x7F => return true,
+            0xC2..=0xDF => (1, 0x80, 0xBF),
+            0xE0 => (2, 0xA0, 0xBF),
+            0xE1..=0xEC | 0xEE..=0xEF => (2, 0x80, 0xBF),
+            0xED => (2, 0x80, 0x9F),
+            0xF0 => (3, 0x90, 0xBF),
+            0xF1..=0xF3 => (3, 0x80, 0xBF),
+            0xF4 => (3, 0x80, 0x8F),
+            _ => return false,
+        };
+        *self = Utf8Check { need, lo, hi };
+        true
+    }
+
+    /// Takes unmasked bytes; false when the text can no longer be UTF-8.
+    fn bytes(&mut self, mut bytes: &[u8]) -> bool {
+        while self.need > 0 {
+            let Some((&b, rest)) = bytes.split_first() else {
+                return true;
+            };
+            if !self.byte(b) {
+                return false;
+            }
+            bytes = rest;
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(_) => true,
+            // Valid but for a character cut at the end: read it byte by byte.
+            Err(e) if e.error_len().is_none() => {
+                bytes[e.valid_up_to()..].iter().all(|&b| self.byte(b))
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the text read so far ends on a whole character.
+    fn complete(&self) -> bool {
+        self.need == 0
+    }
 }
 
 /// Whether a received close code may appear on the wire (RFC 6455, 7.4).
@@ -90,6 +171,8 @@ impl Decoder {
         Decoder {
             max_message_bytes,
             partial: None,
+            utf8: Utf8Check::default(),
+            checked: 0,
         }
     }
 
@@ -115,6 +198,10 @@ impl Decoder {
                 Err(_) => return Err(WsError::Protocol("invalid frame header")),
             };
             let header_len = cursor.position() as usize;
+            if len > i64::MAX as u64 {
+                // RFC 6455, 5.2: the most significant bit of a 64-bit length must be 0.
+                return Err(WsError::Protocol("frame length with its top bit set"));
+            }
             if header.rsv1 || header.rsv2 || header.rsv3 {
                 return Err(WsError::Protocol("reserved bits set"));
             }
@@ -153,12 +240,42 @@ impl Decoder {
             // The size checks above bound `len` by the message limit or 125.
             let len = len as usize;
             let end = pos + header_len + len;
+            let text = match header.opcode {
+                OpCode::Data(Data::Text) => true,
+                OpCode::Data(Data::Continue) => self.partial.as_ref().is_some_and(|(t, _)| *t),
+                _ => false,
+            };
+            if text && self.checked == 0 && matches!(header.opcode, OpCode::Data(Data::Text)) {
+                // A new text message: its check starts afresh.
+                self.utf8 = Utf8Check::default();
+            }
             if buf.len() < end {
+                // An incomplete frame: check the text that has arrived, so invalid text
+                // fails now rather than once the whole frame is in.
+                if text {
+                    let arrived = &buf[pos + header_len + self.checked..];
+                    let at = self.checked;
+                    let valid = arrived
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &b)| self.utf8.byte(b ^ mask[(at + i) % 4]));
+                    if !valid {
+                        return Err(WsError::InvalidUtf8);
+                    }
+                    self.checked += arrived.len();
+                }
                 return Ok(pos);
             }
             let payload = &mut buf[pos + header_len..end];
             apply_mask(payload, mask);
             pos = end;
+            if text {
+                let unchecked = &payload[self.checked..];
+                self.checked = 0;
+                if !self.utf8.bytes(unchecked) || (header.is_final && !self.utf8.complete()) {
+                    return Err(WsError::InvalidUtf8);
+                }
+            }
             let go_on = match header.opcode {
                 OpCode::Control(Control::Ping) => on(WsEvent::Ping(payload)),
                 OpCode::Control(Control::Pong) => on(WsEvent::Pong),
@@ -448,5 +565,65 @@ mod tests {
         c.set_position(c.position() + len);
         let (h, len) = FrameHeader::parse(&mut c).unwrap().unwrap();
         assert_eq!((h.opcode, len), (OpCode::Control(Control::Close), 125));
+    }
+
+    #[test]
+    fn invalid_text_fails_as_soon_as_its_bytes_arrive() {
+        // One text frame whose invalid byte (0xff) arrives before the rest of the frame.
+        let payload = [b"hello".as_slice(), &[0xff], &[b'x'; 100]].concat();
+        let bytes = frame(true, 1, &payload);
+        let mut d = Decoder::new(1024);
+        // The head and "hello" arrived: fine so far, nothing decoded.
+        assert_eq!(events(&mut d, &bytes[..6 + 5]), Ok((0, vec![])));
+        // Then the invalid byte: refused before the frame is complete.
+        assert_eq!(events(&mut d, &bytes[..6 + 6]), Err(WsError::InvalidUtf8));
+
+        // In a fragmented message: refused at the fragment holding it, before the final one.
+        let mut d = Decoder::new(1024);
+        let first = frame(false, 1, "h\u{e9}".as_bytes());
+        assert!(events(&mut d, &first).is_ok());
+        assert_eq!(
+            events(&mut d, &frame(false, 0, &[0xc0, 0x80])),
+            Err(WsError::InvalidUtf8)
+        );
+
+        // A character split over two fragments, or over two reads, is fine.
+        let mut d = Decoder::new(1024);
+        let euro = "\u{20ac}".as_bytes();
+        let mut bytes = frame(false, 1, &euro[..1]);
+        bytes.extend(frame(true, 0, &euro[1..]));
+        assert_eq!(events(&mut d, &bytes).unwrap().1, ["Text(\"\u{20ac}\")"]);
+        let mut d = Decoder::new(1024);
+        let bytes = frame(true, 1, "a\u{20ac}".as_bytes());
+        assert_eq!(events(&mut d, &bytes[..6 + 2]), Ok((0, vec![])));
+        assert_eq!(events(&mut d, &bytes).unwrap().1, ["Text(\"a\u{20ac}\")"]);
+
+        // A message that ends inside a character is refused.
+        let mut d = Decoder::new(1024);
+        assert_eq!(
+            events(&mut d, &frame(true, 1, &euro[..2])),
+            Err(WsError::InvalidUtf8)
+        );
+        // Surrogates and code points past U+10FFFF are refused.
+        for bad in [
+            &[0xed, 0xa0, 0x80][..],
+            &[0xf4, 0x90, 0x80, 0x80],
+            &[0xe0, 0x80, 0x80],
+        ] {
+            let mut d = Decoder::new(1024);
+            assert_eq!(
+                events(&mut d, &frame(true, 1, bad)),
+                Err(WsError::InvalidUtf8)
+            );
+        }
+    }
+
+    #[test]
+    fn a_length_with_its_top_bit_set_is_a_protocol_error() {
+        let mut bytes = vec![0x82, 0x80 | 127];
+        bytes.extend_from_slice(&(1u64 << 63).to_be_bytes());
+        bytes.extend_from_slice(&[1, 2, 3, 4]);
+        let mut d = Decoder::new(1024);
+        assert!(matches!(events(&mut d, &bytes), Err(WsError::Protocol(_))));
     }
 }

@@ -149,7 +149,10 @@ impl App for Million {
                 200,
                 &serde_json::json!({ "boxes": BOXES, "page_boxes": PAGE_BOXES, "pages": PAGES }),
             ))),
-            Input::Http { .. } => Err(AppError::new(405, "view the board over a WebSocket")),
+            Input::Http { .. } => Err(AppError::method_not_allowed(
+                "GET, HEAD",
+                "view the board over a WebSocket",
+            )),
             Input::Attach { session, query } => {
                 let page = page_of(*query)?;
                 let bits = load_page(cx, page)?;

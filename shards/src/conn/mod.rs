@@ -251,7 +251,7 @@ impl Conn {
     /// Appends a response to `out`, counted.
     fn respond(&self, out: &mut Vec<u8>, resp: &Response, keep_alive: bool, head_only: bool) {
         self.count_status(resp.status);
-        http::write_response(out, resp, keep_alive, head_only);
+        http::write_response(out, resp, keep_alive, head_only, &self.state().date());
     }
 
     fn count_status(&self, status: u16) {

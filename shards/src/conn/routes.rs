@@ -91,7 +91,7 @@ impl Conn {
         Routed::Respond(match result {
             Ok(Output::Http(resp)) => resp,
             Ok(Output::None) => Response::bytes(204, "application/json", Vec::new()),
-            Err(e) => Response::error(e.status, &e.message),
+            Err(e) => e.response(),
         })
     }
 
@@ -114,6 +114,9 @@ fn websocket_accept(req: &Request<'_>, head: &Head) -> Result<String, Response> 
     if req.method != "GET" {
         return Err(Response::error(405, "websocket upgrade needs GET").with_header("allow", "GET"));
     }
+    if !head.http11 {
+        return Err(Response::error(400, "websocket upgrade needs HTTP/1.1"));
+    }
     if head.body_len != 0 {
         return Err(Response::error(400, "websocket upgrade with a body"));
     }
@@ -129,12 +132,53 @@ fn websocket_accept(req: &Request<'_>, head: &Head) -> Result<String, Response> 
             "websocket upgrade needs connection: upgrade",
         ));
     }
+    let count = |name: &str| {
+        req.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+            .count()
+    };
+    if count("sec-websocket-version") > 1 || count("sec-websocket-key") > 1 {
+        return Err(Response::error(
+            400,
+            "more than one sec-websocket-key or sec-websocket-version",
+        ));
+    }
     if req.header("sec-websocket-version").map(|v| v.trim_ascii()) != Some(b"13") {
         return Err(Response::error(426, "websocket version 13 required")
+            .with_header("upgrade", "websocket")
             .with_header("sec-websocket-version", "13"));
     }
     match req.header("sec-websocket-key").map(|v| v.trim_ascii()) {
-        Some(key) if key.len() == 24 => Ok(tungstenite::handshake::derive_accept_key(key)),
+        Some(key) if valid_websocket_key(key) => Ok(tungstenite::handshake::derive_accept_key(key)),
         _ => Err(Response::error(400, "missing or invalid sec-websocket-key")),
+    }
+}
+
+/// Whether a `Sec-WebSocket-Key` is the base64 of 16 bytes: 22 characters of the base64
+/// alphabet, the last of which carries only 2 bits (`A`, `Q`, `g` or `w`), then `==`.
+fn valid_websocket_key(key: &[u8]) -> bool {
+    let b64 = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
+    key.len() == 24
+        && key[..21].iter().all(b64)
+        && b"AQgw".contains(&key[21])
+        && &key[22..] == b"=="
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_websocket_key;
+
+    #[test]
+    fn websocket_keys_are_base64_of_16_bytes() {
+        assert!(valid_websocket_key(b"dGhlIHNhbXBsZSBub25jZQ=="));
+        assert!(valid_websocket_key(b"AAAAAAAAAAAAAAAAAAAAAA=="));
+        assert!(
+            !valid_websocket_key(b"dGhlIHNhbXBsZSBub25jZR=="),
+            "low bits set"
+        );
+        assert!(!valid_websocket_key(b"dGhlIHNhbXBsZSBub25jZQ="));
+        assert!(!valid_websocket_key(b"dGhlIHNhbXBsZSBub25j!Q=="));
+        assert!(!valid_websocket_key(b"xxxxxxxxxxxxxxxxxxxxxxxx"));
     }
 }

@@ -115,9 +115,11 @@ impl Conn {
             }
         }
         self.count_status(101);
+        out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\ndate: ");
+        out.extend_from_slice(&self.state().date());
         out.extend_from_slice(
             format!(
-                "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n\r\n",
+                "\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n\r\n",
                 up.accept
             )
             .as_bytes(),
