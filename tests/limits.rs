@@ -272,17 +272,29 @@ fn batches_never_pass_the_app_batch_size() {
 }
 
 #[test]
-fn a_session_mailbox_holds_1000_and_drops_the_rest() {
+fn a_session_mailbox_holds_1000_then_drops_what_waits_and_resyncs() {
     let node = test_node(&[("COMBD_SHARDS", "1")]);
-    let _stuck = open_ws(&node, "/o/limits/mbox"); // never reads
-                                                   // 4 MiB first: the socket's buffers fill and the session's write blocks...
+    let mut stuck = open_ws(&node, "/o/limits/mbox"); // reads nothing for now
+                                                      // 4 MiB first: the socket's buffers fill and the session's write blocks...
     assert_eq!(post(&node, "/o/limits/mbox?do=sends&n=4").status, 200);
-    // ...then 1,200 small messages wait in its mailbox: 1,000 fit.
+    // ...then 1,200 small messages wait in its mailbox: 1,000 fit; the 1,001st is dropped
+    // with the 1,000 waiting, and the session is marked for a resync.
     assert_eq!(
         post(&node, "/o/limits/mbox?do=sends&n=1200&size=10").status,
         200
     );
     let s = node.stats();
-    assert_eq!(s["session_mailbox_dropped"], 200, "{s}");
+    assert_eq!(s["session_mailbox_dropped"], 1001, "{s}");
     assert_eq!(s["ws_slow_closed"], 0);
+    // Once it reads, it gets what was already being written, then the resync: the limits app
+    // keeps the default, a close with 1013 so the client reconnects for fresh state.
+    let code = loop {
+        match stuck.read().expect("a message or the close") {
+            tungstenite::Message::Close(Some(f)) => break u16::from(f.code),
+            tungstenite::Message::Close(None) => panic!("a close without a code"),
+            _ => {}
+        }
+    };
+    assert_eq!(code, 1013);
+    assert_eq!(node.stats()["session_resyncs"], 1);
 }

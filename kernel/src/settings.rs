@@ -191,6 +191,13 @@ pub const SETTINGS: &[SettingSpec] = &[
                   by the next ping is closed",
     },
     SettingSpec {
+        env: "COMBD_WS_SLOW_TIMEOUT",
+        flag: "--ws-slow-timeout",
+        default: "30s",
+        meaning: "a WebSocket with messages waiting that takes none of them for this long is closed \
+                  (1008 slow), as is one with 8 MiB waiting",
+    },
+    SettingSpec {
         env: "COMBD_TEST_APPS",
         flag: "--test-apps",
         default: "off",
@@ -285,6 +292,8 @@ pub struct Settings {
     pub tls_handshake_timeout: Duration,
     /// `COMBD_WS_PING_INTERVAL`.
     pub ws_ping_interval: Duration,
+    /// `COMBD_WS_SLOW_TIMEOUT`.
+    pub ws_slow_timeout: Duration,
     /// `COMBD_WS_RATE`.
     pub ws_rate: u64,
     /// `COMBD_WS_BURST`.
@@ -587,6 +596,7 @@ impl Settings {
             )?,
             tls_handshake_timeout: parse(&raw, "COMBD_TLS_HANDSHAKE_TIMEOUT", parse_duration)?,
             ws_ping_interval: parse(&raw, "COMBD_WS_PING_INTERVAL", parse_duration)?,
+            ws_slow_timeout: parse(&raw, "COMBD_WS_SLOW_TIMEOUT", parse_duration)?,
             ws_rate: parse(&raw, "COMBD_WS_RATE", parse_count)?,
             ws_burst: parse(&raw, "COMBD_WS_BURST", parse_count)?,
             outbound_budget_bytes: match get("COMBD_OUTBOUND_BUDGET") {
@@ -653,6 +663,7 @@ impl Settings {
                         .map_or("none".into(), |t| t.key.display().to_string()),
                     "COMBD_TLS_HANDSHAKE_TIMEOUT" => secs(self.tls_handshake_timeout),
                     "COMBD_WS_PING_INTERVAL" => secs(self.ws_ping_interval),
+                    "COMBD_WS_SLOW_TIMEOUT" => secs(self.ws_slow_timeout),
                     "COMBD_TEST_APPS" => (if self.test_apps { "on" } else { "off" }).to_string(),
                     _ => String::from("?"),
                 };
@@ -736,6 +747,7 @@ mod tests {
             limits::TLS_HANDSHAKE_TIMEOUT_DEFAULT
         );
         assert_eq!(s.ws_ping_interval, limits::WS_PING_INTERVAL_DEFAULT);
+        assert_eq!(s.ws_slow_timeout, limits::WS_SLOW_TIMEOUT_DEFAULT);
         assert_eq!(s.shards, 2);
         assert_eq!(s.log, limits::LOG_DEFAULT);
         assert!(s.sources.values().all(|s| *s == Source::Default));
@@ -793,6 +805,7 @@ mod tests {
             ("COMBD_DB_MAX", "0"),
             ("COMBD_TLS_HANDSHAKE_TIMEOUT", "0"),
             ("COMBD_WS_PING_INTERVAL", "0s"),
+            ("COMBD_WS_SLOW_TIMEOUT", "0"),
             ("COMBD_TLS_LISTEN", "nowhere"),
             ("COMBD_TLS_CERT", "/x.pem"),
             ("COMBD_TLS_KEY", "/x.pem"),

@@ -108,6 +108,27 @@ pub fn resume_listening(sock: &impl AsRawFd, backlog: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets a socket's kernel send buffer (`SO_SNDBUF`; Linux doubles the value for its own
+/// bookkeeping). A fixed buffer also stops the kernel from growing it towards `tcp_wmem`'s
+/// maximum for a peer that does not read.
+pub fn set_send_buffer(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let value = i32::try_from(bytes).unwrap_or(i32::MAX);
+    // SAFETY: setsockopt with a pointer to an i32 and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            &value as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as u32,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Turns on TCP keepalive on a connected socket with the given idle time, probe interval and
 /// probe count, so the kernel resets a connection whose peer vanished without a FIN.
 pub fn set_keepalive(

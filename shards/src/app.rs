@@ -371,6 +371,17 @@ impl<'a> Cx<'a> {
     }
 }
 
+/// How a session that missed messages is brought back in sync ([`App::resync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resync {
+    /// Close the session with 1013 ("try again later"): its client reconnects and gets fresh
+    /// state from its attach.
+    Close,
+    /// Attach the session again, in place: for an app whose attach sends the session
+    /// everything it views (a snapshot), which then replaces what the session missed.
+    Attach,
+}
+
 /// A built-in app.
 pub trait App: Send + Sync + 'static {
     /// The app's name, the `<app>` of `/o/<app>/<name>`.
@@ -408,6 +419,13 @@ pub trait App: Send + Sync + 'static {
     /// error that refuses the attach. Runs on the session's shard.
     fn topic(&self, _query: Option<&str>) -> Result<String, AppError> {
         Ok(String::new())
+    }
+
+    /// How a session that missed messages (its mailbox was full, its shard behind, or another
+    /// shard could not reach it) is brought back in sync. The node never drops a message for a
+    /// session silently: it drops what waits for the session and does this instead.
+    fn resync(&self) -> Resync {
+        Resync::Close
     }
 
     /// A page the node serves for this app: its path (outside `/o/`) and its HTML.

@@ -23,6 +23,9 @@ pub mod close {
     pub const POLICY: u16 = 1008;
     /// A message was larger than `COMBD_WS_MAX_MESSAGE`.
     pub const TOO_BIG: u16 = 1009;
+    /// Try again later: the session missed messages (or the node is busy); reconnecting
+    /// gets fresh state.
+    pub const TRY_AGAIN_LATER: u16 = 1013;
 }
 
 /// Why the node closes a WebSocket after decoding: maps to one close code each.

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use combd_shards::app::{App, AppError, Cx, Input, Message, Output, SessionId};
+use combd_shards::app::{App, AppError, Cx, Input, Message, Output, Resync, SessionId};
 use combd_shards::http::Response;
 
 /// Boxes on the board.
@@ -130,6 +130,11 @@ impl App for Million {
 
     fn handles_batch(&self) -> bool {
         true
+    }
+
+    /// A viewer that missed updates gets its page again: the attach sends it whole.
+    fn resync(&self) -> Resync {
+        Resync::Attach
     }
 
     fn topic(&self, query: Option<&str>) -> Result<String, AppError> {
