@@ -6,6 +6,7 @@
 //! it to a status, and [`fail`] the one place that reports it and exits.
 
 use std::io::Write as _;
+use std::path::Path;
 
 use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
@@ -130,12 +131,7 @@ fn main() {
             "COMBD_MAX_CONNS clamped to the file-descriptor limit"
         );
     }
-    if let Err(e) = std::fs::create_dir_all(&settings.data_dir) {
-        fail(Failure::Config(format!(
-            "COMBD_DATA: cannot create {}: {e}",
-            settings.data_dir.display()
-        )));
-    }
+    prepare_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
 
     let probe = MemoryProbe::discover(settings.memory_budget_bytes)
         .unwrap_or_else(|e| fail(Failure::Software(format!("cannot read /proc/meminfo: {e}"))));
@@ -157,6 +153,7 @@ fn main() {
         check_config(&settings, &probe, nofile, max_conns, shards);
         return;
     }
+    let _data_lock = lock_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
     let tls = settings.tls.as_ref().map(|t| {
         combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
@@ -205,6 +202,43 @@ fn main() {
         Ok(()) => info!("stopped"),
         Err(e) => fail(Failure::Software(e)),
     }
+}
+
+/// Creates the data directory if it is missing and checks that objects can be written under
+/// it (a file created and removed in `<data>/objects/`), so that a directory the node cannot
+/// write stops the start instead of failing every object request.
+fn prepare_data_dir(dir: &Path) -> Result<(), Failure> {
+    let config = |m: String| Failure::Config(format!("COMBD_DATA: {m}"));
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(config(format!("{} is not a directory", dir.display())));
+    }
+    let objects = dir.join("objects");
+    std::fs::create_dir_all(&objects)
+        .map_err(|e| config(format!("cannot create {}: {e}", objects.display())))?;
+    let probe = objects.join(format!(".combd-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| config(format!("cannot write in {}: {e}", objects.display())))
+}
+
+/// Takes `<data>/combd.lock` for the node's life: two nodes on one data directory would open
+/// the same objects' databases, each believing it is their only writer.
+fn lock_data_dir(dir: &Path) -> Result<std::fs::File, Failure> {
+    let path = dir.join("combd.lock");
+    sys::lock_file(&path).map_err(|e| {
+        Failure::Config(if e.kind() == std::io::ErrorKind::WouldBlock {
+            let by = sys::lock_holder(&path)
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default();
+            format!(
+                "COMBD_DATA: {} is in use by another combd{by}, which holds {}",
+                dir.display(),
+                path.display()
+            )
+        } else {
+            format!("COMBD_DATA: cannot lock {}: {e}", path.display())
+        })
+    })
 }
 
 /// SIGTERM and SIGINT start the drain (a second one exits at once); SIGHUP reloads the TLS

@@ -40,7 +40,8 @@ pub const SETTINGS: &[SettingSpec] = &[
         env: "COMBD_DATA",
         flag: "--data",
         default: limits::DATA_DEFAULT,
-        meaning: "data directory (created if missing); objects' databases live under it",
+        meaning: "data directory (created if missing; must be writable); objects' databases live \
+                  under it; one node at a time (<data>/combd.lock)",
     },
     SettingSpec {
         env: "COMBD_SHARDS",
