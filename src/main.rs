@@ -5,12 +5,12 @@
 //! machine's files). Every failure is a [`Failure`]; [`exit_status`] is the one place that maps
 //! it to a status, and [`fail`] the one place that reports it and exits.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::Path;
 
 use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
-use combd_kernel::settings::{help_text, Command, ConfigError, Settings};
+use combd_kernel::settings::{check_env_names, help_text, Command, ConfigError, Settings};
 use combd_kernel::sys;
 use combd_shards::{Node, NodeConfig, StartError};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -106,6 +106,10 @@ fn main() {
         }
         Command::Run | Command::CheckConfig => {}
     }
+    let names: Vec<String> = std::env::vars_os()
+        .map(|(name, _)| name.to_string_lossy().into_owned())
+        .collect();
+    check_env_names(names.iter().map(String::as_str)).unwrap_or_else(|e| fail(e.into()));
 
     let filter = tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
         fail(Failure::Config(format!(
@@ -113,9 +117,11 @@ fn main() {
             settings.log
         )))
     });
+    // Colour codes only for a terminal: a file or the journal gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 
     let nofile = sys::raise_nofile_limit().unwrap_or_else(|e| {
@@ -149,16 +155,18 @@ fn main() {
         shards,
     );
     let test_apps = settings.test_apps;
+    let tls = settings.tls.as_ref().map(|t| {
+        combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
+            .unwrap_or_else(|e| fail(e.into()))
+    });
     if command == Command::CheckConfig {
+        // Every check of a start has run but those a running node would fail (its data
+        // directory's lock, its ports).
         check_config(&settings, &probe, nofile, max_conns, shards);
         return;
     }
     let _data_lock = lock_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
-    let tls = settings.tls.as_ref().map(|t| {
-        combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
-            .unwrap_or_else(|e| fail(e.into()))
-    });
     let config = NodeConfig {
         settings,
         apps: apps::builtin(test_apps),
