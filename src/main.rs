@@ -5,7 +5,7 @@
 //! machine's files). Every failure is a [`Failure`]; [`exit_status`] is the one place that maps
 //! it to a status, and [`fail`] the one place that reports it and exits.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::{IsTerminal as _, Write};
 use std::path::Path;
 
 use combd_kernel::limits;
@@ -95,13 +95,17 @@ fn main() {
     });
     let (command, settings) = Settings::load(|k| std::env::var(k).ok(), &args, cpus.len())
         .unwrap_or_else(|e| fail(e.into()));
+    // Output to stdout stops quietly when its reader goes away (`combd --help | head -1`):
+    // every write is checked, none panics.
+    let mut stdout = std::io::stdout();
     match command {
         Command::Help => {
-            print!("{}", help_text());
+            let _ = write!(stdout, "{}", help_text()).and_then(|()| stdout.flush());
             return;
         }
         Command::Version => {
-            println!("combd {}", env!("CARGO_PKG_VERSION"));
+            let _ = writeln!(stdout, "combd {}", env!("CARGO_PKG_VERSION"))
+                .and_then(|()| stdout.flush());
             return;
         }
         Command::Run | Command::CheckConfig => {}
@@ -161,8 +165,9 @@ fn main() {
     });
     if command == Command::CheckConfig {
         // Every check of a start has run but those a running node would fail (its data
-        // directory's lock, its ports).
-        check_config(&settings, &probe, nofile, max_conns, shards);
+        // directory's lock, its ports). The report stops quietly on a closed stdout.
+        let _ = check_config(&mut stdout, &settings, &probe, nofile, max_conns, shards)
+            .and_then(|()| stdout.flush());
         return;
     }
     let _data_lock = lock_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
@@ -187,16 +192,17 @@ fn main() {
             )))
         });
     info!(public = %node.public_addr(), local = %node.local_addr(), shards, max_conns, "serving");
-    // One line on stdout that scripts and tests wait for.
-    println!(
+    // One line on stdout that scripts and tests wait for (nobody reading it is no failure).
+    let _ = writeln!(
+        stdout,
         "combd ready: public={} local={} shards={shards}{}",
         node.public_addr(),
         node.local_addr(),
         node.tls_addr()
             .map(|a| format!(" tls={a}"))
             .unwrap_or_default()
-    );
-    let _ = std::io::stdout().flush();
+    )
+    .and_then(|()| stdout.flush());
     notify::notify(&format!(
         "READY=1\nSTATUS=serving on {} with {shards} shard(s)",
         node.public_addr()
@@ -282,29 +288,32 @@ fn handle_signals(node: &Node) {
 }
 
 /// `--check-config`: every setting's effective value and where it came from, then what was
-/// derived from the machine, then the fixed limits.
+/// derived from the machine, then the fixed limits. Stops at the first write that fails (a
+/// reader that went away).
 fn check_config(
+    out: &mut impl Write,
     settings: &Settings,
     probe: &MemoryProbe,
     nofile: u64,
     max_conns: u64,
     shards: usize,
-) {
+) -> std::io::Result<()> {
     use combd_kernel::settings::Source;
-    println!(
+    writeln!(
+        out,
         "combd {}: the settings are valid.\n",
         env!("CARGO_PKG_VERSION")
-    );
-    println!("{:<24} {:<28} source", "setting", "value");
+    )?;
+    writeln!(out, "{:<24} {:<28} source", "setting", "value")?;
     for (name, value, source) in settings.describe() {
         let source = match source {
             Source::Default => "default",
             Source::Env => "env",
             Source::Flag => "flag",
         };
-        println!("{name:<24} {value:<28} {source}");
+        writeln!(out, "{name:<24} {value:<28} {source}")?;
     }
-    println!("\nin force:");
+    writeln!(out, "\nin force:")?;
     let clamp = if max_conns < settings.max_conns {
         format!(
             "clamped to RLIMIT_NOFILE {nofile} less {}",
@@ -313,13 +322,14 @@ fn check_config(
     } else {
         "COMBD_MAX_CONNS".to_string()
     };
-    println!("{:<24} {:<28} {clamp}", "max_conns", max_conns);
-    println!(
+    writeln!(out, "{:<24} {:<28} {clamp}", "max_conns", max_conns)?;
+    writeln!(
+        out,
         "{:<24} {:<28} {}",
         "memory_budget_bytes",
         probe.budget_bytes,
         probe.budget_source.as_str()
-    );
+    )?;
     let outbound = limits::outbound_budget_per_shard(
         settings.outbound_budget_bytes,
         probe.budget_bytes,
@@ -330,8 +340,13 @@ fn check_config(
     } else {
         "memory budget / 4 / shards"
     };
-    println!("{:<24} {:<28} {from}", "outbound_budget_bytes", outbound);
-    println!(
+    writeln!(
+        out,
+        "{:<24} {:<28} {from}",
+        "outbound_budget_bytes", outbound
+    )?;
+    writeln!(
+        out,
         "\nfixed limits (kernel/src/limits.rs): header section {} B, header fields {}, request target {} B, \
          mailbox {}, batch {}, session mailbox {} ({} while behind), slow reader {} B, sends {} B a call, \
          SQL statement {} ms, SQL per call {} ms, SQL value {} B, log {} B a call",
@@ -348,7 +363,7 @@ fn check_config(
         limits::HOST_TIME_LIMIT.as_millis(),
         limits::SQL_VALUE_MAX_BYTES,
         limits::LOG_MAX_BYTES
-    );
+    )
 }
 
 #[cfg(test)]

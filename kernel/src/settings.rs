@@ -806,7 +806,7 @@ pub fn help_text() -> String {
     out.push_str(
         "\n  --check-config         validate the settings, print every effective limit and where it came from\n  \
          -h, --help             this text\n  -V, --version          the version\n\n\
-         Subcommand: combd top [--port P] [--once] [--json]   a live per-shard view of /stats\n",
+         Subcommand: combd top [--port P] [--once] [--json]   a live per-shard view of /stats (q quits)\n",
     );
     out
 }
