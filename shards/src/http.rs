@@ -347,6 +347,8 @@ pub fn reason(status: u16) -> &'static str {
         101 => "Switching Protocols",
         200 => "OK",
         204 => "No Content",
+        302 => "Found",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
