@@ -86,7 +86,18 @@ fn expect_100_continue_is_ignored_on_http_1_0() {
     let mut s = connect(node.public());
     s.write_all(b"POST /o/echo/a HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
         .unwrap();
-    // No interim answer: the node waits for the body. Send it; the first thing back is the 200.
+    // No interim answer: the node waits for the body. (An absence has no event to wait on: a
+    // short read timeout stands for "nothing came".)
+    s.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        s.read(&mut b).is_err(),
+        "the node answered before the body: {:?}",
+        b[0] as char
+    );
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    // Send it; the first thing back is the 200.
     s.write_all(b"hi").unwrap();
     let r = read_response(&mut BufReader::new(s));
     assert_eq!((r.status, r.text().as_str()), (200, "hi"));
