@@ -6,6 +6,13 @@ use std::io::Write as _;
 
 use combd_kernel::limits::{HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES, URL_MAX_BYTES};
 
+mod date;
+mod fields;
+
+pub use date::{http_date, HttpDate};
+pub use fields::valid_host;
+use fields::{content_length, split_target};
+
 /// What the connection loop learns from a complete request head. Owned scalars only, so the
 /// read buffer may grow while the body arrives; handlers re-borrow the head with [`Request`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,74 +49,11 @@ pub enum Parsed {
     Partial,
 }
 
-fn bad(message: &'static str) -> HeadError {
+pub(super) fn bad(message: &'static str) -> HeadError {
     HeadError {
         status: 400,
         message,
     }
-}
-
-/// A `Content-Length` value: `1*DIGIT` and nothing else (RFC 9110, 8.6). A sign, a space
-/// inside or a list is refused, so no proxy in front can read the length differently.
-fn content_length(value: &[u8]) -> Result<u64, HeadError> {
-    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-        return Err(bad("invalid content-length"));
-    }
-    // Digits only, so the text is ASCII; a value past u64 is refused too.
-    std::str::from_utf8(value)
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .ok_or(bad("invalid content-length"))
-}
-
-/// Whether a `Host` value is `uri-host [ ":" port ]` (RFC 9110, 7.2; RFC 3986, 3.2.2): an
-/// IP literal in brackets, or a name of unreserved characters, percent-encodings and
-/// sub-delimiters; then an optional port of digits. Empty is valid (a target without an
-/// authority).
-pub fn valid_host(value: &[u8]) -> bool {
-    let sub_delim = |b: u8| b"!$&'()*+,;=".contains(&b);
-    let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
-    let (host, port) = if value.first() == Some(&b'[') {
-        let Some(end) = value.iter().position(|&b| b == b']') else {
-            return false;
-        };
-        let inside = &value[1..end];
-        if inside.is_empty()
-            || !inside
-                .iter()
-                .all(|&b| unreserved(b) || sub_delim(b) || b == b':')
-        {
-            return false;
-        }
-        match &value[end + 1..] {
-            [] => (&value[..0], None),
-            [b':', port @ ..] => (&value[..0], Some(port)),
-            _ => return false,
-        }
-    } else {
-        match value.iter().position(|&b| b == b':') {
-            Some(i) => (&value[..i], Some(&value[i + 1..])),
-            None => (value, None),
-        }
-    };
-    let name_ok = {
-        let mut i = 0;
-        let mut ok = true;
-        while i < host.len() {
-            let b = host[i];
-            if b == b'%' {
-                ok &= host.len() > i + 2
-                    && host[i + 1].is_ascii_hexdigit()
-                    && host[i + 2].is_ascii_hexdigit();
-                i += 3;
-            } else {
-                ok &= unreserved(b) || sub_delim(b);
-                i += 1;
-            }
-        }
-        ok
-    };
-    name_ok && port.is_none_or(|p| p.iter().all(u8::is_ascii_digit))
 }
 
 fn has_token(value: &[u8], token: &str) -> bool {
@@ -222,28 +166,6 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
         upgrade_websocket,
         http11,
     }))
-}
-
-/// The path and query of a request target: origin-form (`/p?q`) as it is, absolute-form
-/// (`http://host/p?q`, RFC 9112, 3.2.2) with its scheme and authority removed (an empty path
-/// is `/`).
-fn split_target(target: &str) -> (&str, Option<&str>) {
-    let scheme = |s: &str| {
-        target
-            .get(..s.len())
-            .is_some_and(|t| t.eq_ignore_ascii_case(s))
-    };
-    let t = if scheme("http://") || scheme("https://") {
-        let rest = &target[target.find("://").map_or(0, |i| i + 3)..];
-        rest.find(['/', '?']).map_or("", |i| &rest[i..])
-    } else {
-        target
-    };
-    let (path, query) = match t.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (t, None),
-    };
-    (if path.is_empty() { "/" } else { path }, query)
 }
 
 /// A complete request as handlers see it, borrowed from the connection's buffer.
@@ -363,41 +285,6 @@ pub fn reason(status: u16) -> &'static str {
         507 => "Insufficient Storage",
         _ => "",
     }
-}
-
-/// An IMF-fixdate (RFC 9110, 5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`: always 29 bytes.
-pub type HttpDate = [u8; 29];
-
-/// The IMF-fixdate of a time in seconds since the Unix epoch.
-pub fn http_date(unix_secs: u64) -> HttpDate {
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let days = unix_secs / 86_400;
-    let secs = unix_secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's days_from_civil, inverted).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let text = format!(
-        "{}, {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
-        DAYS[(days % 7) as usize],
-        MONTHS[(month - 1) as usize],
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    );
-    let mut out = [b' '; 29];
-    let n = text.len().min(29);
-    out[..n].copy_from_slice(&text.as_bytes()[..n]);
-    out
 }
 
 /// Appends a response to `out`, with `date` (see [`http_date`]). `keep_alive == false` adds
@@ -551,16 +438,6 @@ mod tests {
         assert!(text.ends_with("\r\n\r\n{\"error\":\"not found\"}"));
     }
 
-    #[test]
-    fn dates_are_imf_fixdates() {
-        let d = |t| String::from_utf8(http_date(t).to_vec()).unwrap();
-        assert_eq!(d(0), "Thu, 01 Jan 1970 00:00:00 GMT");
-        assert_eq!(d(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
-        assert_eq!(d(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
-        assert_eq!(d(1_795_996_799), "Sun, 29 Nov 2026 23:59:59 GMT");
-        assert_eq!(d(4_107_542_400), "Mon, 01 Mar 2100 00:00:00 GMT");
-    }
-
     fn status(text: &str) -> u16 {
         match head(text) {
             Ok(_) => 200,
@@ -626,17 +503,5 @@ mod tests {
         };
         assert!(h("1.1"));
         assert!(!h("1.0"));
-    }
-
-    #[test]
-    fn absolute_form_targets_are_served_by_their_path() {
-        assert_eq!(split_target("/a?b"), ("/a", Some("b")));
-        assert_eq!(split_target("http://h/healthz"), ("/healthz", None));
-        assert_eq!(
-            split_target("HTTPS://h:1/o/x/y?q=1"),
-            ("/o/x/y", Some("q=1"))
-        );
-        assert_eq!(split_target("http://h"), ("/", None));
-        assert_eq!(split_target("http://h?q"), ("/", Some("q")));
     }
 }
