@@ -105,20 +105,45 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
         });
     }
     let http11 = req.version == Some(1);
-    let mut body_len: Option<u64> = None;
-    let mut close = false;
-    let mut keep_alive_token = false;
-    let mut expect_continue = false;
-    let mut upgrade_websocket = false;
+    let f = read_fields(req.headers, http11)?;
+    Ok(Parsed::Complete(Head {
+        len,
+        body_len: f.body_len.unwrap_or(0),
+        keep_alive: if http11 {
+            !f.close
+        } else {
+            f.keep_alive_token && !f.close
+        },
+        expect_continue: f.expect_continue,
+        upgrade_websocket: f.upgrade_websocket,
+        http11,
+    }))
+}
+
+/// What the header fields of a request say about its framing and connection.
+#[derive(Default)]
+struct Fields {
+    body_len: Option<u64>,
+    close: bool,
+    keep_alive_token: bool,
+    expect_continue: bool,
+    upgrade_websocket: bool,
+}
+
+/// Reads the header fields that frame the request: one consistent `Content-Length`, one
+/// valid `Host` (required in HTTP/1.1), no `Transfer-Encoding`, `Connection`, `Expect` and
+/// `Upgrade`.
+fn read_fields(headers: &[httparse::Header<'_>], http11: bool) -> Result<Fields, HeadError> {
+    let mut f = Fields::default();
     let mut hosts = 0;
-    for h in req.headers.iter() {
+    for h in headers {
         let name = h.name;
         if name.eq_ignore_ascii_case("content-length") {
             let n = content_length(h.value)?;
-            if body_len.is_some_and(|b| b != n) {
+            if f.body_len.is_some_and(|b| b != n) {
                 return Err(bad("conflicting content-length headers"));
             }
-            body_len = Some(n);
+            f.body_len = Some(n);
         } else if name.eq_ignore_ascii_case("host") {
             // RFC 9112, 3.2: one Host, valid.
             hosts += 1;
@@ -129,43 +154,29 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
                 return Err(bad("invalid host header"));
             }
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(HeadError {
-                status: 400,
-                message: "transfer-encoding is not supported: send the body with content-length",
-            });
+            return Err(bad(
+                "transfer-encoding is not supported: send the body with content-length",
+            ));
         } else if name.eq_ignore_ascii_case("connection") {
-            close |= has_token(h.value, "close");
-            keep_alive_token |= has_token(h.value, "keep-alive");
+            f.close |= has_token(h.value, "close");
+            f.keep_alive_token |= has_token(h.value, "keep-alive");
         } else if name.eq_ignore_ascii_case("expect") {
-            if has_token(h.value, "100-continue") {
-                // An HTTP/1.0 client cannot take a 100 (RFC 9110, 10.1.1): ignored.
-                expect_continue = http11;
-            } else {
+            if !has_token(h.value, "100-continue") {
                 return Err(HeadError {
                     status: 417,
                     message: "unsupported expectation",
                 });
             }
+            // An HTTP/1.0 client cannot take a 100 (RFC 9110, 10.1.1): ignored.
+            f.expect_continue = http11;
         } else if name.eq_ignore_ascii_case("upgrade") {
-            upgrade_websocket |= has_token(h.value, "websocket");
+            f.upgrade_websocket |= has_token(h.value, "websocket");
         }
     }
     if http11 && hosts == 0 {
         return Err(bad("missing host header"));
     }
-    let keep_alive = if http11 {
-        !close
-    } else {
-        keep_alive_token && !close
-    };
-    Ok(Parsed::Complete(Head {
-        len,
-        body_len: body_len.unwrap_or(0),
-        keep_alive,
-        expect_continue,
-        upgrade_websocket,
-        http11,
-    }))
+    Ok(f)
 }
 
 /// A complete request as handlers see it, borrowed from the connection's buffer.

@@ -130,71 +130,16 @@ impl Decoder {
                 Err(_) => return Err(WsError::Protocol("invalid frame header")),
             };
             let header_len = cursor.position() as usize;
-            if len > i64::MAX as u64 {
-                // RFC 6455, 5.2: the most significant bit of a 64-bit length must be 0.
-                return Err(WsError::Protocol("frame length with its top bit set"));
-            }
-            if header.rsv1 || header.rsv2 || header.rsv3 {
-                return Err(WsError::Protocol("reserved bits set"));
-            }
-            let Some(mask) = header.mask else {
-                return Err(WsError::Protocol("client frames must be masked"));
-            };
-            match header.opcode {
-                OpCode::Control(Control::Reserved(_)) | OpCode::Data(Data::Reserved(_)) => {
-                    return Err(WsError::Protocol("reserved opcode"))
-                }
-                OpCode::Control(_) => {
-                    if !header.is_final {
-                        return Err(WsError::Protocol("fragmented control frame"));
-                    }
-                    if len > WS_CONTROL_PAYLOAD_MAX_BYTES {
-                        return Err(WsError::Protocol("control frame payload over 125 bytes"));
-                    }
-                }
-                OpCode::Data(Data::Continue) => {
-                    let Some((_, so_far)) = &self.partial else {
-                        return Err(WsError::Protocol("continuation without a message"));
-                    };
-                    if len > self.max_message_bytes.saturating_sub(so_far.len() as u64) {
-                        return Err(WsError::TooBig);
-                    }
-                }
-                OpCode::Data(_) => {
-                    if self.partial.is_some() {
-                        return Err(WsError::Protocol("new message before the last one ended"));
-                    }
-                    if len > self.max_message_bytes {
-                        return Err(WsError::TooBig);
-                    }
-                }
-            }
-            // The size checks above bound `len` by the message limit or 125.
+            let mask = self.check_header(&header, len)?;
+            // The checks above bound `len` by the message limit or 125.
             let len = len as usize;
             let end = pos + header_len + len;
-            let text = match header.opcode {
-                OpCode::Data(Data::Text) => true,
-                OpCode::Data(Data::Continue) => self.partial.as_ref().is_some_and(|(t, _)| *t),
-                _ => false,
-            };
-            if text && self.checked == 0 && matches!(header.opcode, OpCode::Data(Data::Text)) {
-                // A new text message: its check starts afresh.
-                self.utf8 = Utf8Check::default();
-            }
+            let text = self.starts_text(&header);
             if buf.len() < end {
                 // An incomplete frame: check the text that has arrived, so invalid text
                 // fails now rather than once the whole frame is in.
                 if text {
-                    let arrived = &buf[pos + header_len + self.checked..];
-                    let at = self.checked;
-                    let valid = arrived
-                        .iter()
-                        .enumerate()
-                        .all(|(i, &b)| self.utf8.byte(b ^ mask[(at + i) % 4]));
-                    if !valid {
-                        return Err(WsError::InvalidUtf8);
-                    }
-                    self.checked += arrived.len();
+                    self.check_arrived(&buf[pos + header_len..], mask)?;
                 }
                 return Ok(pos);
             }
@@ -211,47 +156,132 @@ impl Decoder {
             let go_on = match header.opcode {
                 OpCode::Control(Control::Ping) => on(WsEvent::Ping(payload)),
                 OpCode::Control(Control::Pong) => on(WsEvent::Pong),
-                OpCode::Control(Control::Close) => {
-                    let ev = match payload.len() {
-                        0 => WsEvent::Close(None, ""),
-                        1 => return Err(WsError::Protocol("close payload of one byte")),
-                        _ => {
-                            let code = u16::from_be_bytes([payload[0], payload[1]]);
-                            if !close_code_valid(code) {
-                                return Err(WsError::Protocol("invalid close code"));
-                            }
-                            let reason = std::str::from_utf8(&payload[2..])
-                                .map_err(|_| WsError::InvalidUtf8)?;
-                            WsEvent::Close(Some(code), reason)
-                        }
-                    };
-                    on(ev);
+                OpCode::Control(_) => {
+                    on(close_event(payload)?);
                     return Ok(pos);
                 }
-                OpCode::Data(data) => {
-                    let text = match data {
-                        Data::Text => true,
-                        Data::Binary => false,
-                        _ => self.partial.as_ref().is_some_and(|(t, _)| *t),
-                    };
-                    if header.is_final && self.partial.is_none() {
-                        deliver(text, payload, &mut on)?
-                    } else {
-                        let (_, bytes) = self.partial.get_or_insert_with(|| (text, Vec::new()));
-                        bytes.extend_from_slice(payload);
-                        if header.is_final {
-                            let (text, bytes) = self.partial.take().unwrap_or_default();
-                            deliver(text, &bytes, &mut on)?
-                        } else {
-                            true
-                        }
-                    }
-                }
-                OpCode::Control(Control::Reserved(_)) => unreachable!("refused above"),
+                OpCode::Data(data) => self.data(data, header.is_final, payload, &mut on)?,
             };
             if !go_on {
                 return Ok(pos);
             }
+        }
+    }
+
+    /// Checks a frame header (RFC 6455, 5.2 to 5.5) against the message under reassembly and
+    /// the size limit; returns its mask.
+    fn check_header(&self, header: &FrameHeader, len: u64) -> Result<[u8; 4], WsError> {
+        if len > i64::MAX as u64 {
+            // The most significant bit of a 64-bit length must be 0.
+            return Err(WsError::Protocol("frame length with its top bit set"));
+        }
+        if header.rsv1 || header.rsv2 || header.rsv3 {
+            return Err(WsError::Protocol("reserved bits set"));
+        }
+        let Some(mask) = header.mask else {
+            return Err(WsError::Protocol("client frames must be masked"));
+        };
+        match header.opcode {
+            OpCode::Control(Control::Reserved(_)) | OpCode::Data(Data::Reserved(_)) => {
+                return Err(WsError::Protocol("reserved opcode"))
+            }
+            OpCode::Control(_) => {
+                if !header.is_final {
+                    return Err(WsError::Protocol("fragmented control frame"));
+                }
+                if len > WS_CONTROL_PAYLOAD_MAX_BYTES {
+                    return Err(WsError::Protocol("control frame payload over 125 bytes"));
+                }
+            }
+            OpCode::Data(Data::Continue) => {
+                let Some((_, so_far)) = &self.partial else {
+                    return Err(WsError::Protocol("continuation without a message"));
+                };
+                if len > self.max_message_bytes.saturating_sub(so_far.len() as u64) {
+                    return Err(WsError::TooBig);
+                }
+            }
+            OpCode::Data(_) => {
+                if self.partial.is_some() {
+                    return Err(WsError::Protocol("new message before the last one ended"));
+                }
+                if len > self.max_message_bytes {
+                    return Err(WsError::TooBig);
+                }
+            }
+        }
+        Ok(mask)
+    }
+
+    /// Whether a frame carries text (a text frame, or a continuation of a text message); a
+    /// new text message starts its UTF-8 check afresh.
+    fn starts_text(&mut self, header: &FrameHeader) -> bool {
+        match header.opcode {
+            OpCode::Data(Data::Text) => {
+                if self.checked == 0 {
+                    self.utf8 = Utf8Check::default();
+                }
+                true
+            }
+            OpCode::Data(Data::Continue) => self.partial.as_ref().is_some_and(|(t, _)| *t),
+            _ => false,
+        }
+    }
+
+    /// Checks the payload bytes of an incomplete text frame that arrived since the last look
+    /// (still masked: they are unmasked once the frame is complete).
+    fn check_arrived(&mut self, payload: &[u8], mask: [u8; 4]) -> Result<(), WsError> {
+        let at = self.checked;
+        let arrived = &payload[at..];
+        let valid = arrived
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| self.utf8.byte(b ^ mask[(at + i) % 4]));
+        if !valid {
+            return Err(WsError::InvalidUtf8);
+        }
+        self.checked += arrived.len();
+        Ok(())
+    }
+
+    /// A complete data frame: delivered as a message, or added to the one under reassembly.
+    fn data(
+        &mut self,
+        data: Data,
+        is_final: bool,
+        payload: &[u8],
+        on: &mut impl FnMut(WsEvent<'_>) -> bool,
+    ) -> Result<bool, WsError> {
+        let text = match data {
+            Data::Text => true,
+            Data::Binary => false,
+            _ => self.partial.as_ref().is_some_and(|(t, _)| *t),
+        };
+        if is_final && self.partial.is_none() {
+            return deliver(text, payload, on);
+        }
+        let (_, bytes) = self.partial.get_or_insert_with(|| (text, Vec::new()));
+        bytes.extend_from_slice(payload);
+        if !is_final {
+            return Ok(true);
+        }
+        let (text, bytes) = self.partial.take().unwrap_or_default();
+        deliver(text, &bytes, on)
+    }
+}
+
+/// The event of a close frame's payload: no code, or a valid code and a UTF-8 reason.
+fn close_event(payload: &[u8]) -> Result<WsEvent<'_>, WsError> {
+    match payload.len() {
+        0 => Ok(WsEvent::Close(None, "")),
+        1 => Err(WsError::Protocol("close payload of one byte")),
+        _ => {
+            let code = u16::from_be_bytes([payload[0], payload[1]]);
+            if !close_code_valid(code) {
+                return Err(WsError::Protocol("invalid close code"));
+            }
+            let reason = std::str::from_utf8(&payload[2..]).map_err(|_| WsError::InvalidUtf8)?;
+            Ok(WsEvent::Close(Some(code), reason))
         }
     }
 }
