@@ -8,7 +8,9 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use support::*;
 use tungstenite::{Message, WebSocket};
@@ -44,8 +46,30 @@ fn raw_viewer(addr: SocketAddr, port: u16, board: &str) -> TcpStream {
     s
 }
 
+/// Reads one server frame: (opcode, payload).
+fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h)?;
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            s.read_exact(&mut l)?;
+            u16::from_be_bytes(l) as usize
+        }
+        127 => {
+            let mut l = [0u8; 8];
+            s.read_exact(&mut l)?;
+            u64::from_be_bytes(l) as usize
+        }
+        n => n as usize,
+    };
+    let mut p = vec![0; len];
+    s.read_exact(&mut p)?;
+    Ok((h[0] & 0x0f, p))
+}
+
 /// A board page as a viewer sees it, built from the page and set messages.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Page {
     bits: Vec<u8>,
     pages_seen: usize,
@@ -234,4 +258,58 @@ fn sum(stats: &serde_json::Value, key: &str) -> u64 {
     stats[key]
         .as_u64()
         .unwrap_or_else(|| panic!("no {key} in {stats}"))
+}
+
+#[test]
+fn a_viewer_that_reads_slowly_but_steadily_is_kept_and_ends_equal_to_the_database() {
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_SQLITE_SYNC", "normal"),
+        ("COMBD_WS_SLOW_TIMEOUT", "3s"),
+        ("COMBD_WS_RATE", "100000"),
+        ("COMBD_WS_BURST", "100000"),
+    ]);
+    let mut slow = raw_viewer(node.public(), node.port, "steady");
+    let mut clicker = open_ws(&node, "steady");
+    read_json(&mut clicker);
+    // The viewer reads one message every 5 ms (the client's own slowness) until told to
+    // catch up; everything it reads is applied in order.
+    let page = Arc::new(Mutex::new(Page::default()));
+    let catch_up = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (page, catch_up) = (page.clone(), catch_up.clone());
+        std::thread::spawn(move || {
+            while let Ok((op, payload)) = read_frame(&mut slow) {
+                if op == 8 {
+                    return Some(payload);
+                }
+                if op == 1 {
+                    let msg = serde_json::from_slice(&payload).unwrap();
+                    page.lock().unwrap().apply(&msg);
+                }
+                if !catch_up.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            None
+        })
+    };
+    for c in 0..3_000u64 {
+        click_and_wait(&mut clicker, (c as usize * 13) % PAGE_BOXES, c + 1);
+    }
+    catch_up.store(true, Ordering::Relaxed);
+    let want = database_page(&node, "steady");
+    let deadline = Instant::now() + WAIT;
+    while page.lock().unwrap().bits != want {
+        assert!(
+            Instant::now() < deadline,
+            "the steady viewer never caught up"
+        );
+        assert!(!reader.is_finished(), "the steady viewer was closed");
+        std::thread::sleep(Duration::from_millis(10)); // polling the reader thread's copy
+    }
+    // It fell seconds behind (it reads 200 messages a second, the clicks came faster) but
+    // kept taking what waited, so the slow timeout (3 s) did not close it.
+    let s = node.stats();
+    assert_eq!(sum(&s, "ws_slow_closed"), 0, "{s}");
 }
