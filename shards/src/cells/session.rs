@@ -84,6 +84,8 @@ struct SessionCell {
     mail: VecDeque<Arc<[u8]>>,
     key: String,
     topic: String,
+    /// The query it attached with (a resync attaches with it again).
+    query: Option<String>,
     /// Bytes waiting for the client: the mailbox's, and those being written, until the
     /// kernel has taken them.
     waiting_bytes: u64,
@@ -114,9 +116,15 @@ impl Sessions {
         }
     }
 
-    /// A new session of the connection parked in `slot`, attached to object `key` and
-    /// subscribed to `topic`.
-    pub fn open(&self, slot: usize, key: String, topic: String) -> SessionId {
+    /// A new session of the connection parked in `slot`, attached to object `key` with
+    /// `query` and subscribed to `topic`.
+    pub fn open(
+        &self,
+        slot: usize,
+        key: String,
+        topic: String,
+        query: Option<String>,
+    ) -> SessionId {
         let id = self.next.get() + 1;
         self.next.set(id);
         self.topics
@@ -135,6 +143,7 @@ impl Sessions {
                 stuck_since: None,
                 key,
                 topic,
+                query,
             },
         );
         ShardStats::add(&self.state.stats().sessions, 1);
@@ -167,6 +176,11 @@ impl Sessions {
             .borrow()
             .get(&id)
             .is_some_and(|s| !s.mail.is_empty() || s.closing.is_some() || s.missed)
+    }
+
+    /// The query the session attached with.
+    pub fn query(&self, id: u64) -> Option<String> {
+        self.map.borrow().get(&id).and_then(|s| s.query.clone())
     }
 
     /// Whether the session missed frames since it was last asked; the connection then

@@ -108,7 +108,9 @@ pub(crate) async fn serve(
     set_socket_options(&stream);
     let state = cells.state().clone();
     let stream = if tls {
-        match tls_handoff::handshake(&state, stream).await {
+        // Boxed: the handshake's state (rustls's) would otherwise size every connection's
+        // task, plain ones included, for its whole life.
+        match Box::pin(tls_handoff::handshake(&state, stream)).await {
             Some(s) => s,
             None => return,
         }

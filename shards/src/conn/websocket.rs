@@ -43,8 +43,6 @@ struct Target {
     object: String,
     /// The session, for a stateful app.
     session: Option<SessionId>,
-    /// The query it attached with (a resync attaches with it again).
-    query: Option<String>,
 }
 
 /// What the loop knows of its WebSocket.
@@ -56,12 +54,11 @@ struct Ws {
 }
 
 /// The message rate: a token bucket of `COMBD_WS_BURST` tokens refilled at `COMBD_WS_RATE` a
-/// second; each message and ping takes one.
+/// second; each message and ping takes one. (The rate and burst are read from the settings
+/// when a token is taken: an idle WebSocket keeps only these two fields.)
 struct Rate {
     tokens: f64,
     refilled: Instant,
-    per_second: f64,
-    burst: f64,
 }
 
 impl Rate {
@@ -69,16 +66,14 @@ impl Rate {
         Rate {
             tokens: settings.ws_burst as f64,
             refilled: Instant::now(),
-            per_second: settings.ws_rate as f64,
-            burst: settings.ws_burst as f64,
         }
     }
 
     /// Takes a token; false when none is left.
-    fn take(&mut self) -> bool {
+    fn take(&mut self, settings: &Settings) -> bool {
         let now = Instant::now();
-        let refill = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
-        self.tokens = (self.tokens + refill).min(self.burst);
+        let refill = now.duration_since(self.refilled).as_secs_f64() * settings.ws_rate as f64;
+        self.tokens = (self.tokens + refill).min(settings.ws_burst as f64);
         self.refilled = now;
         if self.tokens < 1.0 {
             return false;
@@ -102,7 +97,11 @@ impl Conn {
                 }
             };
             let key = format!("{}/{}", up.app.name(), up.object);
-            let session = self.cells.sessions().open(self.waker.index(), key, topic);
+            let slot = self.waker.index();
+            let session = self
+                .cells
+                .sessions()
+                .open(slot, key, topic, up.query.clone());
             self.session = Some(session.id);
             let (tx, rx) = async_channel::bounded(1);
             let job = Job::attach(session, up.query.clone(), tx);
@@ -149,7 +148,6 @@ impl Conn {
                 }),
                 app: up.app,
                 object: up.object,
-                query: up.query,
             },
             decoder: Decoder::new(settings.ws_max_message_bytes),
             awaiting_pong: false,
@@ -186,7 +184,8 @@ impl Conn {
                 }
             }
         };
-        self.close_with(&ws, close, out).await;
+        // Boxed: a rare path whose state would otherwise size every idle WebSocket's task.
+        Box::pin(self.close_with(&ws, close, out)).await;
     }
 
     /// Decodes what `inbuf` holds and handles each event. `Some`: the WebSocket is to close.
@@ -198,7 +197,9 @@ impl Conn {
         let mut over_rate = false;
         let to = &ws.to;
         let decoded = ws.decoder.decode(&mut inbuf, |ev| match ev {
-            WsEvent::Text(_) | WsEvent::Binary(_) | WsEvent::Ping(_) if !rate.take() => {
+            WsEvent::Text(_) | WsEvent::Binary(_) | WsEvent::Ping(_)
+                if !rate.take(state.settings()) =>
+            {
                 over_rate = true;
                 false
             }
@@ -314,7 +315,8 @@ impl Conn {
                 }
                 Resync::Attach => {
                     let session = to.session?;
-                    let job = Job::reattach(session, to.query.clone());
+                    let query = self.cells.sessions().query(id);
+                    let job = Job::reattach(session, query);
                     self.cells.submit(&to.app, &to.object, job);
                 }
             }
