@@ -5,11 +5,12 @@
 //! machine's files). Every failure is a [`Failure`]; [`exit_status`] is the one place that maps
 //! it to a status, and [`fail`] the one place that reports it and exits.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write};
+use std::path::Path;
 
 use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
-use combd_kernel::settings::{help_text, Command, ConfigError, Settings};
+use combd_kernel::settings::{check_env_names, help_text, Command, ConfigError, Settings};
 use combd_kernel::sys;
 use combd_shards::{Node, NodeConfig, StartError};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -94,17 +95,25 @@ fn main() {
     });
     let (command, settings) = Settings::load(|k| std::env::var(k).ok(), &args, cpus.len())
         .unwrap_or_else(|e| fail(e.into()));
+    // Output to stdout stops quietly when its reader goes away (`combd --help | head -1`):
+    // every write is checked, none panics.
+    let mut stdout = std::io::stdout();
     match command {
         Command::Help => {
-            print!("{}", help_text());
+            let _ = write!(stdout, "{}", help_text()).and_then(|()| stdout.flush());
             return;
         }
         Command::Version => {
-            println!("combd {}", env!("CARGO_PKG_VERSION"));
+            let _ = writeln!(stdout, "combd {}", env!("CARGO_PKG_VERSION"))
+                .and_then(|()| stdout.flush());
             return;
         }
         Command::Run | Command::CheckConfig => {}
     }
+    let names: Vec<String> = std::env::vars_os()
+        .map(|(name, _)| name.to_string_lossy().into_owned())
+        .collect();
+    check_env_names(names.iter().map(String::as_str)).unwrap_or_else(|e| fail(e.into()));
 
     let filter = tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
         fail(Failure::Config(format!(
@@ -112,9 +121,11 @@ fn main() {
             settings.log
         )))
     });
+    // Colour codes only for a terminal: a file or the journal gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 
     let nofile = sys::raise_nofile_limit().unwrap_or_else(|e| {
@@ -130,12 +141,7 @@ fn main() {
             "COMBD_MAX_CONNS clamped to the file-descriptor limit"
         );
     }
-    if let Err(e) = std::fs::create_dir_all(&settings.data_dir) {
-        fail(Failure::Config(format!(
-            "COMBD_DATA: cannot create {}: {e}",
-            settings.data_dir.display()
-        )));
-    }
+    prepare_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
 
     let probe = MemoryProbe::discover(settings.memory_budget_bytes)
         .unwrap_or_else(|e| fail(Failure::Software(format!("cannot read /proc/meminfo: {e}"))));
@@ -153,15 +159,19 @@ fn main() {
         shards,
     );
     let test_apps = settings.test_apps;
-    if command == Command::CheckConfig {
-        check_config(&settings, &probe, nofile, max_conns, shards);
-        return;
-    }
-    let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
     let tls = settings.tls.as_ref().map(|t| {
         combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
             .unwrap_or_else(|e| fail(e.into()))
     });
+    if command == Command::CheckConfig {
+        // Every check of a start has run but those a running node would fail (its data
+        // directory's lock, its ports). The report stops quietly on a closed stdout.
+        let _ = check_config(&mut stdout, &settings, &probe, nofile, max_conns, shards)
+            .and_then(|()| stdout.flush());
+        return;
+    }
+    let _data_lock = lock_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
+    let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
     let config = NodeConfig {
         settings,
         apps: apps::builtin(test_apps),
@@ -182,16 +192,17 @@ fn main() {
             )))
         });
     info!(public = %node.public_addr(), local = %node.local_addr(), shards, max_conns, "serving");
-    // One line on stdout that scripts and tests wait for.
-    println!(
+    // One line on stdout that scripts and tests wait for (nobody reading it is no failure).
+    let _ = writeln!(
+        stdout,
         "combd ready: public={} local={} shards={shards}{}",
         node.public_addr(),
         node.local_addr(),
         node.tls_addr()
             .map(|a| format!(" tls={a}"))
             .unwrap_or_default()
-    );
-    let _ = std::io::stdout().flush();
+    )
+    .and_then(|()| stdout.flush());
     notify::notify(&format!(
         "READY=1\nSTATUS=serving on {} with {shards} shard(s)",
         node.public_addr()
@@ -205,6 +216,43 @@ fn main() {
         Ok(()) => info!("stopped"),
         Err(e) => fail(Failure::Software(e)),
     }
+}
+
+/// Creates the data directory if it is missing and checks that objects can be written under
+/// it (a file created and removed in `<data>/objects/`), so that a directory the node cannot
+/// write stops the start instead of failing every object request.
+fn prepare_data_dir(dir: &Path) -> Result<(), Failure> {
+    let config = |m: String| Failure::Config(format!("COMBD_DATA: {m}"));
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(config(format!("{} is not a directory", dir.display())));
+    }
+    let objects = dir.join("objects");
+    std::fs::create_dir_all(&objects)
+        .map_err(|e| config(format!("cannot create {}: {e}", objects.display())))?;
+    let probe = objects.join(format!(".combd-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| config(format!("cannot write in {}: {e}", objects.display())))
+}
+
+/// Takes `<data>/combd.lock` for the node's life: two nodes on one data directory would open
+/// the same objects' databases, each believing it is their only writer.
+fn lock_data_dir(dir: &Path) -> Result<std::fs::File, Failure> {
+    let path = dir.join("combd.lock");
+    sys::lock_file(&path).map_err(|e| {
+        Failure::Config(if e.kind() == std::io::ErrorKind::WouldBlock {
+            let by = sys::lock_holder(&path)
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default();
+            format!(
+                "COMBD_DATA: {} is in use by another combd{by}, which holds {}",
+                dir.display(),
+                path.display()
+            )
+        } else {
+            format!("COMBD_DATA: cannot lock {}: {e}", path.display())
+        })
+    })
 }
 
 /// SIGTERM and SIGINT start the drain (a second one exits at once); SIGHUP reloads the TLS
@@ -240,29 +288,32 @@ fn handle_signals(node: &Node) {
 }
 
 /// `--check-config`: every setting's effective value and where it came from, then what was
-/// derived from the machine, then the fixed limits.
+/// derived from the machine, then the fixed limits. Stops at the first write that fails (a
+/// reader that went away).
 fn check_config(
+    out: &mut impl Write,
     settings: &Settings,
     probe: &MemoryProbe,
     nofile: u64,
     max_conns: u64,
     shards: usize,
-) {
+) -> std::io::Result<()> {
     use combd_kernel::settings::Source;
-    println!(
+    writeln!(
+        out,
         "combd {}: the settings are valid.\n",
         env!("CARGO_PKG_VERSION")
-    );
-    println!("{:<24} {:<28} source", "setting", "value");
+    )?;
+    writeln!(out, "{:<24} {:<28} source", "setting", "value")?;
     for (name, value, source) in settings.describe() {
         let source = match source {
             Source::Default => "default",
             Source::Env => "env",
             Source::Flag => "flag",
         };
-        println!("{name:<24} {value:<28} {source}");
+        writeln!(out, "{name:<24} {value:<28} {source}")?;
     }
-    println!("\nin force:");
+    writeln!(out, "\nin force:")?;
     let clamp = if max_conns < settings.max_conns {
         format!(
             "clamped to RLIMIT_NOFILE {nofile} less {}",
@@ -271,13 +322,14 @@ fn check_config(
     } else {
         "COMBD_MAX_CONNS".to_string()
     };
-    println!("{:<24} {:<28} {clamp}", "max_conns", max_conns);
-    println!(
+    writeln!(out, "{:<24} {:<28} {clamp}", "max_conns", max_conns)?;
+    writeln!(
+        out,
         "{:<24} {:<28} {}",
         "memory_budget_bytes",
         probe.budget_bytes,
         probe.budget_source.as_str()
-    );
+    )?;
     let outbound = limits::outbound_budget_per_shard(
         settings.outbound_budget_bytes,
         probe.budget_bytes,
@@ -288,8 +340,13 @@ fn check_config(
     } else {
         "memory budget / 4 / shards"
     };
-    println!("{:<24} {:<28} {from}", "outbound_budget_bytes", outbound);
-    println!(
+    writeln!(
+        out,
+        "{:<24} {:<28} {from}",
+        "outbound_budget_bytes", outbound
+    )?;
+    writeln!(
+        out,
         "\nfixed limits (kernel/src/limits.rs): header section {} B, header fields {}, request target {} B, \
          mailbox {}, batch {}, session mailbox {} ({} while behind), slow reader {} B, sends {} B a call, \
          SQL statement {} ms, SQL per call {} ms, SQL value {} B, log {} B a call",
@@ -306,7 +363,7 @@ fn check_config(
         limits::HOST_TIME_LIMIT.as_millis(),
         limits::SQL_VALUE_MAX_BYTES,
         limits::LOG_MAX_BYTES
-    );
+    )
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! `combd top`: a live per-shard view of the localhost `/stats`, redrawn every second.
 //! `--once` prints one snapshot and exits (scriptable); `--json` passes the raw stats through.
-//! Refusal states are highlighted when the output is a terminal.
+//! Refusal states are highlighted when the output is a terminal. The live view retries while
+//! the node is unreachable, quits on `q`, and stops when its stdout closes.
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::TcpStream;
+use std::sync::mpsc;
 use std::time::Duration;
 
 fn fetch(port: u16) -> Result<serde_json::Value, String> {
@@ -133,7 +135,77 @@ pub fn render(s: &serde_json::Value, color: bool) -> String {
     out
 }
 
+/// The terminal on stdin in non-canonical mode without echo or signal keys, so that `q` (or
+/// Ctrl-C, which then arrives as a byte) is read at once; the saved mode is restored when this
+/// is dropped.
+struct RawStdin {
+    saved: libc::termios,
+}
+
+impl RawStdin {
+    /// Switches stdin's terminal, or None when stdin is not one (or cannot be switched).
+    fn enter() -> Option<RawStdin> {
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        // SAFETY: termios is plain data, filled by tcgetattr on fd 0.
+        let mut mode: libc::termios = unsafe { std::mem::zeroed() };
+        if unsafe { libc::tcgetattr(libc::STDIN_FILENO, &mut mode) } != 0 {
+            return None;
+        }
+        let saved = mode;
+        mode.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG);
+        mode.c_cc[libc::VMIN] = 1;
+        mode.c_cc[libc::VTIME] = 0;
+        // SAFETY: sets fd 0's mode from a termios tcgetattr filled.
+        if unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &mode) } != 0 {
+            return None;
+        }
+        Some(RawStdin { saved })
+    }
+}
+
+impl Drop for RawStdin {
+    fn drop(&mut self) {
+        // SAFETY: restores fd 0's mode saved by `enter`.
+        unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &self.saved) };
+    }
+}
+
+/// What ends the live view: `q`, `Q`, Ctrl-C or Ctrl-D typed on a terminal stdin (read raw,
+/// see [`RawStdin`]), or SIGINT, SIGTERM or SIGHUP; each sends on `quit`.
+fn watch_for_quit(quit: &mpsc::Sender<()>) -> Option<RawStdin> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    if let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+        let quit = quit.clone();
+        std::thread::spawn(move || {
+            if signals.forever().next().is_some() {
+                let _ = quit.send(());
+            }
+        });
+    }
+    let raw = RawStdin::enter()?;
+    let quit = quit.clone();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin();
+        let mut buf = [0u8; 64];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) if buf[..n].iter().any(|b| matches!(b, b'q' | b'Q' | 3 | 4)) => break,
+                Ok(_) => {}
+            }
+        }
+        let _ = quit.send(());
+    });
+    Some(raw)
+}
+
 /// Runs `combd top` with its own arguments; returns the exit status.
+///
+/// The live view keeps going while the node is unreachable (it says so and retries every
+/// second, so it can watch a restart), and ends on `q` or when its stdout closes
+/// (`combd top --json | head`).
 pub fn run(args: &[String]) -> i32 {
     let mut port: u16 = std::env::var("COMBD_LISTEN")
         .ok()
@@ -159,7 +231,8 @@ pub fn run(args: &[String]) -> i32 {
         }
     }
     let color = std::io::stdout().is_terminal();
-    loop {
+    let mut stdout = std::io::stdout();
+    if once {
         let text = match fetch(port) {
             Ok(s) if json => format!("{s}\n"),
             Ok(s) => render(&s, color),
@@ -168,15 +241,40 @@ pub fn run(args: &[String]) -> i32 {
                 return 1;
             }
         };
-        let mut stdout = std::io::stdout();
-        if !once && color {
-            let _ = write!(stdout, "\x1b[H\x1b[2J");
+        // A reader that went away is no failure.
+        let _ = stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush());
+        return 0;
+    }
+    let (quit, quitting) = mpsc::channel();
+    let _raw = watch_for_quit(&quit);
+    loop {
+        let text = match fetch(port) {
+            Ok(s) if json => Some(format!("{s}\n")),
+            Ok(s) => Some(render(&s, color)),
+            Err(e) => {
+                let line = format!("combd top: node unreachable ({e}), retrying\n");
+                if json {
+                    // stdout carries only JSON.
+                    eprint!("{line}");
+                    None
+                } else {
+                    Some(line)
+                }
+            }
+        };
+        if let Some(text) = text {
+            let clear = if color && !json { "\x1b[H\x1b[2J" } else { "" };
+            let written = write!(stdout, "{clear}{text}").and_then(|()| stdout.flush());
+            if written.is_err() {
+                // The reader went away (`| head`): nothing more to show.
+                return 0;
+            }
         }
-        let _ = stdout.write_all(text.as_bytes());
-        let _ = stdout.flush();
-        if once {
-            return 0;
+        match quitting.recv_timeout(Duration::from_secs(1)) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return 0,
         }
-        std::thread::sleep(Duration::from_secs(1));
     }
 }

@@ -69,7 +69,7 @@ fn stats_show_the_admission_figures() {
     assert!(s["memory_own_bytes"].as_u64().unwrap() > 0);
     // The fd limit here is 20,000: the default cap of 200,000 is clamped below it.
     assert!(s["max_conns_effective"].as_u64().unwrap() < 20_000);
-    let m = request(node.local(), b"GET /metrics HTTP/1.1\r\n\r\n").text();
+    let m = request(node.local(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").text();
     assert!(m.contains("combd_tcp_refusing 0\n"));
     assert!(m.contains("combd_memory_budget_info{source="));
 }
@@ -92,7 +92,7 @@ fn connection_cap_refuses_at_tcp_and_listens_again() {
     assert_refused(&node);
     // The localhost listener never stops.
     assert_eq!(
-        request(node.local(), b"GET /healthz HTTP/1.1\r\n\r\n").status,
+        request(node.local(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status,
         200
     );
 
@@ -102,7 +102,7 @@ fn connection_cap_refuses_at_tcp_and_listens_again() {
         "the node to listen again",
         all_public_listeners_listening,
     );
-    let r = request(node.public(), b"GET /healthz HTTP/1.1\r\n\r\n");
+    let r = request(node.public(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(r.status, 200);
 }
 
@@ -120,7 +120,7 @@ fn memory_budget_far_below_use_refuses_public_but_not_localhost() {
     assert!(s["full_reason"].as_str().unwrap().contains("memory"));
     assert_refused(&node);
     assert_eq!(
-        request(node.local(), b"GET /healthz HTTP/1.1\r\n\r\n").status,
+        request(node.local(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status,
         200
     );
 }
@@ -155,7 +155,7 @@ fn a_burst_past_the_cap_is_refused_or_answered_503_never_kept() {
     for s in streams {
         s.set_read_timeout(Some(WAIT)).unwrap();
         let mut w = s.try_clone().unwrap();
-        let _ = w.write_all(b"GET /healthz HTTP/1.1\r\n\r\n");
+        let _ = w.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
         let r = read_response(&mut BufReader::new(s));
         match r.status {
             200 => kept += 1,
@@ -174,7 +174,7 @@ fn a_burst_past_the_cap_is_refused_or_answered_503_never_kept() {
     let s = node.stats();
     assert_eq!(s["refused_late"].as_u64().unwrap() as usize, late, "{s}");
     assert_eq!(
-        request(node.local(), b"GET /healthz HTTP/1.1\r\n\r\n").status,
+        request(node.local(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status,
         200
     );
 }

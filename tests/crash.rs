@@ -42,7 +42,7 @@ fn post_counter(
     s.set_read_timeout(Some(WAIT)).ok()?;
     write!(
         s,
-        "POST /o/counter/{name} HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /o/counter/{name} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .ok()?;
@@ -191,7 +191,7 @@ fn a_full_disk_fails_writes_clearly_and_keeps_reads() {
     assert_eq!((status, v["error"].as_str()), (507, Some("db_full")), "{v}");
     // Reads still work and show the last acknowledged value.
     let mut s = connect(node.public());
-    s.write_all(b"GET /o/counter/full HTTP/1.1\r\n\r\n")
+    s.write_all(b"GET /o/counter/full HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     let mut r = BufReader::new(s);
     let resp = read_response(&mut r);

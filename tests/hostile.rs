@@ -14,7 +14,7 @@ use tungstenite::Message;
 
 fn healthy(node: &TestNode) {
     assert_eq!(
-        request(node.public(), b"GET /healthz HTTP/1.1\r\n\r\n").status,
+        request(node.public(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status,
         200,
         "the node serves others"
     );
@@ -27,7 +27,9 @@ fn slowloris_trickling_bytes_does_not_extend_the_header_deadline() {
     let started = Instant::now();
     // One byte every 100 ms: the head never completes; the deadline counts from its start.
     let mut closed_after = None;
-    for b in b"GET /healthz HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter() {
+    for b in
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter()
+    {
         if s.write_all(&[*b]).is_err() {
             closed_after = Some(started.elapsed());
             break;
@@ -75,7 +77,7 @@ fn a_client_that_resets_mid_response_costs_only_itself() {
         let body = vec![b'x'; 1 << 20];
         write!(
             s,
-            "POST /o/echo/r HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+            "POST /o/echo/r HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
             body.len()
         )
         .unwrap();

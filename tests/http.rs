@@ -61,7 +61,7 @@ fn stats_counters_move_with_traffic() {
     for _ in 0..5 {
         let r = request(
             node.public(),
-            b"POST /o/echo/a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+            b"POST /o/echo/a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
         );
         assert_eq!(r.body, b"abc");
     }
@@ -88,7 +88,7 @@ fn keep_alive_serves_many_requests_on_one_connection() {
         let body = format!("req{i}");
         write!(
             w,
-            "POST /o/echo/k HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /o/echo/k HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();
@@ -96,7 +96,11 @@ fn keep_alive_serves_many_requests_on_one_connection() {
         assert_eq!((resp.status, resp.text()), (200, body));
         assert_eq!(resp.header("connection"), None);
     }
-    write!(w, "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        w,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let resp = read_response(&mut r);
     assert_eq!(resp.header("connection"), Some("close"));
     assert_closed(&mut r);
@@ -111,12 +115,12 @@ fn pipelined_requests_are_answered_in_order() {
         let body = format!("p{i}");
         all.extend_from_slice(
             format!(
-                "POST /o/echo/p HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                "POST /o/echo/p HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
             )
             .as_bytes(),
         );
-        all.extend_from_slice(b"GET /nope HTTP/1.1\r\n\r\n");
+        all.extend_from_slice(b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
     }
     s.write_all(&all).unwrap();
     let mut r = BufReader::new(s);
@@ -133,31 +137,31 @@ fn error_statuses_carry_json_and_close_where_they_must() {
     let node = TestNode::start(&[("COMBD_MAX_BODY", "1K")]);
     let cases: &[(&[u8], u16, bool)] = &[
         (
-            b"POST /o/echo/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"POST /o/echo/a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
             400,
             true,
         ),
-        (b"BLAH\x01 / HTTP/1.1\r\n\r\n", 400, true),
-        (b"GET /unknown HTTP/1.1\r\n\r\n", 404, false),
-        (b"GET /o/nosuchapp/a HTTP/1.1\r\n\r\n", 404, false),
+        (b"BLAH\x01 / HTTP/1.1\r\nHost: x\r\n\r\n", 400, true),
+        (b"GET /unknown HTTP/1.1\r\nHost: x\r\n\r\n", 404, false),
+        (b"GET /o/nosuchapp/a HTTP/1.1\r\nHost: x\r\n\r\n", 404, false),
         (
-            b"POST /o/echo/..%2f HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"POST /o/echo/..%2f HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
             400,
             false,
         ),
         (
-            b"POST /o/echo/.hidden HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"POST /o/echo/.hidden HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
             400,
             false,
         ),
-        (b"GET /o/echo/a HTTP/1.1\r\n\r\n", 405, false),
+        (b"GET /o/echo/a HTTP/1.1\r\nHost: x\r\n\r\n", 405, false),
         (
-            b"POST /healthz HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
             405,
             false,
         ),
         (
-            b"POST /o/echo/a HTTP/1.1\r\nExpect: magic\r\n\r\n",
+            b"POST /o/echo/a HTTP/1.1\r\nHost: x\r\nExpect: magic\r\n\r\n",
             417,
             true,
         ),
@@ -189,7 +193,7 @@ fn body_limit_at_max_and_past_it() {
         let body = vec![b'x'; len];
         write!(
             s,
-            "POST /o/echo/b HTTP/1.1\r\nContent-Length: {len}\r\n\r\n"
+            "POST /o/echo/b HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n"
         )
         .unwrap();
         s.write_all(&body).unwrap();
@@ -209,8 +213,10 @@ fn body_limit_at_max_and_past_it() {
 fn expect_continue_gets_100_before_the_body() {
     let node = TestNode::start(&[]);
     let mut s = connect(node.public());
-    s.write_all(b"POST /o/echo/c HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
-        .unwrap();
+    s.write_all(
+        b"POST /o/echo/c HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut r, &mut line).unwrap();
@@ -228,19 +234,19 @@ fn header_section_limit_gives_431() {
     let node = TestNode::start(&[]);
     // Just under 16 KiB in all: served.
     let ok = format!(
-        "GET /healthz HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n",
         "a".repeat(16 * 1024 - 64)
     );
     assert_eq!(request(node.public(), ok.as_bytes()).status, 200);
     // Over it: refused, whether or not the head ever completes.
     let big = format!(
-        "GET /healthz HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n",
         "a".repeat(16 * 1024)
     );
     let resp = request(node.public(), big.as_bytes());
     assert_eq!(resp.status, 431);
     assert!(resp.json()["error"].is_string());
-    let mut many = String::from("GET /healthz HTTP/1.1\r\n");
+    let mut many = String::from("GET /healthz HTTP/1.1\r\nHost: x\r\n");
     for i in 0..65 {
         many.push_str(&format!("X-{i}: y\r\n"));
     }
@@ -252,7 +258,8 @@ fn header_section_limit_gives_431() {
 fn slow_head_gets_408_and_close() {
     let node = TestNode::start(&[("COMBD_HEADER_TIMEOUT", "300ms")]);
     let mut s = connect(node.public());
-    s.write_all(b"GET /healthz HTTP/1.1\r\nX-Slow: ").unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .unwrap();
     let mut r = BufReader::new(s);
     let resp = read_response(&mut r);
     assert_eq!(resp.status, 408);
@@ -268,7 +275,7 @@ fn slow_head_gets_408_and_close() {
 fn slow_body_gets_408() {
     let node = TestNode::start(&[("COMBD_BODY_TIMEOUT", "300ms")]);
     let mut s = connect(node.public());
-    s.write_all(b"POST /o/echo/a HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+    s.write_all(b"POST /o/echo/a HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
         .unwrap();
     let mut r = BufReader::new(s);
     let resp = read_response(&mut r);
@@ -280,7 +287,8 @@ fn slow_body_gets_408() {
 fn idle_keep_alive_connection_is_closed() {
     let node = TestNode::start(&[("COMBD_IDLE_TIMEOUT", "300ms")]);
     let mut s = connect(node.public());
-    s.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut r = BufReader::new(s);
     assert_eq!(read_response(&mut r).status, 200);
     assert_closed(&mut r);
@@ -336,7 +344,7 @@ fn start_request_in_flight(
     let mut s = connect(node.public());
     write!(
         s,
-        "POST /o/echo/d HTTP/1.1\r\nContent-Length: {body_len}\r\nExpect: 100-continue\r\n\r\n"
+        "POST /o/echo/d HTTP/1.1\r\nHost: x\r\nContent-Length: {body_len}\r\nExpect: 100-continue\r\n\r\n"
     )
     .unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());

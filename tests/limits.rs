@@ -13,8 +13,10 @@ use tungstenite::{Message, WebSocket};
 fn post(node: &TestNode, path: &str) -> Resp {
     request(
         node.public(),
-        format!("POST {path} HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            .as_bytes(),
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
     )
 }
 
@@ -178,7 +180,7 @@ fn the_outbound_budget_closes_the_receiving_connection_not_the_node() {
     assert_eq!(s["limits"]["outbound_budget_bytes"], 3 << 20);
     assert!(s["outbound_bytes_max"].as_u64().unwrap() <= 3 << 20);
     assert_eq!(
-        request(node.public(), b"GET /healthz HTTP/1.1\r\n\r\n").status,
+        request(node.public(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status,
         200
     );
 }
@@ -225,11 +227,14 @@ fn memory_kb_kills_a_call_that_holds_too_much() {
 fn request_target_past_8_kib_gets_414() {
     let node = TestNode::start(&[]);
     let ok = format!(
-        "GET /healthz?{} HTTP/1.1\r\n\r\n",
+        "GET /healthz?{} HTTP/1.1\r\nHost: x\r\n\r\n",
         "a".repeat(8 * 1024 - 20)
     );
     assert_eq!(request(node.public(), ok.as_bytes()).status, 200);
-    let long = format!("GET /healthz?{} HTTP/1.1\r\n\r\n", "a".repeat(8 * 1024));
+    let long = format!(
+        "GET /healthz?{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(8 * 1024)
+    );
     let r = request(node.public(), long.as_bytes());
     assert_eq!(r.status, 414);
     assert_eq!(r.json()["error"], "request target too long");
@@ -243,7 +248,7 @@ fn batches_never_pass_the_app_batch_size() {
     let first = std::thread::spawn(move || {
         request(
             addr,
-            b"POST /o/limits/b?do=sleep&ms=800 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"POST /o/limits/b?do=sleep&ms=800 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
         )
     });
     wait_stats(&node, "the object at work", |s| s["cells_awake"] == 1);
@@ -252,7 +257,7 @@ fn batches_never_pass_the_app_batch_size() {
             std::thread::spawn(move || {
                 request(
                     addr,
-                    b"POST /o/limits/b?do=value&n=10 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                    b"POST /o/limits/b?do=value&n=10 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
                 )
             })
         })
@@ -267,17 +272,29 @@ fn batches_never_pass_the_app_batch_size() {
 }
 
 #[test]
-fn a_session_mailbox_holds_1000_and_drops_the_rest() {
+fn a_session_mailbox_holds_1000_then_drops_what_waits_and_resyncs() {
     let node = test_node(&[("COMBD_SHARDS", "1")]);
-    let _stuck = open_ws(&node, "/o/limits/mbox"); // never reads
-                                                   // 4 MiB first: the socket's buffers fill and the session's write blocks...
+    let mut stuck = open_ws(&node, "/o/limits/mbox"); // reads nothing for now
+                                                      // 4 MiB first: the socket's buffers fill and the session's write blocks...
     assert_eq!(post(&node, "/o/limits/mbox?do=sends&n=4").status, 200);
-    // ...then 1,200 small messages wait in its mailbox: 1,000 fit.
+    // ...then 1,200 small messages wait in its mailbox: 1,000 fit; the 1,001st is dropped
+    // with the 1,000 waiting, and the session is marked for a resync.
     assert_eq!(
         post(&node, "/o/limits/mbox?do=sends&n=1200&size=10").status,
         200
     );
     let s = node.stats();
-    assert_eq!(s["session_mailbox_dropped"], 200, "{s}");
+    assert_eq!(s["session_mailbox_dropped"], 1001, "{s}");
     assert_eq!(s["ws_slow_closed"], 0);
+    // Once it reads, it gets what was already being written, then the resync: the limits app
+    // keeps the default, a close with 1013 so the client reconnects for fresh state.
+    let code = loop {
+        match stuck.read().expect("a message or the close") {
+            tungstenite::Message::Close(Some(f)) => break u16::from(f.code),
+            tungstenite::Message::Close(None) => panic!("a close without a code"),
+            _ => {}
+        }
+    };
+    assert_eq!(code, 1013);
+    assert_eq!(node.stats()["session_resyncs"], 1);
 }

@@ -73,7 +73,7 @@ fn metrics_parse_and_agree_with_stats() {
     let url = format!("ws://127.0.0.2:{}/o/echo/m", node.port);
     let (_ws, _) = tungstenite::client(url.as_str(), stream).unwrap();
     let stats = wait_stats(&node, "the WebSocket to be open", |s| s["ws_open"] == 1);
-    let text = request(node.local(), b"GET /metrics HTTP/1.1\r\n\r\n").text();
+    let text = request(node.local(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").text();
     let lines = text.lines().map(|l| Ok(l.to_string()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
     let value = |name: &str, shard: Option<&str>| -> f64 {
@@ -189,7 +189,7 @@ fn ready_after_listening_then_watchdog_then_stopping() {
     assert!(first.starts_with("READY=1"), "{first}");
     // READY came only once every shard listens: a connection succeeds right away.
     assert_eq!(
-        request(node.public(), b"GET /healthz HTTP/1.1\r\n\r\n").status,
+        request(node.public(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status,
         200
     );
     let msg = next();
@@ -252,4 +252,170 @@ fn check_config_prints_every_limit_and_its_source() {
         .unwrap();
     assert_eq!(out.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&out.stderr).contains("COMBD_WS_RATE"));
+}
+
+/// A pipe whose reading end is already closed: every write to it fails with EPIPE.
+fn closed_pipe() -> std::process::Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors, which we own from here on.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write.into()
+}
+
+#[test]
+fn output_stops_quietly_when_its_reader_goes_away() {
+    let data = std::env::temp_dir().join(format!("combd-epipe-{}", std::process::id()));
+    for arg in ["--check-config", "--help", "--version"] {
+        // The reader is gone before the first line: `combd --check-config | head -0`.
+        let mut cmd = combd();
+        cmd.arg(arg)
+            .env("COMBD_DATA", &data)
+            .stdin(std::process::Stdio::null())
+            .stdout(closed_pipe());
+        // A panic on the closed pipe would be status 101 (its message goes to the test's stderr).
+        assert_eq!(exit_within(cmd.spawn().unwrap()).code(), Some(0), "{arg}");
+    }
+    // `combd --check-config | head -1`: one line read, then the reader closes.
+    let mut child = combd()
+        .arg("--check-config")
+        .env("COMBD_DATA", &data)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines(child.stdout.take().unwrap());
+    assert!(wait_line(&out, "the settings are valid").starts_with("combd "));
+    drop(out);
+    let status = exit_within(child);
+    assert_eq!(status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[test]
+fn top_json_ends_when_its_reader_goes_away() {
+    let node = TestNode::start(&[]);
+    let mut top = combd()
+        .args(["top", "--json", "--port", &node.port.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(top.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(v["pid"], node.pid());
+    // `| head -1` closes the pipe: the next snapshot's write fails and top ends.
+    drop(stdout);
+    assert_eq!(exit_within(top).code(), Some(0));
+}
+
+#[test]
+fn top_keeps_retrying_while_no_node_answers() {
+    let port = free_port().to_string();
+    let mut top = combd()
+        .args(["top", "--port", &port])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines(top.stdout.take().unwrap());
+    let line = wait_line(&out, "node unreachable");
+    assert!(line.ends_with("retrying"), "{line}");
+    wait_line(&out, "node unreachable");
+    assert!(top.try_wait().unwrap().is_none(), "top gave up");
+    top.kill().unwrap();
+    top.wait().unwrap();
+}
+
+#[test]
+fn top_watches_a_restart() {
+    let node = TestNode::start(&[]);
+    let port = node.port.to_string();
+    let mut top = combd()
+        .args(["top", "--port", &port])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines(top.stdout.take().unwrap());
+    wait_line(&out, &format!("pid {}", node.pid()));
+    let data = node.kill9();
+    wait_line(&out, "node unreachable");
+    let addr = format!("127.0.0.2:{port}");
+    let again = TestNode::start_in(data, &[("COMBD_LISTEN", addr.as_str())]);
+    wait_line(&out, &format!("pid {}", again.pid()));
+    assert!(top.try_wait().unwrap().is_none());
+    top.kill().unwrap();
+    top.wait().unwrap();
+}
+
+/// A pseudo-terminal: the master end, and the path of the terminal end.
+fn open_pty() -> (std::fs::File, std::path::PathBuf) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt returns a descriptor we own; grantpt, unlockpt and ptsname_r act on
+    // it; ptsname_r writes a NUL-terminated path into the buffer.
+    unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(fd >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(fd), 0);
+        assert_eq!(libc::unlockpt(fd), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_str()
+            .unwrap()
+            .to_string();
+        (std::fs::File::from_raw_fd(fd), path.into())
+    }
+}
+
+fn lflag(terminal: &std::fs::File) -> libc::tcflag_t {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcgetattr fills one termios.
+    let mut mode: libc::termios = unsafe { std::mem::zeroed() };
+    assert_eq!(
+        unsafe { libc::tcgetattr(terminal.as_raw_fd(), &mut mode) },
+        0
+    );
+    mode.c_lflag
+}
+
+#[test]
+fn q_quits_top_and_restores_the_terminal() {
+    let (mut master, path) = open_pty();
+    let terminal = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    assert_ne!(
+        lflag(&terminal) & libc::ICANON,
+        0,
+        "a new terminal is canonical"
+    );
+    let port = free_port().to_string();
+    let mut top = combd()
+        .args(["top", "--port", &port])
+        .stdin(terminal.try_clone().unwrap())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines(top.stdout.take().unwrap());
+    wait_line(&out, "node unreachable");
+    // Raw before its first line: keys arrive one by one, unechoed.
+    let raw = lflag(&terminal);
+    assert_eq!(
+        raw & (libc::ICANON | libc::ECHO),
+        0,
+        "stdin not in raw mode"
+    );
+    std::io::Write::write_all(&mut master, b"q").unwrap();
+    assert_eq!(exit_within(top).code(), Some(0));
+    let restored = lflag(&terminal);
+    assert_ne!(restored & libc::ICANON, 0, "the terminal was not restored");
+    assert_ne!(restored & libc::ECHO, 0, "the terminal was not restored");
 }

@@ -98,7 +98,7 @@ fn https_and_wss_serve_every_route() {
     let mut tls = tls_connect(&node, &pair.der).unwrap();
     assert_eq!(tls.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
     tls.write_all(
-        b"POST /o/counter/t HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n",
+        b"POST /o/counter/t HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
     )
     .unwrap();
     let mut r = BufReader::new(tls);
@@ -128,7 +128,9 @@ fn a_plain_text_client_and_a_silent_client_are_dropped() {
     let node = start(&dir, &[("COMBD_TLS_HANDSHAKE_TIMEOUT", "300ms")]);
     let mut plain = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
     plain.set_read_timeout(Some(WAIT)).unwrap();
-    plain.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+    plain
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut buf = [0u8; 1024];
     // The node answers with a TLS alert at most, never HTTP, then closes.
     let mut got = Vec::new();
@@ -171,7 +173,8 @@ fn the_tls_listener_stops_while_full() {
     assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
     // The localhost TLS listener still serves.
     let mut tls = tls_connect_to(&node, "127.0.0.1", &pair.der).unwrap();
-    tls.write_all(b"GET /stats HTTP/1.1\r\n\r\n").unwrap();
+    tls.write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let r = read_response(&mut BufReader::new(tls));
     assert_eq!(
         (r.status, r.json()["tcp_refusing"].as_u64()),

@@ -150,7 +150,7 @@ fn upgrade_without_version_13_gets_426() {
     assert_eq!(resp.header("sec-websocket-version"), Some("13"));
     let resp = request(
         node.public(),
-        b"GET /o/echo/a HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        b"GET /o/echo/a HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n",
     );
     assert_eq!(resp.status, 400);
 }

@@ -299,6 +299,17 @@ pub const WS_BURST_DEFAULT: u64 = 2000;
 /// Default of `COMBD_TLS_HANDSHAKE_TIMEOUT`: as long as the header timeout, the same slowloris
 /// guard for the step before the head.
 pub const TLS_HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// The kernel send buffer of a WebSocket (`SO_SNDBUF`, which Linux doubles): what the kernel
+/// holds for a client beyond the session's mailbox. Fixed, so a client that stops reading is
+/// seen as stuck within `COMBD_WS_SLOW_TIMEOUT` instead of after the kernel has grown its
+/// buffer to `tcp_wmem`'s maximum (4 MiB by default), and so each WebSocket's kernel memory is
+/// bounded: 128 KiB at most. Realtime messages are small; 128 KiB in flight is hundreds of them.
+pub const WS_SEND_BUFFER_BYTES: usize = 64 * 1024;
+/// Default of `COMBD_WS_SLOW_TIMEOUT`: a WebSocket with messages waiting that takes none of them
+/// for this long is closed as slow (1008), whatever the bytes waiting: a reader that stopped is
+/// not kept until [`WS_SLOW_CLOSE_BYTES`] pile up. As long as the ping interval: a client that is
+/// alive but busy gets as long to read as to answer a ping.
+pub const WS_SLOW_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// Default of `COMBD_WS_PING_INTERVAL`: often enough that a vanished WebSocket client is found
 /// within a minute, and that idle NAT mappings (often 60 s or more) stay open.
 pub const WS_PING_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);

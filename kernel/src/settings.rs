@@ -40,7 +40,8 @@ pub const SETTINGS: &[SettingSpec] = &[
         env: "COMBD_DATA",
         flag: "--data",
         default: limits::DATA_DEFAULT,
-        meaning: "data directory (created if missing); objects' databases live under it",
+        meaning: "data directory (created if missing; must be writable); objects' databases live \
+                  under it; one node at a time (<data>/combd.lock)",
     },
     SettingSpec {
         env: "COMBD_SHARDS",
@@ -53,7 +54,8 @@ pub const SETTINGS: &[SettingSpec] = &[
         env: "COMBD_LOG",
         flag: "--log",
         default: limits::LOG_DEFAULT,
-        meaning: "log filter: error, warn, info, debug, trace, or target=level directives",
+        meaning: "log filter: comma-separated directives, each a level (error, warn, info, debug, \
+                  trace, off) or target=level",
     },
     SettingSpec {
         env: "COMBD_MAX_BODY",
@@ -162,8 +164,8 @@ pub const SETTINGS: &[SettingSpec] = &[
         env: "COMBD_TLS_LISTEN",
         flag: "--tls-listen",
         default: "off",
-        meaning: "public address:port of the HTTPS/WSS listener (127.0.0.1 on the same port is served too); \
-                  needs COMBD_TLS_CERT and COMBD_TLS_KEY",
+        meaning: "public address:port of the HTTPS/WSS listener (127.0.0.1 on the same port is served too, \
+                  so not COMBD_LISTEN's port); needs COMBD_TLS_CERT and COMBD_TLS_KEY",
     },
     SettingSpec {
         env: "COMBD_TLS_CERT",
@@ -189,6 +191,13 @@ pub const SETTINGS: &[SettingSpec] = &[
         default: "30s",
         meaning: "the node pings every WebSocket this often; one that has not answered (sent anything) \
                   by the next ping is closed",
+    },
+    SettingSpec {
+        env: "COMBD_WS_SLOW_TIMEOUT",
+        flag: "--ws-slow-timeout",
+        default: "30s",
+        meaning: "a WebSocket with messages waiting that takes none of them for this long is closed \
+                  (1008 slow), as is one with 8 MiB waiting",
     },
     SettingSpec {
         env: "COMBD_TEST_APPS",
@@ -249,7 +258,7 @@ pub struct Settings {
     pub data_dir: PathBuf,
     /// `COMBD_SHARDS`, resolved against the allowed CPUs.
     pub shards: usize,
-    /// `COMBD_LOG`, as given (validated by the logger at start-up).
+    /// `COMBD_LOG`: directives that are a level or `target=level` (see [`parse_log`]).
     pub log: String,
     /// `COMBD_MAX_BODY`.
     pub max_body_bytes: u64,
@@ -285,6 +294,8 @@ pub struct Settings {
     pub tls_handshake_timeout: Duration,
     /// `COMBD_WS_PING_INTERVAL`.
     pub ws_ping_interval: Duration,
+    /// `COMBD_WS_SLOW_TIMEOUT`.
+    pub ws_slow_timeout: Duration,
     /// `COMBD_WS_RATE`.
     pub ws_rate: u64,
     /// `COMBD_WS_BURST`.
@@ -452,6 +463,105 @@ fn spec_by_flag(flag: &str) -> Option<&'static SettingSpec> {
     SETTINGS.iter().find(|s| s.flag == flag)
 }
 
+/// The levels `COMBD_LOG` takes, alone or after `target=`.
+pub const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace", "off"];
+
+/// Parses `COMBD_LOG`: comma-separated directives, each a level ([`LOG_LEVELS`]) or
+/// `target=level` with a module path as target (`combd_shards=debug`). Returns the filter with
+/// blanks around directives removed. Anything else is refused: a bare word that is not a level
+/// (`verbose`) would otherwise be read by the logger as a target name and turn logging off.
+pub fn parse_log(text: &str) -> Result<String, String> {
+    const USE: &str =
+        "use error, warn, info, debug, trace or off, or target=level directives separated by commas";
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("must not be empty (e.g. info)".to_string());
+    }
+    let mut out = Vec::new();
+    for d in t.split(',').map(str::trim) {
+        if d.is_empty() {
+            return Err(format!("{text:?} has an empty directive: {USE}"));
+        }
+        let level = match d.split_once('=') {
+            None => d,
+            Some((target, level)) => {
+                let path =
+                    |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '-' | '.');
+                if target.is_empty() || !target.chars().all(path) {
+                    return Err(format!(
+                        "{d:?}: the target of a target=level directive is a module path \
+                         (e.g. combd_shards=debug)"
+                    ));
+                }
+                level
+            }
+        };
+        if !LOG_LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level)) {
+            return Err(format!("{level:?} is not a log level: {USE}"));
+        }
+        out.push(lower_level(d));
+    }
+    Ok(out.join(","))
+}
+
+/// A directive with its level lower-cased and its target kept as written.
+fn lower_level(directive: &str) -> String {
+    match directive.split_once('=') {
+        Some((target, level)) => format!("{target}={}", level.to_ascii_lowercase()),
+        None => directive.to_ascii_lowercase(),
+    }
+}
+
+/// Edit distance (Levenshtein) between two ASCII-case-folded strings.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<u8> = a.bytes().map(|c| c.to_ascii_uppercase()).collect();
+    let b: Vec<u8> = b.bytes().map(|c| c.to_ascii_uppercase()).collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = substitute.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The candidate closest to `name` by edit distance (ignoring case), if it is close enough to
+/// be a typo of it: at most a third of the candidate's length apart, and at least one edit is
+/// always allowed. Ties go to the first candidate.
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|(d, c)| *d <= (c.len() / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Refuses an environment variable named like a setting (`COMBD_*`) that is not one, naming
+/// the closest setting: a typo (`COMBD_MAX_AWAK=5`) would otherwise be ignored silently and
+/// the default used. `names` are the environment's variable names; the first unknown one in
+/// sorted order is reported.
+pub fn check_env_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), ConfigError> {
+    let mut unknown: Vec<&str> = names
+        .into_iter()
+        .filter(|n| n.starts_with("COMBD_") && !SETTINGS.iter().any(|s| s.env == *n))
+        .collect();
+    unknown.sort_unstable();
+    match unknown.first() {
+        None => Ok(()),
+        Some(name) => {
+            let hint = match closest(name, SETTINGS.iter().map(|s| s.env)) {
+                Some(known) => format!("did you mean {known}?"),
+                None => "see combd --help for the settings".to_string(),
+            };
+            Err(err(name, format!("is not a setting; {hint}")))
+        }
+    }
+}
+
 impl Settings {
     /// Reads the settings from an environment lookup and the command-line arguments (without
     /// the program name), validating every one. `allowed_cpus` is how many CPUs this process
@@ -491,8 +601,12 @@ impl Settings {
                 Some((f, v)) => (f, Some(v.to_string())),
                 None => (arg.as_str(), None),
             };
-            let spec =
-                spec_by_flag(flag).ok_or_else(|| err(arg, "unknown argument (see --help)"))?;
+            let spec = spec_by_flag(flag).ok_or_else(|| {
+                let hint = closest(flag, SETTINGS.iter().map(|s| s.flag))
+                    .map(|f| format!("did you mean {f}? "))
+                    .unwrap_or_default();
+                err(arg, format!("unknown argument ({hint}see --help)"))
+            })?;
             let value = match inline {
                 Some(v) => v,
                 None => {
@@ -551,12 +665,24 @@ impl Settings {
                 n as usize
             }
         };
-        let log = get("COMBD_LOG")
-            .unwrap_or(limits::LOG_DEFAULT)
-            .trim()
-            .to_string();
-        if log.is_empty() {
-            return Err(err("COMBD_LOG", "must not be empty (e.g. info)"));
+        let log = parse(&raw, "COMBD_LOG", parse_log)?;
+        let tls = tls_settings(
+            get("COMBD_TLS_LISTEN"),
+            get("COMBD_TLS_CERT"),
+            get("COMBD_TLS_KEY"),
+        )?;
+        if let Some(t) = tls.as_ref().filter(|t| t.listen.port() != 0) {
+            if t.listen.port() == listen.port() {
+                return Err(err(
+                    "COMBD_TLS_LISTEN",
+                    format!(
+                        "{} has the port of COMBD_LISTEN ({listen}); TLS needs a port of its own \
+                         (127.0.0.1:{} serves the localhost side of each)",
+                        t.listen,
+                        listen.port()
+                    ),
+                ));
+            }
         }
         let settings = Settings {
             listen,
@@ -580,13 +706,10 @@ impl Settings {
             test_apps: parse(&raw, "COMBD_TEST_APPS", parse_switch)?,
             cpu_limit_ticks: parse(&raw, "COMBD_CPU_LIMIT_TICKS", parse_count)?,
             db_max_bytes: parse(&raw, "COMBD_DB_MAX", parse_bytes)?,
-            tls: tls_settings(
-                get("COMBD_TLS_LISTEN"),
-                get("COMBD_TLS_CERT"),
-                get("COMBD_TLS_KEY"),
-            )?,
+            tls,
             tls_handshake_timeout: parse(&raw, "COMBD_TLS_HANDSHAKE_TIMEOUT", parse_duration)?,
             ws_ping_interval: parse(&raw, "COMBD_WS_PING_INTERVAL", parse_duration)?,
+            ws_slow_timeout: parse(&raw, "COMBD_WS_SLOW_TIMEOUT", parse_duration)?,
             ws_rate: parse(&raw, "COMBD_WS_RATE", parse_count)?,
             ws_burst: parse(&raw, "COMBD_WS_BURST", parse_count)?,
             outbound_budget_bytes: match get("COMBD_OUTBOUND_BUDGET") {
@@ -653,6 +776,7 @@ impl Settings {
                         .map_or("none".into(), |t| t.key.display().to_string()),
                     "COMBD_TLS_HANDSHAKE_TIMEOUT" => secs(self.tls_handshake_timeout),
                     "COMBD_WS_PING_INTERVAL" => secs(self.ws_ping_interval),
+                    "COMBD_WS_SLOW_TIMEOUT" => secs(self.ws_slow_timeout),
                     "COMBD_TEST_APPS" => (if self.test_apps { "on" } else { "off" }).to_string(),
                     _ => String::from("?"),
                 };
@@ -693,7 +817,7 @@ pub fn help_text() -> String {
     out.push_str(
         "\n  --check-config         validate the settings, print every effective limit and where it came from\n  \
          -h, --help             this text\n  -V, --version          the version\n\n\
-         Subcommand: combd top [--port P] [--once] [--json]   a live per-shard view of /stats\n",
+         Subcommand: combd top [--port P] [--once] [--json]   a live per-shard view of /stats (q quits)\n",
     );
     out
 }
@@ -736,6 +860,7 @@ mod tests {
             limits::TLS_HANDSHAKE_TIMEOUT_DEFAULT
         );
         assert_eq!(s.ws_ping_interval, limits::WS_PING_INTERVAL_DEFAULT);
+        assert_eq!(s.ws_slow_timeout, limits::WS_SLOW_TIMEOUT_DEFAULT);
         assert_eq!(s.shards, 2);
         assert_eq!(s.log, limits::LOG_DEFAULT);
         assert!(s.sources.values().all(|s| *s == Source::Default));
@@ -793,6 +918,7 @@ mod tests {
             ("COMBD_DB_MAX", "0"),
             ("COMBD_TLS_HANDSHAKE_TIMEOUT", "0"),
             ("COMBD_WS_PING_INTERVAL", "0s"),
+            ("COMBD_WS_SLOW_TIMEOUT", "0"),
             ("COMBD_TLS_LISTEN", "nowhere"),
             ("COMBD_TLS_CERT", "/x.pem"),
             ("COMBD_TLS_KEY", "/x.pem"),
@@ -854,6 +980,106 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.tls.unwrap().listen.port(), 8443);
+    }
+
+    #[test]
+    fn tls_may_not_share_the_listen_port() {
+        let tls = |listen: &str, tls: &str| {
+            load(
+                &[
+                    ("COMBD_LISTEN", listen),
+                    ("COMBD_TLS_LISTEN", tls),
+                    ("COMBD_TLS_CERT", "/c.pem"),
+                    ("COMBD_TLS_KEY", "/k.pem"),
+                ],
+                &[],
+            )
+        };
+        let e = tls("0.0.0.0:8080", "0.0.0.0:8080").unwrap_err();
+        assert_eq!(e.setting, "COMBD_TLS_LISTEN");
+        assert!(e.message.contains("port of COMBD_LISTEN"), "{e}");
+        // Another address on the same port still shares the localhost listener 127.0.0.1:port.
+        let e = tls("127.0.0.2:8080", "127.0.0.3:8080").unwrap_err();
+        assert_eq!(e.setting, "COMBD_TLS_LISTEN");
+        tls("0.0.0.0:8080", "0.0.0.0:8443").expect("distinct ports");
+        tls("127.0.0.2:0", "127.0.0.2:0").expect("port 0 picks two free ports");
+    }
+
+    #[test]
+    fn log_takes_levels_and_target_level_directives_only() {
+        for good in [
+            "info",
+            "WARN",
+            "off",
+            "warn,combd_shards=debug",
+            "combd_shards::conn=trace, info",
+        ] {
+            parse_log(good).unwrap_or_else(|e| panic!("{good:?}: {e}"));
+        }
+        assert_eq!(
+            parse_log(" Warn , combd_shards::conn=DEBUG ").unwrap(),
+            "warn,combd_shards::conn=debug"
+        );
+        for bad in [
+            "verbose",
+            "",
+            "info,",
+            "combd_shards",
+            "combd_shards=loud",
+            "=debug",
+            "a b=info",
+            "[span]=info",
+            "3",
+        ] {
+            assert!(parse_log(bad).is_err(), "{bad:?} must be refused");
+        }
+        assert!(parse_log("verbose")
+            .unwrap_err()
+            .contains("\"verbose\" is not a log level"));
+        assert_eq!(
+            load(&[("COMBD_LOG", "verbose")], &[]).unwrap_err().setting,
+            "COMBD_LOG"
+        );
+    }
+
+    #[test]
+    fn an_unknown_setting_names_the_closest_known_one() {
+        let known = ["PATH", "HOME", "COMBD_MAX_AWAKE", "COMBD_LISTEN", "COMBDX"];
+        check_env_names(known).expect("settings and other variables pass");
+        for (typo, meant) in [
+            ("COMBD_MAX_AWAK", "COMBD_MAX_AWAKE"),
+            ("COMBD_LISTN", "COMBD_LISTEN"),
+            ("COMBD_max_awake", "COMBD_MAX_AWAKE"),
+            ("COMBD_TLS_CRT", "COMBD_TLS_CERT"),
+            ("COMBD_SHARD", "COMBD_SHARDS"),
+            ("COMBD_MAXBODY", "COMBD_MAX_BODY"),
+            ("COMBD_WS_RATES", "COMBD_WS_RATE"),
+        ] {
+            let e = check_env_names(["PATH", typo]).unwrap_err();
+            assert_eq!(e.setting, typo);
+            assert_eq!(
+                e.message,
+                format!("is not a setting; did you mean {meant}?")
+            );
+        }
+        let e = check_env_names(["COMBD_FROBNICATE"]).unwrap_err();
+        assert_eq!(e.setting, "COMBD_FROBNICATE");
+        assert_eq!(
+            e.message,
+            "is not a setting; see combd --help for the settings"
+        );
+        // Several: the first in sorted order, whatever the environment's order.
+        let e = check_env_names(["COMBD_ZZ", "COMBD_LISTN"]).unwrap_err();
+        assert_eq!(e.setting, "COMBD_LISTN");
+    }
+
+    #[test]
+    fn an_unknown_flag_names_the_closest_known_one() {
+        let e = load(&[], &["--max-awak", "5"]).unwrap_err();
+        assert_eq!(e.setting, "--max-awak");
+        assert!(e.message.contains("did you mean --max-awake?"), "{e}");
+        let e = load(&[], &["--frobnicate"]).unwrap_err();
+        assert_eq!(e.message, "unknown argument (see --help)");
     }
 
     #[test]

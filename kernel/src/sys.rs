@@ -108,6 +108,27 @@ pub fn resume_listening(sock: &impl AsRawFd, backlog: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets a socket's kernel send buffer (`SO_SNDBUF`; Linux doubles the value for its own
+/// bookkeeping). A fixed buffer also stops the kernel from growing it towards `tcp_wmem`'s
+/// maximum for a peer that does not read.
+pub fn set_send_buffer(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let value = i32::try_from(bytes).unwrap_or(i32::MAX);
+    // SAFETY: setsockopt with a pointer to an i32 and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            &value as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as u32,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Turns on TCP keepalive on a connected socket with the given idle time, probe interval and
 /// probe count, so the kernel resets a connection whose peer vanished without a FIN.
 pub fn set_keepalive(
@@ -151,6 +172,50 @@ pub fn disk_space(path: &std::path::Path) -> io::Result<(u64, u64)> {
     }
     let frsize = st.f_frsize as u64;
     Ok((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
+}
+
+/// A TCP port held by this process among combd processes, for the node's life: an
+/// abstract-namespace unix socket `\0combd-port-<port>` bound by nobody else. The kernel frees
+/// it when the process dies, however it dies. `SO_REUSEPORT` lets a second node bind the same
+/// TCP port and silently split its connections; this lock is what refuses it.
+#[derive(Debug)]
+pub struct PortLock {
+    _held: std::os::unix::net::UnixDatagram,
+}
+
+/// Takes the lock on `port` (see [`PortLock`]). Another process holding it gives
+/// `ErrorKind::AddrInUse`. The abstract namespace is per network namespace, as ports are.
+pub fn lock_port(port: u16) -> io::Result<PortLock> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("combd-port-{port}");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    std::os::unix::net::UnixDatagram::bind_addr(&addr).map(|held| PortLock { _held: held })
+}
+
+/// Opens (creating) `path` and takes an exclusive `flock` on it without waiting, then writes
+/// this process's id in it. The lock lasts while the returned file is open, and the kernel
+/// drops it when the process dies. Another process holding it gives `ErrorKind::WouldBlock`;
+/// [`lock_holder`] reads its id.
+pub fn lock_file(path: &std::path::Path) -> io::Result<std::fs::File> {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    file.set_len(0)?;
+    writeln!(file, "{}", std::process::id())?;
+    Ok(file)
+}
+
+/// The process id written in a lock file by [`lock_file`], if it can be read.
+pub fn lock_holder(path: &std::path::Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -205,5 +270,29 @@ mod tests {
         let _b = bind_listener(addr, 16).expect("SO_REUSEPORT lets a second shard bind");
         let local: SocketAddr = format!("127.0.0.1:{}", addr.port()).parse().unwrap();
         let _c = bind_listener(local, 16).expect("localhost listener on the same port");
+    }
+
+    #[test]
+    fn a_port_lock_is_held_once_and_freed_on_drop() {
+        // A port number no test node uses (they take ports from the kernel's ephemeral range).
+        let lock = lock_port(7).expect("free");
+        assert_eq!(lock_port(7).unwrap_err().kind(), io::ErrorKind::AddrInUse);
+        drop(lock);
+        lock_port(7).expect("free again after drop");
+    }
+
+    #[test]
+    fn a_file_lock_is_exclusive_and_names_its_holder() {
+        let path = std::env::temp_dir().join(format!("combd-lock-{}", std::process::id()));
+        let held = lock_file(&path).expect("free");
+        // flock locks belong to the open file: a second open, even in this process, is refused.
+        assert_eq!(
+            lock_file(&path).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        assert_eq!(lock_holder(&path), Some(std::process::id()));
+        drop(held);
+        drop(lock_file(&path).expect("free again after drop"));
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -32,7 +32,7 @@
 //!                     "UPDATE counter SET value = value + 1 RETURNING value", [], |r| r.get(0))?;
 //!                 Ok(Output::Http(Response::json(200, &serde_json::json!({ "value": v }))))
 //!             }
-//!             Input::Http { .. } => Err(AppError::new(405, "POST to count")),
+//!             Input::Http { .. } => Err(AppError::method_not_allowed("POST", "POST to count")),
 //!             _ => Ok(Output::None),
 //!         }
 //!     }
@@ -122,6 +122,8 @@ pub struct AppError {
     pub message: String,
     /// The limit this error reports, when a limit made it.
     limit: Option<Limit>,
+    /// For a 405: the methods the resource takes (the `allow` header).
+    allow: Option<&'static str>,
 }
 
 impl AppError {
@@ -131,6 +133,26 @@ impl AppError {
             status,
             message: message.into(),
             limit: None,
+            allow: None,
+        }
+    }
+
+    /// `405 Method Not Allowed`, with the methods the resource takes (e.g. `"GET, HEAD"`),
+    /// sent as the `allow` header the status calls for (RFC 9110, 15.5.6).
+    pub fn method_not_allowed(allow: &'static str, message: impl Into<String>) -> AppError {
+        AppError {
+            allow: Some(allow),
+            ..AppError::new(405, message)
+        }
+    }
+
+    /// The HTTP response for this error: `{"error": message}` with its status (and `allow`
+    /// for a 405).
+    pub fn response(&self) -> Response {
+        let resp = Response::error(self.status, &self.message);
+        match self.allow {
+            Some(allow) => resp.with_header("allow", allow),
+            None => resp,
         }
     }
 
@@ -349,6 +371,17 @@ impl<'a> Cx<'a> {
     }
 }
 
+/// How a session that missed messages is brought back in sync ([`App::resync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resync {
+    /// Close the session with 1013 ("try again later"): its client reconnects and gets fresh
+    /// state from its attach.
+    Close,
+    /// Attach the session again, in place: for an app whose attach sends the session
+    /// everything it views (a snapshot), which then replaces what the session missed.
+    Attach,
+}
+
 /// A built-in app.
 pub trait App: Send + Sync + 'static {
     /// The app's name, the `<app>` of `/o/<app>/<name>`.
@@ -386,6 +419,13 @@ pub trait App: Send + Sync + 'static {
     /// error that refuses the attach. Runs on the session's shard.
     fn topic(&self, _query: Option<&str>) -> Result<String, AppError> {
         Ok(String::new())
+    }
+
+    /// How a session that missed messages (its mailbox was full, its shard behind, or another
+    /// shard could not reach it) is brought back in sync. The node never drops a message for a
+    /// session silently: it drops what waits for the session and does this instead.
+    fn resync(&self) -> Resync {
+        Resync::Close
     }
 
     /// A page the node serves for this app: its path (outside `/o/`) and its HTML.

@@ -55,6 +55,15 @@ impl Job {
         }
     }
 
+    /// A session that missed messages attaching again, in place ([`crate::app::Resync::Attach`]):
+    /// its attach sends it what it views. An error goes back to the session.
+    pub fn reattach(session: SessionId, query: Option<String>) -> Job {
+        Job {
+            input: Owned::Attach { session, query },
+            reply: Reply::Session(session),
+        }
+    }
+
     /// A session detaching. Never refused: it frees what the object keeps for the session.
     pub fn detach(session: SessionId) -> Job {
         Job {

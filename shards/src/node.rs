@@ -68,6 +68,8 @@ pub struct Node {
     tls_addr: Option<SocketAddr>,
     events: mpsc::Receiver<(usize, ShardEvent)>,
     running: usize,
+    /// The locks on the node's ports: held until the node is dropped, after its shards exit.
+    _ports: Vec<sys::PortLock>,
 }
 
 /// What a node starts with, besides its CPUs.
@@ -158,6 +160,7 @@ impl Node {
             tls_addr: bound.tls,
             events,
             running: n,
+            _ports: bound.locks,
         };
         node.wait_ready(n)
     }
@@ -228,16 +231,46 @@ impl Node {
     }
 }
 
+/// Takes the lock on `port` for the node's life ([`sys::lock_port`]): `SO_REUSEPORT` would
+/// let a second node bind a port this one serves and silently take half its connections.
+fn lock_port(port: u16, setting: &'static str) -> Result<sys::PortLock, StartError> {
+    sys::lock_port(port).map_err(|e| StartError::Setting {
+        setting,
+        message: if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!(
+                "port {port} is already served by another combd on this machine; two nodes \
+                 on one port would split its connections"
+            )
+        } else {
+            format!("cannot take the lock on port {port}: {e}")
+        },
+    })
+}
+
 /// Binds `n` public listeners on `addr` (a port of 0 resolved once, so all share it) and `n`
-/// localhost listeners on `127.0.0.1` with the same port. Errors name `setting`.
+/// localhost listeners on `127.0.0.1` with the same port, holding the port's lock before any
+/// listener joins the port's `SO_REUSEPORT` group (a port of 0: right after it is resolved,
+/// before anything listens on it but the first). Errors name `setting`.
 fn bind_pair(
     addr: SocketAddr,
     n: usize,
     setting: &'static str,
-) -> Result<(Vec<socket2::Socket>, Vec<socket2::Socket>, SocketAddr), StartError> {
+) -> Result<
+    (
+        Vec<socket2::Socket>,
+        Vec<socket2::Socket>,
+        SocketAddr,
+        sys::PortLock,
+    ),
+    StartError,
+> {
     let mut public = Vec::with_capacity(n);
     let mut local = Vec::with_capacity(n);
     let mut addr = addr;
+    let mut lock = match addr.port() {
+        0 => None,
+        port => Some(lock_port(port, setting)?),
+    };
     for i in 0..n {
         let p =
             sys::bind_listener(addr, limits::LISTEN_BACKLOG).map_err(|e| StartError::Setting {
@@ -250,6 +283,9 @@ fn bind_pair(
                 .ok()
                 .and_then(|a| a.as_socket())
                 .unwrap_or(addr);
+            if lock.is_none() {
+                lock = Some(lock_port(addr.port(), setting)?);
+            }
         }
         let l_addr = SocketAddr::from(([127, 0, 0, 1], addr.port()));
         let l = sys::bind_listener(l_addr, limits::LISTEN_BACKLOG).map_err(|e| {
@@ -261,7 +297,11 @@ fn bind_pair(
         public.push(p);
         local.push(l);
     }
-    Ok((public, local, addr))
+    let lock = match lock {
+        Some(lock) => lock,
+        None => lock_port(addr.port(), setting)?,
+    };
+    Ok((public, local, addr, lock))
 }
 
 /// Every shard's listeners, bound before any shard starts.
@@ -273,12 +313,15 @@ struct Bound {
     public: SocketAddr,
     /// The public TLS address, when TLS is on.
     tls: Option<SocketAddr>,
+    /// The locks on the ports, held for the node's life.
+    locks: Vec<sys::PortLock>,
 }
 
 /// Binds every listener of `n` shards, so a port of 0 resolves once and every shard (and the
 /// localhost listener) shares it.
 fn bind_all(settings: &Settings, n: usize) -> Result<Bound, StartError> {
-    let (public, local, addr) = bind_pair(settings.listen, n, "COMBD_LISTEN")?;
+    let (public, local, addr, lock) = bind_pair(settings.listen, n, "COMBD_LISTEN")?;
+    let mut locks = vec![lock];
     let fd = |s: socket2::Socket, local: bool, tls: bool| ListenerFd {
         fd: s.into_raw_fd(),
         local,
@@ -291,7 +334,8 @@ fn bind_all(settings: &Settings, n: usize) -> Result<Bound, StartError> {
         .collect();
     let mut tls = None;
     if let Some(t) = &settings.tls {
-        let (tp, tl, tls_addr) = bind_pair(t.listen, n, "COMBD_TLS_LISTEN")?;
+        let (tp, tl, tls_addr, lock) = bind_pair(t.listen, n, "COMBD_TLS_LISTEN")?;
+        locks.push(lock);
         for (fds, (p, l)) in per_shard.iter_mut().zip(tp.into_iter().zip(tl)) {
             fds.push(fd(p, false, true));
             fds.push(fd(l, true, true));
@@ -302,6 +346,7 @@ fn bind_all(settings: &Settings, n: usize) -> Result<Bound, StartError> {
         per_shard,
         public: addr,
         tls,
+        locks,
     })
 }
 

@@ -95,7 +95,7 @@ pub(crate) async fn run(
         shard.start_accepting(idx);
     }
     shard.apply_admission();
-    glommio::spawn_local(tick(shard.state.clone())).detach();
+    glommio::spawn_local(tick(shard.cells.clone())).detach();
     glommio::spawn_local(carry_inbox(shard.cells.clone(), inbox)).detach();
     let wake_closed = Rc::new(Cell::new(false));
     glommio::spawn_local(read_wakes(shard.state.clone(), wake, wake_closed.clone())).detach();
@@ -143,16 +143,21 @@ async fn carry_inbox(cells: Rc<Cells>, inbox: async_channel::Receiver<ShardMsg>)
             }
         };
         cells.receive(msg).await;
-        turn.spend().await;
+        if turn.spend().await {
+            cells.catch_up_missed();
+        }
     }
 }
 
 /// The housekeeping tick: measures how late the shard's timer fires (a loop that is busy or
 /// blocked shows lag; past [`TURN_OVERRUN`](limits::TURN_OVERRUN) it counts as an overrun),
-/// beats the heartbeat the watchdog checks, and runs the ping sweep.
-async fn tick(state: Rc<ShardState>) {
+/// beats the heartbeat the watchdog checks, refreshes the `Date` of responses, resyncs the
+/// sessions other shards could not reach, and runs the ping sweep.
+async fn tick(cells: Rc<Cells>) {
+    let state = cells.state().clone();
     let mut last_ping = Instant::now();
     while !state.draining() {
+        cells.catch_up_missed();
         if last_ping.elapsed() >= state.settings().ws_ping_interval {
             last_ping = Instant::now();
             ping_sweep(&state).await;
@@ -160,6 +165,7 @@ async fn tick(state: Rc<ShardState>) {
         let start = Instant::now();
         glommio::timer::sleep(limits::SHARD_TICK).await;
         let late = start.elapsed().saturating_sub(limits::SHARD_TICK);
+        state.refresh_date();
         let stats = state.stats();
         stats
             .lag_ms

@@ -48,6 +48,51 @@ pub struct NodeShared {
     pub(crate) inboxes: Vec<async_channel::Sender<ShardMsg>>,
     /// The TLS configuration, when TLS is on.
     pub tls: Option<Tls>,
+    /// Per shard: what its sessions missed because its inbox was full.
+    pub(crate) missed: Vec<Missed>,
+}
+
+/// What a shard's sessions missed because another shard could not reach them (its inbox was
+/// full): the sessions and the (object, topic) broadcasts. The other shards write it, the
+/// shard takes it (its inbox loop and housekeeping tick look): a lock only on this rare path.
+#[derive(Default)]
+pub(crate) struct Missed {
+    any: AtomicBool,
+    list: std::sync::Mutex<MissedList>,
+}
+
+/// The sessions and broadcasts a shard's sessions missed.
+#[derive(Default)]
+pub(crate) struct MissedList {
+    pub sessions: Vec<u64>,
+    pub topics: Vec<(String, String)>,
+}
+
+impl Missed {
+    /// A session of this shard missed a delivery.
+    pub fn session(&self, id: u64) {
+        self.with(|l| l.sessions.push(id));
+    }
+
+    /// The sessions of object `key` subscribed to `topic` on this shard missed a broadcast.
+    pub fn topic(&self, key: &str, topic: &str) {
+        self.with(|l| l.topics.push((key.to_string(), topic.to_string())));
+    }
+
+    fn with(&self, f: impl FnOnce(&mut MissedList)) {
+        let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut list);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// What was missed since the last call, if anything.
+    pub fn take(&self) -> Option<MissedList> {
+        if !self.any.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        Some(std::mem::take(&mut *list))
+    }
 }
 
 /// What a node's shared state is made of, besides what it makes itself.
@@ -81,6 +126,7 @@ impl NodeShared {
             conns_open: AtomicU64::new(0),
             shard_wakers: p.shard_wakers,
             coordinator: p.coordinator,
+            missed: p.inboxes.iter().map(|_| Missed::default()).collect(),
             inboxes: p.inboxes,
             tls: p.tls,
         }
@@ -169,6 +215,8 @@ impl NodeShared {
             ("tls_handshake_timeout_ms", ms(s.tls_handshake_timeout)),
             ("tls_handshakes_max", limits::TLS_HANDSHAKES_MAX as u64),
             ("ws_ping_interval_ms", ms(s.ws_ping_interval)),
+            ("ws_slow_timeout_ms", ms(s.ws_slow_timeout)),
+            ("ws_send_buffer_bytes", limits::WS_SEND_BUFFER_BYTES as u64),
             (
                 "blocking_threads_per_shard",
                 limits::BLOCKING_THREADS_PER_SHARD as u64,

@@ -84,7 +84,8 @@ pub struct ShardStats {
     pub restores_active_max: AtomicU64,
     /// Inputs refused because an object's mailbox (or the shard's inbox) was full.
     pub mailbox_refused: AtomicU64,
-    /// Messages dropped because a session's mailbox was full.
+    /// Messages dropped for a session (its mailbox full, or its shard behind, or another shard
+    /// could not reach it); each drop makes the session resync.
     pub session_mailbox_dropped: AtomicU64,
     /// Deliveries and broadcasts dropped because another shard's inbox was full.
     pub cross_shard_dropped: AtomicU64,
@@ -140,6 +141,8 @@ pub struct ShardStats {
     pub turn_overruns: AtomicU64,
     /// Broadcasts being fanned out to this shard's sessions now.
     pub fanouts_in_progress: AtomicU64,
+    /// Sessions that missed messages and were resynced (attached again, or closed with 1013).
+    pub session_resyncs: AtomicU64,
 }
 
 /// One figure: its `/stats` name, `/metrics` name, kind, help line and value.
@@ -220,6 +223,7 @@ impl ShardStats {
             ("turn_yields", "combd_turn_yields_total", Counter, "Times a budgeted loop yielded the shard's loop.", g(&self.turn_yields)),
             ("turn_overruns", "combd_turn_overruns_total", Counter, "Turns of the shard's loop longer than 10 ms.", g(&self.turn_overruns)),
             ("fanouts_in_progress", "combd_fanouts_in_progress", Gauge, "Broadcasts being fanned out now.", g(&self.fanouts_in_progress)),
+            ("session_resyncs", "combd_session_resyncs_total", Counter, "Sessions resynced after missing messages.", g(&self.session_resyncs)),
         ]
     }
 }

@@ -151,6 +151,15 @@ pub(crate) enum Stream {
     Tls(Box<futures_rustls::server::TlsStream<TcpStream>>),
 }
 
+impl std::os::fd::AsRawFd for Stream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Stream::Plain(s) => s.as_raw_fd(),
+            Stream::Tls(s) => s.get_ref().0.as_raw_fd(),
+        }
+    }
+}
+
 impl AsyncRead for Stream {
     fn poll_read(
         self: Pin<&mut Self>,

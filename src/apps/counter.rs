@@ -61,7 +61,10 @@ impl App for Counter {
                     &serde_json::json!({ "value": v }),
                 )))
             }
-            Input::Http { .. } => Err(AppError::new(405, "GET the value or POST to add")),
+            Input::Http { .. } => Err(AppError::method_not_allowed(
+                "GET, HEAD, POST",
+                "GET the value or POST to add",
+            )),
             Input::Message { session, .. } => {
                 let v = value(cx)?;
                 cx.send(*session, &serde_json::json!({ "value": v }).to_string())?;

@@ -27,8 +27,8 @@ impl App for Echo {
                 "application/octet-stream",
                 body.to_vec(),
             ))),
-            Input::Http { .. } => Err(AppError::new(
-                405,
+            Input::Http { .. } => Err(AppError::method_not_allowed(
+                "POST",
                 "echo takes POST (or a WebSocket upgrade)",
             )),
             Input::Message {

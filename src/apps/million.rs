@@ -4,11 +4,13 @@
 //! `{"t":"page","p":p,"s":<your session>,"bits":"<hex, box i of the page is bit i%8 of byte i/8>"}`.
 //! A click `{"t":"click","i":<box>,"c":<your seq>}` toggles a box; every viewer of its page
 //! gets `{"t":"set","u":[[i,v,session,c],...]}`. Clicks waiting together are applied in one
-//! transaction and sent as one update per page. The node serves a page at `/million/`.
+//! transaction and sent as one update per page. `GET /o/million/<board>?page=<p>` without an
+//! upgrade answers the board's size, or the error an upgrade would get for that page. The
+//! node serves a page at `/million/`.
 
 use std::collections::BTreeMap;
 
-use combd_shards::app::{App, AppError, Cx, Input, Message, Output, SessionId};
+use combd_shards::app::{App, AppError, Cx, Input, Message, Output, Resync, SessionId};
 use combd_shards::http::Response;
 
 /// Boxes on the board.
@@ -132,6 +134,11 @@ impl App for Million {
         true
     }
 
+    /// A viewer that missed updates gets its page again: the attach sends it whole.
+    fn resync(&self) -> Resync {
+        Resync::Attach
+    }
+
     fn topic(&self, query: Option<&str>) -> Result<String, AppError> {
         Ok(format!("p{}", page_of(query)?))
     }
@@ -142,14 +149,23 @@ impl App for Million {
 
     fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
         match input {
+            // A page in the query is checked as an upgrade checks it, so a client whose
+            // upgrade failed can learn why (the page at `/million/` does).
             Input::Http {
                 method: "GET" | "HEAD",
+                query,
                 ..
-            } => Ok(Output::Http(Response::json(
-                200,
-                &serde_json::json!({ "boxes": BOXES, "page_boxes": PAGE_BOXES, "pages": PAGES }),
-            ))),
-            Input::Http { .. } => Err(AppError::new(405, "view the board over a WebSocket")),
+            } => {
+                page_of(*query)?;
+                Ok(Output::Http(Response::json(
+                    200,
+                    &serde_json::json!({ "boxes": BOXES, "page_boxes": PAGE_BOXES, "pages": PAGES }),
+                )))
+            }
+            Input::Http { .. } => Err(AppError::method_not_allowed(
+                "GET, HEAD",
+                "view the board over a WebSocket",
+            )),
             Input::Attach { session, query } => {
                 let page = page_of(*query)?;
                 let bits = load_page(cx, page)?;

@@ -39,14 +39,19 @@ impl TestNode {
 
     /// Starts the node on an existing data directory (a restart).
     pub fn start_in(data_dir: std::path::PathBuf, env: &[(&str, &str)]) -> TestNode {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_combd"));
-        cmd.env("COMBD_LISTEN", "127.0.0.2:0")
-            .env("COMBD_DATA", &data_dir)
-            .env("COMBD_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
+        Self::start_with(data_dir, env, Stdio::inherit())
+    }
+
+    /// Starts the node on `data_dir` with its stderr going to `stderr`.
+    pub fn start_with(
+        data_dir: std::path::PathBuf,
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> TestNode {
+        let mut cmd = combd_command(&data_dir, env);
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(stderr);
         let mut child = cmd.spawn().expect("spawn combd");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();
@@ -150,6 +155,106 @@ impl Drop for TestNode {
     }
 }
 
+/// The `combd` binary set up as the tests run a node: public listener on `127.0.0.2` (port 0
+/// picks one), data in `data_dir`, logs at `warn`, then `env` on top.
+pub fn combd_command(data_dir: &std::path::Path, env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_combd"));
+    cmd.env("COMBD_LISTEN", "127.0.0.2:0")
+        .env("COMBD_DATA", data_dir)
+        .env("COMBD_LOG", "warn")
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// Runs `cmd` to its end (stdin empty, stdout and stderr captured). A process still running
+/// after the wait is killed and fails the test: a node that should have refused to start.
+pub fn run_to_exit(cmd: &mut Command) -> std::process::Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(out) => out.expect("wait"),
+        Err(_) => {
+            // SAFETY: kill on our own child's pid, which has not been reaped (the waiter holds it).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let out = rx.recv_timeout(WAIT).expect("the killed process's output");
+            let out = out.expect("wait");
+            panic!(
+                "timed out waiting for the process to exit (it kept running); stdout: {} stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// Runs `cmd`, which must refuse to start: exit status 78 within the wait. Returns its stderr.
+pub fn refused(cmd: &mut Command) -> String {
+    let out = run_to_exit(cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(78), "stderr: {stderr}");
+    stderr
+}
+
+/// Waits for `child` to exit within the wait and returns its status; one still running then is
+/// killed and fails the test.
+pub fn exit_within(mut child: Child) -> ExitStatus {
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(status) => status.expect("wait"),
+        Err(_) => {
+            // SAFETY: kill on our own child's pid, which has not been reaped (the waiter holds it).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("timed out waiting for the process to exit");
+        }
+    }
+}
+
+/// Every line a reader gives, on a channel (read by a thread until EOF).
+pub fn lines(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for the next line that contains `text`; fails with "timed out waiting for ...".
+pub fn wait_line(lines: &mpsc::Receiver<String>, text: &str) -> String {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(text) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("timed out waiting for a line with {text:?}: {e}"),
+        }
+    }
+}
+
+/// A port on 127.0.0.2 that nothing listens on (the kernel picked it free a moment ago).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
 /// Polls `/stats` until `cond` holds; fails with "timed out waiting for {what}".
 pub fn wait_stats(
     node: &TestNode,
@@ -197,6 +302,16 @@ impl SmallDisk {
             eprintln!("skipped: cannot mount a tmpfs here (needs root)");
             None
         }
+    }
+
+    /// Remounts the disk read-only: nobody, root included, can write on it then.
+    pub fn remount_read_only(&self) {
+        let ok = Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount -o remount,ro {}", self.0.display());
     }
 
     /// A data directory on the disk, for `COMBD_DATA`.

@@ -191,6 +191,20 @@ impl Cells {
         }
     }
 
+    /// Marks the sessions that other shards could not reach (their inbox to this shard was
+    /// full) as having missed messages, so each is resynced.
+    pub fn catch_up_missed(&self) {
+        let Some(list) = self.state.node().missed[self.state.id()].take() else {
+            return;
+        };
+        for id in list.sessions {
+            self.sessions.missed(id);
+        }
+        for (key, topic) in list.topics {
+            self.sessions.topic_missed(&key, &topic);
+        }
+    }
+
     /// Handles what another shard sent. A broadcast fans out within the shard's per-turn
     /// budget, so this may take several turns.
     pub async fn receive(self: &Rc<Self>, msg: ShardMsg) {
@@ -232,6 +246,7 @@ impl Cells {
                         };
                         if inbox.try_send(msg).is_err() {
                             ShardStats::add(&self.state.stats().cross_shard_dropped, 1);
+                            node.missed[shard].topic(key, &topic);
                         }
                     }
                     self.sessions.fan_out(key, &topic, &frame).await;

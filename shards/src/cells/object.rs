@@ -244,13 +244,13 @@ fn answer(cells: &Cells, reply: Reply, out: Result<Output, AppError>) {
             let _ = r.try_send(Response::bytes(204, "application/json", Vec::new()));
         }
         (Reply::Http(r), Err(e)) => {
-            let _ = r.try_send(Response::error(e.status, &e.message));
+            let _ = r.try_send(e.response());
         }
         (Reply::Attach(r), Ok(_)) => {
             let _ = r.try_send(Ok(()));
         }
         (Reply::Attach(r), Err(e)) => {
-            let _ = r.try_send(Err(Response::error(e.status, &e.message)));
+            let _ = r.try_send(Err(e.response()));
         }
         (Reply::Session(s), Err(e)) => {
             let mut frame = Vec::new();

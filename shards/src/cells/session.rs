@@ -1,13 +1,17 @@
 //! Sessions: the cells of WebSocket connections attached to an object. Each has a mailbox of
 //! frames to write, the bytes waiting for its client, and the topic it is subscribed to.
 //!
-//! Whether a frame is queued, dropped or closes the session is one pure decision
-//! ([`decide`]); the registry applies it, counts it and wakes the connection.
+//! Whether a frame is queued, makes the session resync, or closes it is one pure decision
+//! ([`decide`]); the registry applies it, counts it and wakes the connection. Nothing for a
+//! session is dropped silently: a frame that cannot be queued drops what waits and marks the
+//! session as having missed messages, and its connection asks its app for a resync
+//! ([`App::resync`](crate::app::App::resync)) or closes it with 1013 when it next runs.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use combd_kernel::limits::{
     FANOUT_PER_TURN, SESSION_MAILBOX, SESSION_MAILBOX_BEHIND, WS_SLOW_CLOSE_BYTES,
@@ -22,7 +26,8 @@ use crate::stats::ShardStats;
 /// Why the node closes a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CloseWhy {
-    /// [`WS_SLOW_CLOSE_BYTES`] would be waiting for it: it reads too slowly.
+    /// [`WS_SLOW_CLOSE_BYTES`] would be waiting for it, or it has taken none of what waits
+    /// for `COMBD_WS_SLOW_TIMEOUT`: it reads too slowly.
     Slow,
     /// The frame would take the shard past its outbound budget.
     OutboundBudget,
@@ -33,8 +38,8 @@ pub(crate) enum CloseWhy {
 pub(crate) enum Delivery {
     /// Put it in the session's mailbox.
     Queue,
-    /// The mailbox is full: drop it (counted).
-    Drop,
+    /// The mailbox is full: drop it and what waits, and resync the session (counted).
+    Resync,
     /// Close the session (its mailbox is dropped).
     Close(CloseWhy),
 }
@@ -52,17 +57,21 @@ pub(crate) struct Waiting {
     /// Bytes waiting on the whole shard, and the shard's outbound budget.
     pub shard_bytes: u64,
     pub shard_budget: u64,
+    /// How long the session has had bytes waiting with none taken, and
+    /// `COMBD_WS_SLOW_TIMEOUT`.
+    pub stuck_for: Duration,
+    pub slow_timeout: Duration,
 }
 
-/// Decides what happens to a frame of `len` bytes: a session with too much waiting is
-/// closed, never the node; a full mailbox drops the frame.
+/// Decides what happens to a frame of `len` bytes: a session with too much waiting, or
+/// waiting too long, is closed, never the node; a full mailbox makes the session resync.
 pub(crate) fn decide(w: Waiting, len: u64) -> Delivery {
-    if w.session_bytes + len > WS_SLOW_CLOSE_BYTES {
+    if w.session_bytes + len > WS_SLOW_CLOSE_BYTES || w.stuck_for > w.slow_timeout {
         Delivery::Close(CloseWhy::Slow)
     } else if w.shard_bytes + len > w.shard_budget {
         Delivery::Close(CloseWhy::OutboundBudget)
     } else if w.frames >= w.frames_max {
-        Delivery::Drop
+        Delivery::Resync
     } else {
         Delivery::Queue
     }
@@ -75,12 +84,18 @@ struct SessionCell {
     mail: VecDeque<Arc<[u8]>>,
     key: String,
     topic: String,
+    /// The query it attached with (a resync attaches with it again).
+    query: Option<String>,
     /// Bytes waiting for the client: the mailbox's, and those being written, until the
     /// kernel has taken them.
     waiting_bytes: u64,
     /// Why the node closes this session. Its mail is dropped at once; the connection closes
     /// when it next runs.
     closing: Option<CloseWhy>,
+    /// It missed frames: its connection resyncs it when it next runs.
+    missed: bool,
+    /// Since when bytes have waited for the client with none taken.
+    stuck_since: Option<Instant>,
 }
 
 /// The sessions of one shard, and the topics they are subscribed to.
@@ -101,9 +116,15 @@ impl Sessions {
         }
     }
 
-    /// A new session of the connection parked in `slot`, attached to object `key` and
-    /// subscribed to `topic`.
-    pub fn open(&self, slot: usize, key: String, topic: String) -> SessionId {
+    /// A new session of the connection parked in `slot`, attached to object `key` with
+    /// `query` and subscribed to `topic`.
+    pub fn open(
+        &self,
+        slot: usize,
+        key: String,
+        topic: String,
+        query: Option<String>,
+    ) -> SessionId {
         let id = self.next.get() + 1;
         self.next.set(id);
         self.topics
@@ -118,8 +139,11 @@ impl Sessions {
                 mail: VecDeque::new(),
                 waiting_bytes: 0,
                 closing: None,
+                missed: false,
+                stuck_since: None,
                 key,
                 topic,
+                query,
             },
         );
         ShardStats::add(&self.state.stats().sessions, 1);
@@ -151,7 +175,21 @@ impl Sessions {
         self.map
             .borrow()
             .get(&id)
-            .is_some_and(|s| !s.mail.is_empty() || s.closing.is_some())
+            .is_some_and(|s| !s.mail.is_empty() || s.closing.is_some() || s.missed)
+    }
+
+    /// The query the session attached with.
+    pub fn query(&self, id: u64) -> Option<String> {
+        self.map.borrow().get(&id).and_then(|s| s.query.clone())
+    }
+
+    /// Whether the session missed frames since it was last asked; the connection then
+    /// resyncs it.
+    pub fn take_missed(&self, id: u64) -> bool {
+        self.map
+            .borrow_mut()
+            .get_mut(&id)
+            .is_some_and(|s| std::mem::take(&mut s.missed))
     }
 
     /// Why the node is closing this session, if it is.
@@ -175,7 +213,46 @@ impl Sessions {
             let b = bytes.min(s.waiting_bytes);
             s.waiting_bytes -= b;
             self.state.release_outbound(b);
+            s.stuck_since = (s.waiting_bytes > 0).then(Instant::now);
         }
+    }
+
+    /// Marks a session as having missed frames: what waits is dropped (counted), and its
+    /// connection is woken to resync it.
+    pub fn missed(&self, id: u64) {
+        let slot = {
+            let mut map = self.map.borrow_mut();
+            let Some(s) = map.get_mut(&id) else {
+                return;
+            };
+            let dropped = self.drop_mail(s);
+            ShardStats::add(&self.state.stats().session_mailbox_dropped, dropped);
+            s.missed = true;
+            s.slot
+        };
+        self.state.wake_slot(slot);
+    }
+
+    /// Marks every local session of object `key` subscribed to `topic` as having missed a
+    /// frame (a broadcast that could not cross to this shard).
+    pub fn topic_missed(&self, key: &str, topic: &str) {
+        let ids: Vec<u64> = self
+            .topics
+            .borrow()
+            .get(&(key.to_string(), topic.to_string()))
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        ids.into_iter().for_each(|id| self.missed(id));
+    }
+
+    /// Drops what waits in a session's mailbox; what is being written is released as the
+    /// connection writes it or closes. Returns how many frames were dropped.
+    fn drop_mail(&self, s: &mut SessionCell) -> u64 {
+        let dropped = s.mail.len() as u64;
+        let queued: u64 = s.mail.drain(..).map(|f| f.len() as u64).sum();
+        s.waiting_bytes -= queued.min(s.waiting_bytes);
+        self.state.release_outbound(queued);
+        dropped
     }
 
     /// Puts a frame in a local session's mailbox and wakes its connection, as [`decide`]
@@ -201,16 +278,21 @@ impl Sessions {
                 session_bytes: s.waiting_bytes,
                 shard_bytes: self.state.outbound(),
                 shard_budget: self.state.node().outbound_budget_bytes,
+                stuck_for: s.stuck_since.map_or(Duration::ZERO, |t| t.elapsed()),
+                slow_timeout: self.state.settings().ws_slow_timeout,
             };
             match decide(waiting, len) {
                 Delivery::Queue => {
                     s.mail.push_back(frame);
                     s.waiting_bytes += len;
+                    s.stuck_since.get_or_insert_with(Instant::now);
                     self.state.add_outbound(len);
                 }
-                Delivery::Drop => {
-                    ShardStats::add(&stats.session_mailbox_dropped, 1);
-                    return;
+                Delivery::Resync => {
+                    // The new frame is dropped with what waits.
+                    let dropped = 1 + self.drop_mail(s);
+                    ShardStats::add(&stats.session_mailbox_dropped, dropped);
+                    s.missed = true;
                 }
                 Delivery::Close(why) => {
                     ShardStats::add(
@@ -220,11 +302,7 @@ impl Sessions {
                         },
                         1,
                     );
-                    // Drop what waits in the mailbox now; what is being written is released
-                    // as the connection closes.
-                    let queued: u64 = s.mail.drain(..).map(|f| f.len() as u64).sum();
-                    s.waiting_bytes -= queued.min(s.waiting_bytes);
-                    self.state.release_outbound(queued);
+                    self.drop_mail(s);
                     s.closing = Some(why);
                 }
             }
@@ -248,6 +326,7 @@ impl Sessions {
         };
         if inbox.try_send(msg).is_err() {
             ShardStats::add(&self.state.stats().cross_shard_dropped, 1);
+            self.state.node().missed[to.shard as usize].session(to.id);
         }
     }
 
@@ -285,6 +364,8 @@ mod tests {
             session_bytes: 0,
             shard_bytes: 0,
             shard_budget: 1 << 30,
+            stuck_for: Duration::ZERO,
+            slow_timeout: Duration::from_secs(30),
         }
     }
 
@@ -295,13 +376,18 @@ mod tests {
             frames: SESSION_MAILBOX,
             ..waiting()
         };
-        assert_eq!(decide(full, 100), Delivery::Drop);
+        assert_eq!(decide(full, 100), Delivery::Resync);
         let behind = Waiting {
             frames: SESSION_MAILBOX_BEHIND,
             frames_max: SESSION_MAILBOX_BEHIND,
             ..waiting()
         };
-        assert_eq!(decide(behind, 1), Delivery::Drop);
+        assert_eq!(decide(behind, 1), Delivery::Resync);
+        let stuck = Waiting {
+            stuck_for: Duration::from_secs(31),
+            ..waiting()
+        };
+        assert_eq!(decide(stuck, 1), Delivery::Close(CloseWhy::Slow));
         let slow = Waiting {
             session_bytes: WS_SLOW_CLOSE_BYTES - 10,
             ..waiting()

@@ -108,7 +108,9 @@ pub(crate) async fn serve(
     set_socket_options(&stream);
     let state = cells.state().clone();
     let stream = if tls {
-        match tls_handoff::handshake(&state, stream).await {
+        // Boxed: the handshake's state (rustls's) would otherwise size every connection's
+        // task, plain ones included, for its whole life.
+        match Box::pin(tls_handoff::handshake(&state, stream)).await {
             Some(s) => s,
             None => return,
         }
@@ -251,7 +253,7 @@ impl Conn {
     /// Appends a response to `out`, counted.
     fn respond(&self, out: &mut Vec<u8>, resp: &Response, keep_alive: bool, head_only: bool) {
         self.count_status(resp.status);
-        http::write_response(out, resp, keep_alive, head_only);
+        http::write_response(out, resp, keep_alive, head_only, &self.state().date());
     }
 
     fn count_status(&self, status: u16) {

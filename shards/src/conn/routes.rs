@@ -1,6 +1,8 @@
 //! The route table: where a request goes. The node's own endpoints (`/healthz`, and on the
-//! localhost listener `/stats` and `/metrics`), the apps' pages, and `/o/<app>/<name>`: a
-//! WebSocket upgrade, a stateless app called right here, or a job for an object.
+//! localhost listener `/stats` and `/metrics`), the apps' pages (with redirects to them: `/`
+//! to the first, a page's path without its trailing slash to the page), and
+//! `/o/<app>/<name>`: a WebSocket upgrade, a stateless app called right here, or a job for an
+//! object.
 
 use std::sync::Arc;
 
@@ -19,6 +21,19 @@ pub(super) enum Routed {
 
 fn method_not_allowed() -> Response {
     Response::error(405, "method not allowed").with_header("allow", "GET, HEAD")
+}
+
+/// Where a path that is not a page redirects to, query kept: `/` to the first app's page
+/// (302: the front page may change), and an app page's path without its trailing slash to
+/// the page (308).
+fn redirect(path: &str, pages: &[(&'static str, &'static str)]) -> Option<(u16, &'static str)> {
+    if path == "/" {
+        return pages.first().map(|(p, _)| (302, *p));
+    }
+    pages
+        .iter()
+        .find(|(p, _)| p.strip_suffix('/') == Some(path))
+        .map(|(p, _)| (308, *p))
 }
 
 impl Conn {
@@ -41,13 +56,29 @@ impl Conn {
                 .strip_prefix("/o/")
                 .and_then(|rest| rest.split_once('/'))
             {
-                None => match node.apps.pages().iter().find(|(p, _)| *p == path) {
-                    Some((_, page)) if get => {
-                        Response::bytes(200, "text/html; charset=utf-8", page.as_bytes().to_vec())
+                None => {
+                    let pages = node.apps.pages();
+                    match (
+                        pages.iter().find(|(p, _)| *p == path),
+                        redirect(path, &pages),
+                    ) {
+                        (Some((_, page)), _) if get => Response::bytes(
+                            200,
+                            "text/html; charset=utf-8",
+                            page.as_bytes().to_vec(),
+                        ),
+                        (Some(_), _) | (None, Some(_)) if !get => method_not_allowed(),
+                        (None, Some((status, to))) => {
+                            let to = match req.query {
+                                Some(q) => format!("{to}?{q}"),
+                                None => to.to_string(),
+                            };
+                            Response::json(status, &serde_json::json!({ "location": to }))
+                                .with_header("location", to)
+                        }
+                        _ => Response::error(404, "not found"),
                     }
-                    Some(_) => method_not_allowed(),
-                    None => Response::error(404, "not found"),
-                },
+                }
                 Some((app, object)) => return self.route_object(req, head, app, object),
             },
         };
@@ -91,7 +122,7 @@ impl Conn {
         Routed::Respond(match result {
             Ok(Output::Http(resp)) => resp,
             Ok(Output::None) => Response::bytes(204, "application/json", Vec::new()),
-            Err(e) => Response::error(e.status, &e.message),
+            Err(e) => e.response(),
         })
     }
 
@@ -114,6 +145,9 @@ fn websocket_accept(req: &Request<'_>, head: &Head) -> Result<String, Response> 
     if req.method != "GET" {
         return Err(Response::error(405, "websocket upgrade needs GET").with_header("allow", "GET"));
     }
+    if !head.http11 {
+        return Err(Response::error(400, "websocket upgrade needs HTTP/1.1"));
+    }
     if head.body_len != 0 {
         return Err(Response::error(400, "websocket upgrade with a body"));
     }
@@ -129,12 +163,64 @@ fn websocket_accept(req: &Request<'_>, head: &Head) -> Result<String, Response> 
             "websocket upgrade needs connection: upgrade",
         ));
     }
+    let count = |name: &str| {
+        req.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+            .count()
+    };
+    if count("sec-websocket-version") > 1 || count("sec-websocket-key") > 1 {
+        return Err(Response::error(
+            400,
+            "more than one sec-websocket-key or sec-websocket-version",
+        ));
+    }
     if req.header("sec-websocket-version").map(|v| v.trim_ascii()) != Some(b"13") {
         return Err(Response::error(426, "websocket version 13 required")
+            .with_header("upgrade", "websocket")
             .with_header("sec-websocket-version", "13"));
     }
     match req.header("sec-websocket-key").map(|v| v.trim_ascii()) {
-        Some(key) if key.len() == 24 => Ok(tungstenite::handshake::derive_accept_key(key)),
+        Some(key) if valid_websocket_key(key) => Ok(tungstenite::handshake::derive_accept_key(key)),
         _ => Err(Response::error(400, "missing or invalid sec-websocket-key")),
+    }
+}
+
+/// Whether a `Sec-WebSocket-Key` is the base64 of 16 bytes: 22 characters of the base64
+/// alphabet, the last of which carries only 2 bits (`A`, `Q`, `g` or `w`), then `==`.
+fn valid_websocket_key(key: &[u8]) -> bool {
+    let b64 = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
+    key.len() == 24
+        && key[..21].iter().all(b64)
+        && b"AQgw".contains(&key[21])
+        && &key[22..] == b"=="
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{redirect, valid_websocket_key};
+
+    #[test]
+    fn redirects_go_to_app_pages() {
+        let pages = [("/million/", "<html>"), ("/other/", "<html>")];
+        assert_eq!(redirect("/", &pages), Some((302, "/million/")));
+        assert_eq!(redirect("/million", &pages), Some((308, "/million/")));
+        assert_eq!(redirect("/other", &pages), Some((308, "/other/")));
+        assert_eq!(redirect("/millio", &pages), None);
+        assert_eq!(redirect("/million//", &pages), None);
+        assert_eq!(redirect("/", &[]), None);
+    }
+
+    #[test]
+    fn websocket_keys_are_base64_of_16_bytes() {
+        assert!(valid_websocket_key(b"dGhlIHNhbXBsZSBub25jZQ=="));
+        assert!(valid_websocket_key(b"AAAAAAAAAAAAAAAAAAAAAA=="));
+        assert!(
+            !valid_websocket_key(b"dGhlIHNhbXBsZSBub25jZR=="),
+            "low bits set"
+        );
+        assert!(!valid_websocket_key(b"dGhlIHNhbXBsZSBub25jZQ="));
+        assert!(!valid_websocket_key(b"dGhlIHNhbXBsZSBub25j!Q=="));
+        assert!(!valid_websocket_key(b"xxxxxxxxxxxxxxxxxxxxxxxx"));
     }
 }

@@ -8,9 +8,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use combd_kernel::limits;
 use combd_kernel::settings::Settings;
 
-use crate::app::{App, Effect, Input as AppInput, Message, SessionId};
+use crate::app::{App, Effect, Input as AppInput, Message, Resync, SessionId};
+use crate::cells::session::CloseWhy;
 use crate::job::Job;
 use crate::state::Defer;
 use crate::stats::ShardStats;
@@ -52,12 +54,11 @@ struct Ws {
 }
 
 /// The message rate: a token bucket of `COMBD_WS_BURST` tokens refilled at `COMBD_WS_RATE` a
-/// second; each message and ping takes one.
+/// second; each message and ping takes one. (The rate and burst are read from the settings
+/// when a token is taken: an idle WebSocket keeps only these two fields.)
 struct Rate {
     tokens: f64,
     refilled: Instant,
-    per_second: f64,
-    burst: f64,
 }
 
 impl Rate {
@@ -65,16 +66,14 @@ impl Rate {
         Rate {
             tokens: settings.ws_burst as f64,
             refilled: Instant::now(),
-            per_second: settings.ws_rate as f64,
-            burst: settings.ws_burst as f64,
         }
     }
 
     /// Takes a token; false when none is left.
-    fn take(&mut self) -> bool {
+    fn take(&mut self, settings: &Settings) -> bool {
         let now = Instant::now();
-        let refill = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
-        self.tokens = (self.tokens + refill).min(self.burst);
+        let refill = now.duration_since(self.refilled).as_secs_f64() * settings.ws_rate as f64;
+        self.tokens = (self.tokens + refill).min(settings.ws_burst as f64);
         self.refilled = now;
         if self.tokens < 1.0 {
             return false;
@@ -98,7 +97,11 @@ impl Conn {
                 }
             };
             let key = format!("{}/{}", up.app.name(), up.object);
-            let session = self.cells.sessions().open(self.waker.index(), key, topic);
+            let slot = self.waker.index();
+            let session = self
+                .cells
+                .sessions()
+                .open(slot, key, topic, up.query.clone());
             self.session = Some(session.id);
             let (tx, rx) = async_channel::bounded(1);
             let job = Job::attach(session, up.query.clone(), tx);
@@ -115,9 +118,11 @@ impl Conn {
             }
         }
         self.count_status(101);
+        out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\ndate: ");
+        out.extend_from_slice(&self.state().date());
         out.extend_from_slice(
             format!(
-                "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n\r\n",
+                "\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n\r\n",
                 up.accept
             )
             .as_bytes(),
@@ -148,6 +153,7 @@ impl Conn {
             awaiting_pong: false,
         };
         let mut rate = Rate::new(settings);
+        let _ = combd_kernel::sys::set_send_buffer(&self.stream, limits::WS_SEND_BUFFER_BYTES);
         // Liveness: a ping every COMBD_WS_PING_INTERVAL; anything received answers it.
         self.ping_epoch = Some(state.ping_epoch());
         let mut out: Vec<u8> = Vec::new();
@@ -168,7 +174,7 @@ impl Conn {
                     }
                 }
                 Input::Mail => {
-                    if let Some(close) = self.write_mail().await {
+                    if let Some(close) = self.write_mail(&ws.to).await {
                         break close;
                     }
                 }
@@ -178,7 +184,8 @@ impl Conn {
                 }
             }
         };
-        self.close_with(&ws, close, out).await;
+        // Boxed: a rare path whose state would otherwise size every idle WebSocket's task.
+        Box::pin(self.close_with(&ws, close, out)).await;
     }
 
     /// Decodes what `inbuf` holds and handles each event. `Some`: the WebSocket is to close.
@@ -190,7 +197,9 @@ impl Conn {
         let mut over_rate = false;
         let to = &ws.to;
         let decoded = ws.decoder.decode(&mut inbuf, |ev| match ev {
-            WsEvent::Text(_) | WsEvent::Binary(_) | WsEvent::Ping(_) if !rate.take() => {
+            WsEvent::Text(_) | WsEvent::Binary(_) | WsEvent::Ping(_)
+                if !rate.take(state.settings()) =>
+            {
                 over_rate = true;
                 false
             }
@@ -280,33 +289,53 @@ impl Conn {
     }
 
     /// Writes the session's mail while holding an awake slot (a sleeping session with mail
-    /// waits its turn). `Some`: the session is to close.
-    async fn write_mail(&mut self) -> Option<Close> {
+    /// waits its turn), after resyncing it if it missed messages. `Some`: the session is to
+    /// close.
+    async fn write_mail(&mut self, to: &Target) -> Option<Close> {
         let id = self.session?;
         let state = self.state().clone();
         if let Some(why) = self.cells.sessions().closing(id) {
-            // It reads too slowly, or the shard's outbound budget is spent: close the
-            // connection (no close frame: it is not reading).
+            // It reads too slowly, or the shard's outbound budget is spent.
             tracing::debug!(shard = state.id(), session = id, ?why, "closing a session");
-            return Some(Close::Drop);
+            return Some(match why {
+                CloseWhy::Slow => Close::Frame(Some(close::POLICY), "slow"),
+                CloseWhy::OutboundBudget => {
+                    Close::Frame(Some(close::TRY_AGAIN_LATER), "outbound budget")
+                }
+            });
+        }
+        if self.cells.sessions().take_missed(id) {
+            ShardStats::add(&state.stats().session_resyncs, 1);
+            match to.app.resync() {
+                Resync::Close => {
+                    return Some(Close::Frame(
+                        Some(close::TRY_AGAIN_LATER),
+                        "missed messages: reconnect",
+                    ))
+                }
+                Resync::Attach => {
+                    let session = to.session?;
+                    let query = self.cells.sessions().query(id);
+                    let job = Job::reattach(session, query);
+                    self.cells.submit(&to.app, &to.object, job);
+                }
+            }
         }
         let permit = state.acquire_awake().await;
         let mut out = Vec::new();
-        let mut taken = 0u64;
         for frame in self.cells.sessions().take_mail(id) {
             ShardStats::add(&state.stats().ws_messages_out, 1);
-            taken += frame.len() as u64;
             out.extend_from_slice(&frame);
         }
         let written = self.write_session(&mut out).await;
-        self.cells.sessions().written(id, taken);
         drop(permit);
         written.err().map(|_| Close::Drop)
     }
 
-    /// Writes a session's output and frees it. Unlike [`Conn::flush`], the wait for the
-    /// socket to take it ends as soon as the node decides to close the session (a client that
-    /// stopped reading cannot hold the task until the write stall timeout).
+    /// Writes a session's output and frees it, telling the session's accounts as the kernel
+    /// takes each part. Unlike [`Conn::flush`], the wait for the socket to take it ends as soon
+    /// as the node decides to close the session (a client that stopped reading cannot hold the
+    /// task until the write stall timeout).
     async fn write_session(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
         use futures_lite::AsyncWrite;
         use std::pin::Pin;
@@ -329,6 +358,9 @@ impl Conn {
                 Poll::Ready(Ok(n)) => {
                     pos += n;
                     ShardStats::add(&self.waker.state().stats().bytes_out, n as u64);
+                    if let Some(id) = self.session {
+                        self.cells.sessions().written(id, n as u64);
+                    }
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
@@ -343,7 +375,8 @@ impl Conn {
     }
 
     /// Ends the WebSocket: tells the object the session left, then closes the connection the
-    /// way `close` says.
+    /// way `close` says. The close frame gets [`CLOSE_LINGER`](limits::CLOSE_LINGER) to be
+    /// written and answered: a client that does not read cannot hold the connection longer.
     async fn close_with(&mut self, ws: &Ws, close: Close, mut out: Vec<u8>) {
         if let Some(s) = ws.to.session {
             self.cells.submit(&ws.to.app, &ws.to.object, Job::detach(s));
@@ -351,7 +384,12 @@ impl Conn {
         self.end_session();
         if let Close::Frame(code, reason) = close {
             ws::encode_close(&mut out, code, reason);
-            self.flush_and_close(&mut out).await;
+            let bound = 2 * limits::CLOSE_LINGER;
+            let _ = glommio::timer::timeout(bound, async {
+                self.flush_and_close(&mut out).await;
+                Ok(())
+            })
+            .await;
         }
     }
 

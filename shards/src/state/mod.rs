@@ -28,6 +28,7 @@ use combd_kernel::settings::Settings;
 use glommio::sync::Gate;
 use slab::Slab;
 
+use crate::http::{http_date, HttpDate};
 use crate::shared::NodeShared;
 use crate::stats::ShardStats;
 use wake_queue::WakeQueue;
@@ -52,6 +53,8 @@ pub(crate) struct ShardState {
     /// Raised when the listeners may need to stop or resume: the coordinator woke the shard,
     /// or the shard became behind or caught up.
     admission_changed: Signal,
+    /// The `Date` of responses, formatted once a second by the housekeeping tick.
+    date: Cell<(u64, HttpDate)>,
 }
 
 impl ShardState {
@@ -69,6 +72,28 @@ impl ShardState {
             tls_in_progress: Cell::new(0),
             ping_epoch: Cell::new(0),
             admission_changed: Signal::default(),
+            date: Cell::new((0, [b' '; 29])),
+        }
+        .with_date()
+    }
+
+    fn with_date(self) -> ShardState {
+        self.refresh_date();
+        self
+    }
+
+    /// The `Date` field value of responses now.
+    pub fn date(&self) -> HttpDate {
+        self.date.get().1
+    }
+
+    /// Formats the `Date` again if the second changed (the housekeeping tick calls it).
+    pub fn refresh_date(&self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if self.date.get().0 != now {
+            self.date.set((now, http_date(now)));
         }
     }
 

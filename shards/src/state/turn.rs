@@ -35,12 +35,14 @@ impl<'a> Turn<'a> {
     }
 
     /// Counts one unit of work done; once the turn's budget is spent, yields the shard's loop
-    /// (other tasks and I/O run first) and starts a new turn.
-    pub async fn spend(&mut self) {
+    /// (other tasks and I/O run first) and starts a new turn. True when it yielded.
+    pub async fn spend(&mut self) -> bool {
         self.left -= 1;
         if self.left == 0 {
             self.yield_now().await;
+            return true;
         }
+        false
     }
 
     /// Ends this turn now: yields the shard's loop, counted as a forced yield.

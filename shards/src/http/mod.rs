@@ -1,10 +1,17 @@
-//! HTTP/1.1 framing: parsing a request head (httparse) into what the connection loop needs,
-//! and writing responses. Pure functions over byte slices; the connection loop in
-//! `conn.rs` owns the socket.
+//! HTTP/1.1 framing (RFC 9112): parsing a request head (httparse) into what the connection
+//! loop needs, and writing responses. Pure functions over byte slices; the connection loop
+//! (`conn`) owns the socket.
 
 use std::io::Write as _;
 
 use combd_kernel::limits::{HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES, URL_MAX_BYTES};
+
+mod date;
+mod fields;
+
+pub use date::{http_date, HttpDate};
+pub use fields::valid_host;
+use fields::{content_length, split_target};
 
 /// What the connection loop learns from a complete request head. Owned scalars only, so the
 /// read buffer may grow while the body arrives; handlers re-borrow the head with [`Request`].
@@ -20,6 +27,8 @@ pub struct Head {
     pub expect_continue: bool,
     /// Whether this is a WebSocket upgrade request (`Upgrade: websocket`).
     pub upgrade_websocket: bool,
+    /// Whether the request is HTTP/1.1 (else HTTP/1.0).
+    pub http11: bool,
 }
 
 /// A request head that cannot be served: the status and the message for the JSON body.
@@ -38,6 +47,13 @@ pub enum Parsed {
     Complete(Head),
     /// More bytes are needed.
     Partial,
+}
+
+pub(super) fn bad(message: &'static str) -> HeadError {
+    HeadError {
+        status: 400,
+        message,
+    }
 }
 
 fn has_token(value: &[u8], token: &str) -> bool {
@@ -89,62 +105,78 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, HeadError> {
         });
     }
     let http11 = req.version == Some(1);
-    let mut body_len: Option<u64> = None;
-    let mut close = false;
-    let mut keep_alive_token = false;
-    let mut expect_continue = false;
-    let mut upgrade_websocket = false;
-    for h in req.headers.iter() {
+    let f = read_fields(req.headers, http11)?;
+    Ok(Parsed::Complete(Head {
+        len,
+        body_len: f.body_len.unwrap_or(0),
+        keep_alive: if http11 {
+            !f.close
+        } else {
+            f.keep_alive_token && !f.close
+        },
+        expect_continue: f.expect_continue,
+        upgrade_websocket: f.upgrade_websocket,
+        http11,
+    }))
+}
+
+/// What the header fields of a request say about its framing and connection.
+#[derive(Default)]
+struct Fields {
+    body_len: Option<u64>,
+    close: bool,
+    keep_alive_token: bool,
+    expect_continue: bool,
+    upgrade_websocket: bool,
+}
+
+/// Reads the header fields that frame the request: one consistent `Content-Length`, one
+/// valid `Host` (required in HTTP/1.1), no `Transfer-Encoding`, `Connection`, `Expect` and
+/// `Upgrade`.
+fn read_fields(headers: &[httparse::Header<'_>], http11: bool) -> Result<Fields, HeadError> {
+    let mut f = Fields::default();
+    let mut hosts = 0;
+    for h in headers {
         let name = h.name;
         if name.eq_ignore_ascii_case("content-length") {
-            let text = std::str::from_utf8(h.value).map_err(|_| HeadError {
-                status: 400,
-                message: "invalid content-length",
-            })?;
-            let n: u64 = text.trim().parse().map_err(|_| HeadError {
-                status: 400,
-                message: "invalid content-length",
-            })?;
-            if body_len.is_some_and(|b| b != n) {
-                return Err(HeadError {
-                    status: 400,
-                    message: "conflicting content-length headers",
-                });
+            let n = content_length(h.value)?;
+            if f.body_len.is_some_and(|b| b != n) {
+                return Err(bad("conflicting content-length headers"));
             }
-            body_len = Some(n);
+            f.body_len = Some(n);
+        } else if name.eq_ignore_ascii_case("host") {
+            // RFC 9112, 3.2: one Host, valid.
+            hosts += 1;
+            if hosts > 1 {
+                return Err(bad("more than one host header"));
+            }
+            if !valid_host(h.value) {
+                return Err(bad("invalid host header"));
+            }
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(HeadError {
-                status: 400,
-                message: "transfer-encoding is not supported: send the body with content-length",
-            });
+            return Err(bad(
+                "transfer-encoding is not supported: send the body with content-length",
+            ));
         } else if name.eq_ignore_ascii_case("connection") {
-            close |= has_token(h.value, "close");
-            keep_alive_token |= has_token(h.value, "keep-alive");
+            f.close |= has_token(h.value, "close");
+            f.keep_alive_token |= has_token(h.value, "keep-alive");
         } else if name.eq_ignore_ascii_case("expect") {
-            if has_token(h.value, "100-continue") {
-                expect_continue = true;
-            } else {
+            if !has_token(h.value, "100-continue") {
                 return Err(HeadError {
                     status: 417,
                     message: "unsupported expectation",
                 });
             }
+            // An HTTP/1.0 client cannot take a 100 (RFC 9110, 10.1.1): ignored.
+            f.expect_continue = http11;
         } else if name.eq_ignore_ascii_case("upgrade") {
-            upgrade_websocket |= has_token(h.value, "websocket");
+            f.upgrade_websocket |= has_token(h.value, "websocket");
         }
     }
-    let keep_alive = if http11 {
-        !close
-    } else {
-        keep_alive_token && !close
-    };
-    Ok(Parsed::Complete(Head {
-        len,
-        body_len: body_len.unwrap_or(0),
-        keep_alive,
-        expect_continue,
-        upgrade_websocket,
-    }))
+    if http11 && hosts == 0 {
+        return Err(bad("missing host header"));
+    }
+    Ok(f)
 }
 
 /// A complete request as handlers see it, borrowed from the connection's buffer.
@@ -183,11 +215,7 @@ pub fn borrow_request<'a>(
         Ok(httparse::Status::Complete(_)) => {}
         _ => return None,
     }
-    let target = req.path?;
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (target, None),
-    };
+    let (path, query) = split_target(req.path?);
     let body_start = head.len;
     let body_end = body_start + head.body_len as usize;
     Some(Request {
@@ -252,6 +280,8 @@ pub fn reason(status: u16) -> &'static str {
         101 => "Switching Protocols",
         200 => "OK",
         204 => "No Content",
+        302 => "Found",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
@@ -268,17 +298,25 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Appends a response to `out`. `keep_alive == false` adds `connection: close`; a `HEAD`
-/// request gets the headers without the body.
-pub fn write_response(out: &mut Vec<u8>, resp: &Response, keep_alive: bool, head_only: bool) {
+/// Appends a response to `out`, with `date` (see [`http_date`]). `keep_alive == false` adds
+/// `connection: close`; a `HEAD` request gets the headers without the body.
+pub fn write_response(
+    out: &mut Vec<u8>,
+    resp: &Response,
+    keep_alive: bool,
+    head_only: bool,
+    date: &HttpDate,
+) {
     let _ = write!(
         out,
-        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n",
+        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\ndate: ",
         resp.status,
         reason(resp.status),
         resp.content_type,
         resp.body.len()
     );
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n");
     for (name, value) in &resp.headers {
         let _ = write!(out, "{name}: {value}\r\n");
     }
@@ -306,7 +344,9 @@ mod tests {
             panic!()
         };
         assert!(h.keep_alive);
-        let Ok(Parsed::Complete(h)) = head("GET / HTTP/1.1\r\nConnection: close\r\n\r\n") else {
+        let Ok(Parsed::Complete(h)) =
+            head("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        else {
             panic!()
         };
         assert!(!h.keep_alive);
@@ -323,11 +363,12 @@ mod tests {
 
     #[test]
     fn bodies_need_content_length() {
-        let Ok(Parsed::Complete(h)) = head("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+        let Ok(Parsed::Complete(h)) =
+            head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
         else {
             panic!()
         };
-        assert_eq!((h.len, h.body_len), (38, 5));
+        assert_eq!((h.len, h.body_len), (47, 5));
         assert_eq!(
             head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
                 .unwrap_err()
@@ -362,8 +403,8 @@ mod tests {
         }
         many.push_str("\r\n");
         assert_eq!(parse_head(many.as_bytes()).unwrap_err().status, 431);
-        let mut exactly = String::from("GET / HTTP/1.1\r\n");
-        for i in 0..HEADER_COUNT_MAX {
+        let mut exactly = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+        for i in 0..HEADER_COUNT_MAX - 1 {
             exactly.push_str(&format!("X-{i}: y\r\n"));
         }
         exactly.push_str("\r\n");
@@ -376,7 +417,7 @@ mod tests {
 
     #[test]
     fn request_borrow_splits_query_and_body() {
-        let buf = b"POST /o/echo/a?x=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi".to_vec();
+        let buf = b"POST /o/echo/a?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi".to_vec();
         let Ok(Parsed::Complete(h)) = parse_head(&buf) else {
             panic!()
         };
@@ -392,11 +433,86 @@ mod tests {
     #[test]
     fn response_framing() {
         let mut out = Vec::new();
-        write_response(&mut out, &Response::error(404, "not found"), false, false);
+        let date = http_date(784_111_777);
+        write_response(
+            &mut out,
+            &Response::error(404, "not found"),
+            false,
+            false,
+            &date,
+        );
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"));
+        assert!(text.contains("date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"));
         assert!(text.contains("content-length: 21\r\n"));
         assert!(text.contains("connection: close\r\n"));
         assert!(text.ends_with("\r\n\r\n{\"error\":\"not found\"}"));
+    }
+
+    fn status(text: &str) -> u16 {
+        match head(text) {
+            Ok(_) => 200,
+            Err(e) => e.status,
+        }
+    }
+
+    #[test]
+    fn content_length_is_digits_only() {
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"),
+            200
+        );
+        for bad in [
+            "+5",
+            "-5",
+            "5 5",
+            "0x5",
+            "5,5",
+            "",
+            "99999999999999999999999",
+        ] {
+            let req = format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {bad}\r\n\r\n");
+            assert_eq!(status(&req), 400, "{bad:?}");
+        }
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: +5\r\n\r\n"),
+            400
+        );
+    }
+
+    #[test]
+    fn host_is_required_once_and_valid() {
+        assert_eq!(status("GET / HTTP/1.1\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.0\r\n\r\n"), 200);
+        for ok in [
+            "example.com",
+            "example.com:8080",
+            "127.0.0.2:80",
+            "[::1]:8080",
+            "[::1]",
+            "",
+            "a%20b",
+            "x:",
+        ] {
+            assert!(valid_host(ok.as_bytes()), "{ok:?}");
+        }
+        for bad in [
+            "a b", "a/b", "a@b", "[::1", "[::1]x", "a:b", "a:80:80", "a%2", "é",
+        ] {
+            assert!(!valid_host(bad.as_bytes()), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn expect_100_continue_only_for_http_1_1() {
+        let h = |v: &str| match head(&format!(
+            "POST / HTTP/{v}\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n"
+        )) {
+            Ok(Parsed::Complete(h)) => h.expect_continue,
+            other => panic!("{other:?}"),
+        };
+        assert!(h("1.1"));
+        assert!(!h("1.0"));
     }
 }

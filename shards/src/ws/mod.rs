@@ -9,6 +9,10 @@ use combd_kernel::limits::WS_CONTROL_PAYLOAD_MAX_BYTES;
 use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 use tungstenite::protocol::frame::FrameHeader;
 
+mod utf8;
+
+use utf8::Utf8Check;
+
 /// Close codes the node sends.
 pub mod close {
     /// Normal closure.
@@ -23,6 +27,9 @@ pub mod close {
     pub const POLICY: u16 = 1008;
     /// A message was larger than `COMBD_WS_MAX_MESSAGE`.
     pub const TOO_BIG: u16 = 1009;
+    /// Try again later: the session missed messages (or the node is busy); reconnecting
+    /// gets fresh state.
+    pub const TRY_AGAIN_LATER: u16 = 1013;
 }
 
 /// Why the node closes a WebSocket after decoding: maps to one close code each.
@@ -77,6 +84,12 @@ pub struct Decoder {
     max_message_bytes: u64,
     /// The message under reassembly: whether it is text, and its bytes so far.
     partial: Option<(bool, Vec<u8>)>,
+    /// The UTF-8 check of the text message being received, across its fragments. Text is
+    /// checked as its bytes arrive, so an invalid message fails at its first invalid byte,
+    /// not once it is complete.
+    utf8: Utf8Check,
+    /// Payload bytes of the incomplete text frame at the start of the buffer already checked.
+    checked: usize,
 }
 
 /// Whether a received close code may appear on the wire (RFC 6455, 7.4).
@@ -90,6 +103,8 @@ impl Decoder {
         Decoder {
             max_message_bytes,
             partial: None,
+            utf8: Utf8Check::default(),
+            checked: 0,
         }
     }
 
@@ -115,94 +130,158 @@ impl Decoder {
                 Err(_) => return Err(WsError::Protocol("invalid frame header")),
             };
             let header_len = cursor.position() as usize;
-            if header.rsv1 || header.rsv2 || header.rsv3 {
-                return Err(WsError::Protocol("reserved bits set"));
-            }
-            let Some(mask) = header.mask else {
-                return Err(WsError::Protocol("client frames must be masked"));
-            };
-            match header.opcode {
-                OpCode::Control(Control::Reserved(_)) | OpCode::Data(Data::Reserved(_)) => {
-                    return Err(WsError::Protocol("reserved opcode"))
-                }
-                OpCode::Control(_) => {
-                    if !header.is_final {
-                        return Err(WsError::Protocol("fragmented control frame"));
-                    }
-                    if len > WS_CONTROL_PAYLOAD_MAX_BYTES {
-                        return Err(WsError::Protocol("control frame payload over 125 bytes"));
-                    }
-                }
-                OpCode::Data(Data::Continue) => {
-                    let Some((_, so_far)) = &self.partial else {
-                        return Err(WsError::Protocol("continuation without a message"));
-                    };
-                    if len > self.max_message_bytes.saturating_sub(so_far.len() as u64) {
-                        return Err(WsError::TooBig);
-                    }
-                }
-                OpCode::Data(_) => {
-                    if self.partial.is_some() {
-                        return Err(WsError::Protocol("new message before the last one ended"));
-                    }
-                    if len > self.max_message_bytes {
-                        return Err(WsError::TooBig);
-                    }
-                }
-            }
-            // The size checks above bound `len` by the message limit or 125.
+            let mask = self.check_header(&header, len)?;
+            // The checks above bound `len` by the message limit or 125.
             let len = len as usize;
             let end = pos + header_len + len;
+            let text = self.starts_text(&header);
             if buf.len() < end {
+                // An incomplete frame: check the text that has arrived, so invalid text
+                // fails now rather than once the whole frame is in.
+                if text {
+                    self.check_arrived(&buf[pos + header_len..], mask)?;
+                }
                 return Ok(pos);
             }
             let payload = &mut buf[pos + header_len..end];
             apply_mask(payload, mask);
             pos = end;
+            if text {
+                let unchecked = &payload[self.checked..];
+                self.checked = 0;
+                if !self.utf8.bytes(unchecked) || (header.is_final && !self.utf8.complete()) {
+                    return Err(WsError::InvalidUtf8);
+                }
+            }
             let go_on = match header.opcode {
                 OpCode::Control(Control::Ping) => on(WsEvent::Ping(payload)),
                 OpCode::Control(Control::Pong) => on(WsEvent::Pong),
-                OpCode::Control(Control::Close) => {
-                    let ev = match payload.len() {
-                        0 => WsEvent::Close(None, ""),
-                        1 => return Err(WsError::Protocol("close payload of one byte")),
-                        _ => {
-                            let code = u16::from_be_bytes([payload[0], payload[1]]);
-                            if !close_code_valid(code) {
-                                return Err(WsError::Protocol("invalid close code"));
-                            }
-                            let reason = std::str::from_utf8(&payload[2..])
-                                .map_err(|_| WsError::InvalidUtf8)?;
-                            WsEvent::Close(Some(code), reason)
-                        }
-                    };
-                    on(ev);
+                OpCode::Control(_) => {
+                    on(close_event(payload)?);
                     return Ok(pos);
                 }
-                OpCode::Data(data) => {
-                    let text = match data {
-                        Data::Text => true,
-                        Data::Binary => false,
-                        _ => self.partial.as_ref().is_some_and(|(t, _)| *t),
-                    };
-                    if header.is_final && self.partial.is_none() {
-                        deliver(text, payload, &mut on)?
-                    } else {
-                        let (_, bytes) = self.partial.get_or_insert_with(|| (text, Vec::new()));
-                        bytes.extend_from_slice(payload);
-                        if header.is_final {
-                            let (text, bytes) = self.partial.take().unwrap_or_default();
-                            deliver(text, &bytes, &mut on)?
-                        } else {
-                            true
-                        }
-                    }
-                }
-                OpCode::Control(Control::Reserved(_)) => unreachable!("refused above"),
+                OpCode::Data(data) => self.data(data, header.is_final, payload, &mut on)?,
             };
             if !go_on {
                 return Ok(pos);
             }
+        }
+    }
+
+    /// Checks a frame header (RFC 6455, 5.2 to 5.5) against the message under reassembly and
+    /// the size limit; returns its mask.
+    fn check_header(&self, header: &FrameHeader, len: u64) -> Result<[u8; 4], WsError> {
+        if len > i64::MAX as u64 {
+            // The most significant bit of a 64-bit length must be 0.
+            return Err(WsError::Protocol("frame length with its top bit set"));
+        }
+        if header.rsv1 || header.rsv2 || header.rsv3 {
+            return Err(WsError::Protocol("reserved bits set"));
+        }
+        let Some(mask) = header.mask else {
+            return Err(WsError::Protocol("client frames must be masked"));
+        };
+        match header.opcode {
+            OpCode::Control(Control::Reserved(_)) | OpCode::Data(Data::Reserved(_)) => {
+                return Err(WsError::Protocol("reserved opcode"))
+            }
+            OpCode::Control(_) => {
+                if !header.is_final {
+                    return Err(WsError::Protocol("fragmented control frame"));
+                }
+                if len > WS_CONTROL_PAYLOAD_MAX_BYTES {
+                    return Err(WsError::Protocol("control frame payload over 125 bytes"));
+                }
+            }
+            OpCode::Data(Data::Continue) => {
+                let Some((_, so_far)) = &self.partial else {
+                    return Err(WsError::Protocol("continuation without a message"));
+                };
+                if len > self.max_message_bytes.saturating_sub(so_far.len() as u64) {
+                    return Err(WsError::TooBig);
+                }
+            }
+            OpCode::Data(_) => {
+                if self.partial.is_some() {
+                    return Err(WsError::Protocol("new message before the last one ended"));
+                }
+                if len > self.max_message_bytes {
+                    return Err(WsError::TooBig);
+                }
+            }
+        }
+        Ok(mask)
+    }
+
+    /// Whether a frame carries text (a text frame, or a continuation of a text message); a
+    /// new text message starts its UTF-8 check afresh.
+    fn starts_text(&mut self, header: &FrameHeader) -> bool {
+        match header.opcode {
+            OpCode::Data(Data::Text) => {
+                if self.checked == 0 {
+                    self.utf8 = Utf8Check::default();
+                }
+                true
+            }
+            OpCode::Data(Data::Continue) => self.partial.as_ref().is_some_and(|(t, _)| *t),
+            _ => false,
+        }
+    }
+
+    /// Checks the payload bytes of an incomplete text frame that arrived since the last look
+    /// (still masked: they are unmasked once the frame is complete).
+    fn check_arrived(&mut self, payload: &[u8], mask: [u8; 4]) -> Result<(), WsError> {
+        let at = self.checked;
+        let arrived = &payload[at..];
+        let valid = arrived
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| self.utf8.byte(b ^ mask[(at + i) % 4]));
+        if !valid {
+            return Err(WsError::InvalidUtf8);
+        }
+        self.checked += arrived.len();
+        Ok(())
+    }
+
+    /// A complete data frame: delivered as a message, or added to the one under reassembly.
+    fn data(
+        &mut self,
+        data: Data,
+        is_final: bool,
+        payload: &[u8],
+        on: &mut impl FnMut(WsEvent<'_>) -> bool,
+    ) -> Result<bool, WsError> {
+        let text = match data {
+            Data::Text => true,
+            Data::Binary => false,
+            _ => self.partial.as_ref().is_some_and(|(t, _)| *t),
+        };
+        if is_final && self.partial.is_none() {
+            return deliver(text, payload, on);
+        }
+        let (_, bytes) = self.partial.get_or_insert_with(|| (text, Vec::new()));
+        bytes.extend_from_slice(payload);
+        if !is_final {
+            return Ok(true);
+        }
+        let (text, bytes) = self.partial.take().unwrap_or_default();
+        deliver(text, &bytes, on)
+    }
+}
+
+/// The event of a close frame's payload: no code, or a valid code and a UTF-8 reason.
+fn close_event(payload: &[u8]) -> Result<WsEvent<'_>, WsError> {
+    match payload.len() {
+        0 => Ok(WsEvent::Close(None, "")),
+        1 => Err(WsError::Protocol("close payload of one byte")),
+        _ => {
+            let code = u16::from_be_bytes([payload[0], payload[1]]);
+            if !close_code_valid(code) {
+                return Err(WsError::Protocol("invalid close code"));
+            }
+            let reason = std::str::from_utf8(&payload[2..]).map_err(|_| WsError::InvalidUtf8)?;
+            Ok(WsEvent::Close(Some(code), reason))
         }
     }
 }
@@ -448,5 +527,65 @@ mod tests {
         c.set_position(c.position() + len);
         let (h, len) = FrameHeader::parse(&mut c).unwrap().unwrap();
         assert_eq!((h.opcode, len), (OpCode::Control(Control::Close), 125));
+    }
+
+    #[test]
+    fn invalid_text_fails_as_soon_as_its_bytes_arrive() {
+        // One text frame whose invalid byte (0xff) arrives before the rest of the frame.
+        let payload = [b"hello".as_slice(), &[0xff], &[b'x'; 100]].concat();
+        let bytes = frame(true, 1, &payload);
+        let mut d = Decoder::new(1024);
+        // The head and "hello" arrived: fine so far, nothing decoded.
+        assert_eq!(events(&mut d, &bytes[..6 + 5]), Ok((0, vec![])));
+        // Then the invalid byte: refused before the frame is complete.
+        assert_eq!(events(&mut d, &bytes[..6 + 6]), Err(WsError::InvalidUtf8));
+
+        // In a fragmented message: refused at the fragment holding it, before the final one.
+        let mut d = Decoder::new(1024);
+        let first = frame(false, 1, "h\u{e9}".as_bytes());
+        assert!(events(&mut d, &first).is_ok());
+        assert_eq!(
+            events(&mut d, &frame(false, 0, &[0xc0, 0x80])),
+            Err(WsError::InvalidUtf8)
+        );
+
+        // A character split over two fragments, or over two reads, is fine.
+        let mut d = Decoder::new(1024);
+        let euro = "\u{20ac}".as_bytes();
+        let mut bytes = frame(false, 1, &euro[..1]);
+        bytes.extend(frame(true, 0, &euro[1..]));
+        assert_eq!(events(&mut d, &bytes).unwrap().1, ["Text(\"\u{20ac}\")"]);
+        let mut d = Decoder::new(1024);
+        let bytes = frame(true, 1, "a\u{20ac}".as_bytes());
+        assert_eq!(events(&mut d, &bytes[..6 + 2]), Ok((0, vec![])));
+        assert_eq!(events(&mut d, &bytes).unwrap().1, ["Text(\"a\u{20ac}\")"]);
+
+        // A message that ends inside a character is refused.
+        let mut d = Decoder::new(1024);
+        assert_eq!(
+            events(&mut d, &frame(true, 1, &euro[..2])),
+            Err(WsError::InvalidUtf8)
+        );
+        // Surrogates and code points past U+10FFFF are refused.
+        for bad in [
+            &[0xed, 0xa0, 0x80][..],
+            &[0xf4, 0x90, 0x80, 0x80],
+            &[0xe0, 0x80, 0x80],
+        ] {
+            let mut d = Decoder::new(1024);
+            assert_eq!(
+                events(&mut d, &frame(true, 1, bad)),
+                Err(WsError::InvalidUtf8)
+            );
+        }
+    }
+
+    #[test]
+    fn a_length_with_its_top_bit_set_is_a_protocol_error() {
+        let mut bytes = vec![0x82, 0x80 | 127];
+        bytes.extend_from_slice(&(1u64 << 63).to_be_bytes());
+        bytes.extend_from_slice(&[1, 2, 3, 4]);
+        let mut d = Decoder::new(1024);
+        assert!(matches!(events(&mut d, &bytes), Err(WsError::Protocol(_))));
     }
 }
