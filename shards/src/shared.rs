@@ -245,10 +245,6 @@ impl NodeShared {
             ("fanout_per_turn", limits::FANOUT_PER_TURN as u64),
             ("inbox_per_turn", limits::INBOX_PER_TURN as u64),
             ("ping_sweep_per_turn", limits::PING_SWEEP_PER_TURN as u64),
-            (
-                "accept_drain_per_turn",
-                limits::ACCEPT_DRAIN_PER_TURN as u64,
-            ),
             ("accept_drain_max", limits::ACCEPT_DRAIN_MAX as u64),
             ("turn_overrun_ms", ms(limits::TURN_OVERRUN)),
         ]
