@@ -1,0 +1,223 @@
+//! The settings table: every `COMBD_*` variable with its flag, default and meaning, and the
+//! `--help` text written from it.
+
+use super::*;
+
+/// One setting: its variable, its flag, its default and what it means.
+#[derive(Debug, Clone, Copy)]
+pub struct SettingSpec {
+    /// The environment variable, e.g. `COMBD_LISTEN`.
+    pub env: &'static str,
+    /// The command-line flag, e.g. `--listen`.
+    pub flag: &'static str,
+    /// The default as text, or a description of how it is computed.
+    pub default: &'static str,
+    /// One line on what it does.
+    pub meaning: &'static str,
+}
+
+/// Every setting of the node. `--help` and README.md list exactly these.
+pub const SETTINGS: &[SettingSpec] = &[
+    SettingSpec {
+        env: "COMBD_LISTEN",
+        flag: "--listen",
+        default: limits::LISTEN_DEFAULT,
+        meaning: "public address:port of the HTTP/WebSocket listener (port 0 picks a free port); \
+                  127.0.0.1 on the same port is always served too (the localhost listener)",
+    },
+    SettingSpec {
+        env: "COMBD_DATA",
+        flag: "--data",
+        default: limits::DATA_DEFAULT,
+        meaning: "data directory (created if missing; must be writable); objects' databases live \
+                  under it; one node at a time (<data>/combd.lock)",
+    },
+    SettingSpec {
+        env: "COMBD_SHARDS",
+        flag: "--shards",
+        default: "the CPUs this process may run on",
+        meaning:
+            "number of shards (event loops), one pinned to each allowed CPU; at most that many",
+    },
+    SettingSpec {
+        env: "COMBD_LOG",
+        flag: "--log",
+        default: limits::LOG_DEFAULT,
+        meaning: "log filter: comma-separated directives, each a level (error, warn, info, debug, \
+                  trace, off) or target=level",
+    },
+    SettingSpec {
+        env: "COMBD_MAX_BODY",
+        flag: "--max-body",
+        default: "1M",
+        meaning: "largest request body in bytes (K, M, G suffixes are binary); larger gets 413",
+    },
+    SettingSpec {
+        env: "COMBD_HEADER_TIMEOUT",
+        flag: "--header-timeout",
+        default: "10s",
+        meaning: "a request head must be complete this long after its first byte (or the accept); \
+                  else 408 and close",
+    },
+    SettingSpec {
+        env: "COMBD_BODY_TIMEOUT",
+        flag: "--body-timeout",
+        default: "30s",
+        meaning: "a request body must be complete this long after its head; else 408 and close",
+    },
+    SettingSpec {
+        env: "COMBD_IDLE_TIMEOUT",
+        flag: "--idle-timeout",
+        default: "60s",
+        meaning: "an HTTP keep-alive connection with no request in progress closes after this long",
+    },
+    SettingSpec {
+        env: "COMBD_WS_MAX_MESSAGE",
+        flag: "--ws-max-message",
+        default: "1M",
+        meaning:
+            "largest WebSocket message (after reassembly of fragments); larger closes with 1009",
+    },
+    SettingSpec {
+        env: "COMBD_SHUTDOWN_TIMEOUT",
+        flag: "--shutdown-timeout",
+        default: "10s",
+        meaning: "on SIGTERM/SIGINT, how long in-flight requests may take before the node exits",
+    },
+    SettingSpec {
+        env: "COMBD_MAX_CONNS",
+        flag: "--max-conns",
+        default: "200000",
+        meaning: "most open connections; clamped to RLIMIT_NOFILE less a reserve of 256",
+    },
+    SettingSpec {
+        env: "COMBD_MEMORY_BUDGET",
+        flag: "--memory-budget",
+        default: "the memory cgroup's limit, else the machine's RAM",
+        meaning:
+            "memory the node may use, in bytes or with K, M, G, T (512M, 4G); pressure 1 at 80 %, \
+                  2 (refusing at TCP) at 90 %",
+    },
+    SettingSpec {
+        env: "COMBD_MAX_AWAKE",
+        flag: "--max-awake",
+        default: "1000",
+        meaning:
+            "cells (sessions, objects) at work at once per shard; a shard whose ready line is \
+                  this long is behind",
+    },
+    SettingSpec {
+        env: "COMBD_RESTORES_AT_ONCE",
+        flag: "--restores-at-once",
+        default: "4",
+        meaning: "objects opened (restored) at once per shard; the rest wait their turn in order",
+    },
+    SettingSpec {
+        env: "COMBD_SQLITE_SYNC",
+        flag: "--sqlite-sync",
+        default: "full",
+        meaning: "full: an answered write survives power loss; normal: it survives a process crash",
+    },
+    SettingSpec {
+        env: "COMBD_CPU_LIMIT_TICKS",
+        flag: "--cpu-limit-ticks",
+        default: "100000000",
+        meaning: "ticks one call of a cell may count (cx.tick(); each host call counts 1000); past it: cpu_limit",
+    },
+    SettingSpec {
+        env: "COMBD_WS_RATE",
+        flag: "--ws-rate",
+        default: "1000",
+        meaning: "WebSocket messages per second per connection (token refill); past the burst: close 1008",
+    },
+    SettingSpec {
+        env: "COMBD_WS_BURST",
+        flag: "--ws-burst",
+        default: "2000",
+        meaning: "WebSocket messages a connection may send at once (the token bucket's capacity)",
+    },
+    SettingSpec {
+        env: "COMBD_OUTBOUND_BUDGET",
+        flag: "--outbound-budget",
+        default: "a quarter of the memory budget, split over the shards",
+        meaning: "bytes waiting to be written per shard, all connections together; a send past it closes \
+                  the connection it was for",
+    },
+    SettingSpec {
+        env: "COMBD_DB_MAX",
+        flag: "--db-max",
+        default: "1G",
+        meaning: "largest database of one object; a write past it fails with db_full (507)",
+    },
+    SettingSpec {
+        env: "COMBD_TLS_LISTEN",
+        flag: "--tls-listen",
+        default: "off",
+        meaning: "public address:port of the HTTPS/WSS listener (127.0.0.1 on the same port is served too, \
+                  so not COMBD_LISTEN's port); needs COMBD_TLS_CERT and COMBD_TLS_KEY",
+    },
+    SettingSpec {
+        env: "COMBD_TLS_CERT",
+        flag: "--tls-cert",
+        default: "none",
+        meaning: "PEM file with the certificate chain, end-entity first; reloaded on SIGHUP",
+    },
+    SettingSpec {
+        env: "COMBD_TLS_KEY",
+        flag: "--tls-key",
+        default: "none",
+        meaning: "PEM file with the private key (PKCS#8, RSA or EC) matching the certificate; reloaded on SIGHUP",
+    },
+    SettingSpec {
+        env: "COMBD_TLS_HANDSHAKE_TIMEOUT",
+        flag: "--tls-handshake-timeout",
+        default: "10s",
+        meaning: "a TLS handshake must complete this long after the accept; else the connection closes",
+    },
+    SettingSpec {
+        env: "COMBD_WS_PING_INTERVAL",
+        flag: "--ws-ping-interval",
+        default: "30s",
+        meaning: "the node pings every WebSocket this often; one that has not answered (sent anything) \
+                  by the next ping is closed",
+    },
+    SettingSpec {
+        env: "COMBD_WS_SLOW_TIMEOUT",
+        flag: "--ws-slow-timeout",
+        default: "30s",
+        meaning: "a WebSocket with messages waiting that takes none of them for this long is closed \
+                  (1008 slow), as is one with 8 MiB waiting",
+    },
+    SettingSpec {
+        env: "COMBD_TEST_APPS",
+        flag: "--test-apps",
+        default: "off",
+        meaning:
+            "on: also serve the test apps (hold: a request that takes ?ms=N); never in production",
+    },
+];
+
+pub(super) fn spec_by_flag(flag: &str) -> Option<&'static SettingSpec> {
+    SETTINGS.iter().find(|s| s.flag == flag)
+}
+
+/// The `--help` text, written from [`SETTINGS`].
+pub fn help_text() -> String {
+    let mut out = String::from(
+        "combd: a realtime application server (HTTP/1.1 and WebSocket on io_uring)\n\n\
+         Usage: combd [--flag value]...\n\n\
+         Every setting is an environment variable with a matching flag; a flag wins.\n\n",
+    );
+    for s in SETTINGS {
+        out.push_str(&format!(
+            "  {:<22} {:<22} default: {}\n      {}\n",
+            s.flag, s.env, s.default, s.meaning
+        ));
+    }
+    out.push_str(
+        "\n  --check-config         validate the settings, print every effective limit and where it came from\n  \
+         -h, --help             this text\n  -V, --version          the version\n\n\
+         Subcommand: combd top [--port P] [--once] [--json]   a live per-shard view of /stats (q quits)\n",
+    );
+    out
+}
