@@ -162,12 +162,7 @@ fn echo_socket(node: &TestNode) -> std::net::TcpStream {
     let mut s = connect(node.public());
     s.write_all(&upgrade("1.1", &format!("Sec-WebSocket-Key: {KEY}\r\n")))
         .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
+    let head = read_head(&mut s);
     assert!(head.starts_with(b"HTTP/1.1 101"));
     s
 }

@@ -9,7 +9,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 
 use support::*;
@@ -33,12 +33,7 @@ fn upgrade(node: &TestNode, i: usize) -> TcpStream {
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
     .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
+    let head = read_head(&mut s);
     assert!(head.starts_with(b"HTTP/1.1 101"));
     s
 }

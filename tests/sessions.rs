@@ -32,12 +32,7 @@ fn raw_viewer(addr: SocketAddr, port: u16, board: &str) -> TcpStream {
          Sec-WebSocket-Version: 13\r\n\r\n"
     )
     .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
+    let head = read_head(&mut s);
     assert!(
         head.starts_with(b"HTTP/1.1 101"),
         "{}",

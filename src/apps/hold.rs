@@ -33,14 +33,12 @@ impl App for Hold {
         let Input::Http { query, .. } = input else {
             return Ok(Output::None);
         };
-        let ms: u64 = query
-            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ms=")))
+        let ms: u64 = super::query_param(*query, "ms")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
             .min(10_000);
         std::thread::sleep(Duration::from_millis(ms));
-        let alloc: usize = query
-            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("alloc=")))
+        let alloc: usize = super::query_param(*query, "alloc")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let held = vec![1u8; alloc];

@@ -14,14 +14,10 @@
 use combd_shards::app::{App, AppError, Cx, Input, Output};
 use combd_shards::http::Response;
 
+use super::query_param as param;
+
 /// The limits app.
 pub struct Limits;
-
-fn param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
-    query?
-        .split('&')
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-}
 
 impl App for Limits {
     fn name(&self) -> &'static str {

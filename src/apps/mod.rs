@@ -11,6 +11,13 @@ pub mod limits;
 pub mod million;
 pub mod stall;
 
+/// The value of `key` in a query string (`a=1&b=2`), for the test apps' parameters.
+pub(crate) fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
 /// Every built-in app; the test apps too when `test_apps` is on.
 pub fn builtin(test_apps: bool) -> Apps {
     let mut list: Vec<Arc<dyn App>> = vec![

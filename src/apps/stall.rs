@@ -24,8 +24,7 @@ impl App for Stall {
         let Input::Http { query, .. } = input else {
             return Ok(Output::None);
         };
-        let ms: u64 = query
-            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ms=")))
+        let ms: u64 = super::query_param(*query, "ms")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
             .min(1_000);

@@ -407,6 +407,19 @@ pub fn read_response(r: &mut impl BufRead) -> Resp {
     }
 }
 
+/// Reads a response head, byte by byte up to its blank line, so nothing after it (a
+/// WebSocket's first frame) is consumed.
+pub fn read_head(r: &mut impl Read) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        r.read_exact(&mut b)
+            .expect("timed out waiting for a response head");
+        head.push(b[0]);
+    }
+    head
+}
+
 /// Sends raw bytes on a new connection and reads one response.
 pub fn request(addr: SocketAddr, raw: &[u8]) -> Resp {
     let mut s = connect(addr);

@@ -233,15 +233,19 @@ impl Sessions {
         self.state.wake_slot(slot);
     }
 
-    /// Marks every local session of object `key` subscribed to `topic` as having missed a
-    /// frame (a broadcast that could not cross to this shard).
-    pub fn topic_missed(&self, key: &str, topic: &str) {
-        let ids: Vec<u64> = self
-            .topics
+    /// The local sessions of object `key` subscribed to `topic`, now.
+    fn subscribers(&self, key: &str, topic: &str) -> Vec<u64> {
+        self.topics
             .borrow()
             .get(&(key.to_string(), topic.to_string()))
             .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// Marks every local session of object `key` subscribed to `topic` as having missed a
+    /// frame (a broadcast that could not cross to this shard).
+    pub fn topic_missed(&self, key: &str, topic: &str) {
+        let ids = self.subscribers(key, topic);
         ids.into_iter().for_each(|id| self.missed(id));
     }
 
@@ -333,12 +337,7 @@ impl Sessions {
     /// Delivers a frame to every local session of object `key` subscribed to `topic`,
     /// [`FANOUT_PER_TURN`] deliveries a turn.
     pub async fn fan_out(&self, key: &str, topic: &str, frame: &Arc<[u8]>) {
-        let ids: Vec<u64> = self
-            .topics
-            .borrow()
-            .get(&(key.to_string(), topic.to_string()))
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
+        let ids = self.subscribers(key, topic);
         if ids.is_empty() {
             return;
         }
