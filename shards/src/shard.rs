@@ -151,7 +151,8 @@ async fn carry_inbox(cells: Rc<Cells>, inbox: async_channel::Receiver<ShardMsg>)
 
 /// The housekeeping tick: measures how late the shard's timer fires (a loop that is busy or
 /// blocked shows lag; past [`TURN_OVERRUN`](limits::TURN_OVERRUN) it counts as an overrun),
-/// beats the heartbeat the watchdog checks, refreshes the `Date` of responses, resyncs the
+/// beats the heartbeat the watchdog checks, reads the shard's clock and wakes the waits whose
+/// deadline passed (every connection timeout), refreshes the `Date` of responses, resyncs the
 /// sessions other shards could not reach, and runs the ping sweep.
 async fn tick(cells: Rc<Cells>) {
     let state = cells.state().clone();
@@ -165,6 +166,8 @@ async fn tick(cells: Rc<Cells>) {
         let start = Instant::now();
         glommio::timer::sleep(limits::SHARD_TICK).await;
         let late = start.elapsed().saturating_sub(limits::SHARD_TICK);
+        state.refresh_clock();
+        state.expire_deadlines();
         state.refresh_date();
         let stats = state.stats();
         stats

@@ -2,12 +2,11 @@
 //! in order, within the header, body and idle timeouts and the size limits.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use combd_kernel::limits;
 
 use crate::app::App;
-use crate::http::{self, Head, Parsed, Response};
+use crate::http::{self, Head, ParsedRequest, Request, Response};
 use crate::job::Job;
 use crate::stats::ShardStats;
 
@@ -34,11 +33,11 @@ struct ObjectRequest {
     head_only: bool,
 }
 
-/// When the request being read started (a new connection: its accept), or, with none in
-/// progress, when the connection became idle.
+/// When (on the shard's clock, in milliseconds) the request being read started (a new
+/// connection: its accept), or, with none in progress, when the connection became idle.
 enum Clock {
-    Request(Instant),
-    Idle(Instant),
+    Request(u64),
+    Idle(u64),
 }
 
 impl Conn {
@@ -46,22 +45,28 @@ impl Conn {
     /// `self.upgraded` set).
     pub(super) async fn http(&mut self) {
         let mut out: Vec<u8> = Vec::new();
-        let mut clock = Clock::Request(Instant::now());
+        let mut clock = Clock::Request(self.state().now_ms());
         loop {
-            let Some(head) = self.read_head(&mut out, &mut clock).await else {
+            let Some((head, answered)) = self.read_head(&mut out, &mut clock).await else {
                 return;
             };
-            if !self.read_body(&mut out, &head).await {
-                return;
-            }
-            let keep_alive = head.keep_alive && !self.state().draining();
-            let next = self.answer(&head, keep_alive, &mut out);
+            let (next, keep_alive) = match answered {
+                Some(answered) => answered,
+                // The body was not all here: read it, then parse the head again to answer.
+                None => {
+                    if !self.read_body(&mut out, &head).await {
+                        return;
+                    }
+                    let keep_alive = head.keep_alive && !self.state().draining();
+                    (self.answer(&head, keep_alive, &mut out), keep_alive)
+                }
+            };
             self.inbuf.drain(..head.len + head.body_len as usize);
             // A pipelined request's head timeout runs from now; else the connection is idle
             // once this request is answered.
             let pipelined = !self.inbuf.is_empty();
             if pipelined {
-                clock = Clock::Request(Instant::now());
+                clock = Clock::Request(self.state().now_ms());
             } else {
                 self.inbuf = Vec::new();
             }
@@ -81,24 +86,30 @@ impl Conn {
                 return;
             }
             if !pipelined {
-                clock = Clock::Idle(Instant::now());
+                clock = Clock::Idle(self.state().now_ms());
             }
         }
     }
 
-    /// Reads until a complete head is in `inbuf`, writing what `out` holds while it waits.
+    /// Reads until a complete head is in `inbuf`, writing what `out` holds while it waits;
+    /// a request whose body is here too is answered from that one parse (`Some((next,
+    /// keep_alive))`, keep_alive as written in the response).
     /// `None`: the connection is done (closed, timed out, failed: answered if it could be).
-    async fn read_head(&mut self, out: &mut Vec<u8>, clock: &mut Clock) -> Option<Head> {
+    async fn read_head(
+        &mut self,
+        out: &mut Vec<u8>,
+        clock: &mut Clock,
+    ) -> Option<(Head, Option<(Next, bool)>)> {
         let settings = self.state().settings();
         let (header_timeout, idle_timeout) = (settings.header_timeout, settings.idle_timeout);
         loop {
             if !self.inbuf.is_empty() {
                 if let Clock::Idle(_) = clock {
-                    *clock = Clock::Request(Instant::now());
+                    *clock = Clock::Request(self.state().now_ms());
                 }
-                match http::parse_head(&self.inbuf) {
-                    Ok(Parsed::Complete(h)) => return Some(h),
-                    Ok(Parsed::Partial) => {}
+                match self.parse_and_answer(out) {
+                    Ok(Some(got)) => return Some(got),
+                    Ok(None) => {}
                     Err(e) => {
                         self.fail(out, e.status, e.message).await;
                         return None;
@@ -109,8 +120,8 @@ impl Conn {
                 return None;
             }
             let deadline = match clock {
-                Clock::Request(t) => *t + header_timeout,
-                Clock::Idle(t) => *t + idle_timeout,
+                Clock::Request(t) => t.saturating_add(header_timeout.as_millis() as u64),
+                Clock::Idle(t) => t.saturating_add(idle_timeout.as_millis() as u64),
             };
             match self.fill(Some(deadline), self.inbuf.is_empty()).await {
                 Input::Data | Input::Mail | Input::PingDue => {}
@@ -148,7 +159,7 @@ impl Conn {
         if self.flush(out).await.is_err() {
             return false;
         }
-        let deadline = Instant::now() + body_timeout;
+        let deadline = self.state().deadline_after(body_timeout);
         while self.inbuf.len() < total {
             match self.fill(Some(deadline), false).await {
                 Input::Data | Input::Mail | Input::PingDue => {}
@@ -164,10 +175,35 @@ impl Conn {
         true
     }
 
-    /// Routes the complete request at the start of `inbuf` and appends its response to `out`.
-    /// A plain function, not async: the header array lives on this frame only, never in the
+    /// Parses the request at the start of `inbuf` once and, when its body is here too, routes
+    /// it and appends its response to `out`. `Ok(None)`: the head is not complete yet. A plain
+    /// function, not async: the header array lives on this frame only, never in the
     /// connection's future (which every idle connection keeps).
-    fn answer(&mut self, head: &Head, keep_alive: bool, out: &mut Vec<u8>) -> Next {
+    fn parse_and_answer(
+        &self,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<(Head, Option<(Next, bool)>)>, http::HeadError> {
+        let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
+        Ok(match http::parse_request(&self.inbuf, &mut headers)? {
+            ParsedRequest::Partial => None,
+            ParsedRequest::Head(head) => Some((head, None)),
+            // Past the body limit: the body check refuses it (413).
+            ParsedRequest::Complete(head, _)
+                if head.body_len > self.state().settings().max_body_bytes =>
+            {
+                Some((head, None))
+            }
+            ParsedRequest::Complete(head, req) => {
+                let keep_alive = head.keep_alive && !self.state().draining();
+                let next = self.answer_request(&req, &head, keep_alive, out);
+                Some((head, Some((next, keep_alive))))
+            }
+        })
+    }
+
+    /// Answers the request at the start of `inbuf` once its body is here (the head parsed
+    /// again: the rare path of a body that came after its head).
+    fn answer(&self, head: &Head, keep_alive: bool, out: &mut Vec<u8>) -> Next {
         let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
         let Some(req) = http::borrow_request(&self.inbuf, head, &mut headers) else {
             self.respond(
@@ -178,8 +214,19 @@ impl Conn {
             );
             return Next::Close;
         };
+        self.answer_request(&req, head, keep_alive, out)
+    }
+
+    /// Routes a complete request and appends its response to `out`, or says where it goes.
+    fn answer_request(
+        &self,
+        req: &Request<'_>,
+        head: &Head,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+    ) -> Next {
         let head_only = req.method == "HEAD";
-        match self.route(&req, head) {
+        match self.route(req, head) {
             Routed::Respond(resp) => {
                 self.respond(out, &resp, keep_alive, head_only);
                 Next::Continue

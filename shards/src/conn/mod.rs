@@ -15,18 +15,15 @@ mod routes;
 mod tls_handoff;
 mod websocket;
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use combd_kernel::limits;
 use futures_lite::io::AsyncWriteExt;
 use futures_lite::AsyncRead;
 use glommio::net::TcpStream;
-use glommio::timer::Timer;
 
 use crate::cells::Cells;
 use crate::http::{self, Response};
@@ -149,26 +146,27 @@ impl Conn {
         self.state().stats()
     }
 
-    /// Waits for input and appends it to `inbuf`. `deadline` bounds the wait; `drain_ok`
-    /// lets a node drain interrupt it (false while a request is in progress, so it finishes).
-    async fn fill(&mut self, deadline: Option<Instant>, drain_ok: bool) -> Input {
-        let mut timer = match deadline {
-            Some(d) => {
-                let now = Instant::now();
-                if d <= now {
-                    return Input::Timeout;
-                }
-                Some(Timer::new(d - now))
-            }
-            None => None,
-        };
-        futures_lite::future::poll_fn(|cx| self.poll_fill(cx, timer.as_mut(), drain_ok)).await
+    /// Waits for input and appends it to `inbuf`. `deadline` (on the shard's clock, see
+    /// [`ShardState::now_ms`]) bounds the wait: the tick's sweep wakes the task once it passed;
+    /// `drain_ok` lets a node drain interrupt it (false while a request is in progress, so it
+    /// finishes).
+    async fn fill(&mut self, deadline: Option<u64>, drain_ok: bool) -> Input {
+        let slot = self.waker.index();
+        if let Some(d) = deadline {
+            self.state().set_deadline(slot, d);
+        }
+        let input =
+            futures_lite::future::poll_fn(|cx| self.poll_fill(cx, deadline, drain_ok)).await;
+        if deadline.is_some() {
+            self.state().set_deadline(slot, 0);
+        }
+        input
     }
 
     fn poll_fill(
         &mut self,
         cx: &mut Context<'_>,
-        timer: Option<&mut Timer>,
+        deadline: Option<u64>,
         drain_ok: bool,
     ) -> Poll<Input> {
         let state = self.waker.state();
@@ -196,10 +194,8 @@ impl Conn {
                 Poll::Pending => {}
             }
         }
-        if let Some(t) = timer {
-            if Pin::new(t).poll(cx).is_ready() {
-                return Poll::Ready(Input::Timeout);
-            }
+        if deadline.is_some_and(|d| state.now_ms() >= d) {
+            return Poll::Ready(Input::Timeout);
         }
         state.park(self.waker.index(), cx.waker());
         Poll::Pending
@@ -228,7 +224,7 @@ impl Conn {
     async fn linger_close(&mut self) {
         // Closes the write side (TLS sends its close_notify first).
         let _ = futures_lite::AsyncWriteExt::close(&mut self.stream).await;
-        let deadline = Instant::now() + limits::CLOSE_LINGER;
+        let deadline = self.state().deadline_after(limits::CLOSE_LINGER);
         loop {
             self.inbuf = Vec::new();
             if !matches!(self.fill(Some(deadline), false).await, Input::Data) {

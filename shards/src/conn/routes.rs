@@ -41,7 +41,9 @@ impl Conn {
         let node = self.state().node();
         let get = matches!(req.method, "GET" | "HEAD");
         let resp = match req.path {
-            "/healthz" if get => Response::json(200, &serde_json::json!({ "status": "ok" })),
+            "/healthz" if get => {
+                Response::bytes(200, "application/json", br#"{"status":"ok"}"#.to_vec())
+            }
             "/healthz" => method_not_allowed(),
             "/stats" if self.local && get => {
                 Response::bytes(200, "application/json", node.stats_json().into_bytes())

@@ -4,7 +4,11 @@
 //!
 //! - the node's shared state ([`NodeShared`]) and this shard's id, stats and drain flag;
 //! - the waker slots: every task that waits for input (a connection, an object) parks its
-//!   waker in a slot, so a delivery, a drain or the ping sweep can wake it;
+//!   waker in a slot, so a delivery, a drain or the ping sweep can wake it, with the deadline
+//!   of its wait if it has one;
+//! - the shard's clock: milliseconds read once a tick ([`SHARD_TICK`](limits::SHARD_TICK)),
+//!   which every connection's timeouts are taken from and checked against by one sweep a tick
+//!   (no clock read and no timer armed per request: both showed in the profile);
 //! - the read scratch buffer (borrowed only inside a poll, never across an await);
 //! - the gate every connection and object task is spawned through, so a drain can wait for
 //!   them;
@@ -22,6 +26,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 use combd_kernel::limits;
 use combd_kernel::settings::Settings;
@@ -33,14 +38,26 @@ use crate::shared::NodeShared;
 use crate::stats::ShardStats;
 use wake_queue::WakeQueue;
 
+/// A task waiting in a waker slot: its waker while parked, and the shard-clock millisecond
+/// its wait ends at (0: none), which the tick's sweep wakes it at.
+#[derive(Default)]
+struct Parked {
+    waker: Option<Waker>,
+    deadline_ms: u64,
+}
+
 /// A shard's state, shared by its tasks.
 pub(crate) struct ShardState {
     id: usize,
     node: Arc<NodeShared>,
     /// Set once the node drains; tasks see it when they next wait.
     draining: Cell<bool>,
-    /// The waker of each task waiting for input.
-    wakers: RefCell<Slab<Option<Waker>>>,
+    /// The waker of each task waiting for input, and its deadline.
+    wakers: RefCell<Slab<Parked>>,
+    /// When the shard's clock started, and its reading in milliseconds since (refreshed by
+    /// the housekeeping tick; never 0, which means "no deadline").
+    epoch: Instant,
+    clock_ms: Cell<u64>,
     scratch: RefCell<Box<[u8]>>,
     /// Every connection and object task holds a pass; the drain waits for the gate to close.
     gate: Gate,
@@ -65,6 +82,8 @@ impl ShardState {
             node,
             draining: Cell::new(false),
             wakers: RefCell::new(Slab::new()),
+            epoch: Instant::now(),
+            clock_ms: Cell::new(1),
             scratch: RefCell::new(vec![0u8; limits::READ_SCRATCH_BYTES].into_boxed_slice()),
             gate: Gate::new(),
             wake_queue,
@@ -141,11 +160,11 @@ impl ShardState {
         let _ = self.gate.close().await;
     }
 
-    // --- Waker slots ---
+    // --- Waker slots and deadlines ---
 
     /// A slot for a waiting task's waker.
     pub fn register(&self) -> usize {
-        self.wakers.borrow_mut().insert(None)
+        self.wakers.borrow_mut().insert(Parked::default())
     }
 
     pub fn unregister(&self, slot: usize) {
@@ -154,9 +173,9 @@ impl ShardState {
 
     /// Remembers the waker of a task about to wait.
     pub fn park(&self, slot: usize, waker: &Waker) {
-        if let Some(w) = self.wakers.borrow_mut().get_mut(slot) {
-            if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                *w = Some(waker.clone());
+        if let Some(p) = self.wakers.borrow_mut().get_mut(slot) {
+            if !p.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                p.waker = Some(waker.clone());
             }
         }
     }
@@ -167,7 +186,7 @@ impl ShardState {
             .wakers
             .borrow_mut()
             .get_mut(slot)
-            .and_then(|w| w.take());
+            .and_then(|p| p.waker.take());
         if let Some(w) = w {
             w.wake();
         }
@@ -195,7 +214,7 @@ impl ShardState {
                     next = Some(slot);
                     break;
                 }
-                if let Some(w) = wakers.get_mut(slot).and_then(Option::take) {
+                if let Some(w) = wakers.get_mut(slot).and_then(|p| p.waker.take()) {
                     woken.push(w);
                 }
                 slot += 1;
@@ -203,6 +222,46 @@ impl ShardState {
         }
         woken.into_iter().for_each(Waker::wake);
         next
+    }
+
+    /// The shard's clock: milliseconds since the shard started, as of the last tick.
+    pub fn now_ms(&self) -> u64 {
+        self.clock_ms.get()
+    }
+
+    /// The shard-clock millisecond `after` from now.
+    pub fn deadline_after(&self, after: Duration) -> u64 {
+        self.now_ms()
+            .saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Reads the clock (the housekeeping tick, once a [`SHARD_TICK`](limits::SHARD_TICK)).
+    pub fn refresh_clock(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.clock_ms.set(ms.max(1));
+    }
+
+    /// Sets (or with 0 clears) the deadline of the wait in `slot`.
+    pub fn set_deadline(&self, slot: usize, deadline_ms: u64) {
+        if let Some(p) = self.wakers.borrow_mut().get_mut(slot) {
+            p.deadline_ms = deadline_ms;
+        }
+    }
+
+    /// Wakes every parked task whose deadline has passed on the shard's clock (the tick's
+    /// sweep, after [`refresh_clock`](Self::refresh_clock)); returns how many.
+    pub fn expire_deadlines(&self) -> usize {
+        let now = self.now_ms();
+        let woken: Vec<Waker> = self
+            .wakers
+            .borrow_mut()
+            .iter_mut()
+            .filter(|(_, p)| p.deadline_ms != 0 && p.deadline_ms <= now)
+            .filter_map(|(_, p)| p.waker.take())
+            .collect();
+        let n = woken.len();
+        woken.into_iter().for_each(Waker::wake);
+        n
     }
 
     // --- The ping epoch ---
