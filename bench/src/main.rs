@@ -11,7 +11,7 @@
 //! at TCP, how long the node took from full to refusing, and the connected client's echo
 //! latency during the flood.
 //!
-//! `click` and `mailbox`: see `click.rs`.
+//! `click` and `mailbox`: see `click.rs`; `http`: `http.rs`; `fanout`: `fanout.rs`.
 //!
 //! Usage: `combd-bench idle|flood|click|mailbox --port P [--target 127.0.0.2] [--conns N]
 //! [--out FILE] [--pages N] [--board NAME] [--interval-ms MS] [--duration-s S]`
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 mod click;
+mod fanout;
 mod http;
 mod svg;
 mod tls;
@@ -44,6 +45,8 @@ pub(crate) struct Args {
     pid: Option<u64>,
     /// `idle`: view this million board instead of the echo app.
     idle_board: Option<String>,
+    /// `fanout`: frames each publisher call broadcasts.
+    frames: usize,
 }
 
 fn parse_args() -> Result<(String, Args), String> {
@@ -64,6 +67,7 @@ fn parse_args() -> Result<(String, Args), String> {
         tls_port: None,
         pid: None,
         idle_board: None,
+        frames: 8,
     };
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -72,6 +76,7 @@ fn parse_args() -> Result<(String, Args), String> {
             "--port" => a.port = v.parse().map_err(|_| format!("--port {v:?}"))?,
             "--conns" => a.conns = v.parse().map_err(|_| format!("--conns {v:?}"))?,
             "--out" => a.out = Some(v),
+            "--frames" => a.frames = v.parse().map_err(|_| format!("--frames {v:?}"))?,
             "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
             "--board" => {
                 a.idle_board = Some(v.clone());
@@ -473,6 +478,28 @@ fn flood(a: &Args) -> Result<serde_json::Value, String> {
     }))
 }
 
+/// Above this share of its core, the generator (one thread) may be what limits a figure.
+const GENERATOR_SATURATED_PERCENT: f64 = 90.0;
+
+/// Marks a result whose generator ran above [`GENERATOR_SATURATED_PERCENT`] of its core
+/// (`"generator_saturated": true`) and says so on stderr: its figures may be the generator's
+/// ceiling, not the target's.
+fn flag_saturated_generator(v: &mut serde_json::Value) {
+    let Some(cpu) = v.get("generator_cpu_percent").and_then(|c| c.as_f64()) else {
+        return;
+    };
+    let saturated = cpu > GENERATOR_SATURATED_PERCENT;
+    if saturated {
+        eprintln!(
+            "combd-bench: warning: the generator used {cpu:.0} % of its core (above \
+             {GENERATOR_SATURATED_PERCENT:.0} %): the figures may be its ceiling, not the target's"
+        );
+    }
+    if let Some(map) = v.as_object_mut() {
+        map.insert("generator_saturated".into(), saturated.into());
+    }
+}
+
 fn main() {
     // `combd-bench gen-cert DIR`: a self-signed certificate for localhost (cert.pem, key.pem).
     let argv: Vec<String> = std::env::args().collect();
@@ -509,12 +536,14 @@ fn main() {
         "idle-tls" => tls::idle_tls(&args),
         "http" => http::http(&args),
         "handshakes" => tls::handshakes(&args),
+        "fanout" => fanout::fanout(&args),
         other => Err(format!(
-            "unknown scenario {other:?} (have: idle, flood, click, mailbox)"
+            "unknown scenario {other:?} (have: idle, flood, click, overload, mailbox, idle-tls, http, handshakes, fanout)"
         )),
     };
     match result {
-        Ok(v) => {
+        Ok(mut v) => {
+            flag_saturated_generator(&mut v);
             let text = serde_json::to_string_pretty(&v).unwrap_or_default();
             println!("{text}");
             if let Some(path) = &args.out {

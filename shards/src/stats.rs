@@ -40,6 +40,9 @@ pub struct ShardStats {
     pub ws_messages_in: AtomicU64,
     /// WebSocket messages sent.
     pub ws_messages_out: AtomicU64,
+    /// Writes of WebSocket output to a socket: one write carries every frame waiting, so
+    /// `ws_messages_out / ws_sends` is how many frames a send coalesced.
+    pub ws_sends: AtomicU64,
     /// WebSockets the node closed for a protocol error (1002), bad UTF-8 (1007) or size (1009).
     pub ws_protocol_closed: AtomicU64,
     /// Bytes read from clients.
@@ -176,6 +179,7 @@ impl ShardStats {
             ("ws_open", "combd_ws_open", Gauge, "Open WebSockets.", g(&self.ws_open)),
             ("ws_messages_in", "combd_ws_messages_in_total", Counter, "WebSocket messages received.", g(&self.ws_messages_in)),
             ("ws_messages_out", "combd_ws_messages_out_total", Counter, "WebSocket messages sent.", g(&self.ws_messages_out)),
+            ("ws_sends", "combd_ws_sends_total", Counter, "Writes of WebSocket output to a socket (each carries every frame waiting).", g(&self.ws_sends)),
             ("ws_protocol_closed", "combd_ws_protocol_closed_total", Counter, "WebSockets closed for a protocol, UTF-8 or size error.", g(&self.ws_protocol_closed)),
             ("bytes_in", "combd_received_bytes_total", Counter, "Bytes read from clients.", g(&self.bytes_in)),
             ("bytes_out", "combd_sent_bytes_total", Counter, "Bytes written to clients.", g(&self.bytes_out)),

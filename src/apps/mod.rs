@@ -6,6 +6,7 @@ use combd_shards::app::{App, Apps};
 
 pub mod counter;
 pub mod echo;
+pub mod fanout;
 pub mod hold;
 pub mod limits;
 pub mod million;
@@ -26,6 +27,7 @@ pub fn builtin(test_apps: bool) -> Apps {
         Arc::new(million::Million),
     ];
     if test_apps {
+        list.push(Arc::new(fanout::Fanout));
         list.push(Arc::new(hold::Hold));
         list.push(Arc::new(limits::Limits));
         list.push(Arc::new(stall::Stall));

@@ -163,6 +163,9 @@ impl Conn {
                     break close;
                 }
             }
+            if !out.is_empty() {
+                ShardStats::add(&stats.ws_sends, 1);
+            }
             if self.flush(&mut out).await.is_err() {
                 break Close::Drop;
             }
@@ -357,7 +360,9 @@ impl Conn {
                 }
                 Poll::Ready(Ok(n)) => {
                     pos += n;
-                    ShardStats::add(&self.waker.state().stats().bytes_out, n as u64);
+                    let stats = self.waker.state().stats();
+                    ShardStats::add(&stats.ws_sends, 1);
+                    ShardStats::add(&stats.bytes_out, n as u64);
                     if let Some(id) = self.session {
                         self.cells.sessions().written(id, n as u64);
                     }
