@@ -383,16 +383,22 @@ impl Shard {
             }
         }
         slot.open();
-        let conn = conn::serve(self.cells.clone(), slot, stream, l.local, l.tls);
-        if accepted_total == 1 {
-            debug!(
-                shard = self.state.id(),
-                bytes = std::mem::size_of_val(&conn),
-                "connection task size"
-            );
-        }
         // A task that cannot start (the shard drains) drops its connection, and its slot.
-        if let Ok(task) = self.state.spawn(conn) {
+        let cells = self.cells.clone();
+        let task = if l.tls {
+            self.state.spawn(conn::serve_tls(cells, slot, stream, l.local))
+        } else {
+            let conn = conn::serve(cells, slot, stream, l.local);
+            if accepted_total == 1 {
+                debug!(
+                    shard = self.state.id(),
+                    bytes = std::mem::size_of_val(&conn),
+                    "connection task size"
+                );
+            }
+            self.state.spawn(conn)
+        };
+        if let Ok(task) = task {
             task.detach();
         }
     }

@@ -134,7 +134,10 @@ impl Conn {
     }
 
     /// The WebSocket loop, until the connection closes.
-    pub(super) async fn websocket(&mut self, up: Upgrade) {
+    pub(super) async fn websocket(&mut self, up: Box<Upgrade>) {
+        // Boxed until here, then taken apart: an upgrade held by value would be kept twice in
+        // every idle WebSocket's task (an argument and its local), 176 bytes.
+        let Upgrade { app, object, .. } = *up;
         let state = self.state().clone();
         let stats = state.stats();
         ShardStats::add(&stats.ws_open, 1);
@@ -146,8 +149,8 @@ impl Conn {
                     shard: state.id() as u32,
                     id,
                 }),
-                app: up.app,
-                object: up.object,
+                app,
+                object,
             },
             decoder: Decoder::new(settings.ws_max_message_bytes),
             awaiting_pong: false,

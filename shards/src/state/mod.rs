@@ -38,6 +38,24 @@ use crate::shared::NodeShared;
 use crate::stats::ShardStats;
 use wake_queue::WakeQueue;
 
+pin_project_lite::pin_project! {
+    /// A task's future with the gate pass that lets a drain wait for it; the pass is dropped
+    /// with the future, when the task ends.
+    struct WithPass<F> {
+        #[pin]
+        fut: F,
+        _pass: glommio::sync::Pass,
+    }
+}
+
+impl<F: Future> Future for WithPass<F> {
+    type Output = F::Output;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<F::Output> {
+        self.project().fut.poll(cx)
+    }
+}
+
 /// A task waiting in a waker slot: its waker while parked, and the shard-clock millisecond
 /// its wait ends at (0: none), which the tick's sweep wakes it at.
 #[derive(Default)]
@@ -152,7 +170,11 @@ impl ShardState {
         &self,
         fut: impl Future<Output = T> + 'static,
     ) -> Result<glommio::Task<T>, ()> {
-        self.gate.spawn(fut).map_err(|_| ())
+        // Not `Gate::spawn`: its `async move { fut.await }` wrapper keeps the future twice
+        // (once as the block's capture, once as the awaited state), which doubled every
+        // connection's task (2,208 bytes for a 1,096-byte future, measured).
+        let pass = self.gate.enter().map_err(|_| ())?;
+        Ok(glommio::spawn_local(WithPass { fut, _pass: pass }))
     }
 
     /// Waits until every task spawned through [`ShardState::spawn`] has ended.
