@@ -3,7 +3,7 @@
 # handshakes per second, the node on CPU 0 (one shard), the generator on CPU 1.
 # Usage: bench/tls.sh [CONNS] [HANDSHAKES]   (writes bench/out/idle-tls-CONNS.json and
 # bench/out/handshakes-HANDSHAKES.json)
-# COMBD_BIN=path runs that node binary instead of target/release/combd (an A/B against an older build).
+# NODE_BIN=path runs that node binary instead of target/release/combd (an A/B against an older build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 conns=${1:-10000}
@@ -15,7 +15,7 @@ data=$(mktemp -d)
 target/release/combd-bench gen-cert "$data"
 run() {
   COMBD_LISTEN=0.0.0.0:$port COMBD_TLS_LISTEN=0.0.0.0:$tls_port COMBD_TLS_CERT=$data/cert.pem \
-    COMBD_TLS_KEY=$data/key.pem COMBD_DATA=$data COMBD_LOG=warn taskset -c 0 "${COMBD_BIN:-target/release/combd}" > "$data/stdout" &
+    COMBD_TLS_KEY=$data/key.pem COMBD_DATA=$data COMBD_LOG=warn taskset -c 0 "${NODE_BIN:-target/release/combd}" > "$data/stdout" &
   node=$!
   for _ in $(seq 100); do grep -q "combd ready" "$data/stdout" 2>/dev/null && break; sleep 0.1; done
   sleep 1
