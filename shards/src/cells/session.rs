@@ -334,9 +334,10 @@ impl Sessions {
         }
     }
 
-    /// Delivers a frame to every local session of object `key` subscribed to `topic`,
+    /// Delivers frames to every local session of object `key` subscribed to `topic`, all of
+    /// them to one session before the next (so its connection writes them in one send),
     /// [`FANOUT_PER_TURN`] deliveries a turn.
-    pub async fn fan_out(&self, key: &str, topic: &str, frame: &Arc<[u8]>) {
+    pub async fn fan_out(&self, key: &str, topic: &str, frames: &[Arc<[u8]>]) {
         let ids = self.subscribers(key, topic);
         if ids.is_empty() {
             return;
@@ -346,8 +347,10 @@ impl Sessions {
         let _done = Defer(|| ShardStats::sub(&stats.fanouts_in_progress, 1));
         let mut turn = Turn::new(stats, FANOUT_PER_TURN);
         for id in ids {
-            self.deliver_local(id, frame.clone());
-            turn.spend().await;
+            for frame in frames {
+                self.deliver_local(id, frame.clone());
+                turn.spend().await;
+            }
         }
     }
 }

@@ -1,0 +1,75 @@
+//! Fan-out writes a session's waiting frames together: a call that broadcasts several frames
+//! to many viewers gives each viewer its frames in one send, not one send per frame (the
+//! kernel's cost per send is the fan-out's ceiling; `bench/scenario.sh fanout` measures it).
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::TcpStream;
+
+use support::*;
+use tungstenite::{Message, WebSocket};
+
+/// More viewers than one turn's fan-out budget (256 deliveries) covers with one frame each,
+/// so the fan-out yields while it runs and connections write in between.
+const VIEWERS: usize = 300;
+const FRAMES: usize = 8;
+
+fn open_viewer(node: &TestNode) -> WebSocket<TcpStream> {
+    let url = format!("ws://127.0.0.2:{}/o/fanout/f", node.port);
+    tungstenite::client(url.as_str(), connect(node.public()))
+        .expect("websocket handshake")
+        .0
+}
+
+fn counter(stats: &serde_json::Value, name: &str) -> u64 {
+    stats[name].as_u64().unwrap()
+}
+
+#[test]
+fn a_viewers_frames_of_one_broadcast_go_out_in_one_send() {
+    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let mut viewers: Vec<_> = (0..VIEWERS).map(|_| open_viewer(&node)).collect();
+    let before = node.stats();
+    let resp = request(
+        node.public(),
+        format!("POST /o/fanout/f?n={FRAMES} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            .as_bytes(),
+    );
+    assert_eq!((resp.status, resp.json()["sent"].as_u64()), (200, Some(FRAMES as u64)));
+    for ws in &mut viewers {
+        for i in 0..FRAMES {
+            let Message::Text(t) = ws.read().expect("a frame of the broadcast") else {
+                panic!("expected a text frame");
+            };
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            assert_eq!(v["f"].as_u64(), Some(i as u64), "frames in order");
+        }
+    }
+    let after = node.stats();
+    let frames = counter(&after, "ws_messages_out") - counter(&before, "ws_messages_out");
+    let sends = counter(&after, "ws_sends") - counter(&before, "ws_sends");
+    assert_eq!(frames, (VIEWERS * FRAMES) as u64);
+    // One send a viewer, give or take the few viewers whose frames a turn's budget split.
+    // Delivered frame by frame (every viewer's first frame, then every viewer's second...),
+    // the connections woken between turns write one frame each: 2,400 sends (checked).
+    assert!(
+        sends <= VIEWERS as u64 + 16,
+        "{sends} sends for {frames} frames to {VIEWERS} viewers"
+    );
+}
+
+#[test]
+fn fanout_refuses_a_frame_count_out_of_range() {
+    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    for n in ["0", "65", "x"] {
+        let resp = request(
+            node.public(),
+            format!("POST /o/fanout/f?n={n} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+                .as_bytes(),
+        );
+        assert_eq!(resp.status, 400, "n={n}: {}", resp.text());
+        assert!(resp.json()["error"].is_string());
+    }
+}
