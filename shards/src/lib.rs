@@ -19,8 +19,9 @@
 //!    configuration and streams ([`tls`]), and the allocator ([`alloc`]).
 //! 2. **Node-wide state** (`shared`): settings, apps, every shard's stats, the admission
 //!    state, the connection count, the shards' inboxes and wake sockets, the drain flag.
-//! 3. **A shard's own state** (`state`): waker slots, the scratch buffer, the task gate, the
-//!    wake queue (awake and restore slots with their ready lines), connection slots
+//! 3. **A shard's own state** (`state`): waker slots (each with the deadline of its wait, on
+//!    the shard's clock read once a tick, so no request reads a clock or arms a timer), the
+//!    scratch buffer, the task gate, the wake queue (awake and restore slots with their ready lines), connection slots
 //!    (reserve → open → release once), the per-turn budget, outbound bytes, the ping epoch.
 //! 4. **Cells** (`cells`): sessions, objects (their task, their calls under limits, their
 //!    SQLite store), and routing between shards. **Connections** (`conn`): the HTTP loop and
@@ -32,16 +33,18 @@
 //!
 //! ## A request, a message, a refusal
 //!
-//! - *A request*: the shard's accept loop reserves a connection slot and spawns
-//!   `conn::serve`; the HTTP loop reads a head into the shard's scratch buffer, keeping only
-//!   the bytes of an incomplete request; the route table answers it, calls a stateless app in
+//! - *A request*: the shard's accept loop reserves a connection slot, builds the connection
+//!   and spawns `conn::serve` (or `conn::serve_tls`); the HTTP loop reads a head into the
+//!   shard's scratch buffer, keeping only the bytes of an incomplete request, and parses it
+//!   once; the route table answers it (written without `fmt`), calls a stateless app in
 //!   place, or submits a job to the object's mailbox, on its home shard (through that shard's
 //!   inbox if it is another). The object's task takes a batch under an awake slot, runs it in
 //!   one transaction on a blocking thread, and replies once it committed.
 //! - *A message*: a session's WebSocket frame becomes a job like a request. What the object
 //!   sends or broadcasts after its commit goes to session mailboxes: a broadcast crosses to
-//!   each other shard once and fans out there, a bounded number of deliveries a turn; a
-//!   session with mail waits for an awake slot, then writes it.
+//!   each other shard once and fans out there, a bounded number of deliveries a turn, a run
+//!   of broadcasts viewer by viewer; a session with mail waits for an awake slot, then writes
+//!   all of it in one send (`ws_sends` beside `ws_messages_out` in the stats).
 //! - *A refusal*: the coordinator (in the `combd` crate) publishes "full"; each shard stops
 //!   its public listeners (answering its accept queue first), so the kernel refuses at TCP.
 //!   Inside a shard a full mailbox answers 503 at once, a slow reader or a spent outbound
