@@ -74,4 +74,14 @@ pub mod tls;
 pub mod ws;
 
 pub use node::{DrainHandle, Node, NodeConfig, StartError};
+
+/// Switches for tests only: nothing in the node or its settings sets them.
+#[doc(hidden)]
+pub mod testing {
+    use std::sync::atomic::AtomicBool;
+
+    /// Answer a committed batch *before* its WAL sync, then sync: the broken durability the
+    /// power-cut test (`tests/powercut.rs`) must catch. Read when an object starts.
+    pub static ACK_BEFORE_SYNC: AtomicBool = AtomicBool::new(false);
+}
 pub use shared::NodeShared;
