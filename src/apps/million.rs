@@ -45,9 +45,9 @@ fn load_page(cx: &mut Cx<'_>, page: u64) -> Result<Vec<u8>, AppError> {
     let bits: Option<Vec<u8>> =
         match cx
             .db()?
-            .query_row("SELECT bits FROM pages WHERE page = ?1", [page], |r| {
-                r.get(0)
-            }) {
+            .prepare_cached("SELECT bits FROM pages WHERE page = ?1")?
+            .query_row([page], |r| r.get(0))
+        {
             Ok(b) => Some(b),
             Err(rusqlite::Error::QueryReturnedNoRows) => None,
             Err(e) => return Err(e.into()),
@@ -99,10 +99,9 @@ fn apply(cx: &mut Cx<'_>, clicks: &[Click]) -> Result<(), AppError> {
             let v = (bits[off / 8] >> (off % 8)) & 1;
             updates.push(serde_json::json!([c.i, v, session_number(c.session), c.c]));
         }
-        cx.db()?.execute(
-            "INSERT OR REPLACE INTO pages (page, bits) VALUES (?1, ?2)",
-            rusqlite::params![page, bits],
-        )?;
+        cx.db()?
+            .prepare_cached("INSERT OR REPLACE INTO pages (page, bits) VALUES (?1, ?2)")?
+            .execute(rusqlite::params![page, bits])?;
         cx.broadcast(
             &format!("p{page}"),
             &serde_json::json!({ "t": "set", "u": updates }).to_string(),
