@@ -20,6 +20,9 @@ pub const PAGE_BOXES: u64 = 4096;
 /// Pages on the board (the last one is partly used).
 pub const PAGES: u64 = BOXES.div_ceil(PAGE_BOXES);
 
+/// Most inputs in one batch of a board: its whole mailbox.
+pub const BATCH: usize = combd_kernel::limits::MAILBOX_DEFAULT;
+
 /// The million app.
 pub struct Million;
 
@@ -131,6 +134,13 @@ impl App for Million {
 
     fn handles_batch(&self) -> bool {
         true
+    }
+
+    /// Up to a whole mailbox of clicks at once: a batch forms only from clicks that queued, so
+    /// under load its clicks merge into one update per page, and a page's viewers get one
+    /// frame for many clicks instead of one each (the sends are the board's cost).
+    fn batch(&self) -> usize {
+        BATCH
     }
 
     /// A viewer that missed updates gets its page again: the attach sends it whole.
