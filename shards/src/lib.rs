@@ -37,7 +37,9 @@
 //!   the bytes of an incomplete request; the route table answers it, calls a stateless app in
 //!   place, or submits a job to the object's mailbox, on its home shard (through that shard's
 //!   inbox if it is another). The object's task takes a batch under an awake slot, runs it in
-//!   one transaction on a blocking thread, and replies once it committed.
+//!   one transaction on a blocking thread and hands it to the object's commit task, which
+//!   replies once a WAL sync that began after the commit returned (the next batch runs
+//!   meanwhile).
 //! - *A message*: a session's WebSocket frame becomes a job like a request. What the object
 //!   sends or broadcasts after its commit goes to session mailboxes: a broadcast crosses to
 //!   each other shard once and fans out there, a bounded number of deliveries a turn; a
