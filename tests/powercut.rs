@@ -184,7 +184,10 @@ fn answered_writes_survive_power_cuts() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n = cut_count(200);
     let found = cuts("full", "full", n, false);
-    assert_eq!(found.cuts, n, "every cut was taken within the time: {found:?}");
+    assert_eq!(
+        found.cuts, n,
+        "every cut was taken within the time: {found:?}"
+    );
     assert!(found.answered > 0, "the clients were answered: {found:?}");
     assert_eq!(found.lost, 0, "a cut lost answered writes: {found:?}");
 }
@@ -195,14 +198,20 @@ fn answering_before_the_sync_is_caught() {
     combd_shards::testing::ACK_BEFORE_SYNC.store(true, Ordering::SeqCst);
     let found = cuts("answer-first", "full", cut_count(2000), stop_at_loss());
     combd_shards::testing::ACK_BEFORE_SYNC.store(false, Ordering::SeqCst);
-    assert!(found.lost > 0, "no cut caught an answer before its sync: {found:?}");
+    assert!(
+        found.lost > 0,
+        "no cut caught an answer before its sync: {found:?}"
+    );
 }
 
 #[test]
 fn synchronous_normal_loses_answered_writes_at_a_cut() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let found = cuts("normal", "normal", cut_count(200), stop_at_loss());
-    assert!(found.lost > 0, "no cut lost a write answered without a sync: {found:?}");
+    assert!(
+        found.lost > 0,
+        "no cut lost a write answered without a sync: {found:?}"
+    );
 }
 
 #[test]
@@ -237,7 +246,11 @@ fn the_simulated_disk_drops_only_what_was_not_synced() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(rows, [1], "the synced commit survives, the unsynced one does not");
+    assert_eq!(
+        rows,
+        [1],
+        "the synced commit survives, the unsynced one does not"
+    );
     drop(db);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -270,7 +283,9 @@ fn nothing_is_answered_before_its_sync_and_an_object_stops_past_its_unsynced_bat
     let node = start_node(&data, "full");
     let post = b"POST /o/counter/h HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
     assert_eq!(support::request(node.public_addr(), post).status, 200);
-    let cap = stats(&node)["limits"]["object_unsynced_batches"].as_u64().unwrap();
+    let cap = stats(&node)["limits"]["object_unsynced_batches"]
+        .as_u64()
+        .unwrap();
     let before = stats(&node)["batches"].as_u64().unwrap();
     // The disk stops answering syncs. One request at a time, so each is a batch of its own:
     // the first waits for its sync, `cap - 1` more commit behind it, one more commits and

@@ -45,16 +45,15 @@ fn page_of(query: Option<&str>) -> Result<u64, AppError> {
 }
 
 fn load_page(cx: &mut Cx<'_>, page: u64) -> Result<Vec<u8>, AppError> {
-    let bits: Option<Vec<u8>> =
-        match cx
-            .db()?
-            .prepare_cached("SELECT bits FROM pages WHERE page = ?1")?
-            .query_row([page], |r| r.get(0))
-        {
-            Ok(b) => Some(b),
-            Err(rusqlite::Error::QueryReturnedNoRows) => None,
-            Err(e) => return Err(e.into()),
-        };
+    let bits: Option<Vec<u8>> = match cx
+        .db()?
+        .prepare_cached("SELECT bits FROM pages WHERE page = ?1")?
+        .query_row([page], |r| r.get(0))
+    {
+        Ok(b) => Some(b),
+        Err(rusqlite::Error::QueryReturnedNoRows) => None,
+        Err(e) => return Err(e.into()),
+    };
     let mut bits = bits.unwrap_or_default();
     bits.resize((PAGE_BOXES / 8) as usize, 0);
     Ok(bits)

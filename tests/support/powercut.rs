@@ -107,7 +107,13 @@ pub fn cut<T>(
         let Ok(mut bytes) = std::fs::read(&path) else {
             continue;
         };
-        for u in undo.get(&path).map(|v| v.as_slice()).unwrap_or(&[]).iter().rev() {
+        for u in undo
+            .get(&path)
+            .map(|v| v.as_slice())
+            .unwrap_or(&[])
+            .iter()
+            .rev()
+        {
             if bytes.len() < u.offset + u.old.len() {
                 bytes.resize(u.offset + u.old.len(), 0);
             }
@@ -189,7 +195,11 @@ unsafe extern "C" fn x_open(
     }
 }
 
-unsafe extern "C" fn x_delete(_vfs: *mut ffi::sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
+unsafe extern "C" fn x_delete(
+    _vfs: *mut ffi::sqlite3_vfs,
+    name: *const c_char,
+    sync_dir: c_int,
+) -> c_int {
     // SAFETY: forwarded as given.
     unsafe {
         let path = PathBuf::from(CStr::from_ptr(name).to_string_lossy().into_owned());
@@ -212,7 +222,12 @@ unsafe extern "C" fn x_close(f: *mut ffi::sqlite3_file) -> c_int {
     }
 }
 
-unsafe extern "C" fn x_read(f: *mut ffi::sqlite3_file, buf: *mut c_void, amt: c_int, off: i64) -> c_int {
+unsafe extern "C" fn x_read(
+    f: *mut ffi::sqlite3_file,
+    buf: *mut c_void,
+    amt: c_int,
+    off: i64,
+) -> c_int {
     // SAFETY: forwarded.
     unsafe {
         let me = shim(f);
@@ -220,7 +235,12 @@ unsafe extern "C" fn x_read(f: *mut ffi::sqlite3_file, buf: *mut c_void, amt: c_
     }
 }
 
-unsafe extern "C" fn x_write(f: *mut ffi::sqlite3_file, buf: *const c_void, amt: c_int, off: i64) -> c_int {
+unsafe extern "C" fn x_write(
+    f: *mut ffi::sqlite3_file,
+    buf: *const c_void,
+    amt: c_int,
+    off: i64,
+) -> c_int {
     // SAFETY: forwarded, under the lock so an image never sees half a write.
     unsafe {
         let me = shim(f);

@@ -112,7 +112,12 @@ impl Pipeline {
         let key: Rc<str> = key.into();
         let task = cells
             .state
-            .spawn(release(cells.clone(), key.clone(), pipe.clone(), durability))
+            .spawn(release(
+                cells.clone(),
+                key.clone(),
+                pipe.clone(),
+                durability,
+            ))
             .ok();
         Pipeline {
             pipe,
@@ -196,14 +201,17 @@ async fn release_group(cells: &Cells, key: &str, group: Vec<Committed>, durabili
 }
 
 /// Syncs the WAL on a blocking thread; false if the disk refused.
-async fn sync(state: &crate::state::ShardState, key: &str, wal: Option<Wal>, batches: usize) -> bool {
+async fn sync(
+    state: &crate::state::ShardState,
+    key: &str,
+    wal: Option<Wal>,
+    batches: usize,
+) -> bool {
     let Some(wal) = wal else {
         return true;
     };
     let stats = state.stats();
-    let r = glommio::executor()
-        .spawn_blocking(move || wal.sync())
-        .await;
+    let r = glommio::executor().spawn_blocking(move || wal.sync()).await;
     ShardStats::add(&stats.wal_syncs, 1);
     stats
         .sync_group_max

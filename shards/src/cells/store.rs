@@ -61,7 +61,8 @@ impl Wal {
             )
         };
         // SAFETY: a non-null journal pointer points to the pager's file object.
-        let open = rc == ffi::SQLITE_OK && !file.is_null() && unsafe { !(*file).pMethods.is_null() };
+        let open =
+            rc == ffi::SQLITE_OK && !file.is_null() && unsafe { !(*file).pMethods.is_null() };
         open.then_some(Wal(file))
     }
 
