@@ -335,3 +335,32 @@ fn nothing_is_answered_before_its_sync_and_an_object_stops_past_its_unsynced_bat
     node.wait().unwrap();
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn a_failed_sync_is_answered_500_and_the_object_reloads() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    powercut::register();
+    let base = std::env::temp_dir().join(format!("combd-powercut-{}-fail", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let data = base.join("data");
+    let node = start_node(&data, "full");
+    let post = b"POST /o/counter/f HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(support::request(node.public_addr(), post).status, 200);
+    powercut::fail_syncs(Some(&data));
+    let r = support::request(node.public_addr(), post);
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (500, Some("object storage unavailable")),
+        "a write whose sync failed is not acknowledged"
+    );
+    powercut::fail_syncs(None);
+    // The object reloads its database and serves again.
+    let r = support::request(node.public_addr(), post);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = stats(&node);
+    assert_eq!(s["wal_sync_failed_inputs"], 1, "{s}");
+    assert!(s["reloads"].as_u64().unwrap() >= 1, "{s}");
+    node.drain_handle().drain();
+    node.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+}

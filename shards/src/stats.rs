@@ -97,7 +97,8 @@ pub struct ShardStats {
     pub wal_syncs: AtomicU64,
     /// The most committed batches that shared one WAL sync.
     pub sync_group_max: AtomicU64,
-    /// Inputs that committed but were answered 500 because their WAL sync failed.
+    /// Inputs that committed but were answered 500 because their WAL sync (or an earlier
+    /// one) failed.
     pub wal_sync_failed_inputs: AtomicU64,
     /// The oldest age an input reached waiting in a mailbox, in milliseconds.
     pub mailbox_oldest_age_ms: AtomicU64,

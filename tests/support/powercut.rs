@@ -32,6 +32,15 @@ static REGISTER: Once = Once::new();
 /// While set, a sync of a file under this directory waits (a disk that has not answered yet).
 static HOLD: (Mutex<Option<PathBuf>>, Condvar) = (Mutex::new(None), Condvar::new());
 
+/// While set, a sync of a file under this directory fails (`SQLITE_IOERR_FSYNC`), and covers
+/// nothing.
+static FAIL: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Makes every sync of a file under `dir` fail (None: they succeed again).
+pub fn fail_syncs(dir: Option<&Path>) {
+    *FAIL.lock().unwrap() = dir.map(Path::to_path_buf);
+}
+
 /// Holds every sync of a file under `dir` until [`release_syncs`].
 pub fn hold_syncs(dir: &Path) {
     *HOLD.0.lock().unwrap() = Some(dir.to_path_buf());
@@ -289,6 +298,10 @@ unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
             0
         } else {
             wait_if_held(&*me.path);
+            let failing = FAIL.lock().unwrap().clone();
+            if failing.is_some_and(|d| (*me.path).starts_with(d)) {
+                return ffi::SQLITE_IOERR_FSYNC;
+            }
             let g = UNDO.lock().unwrap();
             g.as_ref().unwrap().get(&*me.path).map_or(0, Vec::len)
         };

@@ -55,6 +55,9 @@ struct Pipe {
     /// Batches handed over and not answered yet (queued, or being synced and answered).
     unanswered: Cell<usize>,
     closed: Cell<bool>,
+    /// A WAL sync failed: what committed after it may sit on a hole in the WAL, so nothing
+    /// more is answered until the object reloads its database.
+    failed: Cell<bool>,
     taker: RefCell<Option<Waker>>,
     giver: RefCell<Option<Waker>>,
 }
@@ -133,7 +136,11 @@ impl Pipeline {
     /// spawning) the batch is made durable and answered here.
     pub async fn push(&self, batch: Committed) {
         if self.task.is_none() {
-            return release_group(&self.cells, &self.key, vec![batch], self.durability).await;
+            let failed = self.pipe.failed.get();
+            let synced =
+                release_group(&self.cells, &self.key, vec![batch], self.durability, failed).await;
+            self.pipe.failed.set(!synced);
+            return;
         }
         let pipe = &self.pipe;
         futures_lite::future::poll_fn(|cx| {
@@ -147,6 +154,11 @@ impl Pipeline {
         pipe.unanswered.set(pipe.unanswered.get() + 1);
         pipe.queue.borrow_mut().push_back(batch);
         Pipe::wake(&pipe.taker);
+    }
+
+    /// Whether a WAL sync failed: the object must reload its database (a new pipeline).
+    pub fn failed(&self) -> bool {
+        self.pipe.failed.get()
     }
 
     /// Answers everything handed over and ends the commit task: after this no sync is in
@@ -164,25 +176,35 @@ impl Pipeline {
 async fn release(cells: Rc<Cells>, key: Rc<str>, pipe: Rc<Pipe>, durability: Durability) {
     while let Some(group) = pipe.take().await {
         let n = group.len();
-        release_group(&cells, &key, group, durability).await;
+        if !release_group(&cells, &key, group, durability, pipe.failed.get()).await {
+            pipe.failed.set(true);
+        }
         pipe.answered(n);
     }
 }
 
-/// Makes a group of committed batches durable with one sync and answers them in order.
-async fn release_group(cells: &Cells, key: &str, group: Vec<Committed>, durability: Durability) {
+/// Makes a group of committed batches durable with one sync and answers them in order; false
+/// (and every input answered 500) if the sync failed or one failed before (`failed`).
+async fn release_group(
+    cells: &Cells,
+    key: &str,
+    group: Vec<Committed>,
+    durability: Durability,
+    failed: bool,
+) -> bool {
     let state = &cells.state;
     let stats = state.stats();
     let wal = group.iter().rev().find_map(|c| c.wal);
-    let synced = match durability {
-        Durability::SyncFirst => sync(state, key, wal, group.len()).await,
-        Durability::NoSync | Durability::AnswerFirst => true,
-    };
+    let synced = !failed
+        && match durability {
+            Durability::SyncFirst => sync(state, key, wal, group.len()).await,
+            Durability::NoSync | Durability::AnswerFirst => true,
+        };
     let permit = state.acquire_awake().await;
     for batch in group {
         if !synced {
-            // The disk refused to sync: nothing of these batches is known to be durable, so
-            // nothing is acknowledged or sent.
+            // The disk refused to sync (now or before): nothing of these batches is known to
+            // be durable, so nothing is acknowledged or sent.
             ShardStats::add(&stats.wal_sync_failed_inputs, batch.replies.len() as u64);
             for reply in batch.replies {
                 cells.refuse_job_reply(reply, Refusal::StorageUnavailable);
@@ -198,6 +220,7 @@ async fn release_group(cells: &Cells, key: &str, group: Vec<Committed>, durabili
     if durability == Durability::AnswerFirst {
         sync(state, key, wal, 1).await;
     }
+    synced
 }
 
 /// Syncs the WAL on a blocking thread; false if the disk refused.

@@ -99,6 +99,10 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             }
             return;
         }
+        if pipeline.failed() {
+            // A WAL sync failed since the last batch: reload before running more.
+            db = reload(&cells, &cell, &mut pipeline, db.take()).await;
+        }
         let Some(conn) = db.take() else {
             // The database could not be opened: answer everything queued, and let go.
             let queued: Vec<Queued> = cell.mailbox.borrow_mut().drain(..).collect();
@@ -111,15 +115,27 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         let (conn, committed, killed) = run_one_batch(&cells, &cell, conn).await;
         drop(permit);
         pipeline.push(committed).await;
-        db = if killed {
-            // Answer what committed before the reload, then reload with a new commit task.
-            pipeline.finish().await;
-            let reopened = reopen(&state, &cell, conn).await;
-            pipeline = Pipeline::start(&cells, &cell.key);
-            reopened
+        db = if killed || pipeline.failed() {
+            reload(&cells, &cell, &mut pipeline, Some(conn)).await
         } else {
             Some(conn)
         };
+    }
+}
+
+/// After a killed call or a failed WAL sync: answers what was handed over (a failed sync
+/// answers 500), then reloads the object from its database with a new commit task.
+async fn reload(
+    cells: &Rc<Cells>,
+    cell: &ObjectCell,
+    pipeline: &mut Pipeline,
+    conn: Option<rusqlite::Connection>,
+) -> Option<rusqlite::Connection> {
+    let old = std::mem::replace(pipeline, Pipeline::start(cells, &cell.key));
+    old.finish().await;
+    match conn {
+        Some(conn) => reopen(&cells.state, cell, conn).await,
+        None => None,
     }
 }
 
