@@ -1,9 +1,11 @@
 //! Power cuts, simulated: a node runs in this process with every SQLite file going through a
 //! VFS that remembers each write not yet covered by a completed sync (`support/powercut.rs`).
-//! While clients pipeline `POST /o/counter/c`, the test takes the durable image of the
-//! object's files at random instants (a cut: everything unsynced dropped) and opens each image
-//! as SQLite would after the power came back: it must pass `PRAGMA integrity_check` and hold
-//! at least the highest value any client had been answered before the cut.
+//! While clients pipeline `POST /o/counter/c` and a viewer of million board `b` clicks boxes
+//! 0, 1, 2, ... of page 0 (each once, the next after the echo of the last), the test takes the
+//! durable image of both objects' files at random instants (a cut: everything unsynced
+//! dropped) and opens each image as SQLite would after the power came back: it must pass
+//! `PRAGMA integrity_check`, hold at least the highest counter value any client had been
+//! answered before the cut, and have every box checked whose click had been echoed.
 //!
 //! Shown able to fail: with `COMBD_SQLITE_SYNC=normal` (answers before any sync) and with the
 //! test-only switch that answers a batch before its sync, cuts find answered writes missing.
@@ -42,6 +44,8 @@ struct Found {
     most_missing: i64,
     /// The highest value answered by the end.
     answered: i64,
+    /// Clicks echoed by the end.
+    clicks: i64,
 }
 
 fn start_node(data: &Path, sync: &str) -> Node {
@@ -51,6 +55,9 @@ fn start_node(data: &Path, sync: &str) -> Node {
         ("COMBD_DATA", data_s),
         ("COMBD_SHARDS", "1".to_string()),
         ("COMBD_SQLITE_SYNC", sync.to_string()),
+        // The clicker clicks as fast as echoes come back.
+        ("COMBD_WS_RATE", "1000000".to_string()),
+        ("COMBD_WS_BURST", "1000000".to_string()),
     ]
     .into_iter()
     .collect();
@@ -90,25 +97,100 @@ fn client(addr: SocketAddr, answered: Arc<AtomicI64>, stop: Arc<AtomicBool>) {
     }
 }
 
-/// Opens a cut's images as SQLite would after the power came back; the counter's value.
-fn recover(images: Vec<(PathBuf, Vec<u8>)>, scratch: &Path) -> i64 {
+/// The viewer of page 0 of board `b`: clicks box 0, 1, 2, ... once each, the next after the
+/// echo of the last; `clicked` is the last box whose click was echoed.
+fn clicker(addr: SocketAddr, clicked: Arc<AtomicI64>, stop: Arc<AtomicBool>) {
+    use tungstenite::Message;
+    let stream = connect(addr);
+    let url = format!("ws://{addr}/o/million/b?page=0");
+    let (mut ws, _) = tungstenite::client(url.as_str(), stream).unwrap();
+    // A benchmark elsewhere on the machine may stop and continue this process: a blocking
+    // call then fails with EINTR, which is no error of the node's.
+    let interrupted = |e: &tungstenite::Error| matches!(e, tungstenite::Error::Io(io) if io.kind() == std::io::ErrorKind::Interrupted);
+    let read = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>| loop {
+        match ws.read() {
+            Err(e) if interrupted(&e) => continue,
+            r => return r.unwrap(),
+        }
+    };
+    let Message::Text(first) = read(&mut ws) else {
+        panic!("no page state")
+    };
+    let me = serde_json::from_str::<serde_json::Value>(first.as_str()).unwrap()["s"].clone();
+    for i in 0..4096i64 {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let click = format!(r#"{{"t":"click","i":{i},"c":{i}}}"#);
+        let mut sent = ws.send(Message::text(click));
+        while let Err(e) = &sent {
+            assert!(interrupted(e), "{e}");
+            sent = ws.flush();
+        }
+        loop {
+            let Message::Text(t) = read(&mut ws) else {
+                continue;
+            };
+            let m: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+            assert!(m.get("error").is_none(), "{m}");
+            let echoed = m["u"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|u| u[2] == me && u[3] == i);
+            if echoed {
+                clicked.store(i, Ordering::SeqCst);
+                break;
+            }
+        }
+    }
+}
+
+/// Writes a cut's images to `scratch` and opens `file` as SQLite would after the power came
+/// back (`None` if the cut had no image of it); it must pass `integrity_check`.
+fn recover(
+    images: &[(PathBuf, Vec<u8>)],
+    scratch: &Path,
+    file: &str,
+) -> Option<rusqlite::Connection> {
     let _ = std::fs::remove_dir_all(scratch);
     std::fs::create_dir_all(scratch).unwrap();
     for (path, bytes) in images {
         std::fs::write(scratch.join(path.file_name().unwrap()), bytes).unwrap();
     }
+    if !scratch.join(file).exists() {
+        return None;
+    }
     let db = rusqlite::Connection::open_with_flags_and_vfs(
-        scratch.join("c.sqlite"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_CREATE,
+        scratch.join(file),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE,
         "unix",
     )
     .unwrap();
     let check: String = db
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(check, "ok", "the image after a cut is corrupt");
-    db.query_row("SELECT value FROM counter WHERE id = 1", [], |r| r.get(0))
-        .unwrap_or(0)
+    assert_eq!(check, "ok", "the image of {file} after a cut is corrupt");
+    Some(db)
+}
+
+/// What a cut's images hold: the counter's value, and how many of boxes 0, 1, ... of the
+/// board's page 0 are checked in a row.
+fn recovered(images: &[(PathBuf, Vec<u8>)], scratch: &Path) -> (i64, i64) {
+    let value = recover(images, scratch, "c.sqlite").map_or(0, |db| {
+        db.query_row("SELECT value FROM counter WHERE id = 1", [], |r| r.get(0))
+            .unwrap_or(0)
+    });
+    let bits: Vec<u8> = recover(images, scratch, "b.sqlite")
+        .and_then(|db| {
+            db.query_row("SELECT bits FROM pages WHERE page = 0", [], |r| r.get(0))
+                .ok()
+        })
+        .unwrap_or_default();
+    let checked = (0..4096usize)
+        .take_while(|i| bits.get(i / 8).is_some_and(|b| (b >> (i % 8)) & 1 == 1))
+        .count();
+    (value, checked as i64)
 }
 
 /// Runs clients against a fresh node and takes up to `cuts` cuts (fewer if `stop_at_loss`
@@ -122,13 +204,17 @@ fn cuts(name: &str, sync: &str, cuts: usize, stop_at_loss: bool) -> Found {
     let addr = node.public_addr();
     let answered = Arc::new(AtomicI64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
+    let clicked = Arc::new(AtomicI64::new(-1));
+    let mut clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
             let (a, s) = (answered.clone(), stop.clone());
             std::thread::spawn(move || client(addr, a, s))
         })
         .collect();
-    let objects = data.join("objects").join("counter");
+    let (c, s) = (clicked.clone(), stop.clone());
+    clients.push(std::thread::spawn(move || clicker(addr, c, s)));
+    let objects = [data.join("objects/counter"), data.join("objects/million")];
+    let dirs = [objects[0].as_path(), objects[1].as_path()];
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut found = Found::default();
     let mut seed = std::process::id() as u64 | 1;
@@ -138,17 +224,23 @@ fn cuts(name: &str, sync: &str, cuts: usize, stop_at_loss: bool) -> Found {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         std::thread::sleep(Duration::from_micros(seed % 2000));
-        let (seen, images) = powercut::cut(&objects, &[".sqlite", ".sqlite-wal"], || {
-            answered.load(Ordering::SeqCst)
-        });
+        let ((seen, seen_clicked), images) =
+            powercut::cut(&dirs, &[".sqlite", ".sqlite-wal"], || {
+                (
+                    answered.load(Ordering::SeqCst),
+                    clicked.load(Ordering::SeqCst),
+                )
+            });
         if images.is_empty() {
             continue;
         }
-        let value = recover(images, &base.join("image"));
+        let (value, checked) = recovered(&images, &base.join("image"));
         found.cuts += 1;
-        if value < seen {
+        // Boxes 0..=seen_clicked were echoed: all must be checked.
+        let clicks_missing = (seen_clicked + 1 - checked).max(0);
+        if value < seen || clicks_missing > 0 {
             found.lost += 1;
-            found.most_missing = found.most_missing.max(seen - value);
+            found.most_missing = found.most_missing.max(seen - value).max(clicks_missing);
             if stop_at_loss {
                 break;
             }
@@ -159,6 +251,7 @@ fn cuts(name: &str, sync: &str, cuts: usize, stop_at_loss: bool) -> Found {
         c.join().unwrap();
     }
     found.answered = answered.load(Ordering::SeqCst);
+    found.clicks = clicked.load(Ordering::SeqCst) + 1;
     node.drain_handle().drain();
     node.wait().unwrap();
     let _ = std::fs::remove_dir_all(&base);
@@ -188,7 +281,10 @@ fn answered_writes_survive_power_cuts() {
         found.cuts, n,
         "every cut was taken within the time: {found:?}"
     );
-    assert!(found.answered > 0, "the clients were answered: {found:?}");
+    assert!(
+        found.answered > 0 && found.clicks > 0,
+        "the clients were answered: {found:?}"
+    );
     assert_eq!(found.lost, 0, "a cut lost answered writes: {found:?}");
 }
 
@@ -227,7 +323,7 @@ fn the_simulated_disk_drops_only_what_was_not_synced() {
          INSERT INTO t VALUES (1); PRAGMA synchronous=OFF; INSERT INTO t VALUES (2);",
     )
     .unwrap();
-    let ((), images) = powercut::cut(&dir, &[".sqlite", ".sqlite-wal"], || ());
+    let ((), images) = powercut::cut(&[dir.as_path()], &[".sqlite", ".sqlite-wal"], || ());
     let scratch = dir.join("image");
     std::fs::create_dir_all(&scratch).unwrap();
     for (path, bytes) in images {

@@ -96,10 +96,10 @@ pub fn register() {
     });
 }
 
-/// The durable image of each file under `dir` whose name ends with one of `suffixes`, at this
+/// The durable image of each file in `dirs` whose name ends with one of `suffixes`, at this
 /// instant, and `at_cut()` read while no change can land (so it is ordered before the image).
 pub fn cut<T>(
-    dir: &Path,
+    dirs: &[&Path],
     suffixes: &[&str],
     at_cut: impl FnOnce() -> T,
 ) -> (T, Vec<(PathBuf, Vec<u8>)>) {
@@ -107,7 +107,10 @@ pub fn cut<T>(
     let seen = at_cut();
     let undo = guard.as_ref().unwrap();
     let mut images = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+    let entries = dirs
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten());
+    for entry in entries {
         let path = entry.path();
         let name = path.to_string_lossy().into_owned();
         if !suffixes.iter().any(|s| name.ends_with(s)) {
