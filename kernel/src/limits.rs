@@ -168,6 +168,10 @@ pub const MAILBOX_DEFAULT: usize = 1000;
 /// Default batch of an app that handles batches: inputs taken at once into one transaction, so
 /// a hundred writes share one fsync.
 pub const BATCH_DEFAULT: usize = 100;
+/// Batches of one object that committed but wait for their WAL sync to be answered. While a
+/// sync runs, the next batches commit (and share the next sync); past this many the object
+/// waits for the sync, and its mailbox fills. Each holds its answers and effects.
+pub const OBJECT_UNSYNCED_BATCHES: usize = 8;
 /// A session's mailbox: messages waiting to be written to its WebSocket.
 pub const SESSION_MAILBOX: usize = 1000;
 /// A session's mailbox while its shard is behind: what does not fit is dropped and counted.
@@ -373,6 +377,8 @@ const _: () = assert!(WS_CONTROL_PAYLOAD_MAX_BYTES < WS_MAX_MESSAGE_DEFAULT_BYTE
 const _: () = assert!(HOST_CALL_TICKS < CPU_LIMIT_TICKS_DEFAULT);
 // The bucket must hold a second of the rate, or a client at the allowed rate in bursts is closed.
 const _: () = assert!(WS_RATE_DEFAULT <= WS_BURST_DEFAULT);
+// With no batch allowed between commit and answer no object could run.
+const _: () = assert!(OBJECT_UNSYNCED_BATCHES > 0);
 // async_channel::bounded(0) panics, and a shard without an inbox could not be reached.
 const _: () = assert!(CROSS_SHARD_QUEUE > 0);
 // A shard needs at least one thread for SQLite and must accept at least one TLS handshake.

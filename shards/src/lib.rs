@@ -39,7 +39,9 @@
 //!   once; the route table answers it (written without `fmt`), calls a stateless app in
 //!   place, or submits a job to the object's mailbox, on its home shard (through that shard's
 //!   inbox if it is another). The object's task takes a batch under an awake slot, runs it in
-//!   one transaction on a blocking thread, and replies once it committed.
+//!   one transaction on a blocking thread and hands it to the object's commit task, which
+//!   replies once a WAL sync that began after the commit returned (the next batch runs
+//!   meanwhile).
 //! - *A message*: a session's WebSocket frame becomes a job like a request. What the object
 //!   sends or broadcasts after its commit goes to session mailboxes: a broadcast crosses to
 //!   each other shard once and fans out there, a bounded number of deliveries a turn, a run
@@ -77,4 +79,14 @@ pub mod tls;
 pub mod ws;
 
 pub use node::{DrainHandle, Node, NodeConfig, StartError};
+
+/// Switches for tests only: nothing in the node or its settings sets them.
+#[doc(hidden)]
+pub mod testing {
+    use std::sync::atomic::AtomicBool;
+
+    /// Answer a committed batch *before* its WAL sync, then sync: the broken durability the
+    /// power-cut test (`tests/powercut.rs`) must catch. Read when an object starts.
+    pub static ACK_BEFORE_SYNC: AtomicBool = AtomicBool::new(false);
+}
 pub use shared::NodeShared;

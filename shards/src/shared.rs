@@ -229,6 +229,10 @@ impl NodeShared {
             ("listen_backlog", limits::LISTEN_BACKLOG as u64),
             ("mailbox_default", limits::MAILBOX_DEFAULT as u64),
             ("batch_default", limits::BATCH_DEFAULT as u64),
+            (
+                "object_unsynced_batches",
+                limits::OBJECT_UNSYNCED_BATCHES as u64,
+            ),
             ("session_mailbox", limits::SESSION_MAILBOX as u64),
             (
                 "session_mailbox_behind",

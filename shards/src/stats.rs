@@ -96,6 +96,13 @@ pub struct ShardStats {
     pub batches: AtomicU64,
     /// The largest batch.
     pub batch_max: AtomicU64,
+    /// WAL syncs made before answering committed batches (`COMBD_SQLITE_SYNC=full`).
+    pub wal_syncs: AtomicU64,
+    /// The most committed batches that shared one WAL sync.
+    pub sync_group_max: AtomicU64,
+    /// Inputs that committed but were answered 500 because their WAL sync (or an earlier
+    /// one) failed.
+    pub wal_sync_failed_inputs: AtomicU64,
     /// The oldest age an input reached waiting in a mailbox, in milliseconds.
     pub mailbox_oldest_age_ms: AtomicU64,
     /// Calls that took longer than 10 ms.
@@ -204,6 +211,9 @@ impl ShardStats {
             ("cross_shard_dropped", "combd_cross_shard_dropped_total", Counter, "Deliveries dropped at a full shard inbox.", g(&self.cross_shard_dropped)),
             ("batches", "combd_batches_total", Counter, "Batches run.", g(&self.batches)),
             ("batch_max", "combd_batch_max", Gauge, "The largest batch.", g(&self.batch_max)),
+            ("wal_syncs", "combd_wal_syncs_total", Counter, "WAL syncs made before answering.", g(&self.wal_syncs)),
+            ("sync_group_max", "combd_sync_group_max", Gauge, "The most batches that shared one WAL sync.", g(&self.sync_group_max)),
+            ("wal_sync_failed_inputs", "combd_wal_sync_failed_inputs_total", Counter, "Inputs answered 500 because their WAL sync failed.", g(&self.wal_sync_failed_inputs)),
             ("mailbox_oldest_age_ms", "combd_mailbox_oldest_age_milliseconds", Gauge, "The oldest a waiting input got.", g(&self.mailbox_oldest_age_ms)),
             ("slow_calls", "combd_slow_calls_total", Counter, "Calls longer than 10 ms.", g(&self.slow_calls)),
             ("cpu_limit_killed", "combd_cpu_limit_killed_total", Counter, "Calls killed past the tick limit.", g(&self.cpu_limit_killed)),

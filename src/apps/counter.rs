@@ -12,7 +12,8 @@ pub struct Counter;
 fn value(cx: &mut Cx<'_>) -> Result<i64, AppError> {
     Ok(cx
         .db()?
-        .query_row("SELECT value FROM counter WHERE id = 1", [], |r| r.get(0))?)
+        .prepare_cached("SELECT value FROM counter WHERE id = 1")?
+        .query_row([], |r| r.get(0))?)
 }
 
 impl App for Counter {
@@ -51,11 +52,13 @@ impl App for Counter {
                         .and_then(|t| t.trim().parse().ok())
                         .ok_or_else(|| AppError::new(400, "the body must be a whole number"))?
                 };
-                let v: i64 = cx.db()?.query_row(
-                    "UPDATE counter SET value = value + ?1 WHERE id = 1 RETURNING value",
-                    [by],
-                    |r| r.get(0),
-                )?;
+                // A cached statement: parsing it anew would cost more than running it.
+                let v: i64 = cx
+                    .db()?
+                    .prepare_cached(
+                        "UPDATE counter SET value = value + ?1 WHERE id = 1 RETURNING value",
+                    )?
+                    .query_row([by], |r| r.get(0))?;
                 Ok(Output::Http(Response::json(
                     200,
                     &serde_json::json!({ "value": v }),

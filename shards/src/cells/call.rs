@@ -175,11 +175,10 @@ mod tests {
         memory_bytes: None,
     };
 
-    fn open(name: &str, sync_full: bool, schema: &'static str) -> rusqlite::Connection {
+    fn open(name: &str, schema: &'static str) -> rusqlite::Connection {
         let path = std::env::temp_dir().join(format!("combd-{name}-{}.sqlite", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let config = StoreConfig {
-            sync_full,
             db_max_bytes: 1 << 30,
             schema,
         };
@@ -226,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
-        let mut db = open("batch", true, Log.schema());
+        let mut db = open("batch", Log.schema());
         let inputs = [http("a"), http("bad"), http("b")];
         let r = run_batch(&Log, &mut db, &inputs, NO_LIMITS);
         assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
@@ -281,7 +280,7 @@ mod tests {
 
     #[test]
     fn an_app_panic_fails_its_input_and_rolls_back() {
-        let mut db = open("panic", false, Panics.schema());
+        let mut db = open("panic", Panics.schema());
         let inputs = [http("ok"), http("panic"), http("ok")];
         let r = run_batch(&Panics, &mut db, &inputs, NO_LIMITS);
         assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
@@ -294,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_tripped_limit_decides_the_result_and_kills_the_call() {
-        let mut db = open("ticks", false, Panics.schema());
+        let mut db = open("ticks", Panics.schema());
         let limits = CallLimits {
             ticks: 10,
             memory_bytes: None,

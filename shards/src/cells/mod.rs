@@ -4,7 +4,9 @@
 //!   bounded mailbox and a task ([`object`]) that restores its database ([`store`]) within the
 //!   shard's restore cap, then takes its mail one input at a time, or a batch at once for apps
 //!   that handle batches, in one transaction on a blocking thread ([`call`]), while holding
-//!   an awake slot. Replies and effects (sends, broadcasts) leave after the commit.
+//!   an awake slot. Its commit task ([`commit`]) makes committed batches durable, several
+//!   with one WAL sync while the next batch runs; replies and effects (sends, broadcasts)
+//!   leave only after that sync.
 //! - A **session** ([`session`]) is a WebSocket attached to an object. It lives on its
 //!   connection's shard, with its own mailbox of frames to write.
 //! - Between shards, each shard has one bounded inbox: jobs for its objects, deliveries to its
@@ -13,6 +15,7 @@
 //! Connections reach cells only by [`Cells::submit`]ting a job and through their session.
 
 mod call;
+mod commit;
 mod object;
 pub(crate) mod session;
 mod store;
@@ -174,8 +177,13 @@ impl Cells {
 
     /// Answers a job that will not run, the way its kind calls for.
     fn refuse(&self, job: Job, refusal: Refusal) {
+        self.refuse_job_reply(job.reply, refusal);
+    }
+
+    /// Answers a job's reply with a refusal.
+    fn refuse_job_reply(&self, reply: Reply, refusal: Refusal) {
         tracing::trace!(shard = self.state.id(), ?refusal, "refused");
-        match job.reply {
+        match reply {
             Reply::Http(reply) => {
                 let _ = reply.try_send(refusal.response());
             }

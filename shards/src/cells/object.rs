@@ -1,6 +1,7 @@
 //! The life of one object on its home shard: restored (its database opened) within the
 //! shard's restore cap; then, while it has mail, a batch at a time under an awake slot, run on
-//! a blocking thread; replies and effects after the commit; let go when idle.
+//! a blocking thread and handed to its commit task ([`super::commit`]), which answers it and
+//! applies its effects once it is durable; let go when idle.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -14,16 +15,15 @@ use combd_kernel::limits::{OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE};
 use glommio::timer::Timer;
 use tracing::warn;
 
-use crate::app::{object_path, App, AppError, Output};
-use crate::http::Response;
+use crate::app::{object_path, App};
 use crate::job::{Job, Owned, Reply};
 use crate::state::slot::WakerSlot;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
-use crate::ws;
 
 use super::call::{run_batch, BatchResult, CallLimits};
-use super::store::{self, StoreConfig};
+use super::commit::{Committed, Pipeline};
+use super::store::{self, StoreConfig, Wal};
 use super::{Cells, Refusal};
 
 /// A job waiting in an object's mailbox, and since when.
@@ -75,7 +75,6 @@ impl ObjectCell {
         let s = state.settings();
         let path = object_path(&s.data_dir, self.app.name(), &self.name);
         let config = StoreConfig {
-            sync_full: s.sqlite_sync_full,
             db_max_bytes: s.db_max_bytes,
             schema: self.app.schema(),
         };
@@ -87,15 +86,22 @@ impl ObjectCell {
 pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     let state = cells.state.clone();
     let mut db = restore(&state, &cell).await;
+    let mut pipeline = Pipeline::start(&cells, &cell.key);
     loop {
         if !wait_for_mail(&state, &cell).await {
             // Idle (or draining with nothing queued): let the object go. It leaves the map in
-            // this turn, so new mail makes a fresh cell.
+            // this turn, so new mail makes a fresh cell. Its connection closes only once
+            // every batch is durable and answered.
             cells.let_go(&cell.key);
+            pipeline.finish().await;
             if let Some(db) = db.take() {
                 glommio::executor().spawn_blocking(move || drop(db)).await;
             }
             return;
+        }
+        if pipeline.failed() {
+            // A WAL sync failed since the last batch: reload before running more.
+            db = reload(&cells, &cell, &mut pipeline, db.take()).await;
         }
         let Some(conn) = db.take() else {
             // The database could not be opened: answer everything queued, and let go.
@@ -106,8 +112,30 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             continue;
         };
         let permit = state.acquire_awake().await;
-        db = run_one_batch(&cells, &cell, conn).await;
+        let (conn, committed, killed) = run_one_batch(&cells, &cell, conn).await;
         drop(permit);
+        pipeline.push(committed).await;
+        db = if killed || pipeline.failed() {
+            reload(&cells, &cell, &mut pipeline, Some(conn)).await
+        } else {
+            Some(conn)
+        };
+    }
+}
+
+/// After a killed call or a failed WAL sync: answers what was handed over (a failed sync
+/// answers 500), then reloads the object from its database with a new commit task.
+async fn reload(
+    cells: &Rc<Cells>,
+    cell: &ObjectCell,
+    pipeline: &mut Pipeline,
+    conn: Option<rusqlite::Connection>,
+) -> Option<rusqlite::Connection> {
+    let old = std::mem::replace(pipeline, Pipeline::start(cells, &cell.key));
+    old.finish().await;
+    match conn {
+        Some(conn) => reopen(&cells.state, cell, conn).await,
+        None => None,
     }
 }
 
@@ -148,13 +176,14 @@ async fn wait_for_mail(state: &ShardState, cell: &ObjectCell) -> bool {
     .await
 }
 
-/// Takes a batch from the mailbox, runs it on a blocking thread, answers it and applies its
-/// effects. Returns the database to go on with (reopened after a killed call).
+/// Takes a batch from the mailbox and runs it on a blocking thread. Returns the connection,
+/// the committed batch (its answers and effects, to leave once it is durable), and whether a
+/// call was killed (the object must be reloaded).
 async fn run_one_batch(
     cells: &Rc<Cells>,
     cell: &Rc<ObjectCell>,
     conn: rusqlite::Connection,
-) -> Option<rusqlite::Connection> {
+) -> (rusqlite::Connection, Committed, bool) {
     let state = &cells.state;
     let stats = state.stats();
     let n = if cell.app.handles_batch() {
@@ -181,26 +210,24 @@ async fn run_one_batch(
         ticks: state.settings().cpu_limit_ticks,
         memory_bytes: app.memory_kb().map(|kb| kb * 1024),
     };
-    let (conn, result) = glommio::executor()
+    let (conn, result, wal) = glommio::executor()
         .spawn_blocking(move || {
             let mut conn = conn;
             let r = run_batch(app.as_ref(), &mut conn, &inputs, limits);
-            (conn, r)
+            let wal = Wal::of(&conn);
+            (conn, r, wal)
         })
         .await;
     file_result(state, &cell.key, &result);
-    let db = if result.killed {
-        reopen(state, cell, conn).await
-    } else {
-        Some(conn)
-    };
     ShardStats::add(&stats.batches, 1);
     stats.batch_max.fetch_max(count, Ordering::Relaxed);
-    for (reply, out) in replies.into_iter().zip(result.outputs) {
-        answer(cells, reply, out);
-    }
-    cells.apply_effects(&cell.key, result.effects).await;
-    db
+    let committed = Committed {
+        replies,
+        outputs: result.outputs,
+        effects: result.effects,
+        wal,
+    };
+    (conn, committed, result.killed)
 }
 
 /// Logs a batch's output and counts its slow calls and tripped limits.
@@ -232,31 +259,4 @@ async fn reopen(
         .await
         .map_err(|e| warn!(object = %cell.key, "cannot reopen: {e}"))
         .ok()
-}
-
-/// Sends one input's answer where its job said.
-fn answer(cells: &Cells, reply: Reply, out: Result<Output, AppError>) {
-    match (reply, out) {
-        (Reply::Http(r), Ok(Output::Http(resp))) => {
-            let _ = r.try_send(resp);
-        }
-        (Reply::Http(r), Ok(Output::None)) => {
-            let _ = r.try_send(Response::bytes(204, "application/json", Vec::new()));
-        }
-        (Reply::Http(r), Err(e)) => {
-            let _ = r.try_send(e.response());
-        }
-        (Reply::Attach(r), Ok(_)) => {
-            let _ = r.try_send(Ok(()));
-        }
-        (Reply::Attach(r), Err(e)) => {
-            let _ = r.try_send(Err(e.response()));
-        }
-        (Reply::Session(s), Err(e)) => {
-            let mut frame = Vec::new();
-            ws::encode_error(&mut frame, &e.message);
-            cells.sessions.deliver(s, frame.into());
-        }
-        (Reply::Session(_), Ok(_)) | (Reply::None, _) => {}
-    }
 }

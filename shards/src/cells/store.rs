@@ -1,5 +1,16 @@
 //! An object's store: its SQLite database, opened with the node's pragmas and SQL limits,
-//! and the watch that interrupts SQL past its time limits.
+//! its write-ahead log ([`Wal`]), which the object makes durable itself, and the watch that
+//! interrupts SQL past its time limits.
+//!
+//! ## Durability
+//!
+//! Every connection runs WAL with `synchronous=NORMAL`: a commit writes its frames to the WAL
+//! but does not wait for them to reach the disk; a checkpoint syncs the WAL before it copies
+//! frames into the database and syncs the database before the WAL may be reused (so NORMAL
+//! never corrupts). With `COMBD_SQLITE_SYNC=full` the object then syncs the WAL itself
+//! ([`Wal::sync`], the same `xSync` call SQLite makes at a FULL commit) before anything of a
+//! committed batch is answered or sent: several batches that committed while one sync ran share
+//! the next one (group commit), and the next batch runs while a sync is in flight.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -21,19 +32,72 @@ impl fmt::Display for StoreError {
     }
 }
 
-/// How an object's database is opened: the node's durability and size settings and the
-/// app's schema.
+/// The write-ahead log of an open connection, to sync from another thread while the
+/// connection goes on committing.
+///
+/// It points into the connection (`SQLITE_FCNTL_JOURNAL_POINTER`): it is valid while the
+/// connection is open, so the object closes its connection only after every sync it started
+/// has returned. A sync only reads the file's descriptor and flags; `fdatasync` covers every
+/// write that completed before it began, so a commit running beside it is merely not covered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wal(*mut rusqlite::ffi::sqlite3_file);
+
+// SAFETY: see above: the pointer is used only while its connection is open, and only for
+// `xSync`, which the unix VFS allows beside the connection's own writes.
+unsafe impl Send for Wal {}
+
+impl Wal {
+    /// The connection's WAL, once it has been opened (after the first transaction).
+    pub fn of(db: &rusqlite::Connection) -> Option<Wal> {
+        use rusqlite::ffi;
+        let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+        // SAFETY: the handle is open; JOURNAL_POINTER writes one pointer to `file`.
+        let rc = unsafe {
+            ffi::sqlite3_file_control(
+                db.handle(),
+                c"main".as_ptr(),
+                ffi::SQLITE_FCNTL_JOURNAL_POINTER,
+                (&mut file as *mut *mut ffi::sqlite3_file).cast(),
+            )
+        };
+        // SAFETY: a non-null journal pointer points to the pager's file object.
+        let open =
+            rc == ffi::SQLITE_OK && !file.is_null() && unsafe { !(*file).pMethods.is_null() };
+        open.then_some(Wal(file))
+    }
+
+    /// Makes every write to the WAL that completed before this call durable (`fdatasync`,
+    /// through the VFS, as SQLite does at a FULL commit). Blocks: call it on a blocking thread.
+    pub fn sync(self) -> Result<(), i32> {
+        use rusqlite::ffi;
+        // SAFETY: the connection is open (see the type's invariant), so the file and its
+        // methods are valid.
+        let rc = unsafe {
+            let methods = (*self.0).pMethods;
+            match (*methods).xSync {
+                Some(sync) => sync(self.0, ffi::SQLITE_SYNC_NORMAL),
+                None => ffi::SQLITE_MISUSE,
+            }
+        };
+        if rc == ffi::SQLITE_OK {
+            Ok(())
+        } else {
+            Err(rc)
+        }
+    }
+}
+
+/// How an object's database is opened: the node's size setting and the app's schema. (The
+/// durability setting is the object's: see the module's notes.)
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StoreConfig {
-    /// `synchronous=FULL` (else `NORMAL`): `COMBD_SQLITE_SYNC`.
-    pub sync_full: bool,
     /// `COMBD_DB_MAX`.
     pub db_max_bytes: u64,
     /// The app's schema, run at every open.
     pub schema: &'static str,
 }
 
-/// Opens an object's database: WAL, the durability setting, the SQL limits (value size,
+/// Opens an object's database: WAL with `synchronous=NORMAL`, the SQL limits (value size,
 /// database size, the statement and host-time watch), the app's schema.
 pub(crate) fn open(path: &Path, config: StoreConfig) -> Result<rusqlite::Connection, StoreError> {
     let err = |step: &'static str, path: &Path, e: &dyn fmt::Display| StoreError {
@@ -49,9 +113,8 @@ pub(crate) fn open(path: &Path, config: StoreConfig) -> Result<rusqlite::Connect
         db.execute_batch(sql)
             .map_err(|e| err("configure", path, &e))
     };
-    let sync = if config.sync_full { "FULL" } else { "NORMAL" };
     configure(&format!(
-        "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; \
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; \
          PRAGMA busy_timeout={};",
         SQLITE_BUSY_TIMEOUT.as_millis()
     ))?;

@@ -1,0 +1,276 @@
+//! The durable half of an object's pipeline: its commit task.
+//!
+//! The object's task runs batch after batch and hands each committed batch here. The commit
+//! task takes every batch queued so far, makes the WAL durable for all of them with one sync
+//! (group commit: batches that committed while the previous sync ran share the next one),
+//! then answers them and applies their effects, in commit order. So while batch N's sync is
+//! in flight, batch N+1 runs; nothing of N leaves before a sync that began after N committed
+//! has returned. At most [`OBJECT_UNSYNCED_BATCHES`] batches wait between commit and answer;
+//! past that the object's task waits, and its mailbox fills.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::task::{Poll, Waker};
+
+use combd_kernel::limits::OBJECT_UNSYNCED_BATCHES;
+use tracing::warn;
+
+use crate::app::{AppError, Effect, Output};
+use crate::http::Response;
+use crate::job::Reply;
+use crate::stats::ShardStats;
+use crate::ws;
+
+use super::store::Wal;
+use super::{Cells, Refusal};
+
+/// A batch that committed (its transaction is in the WAL), waiting to be made durable.
+pub(super) struct Committed {
+    pub replies: Vec<Reply>,
+    pub outputs: Vec<Result<Output, AppError>>,
+    pub effects: Vec<Effect>,
+    /// The connection's WAL, to sync; none when nothing was ever written.
+    pub wal: Option<Wal>,
+}
+
+/// What the commit task does between a commit and its answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    /// `COMBD_SQLITE_SYNC=full`: sync the WAL, then answer.
+    SyncFirst,
+    /// `COMBD_SQLITE_SYNC=normal`: answer at once (a crash of the process loses nothing; a
+    /// power cut may lose the last answered writes).
+    NoSync,
+    /// The deliberately broken order for the power-cut test (`testing::ACK_BEFORE_SYNC`):
+    /// answer, then sync.
+    AnswerFirst,
+}
+
+/// Committed batches between the object's task (the giver) and its commit task (the taker).
+#[derive(Default)]
+struct Pipe {
+    queue: RefCell<VecDeque<Committed>>,
+    /// Batches handed over and not answered yet (queued, or being synced and answered).
+    unanswered: Cell<usize>,
+    closed: Cell<bool>,
+    /// A WAL sync failed: what committed after it may sit on a hole in the WAL, so nothing
+    /// more is answered until the object reloads its database.
+    failed: Cell<bool>,
+    taker: RefCell<Option<Waker>>,
+    giver: RefCell<Option<Waker>>,
+}
+
+impl Pipe {
+    fn wake(slot: &RefCell<Option<Waker>>) {
+        if let Some(w) = slot.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// Every queued batch, waiting for one; none once closed and empty.
+    async fn take(&self) -> Option<Vec<Committed>> {
+        futures_lite::future::poll_fn(|cx| {
+            let mut q = self.queue.borrow_mut();
+            if !q.is_empty() {
+                return Poll::Ready(Some(q.drain(..).collect()));
+            }
+            if self.closed.get() {
+                return Poll::Ready(None);
+            }
+            *self.taker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// `n` batches were answered.
+    fn answered(&self, n: usize) {
+        self.unanswered.set(self.unanswered.get() - n);
+        Pipe::wake(&self.giver);
+    }
+}
+
+/// An object's commit task and the pipe to it.
+pub(super) struct Pipeline {
+    pipe: Rc<Pipe>,
+    task: Option<glommio::Task<()>>,
+    cells: Rc<Cells>,
+    key: Rc<str>,
+    durability: Durability,
+}
+
+impl Pipeline {
+    /// Starts the commit task of the object `key`.
+    pub fn start(cells: &Rc<Cells>, key: &str) -> Pipeline {
+        let durability = if crate::testing::ACK_BEFORE_SYNC.load(Ordering::Relaxed) {
+            Durability::AnswerFirst
+        } else if cells.state.settings().sqlite_sync_full {
+            Durability::SyncFirst
+        } else {
+            Durability::NoSync
+        };
+        let pipe = Rc::new(Pipe::default());
+        let key: Rc<str> = key.into();
+        let task = cells
+            .state
+            .spawn(release(
+                cells.clone(),
+                key.clone(),
+                pipe.clone(),
+                durability,
+            ))
+            .ok();
+        Pipeline {
+            pipe,
+            task,
+            cells: cells.clone(),
+            key,
+            durability,
+        }
+    }
+
+    /// Hands a committed batch to the commit task, first waiting while
+    /// [`OBJECT_UNSYNCED_BATCHES`] are unanswered. Without a commit task (the shard is past
+    /// spawning) the batch is made durable and answered here.
+    pub async fn push(&self, batch: Committed) {
+        if self.task.is_none() {
+            let failed = self.pipe.failed.get();
+            let synced =
+                release_group(&self.cells, &self.key, vec![batch], self.durability, failed).await;
+            self.pipe.failed.set(!synced);
+            return;
+        }
+        let pipe = &self.pipe;
+        futures_lite::future::poll_fn(|cx| {
+            if pipe.unanswered.get() < OBJECT_UNSYNCED_BATCHES {
+                return Poll::Ready(());
+            }
+            *pipe.giver.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+        pipe.unanswered.set(pipe.unanswered.get() + 1);
+        pipe.queue.borrow_mut().push_back(batch);
+        Pipe::wake(&pipe.taker);
+    }
+
+    /// Whether a WAL sync failed: the object must reload its database (a new pipeline).
+    pub fn failed(&self) -> bool {
+        self.pipe.failed.get()
+    }
+
+    /// Answers everything handed over and ends the commit task: after this no sync is in
+    /// flight, so the connection may close.
+    pub async fn finish(mut self) {
+        self.pipe.closed.set(true);
+        Pipe::wake(&self.pipe.taker);
+        if let Some(task) = self.task.take() {
+            task.await;
+        }
+    }
+}
+
+/// The commit task: group after group, sync then answer (or as `durability` says).
+async fn release(cells: Rc<Cells>, key: Rc<str>, pipe: Rc<Pipe>, durability: Durability) {
+    while let Some(group) = pipe.take().await {
+        let n = group.len();
+        if !release_group(&cells, &key, group, durability, pipe.failed.get()).await {
+            pipe.failed.set(true);
+        }
+        pipe.answered(n);
+    }
+}
+
+/// Makes a group of committed batches durable with one sync and answers them in order; false
+/// (and every input answered 500) if the sync failed or one failed before (`failed`).
+async fn release_group(
+    cells: &Cells,
+    key: &str,
+    group: Vec<Committed>,
+    durability: Durability,
+    failed: bool,
+) -> bool {
+    let state = &cells.state;
+    let stats = state.stats();
+    let wal = group.iter().rev().find_map(|c| c.wal);
+    let synced = !failed
+        && match durability {
+            Durability::SyncFirst => sync(state, key, wal, group.len()).await,
+            Durability::NoSync | Durability::AnswerFirst => true,
+        };
+    let permit = state.acquire_awake().await;
+    for batch in group {
+        if !synced {
+            // The disk refused to sync (now or before): nothing of these batches is known to
+            // be durable, so nothing is acknowledged or sent.
+            ShardStats::add(&stats.wal_sync_failed_inputs, batch.replies.len() as u64);
+            for reply in batch.replies {
+                cells.refuse_job_reply(reply, Refusal::StorageUnavailable);
+            }
+            continue;
+        }
+        for (reply, out) in batch.replies.into_iter().zip(batch.outputs) {
+            answer(cells, reply, out);
+        }
+        cells.apply_effects(key, batch.effects).await;
+    }
+    drop(permit);
+    if durability == Durability::AnswerFirst {
+        sync(state, key, wal, 1).await;
+    }
+    synced
+}
+
+/// Syncs the WAL on a blocking thread; false if the disk refused.
+async fn sync(
+    state: &crate::state::ShardState,
+    key: &str,
+    wal: Option<Wal>,
+    batches: usize,
+) -> bool {
+    let Some(wal) = wal else {
+        return true;
+    };
+    let stats = state.stats();
+    let r = glommio::executor().spawn_blocking(move || wal.sync()).await;
+    ShardStats::add(&stats.wal_syncs, 1);
+    stats
+        .sync_group_max
+        .fetch_max(batches as u64, Ordering::Relaxed);
+    match r {
+        Ok(()) => true,
+        Err(code) => {
+            warn!(object = %key, "cannot sync the WAL: SQLite error {code}");
+            false
+        }
+    }
+}
+
+/// Sends one input's answer where its job said.
+fn answer(cells: &Cells, reply: Reply, out: Result<Output, AppError>) {
+    match (reply, out) {
+        (Reply::Http(r), Ok(Output::Http(resp))) => {
+            let _ = r.try_send(resp);
+        }
+        (Reply::Http(r), Ok(Output::None)) => {
+            let _ = r.try_send(Response::bytes(204, "application/json", Vec::new()));
+        }
+        (Reply::Http(r), Err(e)) => {
+            let _ = r.try_send(e.response());
+        }
+        (Reply::Attach(r), Ok(_)) => {
+            let _ = r.try_send(Ok(()));
+        }
+        (Reply::Attach(r), Err(e)) => {
+            let _ = r.try_send(Err(e.response()));
+        }
+        (Reply::Session(s), Err(e)) => {
+            let mut frame = Vec::new();
+            ws::encode_error(&mut frame, &e.message);
+            cells.sessions.deliver(s, frame.into());
+        }
+        (Reply::Session(_), Ok(_)) | (Reply::None, _) => {}
+    }
+}
