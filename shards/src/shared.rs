@@ -251,6 +251,10 @@ impl NodeShared {
             ("ping_sweep_per_turn", limits::PING_SWEEP_PER_TURN as u64),
             ("accept_drain_max", limits::ACCEPT_DRAIN_MAX as u64),
             ("turn_overrun_ms", ms(limits::TURN_OVERRUN)),
+            (
+                "turn_yield_pause_us",
+                limits::TURN_YIELD_PAUSE.as_micros() as u64,
+            ),
         ]
     }
 
