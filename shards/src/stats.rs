@@ -245,6 +245,30 @@ pub struct NodeFigures {
     pub figures: Vec<Field>,
     /// Every limit in force: (name, value), shown under `"limits"` in `/stats`.
     pub limits: Vec<(&'static str, u64)>,
+    /// Every app, and for one deployed as a module its version in force: `"apps"` in `/stats`.
+    pub apps: Vec<(&'static str, Option<crate::app::Deployment>)>,
+}
+
+/// The `"apps"` object of `/stats`: each app's kind, and a module's version in force.
+fn apps_json(apps: &[(&'static str, Option<crate::app::Deployment>)]) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (name, d) in apps {
+        let v = match d {
+            None => serde_json::json!({ "kind": "native" }),
+            Some(d) => serde_json::json!({
+                "kind": "wasm",
+                "file": d.file,
+                "hash": d.hash,
+                "loaded_at_unix_ms": d.loaded_at_unix_ms,
+                "from_cache": d.from_cache,
+                "memory_kb": d.memory_kb,
+                "reloads": d.reloads,
+                "reloads_refused": d.reloads_refused,
+            }),
+        };
+        m.insert(name.to_string(), v);
+    }
+    serde_json::Value::Object(m)
 }
 
 /// Renders `/stats`: node totals and node figures at the top level, then `"shards": [...]`.
@@ -269,6 +293,7 @@ pub fn render_json(node: &NodeFigures, shards: &[ShardStats]) -> String {
         .map(|(k, v)| (k.to_string(), (*v).into()))
         .collect();
     top.insert("limits".into(), limits.into());
+    top.insert("apps".into(), apps_json(&node.apps));
     for f in &node.figures {
         top.insert(f.0.into(), f.4.into());
     }
@@ -367,6 +392,7 @@ mod tests {
             draining: 0,
             memory_budget_source,
             full_reason: "none".into(),
+            apps: Vec::new(),
             figures: vec![(
                 "pressure",
                 "combd_pressure",
