@@ -271,10 +271,8 @@ fn deploy(settings: &Settings) -> Result<(combd_wasm::Deployed, combd_shards::ap
         apps.register(app)
             .map_err(|e| config(format!("{file}: {e}")))?;
     }
-    for (name, d) in apps.deployments() {
-        if let Some(d) = d {
-            info!(app = name, file = %d.file, hash = %d.hash, from_cache = d.from_cache, "module deployed");
-        }
+    for d in deployed.apps().iter().filter_map(|a| a.deployment()) {
+        info!(file = %d.file, hash = %d.hash, from_cache = d.from_cache, "module deployed");
     }
     Ok((deployed, apps))
 }

@@ -140,4 +140,22 @@ fn counter_module_counts_durably_in_batches() {
     );
     assert_eq!(post("GET").json()["value"], 8);
     assert_eq!(post("PUT").status, 405);
+    let with_body = |body: &str| {
+        request(
+            node.public(),
+            format!("POST /o/counter-wasm/c HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+                .as_bytes(),
+        )
+    };
+    assert_eq!(with_body("-3").json()["value"], 5);
+    let r = with_body("x");
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (400, Some("the body must be a whole number"))
+    );
+    assert_eq!(
+        post("GET").json()["value"],
+        5,
+        "the refused request changed nothing"
+    );
 }

@@ -75,6 +75,9 @@ fn a_module_serves_sql_and_unreachable_fails_one_input_with_nothing_written() {
     );
     assert_eq!(post(&node, "/o/probe/a", "w2").json()["n"], 1);
     assert_eq!(rows(&node, "a"), 2);
+    // Recursion without end exhausts the module's stack, not the node's thread.
+    let r = post(&node, "/o/probe/a", "r");
+    assert_eq!(error(&r), (500, "the module trapped on this input".into()));
     let r = post(&node, "/o/probe/a", "e");
     assert_eq!(r.status, 500);
     assert!(r.json()["error"]
@@ -228,6 +231,10 @@ fn sighup_serves_new_objects_on_a_new_version_and_keeps_the_old_for_a_broken_one
     node.signal(libc::SIGHUP);
     wait_stats(&node, "the reload", |s| s["apps"]["ver"]["reloads"] == 1);
     assert_eq!(post(&node, "/o/ver/b", "").json()["v"], 2);
+    // A live object finishes at most the batch it has on the old version, then is let go and
+    // restored on the new one.
+    let _ = post(&node, "/o/ver/a", "");
+    assert_eq!(post(&node, "/o/ver/a", "").json()["v"], 2);
     assert_ne!(node.stats()["apps"]["ver"]["hash"], first);
 
     std::fs::write(dir.join("ver.wat"), "(module (func $broken").unwrap();

@@ -210,6 +210,9 @@ pub const WASM_LOAD_TICKS: u64 = 10_000_000;
 /// Fuel (ticks) of a module's `topic()`, which runs on the session's shard at attach: a
 /// million (about a millisecond), so a slow topic cannot hold a shard's loop.
 pub const WASM_TOPIC_TICKS: u64 = 1_000_000;
+/// Bytes a host call copies into or out of a module per tick of its fuel, so that copying
+/// is bounded by `COMBD_CPU_LIMIT_TICKS` like computing (1 MiB costs 65,536 ticks).
+pub const WASM_BYTES_PER_TICK: u64 = 16;
 /// The longest string a module hands over (its schema, a topic): 1 MiB.
 pub const WASM_TEXT_MAX_BYTES: usize = 1024 * 1024;
 

@@ -45,6 +45,7 @@ use std::sync::Arc;
 
 use crate::http::Response;
 use crate::limit::Limit;
+pub use crate::stats::Deployment;
 
 /// A session: one WebSocket attached to an object, on the shard that holds its connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -382,25 +383,6 @@ pub enum Resync {
     Attach,
 }
 
-/// The version of an app deployed as a module, as `/stats` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Deployment {
-    /// The module's file.
-    pub file: String,
-    /// The module's SHA-256, hex.
-    pub hash: String,
-    /// When this version was loaded, in milliseconds since the Unix epoch.
-    pub loaded_at_unix_ms: u64,
-    /// Whether its compiled code came from the cache in the data directory.
-    pub from_cache: bool,
-    /// The `memory_kb` of its instances.
-    pub memory_kb: u64,
-    /// Reloads that replaced the version.
-    pub reloads: u64,
-    /// Reloads refused (the module did not load; the old version kept).
-    pub reloads_refused: u64,
-}
-
 /// An app: built into the node, or deployed as a module.
 pub trait App: Send + Sync + 'static {
     /// The app's name, the `<app>` of `/o/<app>/<name>`.
@@ -452,13 +434,17 @@ pub trait App: Send + Sync + 'static {
         None
     }
 
-    /// The app an object restored now runs on, if not this one: a deployed module answers
-    /// its version in force, so a reload reaches an object when it is next restored.
+    /// The app a newly restored object runs on, if not this one (a module's version in force).
     fn pinned(&self) -> Option<Arc<dyn App>> {
         None
     }
 
-    /// For an app deployed as a module: which version is in force, for `/stats`.
+    /// A module's version replaced by a reload: its objects are let go after their batch.
+    fn retired(&self) -> bool {
+        false
+    }
+
+    /// For an app deployed as a module: its version in force, for `/stats`.
     fn deployment(&self) -> Option<Deployment> {
         None
     }
@@ -517,14 +503,6 @@ impl Apps {
     /// The names of every app.
     pub fn names(&self) -> Vec<&'static str> {
         self.apps.iter().map(|a| a.name()).collect()
-    }
-
-    /// Every app's name and, for one deployed as a module, its version in force.
-    pub fn deployments(&self) -> Vec<(&'static str, Option<Deployment>)> {
-        self.apps
-            .iter()
-            .map(|a| (a.name(), a.deployment()))
-            .collect()
     }
 }
 

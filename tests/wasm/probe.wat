@@ -4,7 +4,7 @@
 ;;   u  insert a row, then `unreachable`   s  insert a row, then loop for ever
 ;;   g  grow memory by 2 MiB (past memory_kb = 1024)
 ;;   o  write 1 MiB to stdout              f  try to open /etc/passwd   k  try to accept a socket
-;;   e  call exit(3)
+;;   e  call exit(3)                       r  recurse without end
 (module
   (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
   (import "combd" "respond" (func $respond (param i32 i32 i32)))
@@ -60,6 +60,8 @@
     (i32.store8 (i32.add (i32.const 517) (local.get $len)) (i32.const 125))
     (call $respond (i32.const 200) (i32.const 512) (i32.add (local.get $len) (i32.const 6))))
 
+  (func $recurse (call $recurse))
+
   (func $insert
     (local $n i32)
     (local.set $n (call $input (i32.const 0) (i32.const 4096) (i32.const 1024)))
@@ -109,5 +111,7 @@
         (return (i32.const 0))))
     (if (i32.eq (local.get $op) (i32.const 101)) ;; e
       (then (call $exit (i32.const 3))))
+    (if (i32.eq (local.get $op) (i32.const 114)) ;; r
+      (then (call $recurse)))
     (i32.const 1))
 )

@@ -4,11 +4,14 @@
 
 use std::ptr::NonNull;
 
-use combd_kernel::limits::{HOST_CALL_TICKS, LOG_MAX_BYTES, WASM_TABLE_ELEMENT_BYTES};
+use combd_kernel::limits::{
+    HOST_CALL_TICKS, LOG_MAX_BYTES, WASM_BYTES_PER_TICK, WASM_TABLE_ELEMENT_BYTES,
+};
 use combd_shards::app::{limit_error, AppError, Cx, Input, Message, SessionId};
 use combd_shards::limit::Limit;
-use rusqlite::types::Value;
 use wasmtime::{Caller, Linker, ResourceLimiter};
+
+use crate::sql::Sql;
 
 /// Why a call stopped before its module returned: a limit, or a host call that failed the
 /// call (the module trapped on purpose). Travels as the error of the host call.
@@ -154,6 +157,11 @@ pub(crate) struct Output {
 }
 
 impl Output {
+    /// Bytes still kept (as an i32 length).
+    pub fn room(&self) -> i32 {
+        i32::try_from(LOG_MAX_BYTES.saturating_sub(self.bytes.len())).unwrap_or(i32::MAX)
+    }
+
     pub fn write(&mut self, data: &[u8]) {
         let room = LOG_MAX_BYTES.saturating_sub(self.bytes.len());
         if data.len() > room {
@@ -183,11 +191,7 @@ pub(crate) struct Host {
     pub inputs: Vec<CallInput>,
     pub current: usize,
     pub answers: Vec<Answer>,
-    params: Vec<Value>,
-    rows: Vec<Vec<Value>>,
-    columns: usize,
-    changes: i64,
-    sql_error: String,
+    pub sql: Sql,
     pub output: Output,
     pub limiter: Limiter,
     /// A limit or failure that stops the call, whatever the module does next.
@@ -202,11 +206,7 @@ impl Host {
             inputs,
             current: 0,
             answers,
-            params: Vec::new(),
-            rows: Vec::new(),
-            columns: 0,
-            changes: 0,
-            sql_error: String::new(),
+            sql: Sql::default(),
             output: Output::default(),
             limiter: Limiter::new(memory_bytes),
             stopped: None,
@@ -227,7 +227,7 @@ impl Host {
         r
     }
 
-    fn cx(&mut self) -> Result<&mut Cx<'static>, Stop> {
+    pub(crate) fn cx(&mut self) -> Result<&mut Cx<'static>, Stop> {
         match self.cx {
             // SAFETY: set by `with_cx` from a live `&mut Cx` for exactly the time `f` runs
             // (see there); host calls run inside `f` on this thread, and the store holding
@@ -252,55 +252,9 @@ impl Host {
     }
 
     /// Stops the call with `e` (the first stop wins).
-    fn stop(&mut self, e: AppError) -> wasmtime::Error {
+    pub(crate) fn stop(&mut self, e: AppError) -> wasmtime::Error {
         let first = self.stopped.get_or_insert(e).clone();
         Stop(first).into()
-    }
-
-    /// Runs a statement with the bound parameters; buffers its rows. Returns the row count,
-    /// or -1 with the error kept for `sql_error`. A limit the statement met stops the call.
-    fn run_sql(&mut self, sql: &str) -> Result<i32, wasmtime::Error> {
-        let params = std::mem::take(&mut self.params);
-        self.rows.clear();
-        self.columns = 0;
-        self.changes = 0;
-        self.sql_error.clear();
-        let db = match self.cx().and_then(|cx| cx.db().map_err(Stop)) {
-            Ok(db) => db,
-            Err(Stop(e)) => return Err(self.stop(e)),
-        };
-        let r = (|| -> rusqlite::Result<(usize, Vec<Vec<Value>>)> {
-            let mut st = db.prepare_cached(sql)?;
-            let n = st.column_count();
-            let mut rows = st.query(rusqlite::params_from_iter(params.iter()))?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next()? {
-                out.push((0..n).map(|i| row.get(i)).collect::<Result<_, _>>()?);
-            }
-            Ok((n, out))
-        })();
-        match r {
-            Ok((n, rows)) => {
-                self.columns = n;
-                self.changes = db.changes() as i64;
-                let count = rows.len();
-                self.rows = rows;
-                Ok(i32::try_from(count).unwrap_or(i32::MAX))
-            }
-            Err(e) => {
-                self.sql_error = e.to_string();
-                if let Some(l) = AppError::from(e).limit() {
-                    return Err(self.stop(limit_error(l)));
-                }
-                Ok(-1)
-            }
-        }
-    }
-
-    fn value(&self, row: i32, col: i32) -> Option<&Value> {
-        self.rows
-            .get(usize::try_from(row).ok()?)?
-            .get(usize::try_from(col).ok()?)
     }
 }
 
@@ -312,8 +266,10 @@ fn memory(caller: &mut Caller<'_, Host>) -> wasmtime::Result<wasmtime::Memory> {
         .ok_or_else(|| wasmtime::Error::msg("the module exports no memory"))
 }
 
-/// Copies `len` bytes at `ptr` out of the module's memory.
+/// Copies `len` bytes at `ptr` out of the module's memory (a tick every
+/// [`WASM_BYTES_PER_TICK`] bytes).
 pub(crate) fn read(caller: &mut Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime::Result<Vec<u8>> {
+    spend(caller, len.max(0) as u64 / WASM_BYTES_PER_TICK)?;
     let mem = memory(caller)?;
     let (p, n) = (ptr as u32 as usize, len as u32 as usize);
     mem.data(&caller)
@@ -322,15 +278,17 @@ pub(crate) fn read(caller: &mut Caller<'_, Host>, ptr: i32, len: i32) -> wasmtim
         .ok_or_else(|| wasmtime::Error::msg("a host call read outside the module's memory"))
 }
 
-/// Writes `bytes` at `ptr` into the module's memory, up to `cap` bytes.
+/// Writes `bytes` at `ptr` into the module's memory, up to `cap` bytes (a tick every
+/// [`WASM_BYTES_PER_TICK`] bytes).
 pub(crate) fn write(
     caller: &mut Caller<'_, Host>,
     ptr: i32,
     cap: i32,
     bytes: &[u8],
 ) -> wasmtime::Result<()> {
-    let mem = memory(caller)?;
     let n = bytes.len().min(cap.max(0) as usize);
+    spend(caller, n as u64 / WASM_BYTES_PER_TICK)?;
+    let mem = memory(caller)?;
     let p = ptr as u32 as usize;
     mem.data_mut(&mut *caller)
         .get_mut(p..p.saturating_add(n))
@@ -339,16 +297,21 @@ pub(crate) fn write(
     Ok(())
 }
 
-/// Counts a host call against the call's fuel, like [`HOST_CALL_TICKS`] for native apps.
-fn charge(caller: &mut Caller<'_, Host>) -> wasmtime::Result<()> {
+/// Takes `ticks` of the call's fuel; past it the call stops with `cpu_limit`.
+fn spend(caller: &mut Caller<'_, Host>, ticks: u64) -> wasmtime::Result<()> {
     let fuel = caller.get_fuel()?;
-    if fuel < HOST_CALL_TICKS {
+    if fuel < ticks {
         return Err(caller.data_mut().stop(limit_error(Limit::Cpu)));
     }
-    caller.set_fuel(fuel - HOST_CALL_TICKS)
+    caller.set_fuel(fuel - ticks)
 }
 
-fn text(bytes: Vec<u8>, what: &str) -> wasmtime::Result<String> {
+/// Counts a host call against the call's fuel, like [`HOST_CALL_TICKS`] for native apps.
+pub(crate) fn charge(caller: &mut Caller<'_, Host>) -> wasmtime::Result<()> {
+    spend(caller, HOST_CALL_TICKS)
+}
+
+pub(crate) fn text(bytes: Vec<u8>, what: &str) -> wasmtime::Result<String> {
     String::from_utf8(bytes).map_err(|_| wasmtime::Error::msg(format!("{what} is not UTF-8")))
 }
 
@@ -360,14 +323,14 @@ fn status(s: i32, default: u16) -> u16 {
 }
 
 /// A length for the module: the full length, whatever was copied.
-fn len(n: usize) -> i32 {
+pub(crate) fn len(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// Defines the `combd` imports (the input, the answer, SQL, sends, the log).
 pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     link_input(linker)?;
-    link_sql(linker)?;
+    crate::sql::link(linker)?;
     link_sends(linker)
 }
 
@@ -433,119 +396,14 @@ fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
         "combd",
         "log",
         |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<()> {
-            let mut line = read(&mut c, ptr, n)?;
-            line.push(b'\n');
-            c.data_mut().output.write(&line);
-            Ok(())
-        },
-    )?;
-    Ok(())
-}
-
-fn link_sql(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
-    linker.func_wrap("combd", "sql_bind_null", |mut c: Caller<'_, Host>| {
-        c.data_mut().params.push(Value::Null)
-    })?;
-    linker.func_wrap(
-        "combd",
-        "sql_bind_int",
-        |mut c: Caller<'_, Host>, v: i64| c.data_mut().params.push(Value::Integer(v)),
-    )?;
-    linker.func_wrap(
-        "combd",
-        "sql_bind_float",
-        |mut c: Caller<'_, Host>, v: f64| c.data_mut().params.push(Value::Real(v)),
-    )?;
-    linker.func_wrap(
-        "combd",
-        "sql_bind_text",
-        |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<()> {
-            let t = text(read(&mut c, ptr, n)?, "a text parameter")?;
-            c.data_mut().params.push(Value::Text(t));
-            Ok(())
-        },
-    )?;
-    linker.func_wrap(
-        "combd",
-        "sql_bind_blob",
-        |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<()> {
-            let b = read(&mut c, ptr, n)?;
-            c.data_mut().params.push(Value::Blob(b));
-            Ok(())
-        },
-    )?;
-    linker.func_wrap(
-        "combd",
-        "sql",
-        |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<i32> {
             charge(&mut c)?;
-            let sql = text(read(&mut c, ptr, n)?, "SQL")?;
-            c.data_mut().run_sql(&sql)
-        },
-    )?;
-    linker.func_wrap("combd", "sql_changes", |c: Caller<'_, Host>| {
-        c.data().changes
-    })?;
-    linker.func_wrap("combd", "sql_columns", |c: Caller<'_, Host>| {
-        len(c.data().columns)
-    })?;
-    linker.func_wrap(
-        "combd",
-        "sql_type",
-        |c: Caller<'_, Host>, row: i32, col: i32| match c.data().value(row, col) {
-            None => -1,
-            Some(Value::Null) => 0,
-            Some(Value::Integer(_)) => 1,
-            Some(Value::Real(_)) => 2,
-            Some(Value::Text(_)) => 3,
-            Some(Value::Blob(_)) => 4,
-        },
-    )?;
-    linker.func_wrap(
-        "combd",
-        "sql_int",
-        |c: Caller<'_, Host>, row: i32, col: i32| match c.data().value(row, col) {
-            Some(Value::Integer(v)) => *v,
-            Some(Value::Real(v)) => *v as i64,
-            _ => 0,
-        },
-    )?;
-    linker.func_wrap(
-        "combd",
-        "sql_float",
-        |c: Caller<'_, Host>, row: i32, col: i32| match c.data().value(row, col) {
-            Some(Value::Integer(v)) => *v as f64,
-            Some(Value::Real(v)) => *v,
-            _ => 0.0,
-        },
-    )?;
-    linker.func_wrap(
-        "combd",
-        "sql_text",
-        |mut c: Caller<'_, Host>,
-         row: i32,
-         col: i32,
-         ptr: i32,
-         cap: i32|
-         -> wasmtime::Result<i32> {
-            let bytes = match c.data().value(row, col) {
-                Some(Value::Text(t)) => t.as_bytes().to_vec(),
-                Some(Value::Blob(b)) => b.clone(),
-                Some(Value::Integer(v)) => v.to_string().into_bytes(),
-                Some(Value::Real(v)) => v.to_string().into_bytes(),
-                Some(Value::Null) | None => return Ok(-1),
-            };
-            write(&mut c, ptr, cap, &bytes)?;
-            Ok(len(bytes.len()))
-        },
-    )?;
-    linker.func_wrap(
-        "combd",
-        "sql_error",
-        |mut c: Caller<'_, Host>, ptr: i32, cap: i32| -> wasmtime::Result<i32> {
-            let e = c.data().sql_error.clone().into_bytes();
-            write(&mut c, ptr, cap, &e)?;
-            Ok(len(e.len()))
+            let kept = n.clamp(0, c.data().output.room());
+            let mut line = read(&mut c, ptr, kept)?;
+            line.push(b'\n');
+            let out = &mut c.data_mut().output;
+            out.write(&line);
+            out.cut |= kept < n;
+            Ok(())
         },
     )?;
     Ok(())

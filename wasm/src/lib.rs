@@ -29,6 +29,7 @@
 mod cache;
 mod host;
 mod module;
+mod sql;
 mod wasi;
 
 use std::path::{Path, PathBuf};
@@ -73,6 +74,7 @@ impl WasmApp {
 
     fn replace(&self, v: Version) {
         let mut w = self.current.write().unwrap_or_else(|p| p.into_inner());
+        w.retired.store(true, Ordering::Relaxed);
         *w = Arc::new(v);
     }
 }
@@ -115,6 +117,7 @@ impl App for WasmApp {
             loaded_at_unix_ms: v.loaded_at_ms,
             from_cache: v.cached,
             memory_kb: v.memory_kb().unwrap_or(0),
+            instance_bytes: v.initial_bytes,
             reloads: self.reloads.load(Ordering::Relaxed),
             reloads_refused: self.reloads_refused.load(Ordering::Relaxed),
         })

@@ -29,6 +29,10 @@ pub struct Version {
     schema: &'static str,
     memory_kb: u64,
     resync: Resync,
+    /// What a fresh instance holds: its linear memory's initial size, in bytes.
+    pub(crate) initial_bytes: u64,
+    /// A reload replaced this version.
+    pub(crate) retired: std::sync::atomic::AtomicBool,
     batch: bool,
     topic: bool,
     init: bool,
@@ -122,6 +126,11 @@ impl Loader {
             schema: "",
             memory_kb: WASM_MEMORY_KB_DEFAULT,
             resync: Resync::Close,
+            initial_bytes: match module.get_export("memory") {
+                Some(wasmtime::ExternType::Memory(m)) => m.minimum().saturating_mul(65536),
+                _ => 0,
+            },
+            retired: std::sync::atomic::AtomicBool::new(false),
             pre,
             ticks: self.ticks,
         };
@@ -302,6 +311,10 @@ impl App for Version {
 
     fn resync(&self) -> Resync {
         self.resync
+    }
+
+    fn retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn topic(&self, query: Option<&str>) -> Result<String, AppError> {

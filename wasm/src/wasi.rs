@@ -7,7 +7,7 @@ use wasmtime::{Caller, FuncType, Linker, Val, ValType};
 
 use combd_shards::app::AppError;
 
-use crate::host::{read, write, Host, Stop};
+use crate::host::{charge, read, write, Host, Stop};
 
 /// The WASI module name.
 pub(crate) const MODULE: &str = "wasi_snapshot_preview1";
@@ -17,6 +17,9 @@ const ESUCCESS: i32 = 0;
 const EBADF: i32 = 8;
 const ENOSYS: i32 = 52;
 const ENOTCAPABLE: i32 = 76;
+
+/// The most buffers one `fd_write` takes (POSIX's `IOV_MAX`).
+const IOVS_MAX: i32 = 1024;
 
 /// The imports defined here; any other WASI import a module names gets an `ENOSYS` stub.
 const DEFINED: &[&str] = &[
@@ -48,13 +51,19 @@ pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
             if fd != 1 && fd != 2 {
                 return Ok(EBADF);
             }
+            charge(&mut c)?;
+            // Only what is kept is copied; the rest is counted as written, and cut.
             let mut total: u32 = 0;
-            for i in 0..n.max(0) {
+            for i in 0..n.clamp(0, IOVS_MAX) {
                 let iov = read(&mut c, iovs.wrapping_add(i.wrapping_mul(8)), 8)?;
                 let ptr = i32::from_le_bytes([iov[0], iov[1], iov[2], iov[3]]);
                 let len = i32::from_le_bytes([iov[4], iov[5], iov[6], iov[7]]);
-                let data = read(&mut c, ptr, len)?;
+                let kept = len.clamp(0, c.data().output.room());
+                let data = read(&mut c, ptr, kept)?;
                 c.data_mut().output.write(&data);
+                if kept < len {
+                    c.data_mut().output.cut = true;
+                }
                 total = total.wrapping_add(len as u32);
             }
             write(&mut c, written, 4, &total.to_le_bytes())?;

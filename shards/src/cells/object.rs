@@ -108,6 +108,15 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         let permit = state.acquire_awake().await;
         db = run_one_batch(&cells, &cell, conn).await;
         drop(permit);
+        if cell.app.retired() && cell.mailbox.borrow().is_empty() {
+            // A reload replaced the module's version: let go as when idle; the next mail
+            // restores the object on the version in force.
+            cells.let_go(&cell.key);
+            if let Some(db) = db.take() {
+                glommio::executor().spawn_blocking(move || drop(db)).await;
+            }
+            return;
+        }
     }
 }
 
