@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use combd::apps::{counter::Counter, million::Million};
 use combd_shards::app::{App, CallBudget, Cx, Input, Message, SessionId};
 
+/// What is timed: a name, the native app, the module, the input.
+type Case<'a> = (&'a str, Arc<dyn App>, Arc<dyn App>, Input<'a>);
+
 fn per_call(app: &dyn App, db: &mut rusqlite::Connection, input: &Input<'_>, n: usize) -> Duration {
     let t = Instant::now();
     for _ in 0..n {
@@ -61,7 +64,7 @@ fn main() {
         session,
         query: Some("page=0"),
     };
-    let cases: [(&str, Arc<dyn App>, Arc<dyn App>, Input<'_>); 3] = [
+    let cases: [Case<'_>; 3] = [
         (
             "counter POST",
             Arc::new(Counter),
