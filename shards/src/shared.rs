@@ -261,6 +261,10 @@ impl NodeShared {
             ("wasm_topic_ticks", limits::WASM_TOPIC_TICKS),
             ("wasm_text_max_bytes", limits::WASM_TEXT_MAX_BYTES as u64),
             ("wasm_bytes_per_tick", limits::WASM_BYTES_PER_TICK),
+            (
+                "turn_yield_pause_us",
+                limits::TURN_YIELD_PAUSE.as_micros() as u64,
+            ),
         ]
     }
 
