@@ -283,7 +283,11 @@ fn a_session_mailbox_holds_1000_then_drops_what_waits_and_resyncs() {
         post(&node, "/o/limits/mbox?do=sends&n=1200&size=10").status,
         200
     );
-    let s = node.stats();
+    // The answer leaves once the batch is durable; its sends are delivered beside it, a
+    // budget of deliveries a turn: wait until they are all out.
+    let s = wait_stats(&node, "the sends delivered", |s| {
+        s["fanouts_in_progress"] == 0 && s["session_mailbox_dropped"] != 0
+    });
     assert_eq!(s["session_mailbox_dropped"], 1001, "{s}");
     assert_eq!(s["ws_slow_closed"], 0);
     // Once it reads, it gets what was already being written, then the resync: the limits app
