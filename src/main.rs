@@ -158,11 +158,11 @@ fn main() {
         probe.budget_bytes,
         shards,
     );
-    let test_apps = settings.test_apps;
     let tls = settings.tls.as_ref().map(|t| {
         combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
             .unwrap_or_else(|e| fail(e.into()))
     });
+    let deployed = deploy(&settings).unwrap_or_else(|f| fail(f));
     if command == Command::CheckConfig {
         // Every check of a start has run but those a running node would fail (its data
         // directory's lock, its ports). The report stops quietly on a closed stdout.
@@ -174,7 +174,7 @@ fn main() {
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
     let config = NodeConfig {
         settings,
-        apps: apps::builtin(test_apps),
+        apps: deployed.1,
         max_conns_effective: max_conns,
         memory_budget_source: probe.budget_source.as_str(),
         outbound_budget_bytes: outbound_budget,
@@ -208,7 +208,7 @@ fn main() {
         node.public_addr()
     ));
 
-    handle_signals(&node);
+    handle_signals(&node, deployed.0);
 
     let result = node.wait();
     let _ = coordinator.join();
@@ -255,9 +255,45 @@ fn lock_data_dir(dir: &Path) -> Result<std::fs::File, Failure> {
     })
 }
 
+/// The apps: the built-in ones, then those deployed as modules in `COMBD_APPS_DIR`. A module
+/// that does not load, or takes a built-in app's name, stops the start naming its file.
+fn deploy(settings: &Settings) -> Result<(combd_wasm::Deployed, combd_shards::app::Apps), Failure> {
+    let config = |m: String| Failure::Config(format!("COMBD_APPS_DIR: {m}"));
+    let deployed = combd_wasm::Deployed::load(
+        &settings.apps_dir,
+        &settings.data_dir,
+        settings.cpu_limit_ticks,
+    )
+    .map_err(|e| config(e.to_string()))?;
+    let mut apps = apps::builtin(settings.test_apps);
+    for app in deployed.apps() {
+        let file = app.deployment().map(|d| d.file).unwrap_or_default();
+        apps.register(app)
+            .map_err(|e| config(format!("{file}: {e}")))?;
+    }
+    for d in deployed.apps().iter().filter_map(|a| a.deployment()) {
+        info!(file = %d.file, hash = %d.hash, from_cache = d.from_cache, "module deployed");
+    }
+    Ok((deployed, apps))
+}
+
+/// SIGHUP's reload of the deployed modules, logged: what changed, what was refused.
+fn reload_modules(deployed: &combd_wasm::Deployed) {
+    let r = deployed.reload();
+    for app in &r.replaced {
+        info!(app = %app, "SIGHUP: new module version in force for objects restored from now on");
+    }
+    for e in &r.refused {
+        error!("SIGHUP: module refused, the old version kept: {e}");
+    }
+    for app in &r.need_restart {
+        warn!(app = %app, "SIGHUP: a module added or removed takes effect at the next start");
+    }
+}
+
 /// SIGTERM and SIGINT start the drain (a second one exits at once); SIGHUP reloads the TLS
-/// certificate and key, keeping the old pair if the new one is bad.
-fn handle_signals(node: &Node) {
+/// certificate and key, keeping the old pair if the new one is bad, and the deployed modules.
+fn handle_signals(node: &Node, deployed: combd_wasm::Deployed) {
     let drain = node.drain_handle();
     let shared = node.shared().clone();
     let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
@@ -273,6 +309,7 @@ fn handle_signals(node: &Node) {
                     Some(Err(e)) => error!("SIGHUP: keeping the old TLS certificate: {e}"),
                     None => info!("SIGHUP: TLS is off, nothing to reload"),
                 }
+                reload_modules(&deployed);
             } else if !draining {
                 draining = true;
                 info!(signal = sig, "draining");

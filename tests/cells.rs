@@ -1,5 +1,6 @@
 //! Cells against the real node: durable objects, mailboxes, batches, the wake queue, restores
-//! and eviction, sessions and broadcasts across shards, and the million app.
+//! and eviction, sessions and broadcasts across shards, and the million app's page (its protocol
+//! is in `tests/million.rs`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,7 +11,6 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
 use support::*;
-use tungstenite::{Message, WebSocket};
 
 fn post(node: &TestNode, path: &str, body: &str) -> Resp {
     request(
@@ -34,24 +34,6 @@ fn sum(stats: &serde_json::Value, key: &str) -> u64 {
     stats[key]
         .as_u64()
         .unwrap_or_else(|| panic!("{key} in {stats}"))
-}
-
-fn open_ws(node: &TestNode, path: &str) -> WebSocket<TcpStream> {
-    let stream = connect(node.public());
-    let url = format!("ws://127.0.0.2:{}{path}", node.port);
-    tungstenite::client(url.as_str(), stream)
-        .expect("websocket handshake")
-        .0
-}
-
-fn read_json(ws: &mut WebSocket<TcpStream>) -> serde_json::Value {
-    loop {
-        match ws.read().expect("timed out waiting for a message") {
-            Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
 }
 
 #[test]
@@ -356,74 +338,6 @@ fn object_names_cannot_escape_the_data_dir() {
         made.iter().all(|n| n == "objects" || n == "combd.lock"),
         "{made:?}"
     );
-}
-
-/// Opens million sessions until one lands on each of the two shards.
-fn session_per_shard(node: &TestNode, board: &str) -> Vec<(WebSocket<TcpStream>, u64)> {
-    let mut by_shard: Vec<Option<(WebSocket<TcpStream>, u64)>> = vec![None, None];
-    for _ in 0..200 {
-        let mut ws = open_ws(node, &format!("/o/million/{board}?page=0"));
-        let first = read_json(&mut ws);
-        assert_eq!(first["t"], "page");
-        assert_eq!(first["bits"].as_str().unwrap().len(), 1024);
-        let s = first["s"].as_u64().unwrap();
-        let shard = (s >> 40) as usize;
-        if by_shard[shard].is_none() {
-            by_shard[shard] = Some((ws, s));
-        }
-        if by_shard.iter().all(Option::is_some) {
-            return by_shard.into_iter().map(Option::unwrap).collect();
-        }
-    }
-    panic!("timed out waiting for sessions on both shards");
-}
-
-#[test]
-fn million_click_is_broadcast_once_to_viewers_on_every_shard() {
-    let node = TestNode::start(&[("COMBD_SHARDS", "2")]);
-    let mut sessions = session_per_shard(&node, "board1");
-    let me = sessions[0].1;
-    sessions[0]
-        .0
-        .send(Message::text(r#"{"t":"click","i":17,"c":1}"#))
-        .unwrap();
-    for (ws, _) in sessions.iter_mut() {
-        let m = read_json(ws);
-        assert_eq!(m["t"], "set");
-        let u = &m["u"][0];
-        assert_eq!(
-            (u[0].as_u64(), u[1].as_u64(), u[2].as_u64(), u[3].as_u64()),
-            (Some(17), Some(1), Some(me), Some(1))
-        );
-    }
-    // Each viewer got it exactly once: the next message each sees is the next click's.
-    sessions[1]
-        .0
-        .send(Message::text(r#"{"t":"click","i":17,"c":2}"#))
-        .unwrap();
-    for (ws, _) in sessions.iter_mut() {
-        let m = read_json(ws);
-        assert_eq!(m["u"][0][1], 0, "the second click unchecks the box: {m}");
-        assert_eq!(m["u"][0][3], 2);
-    }
-    // A new viewer sees the state from the database.
-    let mut late = open_ws(&node, "/o/million/board1?page=0");
-    assert_eq!(
-        read_json(&mut late)["bits"].as_str().unwrap()[..8].to_string(),
-        "00000000"
-    );
-    // A bad click gets an error to its sender only.
-    let (ws, _) = &mut sessions[0];
-    ws.send(Message::text(r#"{"t":"click","i":1000000}"#))
-        .unwrap();
-    assert!(read_json(ws)["error"].as_str().unwrap().contains("below"));
-    // A page that does not exist is refused before the upgrade.
-    let r = request(
-        node.public(),
-        b"GET /o/million/board1?page=999 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    );
-    assert_eq!(r.status, 400);
-    assert!(r.json()["error"].as_str().unwrap().contains("page"));
 }
 
 #[test]

@@ -97,7 +97,7 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
             a.target,
             a.port,
             i,
-            &format!("/o/million/{}?page={page}", a.board),
+            &format!("/o/{}/{}?page={page}", a.app, a.board),
         ) {
             Ok((mut s, first)) => {
                 // The first message is the page's state, with our session number.

@@ -36,6 +36,8 @@ pub(crate) struct Args {
     /// `click`: pages the viewers spread over, the board, the click interval, the run length.
     pages: u64,
     board: String,
+    /// `click`: the app serving the board (`million`, or a module speaking its protocol).
+    app: String,
     interval: Duration,
     duration: Duration,
     /// TLS scenarios: the certificate to trust and the node's TLS port.
@@ -61,6 +63,7 @@ fn parse_args() -> Result<(String, Args), String> {
         out: None,
         pages: 245,
         board: "bench".into(),
+        app: "million".into(),
         interval: Duration::from_secs(10),
         duration: Duration::from_secs(60),
         tls_cert: None,
@@ -82,6 +85,7 @@ fn parse_args() -> Result<(String, Args), String> {
                 a.idle_board = Some(v.clone());
                 a.board = v;
             }
+            "--app" => a.app = v,
             "--tls-cert" => a.tls_cert = Some(v),
             "--pid" => a.pid = Some(v.parse().map_err(|_| format!("--pid {v:?}"))?),
             "--tls-port" => a.tls_port = Some(v.parse().map_err(|_| format!("--tls-port {v:?}"))?),

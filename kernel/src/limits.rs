@@ -207,6 +207,28 @@ pub const LOG_MAX_BYTES: usize = 64 * 1024;
 pub const SENDS_MAX_BYTES: u64 = 16 * 1024 * 1024;
 
 // ---------------------------------------------------------------------------------------------
+// Apps deployed as WebAssembly modules (their calls have the limits above too)
+// ---------------------------------------------------------------------------------------------
+
+/// A module's instances may hold this much linear memory and tables, in KiB, unless the module
+/// exports `memory_kb()`: 64 MiB. Past it a call traps with `memory_limit`.
+pub const WASM_MEMORY_KB_DEFAULT: u64 = 64 * 1024;
+/// What one table element counts against `memory_kb` (wasmtime holds a pointer per element).
+pub const WASM_TABLE_ELEMENT_BYTES: usize = 8;
+/// The largest module file loaded: 64 MiB.
+pub const WASM_MODULE_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// Fuel (ticks) of a module's `schema()` and `memory_kb()` at load: 10 million.
+pub const WASM_LOAD_TICKS: u64 = 10_000_000;
+/// Fuel (ticks) of a module's `topic()`, which runs on the session's shard at attach: a
+/// million (about a millisecond), so a slow topic cannot hold a shard's loop.
+pub const WASM_TOPIC_TICKS: u64 = 1_000_000;
+/// Bytes a host call copies into or out of a module per tick of its fuel, so that copying
+/// is bounded by `COMBD_CPU_LIMIT_TICKS` like computing (1 MiB costs 65,536 ticks).
+pub const WASM_BYTES_PER_TICK: u64 = 16;
+/// The longest string a module hands over (its schema, a topic): 1 MiB.
+pub const WASM_TEXT_MAX_BYTES: usize = 1024 * 1024;
+
+// ---------------------------------------------------------------------------------------------
 // SQLite
 // ---------------------------------------------------------------------------------------------
 
@@ -272,6 +294,9 @@ pub const OUTBOUND_BUDGET_DIVISOR: u64 = 4;
 pub const LISTEN_DEFAULT: &str = "0.0.0.0:8080";
 /// Default of `COMBD_DATA`.
 pub const DATA_DEFAULT: &str = "./data";
+
+/// Default of `COMBD_APPS_DIR`: where the WebAssembly apps are deployed.
+pub const APPS_DIR_DEFAULT: &str = "./apps";
 /// Default of `COMBD_LOG`.
 pub const LOG_DEFAULT: &str = "info";
 /// Default of `COMBD_MAX_BODY`: 1 MiB. A request body is buffered whole before its handler runs,

@@ -45,6 +45,7 @@ use std::sync::Arc;
 
 use crate::http::Response;
 use crate::limit::Limit;
+pub use crate::stats::Deployment;
 
 /// A session: one WebSocket attached to an object, on the shard that holds its connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -382,7 +383,7 @@ pub enum Resync {
     Attach,
 }
 
-/// A built-in app.
+/// An app: built into the node, or deployed as a module.
 pub trait App: Send + Sync + 'static {
     /// The app's name, the `<app>` of `/o/<app>/<name>`.
     fn name(&self) -> &'static str;
@@ -430,6 +431,21 @@ pub trait App: Send + Sync + 'static {
 
     /// A page the node serves for this app: its path (outside `/o/`) and its HTML.
     fn page(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
+    /// The app a newly restored object runs on, if not this one (a module's version in force).
+    fn pinned(&self) -> Option<Arc<dyn App>> {
+        None
+    }
+
+    /// A module's version replaced by a reload: its objects are let go after their batch.
+    fn retired(&self) -> bool {
+        false
+    }
+
+    /// For an app deployed as a module: its version in force, for `/stats`.
+    fn deployment(&self) -> Option<Deployment> {
         None
     }
 

@@ -251,11 +251,27 @@ impl NodeShared {
             ("ping_sweep_per_turn", limits::PING_SWEEP_PER_TURN as u64),
             ("accept_drain_max", limits::ACCEPT_DRAIN_MAX as u64),
             ("turn_overrun_ms", ms(limits::TURN_OVERRUN)),
+            ("wasm_memory_kb_default", limits::WASM_MEMORY_KB_DEFAULT),
+            (
+                "wasm_table_element_bytes",
+                limits::WASM_TABLE_ELEMENT_BYTES as u64,
+            ),
+            ("wasm_module_max_bytes", limits::WASM_MODULE_MAX_BYTES),
+            ("wasm_load_ticks", limits::WASM_LOAD_TICKS),
+            ("wasm_topic_ticks", limits::WASM_TOPIC_TICKS),
+            ("wasm_text_max_bytes", limits::WASM_TEXT_MAX_BYTES as u64),
+            ("wasm_bytes_per_tick", limits::WASM_BYTES_PER_TICK),
             (
                 "turn_yield_pause_us",
                 limits::TURN_YIELD_PAUSE.as_micros() as u64,
             ),
         ]
+    }
+
+    /// Every app's name and, for one deployed as a module, its version in force.
+    fn deployments(&self) -> Vec<(&'static str, Option<stats::Deployment>)> {
+        let app = |n| self.apps.get(n).and_then(|a| a.deployment());
+        self.apps.names().into_iter().map(|n| (n, app(n))).collect()
     }
 
     /// The node-wide figures of `/stats`.
@@ -268,6 +284,7 @@ impl NodeShared {
             memory_budget_source: self.memory_budget_source,
             full_reason: a.full_reason(),
             limits: self.limits(),
+            apps: self.deployments(),
             figures: self.admission_figures(),
         }
     }
@@ -295,6 +312,8 @@ impl NodeShared {
             ("measurements", "combd_measurements_total", Counter, "Admission measurements taken.", g(&a.measurements)),
             ("tls_reloads", "combd_tls_reloads_total", Counter, "TLS certificate reloads that took effect.", self.tls.as_ref().map_or(0, |t| g(&t.reloads))),
             ("tls_reload_failures", "combd_tls_reload_failures_total", Counter, "TLS certificate reloads refused.", self.tls.as_ref().map_or(0, |t| g(&t.reload_failures))),
+            ("wasm_reloads", "combd_wasm_reloads_total", Counter, "Module reloads that replaced an app's version.", self.deployments().iter().filter_map(|(_, d)| d.as_ref()).map(|d| d.reloads).sum()),
+            ("wasm_reloads_refused", "combd_wasm_reloads_refused_total", Counter, "Module reloads refused (the old version kept).", self.deployments().iter().filter_map(|(_, d)| d.as_ref()).map(|d| d.reloads_refused).sum()),
         ]
     }
 

@@ -242,6 +242,27 @@ impl ShardStats {
     }
 }
 
+/// The version of an app deployed as a module, as `/stats` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deployment {
+    /// The module's file.
+    pub file: String,
+    /// The module's SHA-256, hex.
+    pub hash: String,
+    /// When this version was loaded, in milliseconds since the Unix epoch.
+    pub loaded_at_unix_ms: u64,
+    /// Whether its compiled code came from the cache in the data directory.
+    pub from_cache: bool,
+    /// The `memory_kb` of its instances.
+    pub memory_kb: u64,
+    /// What a fresh instance holds: its linear memory's initial size, in bytes.
+    pub instance_bytes: u64,
+    /// Reloads that replaced the version.
+    pub reloads: u64,
+    /// Reloads refused (the module did not load; the old version kept).
+    pub reloads_refused: u64,
+}
+
 /// Node-wide figures that are not sums of shards.
 #[derive(Debug, Clone)]
 pub struct NodeFigures {
@@ -259,6 +280,31 @@ pub struct NodeFigures {
     pub figures: Vec<Field>,
     /// Every limit in force: (name, value), shown under `"limits"` in `/stats`.
     pub limits: Vec<(&'static str, u64)>,
+    /// Every app, and for one deployed as a module its version in force: `"apps"` in `/stats`.
+    pub apps: Vec<(&'static str, Option<Deployment>)>,
+}
+
+/// The `"apps"` object of `/stats`: each app's kind, and a module's version in force.
+fn apps_json(apps: &[(&'static str, Option<Deployment>)]) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (name, d) in apps {
+        let v = match d {
+            None => serde_json::json!({ "kind": "native" }),
+            Some(d) => serde_json::json!({
+                "kind": "wasm",
+                "file": d.file,
+                "hash": d.hash,
+                "loaded_at_unix_ms": d.loaded_at_unix_ms,
+                "from_cache": d.from_cache,
+                "memory_kb": d.memory_kb,
+                "instance_bytes": d.instance_bytes,
+                "reloads": d.reloads,
+                "reloads_refused": d.reloads_refused,
+            }),
+        };
+        m.insert(name.to_string(), v);
+    }
+    serde_json::Value::Object(m)
 }
 
 /// Renders `/stats`: node totals and node figures at the top level, then `"shards": [...]`.
@@ -283,6 +329,7 @@ pub fn render_json(node: &NodeFigures, shards: &[ShardStats]) -> String {
         .map(|(k, v)| (k.to_string(), (*v).into()))
         .collect();
     top.insert("limits".into(), limits.into());
+    top.insert("apps".into(), apps_json(&node.apps));
     for f in &node.figures {
         top.insert(f.0.into(), f.4.into());
     }
@@ -381,6 +428,7 @@ mod tests {
             draining: 0,
             memory_budget_source,
             full_reason: "none".into(),
+            apps: Vec::new(),
             figures: vec![(
                 "pressure",
                 "combd_pressure",

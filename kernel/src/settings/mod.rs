@@ -80,6 +80,8 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// `COMBD_DATA`.
     pub data_dir: PathBuf,
+    /// `COMBD_APPS_DIR`.
+    pub apps_dir: PathBuf,
     /// `COMBD_SHARDS`, resolved against the allowed CPUs.
     pub shards: usize,
     /// `COMBD_LOG`: directives that are a level or `target=level` (see [`parse_log`]).
@@ -266,6 +268,10 @@ impl Settings {
         if data_dir.as_os_str().is_empty() {
             return Err(err("COMBD_DATA", "must not be empty"));
         }
+        let apps_dir = PathBuf::from(get("COMBD_APPS_DIR").unwrap_or(limits::APPS_DIR_DEFAULT));
+        if apps_dir.as_os_str().is_empty() {
+            return Err(err("COMBD_APPS_DIR", "must not be empty"));
+        }
         let shards = match get("COMBD_SHARDS") {
             None => allowed_cpus.max(1),
             Some(v) => {
@@ -301,6 +307,7 @@ impl Settings {
         let settings = Settings {
             listen,
             data_dir,
+            apps_dir,
             shards,
             log,
             max_body_bytes: parse(&raw, "COMBD_MAX_BODY", parse_bytes)?,
@@ -349,6 +356,7 @@ impl Settings {
                 let v = match spec.env {
                     "COMBD_LISTEN" => self.listen.to_string(),
                     "COMBD_DATA" => self.data_dir.display().to_string(),
+                    "COMBD_APPS_DIR" => self.apps_dir.display().to_string(),
                     "COMBD_SHARDS" => self.shards.to_string(),
                     "COMBD_LOG" => self.log.clone(),
                     "COMBD_MAX_BODY" => self.max_body_bytes.to_string(),

@@ -33,6 +33,14 @@ pub const SETTINGS: &[SettingSpec] = &[
                   under it; one node at a time (<data>/combd.lock)",
     },
     SettingSpec {
+        env: "COMBD_APPS_DIR",
+        flag: "--apps-dir",
+        default: limits::APPS_DIR_DEFAULT,
+        meaning: "directory of apps deployed as WebAssembly modules: each <app>.wasm or <app>.wat \
+                  is app <app>; checked and compiled at start (a bad module stops it) and again on \
+                  SIGHUP; a missing directory deploys none",
+    },
+    SettingSpec {
         env: "COMBD_SHARDS",
         flag: "--shards",
         default: "the CPUs this process may run on",

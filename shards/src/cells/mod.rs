@@ -159,7 +159,9 @@ impl Cells {
         {
             return Err(Refusal::DiskLow);
         }
-        let cell = Rc::new(ObjectCell::new(&self.state, key.clone(), app.clone(), name));
+        // A deployed module's object runs on the version in force when it is restored.
+        let app = app.pinned().unwrap_or_else(|| app.clone());
+        let cell = Rc::new(ObjectCell::new(&self.state, key.clone(), app, name));
         self.objects.borrow_mut().insert(key, cell.clone());
         ShardStats::add(&self.state.stats().objects_live, 1);
         if let Ok(task) = self.state.spawn(object::run(self.clone(), cell.clone())) {

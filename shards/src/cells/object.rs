@@ -120,6 +120,16 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         } else {
             Some(conn)
         };
+        if cell.app.retired() && cell.mailbox.borrow().is_empty() {
+            // A reload replaced the module's version: let go as when idle; the next mail
+            // restores the object on the version in force.
+            cells.let_go(&cell.key);
+            pipeline.finish().await;
+            if let Some(db) = db.take() {
+                glommio::executor().spawn_blocking(move || drop(db)).await;
+            }
+            return;
+        }
     }
 }
 

@@ -1,0 +1,309 @@
+//! Apps deployed as WebAssembly modules, against the real node: the limits the runtime
+//! enforces (fuel, memory, output, traps, the sandbox), start-up refusals, and SIGHUP reloads.
+//! The modules are text format (`tests/wasm/*.wat`, or written here).
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use support::*;
+use tungstenite::{Message, WebSocket};
+
+const PROBE: &str = include_str!("wasm/probe.wat");
+
+fn post(node: &TestNode, path: &str, body: &str) -> Resp {
+    request(
+        node.public(),
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+}
+
+/// A fresh apps directory holding `modules`: (file name, text).
+fn apps_dir(modules: &[(&str, &str)]) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "combd-apps-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in modules {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    dir
+}
+
+fn probe_node(extra: &[(&str, &str)]) -> TestNode {
+    let dir = apps_dir(&[("probe.wat", PROBE)]);
+    let mut env = vec![("COMBD_APPS_DIR", dir.to_str().unwrap())];
+    env.extend_from_slice(extra);
+    TestNode::start(&env)
+}
+
+fn rows(node: &TestNode, object: &str) -> i64 {
+    let r = post(node, &format!("/o/probe/{object}"), "c");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["n"].as_i64().unwrap()
+}
+
+fn error(r: &Resp) -> (u16, String) {
+    (
+        r.status,
+        r.json()["error"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+#[test]
+fn a_module_serves_sql_and_unreachable_fails_one_input_with_nothing_written() {
+    let node = probe_node(&[]);
+    assert_eq!(post(&node, "/o/probe/a", "w1").json()["n"], 1);
+    let r = post(&node, "/o/probe/a", "u");
+    assert_eq!(error(&r), (500, "the module trapped on this input".into()));
+    assert_eq!(
+        rows(&node, "a"),
+        1,
+        "the trapped call's insert was rolled back"
+    );
+    assert_eq!(post(&node, "/o/probe/a", "w2").json()["n"], 1);
+    assert_eq!(rows(&node, "a"), 2);
+    // Recursion without end exhausts the module's stack, not the node's thread.
+    let r = post(&node, "/o/probe/a", "r");
+    assert_eq!(error(&r), (500, "the module trapped on this input".into()));
+    let r = post(&node, "/o/probe/a", "e");
+    assert_eq!(r.status, 500);
+    assert!(r.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("exited (status 3)"));
+    let s = node.stats();
+    assert_eq!(s["apps"]["probe"]["kind"], "wasm");
+    assert_eq!(s["apps"]["probe"]["memory_kb"], 1024);
+    assert_eq!(s["apps"]["probe"]["hash"].as_str().unwrap().len(), 64);
+    assert_eq!(s["apps"]["counter"]["kind"], "native");
+}
+
+#[test]
+fn an_endless_loop_is_killed_while_the_shard_keeps_answering() {
+    // One shard: the spinning object, /healthz and the echo WebSocket all live on it. Enough
+    // fuel that the loop spins for a while before it is killed.
+    let node = probe_node(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_CPU_LIMIT_TICKS", "3000000000"),
+    ]);
+    let addr = node.public();
+    let spin = std::thread::spawn(move || {
+        let raw = "POST /o/probe/spin HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\ns";
+        request(addr, raw.as_bytes())
+    });
+    wait_stats(&node, "the spinning call", |s| s["cells_awake"] == 1);
+    let url = format!("ws://127.0.0.2:{}/o/echo/e", node.port);
+    let (mut ws, _): (WebSocket<TcpStream>, _) =
+        tungstenite::client(url.as_str(), connect(node.public())).unwrap();
+    for i in 0..20 {
+        let r = request(
+            node.public(),
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, 200);
+        ws.send(Message::text(format!("m{i}"))).unwrap();
+        assert_eq!(ws.read().unwrap(), Message::text(format!("m{i}")));
+    }
+    assert!(!spin.is_finished(), "the echoes ran while the module spun");
+    let r = spin.join().unwrap();
+    assert_eq!(error(&r), (500, "cpu_limit".into()));
+    assert_eq!(
+        rows(&node, "spin"),
+        0,
+        "the spinning call's insert was rolled back"
+    );
+    let s = node.stats();
+    assert_eq!(s["cpu_limit_killed"], 1);
+}
+
+#[test]
+fn memory_past_memory_kb_fails_with_memory_limit() {
+    let node = probe_node(&[]);
+    let r = post(&node, "/o/probe/m", "g");
+    assert_eq!(error(&r), (500, "memory_limit".into()));
+    assert_eq!(node.stats()["memory_limit_killed"], 1);
+    assert_eq!(
+        post(&node, "/o/probe/m", "w").status,
+        200,
+        "the object carries on"
+    );
+}
+
+#[test]
+fn one_mib_of_stdout_is_kept_as_64_kib() {
+    let dir = apps_dir(&[("probe.wat", PROBE)]);
+    let data = std::env::temp_dir().join(format!("combd-test-stdout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let env = [
+        ("COMBD_APPS_DIR", dir.to_str().unwrap()),
+        ("COMBD_LOG", "info"),
+    ];
+    let mut cmd = combd_command(&data, &env);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines(child.stdout.take().unwrap());
+    let err = lines(child.stderr.take().unwrap());
+    let ready = wait_line(&out, "combd ready");
+    let port: u16 = ready
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let r = request(
+        addr,
+        b"POST /o/probe/out HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\no",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut kept = 0;
+    let full = "x".repeat(1023);
+    loop {
+        let line = wait_line(&err, "probe/out");
+        if line.contains("past 64 KiB") {
+            break;
+        }
+        kept += line.contains(&full) as usize;
+    }
+    // 64 KiB of 1,024-byte lines (1,023 x's and a newline): 64 lines, then the marker.
+    assert_eq!(kept, 64);
+    // SAFETY: our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+#[test]
+fn no_file_or_socket_can_be_opened() {
+    let node = probe_node(&[]);
+    // WASI's ENOTCAPABLE (76): there is no preopened directory to open a path under.
+    assert_eq!(post(&node, "/o/probe/f", "f").json()["n"], 76);
+    // ENOSYS (52): no socket call is provided.
+    assert_eq!(post(&node, "/o/probe/f", "k").json()["n"], 52);
+}
+
+/// A module answering `{"v": <version>}` to every request.
+fn versioned(v: u32) -> String {
+    format!(
+        r#"(module
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "{{\"v\":{v}}}")
+  (func (export "handle") (result i32)
+    (call $respond (i32.const 200) (i32.const 0) (i32.const {len}))
+    (i32.const 0)))"#,
+        len = format!("{{\"v\":{v}}}").len()
+    )
+}
+
+fn reloads(node: &TestNode) -> (u64, u64) {
+    let s = node.stats();
+    let a = &s["apps"]["ver"];
+    (
+        a["reloads"].as_u64().unwrap(),
+        a["reloads_refused"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn sighup_serves_new_objects_on_a_new_version_and_keeps_the_old_for_a_broken_one() {
+    let dir = apps_dir(&[("ver.wat", &versioned(1))]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    assert_eq!(post(&node, "/o/ver/a", "").json()["v"], 1);
+    let first = node.stats()["apps"]["ver"]["hash"].clone();
+
+    std::fs::write(dir.join("ver.wat"), versioned(2)).unwrap();
+    node.signal(libc::SIGHUP);
+    wait_stats(&node, "the reload", |s| s["apps"]["ver"]["reloads"] == 1);
+    assert_eq!(post(&node, "/o/ver/b", "").json()["v"], 2);
+    // A live object finishes at most the batch it has on the old version, then is let go and
+    // restored on the new one.
+    let _ = post(&node, "/o/ver/a", "");
+    assert_eq!(post(&node, "/o/ver/a", "").json()["v"], 2);
+    assert_ne!(node.stats()["apps"]["ver"]["hash"], first);
+
+    std::fs::write(dir.join("ver.wat"), "(module (func $broken").unwrap();
+    node.signal(libc::SIGHUP);
+    wait_stats(&node, "the refused reload", |s| {
+        s["wasm_reloads_refused"] == 1
+    });
+    assert_eq!(reloads(&node), (1, 1));
+    assert_eq!(
+        post(&node, "/o/ver/c", "").json()["v"],
+        2,
+        "the old version kept"
+    );
+}
+
+fn refused_with(modules: &[(&str, &str)]) -> (String, PathBuf) {
+    let dir = apps_dir(modules);
+    let data = std::env::temp_dir().join(format!("combd-test-refused-{}", std::process::id()));
+    let stderr = refused(&mut combd_command(
+        &data,
+        &[("COMBD_APPS_DIR", dir.to_str().unwrap())],
+    ));
+    (stderr, dir)
+}
+
+#[test]
+fn a_bad_module_stops_the_start_naming_its_file() {
+    let (stderr, dir) = refused_with(&[("bad.wasm", "not a module")]);
+    assert!(stderr.contains("COMBD_APPS_DIR"), "{stderr}");
+    assert!(
+        stderr.contains(&dir.join("bad.wasm").display().to_string()),
+        "{stderr}"
+    );
+
+    let sock = r#"(module (import "env" "socket" (func (param i32 i32 i32) (result i32)))
+        (memory (export "memory") 1) (func (export "handle") (result i32) (i32.const 0)))"#;
+    let (stderr, dir) = refused_with(&[("net.wat", sock)]);
+    assert!(
+        stderr.contains(&dir.join("net.wat").display().to_string()),
+        "{stderr}"
+    );
+    assert!(stderr.contains("may import only from"), "{stderr}");
+
+    let (stderr, _) = refused_with(&[("counter.wat", &versioned(1))]);
+    assert!(stderr.contains("registered twice"), "{stderr}");
+}
+
+#[test]
+fn compiled_code_is_cached_in_the_data_directory() {
+    let dir = apps_dir(&[("ver.wat", &versioned(7))]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    assert_eq!(node.stats()["apps"]["ver"]["from_cache"], false);
+    let data = node.kill9();
+    let cached: Vec<_> = std::fs::read_dir(data.join("wasm-cache"))
+        .unwrap()
+        .collect();
+    assert_eq!(cached.len(), 1);
+    let node = TestNode::start_in(data, &[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    assert_eq!(node.stats()["apps"]["ver"]["from_cache"], true);
+    assert_eq!(post(&node, "/o/ver/x", "").json()["v"], 7);
+}
+
+#[test]
+fn the_readme_example_module_runs() {
+    let readme = include_str!("../README.md");
+    let start = readme.find("```wat\n").unwrap() + "```wat\n".len();
+    let end = start + readme[start..].find("```").unwrap();
+    let dir = apps_dir(&[("hello.wat", &readme[start..end])]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    assert_eq!(post(&node, "/o/hello/a", r#"{"x":1}"#).json()["seen"], 1);
+    assert_eq!(post(&node, "/o/hello/a", r#"{"x":1}"#).json()["seen"], 2);
+}

@@ -1,0 +1,460 @@
+//! The host side of one call: the state a module's imports reach (the call's [`Cx`], its
+//! inputs and outputs, the SQL parameters and rows, the captured stdout/stderr, the memory
+//! limiter) and the `combd` imports themselves (see the ABI in the crate's docs).
+
+use std::ptr::NonNull;
+
+use combd_kernel::limits::{
+    HOST_CALL_TICKS, LOG_MAX_BYTES, WASM_BYTES_PER_TICK, WASM_TABLE_ELEMENT_BYTES,
+};
+use combd_shards::app::{limit_error, AppError, Cx, Input, Message, SessionId};
+use combd_shards::limit::Limit;
+use wasmtime::{Caller, Linker, ResourceLimiter};
+
+use crate::sql::Sql;
+
+/// Why a call stopped before its module returned: a limit, or a host call that failed the
+/// call (the module trapped on purpose). Travels as the error of the host call.
+#[derive(Debug)]
+pub(crate) struct Stop(pub AppError);
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::error::Error for Stop {}
+
+/// One input, copied out of the node's borrowed [`Input`] so the module can read it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallInput {
+    /// 0 HTTP, 1 text message, 2 binary message, 3 attach, 4 detach.
+    pub kind: i32,
+    pub session: Option<SessionId>,
+    pub method: Option<String>,
+    pub query: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl CallInput {
+    pub fn new(input: &Input<'_>) -> CallInput {
+        match *input {
+            Input::Http {
+                method,
+                query,
+                body,
+            } => CallInput {
+                kind: 0,
+                session: None,
+                method: Some(method.to_string()),
+                query: query.map(str::to_string),
+                body: body.to_vec(),
+            },
+            Input::Message { session, msg } => {
+                let (kind, body) = match msg {
+                    Message::Text(t) => (1, t.as_bytes().to_vec()),
+                    Message::Binary(b) => (2, b.to_vec()),
+                };
+                CallInput {
+                    kind,
+                    session: Some(session),
+                    body,
+                    ..CallInput::default()
+                }
+            }
+            Input::Attach { session, query } => CallInput {
+                kind: 3,
+                session: Some(session),
+                query: query.map(str::to_string),
+                ..CallInput::default()
+            },
+            Input::Detach { session } => CallInput {
+                kind: 4,
+                session: Some(session),
+                ..CallInput::default()
+            },
+        }
+    }
+}
+
+/// What the module answered for one input.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Answer {
+    /// `respond`: a status and a JSON body.
+    pub response: Option<(u16, Vec<u8>)>,
+    /// `fail`: a status and a message.
+    pub failure: Option<(u16, String)>,
+}
+
+/// Caps what a module's instance may hold: linear memory and tables together, in bytes.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    pub max_bytes: usize,
+    memory: usize,
+    tables: usize,
+    /// Growth past `max_bytes` was asked for.
+    pub tripped: bool,
+}
+
+impl Limiter {
+    pub fn new(max_bytes: usize) -> Limiter {
+        Limiter {
+            max_bytes,
+            memory: 0,
+            tables: 0,
+            tripped: false,
+        }
+    }
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let after = self.memory + desired.saturating_sub(current);
+        if after + self.tables > self.max_bytes {
+            self.tripped = true;
+            return Err(Stop(limit_error(Limit::Memory)).into());
+        }
+        self.memory = after;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let grow = desired.saturating_sub(current) * WASM_TABLE_ELEMENT_BYTES;
+        if self.memory + self.tables + grow > self.max_bytes {
+            self.tripped = true;
+            return Err(Stop(limit_error(Limit::Memory)).into());
+        }
+        self.tables += grow;
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
+}
+
+/// What a module writes to stdout and stderr (and `combd.log`), up to [`LOG_MAX_BYTES`] a
+/// request; the rest is cut and a marker says so.
+#[derive(Debug, Default)]
+pub(crate) struct Output {
+    pub bytes: Vec<u8>,
+    pub cut: bool,
+}
+
+impl Output {
+    /// Bytes still kept (as an i32 length).
+    pub fn room(&self) -> i32 {
+        i32::try_from(LOG_MAX_BYTES.saturating_sub(self.bytes.len())).unwrap_or(i32::MAX)
+    }
+
+    pub fn write(&mut self, data: &[u8]) {
+        let room = LOG_MAX_BYTES.saturating_sub(self.bytes.len());
+        if data.len() > room {
+            self.cut = true;
+        }
+        self.bytes.extend_from_slice(&data[..data.len().min(room)]);
+    }
+
+    /// The lines written, then the marker if output was cut.
+    pub fn lines(&self) -> Vec<String> {
+        let text = String::from_utf8_lossy(&self.bytes);
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if self.cut {
+            lines.push(format!(
+                "[module output past {} KiB cut]",
+                LOG_MAX_BYTES / 1024
+            ));
+        }
+        lines
+    }
+}
+
+/// The state of one call's store.
+pub(crate) struct Host {
+    /// The node's context for the call, while a `handle` runs (None for `topic`, `schema`).
+    cx: Option<NonNull<Cx<'static>>>,
+    pub inputs: Vec<CallInput>,
+    pub current: usize,
+    pub answers: Vec<Answer>,
+    pub sql: Sql,
+    pub output: Output,
+    pub limiter: Limiter,
+    /// A limit or failure that stops the call, whatever the module does next.
+    pub stopped: Option<AppError>,
+}
+
+impl Host {
+    pub fn new(inputs: Vec<CallInput>, memory_bytes: usize) -> Host {
+        let answers = vec![Answer::default(); inputs.len().max(1)];
+        Host {
+            cx: None,
+            inputs,
+            current: 0,
+            answers,
+            sql: Sql::default(),
+            output: Output::default(),
+            limiter: Limiter::new(memory_bytes),
+            stopped: None,
+        }
+    }
+
+    /// Lends the call's context to the store for the duration of `f`.
+    pub fn with_cx<R>(
+        store: &mut wasmtime::Store<Host>,
+        cx: &mut Cx<'_>,
+        f: impl FnOnce(&mut wasmtime::Store<Host>) -> R,
+    ) -> R {
+        // The pointer is only dereferenced by host calls made while `f` runs, and is cleared
+        // before this returns; `cx` outlives `f`, so the erased lifetime is never exceeded.
+        store.data_mut().cx = NonNull::new((cx as *mut Cx<'_>).cast::<Cx<'static>>());
+        let r = f(store);
+        store.data_mut().cx = None;
+        r
+    }
+
+    pub(crate) fn cx(&mut self) -> Result<&mut Cx<'static>, Stop> {
+        match self.cx {
+            // SAFETY: set by `with_cx` from a live `&mut Cx` for exactly the time `f` runs
+            // (see there); host calls run inside `f` on this thread, and the store holding
+            // the pointer is borrowed mutably by the caller, so no other reference exists.
+            Some(mut p) => Ok(unsafe { p.as_mut() }),
+            None => Err(Stop(AppError::new(
+                500,
+                "this host call is only possible while handling an input",
+            ))),
+        }
+    }
+
+    fn input(&self) -> &CallInput {
+        static NONE: CallInput = CallInput {
+            kind: -1,
+            session: None,
+            method: None,
+            query: None,
+            body: Vec::new(),
+        };
+        self.inputs.get(self.current).unwrap_or(&NONE)
+    }
+
+    /// Stops the call with `e` (the first stop wins).
+    pub(crate) fn stop(&mut self, e: AppError) -> wasmtime::Error {
+        let first = self.stopped.get_or_insert(e).clone();
+        Stop(first).into()
+    }
+}
+
+/// The module's linear memory, from inside a host call.
+fn memory(caller: &mut Caller<'_, Host>) -> wasmtime::Result<wasmtime::Memory> {
+    caller
+        .get_export("memory")
+        .and_then(|e| e.into_memory())
+        .ok_or_else(|| wasmtime::Error::msg("the module exports no memory"))
+}
+
+/// Copies `len` bytes at `ptr` out of the module's memory (a tick every
+/// [`WASM_BYTES_PER_TICK`] bytes).
+pub(crate) fn read(caller: &mut Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime::Result<Vec<u8>> {
+    spend(caller, len.max(0) as u64 / WASM_BYTES_PER_TICK)?;
+    let mem = memory(caller)?;
+    let (p, n) = (ptr as u32 as usize, len as u32 as usize);
+    mem.data(&caller)
+        .get(p..p.saturating_add(n))
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| wasmtime::Error::msg("a host call read outside the module's memory"))
+}
+
+/// Writes `bytes` at `ptr` into the module's memory, up to `cap` bytes (a tick every
+/// [`WASM_BYTES_PER_TICK`] bytes).
+pub(crate) fn write(
+    caller: &mut Caller<'_, Host>,
+    ptr: i32,
+    cap: i32,
+    bytes: &[u8],
+) -> wasmtime::Result<()> {
+    let n = bytes.len().min(cap.max(0) as usize);
+    spend(caller, n as u64 / WASM_BYTES_PER_TICK)?;
+    let mem = memory(caller)?;
+    let p = ptr as u32 as usize;
+    mem.data_mut(&mut *caller)
+        .get_mut(p..p.saturating_add(n))
+        .ok_or_else(|| wasmtime::Error::msg("a host call wrote outside the module's memory"))?
+        .copy_from_slice(&bytes[..n]);
+    Ok(())
+}
+
+/// Takes `ticks` of the call's fuel; past it the call stops with `cpu_limit`.
+fn spend(caller: &mut Caller<'_, Host>, ticks: u64) -> wasmtime::Result<()> {
+    let fuel = caller.get_fuel()?;
+    if fuel < ticks {
+        return Err(caller.data_mut().stop(limit_error(Limit::Cpu)));
+    }
+    caller.set_fuel(fuel - ticks)
+}
+
+/// Counts a host call against the call's fuel, like [`HOST_CALL_TICKS`] for native apps.
+pub(crate) fn charge(caller: &mut Caller<'_, Host>) -> wasmtime::Result<()> {
+    spend(caller, HOST_CALL_TICKS)
+}
+
+pub(crate) fn text(bytes: Vec<u8>, what: &str) -> wasmtime::Result<String> {
+    String::from_utf8(bytes).map_err(|_| wasmtime::Error::msg(format!("{what} is not UTF-8")))
+}
+
+fn status(s: i32, default: u16) -> u16 {
+    u16::try_from(s)
+        .ok()
+        .filter(|s| (100..=599).contains(s))
+        .unwrap_or(default)
+}
+
+/// A length for the module: the full length, whatever was copied.
+pub(crate) fn len(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Defines the `combd` imports (the input, the answer, SQL, sends, the log).
+pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    link_input(linker)?;
+    crate::sql::link(linker)?;
+    link_sends(linker)
+}
+
+fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    linker.func_wrap("combd", "kind", |c: Caller<'_, Host>| c.data().input().kind)?;
+    linker.func_wrap("combd", "session_shard", |c: Caller<'_, Host>| {
+        c.data().input().session.map_or(-1, |s| s.shard as i32)
+    })?;
+    linker.func_wrap("combd", "session_id", |c: Caller<'_, Host>| {
+        c.data().input().session.map_or(-1, |s| s.id as i64)
+    })?;
+    linker.func_wrap(
+        "combd",
+        "input",
+        |mut c: Caller<'_, Host>, part: i32, ptr: i32, cap: i32| -> wasmtime::Result<i32> {
+            let i = c.data().input();
+            let bytes = match part {
+                0 => Some(i.body.clone()),
+                1 => i.query.as_ref().map(|q| q.as_bytes().to_vec()),
+                2 => i.method.as_ref().map(|m| m.as_bytes().to_vec()),
+                _ => None,
+            };
+            let Some(bytes) = bytes else { return Ok(-1) };
+            write(&mut c, ptr, cap, &bytes)?;
+            Ok(len(bytes.len()))
+        },
+    )?;
+    linker.func_wrap("combd", "select", |mut c: Caller<'_, Host>, i: i32| {
+        let h = c.data_mut();
+        match usize::try_from(i).ok().filter(|&i| i < h.inputs.len()) {
+            Some(i) => {
+                h.current = i;
+                h.inputs[i].kind
+            }
+            None => -1,
+        }
+    })?;
+    linker.func_wrap(
+        "combd",
+        "respond",
+        |mut c: Caller<'_, Host>, s: i32, ptr: i32, n: i32| -> wasmtime::Result<()> {
+            let body = read(&mut c, ptr, n)?;
+            let h = c.data_mut();
+            if let Some(a) = h.answers.get_mut(h.current) {
+                a.response = Some((status(s, 200), body));
+            }
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "fail",
+        |mut c: Caller<'_, Host>, s: i32, ptr: i32, n: i32| -> wasmtime::Result<()> {
+            let msg = String::from_utf8_lossy(&read(&mut c, ptr, n)?).into_owned();
+            let h = c.data_mut();
+            if let Some(a) = h.answers.get_mut(h.current) {
+                a.failure = Some((status(s, 500), msg));
+            }
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "log",
+        |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<()> {
+            charge(&mut c)?;
+            let kept = n.clamp(0, c.data().output.room());
+            let mut line = read(&mut c, ptr, kept)?;
+            line.push(b'\n');
+            let out = &mut c.data_mut().output;
+            out.write(&line);
+            out.cut |= kept < n;
+            Ok(())
+        },
+    )?;
+    Ok(())
+}
+
+/// A host call that goes through the call's [`Cx`]; an error from it (a limit) stops the call.
+fn through_cx(
+    c: &mut Caller<'_, Host>,
+    f: impl FnOnce(&mut Cx<'static>) -> Result<(), AppError>,
+) -> wasmtime::Result<i32> {
+    charge(c)?;
+    let h = c.data_mut();
+    match h.cx().map_err(|Stop(e)| e).and_then(f) {
+        Ok(()) => Ok(0),
+        Err(e) => Err(h.stop(e)),
+    }
+}
+
+fn link_sends(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        "combd",
+        "send",
+        |mut c: Caller<'_, Host>, shard: i32, id: i64, ptr: i32, n: i32| -> wasmtime::Result<i32> {
+            let t = text(read(&mut c, ptr, n)?, "a text message")?;
+            let to = SessionId {
+                shard: shard as u32,
+                id: id as u64,
+            };
+            through_cx(&mut c, |cx| cx.send(to, &t))
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "send_binary",
+        |mut c: Caller<'_, Host>, shard: i32, id: i64, ptr: i32, n: i32| -> wasmtime::Result<i32> {
+            let b = read(&mut c, ptr, n)?;
+            let to = SessionId {
+                shard: shard as u32,
+                id: id as u64,
+            };
+            through_cx(&mut c, |cx| cx.send_binary(to, &b))
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "broadcast",
+        |mut c: Caller<'_, Host>, tp: i32, tn: i32, ptr: i32, n: i32| -> wasmtime::Result<i32> {
+            let topic = text(read(&mut c, tp, tn)?, "a topic")?;
+            let t = text(read(&mut c, ptr, n)?, "a text message")?;
+            through_cx(&mut c, |cx| cx.broadcast(&topic, &t))
+        },
+    )?;
+    Ok(())
+}

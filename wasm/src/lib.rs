@@ -1,0 +1,287 @@
+//! # combd-wasm
+//!
+//! Apps deployed as WebAssembly core modules, beside the apps compiled into the node. Each
+//! `<app>.wasm` (or `<app>.wat`, the text format) in `COMBD_APPS_DIR` is app `<app>` at
+//! `/o/<app>/<name>`, an [`App`] like the native ones: the same objects, mailboxes, batches,
+//! sessions, broadcasts, SQLite database per object and durability, because the node's cells
+//! run it exactly as they run a native app. What differs is inside a call:
+//!
+//! - **A fresh instance per call** (or per batch), from code compiled once ([`module`]): the
+//!   object's state is its database, so an instance keeps nothing between calls, a trap
+//!   leaves nothing behind, and a live object holds no instance while it waits for mail.
+//! - **Limits the runtime enforces** on the blocking thread where the call runs (never on the
+//!   shard's loop): fuel of `COMBD_CPU_LIMIT_TICKS` (one unit an instruction, each host call
+//!   [`HOST_CALL_TICKS`](combd_kernel::limits::HOST_CALL_TICKS)), after which the call traps
+//!   with `cpu_limit` however the module loops; the app's `memory_kb` caps linear memory and
+//!   tables (a `ResourceLimiter`), growth past it traps with `memory_limit`; stdout, stderr
+//!   and `combd.log` keep 64 KiB a request. A trap fails its input and the transaction around
+//!   it is rolled back, like an app's panic.
+//! - **The imports** ([`host`]): the input, the answer, SQL with parameters and rows, sends
+//!   and broadcasts, the log, and a sliver of WASI ([`wasi`]): stdout/stderr, an empty
+//!   environment, the clock, exit. No file, socket or environment variable can be reached.
+//! - **Deploying** ([`Deployed`]): modules are checked and compiled at start (a bad one stops
+//!   the start naming its file) and again on SIGHUP, when a changed module replaces the old
+//!   version for objects restored from then on, and a module that fails to load is refused
+//!   and the old one kept. Compiled code is cached in the data directory ([`cache`]).
+//!
+//! The ABI is documented in the README ("Apps as WebAssembly modules").
+
+mod cache;
+mod host;
+mod module;
+mod sql;
+mod wasi;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use combd_shards::app::{valid_object_name, App, AppError, Cx, Deployment, Input, Output, Resync};
+use wasmtime::{Config, Engine, Linker};
+
+use module::{Loader, Version};
+
+/// A module that cannot be deployed: its file and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeployError {
+    /// The module's file.
+    pub file: PathBuf,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl std::fmt::Display for DeployError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.file.display(), self.message)
+    }
+}
+
+/// A deployed app: the version in force, replaced on a reload that loads.
+pub struct WasmApp {
+    name: &'static str,
+    current: RwLock<Arc<Version>>,
+    reloads: AtomicU64,
+    reloads_refused: AtomicU64,
+}
+
+impl WasmApp {
+    fn version(&self) -> Arc<Version> {
+        match self.current.read() {
+            Ok(v) => v.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn replace(&self, v: Version) {
+        let mut w = self.current.write().unwrap_or_else(|p| p.into_inner());
+        w.retired.store(true, Ordering::Relaxed);
+        *w = Arc::new(v);
+    }
+}
+
+/// Every call goes to the version in force; an object pins the version it was restored on
+/// ([`App::pinned`]), so a reload reaches it when it is next restored.
+impl App for WasmApp {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn schema(&self) -> &'static str {
+        self.version().schema()
+    }
+    fn memory_kb(&self) -> Option<u64> {
+        self.version().memory_kb()
+    }
+    fn topic(&self, query: Option<&str>) -> Result<String, AppError> {
+        self.version().topic(query)
+    }
+    fn resync(&self) -> Resync {
+        self.version().resync()
+    }
+    fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+        self.version().handle(cx, input)
+    }
+    fn handles_batch(&self) -> bool {
+        self.version().handles_batch()
+    }
+    fn handle_batch(&self, cx: &mut Cx<'_>, inputs: &[Input<'_>]) -> Result<Vec<Output>, AppError> {
+        self.version().handle_batch(cx, inputs)
+    }
+    fn pinned(&self) -> Option<Arc<dyn App>> {
+        Some(self.version())
+    }
+    fn deployment(&self) -> Option<Deployment> {
+        let v = self.version();
+        Some(Deployment {
+            file: v.file.display().to_string(),
+            hash: v.hash.clone(),
+            loaded_at_unix_ms: v.loaded_at_ms,
+            from_cache: v.cached,
+            memory_kb: v.memory_kb().unwrap_or(0),
+            instance_bytes: v.initial_bytes,
+            reloads: self.reloads.load(Ordering::Relaxed),
+            reloads_refused: self.reloads_refused.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// The modules deployed from one directory, and what it takes to load them again.
+pub struct Deployed {
+    loader: Loader,
+    dir: PathBuf,
+    apps: Vec<Arc<WasmApp>>,
+}
+
+/// The outcome of a reload, for the log.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Apps whose new version took effect.
+    pub replaced: Vec<String>,
+    /// Apps whose module did not change.
+    pub unchanged: Vec<String>,
+    /// Modules refused (the old version kept), with why.
+    pub refused: Vec<DeployError>,
+    /// Modules that appeared or disappeared: a restart deploys or removes them.
+    pub need_restart: Vec<String>,
+}
+
+/// The engine every module runs on: fuel on, nothing else beyond wasmtime's defaults.
+fn engine() -> Result<Engine, String> {
+    let mut config = Config::new();
+    config.consume_fuel(true);
+    Engine::new(&config).map_err(|e| format!("cannot start the WebAssembly engine: {e}"))
+}
+
+/// The module files of `dir`: `(app name, file)`, sorted. A missing directory has none.
+fn module_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, DeployError> {
+    let err = |file: &Path, message: String| DeployError {
+        file: file.to_path_buf(),
+        message,
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(err(dir, format!("cannot read the apps directory: {e}"))),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| err(dir, e.to_string()))?.path();
+        let ext = path.extension().and_then(|e| e.to_str());
+        if !matches!(ext, Some("wasm" | "wat")) {
+            continue;
+        }
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        if !valid_object_name(name) {
+            return Err(err(&path, format!("{name:?} is not a valid app name")));
+        }
+        if files.iter().any(|(n, _)| n == name) {
+            return Err(err(
+                &path,
+                format!("app {name:?} has both a .wasm and a .wat"),
+            ));
+        }
+        files.push((name.to_string(), path));
+    }
+    files.sort();
+    Ok(files)
+}
+
+impl Deployed {
+    /// Loads every module of `dir` (compiled code cached under `<data_dir>/wasm-cache`), each
+    /// call with `cpu_limit_ticks` of fuel. The first module that fails stops it, named.
+    pub fn load(
+        dir: &Path,
+        data_dir: &Path,
+        cpu_limit_ticks: u64,
+    ) -> Result<Deployed, DeployError> {
+        let files = module_files(dir)?;
+        let fail = |file: &Path, message: String| DeployError {
+            file: file.to_path_buf(),
+            message,
+        };
+        let engine = engine().map_err(|m| fail(dir, m))?;
+        let mut linker = Linker::new(&engine);
+        host::link(&mut linker)
+            .and_then(|()| wasi::link(&mut linker))
+            .map_err(|e| fail(dir, e.to_string()))?;
+        let loader = Loader {
+            engine,
+            linker,
+            cache_dir: data_dir.join("wasm-cache"),
+            ticks: cpu_limit_ticks,
+        };
+        let mut apps = Vec::new();
+        for (name, file) in files {
+            let name: &'static str = Box::leak(name.into_boxed_str());
+            let v = loader.load(name, &file).map_err(|m| fail(&file, m))?;
+            apps.push(Arc::new(WasmApp {
+                name,
+                current: RwLock::new(Arc::new(v)),
+                reloads: AtomicU64::new(0),
+                reloads_refused: AtomicU64::new(0),
+            }));
+        }
+        Ok(Deployed {
+            loader,
+            dir: dir.to_path_buf(),
+            apps,
+        })
+    }
+
+    /// The deployed apps, to register beside the native ones.
+    pub fn apps(&self) -> Vec<Arc<dyn App>> {
+        self.apps
+            .iter()
+            .map(|a| a.clone() as Arc<dyn App>)
+            .collect()
+    }
+
+    /// Loads the directory again: each deployed app whose module changed gets its new version
+    /// (objects restored from now on run it); one that fails to load is refused and counted,
+    /// and its old version kept.
+    pub fn reload(&self) -> ReloadReport {
+        let mut report = ReloadReport::default();
+        let files = match module_files(&self.dir) {
+            Ok(f) => f,
+            Err(e) => {
+                for a in &self.apps {
+                    a.reloads_refused.fetch_add(1, Ordering::Relaxed);
+                }
+                report.refused.push(e);
+                return report;
+            }
+        };
+        for (name, _) in &files {
+            if !self.apps.iter().any(|a| a.name == name) {
+                report.need_restart.push(name.clone());
+            }
+        }
+        for app in &self.apps {
+            let Some((_, file)) = files.iter().find(|(n, _)| n == app.name) else {
+                report.need_restart.push(app.name.to_string());
+                continue;
+            };
+            let unchanged = cache::read_module(file)
+                .map(|b| cache::sha256_hex(&b) == app.version().hash)
+                .unwrap_or(false);
+            if unchanged {
+                report.unchanged.push(app.name.to_string());
+                continue;
+            }
+            match self.loader.load(app.name, file) {
+                Ok(v) => {
+                    app.replace(v);
+                    app.reloads.fetch_add(1, Ordering::Relaxed);
+                    report.replaced.push(app.name.to_string());
+                }
+                Err(message) => {
+                    app.reloads_refused.fetch_add(1, Ordering::Relaxed);
+                    report.refused.push(DeployError {
+                        file: file.clone(),
+                        message,
+                    });
+                }
+            }
+        }
+        report
+    }
+}

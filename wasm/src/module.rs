@@ -1,0 +1,365 @@
+//! One version of a deployed module: compiled (or taken from the cache), checked against the
+//! ABI, and run as an [`App`]: a fresh instance per call (or batch), under fuel, the memory
+//! limiter and the output cap.
+
+use std::path::{Path, PathBuf};
+
+use combd_kernel::limits::{
+    WASM_LOAD_TICKS, WASM_MEMORY_KB_DEFAULT, WASM_TEXT_MAX_BYTES, WASM_TOPIC_TICKS,
+};
+use combd_shards::app::{limit_error, App, AppError, Cx, Input, Output, Resync};
+use combd_shards::http::Response;
+use combd_shards::limit::Limit;
+use wasmtime::{Engine, Instance, InstancePre, Linker, Module, Store, Trap, ValType};
+
+use crate::host::{Answer, CallInput, Host, Stop};
+use crate::{cache, wasi};
+
+/// A module's version in force: what it is, where it came from, and its compiled code.
+pub struct Version {
+    pub(crate) name: &'static str,
+    pub(crate) file: PathBuf,
+    /// The module file's SHA-256, hex.
+    pub(crate) hash: String,
+    /// When this version was loaded, in milliseconds since the Unix epoch.
+    pub(crate) loaded_at_ms: u64,
+    /// Whether the compiled code came from the cache.
+    pub(crate) cached: bool,
+    pre: InstancePre<Host>,
+    schema: &'static str,
+    memory_kb: u64,
+    resync: Resync,
+    /// What a fresh instance holds: its linear memory's initial size, in bytes.
+    pub(crate) initial_bytes: u64,
+    /// A reload replaced this version.
+    pub(crate) retired: std::sync::atomic::AtomicBool,
+    batch: bool,
+    topic: bool,
+    init: bool,
+    /// `COMBD_CPU_LIMIT_TICKS`: the fuel of one call.
+    ticks: u64,
+}
+
+/// How modules are loaded: the engine, the imports, the cache, the call's fuel.
+pub(crate) struct Loader {
+    pub engine: Engine,
+    pub linker: Linker<Host>,
+    pub cache_dir: PathBuf,
+    pub ticks: u64,
+}
+
+/// The exports the ABI knows, with their types: (name, params, results, required).
+const EXPORTS: &[(&str, &[ValType], &[ValType], bool)] = &[
+    ("handle", &[], &[ValType::I32], true),
+    ("handle_batch", &[ValType::I32], &[ValType::I32], false),
+    ("topic", &[], &[ValType::I32], false),
+    ("schema", &[], &[ValType::I32], false),
+    ("memory_kb", &[], &[ValType::I32], false),
+    ("resync", &[], &[ValType::I32], false),
+    ("_initialize", &[], &[], false),
+];
+
+/// Checks a module's imports and exports against the ABI.
+fn check_abi(module: &Module) -> Result<(), String> {
+    for i in module.imports() {
+        if i.module() != "combd" && i.module() != wasi::MODULE {
+            return Err(format!(
+                "imports {}.{}: a module may import only from \"combd\" and \"{}\"",
+                i.module(),
+                i.name(),
+                wasi::MODULE
+            ));
+        }
+    }
+    if !matches!(
+        module.get_export("memory"),
+        Some(wasmtime::ExternType::Memory(_))
+    ) {
+        return Err("exports no memory named \"memory\"".into());
+    }
+    for (name, params, results, required) in EXPORTS {
+        match module.get_export(name) {
+            None if *required => return Err(format!("exports no function {name:?}")),
+            None => {}
+            Some(wasmtime::ExternType::Func(f)) => {
+                let same = |a: &mut dyn Iterator<Item = ValType>, b: &[ValType]| {
+                    let a: Vec<ValType> = a.collect();
+                    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| ValType::eq(x, y))
+                };
+                if !same(&mut f.params(), params) || !same(&mut f.results(), results) {
+                    return Err(format!(
+                        "export {name:?} has the wrong type (see the ABI in the README)"
+                    ));
+                }
+            }
+            Some(_) => return Err(format!("export {name:?} is not a function")),
+        }
+    }
+    Ok(())
+}
+
+impl Loader {
+    /// Loads `<app>.wasm` or `<app>.wat`: compiled, or taken from the cache; checked against
+    /// the ABI; its schema and `memory_kb` read once.
+    pub fn load(&self, name: &'static str, file: &Path) -> Result<Version, String> {
+        let bytes = cache::read_module(file)?;
+        let hash = cache::sha256_hex(&bytes);
+        let (module, cached) = cache::compile(&self.engine, &self.cache_dir, &bytes, &hash)?;
+        check_abi(&module)?;
+        let mut linker = self.linker.clone();
+        wasi::stub_the_rest(&mut linker, &module)?;
+        let pre = linker
+            .instantiate_pre(&module)
+            .map_err(|e| format!("cannot be linked: {e:#}"))?;
+        let has = |n: &str| module.get_export(n).is_some();
+        let mut v = Version {
+            name,
+            file: file.to_path_buf(),
+            hash,
+            loaded_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            cached,
+            batch: has("handle_batch"),
+            topic: has("topic"),
+            init: has("_initialize"),
+            schema: "",
+            memory_kb: WASM_MEMORY_KB_DEFAULT,
+            resync: Resync::Close,
+            initial_bytes: match module.get_export("memory") {
+                Some(wasmtime::ExternType::Memory(m)) => m.minimum().saturating_mul(65536),
+                _ => 0,
+            },
+            retired: std::sync::atomic::AtomicBool::new(false),
+            pre,
+            ticks: self.ticks,
+        };
+        if has("memory_kb") {
+            let kb = v.call_at_load("memory_kb")?;
+            if kb <= 0 {
+                return Err(format!("memory_kb() answered {kb}; it must be at least 1"));
+            }
+            v.memory_kb = kb as u64;
+        }
+        if has("resync") && v.call_at_load("resync")? == 1 {
+            v.resync = Resync::Attach;
+        }
+        if has("schema") {
+            // Leaked once per version loaded (at start and at each reload that changes it).
+            v.schema = Box::leak(v.schema_at_load()?.into_boxed_str());
+        }
+        Ok(v)
+    }
+}
+
+impl Version {
+    fn store(&self, inputs: Vec<CallInput>, fuel: u64) -> Store<Host> {
+        let bytes = usize::try_from(self.memory_kb.saturating_mul(1024)).unwrap_or(usize::MAX);
+        let mut store = Store::new(self.pre.module().engine(), Host::new(inputs, bytes));
+        store.limiter(|h| &mut h.limiter);
+        // Fuel is on in the engine, so setting it cannot fail.
+        let _ = store.set_fuel(fuel);
+        store
+    }
+
+    fn instantiate(&self, store: &mut Store<Host>) -> wasmtime::Result<Instance> {
+        let instance = self.pre.instantiate(&mut *store)?;
+        if self.init {
+            instance
+                .get_typed_func::<(), ()>(&mut *store, "_initialize")?
+                .call(&mut *store, ())?;
+        }
+        Ok(instance)
+    }
+
+    /// Calls an export taking nothing and answering an i32, at load, with load-time fuel.
+    fn call_at_load(&self, export: &str) -> Result<i32, String> {
+        let mut store = self.store(Vec::new(), WASM_LOAD_TICKS);
+        let r = self.instantiate(&mut store).and_then(|i| {
+            i.get_typed_func::<(), i32>(&mut store, export)?
+                .call(&mut store, ())
+        });
+        r.map_err(|e| format!("{export}() failed: {}", describe(&e, store.data())))
+    }
+
+    /// The module's schema: the NUL-terminated string `schema()` points at.
+    fn schema_at_load(&self) -> Result<String, String> {
+        let mut store = self.store(Vec::new(), WASM_LOAD_TICKS);
+        let r = self.instantiate(&mut store).and_then(|i| {
+            let p = i
+                .get_typed_func::<(), i32>(&mut store, "schema")?
+                .call(&mut store, ())?;
+            c_string(&mut store, &i, p)
+        });
+        r.map_err(|e| format!("schema() failed: {}", describe(&e, store.data())))
+    }
+
+    /// Runs `handle` (one input) or `handle_batch` (several) in one instance.
+    fn run(&self, cx: &mut Cx<'_>, inputs: &[Input<'_>]) -> Result<Vec<Output>, AppError> {
+        let batch = inputs.len() > 1;
+        let mut store = self.store(inputs.iter().map(CallInput::new).collect(), self.ticks);
+        let r = Host::with_cx(&mut store, cx, |store| -> wasmtime::Result<i32> {
+            let instance = self.instantiate(store)?;
+            if batch {
+                let n = i32::try_from(inputs.len()).unwrap_or(i32::MAX);
+                instance
+                    .get_typed_func::<i32, i32>(&mut *store, "handle_batch")?
+                    .call(&mut *store, n)
+            } else {
+                instance
+                    .get_typed_func::<(), i32>(&mut *store, "handle")?
+                    .call(&mut *store, ())
+            }
+        });
+        let host = store.into_data();
+        for line in host.output.lines() {
+            cx.log(&line);
+        }
+        let code = match r {
+            Ok(code) => code,
+            Err(e) => {
+                let err = trap_error(&e, &host);
+                if err.limit().is_none() {
+                    cx.log(&format!("trap: {}", describe(&e, &host)));
+                }
+                return Err(err);
+            }
+        };
+        if let Some((status, message)) = host.answers.iter().find_map(|a| a.failure.clone()) {
+            return Err(AppError::new(status, message));
+        }
+        if code != 0 {
+            return Err(AppError::new(
+                500,
+                format!("the module answered {code} for this input"),
+            ));
+        }
+        Ok(host
+            .answers
+            .into_iter()
+            .take(inputs.len())
+            .map(output)
+            .collect())
+    }
+}
+
+/// An answer as the node's output: a JSON response, or nothing (204 for a request).
+fn output(a: Answer) -> Output {
+    match a.response {
+        Some((status, body)) => Output::Http(Response::bytes(status, "application/json", body)),
+        None => Output::None,
+    }
+}
+
+/// What stopped a call: a limit, a host call that failed it, or a trap of the module's own.
+fn trap_error(e: &wasmtime::Error, host: &Host) -> AppError {
+    if let Some(stop) = &host.stopped {
+        return stop.clone();
+    }
+    if host.limiter.tripped {
+        return limit_error(Limit::Memory);
+    }
+    if let Some(Trap::OutOfFuel) = e.downcast_ref::<Trap>() {
+        return limit_error(Limit::Cpu);
+    }
+    if let Some(Stop(a)) = e.downcast_ref::<Stop>() {
+        return a.clone();
+    }
+    AppError::new(500, "the module trapped on this input")
+}
+
+/// A one-line account of an error from a module.
+fn describe(e: &wasmtime::Error, host: &Host) -> String {
+    if let Some(s) = &host.stopped {
+        return s.message.clone();
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(t) => t.to_string(),
+        None => e.root_cause().to_string(),
+    }
+}
+
+/// Reads a NUL-terminated UTF-8 string at `ptr`, of at most [`WASM_TEXT_MAX_BYTES`].
+fn c_string(store: &mut Store<Host>, i: &Instance, ptr: i32) -> wasmtime::Result<String> {
+    let mem = i
+        .get_memory(&mut *store, "memory")
+        .ok_or_else(|| wasmtime::Error::msg("no memory"))?;
+    let data = mem.data(&*store);
+    let start = ptr as u32 as usize;
+    let tail = data.get(start..).unwrap_or(&[]);
+    let tail = &tail[..tail.len().min(WASM_TEXT_MAX_BYTES + 1)];
+    let end = tail.iter().position(|&b| b == 0).ok_or_else(|| {
+        wasmtime::Error::msg(format!(
+            "no NUL-terminated string of at most {WASM_TEXT_MAX_BYTES} bytes at {ptr}"
+        ))
+    })?;
+    String::from_utf8(tail[..end].to_vec()).map_err(|_| wasmtime::Error::msg("not UTF-8"))
+}
+
+impl App for Version {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn schema(&self) -> &'static str {
+        self.schema
+    }
+
+    fn memory_kb(&self) -> Option<u64> {
+        Some(self.memory_kb)
+    }
+
+    fn resync(&self) -> Resync {
+        self.resync
+    }
+
+    fn retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn topic(&self, query: Option<&str>) -> Result<String, AppError> {
+        if !self.topic {
+            return Ok(String::new());
+        }
+        let input = CallInput {
+            kind: 3,
+            query: query.map(str::to_string),
+            ..CallInput::default()
+        };
+        let mut store = self.store(vec![input], WASM_TOPIC_TICKS);
+        let r = self.instantiate(&mut store).and_then(|i| {
+            let p = i
+                .get_typed_func::<(), i32>(&mut store, "topic")?
+                .call(&mut store, ())?;
+            if p == 0 {
+                return Ok(String::new());
+            }
+            c_string(&mut store, &i, p)
+        });
+        let host = store.into_data();
+        for line in host.output.lines() {
+            tracing::info!(app = self.name, "topic: {line}");
+        }
+        let topic = r.map_err(|e| trap_error(&e, &host))?;
+        match host.answers.first().and_then(|a| a.failure.clone()) {
+            Some((status, message)) => Err(AppError::new(status, message)),
+            None => Ok(topic),
+        }
+    }
+
+    fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+        let mut outs = self.run(cx, std::slice::from_ref(input))?;
+        Ok(outs.pop().unwrap_or(Output::None))
+    }
+
+    fn handles_batch(&self) -> bool {
+        self.batch
+    }
+
+    fn handle_batch(&self, cx: &mut Cx<'_>, inputs: &[Input<'_>]) -> Result<Vec<Output>, AppError> {
+        match inputs {
+            [one] => Ok(vec![self.handle(cx, one)?]),
+            _ => self.run(cx, inputs),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The SQL imports: parameters bound in order, one statement run at a time in the call's
+//! transaction (through the call's `Cx`, so the node's SQL limits apply), its rows buffered
+//! for the module to read until the next statement.
+
+use combd_shards::app::{limit_error, AppError};
+use rusqlite::types::Value;
+use wasmtime::{Caller, Linker};
+
+use crate::host::{charge, len, read, text, write, Host, Stop};
+
+/// The SQL state of one call.
+#[derive(Debug, Default)]
+pub(crate) struct Sql {
+    params: Vec<Value>,
+    rows: Vec<Vec<Value>>,
+    columns: usize,
+    changes: i64,
+    error: String,
+}
+
+impl Sql {
+    fn value(&self, row: i32, col: i32) -> Option<&Value> {
+        self.rows
+            .get(usize::try_from(row).ok()?)?
+            .get(usize::try_from(col).ok()?)
+    }
+}
+
+impl Host {
+    /// Runs a statement with the bound parameters; buffers its rows. Returns the row count,
+    /// or -1 with the error kept for `sql_error`. A limit the statement met stops the call.
+    pub(crate) fn run_sql(&mut self, sql: &str) -> Result<i32, wasmtime::Error> {
+        let params = std::mem::take(&mut self.sql.params);
+        self.sql.rows.clear();
+        self.sql.columns = 0;
+        self.sql.changes = 0;
+        self.sql.error.clear();
+        let db = match self.cx().and_then(|cx| cx.db().map_err(Stop)) {
+            Ok(db) => db,
+            Err(Stop(e)) => return Err(self.stop(e)),
+        };
+        let r = (|| -> rusqlite::Result<(usize, Vec<Vec<Value>>)> {
+            let mut st = db.prepare_cached(sql)?;
+            let n = st.column_count();
+            let mut rows = st.query(rusqlite::params_from_iter(params.iter()))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                out.push((0..n).map(|i| row.get(i)).collect::<Result<_, _>>()?);
+            }
+            Ok((n, out))
+        })();
+        match r {
+            Ok((n, rows)) => {
+                self.sql.columns = n;
+                self.sql.changes = db.changes() as i64;
+                let count = rows.len();
+                self.sql.rows = rows;
+                Ok(i32::try_from(count).unwrap_or(i32::MAX))
+            }
+            Err(e) => {
+                self.sql.error = e.to_string();
+                if let Some(l) = AppError::from(e).limit() {
+                    return Err(self.stop(limit_error(l)));
+                }
+                Ok(-1)
+            }
+        }
+    }
+}
+
+/// Defines the SQL imports.
+pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    link_bind(linker)?;
+    link_rows(linker)
+}
+
+/// The parameters, and running a statement.
+fn link_bind(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    linker.func_wrap("combd", "sql_bind_null", |mut c: Caller<'_, Host>| {
+        c.data_mut().sql.params.push(Value::Null)
+    })?;
+    linker.func_wrap(
+        "combd",
+        "sql_bind_int",
+        |mut c: Caller<'_, Host>, v: i64| c.data_mut().sql.params.push(Value::Integer(v)),
+    )?;
+    linker.func_wrap(
+        "combd",
+        "sql_bind_float",
+        |mut c: Caller<'_, Host>, v: f64| c.data_mut().sql.params.push(Value::Real(v)),
+    )?;
+    linker.func_wrap(
+        "combd",
+        "sql_bind_text",
+        |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<()> {
+            let t = text(read(&mut c, ptr, n)?, "a text parameter")?;
+            c.data_mut().sql.params.push(Value::Text(t));
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "sql_bind_blob",
+        |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<()> {
+            let b = read(&mut c, ptr, n)?;
+            c.data_mut().sql.params.push(Value::Blob(b));
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "sql",
+        |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<i32> {
+            charge(&mut c)?;
+            let sql = text(read(&mut c, ptr, n)?, "SQL")?;
+            c.data_mut().run_sql(&sql)
+        },
+    )?;
+    Ok(())
+}
+
+/// The rows of the last statement, and its error.
+fn link_rows(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    linker.func_wrap("combd", "sql_changes", |c: Caller<'_, Host>| {
+        c.data().sql.changes
+    })?;
+    linker.func_wrap("combd", "sql_columns", |c: Caller<'_, Host>| {
+        len(c.data().sql.columns)
+    })?;
+    linker.func_wrap(
+        "combd",
+        "sql_type",
+        |c: Caller<'_, Host>, row: i32, col: i32| match c.data().sql.value(row, col) {
+            None => -1,
+            Some(Value::Null) => 0,
+            Some(Value::Integer(_)) => 1,
+            Some(Value::Real(_)) => 2,
+            Some(Value::Text(_)) => 3,
+            Some(Value::Blob(_)) => 4,
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "sql_int",
+        |c: Caller<'_, Host>, row: i32, col: i32| match c.data().sql.value(row, col) {
+            Some(Value::Integer(v)) => *v,
+            Some(Value::Real(v)) => *v as i64,
+            _ => 0,
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "sql_float",
+        |c: Caller<'_, Host>, row: i32, col: i32| match c.data().sql.value(row, col) {
+            Some(Value::Integer(v)) => *v as f64,
+            Some(Value::Real(v)) => *v,
+            _ => 0.0,
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "sql_text",
+        |mut c: Caller<'_, Host>,
+         row: i32,
+         col: i32,
+         ptr: i32,
+         cap: i32|
+         -> wasmtime::Result<i32> {
+            let bytes = match c.data().sql.value(row, col) {
+                Some(Value::Text(t)) => t.as_bytes().to_vec(),
+                Some(Value::Blob(b)) => b.clone(),
+                Some(Value::Integer(v)) => v.to_string().into_bytes(),
+                Some(Value::Real(v)) => v.to_string().into_bytes(),
+                Some(Value::Null) | None => return Ok(-1),
+            };
+            write(&mut c, ptr, cap, &bytes)?;
+            Ok(len(bytes.len()))
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "sql_error",
+        |mut c: Caller<'_, Host>, ptr: i32, cap: i32| -> wasmtime::Result<i32> {
+            let e = c.data().sql.error.clone().into_bytes();
+            write(&mut c, ptr, cap, &e)?;
+            Ok(len(e.len()))
+        },
+    )?;
+    Ok(())
+}
