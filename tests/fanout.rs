@@ -37,7 +37,10 @@ fn a_viewers_frames_of_one_broadcast_go_out_in_one_send() {
         format!("POST /o/fanout/f?n={FRAMES} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
             .as_bytes(),
     );
-    assert_eq!((resp.status, resp.json()["sent"].as_u64()), (200, Some(FRAMES as u64)));
+    assert_eq!(
+        (resp.status, resp.json()["sent"].as_u64()),
+        (200, Some(FRAMES as u64))
+    );
     for ws in &mut viewers {
         for i in 0..FRAMES {
             let Message::Text(t) = ws.read().expect("a frame of the broadcast") else {

@@ -71,14 +71,20 @@ fn main() {
                         .register(&mut stream, Token(next), Interest::READABLE)
                         .is_ok()
                     {
-                        let client = Client { stream, inbuf: Vec::new(), out: Vec::new() };
+                        let client = Client {
+                            stream,
+                            inbuf: Vec::new(),
+                            out: Vec::new(),
+                        };
                         clients.insert(next, client);
                     }
                 }
                 continue;
             }
             let id = ev.token().0;
-            let Some(c) = clients.get_mut(&id) else { continue };
+            let Some(c) = clients.get_mut(&id) else {
+                continue;
+            };
             let mut alive = true;
             loop {
                 match c.stream.read(&mut buf) {

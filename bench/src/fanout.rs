@@ -161,8 +161,11 @@ pub fn fanout(a: &Args) -> Result<serde_json::Value, String> {
             }
             next_call += a.interval;
         }
-        let wait = next_call.saturating_duration_since(Instant::now()).min(Duration::from_millis(5));
-        poll.poll(&mut events, Some(wait)).map_err(|e| e.to_string())?;
+        let wait = next_call
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(5));
+        poll.poll(&mut events, Some(wait))
+            .map_err(|e| e.to_string())?;
         for ev in events.iter() {
             if ev.token() == pub_token {
                 publisher.read_answers();
@@ -198,7 +201,12 @@ pub fn fanout(a: &Args) -> Result<serde_json::Value, String> {
     let node_cpu = (cpu_seconds(pid) - cpu0) / elapsed * 100.0;
     let self_cpu = (cpu_seconds(std::process::id() as u64) - self0) / elapsed * 100.0;
     let after = stats_or_null(a);
-    let delta = |k: &str| after[k].as_u64().unwrap_or(0).saturating_sub(before[k].as_u64().unwrap_or(0));
+    let delta = |k: &str| {
+        after[k]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(before[k].as_u64().unwrap_or(0))
+    };
     let received: u64 = viewers.iter().map(|v| v.frames).sum();
     let expected = publisher.ok * a.frames as u64 * viewers.len() as u64;
     let (frames_out, sends) = (delta("ws_messages_out"), delta("ws_sends"));

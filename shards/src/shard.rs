@@ -386,7 +386,8 @@ impl Shard {
         // A task that cannot start (the shard drains) drops its connection, and its slot.
         let cells = self.cells.clone();
         let task = if l.tls {
-            self.state.spawn(conn::serve_tls(cells, slot, stream, l.local))
+            self.state
+                .spawn(conn::serve_tls(cells, slot, stream, l.local))
         } else {
             let conn = conn::serve(cells, slot, stream, l.local);
             if accepted_total == 1 {

@@ -32,7 +32,10 @@ impl App for Fanout {
             None => 1,
             Some(Ok(n)) if (1..=FRAMES_MAX).contains(&n) => n,
             Some(_) => {
-                return Err(AppError::new(400, "n must be a number of frames from 1 to 64"))
+                return Err(AppError::new(
+                    400,
+                    "n must be a number of frames from 1 to 64",
+                ))
             }
         };
         for i in 0..n {

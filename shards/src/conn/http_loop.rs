@@ -23,6 +23,10 @@ enum Next {
     Object(Box<ObjectRequest>),
 }
 
+/// A request answered from its one parse: what the loop does next, and whether the response
+/// kept the connection alive.
+type Answered = (Next, bool);
+
 /// A request for an object, owned so it can wait for its answer.
 struct ObjectRequest {
     app: Arc<dyn App>,
@@ -99,7 +103,7 @@ impl Conn {
         &mut self,
         out: &mut Vec<u8>,
         clock: &mut Clock,
-    ) -> Option<(Head, Option<(Next, bool)>)> {
+    ) -> Option<(Head, Option<Answered>)> {
         let settings = self.state().settings();
         let (header_timeout, idle_timeout) = (settings.header_timeout, settings.idle_timeout);
         loop {
@@ -182,7 +186,7 @@ impl Conn {
     fn parse_and_answer(
         &self,
         out: &mut Vec<u8>,
-    ) -> Result<Option<(Head, Option<(Next, bool)>)>, http::HeadError> {
+    ) -> Result<Option<(Head, Option<Answered>)>, http::HeadError> {
         let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
         Ok(match http::parse_request(&self.inbuf, &mut headers)? {
             ParsedRequest::Partial => None,

@@ -6,10 +6,12 @@ use combd_kernel::limits::{HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES, URL_MAX_B
 
 mod date;
 mod fields;
+mod response;
 
 pub use date::{http_date, HttpDate};
 pub use fields::valid_host;
 use fields::{content_length, split_target};
+pub use response::{push_decimal, reason, write_response, Response};
 
 /// What the connection loop learns from a complete request head. Owned scalars only, so the
 /// read buffer may grow while the body arrives; handlers re-borrow the head with [`Request`].
@@ -255,146 +257,6 @@ pub fn borrow_request<'a>(
     }
 }
 
-/// A response a handler returns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    /// The status code.
-    pub status: u16,
-    /// The content type of the body.
-    pub content_type: &'static str,
-    /// Extra header fields.
-    pub headers: Vec<(&'static str, String)>,
-    /// The body.
-    pub body: Vec<u8>,
-}
-
-impl Response {
-    /// A JSON response.
-    pub fn json(status: u16, value: &serde_json::Value) -> Response {
-        Response {
-            status,
-            content_type: "application/json",
-            headers: Vec::new(),
-            body: value.to_string().into_bytes(),
-        }
-    }
-
-    /// `{"error": message}` with the status.
-    pub fn error(status: u16, message: &str) -> Response {
-        Response::json(status, &serde_json::json!({ "error": message }))
-    }
-
-    /// A response with a body of the given type.
-    pub fn bytes(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
-        Response {
-            status,
-            content_type,
-            headers: Vec::new(),
-            body,
-        }
-    }
-
-    /// Adds a header field.
-    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
-        self.headers.push((name, value.into()));
-        self
-    }
-}
-
-/// The reason phrase of a status code.
-pub fn reason(status: u16) -> &'static str {
-    match status {
-        100 => "Continue",
-        101 => "Switching Protocols",
-        200 => "OK",
-        204 => "No Content",
-        302 => "Found",
-        308 => "Permanent Redirect",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        413 => "Content Too Large",
-        414 => "URI Too Long",
-        417 => "Expectation Failed",
-        426 => "Upgrade Required",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        507 => "Insufficient Storage",
-        _ => "",
-    }
-}
-
-/// The status line of a status code, e.g. `HTTP/1.1 200 OK\r\n`, without formatting.
-fn status_line(out: &mut Vec<u8>, status: u16) {
-    let line: &[u8] = match status {
-        200 => b"HTTP/1.1 200 OK\r\n",
-        101 => b"HTTP/1.1 101 Switching Protocols\r\n",
-        404 => b"HTTP/1.1 404 Not Found\r\n",
-        503 => b"HTTP/1.1 503 Service Unavailable\r\n",
-        _ => {
-            out.extend_from_slice(b"HTTP/1.1 ");
-            push_decimal(out, u64::from(status));
-            out.push(b' ');
-            out.extend_from_slice(reason(status).as_bytes());
-            out.extend_from_slice(b"\r\n");
-            return;
-        }
-    };
-    out.extend_from_slice(line);
-}
-
-/// Appends `n` in decimal.
-pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-}
-
-/// Appends a response to `out`, with `date` (see [`http_date`]). `keep_alive == false` adds
-/// `connection: close`; a `HEAD` request gets the headers without the body. Written piece by
-/// piece, without `fmt` (a per-request cost the profile showed).
-pub fn write_response(
-    out: &mut Vec<u8>,
-    resp: &Response,
-    keep_alive: bool,
-    head_only: bool,
-    date: &HttpDate,
-) {
-    let extra: usize = resp.headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
-    out.reserve(160 + extra + if head_only { 0 } else { resp.body.len() });
-    status_line(out, resp.status);
-    out.extend_from_slice(b"content-type: ");
-    out.extend_from_slice(resp.content_type.as_bytes());
-    out.extend_from_slice(b"\r\ncontent-length: ");
-    push_decimal(out, resp.body.len() as u64);
-    out.extend_from_slice(b"\r\ndate: ");
-    out.extend_from_slice(date);
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in &resp.headers {
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if !keep_alive {
-        out.extend_from_slice(b"connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if !head_only {
-        out.extend_from_slice(&resp.body);
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -497,49 +359,6 @@ mod tests {
     }
 
     #[test]
-    fn response_framing() {
-        let mut out = Vec::new();
-        let date = http_date(784_111_777);
-        write_response(
-            &mut out,
-            &Response::error(404, "not found"),
-            false,
-            false,
-            &date,
-        );
-        let text = String::from_utf8(out).unwrap();
-        assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"));
-        assert!(text.contains("date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"));
-        assert!(text.contains("content-length: 21\r\n"));
-        assert!(text.contains("connection: close\r\n"));
-        assert!(text.ends_with("\r\n\r\n{\"error\":\"not found\"}"));
-    }
-
-    #[test]
-    fn status_lines_and_lengths_without_fmt() {
-        for status in [100u16, 101, 200, 204, 302, 308, 400, 404, 405, 408, 413, 414, 417, 426,
-            431, 500, 503, 507, 299] {
-            let mut out = Vec::new();
-            status_line(&mut out, status);
-            assert_eq!(out, format!("HTTP/1.1 {status} {}\r\n", reason(status)).into_bytes());
-        }
-        for n in [0u64, 7, 10, 15, 999, 1_000_000, u64::MAX] {
-            let mut out = Vec::new();
-            push_decimal(&mut out, n);
-            assert_eq!(out, n.to_string().into_bytes());
-        }
-        let mut out = Vec::new();
-        let resp = Response::bytes(200, "text/plain", b"hi".to_vec()).with_header("x-a", "b");
-        write_response(&mut out, &resp, true, true, &http_date(0));
-        let text = String::from_utf8(out).unwrap();
-        assert_eq!(
-            text,
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\
-             date: Thu, 01 Jan 1970 00:00:00 GMT\r\nx-a: b\r\n\r\n"
-        );
-    }
-
-    #[test]
     fn one_parse_gives_the_request_once_its_body_is_here() {
         let full = b"POST /o/a/b?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabcGET";
         let mut headers = [httparse::EMPTY_HEADER; HEADER_COUNT_MAX];
@@ -551,7 +370,10 @@ mod tests {
         match parse_request(full, &mut headers).unwrap() {
             ParsedRequest::Complete(h, req) => {
                 assert_eq!(h.len + 3, full.len() - 3);
-                assert_eq!((req.method, req.path, req.query), ("POST", "/o/a/b", Some("x=1")));
+                assert_eq!(
+                    (req.method, req.path, req.query),
+                    ("POST", "/o/a/b", Some("x=1"))
+                );
                 assert_eq!(req.body, b"abc");
             }
             other => panic!("expected the request: {other:?}"),
