@@ -132,6 +132,49 @@ fn pipelined_requests_are_answered_in_order() {
     }
 }
 
+/// Pipelined requests for an object reach it together, up to `http_object_pipeline` of a
+/// connection at once (the object takes them as one batch), and are answered in order; a
+/// `Connection: close` behind them closes only after every answer before it.
+#[test]
+fn pipelined_object_requests_reach_the_object_together_up_to_the_limit() {
+    let node = TestNode::start(&[]);
+    let depth = node.stats()["limits"]["http_object_pipeline"]
+        .as_u64()
+        .expect("http_object_pipeline in /stats limits");
+    assert!(depth >= 2, "a depth of {depth} pipelines nothing");
+    let n = 3 * depth as usize + 1;
+    let post = b"POST /o/counter/p HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    let mut all = Vec::new();
+    for _ in 0..n {
+        all.extend_from_slice(post);
+    }
+    all.extend_from_slice(b"GET /o/counter/p HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut s = connect(node.public());
+    s.write_all(&all).unwrap();
+    let mut r = BufReader::new(s);
+    for i in 1..=n {
+        let a = read_response(&mut r);
+        assert_eq!(
+            (a.status, a.json()["value"].as_u64()),
+            (200, Some(i as u64))
+        );
+    }
+    let last = read_response(&mut r);
+    assert_eq!(
+        (last.status, last.json()["value"].as_u64()),
+        (200, Some(n as u64))
+    );
+    assert_eq!(last.header("connection"), Some("close"));
+    assert_closed(&mut r);
+    // The connection sent the object `depth` requests at a time: batches of more than one,
+    // never more than the limit (one client, so nothing else filled the mailbox).
+    let batch_max = node.stats()["batch_max"].as_u64().expect("batch_max");
+    assert!(
+        (2..=depth).contains(&batch_max),
+        "largest batch {batch_max}, limit {depth}"
+    );
+}
+
 #[test]
 fn error_statuses_carry_json_and_close_where_they_must() {
     let node = TestNode::start(&[("COMBD_MAX_BODY", "1K")]);

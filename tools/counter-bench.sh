@@ -4,7 +4,8 @@
 # fresh node on the emulated droplet (CPU 0, 1 GiB). Afterwards it reads the counter, which must
 # equal the 200s wrk saw (nothing refused applied, nothing acknowledged lost), and the node's
 # batch and sync counters from /stats.
-# Usage: [NODE_ENV="COMBD_X=1 ..."] [CONNS=64] [DEPTH=16] [SECS=10] [PERF=out.data] tools/counter-bench.sh
+# NODE_BIN=path runs that node binary instead of target/release/combd (an A/B against an older build).
+# Usage: [NODE_ENV="COMBD_X=1 ..."] [NODE_BIN=path] [CONNS=64] [DEPTH=16] [SECS=10] [PERF=out.data] tools/counter-bench.sh
 # (PERF records a perf profile of the node for the run.)
 # Run it through /work/quiet. Needs `wrk` and a release build (target/release/combd).
 set -euo pipefail
@@ -14,7 +15,7 @@ conns=${CONNS:-64}; secs=${SECS:-10}
 export DEPTH=${DEPTH:-16}
 data=$(mktemp -d)
 env COMBD_LISTEN=0.0.0.0:$port COMBD_DATA=$data COMBD_LOG=warn ${NODE_ENV:-} \
-  tools/droplet --cpu 0 --memory 1G -- target/release/combd > "$data/stdout" &
+  tools/droplet --cpu 0 --memory 1G -- "${NODE_BIN:-target/release/combd}" > "$data/stdout" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 100); do grep -q "combd ready" "$data/stdout" 2>/dev/null && break; sleep 0.1; done

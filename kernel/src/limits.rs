@@ -39,6 +39,13 @@ pub const READ_SCRATCH_BYTES: usize = 64 * 1024;
 /// connection while it is answering a pipelined burst, nothing otherwise.
 pub const PIPELINE_FLUSH_BYTES: usize = 64 * 1024;
 
+/// Pipelined requests for objects one connection has at its objects at once: a burst of them
+/// goes to the mailboxes together (one batch, not one batch a request), and the connection
+/// waits for these answers before it sends more. 64 connections × 8 fit the default mailbox
+/// (1,000), so a well-behaved pipelining client is never refused for its own depth. Costs a
+/// reply channel (~100 bytes) per request in flight.
+pub const HTTP_OBJECT_PIPELINE: usize = 8;
+
 /// Listen backlog of every listener socket (the kernel caps it at `net.core.somaxconn`, whose
 /// default is 4096 since Linux 5.4). Connections the kernel completed wait here until a shard
 /// accepts them; each holds a socket in the kernel's memory, not the node's.
@@ -378,6 +385,7 @@ const _: () = assert!(0 < SESSION_MAILBOX_BEHIND && SESSION_MAILBOX_BEHIND < SES
 const _: () = assert!(PRESSURE_1_PERCENT < PRESSURE_2_PERCENT && PRESSURE_2_PERCENT <= 100);
 // A batch is taken from the mailbox: a larger batch could never fill.
 const _: () = assert!(BATCH_DEFAULT <= MAILBOX_DEFAULT);
+const _: () = assert!(0 < HTTP_OBJECT_PIPELINE && HTTP_OBJECT_PIPELINE <= MAILBOX_DEFAULT);
 // The request target is part of the head: a target limit past the head's could never apply.
 const _: () = assert!(URL_MAX_BYTES <= HEADER_SECTION_MAX_BYTES);
 // One statement must be interrupted before the call's whole SQL time is spent.

@@ -52,13 +52,13 @@ impl App for Counter {
                         .and_then(|t| t.trim().parse().ok())
                         .ok_or_else(|| AppError::new(400, "the body must be a whole number"))?
                 };
-                // A cached statement: parsing it anew would cost more than running it.
-                let v: i64 = cx
-                    .db()?
-                    .prepare_cached(
-                        "UPDATE counter SET value = value + ?1 WHERE id = 1 RETURNING value",
-                    )?
-                    .query_row([by], |r| r.get(0))?;
+                // Cached statements: parsing them anew would cost more than running them. An
+                // UPDATE, then a read, rather than `RETURNING` (which opens a temporary table
+                // per step: a quarter of this update's cost in a profile).
+                cx.db()?
+                    .prepare_cached("UPDATE counter SET value = value + ?1 WHERE id = 1")?
+                    .execute([by])?;
+                let v = value(cx)?;
                 Ok(Output::Http(Response::json(
                     200,
                     &serde_json::json!({ "value": v }),

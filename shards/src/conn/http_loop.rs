@@ -1,6 +1,9 @@
 //! The HTTP/1.1 loop: one request after another on a connection, pipelined requests answered
-//! in order, within the header, body and idle timeouts and the size limits.
+//! in order, within the header, body and idle timeouts and the size limits. Pipelined requests
+//! for objects go to their mailboxes together (at most `HTTP_OBJECT_PIPELINE` a connection), so
+//! one connection's burst is one batch, not one batch a request.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use combd_kernel::limits;
@@ -19,7 +22,7 @@ enum Next {
     Continue,
     Close,
     Upgrade(Upgrade),
-    /// A request for an object: it goes to the object's mailbox; the loop awaits the reply.
+    /// A request for an object: it goes to the object's mailbox; its answer joins the pipeline.
     Object(Box<ObjectRequest>),
 }
 
@@ -37,6 +40,34 @@ struct ObjectRequest {
     head_only: bool,
 }
 
+/// Answers owed on this connection, in request order: the answers of requests sent to objects
+/// and, behind the first of them, the responses of the requests that followed (written, kept
+/// here until the answers before them are in). Empty whenever the loop waits for input.
+#[derive(Default)]
+struct Pipeline {
+    owed: VecDeque<Owed>,
+    /// Requests in `owed` waiting for an object.
+    objects: usize,
+}
+
+enum Owed {
+    Object {
+        answer: async_channel::Receiver<Response>,
+        keep_alive: bool,
+        head_only: bool,
+    },
+    Written(Vec<u8>),
+}
+
+impl Pipeline {
+    /// Moves what was written to `out` past `mark` behind the answers still owed, if any.
+    fn keep_order(&mut self, out: &mut Vec<u8>, mark: usize) {
+        if !self.owed.is_empty() && out.len() > mark {
+            self.owed.push_back(Owed::Written(out.split_off(mark)));
+        }
+    }
+}
+
 /// When (on the shard's clock, in milliseconds) the request being read started (a new
 /// connection: its accept), or, with none in progress, when the connection became idle.
 enum Clock {
@@ -49,15 +80,18 @@ impl Conn {
     /// `self.upgraded` set).
     pub(super) async fn http(&mut self) {
         let mut out: Vec<u8> = Vec::new();
+        let mut pipeline = Pipeline::default();
         let mut clock = Clock::Request(self.state().now_ms());
         loop {
-            let Some((head, answered)) = self.read_head(&mut out, &mut clock).await else {
+            let Some((head, answered)) = self.read_head(&mut out, &mut clock, &mut pipeline).await
+            else {
                 return;
             };
             let (next, keep_alive) = match answered {
                 Some(answered) => answered,
                 // The body was not all here: read it, then parse the head again to answer.
                 None => {
+                    self.settle(&mut pipeline, &mut out).await;
                     if !self.read_body(&mut out, &head).await {
                         return;
                     }
@@ -76,14 +110,24 @@ impl Conn {
             }
             match next {
                 Next::Continue => {}
-                Next::Close => return self.flush_and_close(&mut out).await,
-                Next::Object(req) => self.ask_object(*req, keep_alive, &mut out).await,
+                Next::Close => {
+                    self.settle(&mut pipeline, &mut out).await;
+                    return self.flush_and_close(&mut out).await;
+                }
+                Next::Object(req) => {
+                    self.ask_object(*req, keep_alive, &mut pipeline);
+                    if pipeline.objects >= limits::HTTP_OBJECT_PIPELINE {
+                        self.settle(&mut pipeline, &mut out).await;
+                    }
+                }
                 Next::Upgrade(up) => {
+                    self.settle(&mut pipeline, &mut out).await;
                     self.upgraded = Box::pin(self.upgrade(up, out)).await.map(Box::new);
                     return;
                 }
             }
             if !keep_alive {
+                self.settle(&mut pipeline, &mut out).await;
                 return self.flush_and_close(&mut out).await;
             }
             if out.len() >= limits::PIPELINE_FLUSH_BYTES && self.flush(&mut out).await.is_err() {
@@ -95,14 +139,16 @@ impl Conn {
         }
     }
 
-    /// Reads until a complete head is in `inbuf`, writing what `out` holds while it waits;
-    /// a request whose body is here too is answered from that one parse (`Some((next,
-    /// keep_alive))`, keep_alive as written in the response).
+    /// Reads until a complete head is in `inbuf`, settling the pipeline and writing what `out`
+    /// holds before it waits; a request whose body is here too is answered from that one parse
+    /// (`Some((next, keep_alive))`, keep_alive as written in the response; the response kept in
+    /// the pipeline while answers before it are owed).
     /// `None`: the connection is done (closed, timed out, failed: answered if it could be).
     async fn read_head(
         &mut self,
         out: &mut Vec<u8>,
         clock: &mut Clock,
+        pipeline: &mut Pipeline,
     ) -> Option<(Head, Option<Answered>)> {
         let settings = self.state().settings();
         let (header_timeout, idle_timeout) = (settings.header_timeout, settings.idle_timeout);
@@ -111,13 +157,25 @@ impl Conn {
                 if let Clock::Idle(_) = clock {
                     *clock = Clock::Request(self.state().now_ms());
                 }
+                let mark = out.len();
                 match self.parse_and_answer(out) {
-                    Ok(Some(got)) => return Some(got),
+                    Ok(Some(got)) => {
+                        pipeline.keep_order(out, mark);
+                        return Some(got);
+                    }
                     Ok(None) => {}
                     Err(e) => {
+                        self.settle(pipeline, out).await;
                         self.fail(out, e.status, e.message).await;
                         return None;
                     }
+                }
+            }
+            // Answers owed are written before waiting for more input; the connection is idle
+            // from when they are.
+            if self.settle(pipeline, out).await {
+                if let Clock::Idle(_) = clock {
+                    *clock = Clock::Idle(self.state().now_ms());
                 }
             }
             if self.flush(out).await.is_err() {
@@ -247,15 +305,42 @@ impl Conn {
         }
     }
 
-    /// Sends a request to its object's mailbox and appends the answer to `out`.
-    async fn ask_object(&mut self, req: ObjectRequest, keep_alive: bool, out: &mut Vec<u8>) {
-        let (tx, rx) = async_channel::bounded(1);
+    /// Sends a request to its object's mailbox; its answer is owed in the pipeline.
+    fn ask_object(&self, req: ObjectRequest, keep_alive: bool, pipeline: &mut Pipeline) {
+        let (tx, answer) = async_channel::bounded(1);
         let job = Job::http(req.method, req.query, req.body, tx);
         self.cells.submit(&req.app, &req.object, job);
-        let resp = rx
-            .recv()
-            .await
-            .unwrap_or_else(|_| Response::error(503, "overloaded"));
-        self.respond(out, &resp, keep_alive, req.head_only);
+        pipeline.owed.push_back(Owed::Object {
+            answer,
+            keep_alive,
+            head_only: req.head_only,
+        });
+        pipeline.objects += 1;
+    }
+
+    /// Waits for every answer owed and appends them, and the responses kept behind them, to
+    /// `out` in request order. True if anything was owed.
+    async fn settle(&self, pipeline: &mut Pipeline, out: &mut Vec<u8>) -> bool {
+        if pipeline.owed.is_empty() {
+            return false;
+        }
+        while let Some(owed) = pipeline.owed.pop_front() {
+            match owed {
+                Owed::Written(bytes) => out.extend_from_slice(&bytes),
+                Owed::Object {
+                    answer,
+                    keep_alive,
+                    head_only,
+                } => {
+                    let resp = answer
+                        .recv()
+                        .await
+                        .unwrap_or_else(|_| Response::error(503, "overloaded"));
+                    self.respond(out, &resp, keep_alive, head_only);
+                }
+            }
+        }
+        pipeline.objects = 0;
+        true
     }
 }
