@@ -17,7 +17,11 @@ const VIEWERS: usize = 300;
 const FRAMES: usize = 8;
 
 fn open_viewer(node: &TestNode) -> WebSocket<TcpStream> {
-    let url = format!("ws://127.0.0.2:{}/o/fanout/f", node.port);
+    open_viewer_of(node, 0)
+}
+
+fn open_viewer_of(node: &TestNode, topic: usize) -> WebSocket<TcpStream> {
+    let url = format!("ws://127.0.0.2:{}/o/fanout/f?topic={topic}", node.port);
     tungstenite::client(url.as_str(), connect(node.public()))
         .expect("websocket handshake")
         .0
@@ -63,16 +67,56 @@ fn a_viewers_frames_of_one_broadcast_go_out_in_one_send() {
     );
 }
 
+/// A call's broadcasts to many small topics share one budget of deliveries a turn: 600
+/// viewers, 2 on each of 300 topics, one frame each, is more than a turn's 256 deliveries, so
+/// the fan-out yields. (With a budget per topic, as before, 2 deliveries never spent it: a
+/// board's 245 pages of 41 viewers each held the shard for a whole 10,000-viewer fan-out.)
+#[test]
+fn a_broadcast_to_many_small_topics_yields_within_one_budget() {
+    const TOPICS: usize = 300;
+    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let mut viewers: Vec<_> = (0..2 * TOPICS)
+        .map(|i| open_viewer_of(&node, i % TOPICS))
+        .collect();
+    let budget = node.stats()["limits"]["fanout_per_turn"].as_u64().unwrap();
+    assert!(
+        (2 * TOPICS as u64) > 2 * budget,
+        "the test must cross the budget twice"
+    );
+    let before = counter(&node.stats(), "turn_yields");
+    let resp = request(
+        node.public(),
+        format!(
+            "POST /o/fanout/f?n=1&topics={TOPICS} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    for ws in &mut viewers {
+        let Message::Text(t) = ws.read().expect("the broadcast's frame") else {
+            panic!("expected a text frame");
+        };
+        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+        assert_eq!(v["f"].as_u64(), Some(0));
+    }
+    let yields = counter(&node.stats(), "turn_yields") - before;
+    assert!(
+        yields >= 2,
+        "{yields} forced yields for {} deliveries, {budget} a turn",
+        2 * TOPICS
+    );
+}
+
 #[test]
 fn fanout_refuses_a_frame_count_out_of_range() {
     let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
-    for n in ["0", "65", "x"] {
+    for q in ["n=0", "n=65", "n=x", "topics=0", "topics=1001"] {
         let resp = request(
             node.public(),
-            format!("POST /o/fanout/f?n={n} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            format!("POST /o/fanout/f?{q} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
                 .as_bytes(),
         );
-        assert_eq!(resp.status, 400, "n={n}: {}", resp.text());
+        assert_eq!(resp.status, 400, "{q}: {}", resp.text());
         assert!(resp.json()["error"].is_string());
     }
 }

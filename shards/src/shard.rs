@@ -131,18 +131,23 @@ async fn read_wakes(state: Rc<ShardState>, mut wake: UnixStream, closed: Rc<Cell
 /// messages a turn.
 async fn carry_inbox(cells: Rc<Cells>, inbox: async_channel::Receiver<ShardMsg>) {
     let mut turn = Turn::new(cells.state().stats(), limits::INBOX_PER_TURN);
+    // Broadcasts from other shards fan out within their own budget of deliveries a turn, kept
+    // across messages (a budget per message would never be spent on small topics).
+    let mut fanout = Turn::new(cells.state().stats(), limits::FANOUT_PER_TURN);
     loop {
         let msg = match inbox.try_recv() {
             Ok(msg) => msg,
             Err(async_channel::TryRecvError::Closed) => return,
             Err(async_channel::TryRecvError::Empty) => {
                 turn.idle();
+                fanout.idle();
                 let Ok(msg) = inbox.recv().await else { return };
                 turn.resume();
+                fanout.resume();
                 msg
             }
         };
-        cells.receive(msg).await;
+        cells.receive(msg, &mut fanout).await;
         if turn.spend().await {
             cells.catch_up_missed();
         }

@@ -1,6 +1,8 @@
-//! `fanout` (test app, served only with `COMBD_TEST_APPS=on`): every session of an object
-//! subscribes to one topic, and `POST /o/fanout/<name>?n=N` broadcasts N small text frames
-//! (`{"f":<seq>}` padded to 40 bytes) to all of them in one call, answering `{"sent": N}`.
+//! `fanout` (test app, served only with `COMBD_TEST_APPS=on`): a session of an object subscribes
+//! to topic `t<T>` (`?topic=T` on the upgrade, 0–999; topic 0 without it), and
+//! `POST /o/fanout/<name>?n=N&topics=K` broadcasts N small text frames (`{"f":<seq>}` padded to
+//! 40 bytes) to each of topics 0..K (K 1–1,000, default 1) in one call, answering
+//! `{"sent": N}`.
 //! It measures the node's fan-out (frames and sends a second to many viewers; `bench/fanout.sh`)
 //! without SQL in the way: the object's database holds nothing.
 
@@ -9,6 +11,8 @@ use combd_shards::http::Response;
 
 /// Most frames one call broadcasts.
 const FRAMES_MAX: usize = 64;
+/// Most topics (and the topics a session may pick from).
+const TOPICS_MAX: usize = 1000;
 /// The size of each frame's payload, in bytes.
 const FRAME_BYTES: usize = 40;
 
@@ -20,32 +24,49 @@ impl App for Fanout {
         "fanout"
     }
 
-    fn topic(&self, _query: Option<&str>) -> Result<String, AppError> {
-        Ok("all".to_string())
+    fn topic(&self, query: Option<&str>) -> Result<String, AppError> {
+        let t = number(query, "topic", 0, 0..TOPICS_MAX)?;
+        Ok(format!("t{t}"))
     }
 
     fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
         let Input::Http { query, .. } = input else {
             return Ok(Output::None);
         };
-        let n = match super::query_param(*query, "n").map(str::parse::<usize>) {
-            None => 1,
-            Some(Ok(n)) if (1..=FRAMES_MAX).contains(&n) => n,
-            Some(_) => {
-                return Err(AppError::new(
-                    400,
-                    "n must be a number of frames from 1 to 64",
-                ))
-            }
-        };
+        let n = number(*query, "n", 1, 1..FRAMES_MAX + 1)?;
+        let topics = number(*query, "topics", 1, 1..TOPICS_MAX + 1)?;
         for i in 0..n {
             let digits = i.to_string().len();
             let pad = "x".repeat(FRAME_BYTES - 13 - digits);
-            cx.broadcast("all", &format!("{{\"f\":{i},\"p\":\"{pad}\"}}"))?;
+            let frame = format!("{{\"f\":{i},\"p\":\"{pad}\"}}");
+            for t in 0..topics {
+                cx.broadcast(&format!("t{t}"), &frame)?;
+            }
         }
         Ok(Output::Http(Response::json(
             200,
             &serde_json::json!({ "sent": n }),
         )))
+    }
+}
+
+/// The number `key` of the query, `default` without it; 400 unless it is in `range`.
+fn number(
+    query: Option<&str>,
+    key: &str,
+    default: usize,
+    range: std::ops::Range<usize>,
+) -> Result<usize, AppError> {
+    match super::query_param(query, key).map(str::parse::<usize>) {
+        None => Ok(default),
+        Some(Ok(v)) if range.contains(&v) => Ok(v),
+        Some(_) => Err(AppError::new(
+            400,
+            format!(
+                "{key} must be a number from {} to {}",
+                range.start,
+                range.end - 1
+            ),
+        )),
     }
 }

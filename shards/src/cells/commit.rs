@@ -21,7 +21,6 @@ use crate::app::{AppError, Effect, Output};
 use crate::http::Response;
 use crate::job::Reply;
 use crate::stats::ShardStats;
-use crate::ws;
 
 use super::store::Wal;
 use super::{Cells, Refusal};
@@ -201,6 +200,10 @@ async fn release_group(
             Durability::NoSync | Durability::AnswerFirst => true,
         };
     let permit = state.acquire_awake().await;
+    // The group's effects, batch after batch, go out together: when the commit task is behind
+    // (a fan-out to many viewers takes longer than a batch), the batches that queued meanwhile
+    // cost one fan-out, so load merges updates instead of filling the mailbox.
+    let mut effects = Vec::new();
     for batch in group {
         if !synced {
             // The disk refused to sync (now or before): nothing of these batches is known to
@@ -212,10 +215,12 @@ async fn release_group(
             continue;
         }
         for (reply, out) in batch.replies.into_iter().zip(batch.outputs) {
-            answer(cells, reply, out);
+            // A session's error message keeps its place among the sends and broadcasts.
+            effects.extend(answer(reply, out));
         }
-        cells.apply_effects(key, batch.effects).await;
+        effects.extend(batch.effects);
     }
+    cells.apply_effects(key, effects).await;
     drop(permit);
     if durability == Durability::AnswerFirst {
         sync(state, key, wal, 1).await;
@@ -248,8 +253,9 @@ async fn sync(
     }
 }
 
-/// Sends one input's answer where its job said.
-fn answer(cells: &Cells, reply: Reply, out: Result<Output, AppError>) {
+/// Sends one input's answer where its job said; a session's error message is returned as the
+/// send it becomes.
+fn answer(reply: Reply, out: Result<Output, AppError>) -> Option<Effect> {
     match (reply, out) {
         (Reply::Http(r), Ok(Output::Http(resp))) => {
             let _ = r.try_send(resp);
@@ -266,11 +272,16 @@ fn answer(cells: &Cells, reply: Reply, out: Result<Output, AppError>) {
         (Reply::Attach(r), Err(e)) => {
             let _ = r.try_send(Err(e.response()));
         }
-        (Reply::Session(s), Err(e)) => {
-            let mut frame = Vec::new();
-            ws::encode_error(&mut frame, &e.message);
-            cells.sessions.deliver(s, frame.into());
+        (Reply::Session(to), Err(e)) => {
+            return Some(Effect::Send {
+                to,
+                text: true,
+                payload: serde_json::json!({ "error": e.message })
+                    .to_string()
+                    .into_bytes(),
+            })
         }
         (Reply::Session(_), Ok(_)) | (Reply::None, _) => {}
     }
+    None
 }
