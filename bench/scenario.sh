@@ -3,6 +3,7 @@
 # CPU 0 and a 1 GiB memory cgroup), the load generator on CPU 1.
 # Usage: [NODE_ENV="COMBD_X=1 ..."] bench/scenario.sh SCENARIO OUT_NAME [combd-bench flags...]
 # NODE_BIN=path runs that node binary instead of target/release/combd (an A/B against an older build).
+# DROPLET_MEMORY=20G runs the node with a memory cgroup that never binds (default 1G).
 # Writes bench/out/OUT_NAME.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ cargo build --release -p combd -p combd-bench >&2
 mkdir -p bench/out
 data=$(mktemp -d)
 env COMBD_LISTEN=0.0.0.0:$port COMBD_DATA=$data COMBD_LOG=warn ${NODE_ENV:-} \
-  tools/droplet --cpu 0 --memory 1G -- "${NODE_BIN:-target/release/combd}" > "$data/stdout" &
+  tools/droplet --cpu 0 --memory "${DROPLET_MEMORY:-1G}" -- "${NODE_BIN:-target/release/combd}" > "$data/stdout" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 100); do grep -q "combd ready" "$data/stdout" 2>/dev/null && break; sleep 0.1; done

@@ -187,6 +187,11 @@ pub const BATCH_DEFAULT: usize = 100;
 /// sync runs, the next batches commit (and share the next sync); past this many the object
 /// waits for the sync, and its mailbox fills. Each holds its answers and effects.
 pub const OBJECT_UNSYNCED_BATCHES: usize = 8;
+
+/// A WAL sync longer than this is counted in `wal_syncs_slow`: on this disk a sync takes
+/// 0.1–0.3 ms, so one past 10 ms is the disk or the kernel's writeback holding it, and every
+/// answer of its group waited as long.
+pub const WAL_SYNC_SLOW: std::time::Duration = std::time::Duration::from_millis(10);
 /// A session's mailbox: messages waiting to be written to its WebSocket.
 pub const SESSION_MAILBOX: usize = 1000;
 /// A session's mailbox while its shard is behind: what does not fit is dropped and counted.

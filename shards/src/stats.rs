@@ -100,6 +100,10 @@ pub struct ShardStats {
     pub wal_syncs: AtomicU64,
     /// The most committed batches that shared one WAL sync.
     pub sync_group_max: AtomicU64,
+    /// The longest WAL sync, in microseconds (its wait on a blocking thread included).
+    pub wal_sync_max_us: AtomicU64,
+    /// WAL syncs that took longer than 10 ms (`WAL_SYNC_SLOW`).
+    pub wal_syncs_slow: AtomicU64,
     /// Inputs that committed but were answered 500 because their WAL sync (or an earlier
     /// one) failed.
     pub wal_sync_failed_inputs: AtomicU64,
@@ -213,6 +217,8 @@ impl ShardStats {
             ("batch_max", "combd_batch_max", Gauge, "The largest batch.", g(&self.batch_max)),
             ("wal_syncs", "combd_wal_syncs_total", Counter, "WAL syncs made before answering.", g(&self.wal_syncs)),
             ("sync_group_max", "combd_sync_group_max", Gauge, "The most batches that shared one WAL sync.", g(&self.sync_group_max)),
+            ("wal_sync_max_us", "combd_wal_sync_max_microseconds", Gauge, "The longest WAL sync.", g(&self.wal_sync_max_us)),
+            ("wal_syncs_slow", "combd_wal_syncs_slow_total", Counter, "WAL syncs over 10 ms.", g(&self.wal_syncs_slow)),
             ("wal_sync_failed_inputs", "combd_wal_sync_failed_inputs_total", Counter, "Inputs answered 500 because their WAL sync failed.", g(&self.wal_sync_failed_inputs)),
             ("mailbox_oldest_age_ms", "combd_mailbox_oldest_age_milliseconds", Gauge, "The oldest a waiting input got.", g(&self.mailbox_oldest_age_ms)),
             ("slow_calls", "combd_slow_calls_total", Counter, "Calls longer than 10 ms.", g(&self.slow_calls)),

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::task::{Poll, Waker};
 
-use combd_kernel::limits::OBJECT_UNSYNCED_BATCHES;
+use combd_kernel::limits::{OBJECT_UNSYNCED_BATCHES, WAL_SYNC_SLOW};
 use tracing::warn;
 
 use crate::app::{AppError, Effect, Output};
@@ -239,8 +239,16 @@ async fn sync(
         return true;
     };
     let stats = state.stats();
+    let started = std::time::Instant::now();
     let r = glommio::executor().spawn_blocking(move || wal.sync()).await;
+    let took = started.elapsed();
     ShardStats::add(&stats.wal_syncs, 1);
+    stats
+        .wal_sync_max_us
+        .fetch_max(took.as_micros() as u64, Ordering::Relaxed);
+    if took > WAL_SYNC_SLOW {
+        ShardStats::add(&stats.wal_syncs_slow, 1);
+    }
     stats
         .sync_group_max
         .fetch_max(batches as u64, Ordering::Relaxed);
