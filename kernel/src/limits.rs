@@ -390,6 +390,21 @@ pub const FLEET_BUCKET_TIMEOUT: Duration = Duration::from_secs(10);
 /// whose frames do not fit is refused by the segment writer.
 pub const FLEET_SEGMENT_MAX_BYTES: usize = 64 << 20;
 
+/// Most bytes of segments one restore holds in memory before it writes the database: it walks
+/// the chain back from the head to a snapshot, then applies it forward. The owner snapshots
+/// before its segments since the last snapshot reach this (the issue's "snapshots bound restore
+/// work"); a chain longer than this fails the restore rather than exhaust memory. 256 MiB, at
+/// most `COMBD_RESTORES_AT_ONCE` (4) at once per shard.
+pub const FLEET_RESTORE_SEGMENTS_MAX_BYTES: u64 = 256 << 20;
+
+/// Largest snapshot a restore reads: the largest database (`COMBD_DB_MAX`'s default) and a
+/// margin for its last pages.
+pub const FLEET_SNAPSHOT_MAX_BYTES: u64 = DB_MAX_BYTES + (DB_MAX_BYTES >> 4);
+
+/// Most keys a listing of one object's segments or snapshots may return before the restore
+/// gives up (a sign that old segments are not being deleted).
+pub const FLEET_LIST_KEYS_MAX: usize = 100_000;
+
 /// Largest answer read from the coordinator (a range of one key, a transaction's result). Its
 /// answers are a few hundred bytes; 1 MiB refuses a misbehaving server's endless body.
 pub const FLEET_COORDINATOR_ANSWER_MAX_BYTES: u64 = 1 << 20;
@@ -491,6 +506,8 @@ const _: () = assert!(
     FLEET_COORDINATOR_TIMEOUT.as_nanos()
         < FLEET_LEASE_TTL_MIN.as_nanos() / FLEET_KEEPALIVE_DIVISOR as u128
 );
+// One segment must fit what a restore may hold.
+const _: () = assert!(FLEET_SEGMENT_MAX_BYTES as u64 <= FLEET_RESTORE_SEGMENTS_MAX_BYTES);
 // The default TTL must be one the setting accepts.
 const _: () = assert!(
     FLEET_LEASE_TTL_MIN.as_nanos() <= FLEET_LEASE_TTL_DEFAULT.as_nanos()

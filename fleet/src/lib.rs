@@ -1,0 +1,42 @@
+//! combd's fleet groundwork: what a node needs to share its objects with other nodes.
+//!
+//! In a fleet (DESIGN.md, "The fleet") each object has one owner at a time, chosen at first use
+//! and held by a lease in a coordinator (etcd); an object's committed batches are shipped to a
+//! bucket (S3-compatible) as segments before their replies leave, fenced by the owner's lease,
+//! so another node can restore every acknowledged write. This crate holds the three parts that
+//! do not depend on how a node runs:
+//!
+//! - [`bucket`]: a minimal S3 client (put, get, delete, list), signed with SigV4 by `rusty-s3`
+//!   (which does no I/O) and sent by `ureq` (blocking, every timeout and size bounded from
+//!   `combd_kernel::limits`);
+//! - [`coordinator`]: etcd v3 over its JSON gateway: one lease per node kept alive by a
+//!   [`coordinator::LeaseKeeper`] thread, claiming an object (its fencing token is the owner
+//!   key's `create_revision`), looking up its owner, and the fenced head advance that a stale
+//!   owner cannot make;
+//! - [`segment`]: packing a committed batch's WAL frames as a segment, and writing a database
+//!   from a snapshot and the segments after it;
+//! - [`restore`]: an object's database back from the bucket, following the chain of segments
+//!   from the head the coordinator records.
+//!
+//! Nothing here runs on a glommio executor: every call blocks, so a shard runs it on a blocking
+//! thread (`spawn_blocking`), as it does a WAL sync. The fleet is off unless `COMBD_FLEET_ETCD`
+//! is set (`combd_kernel::settings::FleetSettings`); a node without it never calls this crate.
+//!
+//! ## Where an object lives in the bucket
+//!
+//! [`keys`] names them: `<object>/seg/<seq>-<token>` is segment `seq` written by the owner whose
+//! fencing token is `token`; `<object>/snap/<seq>-<token>` is a snapshot of the database as of
+//! that segment. Putting the token in the key means a stale owner's upload can never overwrite
+//! the real owner's object of the same number (S3 buckets such as Garage have no conditional
+//! put). The head in the coordinator names the last segment and its token, each segment names
+//! the token of the one before it, and [`restore`] follows that chain back from the head to a
+//! snapshot (or to the beginning), so an orphan a stale owner uploaded is never read.
+
+pub mod bucket;
+pub mod coordinator;
+mod http;
+pub mod keys;
+pub mod restore;
+pub mod segment;
+
+pub use http::Failure;
