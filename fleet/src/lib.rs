@@ -15,6 +15,8 @@
 //!   owner cannot make;
 //! - [`segment`]: packing a committed batch's WAL frames as a segment, and writing a database
 //!   from a snapshot and the segments after it;
+//! - [`ship`]: a segment uploaded, then the head advanced, fenced: what the commit task waits
+//!   for before a batch's replies leave;
 //! - [`restore`]: an object's database back from the bucket, following the chain of segments
 //!   from the head the coordinator records.
 //!
@@ -38,5 +40,6 @@ mod http;
 pub mod keys;
 pub mod restore;
 pub mod segment;
+pub mod ship;
 
 pub use http::Failure;

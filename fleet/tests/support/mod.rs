@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use combd_fleet::bucket::BucketConfig;
 
+pub mod db;
+
 /// How long a server may take to start and answer.
 pub const START_WAIT: Duration = Duration::from_secs(30);
 
@@ -140,6 +142,58 @@ impl Etcd {
                 .is_some_and(|b| b.contains("true"))
         });
         Some(etcd)
+    }
+}
+
+/// The S3 server a test runs against: a Garage it starts, or, when `COMBD_FLEET_TEST_S3` is
+/// set to `endpoint,bucket,region,access_key,secret_key`, that server (to check the client
+/// against another S3 implementation; the bucket must exist and be empty of `combd-test-*`
+/// keys).
+pub struct S3 {
+    _garage: Option<Garage>,
+    /// How to reach its bucket.
+    pub bucket: BucketConfig,
+}
+
+impl S3 {
+    /// The server for `test`; `None` (and one printed line) if none is installed.
+    pub fn start(test: &str) -> Option<S3> {
+        if let Ok(spec) = std::env::var("COMBD_FLEET_TEST_S3") {
+            let f: Vec<&str> = spec.split(',').collect();
+            assert_eq!(
+                f.len(),
+                5,
+                "COMBD_FLEET_TEST_S3=endpoint,bucket,region,access_key,secret_key"
+            );
+            return Some(S3 {
+                _garage: None,
+                bucket: BucketConfig {
+                    endpoint: f[0].into(),
+                    bucket: f[1].into(),
+                    region: f[2].into(),
+                    access_key: f[3].into(),
+                    secret_key: f[4].into(),
+                },
+            });
+        }
+        let garage = Garage::start(test)?;
+        Some(S3 {
+            bucket: garage.bucket.clone(),
+            _garage: Some(garage),
+        })
+    }
+
+    /// A key prefix no other test run uses.
+    pub fn unique_prefix(&self) -> String {
+        format!(
+            "combd-test-{}-{}-{}/",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        )
     }
 }
 
