@@ -20,6 +20,9 @@
 //! - [`restore`]: an object's database back from the bucket, following the chain of segments
 //!   from the head the coordinator records.
 //!
+//! [`config`] turns the node's validated `COMBD_FLEET_*` settings into the clients'
+//! configurations (and reads the bucket's secret key from its file).
+//!
 //! Nothing here runs on a glommio executor: every call blocks, so a shard runs it on a blocking
 //! thread (`spawn_blocking`), as it does a WAL sync. The fleet is off unless `COMBD_FLEET_ETCD`
 //! is set (`combd_kernel::settings::FleetSettings`); a node without it never calls this crate.
@@ -35,6 +38,7 @@
 //! snapshot (or to the beginning), so an orphan a stale owner uploaded is never read.
 
 pub mod bucket;
+pub mod config;
 pub mod coordinator;
 mod http;
 pub mod keys;

@@ -190,7 +190,10 @@ fn the_keeper_holds_a_lease_past_its_ttl_and_gives_it_up_when_etcd_is_gone() {
         Instant::now() >= until
     });
     if lapsed {
-        assert!(keeper.renewals_failed() >= 1, "the lease lapsed with no renewal failed");
+        assert!(
+            keeper.renewals_failed() >= 1,
+            "the lease lapsed with no renewal failed"
+        );
         eprintln!(
             "note: the lease lapsed after {} failed renewal(s) (a loaded machine)",
             keeper.renewals_failed()

@@ -15,6 +15,9 @@ pub struct FleetSettings {
     pub bucket_url: String,
     /// `COMBD_FLEET_BUCKET`: the bucket's name.
     pub bucket: String,
+    /// `COMBD_FLEET_BUCKET_REGION`: the region S3 signatures name (the server's own, e.g.
+    /// Garage's `s3_region`).
+    pub bucket_region: String,
     /// `COMBD_FLEET_ACCESS_KEY`: the bucket's access key id (not a secret: it is printed by
     /// `--check-config`).
     pub access_key: String,
@@ -38,13 +41,17 @@ pub(super) const REQUIRED_WITH_ETCD: &[&str] = &[
     "COMBD_FLEET_NODE",
 ];
 
+/// The fleet settings that need `COMBD_FLEET_ETCD` but have a default.
+pub(super) const OPTIONAL_WITH_ETCD: &[&str] =
+    &["COMBD_FLEET_LEASE_TTL", "COMBD_FLEET_BUCKET_REGION"];
+
 /// Reads the fleet's settings: `None` when `COMBD_FLEET_ETCD` is not set (and no other fleet
 /// setting is either).
 pub(super) fn fleet_settings(
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<FleetSettings>, ConfigError> {
     let Some(etcd) = get("COMBD_FLEET_ETCD") else {
-        for name in REQUIRED_WITH_ETCD.iter().chain(&["COMBD_FLEET_LEASE_TTL"]) {
+        for name in REQUIRED_WITH_ETCD.iter().chain(OPTIONAL_WITH_ETCD) {
             if get(name).is_some() {
                 return Err(err(
                     name,
@@ -74,17 +81,23 @@ pub(super) fn fleet_settings(
     let secret_key_file = PathBuf::from(required("COMBD_FLEET_SECRET_KEY_FILE")?.trim());
     let node =
         parse_fleet_node(&required("COMBD_FLEET_NODE")?).map_err(|m| err("COMBD_FLEET_NODE", m))?;
-    let ttl_text = get("COMBD_FLEET_LEASE_TTL");
-    let default = SETTINGS
-        .iter()
-        .find(|s| s.env == "COMBD_FLEET_LEASE_TTL")
-        .map_or("", |s| s.default);
-    let lease_ttl = parse_lease_ttl(ttl_text.as_deref().unwrap_or(default))
+    let or_default = |name: &str| {
+        get(name).unwrap_or_else(|| {
+            SETTINGS
+                .iter()
+                .find(|s| s.env == name)
+                .map_or(String::new(), |s| s.default.to_string())
+        })
+    };
+    let lease_ttl = parse_lease_ttl(&or_default("COMBD_FLEET_LEASE_TTL"))
         .map_err(|m| err("COMBD_FLEET_LEASE_TTL", m))?;
+    let bucket_region = parse_region(&or_default("COMBD_FLEET_BUCKET_REGION"))
+        .map_err(|m| err("COMBD_FLEET_BUCKET_REGION", m))?;
     Ok(Some(FleetSettings {
         etcd,
         bucket_url,
         bucket,
+        bucket_region,
         access_key,
         secret_key_file,
         node,
@@ -210,4 +223,20 @@ pub fn parse_fleet_node(text: &str) -> Result<SocketAddr, String> {
         ));
     }
     Ok(addr)
+}
+
+/// Parses an S3 region name: 1 to 64 of `a-z 0-9 -`.
+pub fn parse_region(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    if t.is_empty()
+        || t.len() > 64
+        || !t
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(format!(
+            "{t:?} is not a region: 1 to 64 lower-case letters, digits or '-' (e.g. garage, us-east-1)"
+        ));
+    }
+    Ok(t.to_string())
 }

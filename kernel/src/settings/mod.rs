@@ -30,7 +30,7 @@ mod values;
 
 pub use fleet::{
     parse_bucket_name, parse_etcd_endpoints, parse_fleet_node, parse_http_endpoint,
-    parse_lease_ttl, FleetSettings,
+    parse_lease_ttl, parse_region, FleetSettings,
 };
 pub use names::{check_env_names, closest};
 use table::spec_by_flag;
@@ -418,6 +418,9 @@ impl Settings {
                         fleet.map_or("none".into(), |f| f.bucket_url.clone())
                     }
                     "COMBD_FLEET_BUCKET" => fleet.map_or("none".into(), |f| f.bucket.clone()),
+                    "COMBD_FLEET_BUCKET_REGION" => {
+                        fleet.map_or("none".into(), |f| f.bucket_region.clone())
+                    }
                     "COMBD_FLEET_ACCESS_KEY" => {
                         fleet.map_or("none".into(), |f| f.access_key.clone())
                     }

@@ -217,6 +217,12 @@ pub const SETTINGS: &[SettingSpec] = &[
                   snapshots live in it",
     },
     SettingSpec {
+        env: "COMBD_FLEET_BUCKET_REGION",
+        flag: "--fleet-bucket-region",
+        default: "garage",
+        meaning: "the region the bucket's S3 signatures name: the server's own (Garage's s3_region)",
+    },
+    SettingSpec {
         env: "COMBD_FLEET_ACCESS_KEY",
         flag: "--fleet-access-key",
         default: "none",

@@ -365,10 +365,16 @@ fn the_fleet_is_off_by_default_and_its_ttl_default_is_the_limits_file() {
 #[test]
 fn the_fleet_on_reads_every_setting() {
     let s = load(&fleet_with(&[("COMBD_FLEET_LEASE_TTL", Some("5s"))]), &[]).unwrap();
+    let region = load(
+        &fleet_with(&[("COMBD_FLEET_BUCKET_REGION", Some("us-east-1"))]),
+        &[],
+    );
+    assert_eq!(region.unwrap().fleet.unwrap().bucket_region, "us-east-1");
     let f = s.fleet.clone().unwrap();
     assert_eq!(f.etcd, ["http://127.0.0.1:2379", "http://127.0.0.2:2379"]);
     assert_eq!(f.bucket_url, "http://127.0.0.1:3900");
     assert_eq!(f.bucket, "combd-objects");
+    assert_eq!(f.bucket_region, "garage", "the default region");
     assert_eq!(f.access_key, "GK0123");
     assert_eq!(f.secret_key_file, PathBuf::from("/etc/combd/bucket.secret"));
     assert_eq!(f.node.to_string(), "10.0.0.2:8080");
@@ -398,7 +404,7 @@ fn a_half_configured_fleet_fails_naming_what_is_missing_or_stray() {
     // Without the coordinator, any other fleet setting is refused rather than ignored.
     for name in fleet::REQUIRED_WITH_ETCD
         .iter()
-        .chain(&["COMBD_FLEET_LEASE_TTL"])
+        .chain(fleet::OPTIONAL_WITH_ETCD)
     {
         let e = load(&[(name, "10s")], &[]).unwrap_err();
         assert_eq!(e.setting, *name, "{e}");
@@ -430,6 +436,8 @@ fn fleet_values_are_validated_naming_the_setting() {
         ("COMBD_FLEET_LEASE_TTL", "0s"),
         ("COMBD_FLEET_LEASE_TTL", "1500ms"),
         ("COMBD_FLEET_LEASE_TTL", "soon"),
+        ("COMBD_FLEET_BUCKET_REGION", "US East"),
+        ("COMBD_FLEET_BUCKET_REGION", ""),
     ] {
         let e = load(&fleet_with(&[(name, Some(bad))]), &[]).unwrap_err();
         assert_eq!(e.setting, name, "{bad:?}: {e}");
