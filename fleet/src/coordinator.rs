@@ -136,6 +136,9 @@ pub struct Coordinator {
     agent: ureq::Agent,
 }
 
+/// The status [`Coordinator::keep_alive`] reports for a lease that is gone for good.
+pub const LEASE_GONE: u16 = 404;
+
 fn b64(s: &str) -> String {
     B64.encode(s.as_bytes())
 }
@@ -225,6 +228,11 @@ impl Coordinator {
                     return Err(error(last));
                 }
             };
+            if resp.status().is_server_error() {
+                // A member without a leader, or shutting down: another may answer.
+                last = http::status(&mut resp);
+                continue;
+            }
             self.current.store(at, Ordering::Relaxed);
             if !resp.status().is_success() {
                 return Err(error(http::status(&mut resp)));
@@ -260,8 +268,8 @@ impl Coordinator {
         })
     }
 
-    /// Renews `lease`; the TTL it has again. A lease that already lapsed fails with
-    /// [`Failure::Status`] 404-like text: `lease expired`.
+    /// Renews `lease`; the TTL it has again. A lease that already lapsed (or was revoked)
+    /// fails with [`Failure::Status`] [`LEASE_GONE`] (the gateway answers 200 with no TTL).
     pub fn keep_alive(&self, lease: &Lease) -> Result<Duration, CoordinatorError> {
         let v = self.call(
             "keepalive",
@@ -275,7 +283,7 @@ impl Coordinator {
                 op: "keepalive",
                 object: String::new(),
                 failure: Failure::Status {
-                    code: 404,
+                    code: LEASE_GONE,
                     body: format!("lease {} expired", lease.id),
                 },
             });
@@ -468,7 +476,13 @@ impl LeaseKeeper {
                     }
                     Err(e) => {
                         shared.renewals_failed.fetch_add(1, Ordering::Relaxed);
-                        let expired = matches!(e.failure, Failure::Status { .. });
+                        let expired = matches!(
+                            e.failure,
+                            Failure::Status {
+                                code: LEASE_GONE,
+                                ..
+                            }
+                        );
                         let until = *shared.valid_until.lock().unwrap_or_else(|p| p.into_inner());
                         if expired || Instant::now() >= until {
                             shared.lost.store(true, Ordering::Release);

@@ -163,6 +163,10 @@ impl WalCursor {
     /// Packs the frames committed since the last call (whole transactions only) as segment
     /// `seq` of `object`; `None` if no transaction committed since. `token` is the owner's
     /// fencing token and `prev_token` that of segment `seq - 1`.
+    ///
+    /// Transactions that together do not fit one segment ([`FLEET_SEGMENT_MAX_BYTES`]) are
+    /// split between segments at a commit, so call it until it answers `None`; a single
+    /// transaction that does not fit fails with [`SegmentError::TooLarge`].
     pub fn next_segment(
         &mut self,
         wal_path: &Path,
@@ -195,16 +199,17 @@ impl WalCursor {
             return Ok(None);
         }
         let fixed = (FIXED_HEADER_BYTES + object.len() + 4) as u64;
-        let limit = FLEET_SEGMENT_MAX_BYTES as u64;
-        // Read at most one segment's worth (and one frame more, to tell "too large").
-        let want =
-            available.min(limit.saturating_sub(fixed) / frame_bytes * frame_bytes + frame_bytes);
+        // The most frame bytes one segment holds; read one frame more, to tell a transaction
+        // that does not fit from one that ends right at the limit.
+        let max_frames =
+            (FLEET_SEGMENT_MAX_BYTES as u64).saturating_sub(fixed) / frame_bytes * frame_bytes;
+        let want = available.min(max_frames + frame_bytes);
         let mut frames = vec![0u8; want as usize];
         file.seek(SeekFrom::Start(self.offset))
             .map_err(io("seek in the WAL"))?;
         file.read_exact(&mut frames)
             .map_err(io("read WAL frames"))?;
-        // Keep the frames of this generation up to the last commit frame.
+        // Keep the frames of this generation up to the last commit frame that fits.
         let mut end = 0usize;
         let mut at = 0usize;
         while at + frame_bytes as usize <= frames.len() {
@@ -213,12 +218,15 @@ impl WalCursor {
                 break; // a frame of an older generation: the end of this one
             }
             at += frame_bytes as usize;
+            if at as u64 > max_frames {
+                break; // past what one segment holds
+            }
             if be32(h, 4) != 0 {
                 end = at;
             }
         }
         if end == 0 {
-            if at as u64 == want && want < available {
+            if at as u64 > max_frames {
                 return Err(SegmentError::TooLarge {
                     bytes: fixed + available,
                     limit: FLEET_SEGMENT_MAX_BYTES,

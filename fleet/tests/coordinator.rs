@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper};
+use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper, LEASE_GONE};
 use combd_fleet::Failure;
 use combd_kernel::limits::FLEET_LEASE_TTL_MIN;
 use support::{wait_until, Etcd};
@@ -128,7 +128,16 @@ fn a_lapsed_lease_lets_another_node_claim_and_fences_the_old_owner() {
     assert_eq!(c.head("room").unwrap(), Some(next));
     // A's renewal now fails: the lease is gone for good.
     let e = c.keep_alive(&a).unwrap_err();
-    assert!(matches!(e.failure, Failure::Status { .. }), "{e}");
+    assert!(
+        matches!(
+            e.failure,
+            Failure::Status {
+                code: LEASE_GONE,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]

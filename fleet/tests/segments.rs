@@ -223,3 +223,36 @@ fn a_transaction_larger_than_a_segment_is_refused_not_cut() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn transactions_that_together_overflow_a_segment_split_at_a_commit() {
+    let dir = temp_dir("split");
+    let db = Db::create(&dir);
+    let snapshot = db.snapshot();
+    let mut cursor = WalCursor::new();
+    // Three transactions of a little over a third of a segment each: two fit in one segment,
+    // the third goes to the next.
+    let blob_bytes = 1 << 20;
+    let per_txn = FLEET_SEGMENT_MAX_BYTES / blob_bytes / 3 + 1;
+    for _ in 0..3 {
+        db.commit(&format!(
+            "{} INSERT INTO t(v, b) SELECT 'part', randomblob({blob_bytes}) FROM s",
+            series(per_txn)
+        ));
+    }
+    let mut segs = Vec::new();
+    while let Some(seg) = cursor
+        .next_segment(&db.wal_path(), "room", segs.len() as u64 + 1, TOKEN, TOKEN)
+        .unwrap()
+    {
+        assert!(seg.encode().len() <= FLEET_SEGMENT_MAX_BYTES);
+        segs.push(seg);
+    }
+    assert_eq!(segs.len(), 2, "two segments for three transactions");
+    let commits = |s: &Segment| s.frames().filter(|(_, size, _)| *size != 0).count();
+    assert_eq!((commits(&segs[0]), commits(&segs[1])), (2, 1));
+    let out = dir.join("out.sqlite");
+    assert_eq!(restore(&out, Some(&snapshot), 0, &segs).unwrap(), 2);
+    assert_eq!(rows(&open_checked(&out)), rows(&db.conn));
+    let _ = std::fs::remove_dir_all(&dir);
+}
