@@ -4,6 +4,8 @@
 //!   `--help` text written from it;
 //! - `values`: the parsers of each kind of value (sizes, durations, counts, switches,
 //!   addresses, the log filter);
+//! - `fleet`: the fleet's settings (coordinator, bucket, this node's fleet address and lease),
+//!   all or none;
 //! - `names`: refusing an unknown `COMBD_*` variable or flag, naming the closest setting;
 //! - this file: [`Settings`] itself, loaded and validated at once.
 //!
@@ -21,10 +23,15 @@ use std::time::Duration;
 
 use crate::limits;
 
+mod fleet;
 mod names;
 mod table;
 mod values;
 
+pub use fleet::{
+    parse_bucket_name, parse_etcd_endpoints, parse_fleet_node, parse_http_endpoint,
+    parse_lease_ttl, parse_region, FleetSettings,
+};
 pub use names::{check_env_names, closest};
 use table::spec_by_flag;
 pub use table::{help_text, SettingSpec, SETTINGS};
@@ -128,6 +135,9 @@ pub struct Settings {
     pub ws_burst: u64,
     /// `COMBD_OUTBOUND_BUDGET`, if set (else derived from the memory budget at start-up).
     pub outbound_budget_bytes: Option<u64>,
+    /// The `COMBD_FLEET_*` settings when the fleet is on (`COMBD_FLEET_ETCD` set); none for a
+    /// node alone, which works exactly as without them.
+    pub fleet: Option<FleetSettings>,
     /// Where each setting came from, by environment variable name.
     pub sources: BTreeMap<&'static str, Source>,
 }
@@ -304,6 +314,7 @@ impl Settings {
                 ));
             }
         }
+        let fleet = fleet::fleet_settings(|name| get(name).map(str::to_string))?;
         let settings = Settings {
             listen,
             data_dir,
@@ -341,6 +352,7 @@ impl Settings {
                 None => None,
                 Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_MEMORY_BUDGET", m))?),
             },
+            fleet,
             sources,
         };
         Ok((command, settings))
@@ -350,6 +362,7 @@ impl Settings {
     pub fn describe(&self) -> Vec<(&'static str, String, Source)> {
         let secs = |d: Duration| format!("{}ms", d.as_millis());
         let opt = |v: Option<u64>, none: &str| v.map_or(none.to_string(), |b| b.to_string());
+        let fleet = self.fleet.as_ref();
         SETTINGS
             .iter()
             .map(|spec| {
@@ -400,6 +413,25 @@ impl Settings {
                     "COMBD_WS_PING_INTERVAL" => secs(self.ws_ping_interval),
                     "COMBD_WS_SLOW_TIMEOUT" => secs(self.ws_slow_timeout),
                     "COMBD_TEST_APPS" => (if self.test_apps { "on" } else { "off" }).to_string(),
+                    "COMBD_FLEET_ETCD" => fleet.map_or("off".into(), |f| f.etcd.join(",")),
+                    "COMBD_FLEET_BUCKET_URL" => {
+                        fleet.map_or("none".into(), |f| f.bucket_url.clone())
+                    }
+                    "COMBD_FLEET_BUCKET" => fleet.map_or("none".into(), |f| f.bucket.clone()),
+                    "COMBD_FLEET_BUCKET_REGION" => {
+                        fleet.map_or("none".into(), |f| f.bucket_region.clone())
+                    }
+                    "COMBD_FLEET_ACCESS_KEY" => {
+                        fleet.map_or("none".into(), |f| f.access_key.clone())
+                    }
+                    "COMBD_FLEET_SECRET_KEY_FILE" => {
+                        fleet.map_or("none".into(), |f| f.secret_key_file.display().to_string())
+                    }
+                    "COMBD_FLEET_NODE" => fleet.map_or("none".into(), |f| f.node.to_string()),
+                    "COMBD_FLEET_LEASE_TTL" => fleet.map_or(
+                        format!("{}ms", limits::FLEET_LEASE_TTL_DEFAULT.as_millis()),
+                        |f| secs(f.lease_ttl),
+                    ),
                     _ => String::from("?"),
                 };
                 (

@@ -197,6 +197,58 @@ pub const SETTINGS: &[SettingSpec] = &[
                   (1008 slow), as is one with 8 MiB waiting",
     },
     SettingSpec {
+        env: "COMBD_FLEET_ETCD",
+        flag: "--fleet-etcd",
+        default: "off",
+        meaning: "the fleet's coordinator: comma-separated etcd endpoints (http://host:port, at most 7); \
+                  setting it turns the fleet on and requires the other COMBD_FLEET_* settings",
+    },
+    SettingSpec {
+        env: "COMBD_FLEET_BUCKET_URL",
+        flag: "--fleet-bucket-url",
+        default: "none",
+        meaning: "the fleet's bucket: an S3 endpoint, http://host:port (required with COMBD_FLEET_ETCD)",
+    },
+    SettingSpec {
+        env: "COMBD_FLEET_BUCKET",
+        flag: "--fleet-bucket",
+        default: "none",
+        meaning: "the bucket's name (S3 rules: 3 to 63 of a-z 0-9 . -); objects' segments and \
+                  snapshots live in it",
+    },
+    SettingSpec {
+        env: "COMBD_FLEET_BUCKET_REGION",
+        flag: "--fleet-bucket-region",
+        default: "garage",
+        meaning: "the region the bucket's S3 signatures name: the server's own (Garage's s3_region)",
+    },
+    SettingSpec {
+        env: "COMBD_FLEET_ACCESS_KEY",
+        flag: "--fleet-access-key",
+        default: "none",
+        meaning: "the bucket's access key id",
+    },
+    SettingSpec {
+        env: "COMBD_FLEET_SECRET_KEY_FILE",
+        flag: "--fleet-secret-key-file",
+        default: "none",
+        meaning: "file holding the bucket's secret key (one line), read at start-up",
+    },
+    SettingSpec {
+        env: "COMBD_FLEET_NODE",
+        flag: "--fleet-node",
+        default: "none",
+        meaning: "ip:port other nodes reach this node at (its fleet address), recorded as the owner \
+                  of the objects it claims",
+    },
+    SettingSpec {
+        env: "COMBD_FLEET_LEASE_TTL",
+        flag: "--fleet-lease-ttl",
+        default: "10s",
+        meaning: "how long the node's lease outlives its last renewal (renewed every third of it): \
+                  a dead owner's objects move after this long; whole seconds, 2s to 60s",
+    },
+    SettingSpec {
         env: "COMBD_TEST_APPS",
         flag: "--test-apps",
         default: "off",

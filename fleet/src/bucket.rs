@@ -1,0 +1,211 @@
+//! The bucket: a minimal S3 client (put, get, delete, list objects) over blocking HTTP.
+//!
+//! `rusty-s3` signs each request (AWS Signature V4, as a pre-signed URL) without doing any I/O;
+//! `ureq` sends it. Every call is over within [`FLEET_BUCKET_TIMEOUT`] and reads at most the
+//! bytes its caller accepts; failures say which operation on which key failed and why
+//! ([`BucketError`]).
+
+use std::time::Duration;
+
+use combd_kernel::limits::{
+    FLEET_BUCKET_TIMEOUT, FLEET_LIST_ANSWER_MAX_BYTES, FLEET_LIST_PAGE_KEYS,
+};
+use rusty_s3::actions::{ListObjectsV2, S3Action};
+use rusty_s3::{Credentials, UrlStyle};
+
+use crate::http::{self, Failure};
+
+/// How long a signed URL stays valid: longer than any call may take, short enough that a
+/// captured URL is soon useless.
+const SIGNATURE_VALID: Duration = Duration::from_secs(60);
+const _: () = assert!(FLEET_BUCKET_TIMEOUT.as_secs() < SIGNATURE_VALID.as_secs());
+
+/// The region S3 signatures name when none is given: Garage's default `s3_region`.
+pub const DEFAULT_REGION: &str = "garage";
+
+/// A bucket operation that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketError {
+    /// `put`, `get`, `delete`, `list`.
+    pub op: &'static str,
+    /// The key (or the prefix, for `list`).
+    pub key: String,
+    /// What happened.
+    pub failure: Failure,
+}
+
+impl std::fmt::Display for BucketError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "bucket {} {:?}: {}", self.op, self.key, self.failure)
+    }
+}
+
+impl std::error::Error for BucketError {}
+
+/// Where the bucket is and how to sign for it.
+#[derive(Debug, Clone)]
+pub struct BucketConfig {
+    /// The S3 endpoint, `http://host:port`.
+    pub endpoint: String,
+    /// The bucket's name.
+    pub bucket: String,
+    /// The region signatures name (see [`DEFAULT_REGION`]).
+    pub region: String,
+    /// The access key id.
+    pub access_key: String,
+    /// The secret key.
+    pub secret_key: String,
+}
+
+/// A client of one bucket. Calls block: run them on a blocking thread.
+pub struct Bucket {
+    bucket: rusty_s3::Bucket,
+    credentials: Credentials,
+    agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bucket")
+            .field("url", &self.bucket.base_url().as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bucket {
+    /// A client of the bucket `config` names; fails if the endpoint is not a URL.
+    pub fn new(config: &BucketConfig) -> Result<Bucket, BucketError> {
+        let bad = |m: String| BucketError {
+            op: "configure",
+            key: String::new(),
+            failure: Failure::BadAnswer(m),
+        };
+        let endpoint = config
+            .endpoint
+            .parse()
+            .map_err(|e| bad(format!("{}: {e}", config.endpoint)))?;
+        let bucket = rusty_s3::Bucket::new(
+            endpoint,
+            UrlStyle::Path,
+            config.bucket.clone(),
+            config.region.clone(),
+        )
+        .map_err(|e| bad(format!("{}: {e}", config.endpoint)))?;
+        Ok(Bucket {
+            bucket,
+            credentials: Credentials::new(config.access_key.clone(), config.secret_key.clone()),
+            agent: http::agent(FLEET_BUCKET_TIMEOUT),
+        })
+    }
+
+    fn error(op: &'static str, key: &str, failure: Failure) -> BucketError {
+        BucketError {
+            op,
+            key: key.to_string(),
+            failure,
+        }
+    }
+
+    /// Stores `body` under `key`, replacing what was there.
+    pub fn put(&self, key: &str, body: &[u8]) -> Result<(), BucketError> {
+        let url = self
+            .bucket
+            .put_object(Some(&self.credentials), key)
+            .sign(SIGNATURE_VALID);
+        let mut resp = self
+            .agent
+            .put(url.as_str())
+            .send(body)
+            .map_err(|e| Self::error("put", key, http::failure(e)))?;
+        if !resp.status().is_success() {
+            return Err(Self::error("put", key, http::status(&mut resp)));
+        }
+        Ok(())
+    }
+
+    /// The object under `key`, `None` if there is none; at most `max_bytes` are read (a longer
+    /// object fails with [`Failure::TooLarge`]).
+    pub fn get(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, BucketError> {
+        let url = self
+            .bucket
+            .get_object(Some(&self.credentials), key)
+            .sign(SIGNATURE_VALID);
+        let mut resp = self
+            .agent
+            .get(url.as_str())
+            .call()
+            .map_err(|e| Self::error("get", key, http::failure(e)))?;
+        match resp.status().as_u16() {
+            404 => Ok(None),
+            s if (200..300).contains(&s) => http::body(&mut resp, max_bytes)
+                .map(Some)
+                .map_err(|f| Self::error("get", key, f)),
+            _ => Err(Self::error("get", key, http::status(&mut resp))),
+        }
+    }
+
+    /// Deletes the object under `key`; deleting a missing key succeeds (as S3 says).
+    pub fn delete(&self, key: &str) -> Result<(), BucketError> {
+        let url = self
+            .bucket
+            .delete_object(Some(&self.credentials), key)
+            .sign(SIGNATURE_VALID);
+        let mut resp = self
+            .agent
+            .delete(url.as_str())
+            .call()
+            .map_err(|e| Self::error("delete", key, http::failure(e)))?;
+        if !resp.status().is_success() && resp.status().as_u16() != 404 {
+            return Err(Self::error("delete", key, http::status(&mut resp)));
+        }
+        Ok(())
+    }
+
+    /// The keys that start with `prefix`, in order, at most `max_keys` of them (a listing
+    /// longer than that fails with [`Failure::TooLarge`] rather than being cut silently).
+    pub fn list(&self, prefix: &str, max_keys: usize) -> Result<Vec<String>, BucketError> {
+        let mut keys = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut action = ListObjectsV2::new(&self.bucket, Some(&self.credentials));
+            action.with_prefix(prefix);
+            action.with_max_keys(FLEET_LIST_PAGE_KEYS);
+            if let Some(t) = &token {
+                action.with_continuation_token(t.clone());
+            }
+            let url = action.sign(SIGNATURE_VALID);
+            let mut resp = self
+                .agent
+                .get(url.as_str())
+                .call()
+                .map_err(|e| Self::error("list", prefix, http::failure(e)))?;
+            if !resp.status().is_success() {
+                return Err(Self::error("list", prefix, http::status(&mut resp)));
+            }
+            let body = http::body(&mut resp, FLEET_LIST_ANSWER_MAX_BYTES)
+                .map_err(|f| Self::error("list", prefix, f))?;
+            let text = String::from_utf8_lossy(&body);
+            let page = ListObjectsV2::parse_response(&text).map_err(|e| {
+                Self::error(
+                    "list",
+                    prefix,
+                    Failure::BadAnswer(format!("listing XML: {e}")),
+                )
+            })?;
+            keys.extend(page.contents.into_iter().map(|c| c.key));
+            if keys.len() > max_keys {
+                return Err(Self::error(
+                    "list",
+                    prefix,
+                    Failure::TooLarge {
+                        limit: max_keys as u64,
+                    },
+                ));
+            }
+            match page.next_continuation_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => return Ok(keys),
+            }
+        }
+    }
+}

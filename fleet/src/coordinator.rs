@@ -1,0 +1,540 @@
+//! The coordinator: etcd v3 through its JSON gateway (`/v3/...`, keys and values in base64,
+//! 64-bit numbers as strings), over blocking HTTP.
+//!
+//! ## Keys
+//!
+//! Under a prefix (one per fleet), each object has two keys:
+//!
+//! - `<prefix>owner/<object>`: the owning node's fleet address, attached to that node's lease,
+//!   so it vanishes when the lease lapses. Its `create_revision` is the owner's **fencing
+//!   token**: a later owner's key is created at a later revision, so the token of every owner
+//!   differs from every earlier one's.
+//! - `<prefix>head/<object>`: the last segment the owner shipped and the token of the owner
+//!   that wrote it ([`Head`]). It is written only by [`Coordinator::advance_head`], in a
+//!   transaction that first checks the owner key's `create_revision` against the caller's
+//!   token: an owner whose lease lapsed (its key deleted, or re-created by another node's
+//!   claim) cannot move the head.
+//!
+//! ## Leases
+//!
+//! One lease per node covers all its objects. [`LeaseKeeper`] renews it on a thread every
+//! TTL / [`FLEET_KEEPALIVE_DIVISOR`] and tracks until when the lease is surely alive: the
+//! instant each successful renewal was *sent* plus the TTL it was granted, which is no later
+//! than etcd's own expiry. A node must stop serving its objects at that instant.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use combd_kernel::limits::{
+    FLEET_COORDINATOR_ANSWER_MAX_BYTES, FLEET_COORDINATOR_TIMEOUT, FLEET_KEEPALIVE_DIVISOR,
+};
+use serde_json::{json, Value};
+
+use crate::http::{self, Failure};
+
+/// A coordinator call that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorError {
+    /// `grant`, `keepalive`, `revoke`, `claim`, `owner`, `advance head`, `head`.
+    pub op: &'static str,
+    /// The object (empty for lease calls).
+    pub object: String,
+    /// What happened (after trying every endpoint, for a server that could not be reached).
+    pub failure: Failure,
+}
+
+impl std::fmt::Display for CoordinatorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.object.is_empty() {
+            write!(f, "coordinator {}: {}", self.op, self.failure)
+        } else {
+            write!(
+                f,
+                "coordinator {} {:?}: {}",
+                self.op, self.object, self.failure
+            )
+        }
+    }
+}
+
+impl std::error::Error for CoordinatorError {}
+
+/// A node's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// etcd's lease id.
+    pub id: i64,
+    /// The TTL etcd granted (it may raise the one asked for to its minimum).
+    pub ttl: Duration,
+}
+
+/// An object's owner as the coordinator records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The owner's fleet address.
+    pub node: String,
+    /// Its fencing token: the owner key's `create_revision`.
+    pub token: i64,
+    /// The lease the key is attached to.
+    pub lease: i64,
+}
+
+/// The outcome of a claim: a value, not an error, when another node holds the object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This node owns the object (it just claimed it, or already held it under this lease).
+    Won(Owner),
+    /// Another node (or this node under an older lease) owns it.
+    Held(Owner),
+}
+
+/// An object's head: the last segment shipped, and the token of the owner that shipped it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// The segment number.
+    pub seq: u64,
+    /// The fencing token of the owner that wrote that segment.
+    pub token: i64,
+}
+
+impl Head {
+    fn encode(&self) -> String {
+        format!("{} {}", self.seq, self.token)
+    }
+
+    fn decode(text: &str) -> Option<Head> {
+        let (seq, token) = text.split_once(' ')?;
+        Some(Head {
+            seq: seq.parse().ok()?,
+            token: token.parse().ok()?,
+        })
+    }
+}
+
+/// The outcome of a fenced head advance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advance {
+    /// The head is now the one given.
+    Done,
+    /// The caller's token is not the owner key's: it no longer owns the object, and must not
+    /// acknowledge what the segment holds.
+    Fenced,
+}
+
+/// A client of the coordinator. Calls block: run them on a blocking thread.
+#[derive(Debug)]
+pub struct Coordinator {
+    endpoints: Vec<String>,
+    /// The endpoint that answered last: calls start there.
+    current: AtomicUsize,
+    prefix: String,
+    agent: ureq::Agent,
+}
+
+/// The status [`Coordinator::keep_alive`] reports for a lease that is gone for good.
+pub const LEASE_GONE: u16 = 404;
+
+fn b64(s: &str) -> String {
+    B64.encode(s.as_bytes())
+}
+
+/// A 64-bit number from the gateway: a string (proto3 JSON) or a number; absent is 0.
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Null => Some(0),
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_i64(),
+        _ => None,
+    }
+}
+
+fn bad(m: impl Into<String>) -> Failure {
+    Failure::BadAnswer(m.into())
+}
+
+/// The key-value of a range answer's first entry, as (value, create_revision, lease).
+fn first_kv(range: &Value) -> Result<Option<(String, i64, i64)>, Failure> {
+    let Some(kv) = range["kvs"].as_array().and_then(|k| k.first()) else {
+        return Ok(None);
+    };
+    let value = match kv["value"].as_str() {
+        None => String::new(),
+        Some(v) => String::from_utf8(B64.decode(v).map_err(|e| bad(format!("value: {e}")))?)
+            .map_err(|_| bad("value is not UTF-8"))?,
+    };
+    let create = int(&kv["create_revision"]).ok_or_else(|| bad("create_revision"))?;
+    let lease = int(&kv["lease"]).ok_or_else(|| bad("lease"))?;
+    Ok(Some((value, create, lease)))
+}
+
+impl Coordinator {
+    /// A client of the etcd cluster at `endpoints` (`http://host:port`, tried in turn), keeping
+    /// its keys under `prefix` (e.g. `combd/`).
+    pub fn new(endpoints: &[String], prefix: &str) -> Coordinator {
+        Coordinator {
+            endpoints: endpoints.to_vec(),
+            current: AtomicUsize::new(0),
+            prefix: prefix.to_string(),
+            agent: http::agent(FLEET_COORDINATOR_TIMEOUT),
+        }
+    }
+
+    fn owner_key(&self, object: &str) -> String {
+        format!("{}owner/{object}", self.prefix)
+    }
+
+    fn head_key(&self, object: &str) -> String {
+        format!("{}head/{object}", self.prefix)
+    }
+
+    /// Posts `body` to `path` on the first endpoint that answers, starting from the one that
+    /// answered last; the answer's JSON.
+    fn call(
+        &self,
+        op: &'static str,
+        object: &str,
+        path: &str,
+        body: &Value,
+    ) -> Result<Value, CoordinatorError> {
+        let error = |failure| CoordinatorError {
+            op,
+            object: object.to_string(),
+            failure,
+        };
+        let n = self.endpoints.len();
+        let start = self.current.load(Ordering::Relaxed);
+        let payload = body.to_string();
+        let mut last = Failure::Unreachable("no endpoint".to_string());
+        for i in 0..n {
+            let at = (start + i) % n;
+            let url = format!("{}{path}", self.endpoints[at]);
+            let mut resp = match self
+                .agent
+                .post(&url)
+                .header("content-type", "application/json")
+                .send(payload.as_bytes())
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    last = http::failure(e);
+                    if matches!(last, Failure::Unreachable(_) | Failure::Timeout) {
+                        continue; // try the next member
+                    }
+                    return Err(error(last));
+                }
+            };
+            if resp.status().is_server_error() {
+                // A member without a leader, or shutting down: another may answer.
+                last = http::status(&mut resp);
+                continue;
+            }
+            self.current.store(at, Ordering::Relaxed);
+            if !resp.status().is_success() {
+                return Err(error(http::status(&mut resp)));
+            }
+            let bytes = http::body(&mut resp, FLEET_COORDINATOR_ANSWER_MAX_BYTES).map_err(error)?;
+            return serde_json::from_slice(&bytes).map_err(|e| error(bad(format!("JSON: {e}"))));
+        }
+        Err(error(last))
+    }
+
+    /// Grants a lease of `ttl` (whole seconds) for this node.
+    pub fn grant_lease(&self, ttl: Duration) -> Result<Lease, CoordinatorError> {
+        let v = self.call(
+            "grant",
+            "",
+            "/v3/lease/grant",
+            &json!({ "TTL": ttl.as_secs() }),
+        )?;
+        let err = |m: &str| CoordinatorError {
+            op: "grant",
+            object: String::new(),
+            failure: bad(m),
+        };
+        let id = int(&v["ID"])
+            .filter(|id| *id != 0)
+            .ok_or_else(|| err("no lease ID"))?;
+        let granted = int(&v["TTL"])
+            .filter(|t| *t > 0)
+            .ok_or_else(|| err("no TTL"))?;
+        Ok(Lease {
+            id,
+            ttl: Duration::from_secs(granted as u64),
+        })
+    }
+
+    /// Renews `lease`; the TTL it has again. A lease that already lapsed (or was revoked)
+    /// fails with [`Failure::Status`] [`LEASE_GONE`] (the gateway answers 200 with no TTL).
+    pub fn keep_alive(&self, lease: &Lease) -> Result<Duration, CoordinatorError> {
+        let v = self.call(
+            "keepalive",
+            "",
+            "/v3/lease/keepalive",
+            &json!({ "ID": lease.id.to_string() }),
+        )?;
+        let ttl = int(&v["result"]["TTL"]).unwrap_or(0);
+        if ttl <= 0 {
+            return Err(CoordinatorError {
+                op: "keepalive",
+                object: String::new(),
+                failure: Failure::Status {
+                    code: LEASE_GONE,
+                    body: format!("lease {} expired", lease.id),
+                },
+            });
+        }
+        Ok(Duration::from_secs(ttl as u64))
+    }
+
+    /// Revokes `lease` at once: every object it holds is unowned from now on.
+    pub fn revoke(&self, lease: &Lease) -> Result<(), CoordinatorError> {
+        self.call(
+            "revoke",
+            "",
+            "/v3/lease/revoke",
+            &json!({ "ID": lease.id.to_string() }),
+        )
+        .map(|_| ())
+    }
+
+    /// Claims `object` for `node` under `lease`: if nobody owns it, this node does from now
+    /// on ([`Claim::Won`], with the fencing token); else who does ([`Claim::Held`]).
+    pub fn claim(
+        &self,
+        object: &str,
+        node: &str,
+        lease: &Lease,
+    ) -> Result<Claim, CoordinatorError> {
+        let key = b64(&self.owner_key(object));
+        let txn = json!({
+            "compare": [{ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+            "success": [{ "request_put": { "key": key, "value": b64(node), "lease": lease.id.to_string() } }],
+            "failure": [{ "request_range": { "key": key } }],
+        });
+        let v = self.call("claim", object, "/v3/kv/txn", &txn)?;
+        let err = |failure| CoordinatorError {
+            op: "claim",
+            object: object.to_string(),
+            failure,
+        };
+        if v["succeeded"].as_bool().unwrap_or(false) {
+            // The put is the transaction's only write: the revision it made is the key's
+            // create_revision.
+            let token = int(&v["header"]["revision"])
+                .filter(|r| *r > 0)
+                .ok_or_else(|| err(bad("no header revision")))?;
+            return Ok(Claim::Won(Owner {
+                node: node.to_string(),
+                token,
+                lease: lease.id,
+            }));
+        }
+        let range = &v["responses"][0]["response_range"];
+        match first_kv(range).map_err(err)? {
+            Some((owner, token, held_by)) => {
+                let o = Owner {
+                    node: owner,
+                    token,
+                    lease: held_by,
+                };
+                Ok(if o.node == node && o.lease == lease.id {
+                    Claim::Won(o)
+                } else {
+                    Claim::Held(o)
+                })
+            }
+            // The compare failed, so the key existed when the transaction ran: its range
+            // must show it.
+            None => Err(err(bad("claim refused but the owner key is absent"))),
+        }
+    }
+
+    /// Who owns `object`, if anyone.
+    pub fn owner(&self, object: &str) -> Result<Option<Owner>, CoordinatorError> {
+        let v = self.call(
+            "owner",
+            object,
+            "/v3/kv/range",
+            &json!({ "key": b64(&self.owner_key(object)) }),
+        )?;
+        let kv = first_kv(&v).map_err(|failure| CoordinatorError {
+            op: "owner",
+            object: object.to_string(),
+            failure,
+        })?;
+        Ok(kv.map(|(node, token, lease)| Owner { node, token, lease }))
+    }
+
+    /// Records `head` as `object`'s head if `token` is still its owner's fencing token; else
+    /// changes nothing and answers [`Advance::Fenced`].
+    pub fn advance_head(
+        &self,
+        object: &str,
+        token: i64,
+        head: Head,
+    ) -> Result<Advance, CoordinatorError> {
+        if token <= 0 {
+            // No claim yields it (revisions start at 1), and etcd compares an absent key's
+            // create_revision as 0: such a token would advance the head of an unowned object.
+            return Ok(Advance::Fenced);
+        }
+        let txn = json!({
+            "compare": [{
+                "key": b64(&self.owner_key(object)),
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": token.to_string(),
+            }],
+            "success": [{ "request_put": { "key": b64(&self.head_key(object)), "value": b64(&head.encode()) } }],
+            "failure": [],
+        });
+        let v = self.call("advance head", object, "/v3/kv/txn", &txn)?;
+        Ok(if v["succeeded"].as_bool().unwrap_or(false) {
+            Advance::Done
+        } else {
+            Advance::Fenced
+        })
+    }
+
+    /// `object`'s head, if a segment of it was ever shipped.
+    pub fn head(&self, object: &str) -> Result<Option<Head>, CoordinatorError> {
+        let v = self.call(
+            "head",
+            object,
+            "/v3/kv/range",
+            &json!({ "key": b64(&self.head_key(object)) }),
+        )?;
+        let err = |failure| CoordinatorError {
+            op: "head",
+            object: object.to_string(),
+            failure,
+        };
+        match first_kv(&v).map_err(err)? {
+            None => Ok(None),
+            Some((text, _, _)) => Head::decode(&text)
+                .map(Some)
+                .ok_or_else(|| err(bad(format!("head {text:?}")))),
+        }
+    }
+}
+
+/// What the keeper thread and its owner share.
+#[derive(Debug)]
+struct KeeperState {
+    /// Until when the lease is surely alive (see the module doc).
+    valid_until: Mutex<Instant>,
+    /// The lease lapsed or a renewal was refused: it will not come back.
+    lost: AtomicBool,
+    /// Renewals that failed (the server unreachable, slow or refusing).
+    renewals_failed: AtomicUsize,
+}
+
+/// Keeps one lease alive from a thread of its own, renewing it every TTL /
+/// [`FLEET_KEEPALIVE_DIVISOR`]. Dropping it stops the thread (it does not revoke the lease).
+#[derive(Debug)]
+pub struct LeaseKeeper {
+    lease: Lease,
+    state: Arc<KeeperState>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl LeaseKeeper {
+    /// Starts keeping `lease`, granted at `granted_at` (the instant the grant was sent), alive
+    /// with `coordinator`.
+    pub fn start(
+        coordinator: Arc<Coordinator>,
+        lease: Lease,
+        granted_at: Instant,
+    ) -> std::io::Result<LeaseKeeper> {
+        let state = Arc::new(KeeperState {
+            valid_until: Mutex::new(granted_at + lease.ttl),
+            lost: AtomicBool::new(false),
+            renewals_failed: AtomicUsize::new(0),
+        });
+        let (stop, stopped) = mpsc::channel::<()>();
+        let shared = Arc::clone(&state);
+        let every = lease.ttl / FLEET_KEEPALIVE_DIVISOR;
+        let thread = std::thread::Builder::new()
+            .name("combd-lease".to_string())
+            .spawn(move || loop {
+                match stopped.recv_timeout(every) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                }
+                let sent = Instant::now();
+                match coordinator.keep_alive(&lease) {
+                    Ok(ttl) => {
+                        let mut until =
+                            shared.valid_until.lock().unwrap_or_else(|p| p.into_inner());
+                        *until = (*until).max(sent + ttl);
+                    }
+                    Err(e) => {
+                        shared.renewals_failed.fetch_add(1, Ordering::Relaxed);
+                        let expired = matches!(
+                            e.failure,
+                            Failure::Status {
+                                code: LEASE_GONE,
+                                ..
+                            }
+                        );
+                        let until = *shared.valid_until.lock().unwrap_or_else(|p| p.into_inner());
+                        if expired || Instant::now() >= until {
+                            shared.lost.store(true, Ordering::Release);
+                            return;
+                        }
+                    }
+                }
+            })?;
+        Ok(LeaseKeeper {
+            lease,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The lease kept.
+    pub fn lease(&self) -> Lease {
+        self.lease
+    }
+
+    /// Until when the lease is surely alive: the node may serve its objects before this
+    /// instant and must not after it.
+    pub fn valid_until(&self) -> Instant {
+        *self
+            .state
+            .valid_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the node may still serve its objects at `now`.
+    pub fn holds_at(&self, now: Instant) -> bool {
+        !self.state.lost.load(Ordering::Acquire) && now < self.valid_until()
+    }
+
+    /// Whether the lease is gone for good (lapsed, or refused by etcd).
+    pub fn lost(&self) -> bool {
+        self.state.lost.load(Ordering::Acquire)
+    }
+
+    /// Renewals that failed so far.
+    pub fn renewals_failed(&self) -> usize {
+        self.state.renewals_failed.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! combd's fleet groundwork: what a node needs to share its objects with other nodes.
+//!
+//! In a fleet (DESIGN.md, "The fleet") each object has one owner at a time, chosen at first use
+//! and held by a lease in a coordinator (etcd); an object's committed batches are shipped to a
+//! bucket (S3-compatible) as segments before their replies leave, fenced by the owner's lease,
+//! so another node can restore every acknowledged write. This crate holds the three parts that
+//! do not depend on how a node runs:
+//!
+//! - [`bucket`]: a minimal S3 client (put, get, delete, list), signed with SigV4 by `rusty-s3`
+//!   (which does no I/O) and sent by `ureq` (blocking, every timeout and size bounded from
+//!   `combd_kernel::limits`);
+//! - [`coordinator`]: etcd v3 over its JSON gateway: one lease per node kept alive by a
+//!   [`coordinator::LeaseKeeper`] thread, claiming an object (its fencing token is the owner
+//!   key's `create_revision`), looking up its owner, and the fenced head advance that a stale
+//!   owner cannot make;
+//! - [`segment`]: packing a committed batch's WAL frames as a segment, and writing a database
+//!   from a snapshot and the segments after it;
+//! - [`ship`]: a segment uploaded, then the head advanced, fenced: what the commit task waits
+//!   for before a batch's replies leave;
+//! - [`restore`]: an object's database back from the bucket, following the chain of segments
+//!   from the head the coordinator records.
+//!
+//! [`config`] turns the node's validated `COMBD_FLEET_*` settings into the clients'
+//! configurations (and reads the bucket's secret key from its file).
+//!
+//! Nothing here runs on a glommio executor: every call blocks, so a shard runs it on a blocking
+//! thread (`spawn_blocking`), as it does a WAL sync. The fleet is off unless `COMBD_FLEET_ETCD`
+//! is set (`combd_kernel::settings::FleetSettings`); a node without it never calls this crate.
+//!
+//! ## Where an object lives in the bucket
+//!
+//! [`keys`] names them: `<object>/seg/<seq>-<token>` is segment `seq` written by the owner whose
+//! fencing token is `token`; `<object>/snap/<seq>-<token>` is a snapshot of the database as of
+//! that segment. Putting the token in the key means a stale owner's upload can never overwrite
+//! the real owner's object of the same number (S3 buckets such as Garage have no conditional
+//! put). The head in the coordinator names the last segment and its token, each segment names
+//! the token of the one before it, and [`restore`] follows that chain back from the head to a
+//! snapshot (or to the beginning), so an orphan a stale owner uploaded is never read.
+//!
+//! ## How a node is to use it (not wired into the shards yet)
+//!
+//! - At start, with the fleet on: read the secret ([`config::read_secret_key`]), grant the
+//!   node's lease and start its [`coordinator::LeaseKeeper`].
+//! - Opening an object (under `COMBD_RESTORES_AT_ONCE`): [`coordinator::Coordinator::claim`];
+//!   if won, [`restore::restore_object`] from the head unless the local file is already at it;
+//!   open it with `wal_autocheckpoint=0`; if held by another node, pass the request through.
+//! - The commit task, after the group's WAL sync and before any reply: on a blocking thread,
+//!   [`segment::WalCursor::next_segment`] until `None`, [`ship::ship_segment`] each; `Done`
+//!   releases the replies if the keeper still holds the lease; `Fenced` refuses them and drops
+//!   the object; an error refuses them (503, retry-after) and marks the pipeline failed. Then
+//!   checkpoint, and now and then [`ship::ship_snapshot`] and delete the segments it covers.
+
+pub mod bucket;
+pub mod config;
+pub mod coordinator;
+mod http;
+pub mod keys;
+pub mod restore;
+pub mod segment;
+pub mod ship;
+
+pub use http::Failure;

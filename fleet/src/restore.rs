@@ -1,0 +1,159 @@
+//! An object's database back from the bucket: the snapshot and segments the head's chain
+//! names, written to a file SQLite opens as it is.
+//!
+//! The walk goes backward from the head (`seq`, `token`): if a snapshot of exactly that
+//! (`seq`, `token`) exists, it is the start; else segment (`seq`, `token`) is read, and the walk
+//! goes on from (`seq - 1`, its `prev_token`); segment 0 does not exist (an object's first
+//! segment is 1 and names token 0 before it), so reaching it means starting from an empty
+//! database. Then [`segment::restore`] applies the chain forward.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use combd_kernel::limits::{
+    FLEET_LIST_KEYS_MAX, FLEET_RESTORE_SEGMENTS_MAX_BYTES, FLEET_SEGMENT_MAX_BYTES,
+    FLEET_SNAPSHOT_MAX_BYTES,
+};
+
+use crate::bucket::{Bucket, BucketError};
+use crate::coordinator::Head;
+use crate::keys;
+use crate::segment::{self, Segment, SegmentError};
+
+/// Why an object could not be restored.
+#[derive(Debug)]
+pub enum RestoreError {
+    /// The bucket failed.
+    Bucket(BucketError),
+    /// A segment is malformed, or the chain does not hold together.
+    Segment(SegmentError),
+    /// A segment the chain needs is not in the bucket.
+    Missing {
+        /// Its number.
+        seq: u64,
+        /// The token of the owner that should have written it.
+        token: i64,
+    },
+    /// The segments since the last snapshot take more than a restore may hold.
+    TooLarge {
+        /// [`FLEET_RESTORE_SEGMENTS_MAX_BYTES`].
+        limit: u64,
+    },
+}
+
+impl std::fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RestoreError::Bucket(e) => write!(f, "{e}"),
+            RestoreError::Segment(e) => write!(f, "{e}"),
+            RestoreError::Missing { seq, token } => {
+                write!(
+                    f,
+                    "segment {seq} of owner token {token} is not in the bucket"
+                )
+            }
+            RestoreError::TooLarge { limit } => write!(
+                f,
+                "the segments since the last snapshot take more than {limit} bytes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RestoreError {}
+
+impl From<BucketError> for RestoreError {
+    fn from(e: BucketError) -> Self {
+        RestoreError::Bucket(e)
+    }
+}
+
+impl From<SegmentError> for RestoreError {
+    fn from(e: SegmentError) -> Self {
+        RestoreError::Segment(e)
+    }
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// The snapshot it started from, (seq, token), if any.
+    pub snapshot: Option<(u64, i64)>,
+    /// Segments applied after it.
+    pub segments: usize,
+    /// The segment number the database is at (0 for an object never shipped).
+    pub seq: u64,
+}
+
+/// Writes `object`'s database as of `head` (from the coordinator; `None` for an object never
+/// shipped, which restores as no file at all) to `out`.
+pub fn restore_object(
+    bucket: &Bucket,
+    object: &str,
+    head: Option<Head>,
+    out: &Path,
+) -> Result<Restored, RestoreError> {
+    let Some(head) = head else {
+        return Ok(Restored {
+            snapshot: None,
+            segments: 0,
+            seq: 0,
+        });
+    };
+    let snapshots: HashSet<(u64, i64)> = bucket
+        .list(&keys::snapshot_prefix(object), FLEET_LIST_KEYS_MAX)?
+        .iter()
+        .filter_map(|k| keys::parse_snapshot(k))
+        .collect();
+    let mut chain: Vec<Segment> = Vec::new();
+    let mut held = 0u64;
+    let (mut seq, mut token) = (head.seq, head.token);
+    let start = loop {
+        if seq == 0 {
+            break None;
+        }
+        if snapshots.contains(&(seq, token)) {
+            break Some((seq, token));
+        }
+        let key = keys::segment(object, seq, token);
+        let bytes = bucket
+            .get(&key, FLEET_SEGMENT_MAX_BYTES as u64)?
+            .ok_or(RestoreError::Missing { seq, token })?;
+        held += bytes.len() as u64;
+        if held > FLEET_RESTORE_SEGMENTS_MAX_BYTES {
+            return Err(RestoreError::TooLarge {
+                limit: FLEET_RESTORE_SEGMENTS_MAX_BYTES,
+            });
+        }
+        let seg = Segment::decode(&bytes)?;
+        if seg.seq != seq || seg.token != token || seg.object != object {
+            return Err(SegmentError::Malformed(format!(
+                "{key} holds segment {} of {:?} by token {}",
+                seg.seq, seg.object, seg.token
+            ))
+            .into());
+        }
+        (seq, token) = (seq - 1, seg.prev_token);
+        chain.push(seg);
+    };
+    chain.reverse();
+    let snapshot = match start {
+        None => None,
+        Some((s, t)) => Some(
+            bucket
+                .get(&keys::snapshot(object, s, t), FLEET_SNAPSHOT_MAX_BYTES)?
+                .ok_or(RestoreError::Missing { seq: s, token: t })?,
+        ),
+    };
+    let at = segment::restore(
+        out,
+        snapshot.as_deref(),
+        start.map_or(0, |(s, _)| s),
+        &chain,
+    )?;
+    Ok(Restored {
+        snapshot: start,
+        segments: chain.len(),
+        seq: at,
+    })
+}

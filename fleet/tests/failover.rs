@@ -1,0 +1,233 @@
+//! The whole path with real parts: an owner ships each committed batch (segment uploaded, then
+//! the head advanced, fenced by its token) to a real S3 server and a real etcd; another node
+//! claims the object once the first one's lease is gone, restores it from the bucket, and goes
+//! on; the stale owner's next batch is fenced and never read by a restore.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use combd_fleet::bucket::Bucket;
+use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head};
+use combd_fleet::restore::{restore_object, Restored};
+use combd_fleet::segment::WalCursor;
+use combd_fleet::ship::{ship_segment, ship_snapshot};
+use combd_fleet::{keys, Failure};
+use combd_kernel::limits::FLEET_LIST_KEYS_MAX;
+use support::db::{open_checked, rows, Db};
+use support::{temp_dir, Etcd, S3};
+
+/// An owner of one object: its database, where shipping stands, and its token.
+struct Owner {
+    db: Db,
+    cursor: WalCursor,
+    object: String,
+    token: i64,
+    /// The last segment shipped (seq, token).
+    head: (u64, i64),
+}
+
+impl Owner {
+    /// Packs what committed since the last call and ships it; the coordinator's answer.
+    fn ship(&mut self, bucket: &Bucket, c: &Coordinator) -> Advance {
+        let seq = self.head.0 + 1;
+        let seg = self
+            .cursor
+            .next_segment(
+                &self.db.wal_path(),
+                &self.object,
+                seq,
+                self.token,
+                self.head.1,
+            )
+            .unwrap()
+            .expect("a committed batch to ship");
+        let advance = ship_segment(bucket, c, &seg).unwrap();
+        if advance == Advance::Done {
+            self.head = (seq, self.token);
+        }
+        advance
+    }
+
+    fn commit_and_ship(&mut self, sql: &str, bucket: &Bucket, c: &Coordinator) -> Advance {
+        self.db.commit(sql);
+        self.ship(bucket, c)
+    }
+}
+
+#[test]
+fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
+    let test = "another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced";
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let Some(s3) = S3::start(test) else { return };
+    let bucket = Bucket::new(&s3.bucket).unwrap();
+    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
+    let object = format!("{}room", s3.unique_prefix().trim_end_matches('/'));
+    let ttl = Duration::from_secs(30);
+    let (lease_a, lease_b) = (c.grant_lease(ttl).unwrap(), c.grant_lease(ttl).unwrap());
+
+    // Node A claims the object and ships its schema and three batches, with a snapshot
+    // after the second.
+    let Claim::Won(claim) = c.claim(&object, "127.0.0.2:8080", &lease_a).unwrap() else {
+        panic!("A's first claim must win");
+    };
+    let dir_a = temp_dir("node-a");
+    let mut a = Owner {
+        db: Db::create(&dir_a),
+        cursor: WalCursor::new(),
+        object: object.clone(),
+        token: claim.token,
+        head: (0, 0),
+    };
+    assert_eq!(a.ship(&bucket, &c), Advance::Done);
+    assert_eq!(
+        a.commit_and_ship("INSERT INTO t(v) VALUES ('a1'), ('a2')", &bucket, &c),
+        Advance::Done
+    );
+    let snap_head = Head {
+        seq: a.head.0,
+        token: a.head.1,
+    };
+    ship_snapshot(&bucket, &object, snap_head, &a.db.snapshot()).unwrap();
+    assert_eq!(
+        a.commit_and_ship("UPDATE t SET v = v || '+' WHERE v = 'a1'", &bucket, &c),
+        Advance::Done
+    );
+    assert_eq!(
+        a.commit_and_ship(
+            "INSERT INTO t(v, b) VALUES ('blob', randomblob(20000))",
+            &bucket,
+            &c
+        ),
+        Advance::Done
+    );
+    assert_eq!(
+        c.head(&object).unwrap(),
+        Some(Head {
+            seq: 4,
+            token: a.token
+        })
+    );
+    let acknowledged_by_a = rows(&a.db.conn);
+
+    // A's lease ends (revoked here; a lapse is the coordinator test's), and B claims.
+    c.revoke(&lease_a).unwrap();
+    let Claim::Won(claim_b) = c.claim(&object, "127.0.0.3:8080", &lease_b).unwrap() else {
+        panic!("B's claim after A's lease ended must win");
+    };
+    assert!(claim_b.token > a.token);
+
+    // B restores from the bucket: the snapshot and the two segments after it.
+    let dir_b = temp_dir("node-b");
+    let path_b = dir_b.join("object.sqlite");
+    let head = c.head(&object).unwrap();
+    let restored = restore_object(&bucket, &object, head, &path_b).unwrap();
+    assert_eq!(
+        restored,
+        Restored {
+            snapshot: Some((snap_head.seq, snap_head.token)),
+            segments: 2,
+            seq: 4
+        }
+    );
+    assert_eq!(
+        rows(&open_checked(&path_b)),
+        acknowledged_by_a,
+        "every write A shipped"
+    );
+
+    // A does not know yet: its next batch uploads, but the head advance is fenced, so A must
+    // not acknowledge it.
+    assert_eq!(
+        a.commit_and_ship("INSERT INTO t(v) VALUES ('stale write')", &bucket, &c),
+        Advance::Fenced
+    );
+    // B goes on from the head it restored, shipping segment 5 as well.
+    let mut b = Owner {
+        db: Db::open(&path_b),
+        cursor: WalCursor::new(),
+        object: object.clone(),
+        token: claim_b.token,
+        head: (4, a.token),
+    };
+    assert_eq!(
+        b.commit_and_ship("INSERT INTO t(v) VALUES ('b1')", &bucket, &c),
+        Advance::Done
+    );
+    // Both segments 5 are in the bucket, under their own tokens: the stale one overwrote
+    // nothing.
+    let fives: Vec<String> = bucket
+        .list(&keys::segment_prefix(&object), FLEET_LIST_KEYS_MAX)
+        .unwrap()
+        .into_iter()
+        .filter(|k| keys::parse_segment(k).is_some_and(|(seq, _)| seq == 5))
+        .collect();
+    assert_eq!(
+        fives,
+        [
+            keys::segment(&object, 5, a.token),
+            keys::segment(&object, 5, b.token)
+        ]
+    );
+
+    // A third node restores: B's write is there, A's stale one is not.
+    let dir_c = temp_dir("node-c");
+    let path_c = dir_c.join("object.sqlite");
+    let restored = restore_object(&bucket, &object, c.head(&object).unwrap(), &path_c).unwrap();
+    assert_eq!(restored.seq, 5);
+    let rows_c = rows(&open_checked(&path_c));
+    assert_eq!(rows_c, rows(&b.db.conn));
+    assert!(rows_c.iter().any(|r| r.contains("|b1|")));
+    assert!(!rows_c.iter().any(|r| r.contains("stale write")));
+
+    // A segment the chain needs, gone from the bucket, fails the restore naming it.
+    bucket.delete(&keys::segment(&object, 5, b.token)).unwrap();
+    let path_d = dir_c.join("missing.sqlite");
+    let e = restore_object(&bucket, &object, c.head(&object).unwrap(), &path_d).unwrap_err();
+    assert!(e.to_string().contains("segment 5"), "{e}");
+
+    for d in [dir_a, dir_b, dir_c] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn shipping_fails_when_the_bucket_is_unreachable_and_nothing_advances() {
+    let test = "shipping_fails_when_the_bucket_is_unreachable";
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
+    let lease = c.grant_lease(Duration::from_secs(30)).unwrap();
+    let Claim::Won(claim) = c.claim("room", "127.0.0.2:8080", &lease).unwrap() else {
+        panic!("first claim");
+    };
+    let port = support::free_port();
+    let bucket = Bucket::new(&combd_fleet::bucket::BucketConfig {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        bucket: "combd-test".into(),
+        region: "garage".into(),
+        access_key: "GK".into(),
+        secret_key: "s".into(),
+    })
+    .unwrap();
+    let dir = temp_dir("no-bucket");
+    let db = Db::create(&dir);
+    let seg = WalCursor::new()
+        .next_segment(&db.wal_path(), "room", 1, claim.token, 0)
+        .unwrap()
+        .unwrap();
+    match ship_segment(&bucket, &c, &seg) {
+        Err(combd_fleet::ship::ShipError::Bucket(e)) => {
+            assert!(matches!(e.failure, Failure::Unreachable(_)), "{e}")
+        }
+        other => panic!("expected the upload to fail, got {other:?}"),
+    }
+    // The head did not move: the batch is not in the fleet and must not be acknowledged.
+    assert_eq!(c.head("room").unwrap(), None);
+    let _ = std::fs::remove_dir_all(dir);
+}

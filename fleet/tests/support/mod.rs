@@ -1,0 +1,329 @@
+//! The real servers the fleet tests run against, each started by the test on free loopback
+//! ports in a temporary directory of its own and stopped (killed, its directory removed) when
+//! the test's handle drops: etcd (Debian's `etcd-server`) and Garage (an S3 server). A test
+//! whose server is not installed is skipped with one line saying how to install it
+//! (`tools/fleet-env/install`). Every wait is bounded and fails with "timed out waiting for ...".
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use combd_fleet::bucket::BucketConfig;
+
+pub mod db;
+
+/// How long a server may take to start and answer.
+pub const START_WAIT: Duration = Duration::from_secs(30);
+
+/// The access key the tests' Garage is given (Garage's format: `GK` and 24 hex digits).
+pub const ACCESS_KEY: &str = "GK0123456789abcdef01234567";
+/// Its secret key (64 hex digits).
+pub const SECRET_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+/// The tests' bucket.
+pub const BUCKET: &str = "combd-test";
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh directory under the system's temporary directory.
+pub fn temp_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "combd-fleet-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A port nobody listens on now (the kernel's pick for port 0 on 127.0.0.1).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `name` on `PATH` or in `~/.cargo/bin`, if installed.
+pub fn find_binary(name: &str) -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin"));
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(home)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Polls `ready` until it is true, failing with "timed out waiting for `what`" past `limit`.
+/// For an external process, which has no event to wait on.
+pub fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child process killed, and its directory removed, on drop.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn spawn(cmd: &mut Command, dir: &Path, log: &str) -> Child {
+    let log = std::fs::File::create(dir.join(log)).unwrap();
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// A single-member etcd on loopback.
+pub struct Etcd {
+    server: Server,
+    /// Its client endpoint, `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it answers; `None` (and one printed line) if it is not
+    /// installed.
+    pub fn start(test: &str) -> Option<Etcd> {
+        let Some(bin) = find_binary("etcd") else {
+            eprintln!(
+                "skipped {test}: etcd is not installed (tools/fleet-env/install, or apt-get \
+                 install etcd-server)"
+            );
+            return None;
+        };
+        let dir = temp_dir("etcd");
+        let (client, peer) = (free_port(), free_port());
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = spawn(
+            Command::new(bin)
+                .arg("--name=test")
+                .arg(format!("--data-dir={}", dir.join("data").display()))
+                .arg(format!("--listen-client-urls={endpoint}"))
+                .arg(format!("--advertise-client-urls={endpoint}"))
+                .arg(format!("--listen-peer-urls={peer_url}"))
+                .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+                .arg(format!("--initial-cluster=test={peer_url}"))
+                .arg("--log-level=warn"),
+            &dir,
+            "etcd.log",
+        );
+        let etcd = Etcd {
+            server: Server { child, dir },
+            endpoint,
+        };
+        let health = format!("{}/health", etcd.endpoint);
+        wait_until("etcd to answer /health", START_WAIT, || {
+            ureq::get(&health)
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .is_some_and(|b| b.contains("true"))
+        });
+        Some(etcd)
+    }
+}
+
+/// The S3 server a test runs against: a Garage it starts, or, when `COMBD_FLEET_TEST_S3` is
+/// set to `endpoint,bucket,region,access_key,secret_key`, that server (to check the client
+/// against another S3 implementation; the bucket must exist and be empty of `combd-test-*`
+/// keys).
+pub struct S3 {
+    _garage: Option<Garage>,
+    /// How to reach its bucket.
+    pub bucket: BucketConfig,
+}
+
+impl S3 {
+    /// The server for `test`; `None` (and one printed line) if none is installed.
+    pub fn start(test: &str) -> Option<S3> {
+        if let Ok(spec) = std::env::var("COMBD_FLEET_TEST_S3") {
+            let f: Vec<&str> = spec.split(',').collect();
+            assert_eq!(
+                f.len(),
+                5,
+                "COMBD_FLEET_TEST_S3=endpoint,bucket,region,access_key,secret_key"
+            );
+            return Some(S3 {
+                _garage: None,
+                bucket: BucketConfig {
+                    endpoint: f[0].into(),
+                    bucket: f[1].into(),
+                    region: f[2].into(),
+                    access_key: f[3].into(),
+                    secret_key: f[4].into(),
+                },
+            });
+        }
+        let garage = Garage::start(test)?;
+        Some(S3 {
+            bucket: garage.bucket.clone(),
+            _garage: Some(garage),
+        })
+    }
+
+    /// A key prefix no other test run uses.
+    pub fn unique_prefix(&self) -> String {
+        format!(
+            "combd-test-{}-{}-{}/",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        )
+    }
+}
+
+/// A single-node Garage on loopback with one bucket and one key allowed on it.
+pub struct Garage {
+    server: Server,
+    config_path: PathBuf,
+    bin: PathBuf,
+    /// How to reach its bucket.
+    pub bucket: BucketConfig,
+}
+
+impl Garage {
+    /// Starts Garage, lays out its one node, creates the tests' key and bucket; `None` (and
+    /// one printed line) if it is not installed.
+    pub fn start(test: &str) -> Option<Garage> {
+        let Some(bin) = find_binary("garage") else {
+            eprintln!(
+                "skipped {test}: garage is not installed (tools/fleet-env/install builds it \
+                 into ~/.cargo/bin)"
+            );
+            return None;
+        };
+        let dir = temp_dir("garage");
+        let (rpc, s3, admin) = (free_port(), free_port(), free_port());
+        let config_path = dir.join("garage.toml");
+        std::fs::write(&config_path, garage_config(&dir, rpc, s3, admin)).unwrap();
+        let child = spawn(
+            Command::new(&bin).arg("-c").arg(&config_path).arg("server"),
+            &dir,
+            "garage.log",
+        );
+        let garage = Garage {
+            server: Server { child, dir },
+            config_path,
+            bin,
+            bucket: BucketConfig {
+                endpoint: format!("http://127.0.0.1:{s3}"),
+                bucket: BUCKET.to_string(),
+                region: combd_fleet::bucket::DEFAULT_REGION.to_string(),
+                access_key: ACCESS_KEY.to_string(),
+                secret_key: SECRET_KEY.to_string(),
+            },
+        };
+        let mut node_id = String::new();
+        wait_until("garage to answer `node id`", START_WAIT, || {
+            let out = garage.cli(&["node", "id", "-q"]);
+            if out.status.success() {
+                node_id = String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .split('@')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+            }
+            !node_id.is_empty()
+        });
+        garage.must(&["layout", "assign", "-z", "dc1", "-c", "1G", &node_id]);
+        garage.must(&["layout", "apply", "--version", "1"]);
+        garage.must(&[
+            "key",
+            "import",
+            "--yes",
+            "-n",
+            "combd-test",
+            ACCESS_KEY,
+            SECRET_KEY,
+        ]);
+        // The layout takes effect asynchronously: retry until the bucket can be created.
+        wait_until("garage to create the bucket", START_WAIT, || {
+            garage.cli(&["bucket", "create", BUCKET]).status.success()
+                || garage.cli(&["bucket", "info", BUCKET]).status.success()
+        });
+        garage.must(&[
+            "bucket",
+            "allow",
+            "--read",
+            "--write",
+            "--owner",
+            BUCKET,
+            "--key",
+            "combd-test",
+        ]);
+        Some(garage)
+    }
+
+    /// Runs the garage command line against this server.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
+            .arg("-c")
+            .arg(&self.config_path)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn must(&self, args: &[&str]) {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "garage {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A one-node Garage's configuration: everything on loopback, SQLite metadata, no replication.
+/// `tools/fleet-env/up` writes the same.
+fn garage_config(dir: &Path, rpc: u16, s3: u16, admin: u16) -> String {
+    format!(
+        r#"metadata_dir = "{dir}/meta"
+data_dir = "{dir}/data"
+db_engine = "sqlite"
+replication_factor = 1
+rpc_bind_addr = "127.0.0.1:{rpc}"
+rpc_public_addr = "127.0.0.1:{rpc}"
+rpc_secret = "{secret}"
+
+[s3_api]
+s3_region = "{region}"
+api_bind_addr = "127.0.0.1:{s3}"
+root_domain = ".s3.localhost"
+
+[admin]
+api_bind_addr = "127.0.0.1:{admin}"
+"#,
+        dir = dir.display(),
+        secret = SECRET_KEY,
+        region = combd_fleet::bucket::DEFAULT_REGION,
+    )
+}

@@ -1,0 +1,242 @@
+//! The fleet's settings: the coordinator (etcd), the bucket (S3), this node's fleet address and
+//! its lease. The fleet is off unless `COMBD_FLEET_ETCD` is set; then every other fleet setting
+//! but the lease's TTL is required, and without it none may be set (a half-configured fleet must
+//! not start as a lone node that believes its writes are shipped).
+
+use super::*;
+
+/// The fleet's settings, when the fleet is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetSettings {
+    /// `COMBD_FLEET_ETCD`: the coordinator's endpoints, each `http://host:port`, in the order
+    /// given (a client tries them in turn).
+    pub etcd: Vec<String>,
+    /// `COMBD_FLEET_BUCKET_URL`: the S3 endpoint, `http://host:port` (no path).
+    pub bucket_url: String,
+    /// `COMBD_FLEET_BUCKET`: the bucket's name.
+    pub bucket: String,
+    /// `COMBD_FLEET_BUCKET_REGION`: the region S3 signatures name (the server's own, e.g.
+    /// Garage's `s3_region`).
+    pub bucket_region: String,
+    /// `COMBD_FLEET_ACCESS_KEY`: the bucket's access key id (not a secret: it is printed by
+    /// `--check-config`).
+    pub access_key: String,
+    /// `COMBD_FLEET_SECRET_KEY_FILE`: the file holding the bucket's secret key, read at start-up
+    /// (a secret in the environment or on the command line is visible in `/proc`).
+    pub secret_key_file: PathBuf,
+    /// `COMBD_FLEET_NODE`: the address other nodes reach this node at, recorded as the owner of
+    /// the objects it claims.
+    pub node: SocketAddr,
+    /// `COMBD_FLEET_LEASE_TTL`: how long this node's lease outlives its last renewal.
+    pub lease_ttl: Duration,
+}
+
+/// The fleet settings that need `COMBD_FLEET_ETCD`, and are required with it (the lease's TTL
+/// has a default).
+pub(super) const REQUIRED_WITH_ETCD: &[&str] = &[
+    "COMBD_FLEET_BUCKET_URL",
+    "COMBD_FLEET_BUCKET",
+    "COMBD_FLEET_ACCESS_KEY",
+    "COMBD_FLEET_SECRET_KEY_FILE",
+    "COMBD_FLEET_NODE",
+];
+
+/// The fleet settings that need `COMBD_FLEET_ETCD` but have a default.
+pub(super) const OPTIONAL_WITH_ETCD: &[&str] =
+    &["COMBD_FLEET_LEASE_TTL", "COMBD_FLEET_BUCKET_REGION"];
+
+/// Reads the fleet's settings: `None` when `COMBD_FLEET_ETCD` is not set (and no other fleet
+/// setting is either).
+pub(super) fn fleet_settings(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Option<FleetSettings>, ConfigError> {
+    let Some(etcd) = get("COMBD_FLEET_ETCD") else {
+        for name in REQUIRED_WITH_ETCD.iter().chain(OPTIONAL_WITH_ETCD) {
+            if get(name).is_some() {
+                return Err(err(
+                    name,
+                    "is set but COMBD_FLEET_ETCD is not (the fleet is off without a coordinator)",
+                ));
+            }
+        }
+        return Ok(None);
+    };
+    let etcd = parse_etcd_endpoints(&etcd).map_err(|m| err("COMBD_FLEET_ETCD", m))?;
+    let required = |name: &str| {
+        get(name)
+            .filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| err(name, "required with COMBD_FLEET_ETCD"))
+    };
+    let bucket_url = parse_http_endpoint(&required("COMBD_FLEET_BUCKET_URL")?)
+        .map_err(|m| err("COMBD_FLEET_BUCKET_URL", m))?;
+    let bucket = parse_bucket_name(&required("COMBD_FLEET_BUCKET")?)
+        .map_err(|m| err("COMBD_FLEET_BUCKET", m))?;
+    let access_key = required("COMBD_FLEET_ACCESS_KEY")?.trim().to_string();
+    if !access_key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(err(
+            "COMBD_FLEET_ACCESS_KEY",
+            "must be printable ASCII without spaces",
+        ));
+    }
+    let secret_key_file = PathBuf::from(required("COMBD_FLEET_SECRET_KEY_FILE")?.trim());
+    let node =
+        parse_fleet_node(&required("COMBD_FLEET_NODE")?).map_err(|m| err("COMBD_FLEET_NODE", m))?;
+    let or_default = |name: &str| {
+        get(name).unwrap_or_else(|| {
+            SETTINGS
+                .iter()
+                .find(|s| s.env == name)
+                .map_or(String::new(), |s| s.default.to_string())
+        })
+    };
+    let lease_ttl = parse_lease_ttl(&or_default("COMBD_FLEET_LEASE_TTL"))
+        .map_err(|m| err("COMBD_FLEET_LEASE_TTL", m))?;
+    let bucket_region = parse_region(&or_default("COMBD_FLEET_BUCKET_REGION"))
+        .map_err(|m| err("COMBD_FLEET_BUCKET_REGION", m))?;
+    Ok(Some(FleetSettings {
+        etcd,
+        bucket_url,
+        bucket,
+        bucket_region,
+        access_key,
+        secret_key_file,
+        node,
+        lease_ttl,
+    }))
+}
+
+/// Parses `COMBD_FLEET_LEASE_TTL`: a duration in whole seconds (etcd's leases count seconds),
+/// from [`limits::FLEET_LEASE_TTL_MIN`] to [`limits::FLEET_LEASE_TTL_MAX`].
+pub fn parse_lease_ttl(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!(
+            "{text:?} is not a whole number of seconds (etcd's leases count seconds)"
+        ));
+    }
+    let (min, max) = (limits::FLEET_LEASE_TTL_MIN, limits::FLEET_LEASE_TTL_MAX);
+    if d < min || d > max {
+        return Err(format!(
+            "{text:?} is out of range: from {}s (etcd's shortest lease) to {}s (a dead owner's \
+             objects are unreachable this long)",
+            min.as_secs(),
+            max.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
+/// Parses an HTTP endpoint `http://host:port` (a trailing `/` is dropped; no path). Only plain
+/// HTTP: the fleet's clients speak it on the fleet network (TLS to the bucket is not built yet).
+pub fn parse_http_endpoint(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    let rest = if let Some(rest) = t.strip_prefix("http://") {
+        rest
+    } else if t.starts_with("https://") {
+        return Err(format!(
+            "{t:?}: https is not supported yet; reach the server over http on the fleet network"
+        ));
+    } else {
+        return Err(format!(
+            "{t:?} is not an endpoint: expected http://host:port"
+        ));
+    };
+    let hostport = rest.strip_suffix('/').unwrap_or(rest);
+    let Some((host, port)) = hostport.rsplit_once(':') else {
+        return Err(format!("{t:?} has no port: expected http://host:port"));
+    };
+    let host_ok = !host.is_empty()
+        && (host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+            || (host.starts_with('[') && host.ends_with(']')));
+    if !host_ok {
+        return Err(format!(
+            "{t:?}: the host must be a name or an IP address (no path, no user)"
+        ));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(format!("http://{host}:{p}")),
+        _ => Err(format!("{t:?}: the port must be 1 to 65535")),
+    }
+}
+
+/// Parses `COMBD_FLEET_ETCD`: comma-separated endpoints, each `http://host:port` or
+/// `host:port`, at most [`limits::FLEET_ETCD_ENDPOINTS_MAX`], no repeats.
+pub fn parse_etcd_endpoints(text: &str) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(format!("{text:?} has an empty endpoint"));
+        }
+        let url = if item.contains("://") {
+            item.to_string()
+        } else {
+            format!("http://{item}")
+        };
+        let e = parse_http_endpoint(&url)?;
+        if out.contains(&e) {
+            return Err(format!("{e} is listed twice"));
+        }
+        out.push(e);
+    }
+    if out.len() > limits::FLEET_ETCD_ENDPOINTS_MAX {
+        return Err(format!(
+            "{} endpoints; at most {} (an etcd cluster has at most 7 members)",
+            out.len(),
+            limits::FLEET_ETCD_ENDPOINTS_MAX
+        ));
+    }
+    Ok(out)
+}
+
+/// Parses a bucket name by S3's rules: 3 to 63 characters, lower-case letters, digits, `.` and
+/// `-`, beginning and ending with a letter or digit.
+pub fn parse_bucket_name(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    let edge = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if !(3..=63).contains(&t.len())
+        || !t
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        || !edge(t.bytes().next())
+        || !edge(t.bytes().last())
+    {
+        return Err(format!(
+            "{t:?} is not a bucket name: 3 to 63 lower-case letters, digits, '.' or '-', \
+             beginning and ending with a letter or digit"
+        ));
+    }
+    Ok(t.to_string())
+}
+
+/// Parses `COMBD_FLEET_NODE`: the `ip:port` other nodes reach this node at; neither the
+/// unspecified address (`0.0.0.0` reaches nobody) nor port 0.
+pub fn parse_fleet_node(text: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not an address:port (e.g. 10.0.0.2:8080)"))?;
+    if addr.ip().is_unspecified() || addr.port() == 0 {
+        return Err(format!(
+            "{addr}: other nodes must be able to reach it: give a real address and port"
+        ));
+    }
+    Ok(addr)
+}
+
+/// Parses an S3 region name: 1 to 64 of `a-z 0-9 -`.
+pub fn parse_region(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    if t.is_empty()
+        || t.len() > 64
+        || !t
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(format!(
+            "{t:?} is not a region: 1 to 64 lower-case letters, digits or '-' (e.g. garage, us-east-1)"
+        ));
+    }
+    Ok(t.to_string())
+}
