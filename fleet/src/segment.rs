@@ -175,13 +175,33 @@ impl WalCursor {
         token: i64,
         prev_token: i64,
     ) -> Result<Option<Segment>, SegmentError> {
+        self.next_segment_upto(wal_path, object, seq, token, prev_token, u64::MAX)
+    }
+
+    /// [`WalCursor::next_segment`], reading no further than `limit` bytes into the WAL: the
+    /// WAL's length right after the last commit to ship, taken by its writer, so that a
+    /// transaction being written meanwhile (its commit frame's header written before its page)
+    /// is never read half-written.
+    pub fn next_segment_upto(
+        &mut self,
+        wal_path: &Path,
+        object: &str,
+        seq: u64,
+        token: i64,
+        prev_token: i64,
+        limit: u64,
+    ) -> Result<Option<Segment>, SegmentError> {
         let mut file = match File::open(wal_path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io("open the WAL")(e)),
         };
         let mut head = [0u8; WAL_HEADER_BYTES as usize];
-        let len = file.metadata().map_err(io("stat the WAL"))?.len();
+        let len = file
+            .metadata()
+            .map_err(io("stat the WAL"))?
+            .len()
+            .min(limit);
         if len < WAL_HEADER_BYTES {
             return Ok(None);
         }

@@ -431,6 +431,13 @@ pub const FLEET_LIST_PAGE_KEYS: usize = 1000;
 /// Bytes of an error answer's body kept for the error message (S3's XML error, etcd's JSON).
 pub const FLEET_ERROR_BODY_MAX_BYTES: u64 = 4 * 1024;
 
+/// In a fleet an object's WAL past this many bytes is checkpointed (once everything committed
+/// is shipped) and the database uploaded as a snapshot: SQLite's own checkpoints are off so no
+/// unshipped frame is overwritten, and a restore then reads the snapshot and the segments
+/// after it instead of every segment since the object began. An object let go is snapshotted
+/// too.
+pub const FLEET_CHECKPOINT_WAL_BYTES: u64 = 4 << 20;
+
 /// Most endpoints in `COMBD_FLEET_ETCD`: etcd clusters have at most 7 members (more slows every
 /// write for no gain in safety).
 pub const FLEET_ETCD_ENDPOINTS_MAX: usize = 7;

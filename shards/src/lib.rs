@@ -67,6 +67,7 @@ pub mod app;
 mod cells;
 mod conn;
 mod fifo;
+pub mod fleet;
 pub mod http;
 mod job;
 pub mod limit;

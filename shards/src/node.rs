@@ -13,6 +13,7 @@ use combd_kernel::sys;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::app::Apps;
+use crate::fleet::Fleet;
 use crate::shard::{self, ListenerFd};
 use crate::shared::{NodeShared, SharedParts};
 use crate::tls::Tls;
@@ -110,6 +111,12 @@ impl Node {
                 message: format!("{n} shards need {n} CPUs, {} allowed", cpus.len()),
             });
         }
+        let fleet = match &settings.fleet {
+            Some(f) => Some(Arc::new(Fleet::start(f).map_err(
+                |(setting, message)| StartError::Setting { setting, message },
+            )?)),
+            None => None,
+        };
         let bound = bind_all(&settings, n)?;
         let (shard_wakers, wake_fds) = wake_sockets(n)?;
         let (inboxes, inbox_rx): (Vec<_>, Vec<_>) = (0..n)
@@ -125,6 +132,7 @@ impl Node {
             coordinator,
             inboxes,
             tls,
+            fleet,
         }));
         let (tx, events) = mpsc::channel();
         let per_shard = bound.per_shard.into_iter().zip(wake_fds).zip(inbox_rx);

@@ -6,6 +6,7 @@ use std::io::Write as _;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use combd_kernel::limits;
@@ -13,6 +14,7 @@ use combd_kernel::settings::Settings;
 
 use crate::admission::Admission;
 use crate::app::Apps;
+use crate::fleet::Fleet;
 use crate::job::ShardMsg;
 use crate::stats::{self, Field, Kind, NodeFigures, ShardStats};
 use crate::tls::Tls;
@@ -48,6 +50,8 @@ pub struct NodeShared {
     pub(crate) inboxes: Vec<async_channel::Sender<ShardMsg>>,
     /// The TLS configuration, when TLS is on.
     pub tls: Option<Tls>,
+    /// This node's part of the fleet, when `COMBD_FLEET_ETCD` is set.
+    pub fleet: Option<Arc<Fleet>>,
     /// Per shard: what its sessions missed because its inbox was full.
     pub(crate) missed: Vec<Missed>,
 }
@@ -106,6 +110,7 @@ pub(crate) struct SharedParts {
     pub coordinator: mpsc::SyncSender<()>,
     pub inboxes: Vec<async_channel::Sender<ShardMsg>>,
     pub tls: Option<Tls>,
+    pub fleet: Option<Arc<Fleet>>,
 }
 
 impl NodeShared {
@@ -129,6 +134,7 @@ impl NodeShared {
             missed: p.inboxes.iter().map(|_| Missed::default()).collect(),
             inboxes: p.inboxes,
             tls: p.tls,
+            fleet: p.fleet,
         }
     }
 
@@ -248,6 +254,7 @@ impl NodeShared {
             ("write_stall_timeout_ms", ms(limits::WRITE_STALL_TIMEOUT)),
             ("http_object_pipeline", limits::HTTP_OBJECT_PIPELINE as u64),
             ("wal_sync_slow_ms", ms(limits::WAL_SYNC_SLOW)),
+            ("fleet_checkpoint_wal_bytes", limits::FLEET_CHECKPOINT_WAL_BYTES),
             ("fanout_per_turn", limits::FANOUT_PER_TURN as u64),
             ("inbox_per_turn", limits::INBOX_PER_TURN as u64),
             ("ping_sweep_per_turn", limits::PING_SWEEP_PER_TURN as u64),
@@ -297,7 +304,7 @@ impl NodeShared {
         use Kind::*;
         let a = &self.admission;
         let g = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
-        vec![
+        let mut figures = vec![
             ("tcp_refusing", "combd_tcp_refusing", Gauge, "1 while the node refuses new connections at TCP.", a.refusing() as u64),
             ("pressure", "combd_pressure", Gauge, "Memory pressure level, 0, 1 or 2.", a.pressure.load(Ordering::Relaxed) as u64),
             ("memory_own_bytes", "combd_memory_own_bytes", Gauge, "Memory the node counts as its own.", g(&a.memory_own_bytes)),
@@ -316,7 +323,9 @@ impl NodeShared {
             ("tls_reload_failures", "combd_tls_reload_failures_total", Counter, "TLS certificate reloads refused.", self.tls.as_ref().map_or(0, |t| g(&t.reload_failures))),
             ("wasm_reloads", "combd_wasm_reloads_total", Counter, "Module reloads that replaced an app's version.", self.deployments().iter().filter_map(|(_, d)| d.as_ref()).map(|d| d.reloads).sum()),
             ("wasm_reloads_refused", "combd_wasm_reloads_refused_total", Counter, "Module reloads refused (the old version kept).", self.deployments().iter().filter_map(|(_, d)| d.as_ref()).map(|d| d.reloads_refused).sum()),
-        ]
+        ];
+        figures.extend(Fleet::figures(self.fleet.as_deref()));
+        figures
     }
 
     /// `/stats` as JSON.

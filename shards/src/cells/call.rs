@@ -181,6 +181,7 @@ mod tests {
         let config = StoreConfig {
             db_max_bytes: 1 << 30,
             schema,
+            fleet: false,
         };
         store::open(&path, config).unwrap()
     }

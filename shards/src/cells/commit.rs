@@ -18,6 +18,7 @@ use combd_kernel::limits::{OBJECT_UNSYNCED_BATCHES, WAL_SYNC_SLOW};
 use tracing::warn;
 
 use crate::app::{AppError, Effect, Output};
+use crate::fleet::{Shipped, Shipping};
 use crate::http::Response;
 use crate::job::Reply;
 use crate::stats::ShardStats;
@@ -32,6 +33,9 @@ pub(super) struct Committed {
     pub effects: Vec<Effect>,
     /// The connection's WAL, to sync; none when nothing was ever written.
     pub wal: Option<Wal>,
+    /// In a fleet: the WAL's length right after this batch committed (what its shipment may
+    /// read up to).
+    pub wal_len: u64,
 }
 
 /// What the commit task does between a commit and its answers.
@@ -57,6 +61,8 @@ struct Pipe {
     /// A WAL sync failed: what committed after it may sit on a hole in the WAL, so nothing
     /// more is answered until the object reloads its database.
     failed: Cell<bool>,
+    /// In a fleet, what the object ships from (taken by a shipment while it runs).
+    shipping: RefCell<Option<Shipping>>,
     taker: RefCell<Option<Waker>>,
     giver: RefCell<Option<Waker>>,
 }
@@ -101,8 +107,8 @@ pub(super) struct Pipeline {
 }
 
 impl Pipeline {
-    /// Starts the commit task of the object `key`.
-    pub fn start(cells: &Rc<Cells>, key: &str) -> Pipeline {
+    /// Starts the commit task of the object `key` (in a fleet, with what it ships from).
+    pub fn start(cells: &Rc<Cells>, key: &str, shipping: Option<Shipping>) -> Pipeline {
         let durability = if crate::testing::ACK_BEFORE_SYNC.load(Ordering::Relaxed) {
             Durability::AnswerFirst
         } else if cells.state.settings().sqlite_sync_full {
@@ -111,6 +117,7 @@ impl Pipeline {
             Durability::NoSync
         };
         let pipe = Rc::new(Pipe::default());
+        *pipe.shipping.borrow_mut() = shipping;
         let key: Rc<str> = key.into();
         let task = cells
             .state
@@ -135,10 +142,15 @@ impl Pipeline {
     /// spawning) the batch is made durable and answered here.
     pub async fn push(&self, batch: Committed) {
         if self.task.is_none() {
-            let failed = self.pipe.failed.get();
-            let synced =
-                release_group(&self.cells, &self.key, vec![batch], self.durability, failed).await;
-            self.pipe.failed.set(!synced);
+            let released = release_group(
+                &self.cells,
+                &self.key,
+                &self.pipe,
+                vec![batch],
+                self.durability,
+            )
+            .await;
+            self.pipe.failed.set(!released);
             return;
         }
         let pipe = &self.pipe;
@@ -160,14 +172,34 @@ impl Pipeline {
         self.pipe.failed.get()
     }
 
+    /// Waits until every batch handed over is answered (in a fleet: shipped), so what
+    /// committed may be checkpointed.
+    pub async fn idle(&self) {
+        let pipe = &self.pipe;
+        futures_lite::future::poll_fn(|cx| {
+            if pipe.unanswered.get() == 0 {
+                return Poll::Ready(());
+            }
+            *pipe.giver.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+    }
+
+    /// What the object ships from, while no shipment runs (call after [`Pipeline::idle`]).
+    pub fn shipping(&self) -> std::cell::RefMut<'_, Option<Shipping>> {
+        self.pipe.shipping.borrow_mut()
+    }
+
     /// Answers everything handed over and ends the commit task: after this no sync is in
-    /// flight, so the connection may close.
-    pub async fn finish(mut self) {
+    /// flight, so the connection may close. Returns what the object ships from.
+    pub async fn finish(mut self) -> Option<Shipping> {
         self.pipe.closed.set(true);
         Pipe::wake(&self.pipe.taker);
         if let Some(task) = self.task.take() {
             task.await;
         }
+        self.pipe.shipping.borrow_mut().take()
     }
 }
 
@@ -175,30 +207,37 @@ impl Pipeline {
 async fn release(cells: Rc<Cells>, key: Rc<str>, pipe: Rc<Pipe>, durability: Durability) {
     while let Some(group) = pipe.take().await {
         let n = group.len();
-        if !release_group(&cells, &key, group, durability, pipe.failed.get()).await {
+        if !release_group(&cells, &key, &pipe, group, durability).await {
             pipe.failed.set(true);
         }
         pipe.answered(n);
     }
 }
 
-/// Makes a group of committed batches durable with one sync and answers them in order; false
-/// (and every input answered 500) if the sync failed or one failed before (`failed`).
+/// Makes a group of committed batches durable with one sync (in a fleet, then ships them) and
+/// answers them in order; false (and every input refused) if the sync or the shipment failed,
+/// or one failed before (`pipe.failed`).
 async fn release_group(
     cells: &Cells,
     key: &str,
+    pipe: &Pipe,
     group: Vec<Committed>,
     durability: Durability,
-    failed: bool,
 ) -> bool {
     let state = &cells.state;
     let stats = state.stats();
     let wal = group.iter().rev().find_map(|c| c.wal);
-    let synced = !failed
-        && match durability {
-            Durability::SyncFirst => sync(state, key, wal, group.len()).await,
-            Durability::NoSync | Durability::AnswerFirst => true,
-        };
+    let mut refusal = None;
+    if pipe.failed.get()
+        || (durability == Durability::SyncFirst && !sync(state, key, wal, group.len()).await)
+    {
+        refusal = Some(Refusal::StorageUnavailable);
+    }
+    if refusal.is_none() {
+        refusal = ship(cells, key, pipe, &group).await;
+    }
+    let synced = refusal.is_none();
+    let refusal = refusal.unwrap_or(Refusal::StorageUnavailable);
     let permit = state.acquire_awake().await;
     // The group's effects, batch after batch, go out together: when the commit task is behind
     // (a fan-out to many viewers takes longer than a batch), the batches that queued meanwhile
@@ -208,9 +247,11 @@ async fn release_group(
         if !synced {
             // The disk refused to sync (now or before): nothing of these batches is known to
             // be durable, so nothing is acknowledged or sent.
-            ShardStats::add(&stats.wal_sync_failed_inputs, batch.replies.len() as u64);
+            if refusal == Refusal::StorageUnavailable {
+                ShardStats::add(&stats.wal_sync_failed_inputs, batch.replies.len() as u64);
+            }
             for reply in batch.replies {
-                cells.refuse_job_reply(reply, Refusal::StorageUnavailable);
+                cells.refuse_job_reply(reply, refusal);
             }
             continue;
         }
@@ -226,6 +267,33 @@ async fn release_group(
         sync(state, key, wal, 1).await;
     }
     synced
+}
+
+/// In a fleet, ships what the group committed (segments, fenced head advance) on a blocking
+/// thread and checks the lease: the refusal its inputs get if that failed.
+async fn ship(cells: &Cells, key: &str, pipe: &Pipe, group: &[Committed]) -> Option<Refusal> {
+    let fleet = cells.state.node().fleet.clone()?;
+    let mut shipping = pipe.shipping.borrow_mut().take()?;
+    let wal_len = group.iter().map(|c| c.wal_len).max().unwrap_or(0);
+    let answers = group.iter().map(|c| c.replies.len()).sum();
+    let (shipping, shipped) = glommio::executor()
+        .spawn_blocking(move || {
+            let shipped = fleet.ship(&mut shipping, wal_len, answers);
+            (shipping, shipped)
+        })
+        .await;
+    *pipe.shipping.borrow_mut() = Some(shipping);
+    match shipped {
+        Shipped::Done => None,
+        Shipped::Fenced => {
+            warn!(object = %key, "another node owns the object now: nothing of this batch is answered");
+            Some(Refusal::NotOwner)
+        }
+        Shipped::Failed(e) => {
+            warn!(object = %key, "cannot ship to the fleet: {e}");
+            Some(Refusal::FleetUnavailable)
+        }
+    }
 }
 
 /// Syncs the WAL on a blocking thread; false if the disk refused.

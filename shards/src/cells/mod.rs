@@ -57,6 +57,11 @@ pub(crate) enum Refusal {
     NoSuchApp,
     /// The object's database could not be opened.
     StorageUnavailable,
+    /// In a fleet: another node owns the object (or took it over).
+    NotOwner,
+    /// In a fleet: the coordinator or the bucket could not be reached, or this node's lease
+    /// is gone, so nothing can be made durable in the fleet.
+    FleetUnavailable,
 }
 
 impl Refusal {
@@ -69,6 +74,12 @@ impl Refusal {
             Refusal::DiskLow => Response::error(507, "disk_low"),
             Refusal::NoSuchApp => Response::error(404, "no such app"),
             Refusal::StorageUnavailable => Response::error(500, "object storage unavailable"),
+            Refusal::NotOwner => {
+                Response::error(503, "object owned by another node").with_header("retry-after", "1")
+            }
+            Refusal::FleetUnavailable => {
+                Response::error(503, "fleet unavailable").with_header("retry-after", "1")
+            }
         }
     }
 
@@ -79,6 +90,8 @@ impl Refusal {
             Refusal::DiskLow => "disk_low",
             Refusal::NoSuchApp => "no such app",
             Refusal::StorageUnavailable => "object storage unavailable",
+            Refusal::NotOwner => "object owned by another node",
+            Refusal::FleetUnavailable => "fleet unavailable",
         }
     }
 }

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
-use combd_kernel::limits::{OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE};
+use combd_kernel::limits::{FLEET_CHECKPOINT_WAL_BYTES, OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE};
 use glommio::timer::Timer;
 use tracing::warn;
 
 use crate::app::{object_path, App};
+use crate::fleet::{OpenError, Shipping};
 use crate::job::{Job, Owned, Reply};
 use crate::state::slot::WakerSlot;
 use crate::state::ShardState;
@@ -77,6 +78,7 @@ impl ObjectCell {
         let config = StoreConfig {
             db_max_bytes: s.db_max_bytes,
             schema: self.app.schema(),
+            fleet: s.fleet.is_some(),
         };
         (path, config)
     }
@@ -85,17 +87,41 @@ impl ObjectCell {
 /// The life of one object.
 pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     let state = cells.state.clone();
-    let mut db = restore(&state, &cell).await;
-    let mut pipeline = Pipeline::start(&cells, &cell.key);
-    loop {
-        if !wait_for_mail(&state, &cell).await {
-            // Idle (or draining with nothing queued): let the object go. It leaves the map in
-            // this turn, so new mail makes a fresh cell. Its connection closes only once
-            // every batch is durable and answered.
+    let fleet = state.node().fleet.clone();
+    let (mut db, shipping) = match restore(&state, &cell).await {
+        Opened::Db(db, shipping) => (db, shipping.map(|s| *s)),
+        Opened::NotHere(refusal) => {
+            // In a fleet: another node owns it, or the fleet is unreachable. Answer what
+            // waits, and let go: the next mail makes a fresh cell that asks again.
             cells.let_go(&cell.key);
-            pipeline.finish().await;
-            if let Some(db) = db.take() {
-                glommio::executor().spawn_blocking(move || drop(db)).await;
+            let queued: Vec<Queued> = cell.mailbox.borrow_mut().drain(..).collect();
+            for q in queued {
+                cells.refuse(q.job, refusal);
+            }
+            return;
+        }
+    };
+    let mut pipeline = Pipeline::start(&cells, &cell.key, shipping);
+    loop {
+        // A module's version replaced (a reload) with nothing queued: go now, so the next mail
+        // restores the object on the version in force; else wait for mail.
+        let go =
+            (cell.app.retired() && mail_is_empty(&cell)) || !wait_for_mail(&state, &cell).await;
+        // In a fleet a failed shipment (or a sync) lets the object go: the next mail claims it
+        // again and restores it from the bucket, or finds its new owner.
+        let failed_in_fleet = fleet.is_some() && pipeline.failed();
+        if go || failed_in_fleet {
+            // Idle (or draining with nothing queued), or a module's version replaced: let the
+            // object go. It leaves the map in this turn, so new mail makes a fresh cell. Its
+            // connection closes only once every batch is durable and answered.
+            cells.let_go(&cell.key);
+            let shipping = pipeline.finish().await;
+            close(&state, &cell, db.take(), shipping, failed_in_fleet).await;
+            if failed_in_fleet {
+                let queued: Vec<Queued> = cell.mailbox.borrow_mut().drain(..).collect();
+                for q in queued {
+                    cells.refuse(q.job, Refusal::FleetUnavailable);
+                }
             }
             return;
         }
@@ -103,7 +129,7 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             // A WAL sync failed since the last batch: reload before running more.
             db = reload(&cells, &cell, &mut pipeline, db.take()).await;
         }
-        let Some(conn) = db.take() else {
+        let Some(mut conn) = db.take() else {
             // The database could not be opened: answer everything queued, and let go.
             let queued: Vec<Queued> = cell.mailbox.borrow_mut().drain(..).collect();
             for q in queued {
@@ -111,55 +137,162 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             }
             continue;
         };
+        if fleet.is_some() {
+            conn = checkpoint_if_due(&state, &cell, &pipeline, conn).await;
+        }
         let permit = state.acquire_awake().await;
         let (conn, committed, killed) = run_one_batch(&cells, &cell, conn).await;
         drop(permit);
         pipeline.push(committed).await;
-        db = if killed || pipeline.failed() {
+        db = if killed || (fleet.is_none() && pipeline.failed()) {
             reload(&cells, &cell, &mut pipeline, Some(conn)).await
         } else {
             Some(conn)
         };
-        if cell.app.retired() && cell.mailbox.borrow().is_empty() {
-            // A reload replaced the module's version: let go as when idle; the next mail
-            // restores the object on the version in force.
-            cells.let_go(&cell.key);
-            pipeline.finish().await;
-            if let Some(db) = db.take() {
-                glommio::executor().spawn_blocking(move || drop(db)).await;
-            }
-            return;
-        }
     }
 }
 
-/// After a killed call or a failed WAL sync: answers what was handed over (a failed sync
-/// answers 500), then reloads the object from its database with a new commit task.
+fn mail_is_empty(cell: &ObjectCell) -> bool {
+    cell.mailbox.borrow().is_empty()
+}
+
+/// Closes a let-go object's database on a blocking thread; in a fleet, first checkpoints it
+/// and uploads it as its snapshot (unless its shipments failed), and stops counting it owned.
+async fn close(
+    state: &ShardState,
+    cell: &ObjectCell,
+    db: Option<rusqlite::Connection>,
+    shipping: Option<Shipping>,
+    failed: bool,
+) {
+    let fleet = state.node().fleet.clone();
+    let (path, _) = cell.store_config(state);
+    let key = cell.key.clone();
+    glommio::executor()
+        .spawn_blocking(move || {
+            if let (Some(fleet), Some(mut shipping)) = (fleet, shipping) {
+                if let (Some(conn), false) = (&db, failed) {
+                    if let Err(e) = fleet.snapshot(&mut shipping, conn, &path) {
+                        warn!(object = %key, "cannot upload a snapshot: {e}");
+                    }
+                }
+                fleet.closed();
+            }
+            drop(db);
+        })
+        .await;
+}
+
+/// In a fleet: once the WAL has grown past [`FLEET_CHECKPOINT_WAL_BYTES`], waits until
+/// everything committed is shipped, then checkpoints and uploads a snapshot (SQLite's own
+/// checkpoints are off, so the WAL is never rewritten under an unshipped frame).
+async fn checkpoint_if_due(
+    state: &ShardState,
+    cell: &ObjectCell,
+    pipeline: &Pipeline,
+    conn: rusqlite::Connection,
+) -> rusqlite::Connection {
+    let (path, _) = cell.store_config(state);
+    let wal = fleet_wal_path(&path);
+    let len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    if len < FLEET_CHECKPOINT_WAL_BYTES {
+        return conn;
+    }
+    pipeline.idle().await;
+    let Some(fleet) = state.node().fleet.clone() else {
+        return conn;
+    };
+    let Some(mut shipping) = pipeline.shipping().take() else {
+        return conn;
+    };
+    let key = cell.key.clone();
+    let (conn, shipping) = glommio::executor()
+        .spawn_blocking(move || {
+            if let Err(e) = fleet.snapshot(&mut shipping, &conn, &path) {
+                warn!(object = %key, "cannot checkpoint and upload a snapshot: {e}");
+            }
+            (conn, shipping)
+        })
+        .await;
+    *pipeline.shipping() = Some(shipping);
+    conn
+}
+
+/// The WAL of the database at `path`.
+fn fleet_wal_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push("-wal");
+    std::path::PathBuf::from(s)
+}
+
 async fn reload(
     cells: &Rc<Cells>,
     cell: &ObjectCell,
     pipeline: &mut Pipeline,
     conn: Option<rusqlite::Connection>,
 ) -> Option<rusqlite::Connection> {
-    let old = std::mem::replace(pipeline, Pipeline::start(cells, &cell.key));
-    old.finish().await;
+    let old = std::mem::replace(pipeline, Pipeline::start(cells, &cell.key, None));
+    let shipping = old.finish().await;
+    *pipeline.shipping() = shipping;
     match conn {
         Some(conn) => reopen(&cells.state, cell, conn).await,
         None => None,
     }
 }
 
-/// Opens the object's database, within the shard's restore cap, in order.
-async fn restore(state: &Rc<ShardState>, cell: &ObjectCell) -> Option<rusqlite::Connection> {
+/// An object's database, opened; or why it is not served here.
+enum Opened {
+    /// Its database (none if it could not be opened), and in a fleet what it ships from.
+    Db(Option<rusqlite::Connection>, Option<Box<Shipping>>),
+    /// In a fleet: not served by this node.
+    NotHere(Refusal),
+}
+
+/// Opens the object's database, within the shard's restore cap, in order. In a fleet the
+/// object is first claimed and, if this node owns it, written from the bucket.
+async fn restore(state: &Rc<ShardState>, cell: &ObjectCell) -> Opened {
     let permit = state.acquire_restore().await;
     let (path, config) = cell.store_config(state);
+    let fleet = state.node().fleet.clone();
+    let key = cell.key.clone();
     let opened = glommio::executor()
-        .spawn_blocking(move || store::open(&path, config))
+        .spawn_blocking(move || {
+            let shipping = match &fleet {
+                Some(fleet) => match fleet.open(&key, &path) {
+                    Ok(shipping) => Some(shipping),
+                    Err(e) => return Err(Err(e)),
+                },
+                None => None,
+            };
+            match store::open(&path, config) {
+                Ok(db) => Ok((db, shipping)),
+                Err(e) => {
+                    if shipping.is_some() {
+                        if let Some(fleet) = &fleet {
+                            fleet.closed();
+                        }
+                    }
+                    Err(Ok(e))
+                }
+            }
+        })
         .await;
     drop(permit);
-    opened
-        .map_err(|e| warn!(object = %cell.key, "cannot open: {e}"))
-        .ok()
+    match opened {
+        Ok((db, shipping)) => Opened::Db(Some(db), shipping.map(Box::new)),
+        Err(Ok(e)) => {
+            warn!(object = %cell.key, "cannot open: {e}");
+            Opened::Db(None, None)
+        }
+        Err(Err(OpenError::Elsewhere(owner))) => {
+            tracing::debug!(object = %cell.key, %owner, "owned by another node");
+            Opened::NotHere(Refusal::NotOwner)
+        }
+        Err(Err(OpenError::Unavailable(e))) => {
+            warn!(object = %cell.key, "cannot claim or restore from the fleet: {e}");
+            Opened::NotHere(Refusal::FleetUnavailable)
+        }
+    }
 }
 
 /// Waits for mail; false when the object has been idle long enough (longer under memory
@@ -220,12 +353,19 @@ async fn run_one_batch(
         ticks: state.settings().cpu_limit_ticks,
         memory_bytes: app.memory_kb().map(|kb| kb * 1024),
     };
-    let (conn, result, wal) = glommio::executor()
+    // In a fleet, the WAL's length once the batch committed bounds what its shipment reads.
+    let fleet_wal = state
+        .node()
+        .fleet
+        .as_ref()
+        .map(|_| fleet_wal_path(&cell.store_config(state).0));
+    let (conn, result, wal, wal_len) = glommio::executor()
         .spawn_blocking(move || {
             let mut conn = conn;
             let r = run_batch(app.as_ref(), &mut conn, &inputs, limits);
             let wal = Wal::of(&conn);
-            (conn, r, wal)
+            let wal_len = fleet_wal.map_or(0, |p| std::fs::metadata(p).map_or(0, |m| m.len()));
+            (conn, r, wal, wal_len)
         })
         .await;
     file_result(state, &cell.key, &result);
@@ -236,6 +376,7 @@ async fn run_one_batch(
         outputs: result.outputs,
         effects: result.effects,
         wal,
+        wal_len,
     };
     (conn, committed, result.killed)
 }

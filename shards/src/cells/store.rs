@@ -95,6 +95,9 @@ pub(crate) struct StoreConfig {
     pub db_max_bytes: u64,
     /// The app's schema, run at every open.
     pub schema: &'static str,
+    /// In a fleet: SQLite never checkpoints by itself (`wal_autocheckpoint=0`), so no WAL
+    /// frame is overwritten before it is shipped; the object checkpoints after shipping.
+    pub fleet: bool,
 }
 
 /// Opens an object's database: WAL with `synchronous=NORMAL`, the SQL limits (value size,
@@ -129,6 +132,9 @@ pub(crate) fn open(path: &Path, config: StoreConfig) -> Result<rusqlite::Connect
         "PRAGMA max_page_count = {};",
         (config.db_max_bytes / page.max(512)).max(1)
     ))?;
+    if config.fleet {
+        configure("PRAGMA wal_autocheckpoint=0;")?;
+    }
     watch::install(&db);
     db.progress_handler(SQL_PROGRESS_STEPS, Some(watch::check));
     if !config.schema.is_empty() {

@@ -1,0 +1,375 @@
+//! The fleet, when `COMBD_FLEET_ETCD` is set: this node's lease in the coordinator, and what
+//! its objects do with it (DESIGN.md, "The fleet"; the clients are the `combd-fleet` crate).
+//!
+//! - **Opening an object** ([`Fleet::open`]): claim it in the coordinator (the first node
+//!   asked for an unowned object owns it); if this node owns it, write its database from the
+//!   bucket (snapshot + segments, up to the head the coordinator records) before SQLite opens
+//!   it; if another node owns it, the object is not served here.
+//! - **Before a batch's answers leave** ([`Fleet::ship`]): the WAL frames committed since the
+//!   last shipment become segments, each uploaded and then made the head by a transaction that
+//!   checks this node's fencing token; and this node's lease must still hold. Otherwise
+//!   nothing of the batch is answered.
+//! - **A checkpoint** ([`Fleet::snapshot`]): once everything committed is shipped, the WAL is
+//!   checkpointed and the database uploaded as a snapshot at the head, so a restore reads one
+//!   file and the segments after it.
+//!
+//! Every call here blocks (HTTP to etcd and the bucket): the shard runs them on a blocking
+//! thread, like a WAL sync.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use combd_fleet::bucket::Bucket;
+use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, LeaseKeeper};
+use combd_fleet::segment::WalCursor;
+use combd_fleet::{config, restore, ship};
+use combd_kernel::settings::FleetSettings;
+
+use crate::stats::{Field, Kind};
+
+/// Where the fleet's keys live in the coordinator.
+const KEY_PREFIX: &str = "combd/";
+
+/// This node's part of the fleet.
+pub struct Fleet {
+    bucket: Bucket,
+    coordinator: Arc<Coordinator>,
+    keeper: LeaseKeeper,
+    /// This node's fleet address, recorded as the owner of what it claims.
+    node: String,
+    /// The node's fleet figures.
+    pub stats: FleetStats,
+}
+
+/// The fleet's figures in `/stats` (all zero with the fleet off).
+#[derive(Default)]
+pub struct FleetStats {
+    objects_owned: AtomicU64,
+    claims_won: AtomicU64,
+    claims_lost: AtomicU64,
+    segments_uploaded: AtomicU64,
+    upload_max_us: AtomicU64,
+    ship_fenced: AtomicU64,
+    ship_failed: AtomicU64,
+    acks_waiting_upload: AtomicU64,
+    restores: AtomicU64,
+    restore_max_ms: AtomicU64,
+    snapshots: AtomicU64,
+}
+
+/// Why an object cannot be served here.
+#[derive(Debug)]
+pub enum OpenError {
+    /// Another node owns it (its fleet address).
+    Elsewhere(String),
+    /// The coordinator or the bucket failed, or this node's lease is gone.
+    Unavailable(String),
+}
+
+/// What an owned object ships from: its WAL, how far it was read, and the head.
+#[derive(Debug)]
+pub struct Shipping {
+    key: String,
+    wal: PathBuf,
+    cursor: WalCursor,
+    /// This node's fencing token for the object.
+    token: i64,
+    /// The head: the last segment shipped, and the token that wrote it.
+    head: Head,
+}
+
+/// What a shipment came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Shipped {
+    /// Every committed batch is in the bucket and this node still owns the object.
+    Done,
+    /// Another node owns the object now: nothing may be answered; the object must go.
+    Fenced,
+    /// The bucket or the coordinator failed, or the lease is gone: nothing may be answered.
+    Failed(String),
+}
+
+impl Fleet {
+    /// Reads the secret, grants this node's lease and starts keeping it. Errors name the
+    /// setting to look at.
+    pub fn start(settings: &FleetSettings) -> Result<Fleet, (&'static str, String)> {
+        let secret = config::read_secret_key(&settings.secret_key_file)
+            .map_err(|e| ("COMBD_FLEET_SECRET_KEY_FILE", e.message))?;
+        let bucket = Bucket::new(&config::bucket_config(settings, secret))
+            .map_err(|e| ("COMBD_FLEET_BUCKET_URL", e.to_string()))?;
+        let coordinator = Arc::new(Coordinator::new(&settings.etcd, KEY_PREFIX));
+        let sent = Instant::now();
+        let lease = coordinator.grant_lease(settings.lease_ttl).map_err(|e| {
+            (
+                "COMBD_FLEET_ETCD",
+                format!("cannot grant this node's lease: {e}"),
+            )
+        })?;
+        let keeper = LeaseKeeper::start(coordinator.clone(), lease, sent).map_err(|e| {
+            (
+                "COMBD_FLEET_ETCD",
+                format!("cannot start the lease keeper: {e}"),
+            )
+        })?;
+        Ok(Fleet {
+            bucket,
+            coordinator,
+            keeper,
+            node: settings.node.to_string(),
+            stats: FleetStats::default(),
+        })
+    }
+
+    /// Whether this node may serve its objects now.
+    pub fn holds(&self) -> bool {
+        self.keeper.holds_at(Instant::now())
+    }
+
+    /// Claims object `key` and, if this node owns it, writes its database at `path` from the
+    /// bucket (the local files are replaced: the bucket holds every acknowledged write).
+    /// Blocking.
+    pub fn open(&self, key: &str, path: &Path) -> Result<Shipping, OpenError> {
+        let unavailable = |e: &dyn std::fmt::Display| OpenError::Unavailable(e.to_string());
+        if !self.holds() {
+            return Err(OpenError::Unavailable("this node's lease is gone".into()));
+        }
+        let owner = match self
+            .coordinator
+            .claim(key, &self.node, &self.keeper.lease())
+            .map_err(|e| unavailable(&e))?
+        {
+            Claim::Won(owner) => owner,
+            Claim::Held(owner) => {
+                self.stats.claims_lost.fetch_add(1, Ordering::Relaxed);
+                return Err(OpenError::Elsewhere(owner.node));
+            }
+        };
+        self.stats.claims_won.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let head = self.coordinator.head(key).map_err(|e| unavailable(&e))?;
+        let wal = sidecar(path, "-wal");
+        for file in [path.to_path_buf(), wal.clone(), sidecar(path, "-shm")] {
+            match std::fs::remove_file(&file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(unavailable(&format!("{}: {e}", file.display()))),
+            }
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| unavailable(&e))?;
+        }
+        restore::restore_object(&self.bucket, key, head, path).map_err(|e| unavailable(&e))?;
+        self.stats.restores.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .restore_max_ms
+            .fetch_max(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.stats.objects_owned.fetch_add(1, Ordering::Relaxed);
+        Ok(Shipping {
+            key: key.to_string(),
+            wal,
+            cursor: WalCursor::new(),
+            token: owner.token,
+            head: head.unwrap_or(Head {
+                seq: 0,
+                token: owner.token,
+            }),
+        })
+    }
+
+    /// The object is let go (closed here): it no longer counts as owned. Its claim lapses with
+    /// this node's lease, or stays this node's while the lease lives.
+    pub fn closed(&self) {
+        self.stats.objects_owned.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Ships every transaction committed up to `wal_len` bytes into the WAL, then checks the
+    /// lease. Blocking.
+    pub fn ship(&self, s: &mut Shipping, wal_len: u64, answers: usize) -> Shipped {
+        let stats = &self.stats;
+        stats
+            .acks_waiting_upload
+            .fetch_add(answers as u64, Ordering::Relaxed);
+        let shipped = self.ship_all(s, wal_len);
+        stats
+            .acks_waiting_upload
+            .fetch_sub(answers as u64, Ordering::Relaxed);
+        match &shipped {
+            Shipped::Done => {}
+            Shipped::Fenced => {
+                stats.ship_fenced.fetch_add(1, Ordering::Relaxed);
+            }
+            Shipped::Failed(_) => {
+                stats.ship_failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        shipped
+    }
+
+    fn ship_all(&self, s: &mut Shipping, wal_len: u64) -> Shipped {
+        loop {
+            let next = s.head.seq + 1;
+            let segment = match s.cursor.next_segment_upto(
+                &s.wal,
+                &s.key,
+                next,
+                s.token,
+                s.head.token,
+                wal_len,
+            ) {
+                Ok(Some(segment)) => segment,
+                Ok(None) => break,
+                Err(e) => return Shipped::Failed(e.to_string()),
+            };
+            let started = Instant::now();
+            match ship::ship_segment(&self.bucket, &self.coordinator, &segment) {
+                Ok(Advance::Done) => {}
+                Ok(Advance::Fenced) => return Shipped::Fenced,
+                Err(e) => return Shipped::Failed(e.to_string()),
+            }
+            self.stats.segments_uploaded.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .upload_max_us
+                .fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            s.head = Head {
+                seq: next,
+                token: s.token,
+            };
+        }
+        if self.holds() {
+            Shipped::Done
+        } else {
+            Shipped::Failed("this node's lease is gone".into())
+        }
+    }
+
+    /// Checkpoints the database (everything committed must be shipped already) and uploads it
+    /// as the snapshot at the head, so a restore starts from it. Blocking.
+    pub fn snapshot(
+        &self,
+        s: &mut Shipping,
+        db: &rusqlite::Connection,
+        path: &Path,
+    ) -> Result<(), String> {
+        if s.head.seq == 0 {
+            return Ok(());
+        }
+        db.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .map_err(|e| format!("checkpoint: {e}"))?;
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        ship::ship_snapshot(&self.bucket, &s.key, s.head, &bytes).map_err(|e| e.to_string())?;
+        // The WAL starts over: the cursor starts over with it.
+        s.cursor = WalCursor::new();
+        self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The fleet's figures for `/stats` and `/metrics`.
+    pub fn figures(fleet: Option<&Fleet>) -> Vec<Field> {
+        use Kind::*;
+        let g = |f: fn(&FleetStats) -> &AtomicU64| {
+            fleet.map_or(0, |fl| f(&fl.stats).load(Ordering::Relaxed))
+        };
+        vec![
+            (
+                "fleet",
+                "combd_fleet",
+                Gauge,
+                "1 when the node is in a fleet (COMBD_FLEET_ETCD).",
+                fleet.is_some() as u64,
+            ),
+            (
+                "fleet_lease_holds",
+                "combd_fleet_lease_holds",
+                Gauge,
+                "1 while this node's lease holds.",
+                fleet.is_some_and(|f| f.holds()) as u64,
+            ),
+            (
+                "fleet_objects_owned",
+                "combd_fleet_objects_owned",
+                Gauge,
+                "Objects this node owns and has open.",
+                g(|s| &s.objects_owned),
+            ),
+            (
+                "fleet_claims_won",
+                "combd_fleet_claims_won_total",
+                Counter,
+                "Objects claimed (owned from then on).",
+                g(|s| &s.claims_won),
+            ),
+            (
+                "fleet_claims_lost",
+                "combd_fleet_claims_lost_total",
+                Counter,
+                "Objects asked for here that another node owned.",
+                g(|s| &s.claims_lost),
+            ),
+            (
+                "fleet_segments_uploaded",
+                "combd_fleet_segments_uploaded_total",
+                Counter,
+                "Segments shipped to the bucket and made the head.",
+                g(|s| &s.segments_uploaded),
+            ),
+            (
+                "fleet_upload_max_us",
+                "combd_fleet_upload_max_microseconds",
+                Gauge,
+                "The longest segment shipment (upload and head advance).",
+                g(|s| &s.upload_max_us),
+            ),
+            (
+                "fleet_acks_waiting_upload",
+                "combd_fleet_acks_waiting_upload",
+                Gauge,
+                "Answers waiting for their segments to be shipped.",
+                g(|s| &s.acks_waiting_upload),
+            ),
+            (
+                "fleet_ship_fenced",
+                "combd_fleet_ship_fenced_total",
+                Counter,
+                "Shipments refused because another node owns the object now.",
+                g(|s| &s.ship_fenced),
+            ),
+            (
+                "fleet_ship_failed",
+                "combd_fleet_ship_failed_total",
+                Counter,
+                "Shipments that failed (bucket, coordinator, lease).",
+                g(|s| &s.ship_failed),
+            ),
+            (
+                "fleet_restores",
+                "combd_fleet_restores_total",
+                Counter,
+                "Objects written from the bucket when claimed.",
+                g(|s| &s.restores),
+            ),
+            (
+                "fleet_restore_max_ms",
+                "combd_fleet_restore_max_milliseconds",
+                Gauge,
+                "The longest restore from the bucket.",
+                g(|s| &s.restore_max_ms),
+            ),
+            (
+                "fleet_snapshots",
+                "combd_fleet_snapshots_total",
+                Counter,
+                "Snapshots uploaded.",
+                g(|s| &s.snapshots),
+            ),
+        ]
+    }
+}
+
+/// `path` with `suffix` appended (`x.sqlite` → `x.sqlite-wal`).
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}

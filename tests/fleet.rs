@@ -1,0 +1,213 @@
+//! The fleet with real parts: a real etcd and a real Garage bucket (each started by the test,
+//! skipped with one line when not installed: `tools/fleet-env/install`), and real nodes.
+//! An object belongs to the first node asked for it; every write that node acknowledged is in
+//! the bucket, so when it dies another node restores the object with all of them; and a node
+//! whose lease is gone acknowledges nothing more for the objects it had.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../fleet/tests/support/mod.rs"]
+mod fleet_support;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Short, so a dead owner's objects come back within the test's bounds.
+const LEASE_TTL: &str = "2s";
+/// How long a lapsed owner's object may take to answer from another node (TTL + margin).
+const MOVE_WITHIN: Duration = Duration::from_secs(15);
+
+struct Fleet {
+    etcd: fleet_support::Etcd,
+    s3: fleet_support::S3,
+    secret: std::path::PathBuf,
+}
+
+impl Fleet {
+    fn start(test: &str) -> Option<Fleet> {
+        let etcd = fleet_support::Etcd::start(test)?;
+        let s3 = fleet_support::S3::start(test)?;
+        let secret = fleet_support::temp_dir("secret").join("secret");
+        std::fs::write(&secret, format!("{}\n", s3.bucket.secret_key)).unwrap();
+        Some(Fleet { etcd, s3, secret })
+    }
+
+    /// A node of this fleet; `n` makes its fleet address unique.
+    fn node(&self, n: u16) -> TestNode {
+        let b = &self.s3.bucket;
+        let secret = self.secret.display().to_string();
+        let address = format!("127.0.0.1:{}", 40000 + n);
+        TestNode::start(&[
+            ("COMBD_FLEET_ETCD", &self.etcd.endpoint),
+            ("COMBD_FLEET_BUCKET_URL", &b.endpoint),
+            ("COMBD_FLEET_BUCKET", &b.bucket),
+            ("COMBD_FLEET_BUCKET_REGION", &b.region),
+            ("COMBD_FLEET_ACCESS_KEY", &b.access_key),
+            ("COMBD_FLEET_SECRET_KEY_FILE", &secret),
+            ("COMBD_FLEET_NODE", &address),
+            ("COMBD_FLEET_LEASE_TTL", LEASE_TTL),
+        ])
+    }
+
+    /// Revokes the lease of the node that owns `object` (that node's lease is gone, as after a
+    /// partition longer than its TTL): every object it owned is unowned at once.
+    fn revoke_owners_lease(&self, object: &str) {
+        use base64_like::encode;
+        let call = |path: &str, body: serde_json::Value| -> serde_json::Value {
+            let text = ureq::post(&format!("{}{path}", self.etcd.endpoint))
+                .header("content-type", "application/json")
+                .send(body.to_string())
+                .unwrap()
+                .body_mut()
+                .read_to_string()
+                .unwrap();
+            serde_json::from_str(&text).unwrap()
+        };
+        let key = encode(format!("combd/owner/{object}").as_bytes());
+        let owner = call("/v3/kv/range", serde_json::json!({ "key": key }));
+        let lease = owner["kvs"][0]["lease"].clone();
+        assert!(lease.is_string(), "no owner of {object}: {owner}");
+        call("/v3/lease/revoke", serde_json::json!({ "ID": lease }));
+    }
+}
+
+/// Standard base64 (etcd's JSON gateway takes keys so).
+mod base64_like {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    pub fn encode(bytes: &[u8]) -> String {
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn encodes_like_rfc_4648() {
+        assert_eq!(encode(b"combd/"), "Y29tYmQv");
+        assert_eq!(encode(b"ab"), "YWI=");
+        assert_eq!(encode(b"a"), "YQ==");
+    }
+}
+
+fn post(node: &TestNode, object: &str) -> Resp {
+    request(
+        node.public(),
+        format!("POST /o/counter/{object} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            .as_bytes(),
+    )
+}
+
+/// A `POST` until it is acknowledged: a node answers 503 `fleet unavailable` (with
+/// `retry-after`) while it cannot reach the coordinator or the bucket, and a client retries
+/// (etcd has been seen to refuse a claim with a lease it had just granted). Nothing
+/// unacknowledged counts, so the counter's values stay in step with the acknowledgements.
+fn post_acked(node: &TestNode, object: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = post(node, object);
+        if r.status == 503 && r.json()["error"] == "fleet unavailable" && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        return value(&r);
+    }
+}
+
+fn get(node: &TestNode, object: &str) -> Resp {
+    request(
+        node.public(),
+        format!("GET /o/counter/{object} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+}
+
+fn value(r: &Resp) -> u64 {
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["value"].as_u64().unwrap()
+}
+
+fn stat(node: &TestNode, name: &str) -> u64 {
+    node.stats()[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {name} in /stats"))
+}
+
+#[test]
+fn a_dead_owners_object_answers_from_another_node_with_every_acknowledged_write() {
+    let Some(fleet) = Fleet::start("a_dead_owners_object_answers_from_another_node") else {
+        return;
+    };
+    let a = fleet.node(1);
+    let b = fleet.node(2);
+    const WRITES: u64 = 30;
+    for i in 1..=WRITES {
+        assert_eq!(post_acked(&a, "x"), i);
+    }
+    assert!(stat(&a, "fleet_claims_won") >= 1);
+    assert!(stat(&a, "fleet_segments_uploaded") >= 1);
+    // A owns it while its lease lives: B does not serve it.
+    let r = get(&b, "x");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"], "object owned by another node");
+    assert_eq!(stat(&b, "fleet_claims_lost"), 1);
+
+    drop(a.kill9());
+    let killed = Instant::now();
+    let moved = loop {
+        let r = get(&b, "x");
+        if r.status == 200 {
+            break r;
+        }
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(
+            killed.elapsed() < MOVE_WITHIN,
+            "still not served after {MOVE_WITHIN:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(value(&moved), WRITES, "every acknowledged write restored");
+    assert_eq!(stat(&b, "fleet_restores"), 1);
+    assert_eq!(value(&post(&b, "x")), WRITES + 1);
+}
+
+#[test]
+fn a_node_whose_lease_is_gone_acknowledges_nothing_more() {
+    let Some(fleet) = Fleet::start("a_node_whose_lease_is_gone_acknowledges_nothing_more") else {
+        return;
+    };
+    let a = fleet.node(1);
+    let b = fleet.node(2);
+    assert_eq!(post_acked(&a, "y"), 1);
+    assert_eq!(post_acked(&a, "y"), 2);
+    // A's lease is gone (its objects' owner keys with it); B claims the object at once.
+    fleet.revoke_owners_lease("counter/y");
+    assert_eq!(value(&get(&b, "y")), 2);
+    assert_eq!(value(&post(&b, "y")), 3);
+    // A still has the object open: its write is not acknowledged (fenced, or its lease seen
+    // gone), and B never shows it.
+    let r = post(&a, "y");
+    assert_eq!(
+        r.status,
+        503,
+        "A acknowledged a write after losing the object: {}",
+        r.text()
+    );
+    assert_eq!(value(&get(&b, "y")), 3);
+    assert!(stat(&a, "fleet_ship_fenced") + stat(&a, "fleet_ship_failed") >= 1);
+}
