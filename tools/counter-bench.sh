@@ -37,4 +37,6 @@ value=$(curl -s "http://127.0.0.1:$port/o/counter/x" | tr -dc '0-9-')
 echo "acknowledged $((answers - non2xx)) in ${secs}s = $(( (answers - non2xx) / secs ))/s; refused $non2xx; counter $value"
 curl -s "http://127.0.0.1:$port/stats" | python3 -c 'import json, sys
 s = json.load(sys.stdin)
-print(" ".join(f"{k}={s[k]}" for k in ("batches", "batch_max", "wal_syncs", "sync_group_max", "mailbox_refused") if k in s))' 
+keys = ("batches", "batch_max", "wal_syncs", "sync_group_max", "mailbox_refused",
+        "fleet_segments_uploaded", "fleet_upload_max_us", "fleet_ship_failed", "fleet_restores", "fleet_snapshots")
+print(" ".join(f"{k}={s[k]}" for k in keys if k in s and (s[k] or not k.startswith("fleet"))))' 
