@@ -47,7 +47,8 @@ fn a_full_node_refuses_at_tcp_and_every_client_reaches_another_node_by_itself() 
         return;
     }
     let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fleet-netns/run");
-    let json = std::env::temp_dir().join(format!("combd-fleet-refusal-{}.json", std::process::id()));
+    let json =
+        std::env::temp_dir().join(format!("combd-fleet-refusal-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&json);
     let started = Instant::now();
     let mut child = Command::new("python3")
@@ -124,7 +125,10 @@ fn a_full_node_refuses_at_tcp_and_every_client_reaches_another_node_by_itself() 
                 assert!(first >= REQUESTS, "node 1 first in every answer: {what}");
             }
             // Each time node 1 came first, the client met its reset, then went on.
-            assert!(rsts >= first, "a reset from node 1 each time it came first: {what}");
+            assert!(
+                rsts >= first,
+                "a reset from node 1 each time it came first: {what}"
+            );
             if phase != "stopped" {
                 assert_eq!(r["node1_accepted"], 0, "node 1 accepted nothing: {what}");
             }

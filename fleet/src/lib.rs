@@ -37,13 +37,14 @@
 //! the token of the one before it, and [`restore`] follows that chain back from the head to a
 //! snapshot (or to the beginning), so an orphan a stale owner uploaded is never read.
 //!
-//! ## How a node is to use it (not wired into the shards yet)
+//! ## How a node uses it (`combd_shards::fleet` and the objects' commit task)
 //!
 //! - At start, with the fleet on: read the secret ([`config::read_secret_key`]), grant the
 //!   node's lease and start its [`coordinator::LeaseKeeper`].
 //! - Opening an object (under `COMBD_RESTORES_AT_ONCE`): [`coordinator::Coordinator::claim`];
 //!   if won, [`restore::restore_object`] from the head unless the local file is already at it;
-//!   open it with `wal_autocheckpoint=0`; if held by another node, pass the request through.
+//!   open it with `wal_autocheckpoint=0`; if held by another node, answer 503 (passing the
+//!   request through to the owner is not built yet).
 //! - The commit task, after the group's WAL sync and before any reply: on a blocking thread,
 //!   [`segment::WalCursor::next_segment`] until `None`, [`ship::ship_segment`] each; `Done`
 //!   releases the replies if the keeper still holds the lease; `Fenced` refuses them and drops

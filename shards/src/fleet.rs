@@ -368,7 +368,7 @@ impl Fleet {
 }
 
 /// `path` with `suffix` appended (`x.sqlite` → `x.sqlite-wal`).
-fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(suffix);
     PathBuf::from(s)

@@ -254,7 +254,10 @@ impl NodeShared {
             ("write_stall_timeout_ms", ms(limits::WRITE_STALL_TIMEOUT)),
             ("http_object_pipeline", limits::HTTP_OBJECT_PIPELINE as u64),
             ("wal_sync_slow_ms", ms(limits::WAL_SYNC_SLOW)),
-            ("fleet_checkpoint_wal_bytes", limits::FLEET_CHECKPOINT_WAL_BYTES),
+            (
+                "fleet_checkpoint_wal_bytes",
+                limits::FLEET_CHECKPOINT_WAL_BYTES,
+            ),
             ("fanout_per_turn", limits::FANOUT_PER_TURN as u64),
             ("inbox_per_turn", limits::INBOX_PER_TURN as u64),
             ("ping_sweep_per_turn", limits::PING_SWEEP_PER_TURN as u64),

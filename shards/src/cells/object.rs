@@ -220,9 +220,7 @@ async fn checkpoint_if_due(
 
 /// The WAL of the database at `path`.
 fn fleet_wal_path(path: &std::path::Path) -> std::path::PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push("-wal");
-    std::path::PathBuf::from(s)
+    crate::fleet::sidecar(path, "-wal")
 }
 
 async fn reload(
