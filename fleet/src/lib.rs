@@ -54,6 +54,7 @@
 pub mod bucket;
 pub mod config;
 pub mod coordinator;
+pub mod forward;
 mod http;
 pub mod keys;
 pub mod restore;

@@ -431,6 +431,15 @@ pub const FLEET_LIST_PAGE_KEYS: usize = 1000;
 /// Bytes of an error answer's body kept for the error message (S3's XML error, etcd's JSON).
 pub const FLEET_ERROR_BODY_MAX_BYTES: u64 = 4 * 1024;
 
+/// A request passed through to an object's owner gets its answer within this, or 503: the
+/// owner is another node on the fleet's network, and a request waits no longer than a client
+/// would for a node that holds the object itself under load.
+pub const FLEET_FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most bytes of an owner's answer a node passes back (a longer one is answered 503): an
+/// object's answer is JSON built by its app, far below this.
+pub const FLEET_FORWARD_ANSWER_MAX_BYTES: u64 = 16 << 20;
+
 /// In a fleet an object's WAL past this many bytes is checkpointed (once everything committed
 /// is shipped) and the database uploaded as a snapshot: SQLite's own checkpoints are off so no
 /// unshipped frame is overwritten, and a restore then reads the snapshot and the segments

@@ -23,10 +23,12 @@ use std::time::Instant;
 
 use combd_fleet::bucket::Bucket;
 use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, LeaseKeeper};
+use combd_fleet::forward::Forwarder;
 use combd_fleet::segment::WalCursor;
 use combd_fleet::{config, restore, ship};
 use combd_kernel::settings::FleetSettings;
 
+use crate::http::Response;
 use crate::stats::{Field, Kind};
 
 /// Where the fleet's keys live in the coordinator.
@@ -37,6 +39,7 @@ pub struct Fleet {
     bucket: Bucket,
     coordinator: Arc<Coordinator>,
     keeper: LeaseKeeper,
+    forwarder: Forwarder,
     /// This node's fleet address, recorded as the owner of what it claims.
     node: String,
     /// The node's fleet figures.
@@ -57,6 +60,8 @@ pub struct FleetStats {
     restores: AtomicU64,
     restore_max_ms: AtomicU64,
     snapshots: AtomicU64,
+    forwarded: AtomicU64,
+    forward_failed: AtomicU64,
 }
 
 /// Why an object cannot be served here.
@@ -117,6 +122,7 @@ impl Fleet {
             bucket,
             coordinator,
             keeper,
+            forwarder: Forwarder::new(),
             node: settings.node.to_string(),
             stats: FleetStats::default(),
         })
@@ -265,6 +271,45 @@ impl Fleet {
         Ok(())
     }
 
+    /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address);
+    /// the owner's answer (at most `max_body` bytes), or 503 if the owner cannot be reached.
+    /// Blocking.
+    pub fn forward(
+        &self,
+        owner: &str,
+        key: &str,
+        method: &str,
+        query: Option<&str>,
+        body: &[u8],
+        max_body: u64,
+    ) -> Response {
+        let target = match query {
+            Some(q) => format!("/o/{key}?{q}"),
+            None => format!("/o/{key}"),
+        };
+        match self
+            .forwarder
+            .forward(owner, method, &target, body, max_body)
+        {
+            Ok(f) => {
+                self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+                let mut resp =
+                    Response::bytes(f.status, content_type(f.content_type.as_deref()), f.body);
+                for (name, value) in [("retry-after", f.retry_after), ("allow", f.allow)] {
+                    if let Some(v) = value {
+                        resp = resp.with_header(name, v);
+                    }
+                }
+                resp
+            }
+            Err(e) => {
+                self.stats.forward_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(object = %key, %owner, "cannot pass the request on to the owner: {e}");
+                Response::error(503, "object owner unreachable").with_header("retry-after", "1")
+            }
+        }
+    }
+
     /// The fleet's figures for `/stats` and `/metrics`.
     pub fn figures(fleet: Option<&Fleet>) -> Vec<Field> {
         use Kind::*;
@@ -363,8 +408,35 @@ impl Fleet {
                 "Snapshots uploaded.",
                 g(|s| &s.snapshots),
             ),
+            (
+                "fleet_forwarded",
+                "combd_fleet_forwarded_total",
+                Counter,
+                "Requests passed on to their object's owner and answered.",
+                g(|s| &s.forwarded),
+            ),
+            (
+                "fleet_forward_failed",
+                "combd_fleet_forward_failed_total",
+                Counter,
+                "Requests whose object's owner could not be reached (answered 503).",
+                g(|s| &s.forward_failed),
+            ),
         ]
     }
+}
+
+/// A forwarded answer's content type, as one of the node's own (else an octet stream).
+fn content_type(ct: Option<&str>) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "application/json",
+        "text/plain; charset=utf-8",
+        "text/html; charset=utf-8",
+        "application/octet-stream",
+    ];
+    ct.and_then(|c| KNOWN.iter().find(|k| k.eq_ignore_ascii_case(c)))
+        .copied()
+        .unwrap_or("application/octet-stream")
 }
 
 /// `path` with `suffix` appended (`x.sqlite` → `x.sqlite-wal`).

@@ -14,11 +14,13 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    /// An HTTP request; the response goes back on `reply`.
+    /// An HTTP request; the response goes back on `reply`. `forwarded`: another node of the
+    /// fleet passed it on (it is never passed on again).
     pub fn http(
         method: String,
         query: Option<String>,
         body: Vec<u8>,
+        forwarded: bool,
         reply: async_channel::Sender<Response>,
     ) -> Job {
         Job {
@@ -26,6 +28,7 @@ impl Job {
                 method,
                 query,
                 body,
+                forwarded,
             },
             reply: Reply::Http(reply),
         }
@@ -96,6 +99,8 @@ pub(crate) enum Owned {
         method: String,
         query: Option<String>,
         body: Vec<u8>,
+        /// Passed on by another node of the fleet.
+        forwarded: bool,
     },
     Message {
         session: SessionId,
@@ -119,6 +124,7 @@ impl Owned {
                 method,
                 query,
                 body,
+                ..
             } => Input::Http {
                 method,
                 query: query.as_deref(),

@@ -334,12 +334,41 @@ fn bind_all(settings: &Settings, n: usize) -> Result<Bound, StartError> {
         fd: s.into_raw_fd(),
         local,
         tls,
+        fleet: false,
     };
     let mut per_shard: Vec<Vec<ListenerFd>> = public
         .into_iter()
         .zip(local)
         .map(|(p, l)| vec![fd(p, false, false), fd(l, true, false)])
         .collect();
+    if let Some(f) = &settings.fleet {
+        // Its own port: a fleet address on the public listener's port would take that
+        // address's public connections past admission.
+        if f.node.port() == addr.port() {
+            return Err(StartError::Setting {
+                setting: "COMBD_FLEET_NODE",
+                message: format!(
+                    "{} shares its port with COMBD_LISTEN: give it a port of its own",
+                    f.node
+                ),
+            });
+        }
+        locks.push(lock_port(f.node.port(), "COMBD_FLEET_NODE")?);
+        for fds in per_shard.iter_mut() {
+            let s = sys::bind_listener(f.node, limits::LISTEN_BACKLOG).map_err(|e| {
+                StartError::Setting {
+                    setting: "COMBD_FLEET_NODE",
+                    message: format!("cannot listen on {}: {e}", f.node),
+                }
+            })?;
+            fds.push(ListenerFd {
+                fd: s.into_raw_fd(),
+                local: false,
+                tls: false,
+                fleet: true,
+            });
+        }
+    }
     let mut tls = None;
     if let Some(t) = &settings.tls {
         let (tp, tl, tls_addr, lock) = bind_pair(t.listen, n, "COMBD_TLS_LISTEN")?;

@@ -32,6 +32,9 @@ pub(crate) struct ListenerFd {
     pub fd: RawFd,
     pub local: bool,
     pub tls: bool,
+    /// The fleet listener (`COMBD_FLEET_NODE`): the public routes, for the other nodes of the
+    /// fleet passing requests on to this node's objects; never refused, like the localhost one.
+    pub fleet: bool,
 }
 
 /// A listener and whether it listens. Each start of listening has a generation, so an accept
@@ -41,8 +44,16 @@ struct Listener {
     fd: RawFd,
     local: bool,
     tls: bool,
+    fleet: bool,
     listening: Cell<bool>,
     generation: Cell<u64>,
+}
+
+impl Listener {
+    /// The localhost and fleet listeners serve whatever the admission state.
+    fn never_refuses(&self) -> bool {
+        self.local || self.fleet
+    }
 }
 
 /// A raw fd borrowed for one system call (glommio's `TcpListener` does not expose its fd, so
@@ -80,6 +91,7 @@ pub(crate) async fn run(
             fd: l.fd,
             local: l.local,
             tls: l.tls,
+            fleet: l.fleet,
             listening: Cell::new(false),
             generation: Cell::new(0),
         })
@@ -210,7 +222,7 @@ impl Shard {
         let all = self
             .listeners
             .iter()
-            .filter(|l| !l.local)
+            .filter(|l| !l.never_refuses())
             .all(|l| l.listening.get());
         self.stats().listening.store(all as u64, Ordering::Relaxed);
     }
@@ -221,7 +233,7 @@ impl Shard {
     fn apply_admission(self: &Rc<Self>) {
         let refusing = self.state.node().admission.refusing() || self.state.is_behind();
         for (idx, l) in self.listeners.iter().enumerate() {
-            if l.local || refusing != l.listening.get() {
+            if l.never_refuses() || refusing != l.listening.get() {
                 continue;
             }
             if refusing {
@@ -379,7 +391,7 @@ impl Shard {
             node.wake_coordinator();
         }
         let (mut slot, conns) = ConnSlot::reserve(&self.state);
-        if !l.local {
+        if !l.never_refuses() {
             if conns >= node.max_conns_effective {
                 node.wake_coordinator();
             }

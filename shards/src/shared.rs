@@ -255,6 +255,10 @@ impl NodeShared {
             ("http_object_pipeline", limits::HTTP_OBJECT_PIPELINE as u64),
             ("wal_sync_slow_ms", ms(limits::WAL_SYNC_SLOW)),
             (
+                "fleet_forward_timeout_ms",
+                ms(limits::FLEET_FORWARD_TIMEOUT),
+            ),
+            (
                 "fleet_checkpoint_wal_bytes",
                 limits::FLEET_CHECKPOINT_WAL_BYTES,
             ),

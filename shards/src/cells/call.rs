@@ -221,6 +221,7 @@ mod tests {
             method: "POST".into(),
             query: None,
             body: body.as_bytes().to_vec(),
+            forwarded: false,
         }
     }
 

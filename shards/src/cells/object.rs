@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
-use combd_kernel::limits::{FLEET_CHECKPOINT_WAL_BYTES, OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE};
+use combd_kernel::limits::{
+    FLEET_CHECKPOINT_WAL_BYTES, FLEET_FORWARD_ANSWER_MAX_BYTES, OBJECT_IDLE,
+    OBJECT_IDLE_UNDER_PRESSURE,
+};
 use glommio::timer::Timer;
 use tracing::warn;
 
@@ -90,14 +93,13 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     let fleet = state.node().fleet.clone();
     let (mut db, shipping) = match restore(&state, &cell).await {
         Opened::Db(db, shipping) => (db, shipping.map(|s| *s)),
-        Opened::NotHere(refusal) => {
-            // In a fleet: another node owns it, or the fleet is unreachable. Answer what
-            // waits, and let go: the next mail makes a fresh cell that asks again.
+        Opened::NotHere(refusal, owner) => {
+            // In a fleet: another node owns it, or the fleet is unreachable. Pass what waits
+            // on to the owner (HTTP requests not already passed on) or refuse it, and let go:
+            // the next mail makes a fresh cell that asks again.
             cells.let_go(&cell.key);
             let queued: Vec<Queued> = cell.mailbox.borrow_mut().drain(..).collect();
-            for q in queued {
-                cells.refuse(q.job, refusal);
-            }
+            pass_on(&cells, &cell, queued, refusal, owner).await;
             return;
         }
     };
@@ -150,6 +152,56 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             Some(conn)
         };
     }
+}
+
+/// Passes the HTTP requests of `queued` on to `owner` (on a blocking thread, one after
+/// another, each answered with the owner's answer) and refuses the rest with `refusal`: a
+/// session cannot be passed on here (its connection is this node's), nor a request another
+/// node already passed on.
+async fn pass_on(
+    cells: &Cells,
+    cell: &ObjectCell,
+    queued: Vec<Queued>,
+    refusal: Refusal,
+    owner: Option<String>,
+) {
+    let fleet = cells.state.node().fleet.clone();
+    let mut passing = Vec::new();
+    for q in queued {
+        match (q.job.input, q.job.reply, &owner, &fleet) {
+            (
+                Owned::Http {
+                    method,
+                    query,
+                    body,
+                    forwarded: false,
+                },
+                Reply::Http(reply),
+                Some(_),
+                Some(_),
+            ) => passing.push((method, query, body, reply)),
+            (_, reply, _, _) => cells.refuse_job_reply(reply, refusal),
+        }
+    }
+    let (Some(owner), Some(fleet), false) = (owner, fleet, passing.is_empty()) else {
+        return;
+    };
+    let key = cell.key.clone();
+    glommio::executor()
+        .spawn_blocking(move || {
+            for (method, query, body, reply) in passing {
+                let resp = fleet.forward(
+                    &owner,
+                    &key,
+                    &method,
+                    query.as_deref(),
+                    &body,
+                    FLEET_FORWARD_ANSWER_MAX_BYTES,
+                );
+                let _ = reply.try_send(resp);
+            }
+        })
+        .await;
 }
 
 fn mail_is_empty(cell: &ObjectCell) -> bool {
@@ -242,8 +294,9 @@ async fn reload(
 enum Opened {
     /// Its database (none if it could not be opened), and in a fleet what it ships from.
     Db(Option<rusqlite::Connection>, Option<Box<Shipping>>),
-    /// In a fleet: not served by this node.
-    NotHere(Refusal),
+    /// In a fleet: not served by this node; its owner's fleet address when another node owns
+    /// it.
+    NotHere(Refusal, Option<String>),
 }
 
 /// Opens the object's database, within the shard's restore cap, in order. In a fleet the
@@ -284,11 +337,11 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell) -> Opened {
         }
         Err(Err(OpenError::Elsewhere(owner))) => {
             tracing::debug!(object = %cell.key, %owner, "owned by another node");
-            Opened::NotHere(Refusal::NotOwner)
+            Opened::NotHere(Refusal::NotOwner, Some(owner))
         }
         Err(Err(OpenError::Unavailable(e))) => {
             warn!(object = %cell.key, "cannot claim or restore from the fleet: {e}");
-            Opened::NotHere(Refusal::FleetUnavailable)
+            Opened::NotHere(Refusal::FleetUnavailable, None)
         }
     }
 }

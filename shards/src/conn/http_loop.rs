@@ -38,6 +38,8 @@ struct ObjectRequest {
     query: Option<String>,
     body: Vec<u8>,
     head_only: bool,
+    /// Passed on by another node of the fleet.
+    forwarded: bool,
 }
 
 /// Answers owed on this connection, in request order: the answers of requests sent to objects
@@ -301,6 +303,7 @@ impl Conn {
                 query: req.query.map(str::to_string),
                 body: req.body.to_vec(),
                 head_only,
+                forwarded: req.header(combd_fleet::forward::FORWARDED_HEADER).is_some(),
             })),
         }
     }
@@ -308,7 +311,7 @@ impl Conn {
     /// Sends a request to its object's mailbox; its answer is owed in the pipeline.
     fn ask_object(&self, req: ObjectRequest, keep_alive: bool, pipeline: &mut Pipeline) {
         let (tx, answer) = async_channel::bounded(1);
-        let job = Job::http(req.method, req.query, req.body, tx);
+        let job = Job::http(req.method, req.query, req.body, req.forwarded, tx);
         self.cells.submit(&req.app, &req.object, job);
         pipeline.owed.push_back(Owed::Object {
             answer,
