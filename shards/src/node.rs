@@ -342,17 +342,7 @@ fn bind_all(settings: &Settings, n: usize) -> Result<Bound, StartError> {
         .map(|(p, l)| vec![fd(p, false, false), fd(l, true, false)])
         .collect();
     if let Some(f) = &settings.fleet {
-        // Its own port: a fleet address on the public listener's port would take that
-        // address's public connections past admission.
-        if f.node.port() == addr.port() {
-            return Err(StartError::Setting {
-                setting: "COMBD_FLEET_NODE",
-                message: format!(
-                    "{} shares its port with COMBD_LISTEN: give it a port of its own",
-                    f.node
-                ),
-            });
-        }
+        // Its own port (the settings refuse COMBD_LISTEN's, with a port given there).
         locks.push(lock_port(f.node.port(), "COMBD_FLEET_NODE")?);
         for fds in per_shard.iter_mut() {
             let s = sys::bind_listener(f.node, limits::LISTEN_BACKLOG).map_err(|e| {

@@ -216,7 +216,7 @@ pub fn parse_fleet_node(text: &str) -> Result<SocketAddr, String> {
     let addr: SocketAddr = text
         .trim()
         .parse()
-        .map_err(|_| format!("{text:?} is not an address:port (e.g. 10.0.0.2:8080)"))?;
+        .map_err(|_| format!("{text:?} is not an address:port (e.g. 10.0.0.2:7946)"))?;
     if addr.ip().is_unspecified() || addr.port() == 0 {
         return Err(format!(
             "{addr}: other nodes must be able to reach it: give a real address and port"

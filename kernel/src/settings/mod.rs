@@ -315,6 +315,17 @@ impl Settings {
             }
         }
         let fleet = fleet::fleet_settings(|name| get(name).map(str::to_string))?;
+        if let Some(f) = fleet.as_ref().filter(|f| f.node.port() == listen.port()) {
+            return Err(err(
+                "COMBD_FLEET_NODE",
+                format!(
+                    "{} has the port of COMBD_LISTEN ({listen}); the fleet listener needs a port \
+                     of its own (on the same port, that address's public connections would be \
+                     served past admission)",
+                    f.node
+                ),
+            ));
+        }
         let settings = Settings {
             listen,
             data_dir,

@@ -317,7 +317,7 @@ const FLEET: &[(&str, &str)] = &[
     ("COMBD_FLEET_BUCKET", "combd-objects"),
     ("COMBD_FLEET_ACCESS_KEY", "GK0123"),
     ("COMBD_FLEET_SECRET_KEY_FILE", "/etc/combd/bucket.secret"),
-    ("COMBD_FLEET_NODE", "10.0.0.2:8080"),
+    ("COMBD_FLEET_NODE", "10.0.0.2:7946"),
 ];
 
 fn fleet_with(
@@ -377,7 +377,7 @@ fn the_fleet_on_reads_every_setting() {
     assert_eq!(f.bucket_region, "garage", "the default region");
     assert_eq!(f.access_key, "GK0123");
     assert_eq!(f.secret_key_file, PathBuf::from("/etc/combd/bucket.secret"));
-    assert_eq!(f.node.to_string(), "10.0.0.2:8080");
+    assert_eq!(f.node.to_string(), "10.0.0.2:7946");
     assert_eq!(f.lease_ttl, Duration::from_secs(5));
     assert_eq!(s.sources["COMBD_FLEET_ETCD"], Source::Env);
     // A flag works as for every setting, and wins.
@@ -414,6 +414,11 @@ fn a_half_configured_fleet_fails_naming_what_is_missing_or_stray() {
 
 #[test]
 fn fleet_values_are_validated_naming_the_setting() {
+    // The fleet listener needs a port of its own: on COMBD_LISTEN's, its address's public
+    // connections would be served past admission.
+    let e = load(&fleet_with(&[("COMBD_FLEET_NODE", Some("10.0.0.2:8080"))]), &[]).unwrap_err();
+    assert_eq!(e.setting, "COMBD_FLEET_NODE", "{e}");
+    assert!(e.message.contains("port of its own"), "{e}");
     for (name, bad) in [
         ("COMBD_FLEET_ETCD", ""),
         ("COMBD_FLEET_ETCD", "127.0.0.1:2379,"),
