@@ -416,7 +416,11 @@ fn a_half_configured_fleet_fails_naming_what_is_missing_or_stray() {
 fn fleet_values_are_validated_naming_the_setting() {
     // The fleet listener needs a port of its own: on COMBD_LISTEN's, its address's public
     // connections would be served past admission.
-    let e = load(&fleet_with(&[("COMBD_FLEET_NODE", Some("10.0.0.2:8080"))]), &[]).unwrap_err();
+    let e = load(
+        &fleet_with(&[("COMBD_FLEET_NODE", Some("10.0.0.2:8080"))]),
+        &[],
+    )
+    .unwrap_err();
     assert_eq!(e.setting, "COMBD_FLEET_NODE", "{e}");
     assert!(e.message.contains("port of its own"), "{e}");
     for (name, bad) in [
