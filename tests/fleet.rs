@@ -37,6 +37,10 @@ impl Fleet {
 
     /// A node of this fleet, its fleet listener on a port of its own.
     fn node(&self) -> TestNode {
+        self.node_with_ttl(LEASE_TTL)
+    }
+
+    fn node_with_ttl(&self, ttl: &str) -> TestNode {
         let b = &self.s3.bucket;
         let secret = self.secret.display().to_string();
         let address = format!("127.0.0.1:{}", fleet_support::free_port());
@@ -48,7 +52,7 @@ impl Fleet {
             ("COMBD_FLEET_ACCESS_KEY", &b.access_key),
             ("COMBD_FLEET_SECRET_KEY_FILE", &secret),
             ("COMBD_FLEET_NODE", &address),
-            ("COMBD_FLEET_LEASE_TTL", LEASE_TTL),
+            ("COMBD_FLEET_LEASE_TTL", ttl),
         ])
     }
 
@@ -230,4 +234,30 @@ fn a_node_whose_lease_is_gone_acknowledges_nothing_more() {
         }
     };
     assert_eq!(value(&get(&b, "y")), acknowledged);
+}
+
+/// A node that stops (SIGTERM) snapshots its objects and gives its lease back: another node
+/// serves them at once, long before the lease's TTL would have run out.
+#[test]
+fn a_node_that_stops_gives_its_objects_back_at_once() {
+    let Some(fleet) = Fleet::start("a_node_that_stops_gives_its_objects_back_at_once") else {
+        return;
+    };
+    const TTL: Duration = Duration::from_secs(30);
+    let mut a = fleet.node_with_ttl("30s");
+    let b = fleet.node_with_ttl("30s");
+    for i in 1..=5 {
+        assert_eq!(post_acked(&a, "z"), i);
+    }
+    a.sigterm();
+    assert!(a.wait_exit().success());
+    let stopped = Instant::now();
+    // B's first request claims the object: no owner is left to pass it on to.
+    assert_eq!(value(&get(&b, "z")), 5);
+    assert!(
+        stopped.elapsed() < TTL / 2,
+        "served {:?} after the stop",
+        stopped.elapsed()
+    );
+    assert_eq!(stat(&b, "fleet_claims_won"), 1);
 }

@@ -447,6 +447,12 @@ pub const FLEET_FORWARD_ANSWER_MAX_BYTES: u64 = 16 << 20;
 /// too.
 pub const FLEET_CHECKPOINT_WAL_BYTES: u64 = 4 << 20;
 
+/// A restore that applied this many segments uploads the restored database as a snapshot at
+/// once: owners that die before their WAL reaches [`FLEET_CHECKPOINT_WAL_BYTES`] (or before they
+/// idle) never snapshot, and the chain would grow with every failover (measured: 30 to 335
+/// segments in 10 kills, restores 1.4 to 14.8 s).
+pub const FLEET_SNAPSHOT_AFTER_SEGMENTS: usize = 16;
+
 /// Most endpoints in `COMBD_FLEET_ETCD`: etcd clusters have at most 7 members (more slows every
 /// write for no gain in safety).
 pub const FLEET_ETCD_ENDPOINTS_MAX: usize = 7;

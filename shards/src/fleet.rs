@@ -26,6 +26,7 @@ use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, LeaseKeeper};
 use combd_fleet::forward::Forwarder;
 use combd_fleet::segment::WalCursor;
 use combd_fleet::{config, restore, ship};
+use combd_kernel::limits::FLEET_SNAPSHOT_AFTER_SEGMENTS;
 use combd_kernel::settings::FleetSettings;
 
 use crate::http::Response;
@@ -128,6 +129,14 @@ impl Fleet {
         })
     }
 
+    /// Gives this node's lease back (the node stopped, its objects let go and snapshotted), so
+    /// its objects can be claimed at once instead of after the lease's TTL. Blocking.
+    pub fn release(&self) {
+        if let Err(e) = self.coordinator.revoke(&self.keeper.lease()) {
+            tracing::warn!("cannot give the fleet lease back (it lapses after its TTL): {e}");
+        }
+    }
+
     /// Whether this node may serve its objects now.
     pub fn holds(&self) -> bool {
         self.keeper.holds_at(Instant::now())
@@ -166,7 +175,25 @@ impl Fleet {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| unavailable(&e))?;
         }
-        restore::restore_object(&self.bucket, key, head, path).map_err(|e| unavailable(&e))?;
+        let restored =
+            restore::restore_object(&self.bucket, key, head, path).map_err(|e| unavailable(&e))?;
+        if let Some(head) = head.filter(|_| restored.segments >= FLEET_SNAPSHOT_AFTER_SEGMENTS) {
+            // A long chain: snapshot it now, so the next restore does not walk it again (an
+            // owner that dies before its WAL grows or it idles would never snapshot).
+            let snapshot = std::fs::read(path)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| {
+                    ship::ship_snapshot(&self.bucket, key, head, &bytes).map_err(|e| e.to_string())
+                });
+            match snapshot {
+                Ok(()) => {
+                    self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!(object = %key, "cannot upload a snapshot after a restore: {e}")
+                }
+            }
+        }
         self.stats.restores.fetch_add(1, Ordering::Relaxed);
         self.stats
             .restore_max_ms

@@ -235,6 +235,11 @@ impl Node {
                 }
             }
         }
+        // Every object was let go (and, in a fleet, snapshotted): give the lease back so other
+        // nodes can claim them now rather than after its TTL.
+        if let Some(fleet) = &self.shared.fleet {
+            fleet.release();
+        }
         Ok(())
     }
 }
