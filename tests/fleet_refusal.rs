@@ -9,7 +9,8 @@
 //! the median extra time against the same requests with no node refusing is under 50 ms (curl
 //! 7.88: under its own 200 ms address timer + 50 ms). The full figures: `results/fleet-refusal.md`.
 //!
-//! Skipped with one line when not root, without `ip netns`, or without python3 (the DNS server
+//! Skipped with one line when not root, without `ip netns` (or not allowed to add one), or
+//! without python3 (the DNS server
 //! and the tool); a client not installed (curl, node, Chromium) is left out with one line.
 
 use std::path::Path;
@@ -42,6 +43,20 @@ fn a_full_node_refuses_at_tcp_and_every_client_reaches_another_node_by_itself() 
         eprintln!("skipped: no `ip netns` (apt-get install iproute2)");
         return;
     }
+    // Root without the right to make namespaces (a container without CAP_SYS_ADMIN): skip.
+    let probe = format!("combd-probe-{}", std::process::id());
+    if !Command::new("ip")
+        .args(["netns", "add", &probe])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("skipped: `ip netns add` is not allowed here");
+        return;
+    }
+    let _ = Command::new("ip")
+        .args(["netns", "delete", &probe])
+        .status();
     if !have("python3", "--version") {
         eprintln!("skipped: no python3 (the DNS server and tools/fleet-netns/run)");
         return;
