@@ -453,6 +453,11 @@ pub const FLEET_CHECKPOINT_WAL_BYTES: u64 = 4 << 20;
 /// segments in 10 kills, restores 1.4 to 14.8 s).
 pub const FLEET_SNAPSHOT_AFTER_SEGMENTS: usize = 16;
 
+/// Segments a restore reads from the bucket at once (threads of the restore, each with a
+/// connection): one GET is a round trip (~44 ms from a Garage node here), and a chain since the
+/// last snapshot can be hundreds long.
+pub const FLEET_RESTORE_PARALLEL_GETS: usize = 16;
+
 /// Most endpoints in `COMBD_FLEET_ETCD`: etcd clusters have at most 7 members (more slows every
 /// write for no gain in safety).
 pub const FLEET_ETCD_ENDPOINTS_MAX: usize = 7;
