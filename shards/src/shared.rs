@@ -262,6 +262,14 @@ impl NodeShared {
                 "fleet_checkpoint_wal_bytes",
                 limits::FLEET_CHECKPOINT_WAL_BYTES,
             ),
+            (
+                "fleet_snapshot_after_segments",
+                limits::FLEET_SNAPSHOT_AFTER_SEGMENTS as u64,
+            ),
+            (
+                "fleet_restore_parallel_gets",
+                limits::FLEET_RESTORE_PARALLEL_GETS as u64,
+            ),
             ("fanout_per_turn", limits::FANOUT_PER_TURN as u64),
             ("inbox_per_turn", limits::INBOX_PER_TURN as u64),
             ("ping_sweep_per_turn", limits::PING_SWEEP_PER_TURN as u64),
