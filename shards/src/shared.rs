@@ -267,6 +267,10 @@ impl NodeShared {
                 limits::FLEET_SNAPSHOT_AFTER_SEGMENTS as u64,
             ),
             (
+                "fleet_unshipped_batches",
+                limits::FLEET_UNSHIPPED_BATCHES as u64,
+            ),
+            (
                 "fleet_restore_parallel_gets",
                 limits::FLEET_RESTORE_PARALLEL_GETS as u64,
             ),

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::task::{Poll, Waker};
 
-use combd_kernel::limits::{OBJECT_UNSYNCED_BATCHES, WAL_SYNC_SLOW};
+use combd_kernel::limits::{FLEET_UNSHIPPED_BATCHES, OBJECT_UNSYNCED_BATCHES, WAL_SYNC_SLOW};
 use tracing::warn;
 
 use crate::app::{AppError, Effect, Output};
@@ -104,6 +104,10 @@ pub(super) struct Pipeline {
     cells: Rc<Cells>,
     key: Rc<str>,
     durability: Durability,
+    /// Batches that may wait between commit and answer: [`OBJECT_UNSYNCED_BATCHES`], or in a
+    /// fleet [`FLEET_UNSHIPPED_BATCHES`] (a shipment to the bucket takes tens of milliseconds,
+    /// and everything committed meanwhile ships together).
+    max_unanswered: usize,
 }
 
 impl Pipeline {
@@ -128,17 +132,23 @@ impl Pipeline {
                 durability,
             ))
             .ok();
+        let max_unanswered = if cells.state.node().fleet.is_some() {
+            FLEET_UNSHIPPED_BATCHES
+        } else {
+            OBJECT_UNSYNCED_BATCHES
+        };
         Pipeline {
             pipe,
             task,
             cells: cells.clone(),
             key,
             durability,
+            max_unanswered,
         }
     }
 
     /// Hands a committed batch to the commit task, first waiting while
-    /// [`OBJECT_UNSYNCED_BATCHES`] are unanswered. Without a commit task (the shard is past
+    /// [`OBJECT_UNSYNCED_BATCHES`] (in a fleet [`FLEET_UNSHIPPED_BATCHES`]) are unanswered. Without a commit task (the shard is past
     /// spawning) the batch is made durable and answered here.
     pub async fn push(&self, batch: Committed) {
         if self.task.is_none() {
@@ -155,7 +165,7 @@ impl Pipeline {
         }
         let pipe = &self.pipe;
         futures_lite::future::poll_fn(|cx| {
-            if pipe.unanswered.get() < OBJECT_UNSYNCED_BATCHES {
+            if pipe.unanswered.get() < self.max_unanswered {
                 return Poll::Ready(());
             }
             *pipe.giver.borrow_mut() = Some(cx.waker().clone());
