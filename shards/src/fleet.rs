@@ -165,18 +165,28 @@ impl Fleet {
         let started = Instant::now();
         let head = self.coordinator.head(key).map_err(|e| unavailable(&e))?;
         let wal = sidecar(path, "-wal");
-        for file in [path.to_path_buf(), wal.clone(), sidecar(path, "-shm")] {
-            match std::fs::remove_file(&file) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(unavailable(&format!("{}: {e}", file.display()))),
-            }
-        }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| unavailable(&e))?;
         }
-        let restored =
-            restore::restore_object(&self.bucket, key, head, path).map_err(|e| unavailable(&e))?;
+        // Written beside the database, then renamed over it: a node killed while restoring
+        // leaves the old files or the new one, never a database half written (or none).
+        let fresh = sidecar(path, "-restore");
+        let remove = |file: &Path| match std::fs::remove_file(file) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(unavailable(&format!("{}: {e}", file.display()))),
+        };
+        remove(&fresh)?;
+        let restored = restore::restore_object(&self.bucket, key, head, &fresh)
+            .map_err(|e| unavailable(&e))?;
+        remove(&wal)?;
+        remove(&sidecar(path, "-shm"))?;
+        if head.is_some() {
+            std::fs::rename(&fresh, path).map_err(|e| unavailable(&e))?;
+        } else {
+            // Never shipped: the object starts empty.
+            remove(path)?;
+        }
         if let Some(head) = head.filter(|_| restored.segments >= FLEET_SNAPSHOT_AFTER_SEGMENTS) {
             // A long chain: snapshot it now, so the next restore does not walk it again (an
             // owner that dies before its WAL grows or it idles would never snapshot).
