@@ -75,6 +75,11 @@ impl ObjectCell {
         Ok(())
     }
 
+    /// Everything queued, taken out of the mailbox.
+    fn take_mail(&self) -> Vec<Queued> {
+        self.mailbox.borrow_mut().drain(..).collect()
+    }
+
     fn store_config(&self, state: &ShardState) -> (std::path::PathBuf, StoreConfig) {
         let s = state.settings();
         let path = object_path(&s.data_dir, self.app.name(), &self.name);
@@ -98,12 +103,17 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             // on to the owner (HTTP requests not already passed on) or refuse it, and let go:
             // the next mail makes a fresh cell that asks again.
             cells.let_go(&cell.key);
-            let queued: Vec<Queued> = cell.mailbox.borrow_mut().drain(..).collect();
-            pass_on(&cells, &cell, queued, refusal, owner).await;
+            pass_on(&cells, &cell, cell.take_mail(), refusal, owner).await;
             return;
         }
     };
     let mut pipeline = Pipeline::start(&cells, &cell.key, shipping);
+    // In a fleet: the WAL's path, and its length after the last commit (what the next
+    // shipment reads up to, and what decides a checkpoint).
+    let fleet_wal = fleet
+        .as_ref()
+        .map(|_| fleet_wal_path(&cell.store_config(&state).0));
+    let mut wal_len = 0;
     loop {
         // A module's version replaced (a reload) with nothing queued: go now, so the next mail
         // restores the object on the version in force; else wait for mail.
@@ -120,33 +130,30 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             let shipping = pipeline.finish().await;
             close(&state, &cell, db.take(), shipping, failed_in_fleet).await;
             if failed_in_fleet {
-                let queued: Vec<Queued> = cell.mailbox.borrow_mut().drain(..).collect();
-                for q in queued {
-                    cells.refuse(q.job, Refusal::FleetUnavailable);
-                }
+                refuse_mail(&cells, &cell, Refusal::FleetUnavailable);
             }
             return;
         }
         if pipeline.failed() {
             // A WAL sync failed since the last batch: reload before running more.
             db = reload(&cells, &cell, &mut pipeline, db.take()).await;
+            wal_len = 0;
         }
         let Some(mut conn) = db.take() else {
             // The database could not be opened: answer everything queued, and let go.
-            let queued: Vec<Queued> = cell.mailbox.borrow_mut().drain(..).collect();
-            for q in queued {
-                cells.refuse(q.job, Refusal::StorageUnavailable);
-            }
+            refuse_mail(&cells, &cell, Refusal::StorageUnavailable);
             continue;
         };
-        if fleet.is_some() {
-            conn = checkpoint_if_due(&state, &cell, &pipeline, conn).await;
+        if fleet.is_some() && wal_len >= FLEET_CHECKPOINT_WAL_BYTES {
+            conn = checkpoint(&state, &cell, &pipeline, conn).await;
         }
         let permit = state.acquire_awake().await;
-        let (conn, committed, killed) = run_one_batch(&cells, &cell, conn).await;
+        let (conn, committed, killed) = run_one_batch(&cells, &cell, conn, fleet_wal.clone()).await;
         drop(permit);
+        wal_len = committed.wal_len;
         pipeline.push(committed).await;
         db = if killed || (fleet.is_none() && pipeline.failed()) {
+            wal_len = 0;
             reload(&cells, &cell, &mut pipeline, Some(conn)).await
         } else {
             Some(conn)
@@ -204,6 +211,13 @@ async fn pass_on(
         .await;
 }
 
+/// Answers everything queued with `refusal`.
+fn refuse_mail(cells: &Cells, cell: &ObjectCell, refusal: Refusal) {
+    for q in cell.take_mail() {
+        cells.refuse(q.job, refusal);
+    }
+}
+
 fn mail_is_empty(cell: &ObjectCell) -> bool {
     cell.mailbox.borrow().is_empty()
 }
@@ -235,21 +249,16 @@ async fn close(
         .await;
 }
 
-/// In a fleet: once the WAL has grown past [`FLEET_CHECKPOINT_WAL_BYTES`], waits until
+/// In a fleet, once the WAL has grown past [`FLEET_CHECKPOINT_WAL_BYTES`]: waits until
 /// everything committed is shipped, then checkpoints and uploads a snapshot (SQLite's own
 /// checkpoints are off, so the WAL is never rewritten under an unshipped frame).
-async fn checkpoint_if_due(
+async fn checkpoint(
     state: &ShardState,
     cell: &ObjectCell,
     pipeline: &Pipeline,
     conn: rusqlite::Connection,
 ) -> rusqlite::Connection {
     let (path, _) = cell.store_config(state);
-    let wal = fleet_wal_path(&path);
-    let len = std::fs::metadata(&wal).map_or(0, |m| m.len());
-    if len < FLEET_CHECKPOINT_WAL_BYTES {
-        return conn;
-    }
     pipeline.idle().await;
     let Some(fleet) = state.node().fleet.clone() else {
         return conn;
@@ -370,13 +379,15 @@ async fn wait_for_mail(state: &ShardState, cell: &ObjectCell) -> bool {
     .await
 }
 
-/// Takes a batch from the mailbox and runs it on a blocking thread. Returns the connection,
+/// Takes a batch from the mailbox and runs it on a blocking thread (in a fleet, noting the
+/// WAL's length at `fleet_wal` after its commit). Returns the connection,
 /// the committed batch (its answers and effects, to leave once it is durable), and whether a
 /// call was killed (the object must be reloaded).
 async fn run_one_batch(
     cells: &Rc<Cells>,
     cell: &Rc<ObjectCell>,
     conn: rusqlite::Connection,
+    fleet_wal: Option<std::path::PathBuf>,
 ) -> (rusqlite::Connection, Committed, bool) {
     let state = &cells.state;
     let stats = state.stats();
@@ -405,11 +416,6 @@ async fn run_one_batch(
         memory_bytes: app.memory_kb().map(|kb| kb * 1024),
     };
     // In a fleet, the WAL's length once the batch committed bounds what its shipment reads.
-    let fleet_wal = state
-        .node()
-        .fleet
-        .as_ref()
-        .map(|_| fleet_wal_path(&cell.store_config(state).0));
     let (conn, result, wal, wal_len) = glommio::executor()
         .spawn_blocking(move || {
             let mut conn = conn;
