@@ -303,7 +303,9 @@ impl Conn {
                 query: req.query.map(str::to_string),
                 body: req.body.to_vec(),
                 head_only,
-                forwarded: req.header(combd_fleet::forward::FORWARDED_HEADER).is_some(),
+                // Only a fleet node looks for it: no header scan per request on a node alone.
+                forwarded: self.state().node().fleet.is_some()
+                    && req.header(combd_fleet::forward::FORWARDED_HEADER).is_some(),
             })),
         }
     }
