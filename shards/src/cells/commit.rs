@@ -362,9 +362,7 @@ fn answer(reply: Reply, out: Result<Output, AppError>) -> Option<Effect> {
             return Some(Effect::Send {
                 to,
                 text: true,
-                payload: serde_json::json!({ "error": e.message })
-                    .to_string()
-                    .into_bytes(),
+                payload: crate::ws::error_text(&e.message).into_bytes(),
             })
         }
         (Reply::Session(_), Ok(_)) | (Reply::None, _) => {}

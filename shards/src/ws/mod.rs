@@ -342,7 +342,12 @@ pub fn encode_message(out: &mut Vec<u8>, text: bool, payload: &[u8]) {
 
 /// Appends `{"error": message}` as a text message: how a session learns that an input failed.
 pub fn encode_error(out: &mut Vec<u8>, message: &str) {
-    encode_text(out, &serde_json::json!({ "error": message }).to_string());
+    encode_text(out, &error_text(message));
+}
+
+/// The text of an error message to a session: `{"error": message}`.
+pub fn error_text(message: &str) -> String {
+    serde_json::json!({ "error": message }).to_string()
 }
 
 /// Appends a ping with no payload.
