@@ -260,36 +260,67 @@ fn lock_port(port: u16, setting: &'static str) -> Result<sys::PortLock, StartErr
     })
 }
 
+/// What `bind_pair` returns: the public listeners, the localhost listeners, the public address
+/// with its port resolved, and the port's lock.
+type Pair = (
+    Vec<socket2::Socket>,
+    Vec<socket2::Socket>,
+    SocketAddr,
+    sys::PortLock,
+);
+
+/// How many ports the kernel may pick for a port of 0 before start-up gives up: a port free on
+/// the public address can be taken on 127.0.0.1 (by a client's socket or another node), so a
+/// port of 0 tries again with another.
+const PORT_ZERO_ATTEMPTS: usize = 16;
+
 /// Binds `n` public listeners on `addr` (a port of 0 resolved once, so all share it) and `n`
 /// localhost listeners on `127.0.0.1` with the same port, holding the port's lock before any
 /// listener joins the port's `SO_REUSEPORT` group (a port of 0: right after it is resolved,
-/// before anything listens on it but the first). Errors name `setting`.
-fn bind_pair(
+/// before anything listens on it but the first). A port of 0 whose localhost side (or lock) is
+/// taken is given back and another picked, at most `PORT_ZERO_ATTEMPTS` times. Errors name
+/// `setting`.
+fn bind_pair(addr: SocketAddr, n: usize, setting: &'static str) -> Result<Pair, StartError> {
+    let attempts = if addr.port() == 0 {
+        PORT_ZERO_ATTEMPTS
+    } else {
+        1
+    };
+    let mut last = None;
+    for _ in 0..attempts {
+        match bind_pair_once(addr, n, setting) {
+            Ok(pair) => return Ok(pair),
+            Err((e, true)) => last = Some(e),
+            Err((e, false)) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or(StartError::Setting {
+        setting,
+        message: format!("cannot listen on {addr}"),
+    }))
+}
+
+/// One attempt of `bind_pair`; the error's flag says another port of 0 may do (the port the
+/// kernel picked was taken on 127.0.0.1 or by another node's lock).
+fn bind_pair_once(
     addr: SocketAddr,
     n: usize,
     setting: &'static str,
-) -> Result<
-    (
-        Vec<socket2::Socket>,
-        Vec<socket2::Socket>,
-        SocketAddr,
-        sys::PortLock,
-    ),
-    StartError,
-> {
+) -> Result<Pair, (StartError, bool)> {
+    let picked = addr.port() == 0;
+    let in_use = |e: &std::io::Error| picked && e.kind() == std::io::ErrorKind::AddrInUse;
     let mut public = Vec::with_capacity(n);
     let mut local = Vec::with_capacity(n);
     let mut addr = addr;
     let mut lock = match addr.port() {
         0 => None,
-        port => Some(lock_port(port, setting)?),
+        port => Some(lock_port(port, setting).map_err(|e| (e, false))?),
     };
     for i in 0..n {
-        let p =
-            sys::bind_listener(addr, limits::LISTEN_BACKLOG).map_err(|e| StartError::Setting {
-                setting,
-                message: format!("cannot listen on {addr}: {e}"),
-            })?;
+        let p = sys::bind_listener(addr, limits::LISTEN_BACKLOG).map_err(|e| {
+            let message = format!("cannot listen on {addr}: {e}");
+            (StartError::Setting { setting, message }, false)
+        })?;
         if i == 0 {
             addr = p
                 .local_addr()
@@ -297,22 +328,21 @@ fn bind_pair(
                 .and_then(|a| a.as_socket())
                 .unwrap_or(addr);
             if lock.is_none() {
-                lock = Some(lock_port(addr.port(), setting)?);
+                lock = Some(lock_port(addr.port(), setting).map_err(|e| (e, picked))?);
             }
         }
         let l_addr = SocketAddr::from(([127, 0, 0, 1], addr.port()));
         let l = sys::bind_listener(l_addr, limits::LISTEN_BACKLOG).map_err(|e| {
-            StartError::Setting {
-                setting,
-                message: format!("cannot listen on {l_addr} (localhost listener): {e}"),
-            }
+            let retry = i == 0 && in_use(&e);
+            let message = format!("cannot listen on {l_addr} (localhost listener): {e}");
+            (StartError::Setting { setting, message }, retry)
         })?;
         public.push(p);
         local.push(l);
     }
     let lock = match lock {
         Some(lock) => lock,
-        None => lock_port(addr.port(), setting)?,
+        None => lock_port(addr.port(), setting).map_err(|e| (e, false))?,
     };
     Ok((public, local, addr, lock))
 }
