@@ -63,6 +63,25 @@ pub struct FleetStats {
     snapshots: AtomicU64,
     forwarded: AtomicU64,
     forward_failed: AtomicU64,
+    ws_passed: AtomicU64,
+    ws_passing: AtomicU64,
+    ws_pass_failed: AtomicU64,
+}
+
+impl FleetStats {
+    /// A WebSocket is passed through to its owner until the guard is dropped.
+    pub fn ws_passing(&self) -> impl Drop + '_ {
+        self.ws_passed.fetch_add(1, Ordering::Relaxed);
+        self.ws_passing.fetch_add(1, Ordering::Relaxed);
+        crate::state::Defer(move || {
+            self.ws_passing.fetch_sub(1, Ordering::Relaxed);
+        })
+    }
+
+    /// A WebSocket's owner could not be reached (answered 503).
+    pub fn ws_pass_failed(&self) {
+        self.ws_pass_failed.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Why an object cannot be served here.
@@ -458,6 +477,27 @@ impl Fleet {
                 Counter,
                 "Requests whose object's owner could not be reached (answered 503).",
                 g(|s| &s.forward_failed),
+            ),
+            (
+                "fleet_ws_passed",
+                "combd_fleet_ws_passed_total",
+                Counter,
+                "WebSockets passed through whole to their object's owner.",
+                g(|s| &s.ws_passed),
+            ),
+            (
+                "fleet_ws_passing",
+                "combd_fleet_ws_passing",
+                Gauge,
+                "WebSockets being passed through to their object's owner now.",
+                g(|s| &s.ws_passing),
+            ),
+            (
+                "fleet_ws_pass_failed",
+                "combd_fleet_ws_pass_failed_total",
+                Counter,
+                "WebSockets whose object's owner could not be reached (answered 503).",
+                g(|s| &s.ws_pass_failed),
             ),
         ]
     }

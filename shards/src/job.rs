@@ -46,15 +46,18 @@ impl Job {
         }
     }
 
-    /// A session attaching; `Err` refuses it with that response.
+    /// A session attaching; the answer says whether it may. `may_pass`: in a fleet, the
+    /// WebSocket may be passed through whole to the object's owner (not when another node
+    /// already passed it on).
     pub fn attach(
         session: SessionId,
         query: Option<String>,
-        reply: async_channel::Sender<Result<(), Response>>,
+        reply: async_channel::Sender<Attached>,
+        may_pass: bool,
     ) -> Job {
         Job {
             input: Owned::Attach { session, query },
-            reply: Reply::Attach(reply),
+            reply: Reply::Attach { reply, may_pass },
         }
     }
 
@@ -85,12 +88,26 @@ impl Job {
 pub(crate) enum Reply {
     /// An HTTP request waiting for its response.
     Http(async_channel::Sender<Response>),
-    /// A session waiting to know whether it may attach.
-    Attach(async_channel::Sender<Result<(), Response>>),
+    /// A session waiting to know whether it may attach; `may_pass` as in [`Job::attach`].
+    Attach {
+        reply: async_channel::Sender<Attached>,
+        may_pass: bool,
+    },
     /// A session's message: only an error is answered, as a message to the session.
     Session(SessionId),
     /// Nobody waits.
     None,
+}
+
+/// The answer to a session attaching.
+pub(crate) enum Attached {
+    /// It is attached.
+    Yes,
+    /// It is refused with this response (no upgrade happens).
+    Refused(Response),
+    /// In a fleet: another node owns the object (its fleet address); the WebSocket is passed
+    /// through to it whole.
+    Owner(String),
 }
 
 /// An input as it crosses into the blocking thread.

@@ -20,7 +20,7 @@ use tracing::warn;
 use crate::app::{AppError, Effect, Output};
 use crate::fleet::{Shipped, Shipping};
 use crate::http::Response;
-use crate::job::Reply;
+use crate::job::{Attached, Reply};
 use crate::stats::ShardStats;
 
 use super::store::Wal;
@@ -352,11 +352,11 @@ fn answer(reply: Reply, out: Result<Output, AppError>) -> Option<Effect> {
         (Reply::Http(r), Err(e)) => {
             let _ = r.try_send(e.response());
         }
-        (Reply::Attach(r), Ok(_)) => {
-            let _ = r.try_send(Ok(()));
+        (Reply::Attach { reply, .. }, Ok(_)) => {
+            let _ = reply.try_send(Attached::Yes);
         }
-        (Reply::Attach(r), Err(e)) => {
-            let _ = r.try_send(Err(e.response()));
+        (Reply::Attach { reply, .. }, Err(e)) => {
+            let _ = reply.try_send(Attached::Refused(e.response()));
         }
         (Reply::Session(to), Err(e)) => {
             return Some(Effect::Send {

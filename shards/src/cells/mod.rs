@@ -29,7 +29,7 @@ use combd_kernel::limits::{CROSS_SHARD_QUEUE, FANOUT_PER_TURN};
 
 use crate::app::{home_shard, object_path, App, Effect};
 use crate::http::Response;
-use crate::job::{Job, Reply, ShardMsg};
+use crate::job::{Attached, Job, Reply, ShardMsg};
 use crate::state::turn::Turn;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
@@ -203,8 +203,8 @@ impl Cells {
             Reply::Http(reply) => {
                 let _ = reply.try_send(refusal.response());
             }
-            Reply::Attach(reply) => {
-                let _ = reply.try_send(Err(refusal.response()));
+            Reply::Attach { reply, .. } => {
+                let _ = reply.try_send(Attached::Refused(refusal.response()));
             }
             Reply::Session(session) => {
                 let mut frame = Vec::new();

@@ -20,7 +20,7 @@ use tracing::warn;
 
 use crate::app::{object_path, App};
 use crate::fleet::{OpenError, Shipping};
-use crate::job::{Job, Owned, Reply};
+use crate::job::{Attached, Job, Owned, Reply};
 use crate::state::slot::WakerSlot;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
@@ -162,9 +162,10 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
 }
 
 /// Passes the HTTP requests of `queued` on to `owner` (on a blocking thread, one after
-/// another, each answered with the owner's answer) and refuses the rest with `refusal`: a
-/// session cannot be passed on here (its connection is this node's), nor a request another
-/// node already passed on.
+/// another, each answered with the owner's answer), tells a WebSocket attaching that its
+/// connection is to be passed through to `owner`, and refuses the rest with `refusal`: a
+/// session's message (its connection is attached here, to an object this node no longer
+/// serves), or a request or WebSocket another node already passed on.
 async fn pass_on(
     cells: &Cells,
     cell: &ObjectCell,
@@ -187,6 +188,17 @@ async fn pass_on(
                 Some(_),
                 Some(_),
             ) => passing.push((method, query, body, reply)),
+            (
+                Owned::Attach { .. },
+                Reply::Attach {
+                    reply,
+                    may_pass: true,
+                },
+                Some(owner),
+                Some(_),
+            ) => {
+                let _ = reply.try_send(Attached::Owner(owner.clone()));
+            }
             (_, reply, _, _) => cells.refuse_job_reply(reply, refusal),
         }
     }

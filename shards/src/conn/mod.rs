@@ -10,6 +10,7 @@
 //! `Vec` that is dropped once written.
 
 mod http_loop;
+mod pass_through;
 mod refuse;
 mod routes;
 mod tls_handoff;

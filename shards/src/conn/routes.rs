@@ -99,12 +99,19 @@ impl Conn {
             ));
         }
         if head.upgrade_websocket {
+            // In a fleet, a stateful app's WebSocket may be passed through to its object's
+            // owner: keep the request to send it on (not one another node already passed on).
+            let replay = (!app.stateless()
+                && self.state().node().fleet.is_some()
+                && req.header(combd_fleet::forward::FORWARDED_HEADER).is_none())
+            .then(|| replay_head(req));
             return match websocket_accept(req, head) {
                 Ok(accept) => Routed::Upgrade(Upgrade {
                     app: app.clone(),
                     object: object.to_string(),
                     accept,
                     query: req.query.map(str::to_string),
+                    replay,
                 }),
                 Err(resp) => Routed::Respond(resp),
             };
@@ -140,6 +147,30 @@ impl Conn {
         let result = app.handle(&mut Cx::new(None, &mut effects, &mut budget), input);
         (result, effects)
     }
+}
+
+/// An upgrade request as it is sent on to the object's owner: its request line and every
+/// header field as the client sent them, and the fleet's forwarded header (so the owner never
+/// passes it on again).
+fn replay_head(req: &Request<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(req.method.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(req.path.as_bytes());
+    if let Some(q) = req.query {
+        out.push(b'?');
+        out.extend_from_slice(q.as_bytes());
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for h in req.headers {
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(combd_fleet::forward::FORWARDED_HEADER.as_bytes());
+    out.extend_from_slice(b": 1\r\n\r\n");
+    out
 }
 
 /// Checks a WebSocket upgrade request (RFC 6455, 4.2.1) and computes `Sec-WebSocket-Accept`.

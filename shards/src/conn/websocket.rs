@@ -13,7 +13,7 @@ use combd_kernel::settings::Settings;
 
 use crate::app::{App, Effect, Input as AppInput, Message, Resync, SessionId};
 use crate::cells::session::CloseWhy;
-use crate::job::Job;
+use crate::job::{Attached, Job};
 use crate::state::Defer;
 use crate::stats::ShardStats;
 use crate::ws::{self, close, Decoder, WsEvent};
@@ -26,6 +26,9 @@ pub(super) struct Upgrade {
     pub object: String,
     pub accept: String,
     pub query: Option<String>,
+    /// In a fleet: the request as it is sent on to the object's owner, if the object turns
+    /// out to be another node's (none when another node passed it on here).
+    pub replay: Option<Vec<u8>>,
 }
 
 /// How the node ends a WebSocket.
@@ -104,14 +107,22 @@ impl Conn {
                 .open(slot, key, topic, up.query.clone());
             self.session = Some(session.id);
             let (tx, rx) = async_channel::bounded(1);
-            let job = Job::attach(session, up.query.clone(), tx);
+            let job = Job::attach(session, up.query.clone(), tx, up.replay.is_some());
             self.cells.submit(&up.app, &up.object, job);
             match rx.recv().await {
-                Ok(Ok(())) => {}
-                Ok(Err(resp)) => {
+                Ok(Attached::Yes) => {}
+                Ok(Attached::Refused(resp)) => {
                     self.end_session();
                     self.respond(&mut out, &resp, false, false);
                     self.flush_and_close(&mut out).await;
+                    return None;
+                }
+                Ok(Attached::Owner(owner)) => {
+                    // Another node owns the object: the whole WebSocket goes through to it.
+                    self.end_session();
+                    if let Some(head) = up.replay {
+                        Box::pin(self.pass_through(&owner, head, &up.object)).await;
+                    }
                     return None;
                 }
                 Err(_) => return None,

@@ -1,0 +1,232 @@
+//! A WebSocket passed through whole to its object's owner (in a fleet): browsers do not follow
+//! redirects on an upgrade, so a node asked for an object another node owns opens a connection
+//! to the owner's fleet address, sends it the client's upgrade request (marked forwarded, so
+//! the owner never passes it on again), and from then on copies bytes both ways. The owner
+//! answers the upgrade, runs the session and pings the client; this node only carries bytes.
+//!
+//! Memory: nothing is buffered while both sides are idle. Reads go into the shard's scratch
+//! buffer and are written on at once; only what the other side cannot take yet is kept.
+//!
+//! It ends when both sides have closed (each side's end is passed on as a half close, and the
+//! other side then has `CLOSE_LINGER` to end), when either side fails, or when the node drains (both connections are closed: the client
+//! reconnects, as after any close of its WebSocket).
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use combd_kernel::limits;
+use futures_lite::io::AsyncWriteExt;
+use futures_lite::{AsyncRead, AsyncWrite};
+use glommio::net::TcpStream;
+
+use crate::http::Response;
+use crate::state::ShardState;
+use crate::stats::ShardStats;
+
+use super::Conn;
+
+/// One direction of the copy.
+#[derive(Default)]
+struct Pipe {
+    /// Read but not yet written on (empty and unallocated while it keeps up).
+    pending: Vec<u8>,
+    /// Written but maybe not flushed (TLS keeps records until flushed).
+    unflushed: bool,
+    /// The reading side closed.
+    eof: bool,
+    /// The end was passed on (the writing side shut down).
+    shut: bool,
+    /// Bytes read so far.
+    moved: u64,
+}
+
+impl Pipe {
+    /// Copies from `from` to `to` until `from` would block; `Ready(Ok)` once `from` ended
+    /// and its end was passed on (not passed on if nothing was read: the caller answers
+    /// instead). `count` adds the bytes read.
+    fn poll_copy(
+        &mut self,
+        cx: &mut Context<'_>,
+        state: &ShardState,
+        mut from: Pin<&mut impl AsyncRead>,
+        mut to: Pin<&mut impl AsyncWrite>,
+        count: &dyn Fn(u64),
+    ) -> Poll<io::Result<()>> {
+        loop {
+            while !self.pending.is_empty() {
+                match to.as_mut().poll_write(cx, &self.pending) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => {
+                        self.pending.drain(..n);
+                        self.unflushed = true;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            self.pending = Vec::new();
+            if self.unflushed {
+                match to.as_mut().poll_flush(cx) {
+                    Poll::Ready(Ok(())) => self.unflushed = false,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            if self.eof {
+                if !self.shut && self.moved > 0 {
+                    match to.as_mut().poll_close(cx) {
+                        Poll::Ready(r) => {
+                            self.shut = true;
+                            r?;
+                        }
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                return Poll::Ready(Ok(()));
+            }
+            let mut scratch = state.scratch();
+            let n = match from.as_mut().poll_read(cx, &mut scratch[..]) {
+                Poll::Ready(Ok(0)) => {
+                    self.eof = true;
+                    continue;
+                }
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            count(n as u64);
+            self.moved += n as u64;
+            // Written on at once; only what the other side cannot take now is kept.
+            match to.as_mut().poll_write(cx, &scratch[..n]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(m)) => {
+                    self.unflushed = true;
+                    self.pending.extend_from_slice(&scratch[m..n]);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => self.pending.extend_from_slice(&scratch[..n]),
+            }
+        }
+    }
+}
+
+/// How a pass-through ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// Both sides closed.
+    Closed,
+    /// A side failed.
+    Failed,
+    /// The node drains.
+    Drain,
+    /// One side ended and the other did not within the linger.
+    Lingered,
+    /// The owner closed without answering the upgrade.
+    NoAnswer,
+}
+
+impl Conn {
+    /// Answers the upgrade 503 (retry-after 1): its object's owner cannot be reached.
+    async fn owner_unreachable(&mut self) {
+        let resp = Response::error(503, "object owner unreachable").with_header("retry-after", "1");
+        let mut out = Vec::new();
+        self.respond(&mut out, &resp, false, false);
+        self.flush_and_close(&mut out).await;
+    }
+
+    /// Passes this connection through to `owner` (a fleet address), starting with `head`
+    /// (the client's upgrade request, marked forwarded) and what the client sent after it.
+    /// Answers 503 (retry-after 1) if the owner cannot be reached.
+    pub(super) async fn pass_through(&mut self, owner: &str, head: Vec<u8>, object: &str) {
+        let Some(fleet) = self.state().node().fleet.clone() else {
+            return;
+        };
+        let connected = match owner.parse::<SocketAddr>() {
+            Ok(addr) => TcpStream::connect_timeout(addr, limits::FLEET_FORWARD_TIMEOUT)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(format!("{owner:?} is not an address: {e}")),
+        };
+        let mut upstream = match connected {
+            Ok(s) => s,
+            Err(e) => {
+                fleet.stats.ws_pass_failed();
+                tracing::warn!(object, %owner, "cannot pass the WebSocket on to the owner: {e}");
+                self.owner_unreachable().await;
+                return;
+            }
+        };
+        super::set_socket_options(&upstream);
+        let _passing = fleet.stats.ws_passing();
+        // What the client sent after its request (frames it did not wait to send) follows it.
+        let mut first = head;
+        first.append(&mut self.inbuf);
+        self.inbuf = Vec::new();
+        if upstream.write_all(&first).await.is_err() {
+            fleet.stats.ws_pass_failed();
+            self.owner_unreachable().await;
+            return;
+        }
+        drop(first);
+        let state = self.state().clone();
+        let stats = state.stats();
+        let (mut up, mut down) = (Pipe::default(), Pipe::default());
+        let slot = self.waker.index();
+        // Once one side has ended, the other gets `CLOSE_LINGER` to end too (a client that
+        // keeps its socket open after the close handshake does not keep this forever).
+        let mut linger: Option<u64> = None;
+        let end = futures_lite::future::poll_fn(|cx| {
+            if state.draining() {
+                return Poll::Ready(End::Drain);
+            }
+            if linger.is_some_and(|d| state.now_ms() >= d) {
+                return Poll::Ready(End::Lingered);
+            }
+            let to_owner = up.poll_copy(
+                cx,
+                &state,
+                Pin::new(&mut self.stream),
+                Pin::new(&mut upstream),
+                &|n| ShardStats::add(&stats.bytes_in, n),
+            );
+            let to_client = down.poll_copy(
+                cx,
+                &state,
+                Pin::new(&mut upstream),
+                Pin::new(&mut self.stream),
+                &|n| ShardStats::add(&stats.bytes_out, n),
+            );
+            match (to_owner, to_client) {
+                // The owner ended or failed before answering (a node that just died: its
+                // listening socket can outlive it a moment and accept).
+                (_, Poll::Ready(_)) if down.moved == 0 => Poll::Ready(End::NoAnswer),
+                (Poll::Ready(Err(_)), _) | (_, Poll::Ready(Err(_))) => Poll::Ready(End::Failed),
+                (Poll::Ready(Ok(())), Poll::Ready(Ok(()))) => Poll::Ready(End::Closed),
+                (to_owner, _) => {
+                    if linger.is_none() && (to_owner.is_ready() || down.shut) {
+                        let d = state.deadline_after(limits::CLOSE_LINGER);
+                        state.set_deadline(slot, d);
+                        linger = Some(d);
+                    }
+                    // A drain wakes the task through its slot.
+                    state.park(self.waker.index(), cx.waker());
+                    Poll::Pending
+                }
+            }
+        })
+        .await;
+        if linger.is_some() {
+            state.set_deadline(slot, 0);
+        }
+        drop(upstream);
+        if end == End::NoAnswer {
+            fleet.stats.ws_pass_failed();
+            tracing::warn!(object, %owner, "the owner closed the WebSocket without answering");
+            self.owner_unreachable().await;
+            return;
+        }
+        tracing::debug!(object, %owner, ?end, "WebSocket passed through to its owner ended");
+    }
+}
