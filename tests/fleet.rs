@@ -43,19 +43,26 @@ impl Fleet {
     }
 
     fn node_with_ttl(&self, ttl: &str) -> TestNode {
+        self.node_on(ttl, &self.s3.bucket.endpoint, &[])
+    }
+
+    /// A node of this fleet that reaches the bucket at `bucket_url`, with `more` settings.
+    fn node_on(&self, ttl: &str, bucket_url: &str, more: &[(&str, &str)]) -> TestNode {
         let b = &self.s3.bucket;
         let secret = self.secret.display().to_string();
         let address = format!("127.0.0.1:{}", fleet_support::free_port());
-        TestNode::start(&[
+        let mut env: Vec<(&str, &str)> = vec![
             ("COMBD_FLEET_ETCD", &self.etcd.endpoint),
-            ("COMBD_FLEET_BUCKET_URL", &b.endpoint),
+            ("COMBD_FLEET_BUCKET_URL", bucket_url),
             ("COMBD_FLEET_BUCKET", &b.bucket),
             ("COMBD_FLEET_BUCKET_REGION", &b.region),
             ("COMBD_FLEET_ACCESS_KEY", &b.access_key),
             ("COMBD_FLEET_SECRET_KEY_FILE", &secret),
             ("COMBD_FLEET_NODE", &address),
             ("COMBD_FLEET_LEASE_TTL", ttl),
-        ])
+        ];
+        env.extend_from_slice(more);
+        TestNode::start(&env)
     }
 
     /// Revokes the lease of the node that owns `object` (that node's lease is gone, as after a
@@ -358,4 +365,123 @@ fn a_websocket_to_a_node_that_does_not_own_the_object_reaches_the_owner() {
     assert_eq!(ws_value(&mut ws), 4);
     assert_eq!(stat(&b, "sessions"), 1);
     assert!(stat(&b, "fleet_ws_pass_failed") >= 1);
+}
+
+/// A TCP proxy in front of `to` that holds every chunk a client sends for `delay` before
+/// passing it on: a bucket as slow as a 3-node Garage (each upload ~50 ms), on loopback.
+/// Its address; it runs until the test process ends.
+fn slow_proxy(to: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = std::net::TcpStream::connect(to) else {
+                continue;
+            };
+            let (mut c_read, mut s_write) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut s_read, mut c_write) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = vec![0; 64 * 1024];
+                while let Ok(n @ 1..) = c_read.read(&mut buf) {
+                    std::thread::sleep(delay); // the bucket's latency, on purpose
+                    if s_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_write.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let mut buf = vec![0; 64 * 1024];
+                while let Ok(n @ 1..) = s_read.read(&mut buf) {
+                    if c_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_write.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+/// Each chunk sent to the slow bucket waits this long (longer than 8 bursts take to start).
+const UPLOAD_DELAY: Duration = Duration::from_millis(600);
+
+/// With a slow bucket, one object's groups upload several at once: up to
+/// `fleet_uploads_in_flight` (8), never more; the head still advances in commit order, so every
+/// acknowledged write is there, each value acknowledged once.
+#[test]
+fn uploads_of_one_object_are_in_flight_together_up_to_their_cap() {
+    use std::io::{BufReader, Write};
+    let Some(fleet) = Fleet::start("uploads_in_flight_together") else {
+        return;
+    };
+    let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
+    let proxy = slow_proxy(bucket.addr, UPLOAD_DELAY);
+    let a = fleet.node_on(LEASE_TTL, &format!("http://{proxy}"), &[]);
+    assert_eq!(post_acked(&a, "p"), 1, "the object claimed");
+    // Bursts of writes, each sent once the one before it is a group on its way to the bucket
+    // (its answers counted as waiting for an upload), so each is a group of its own: the
+    // first 8 upload together, the rest wait for room.
+    const BURSTS: usize = 12;
+    const DEPTH: usize = 8;
+    let values: Vec<u64> = std::thread::scope(|scope| {
+        let mut workers = Vec::new();
+        for i in 0..BURSTS {
+            if (1..=8).contains(&i) {
+                let want = (i * DEPTH) as u64;
+                wait_stats(&a, "the burst before to be uploading", |s| {
+                    s["fleet_acks_waiting_upload"].as_u64() >= Some(want)
+                });
+            }
+            let a = &a;
+            workers.push(scope.spawn(move || {
+                let mut stream = connect(a.public());
+                let one = b"POST /o/counter/p HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+                stream.write_all(&one.repeat(DEPTH)).unwrap();
+                let mut reader = BufReader::new(stream);
+                (0..DEPTH)
+                    .map(|_| value(&read_response(&mut reader)))
+                    .collect::<Vec<_>>()
+            }));
+        }
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let mut sorted = values.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), values.len(), "a value acknowledged twice");
+    let total = 1 + (BURSTS * DEPTH) as u64;
+    assert_eq!(value(&get(&a, "p")), total);
+    assert_eq!(stat(&a, "fleet_uploads_in_flight_max"), 8, "{}", a.stats());
+    assert_eq!(a.stats()["limits"]["fleet_uploads_in_flight"], 8);
+    // Every acknowledged write is in the bucket: another node restores all of them.
+    let mut a = a;
+    a.sigterm();
+    assert!(a.wait_exit().success());
+    let b = fleet.node();
+    assert_eq!(value(&get(&b, "p")), total);
+}
+
+/// The host and port of an `http://host:port` endpoint.
+mod url_like {
+    pub struct Endpoint {
+        pub addr: std::net::SocketAddr,
+    }
+
+    impl std::str::FromStr for Endpoint {
+        type Err = String;
+        fn from_str(s: &str) -> Result<Self, String> {
+            let rest = s.strip_prefix("http://").ok_or("not http://")?;
+            let hostport = rest.split('/').next().unwrap_or(rest);
+            let addr = hostport.parse().map_err(|e| format!("{hostport}: {e}"))?;
+            Ok(Endpoint { addr })
+        }
+    }
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use combd_kernel::limits::{
     FLEET_BUCKET_TIMEOUT, FLEET_LIST_ANSWER_MAX_BYTES, FLEET_LIST_PAGE_KEYS,
 };
-use rusty_s3::actions::{ListObjectsV2, S3Action};
+use rusty_s3::actions::{
+    DeleteObjects, DeleteObjectsResponse, ListObjectsV2, ObjectIdentifier, S3Action,
+};
 use rusty_s3::{Credentials, UrlStyle};
 
 use crate::http::{self, Failure};
@@ -57,7 +59,9 @@ pub struct BucketConfig {
     pub secret_key: String,
 }
 
-/// A client of one bucket. Calls block: run them on a blocking thread.
+/// A client of one bucket. Calls block: run them on a blocking thread. Clones share their
+/// connections.
+#[derive(Clone)]
 pub struct Bucket {
     bucket: rusty_s3::Bucket,
     credentials: Credentials,
@@ -157,6 +161,46 @@ impl Bucket {
             .map_err(|e| Self::error("delete", key, http::failure(e)))?;
         if !resp.status().is_success() && resp.status().as_u16() != 404 {
             return Err(Self::error("delete", key, http::status(&mut resp)));
+        }
+        Ok(())
+    }
+
+    /// Deletes every key of `keys` (missing ones too, as S3 says), 1,000 to a request
+    /// (`DeleteObjects`, the most S3 takes in one).
+    pub fn delete_many(&self, keys: &[String]) -> Result<(), BucketError> {
+        for chunk in keys.chunks(FLEET_LIST_PAGE_KEYS) {
+            let first = chunk.first().map_or("", String::as_str);
+            let ids: Vec<ObjectIdentifier> = chunk
+                .iter()
+                .map(|k| ObjectIdentifier::new(k.clone()))
+                .collect();
+            let mut action = DeleteObjects::new(&self.bucket, Some(&self.credentials), ids.iter());
+            action.set_quiet(true);
+            let url = action.sign(SIGNATURE_VALID);
+            let (body, md5) = action.body_with_md5();
+            let mut resp = self
+                .agent
+                .post(url.as_str())
+                .header("content-md5", &md5)
+                .send(body.as_bytes())
+                .map_err(|e| Self::error("delete", first, http::failure(e)))?;
+            if !resp.status().is_success() {
+                return Err(Self::error("delete", first, http::status(&mut resp)));
+            }
+            let answer = http::body(&mut resp, FLEET_LIST_ANSWER_MAX_BYTES)
+                .map_err(|f| Self::error("delete", first, f))?;
+            let text = String::from_utf8_lossy(&answer);
+            let failed = DeleteObjectsResponse::parse(&text).map_or_else(
+                |e| Some(format!("delete answer XML: {e}")),
+                |r| {
+                    r.errors
+                        .first()
+                        .map(|e| format!("{}: {} {}", e.key, e.code, e.message))
+                },
+            );
+            if let Some(m) = failed {
+                return Err(Self::error("delete", first, Failure::BadAnswer(m)));
+            }
         }
         Ok(())
     }

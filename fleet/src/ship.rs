@@ -7,6 +7,8 @@
 //! another node owns the object now; the uploaded segment is an orphan no restore reads (the
 //! chain goes through the head), and the batch must not be acknowledged.
 
+use combd_kernel::limits::FLEET_LIST_KEYS_MAX;
+
 use crate::bucket::{Bucket, BucketError};
 use crate::coordinator::{Advance, Coordinator, CoordinatorError, Head};
 use crate::keys;
@@ -32,6 +34,15 @@ impl std::fmt::Display for ShipError {
 
 impl std::error::Error for ShipError {}
 
+/// Uploads `segment` under its (seq, token) key. It is not part of the object until a head
+/// advance names it (or a later segment of its chain).
+pub fn upload_segment(bucket: &Bucket, segment: &Segment) -> Result<(), ShipError> {
+    let key = keys::segment(&segment.object, segment.seq, segment.token);
+    bucket
+        .put(&key, &segment.encode())
+        .map_err(ShipError::Bucket)
+}
+
 /// Uploads `segment`, then makes it the object's head if `segment.token` still owns the
 /// object.
 pub fn ship_segment(
@@ -39,10 +50,7 @@ pub fn ship_segment(
     coordinator: &Coordinator,
     segment: &Segment,
 ) -> Result<Advance, ShipError> {
-    let key = keys::segment(&segment.object, segment.seq, segment.token);
-    bucket
-        .put(&key, &segment.encode())
-        .map_err(ShipError::Bucket)?;
+    upload_segment(bucket, segment)?;
     coordinator
         .advance_head(
             &segment.object,
@@ -67,4 +75,31 @@ pub fn ship_snapshot(
     bucket
         .put(&keys::snapshot(object, head.seq, head.token), database)
         .map_err(ShipError::Bucket)
+}
+
+/// Deletes what no restore reads once `object`'s snapshot at `head` is in the bucket: every
+/// segment numbered at or before it, and every other snapshot at or before it. Returns how
+/// many keys it deleted. (A restore that listed the snapshots before this one was uploaded
+/// may then miss a segment it wanted: it fails, and the next request restores from this
+/// snapshot.)
+pub fn prune(bucket: &Bucket, object: &str, head: Head) -> Result<usize, ShipError> {
+    let mut old: Vec<String> = bucket
+        .list(&keys::segment_prefix(object), FLEET_LIST_KEYS_MAX)
+        .map_err(ShipError::Bucket)?
+        .into_iter()
+        .filter(|k| keys::parse_segment(k).is_some_and(|(seq, _)| seq <= head.seq))
+        .collect();
+    old.extend(
+        bucket
+            .list(&keys::snapshot_prefix(object), FLEET_LIST_KEYS_MAX)
+            .map_err(ShipError::Bucket)?
+            .into_iter()
+            .filter(|k| {
+                keys::parse_snapshot(k).is_some_and(|(seq, token)| {
+                    seq <= head.seq && (seq, token) != (head.seq, head.token)
+                })
+            }),
+    );
+    bucket.delete_many(&old).map_err(ShipError::Bucket)?;
+    Ok(old.len())
 }

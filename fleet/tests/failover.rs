@@ -13,7 +13,7 @@ use combd_fleet::bucket::Bucket;
 use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head};
 use combd_fleet::restore::{restore_object, Restored};
 use combd_fleet::segment::WalCursor;
-use combd_fleet::ship::{ship_segment, ship_snapshot};
+use combd_fleet::ship::{prune, ship_segment, ship_snapshot};
 use combd_fleet::{keys, Failure};
 use combd_kernel::limits::FLEET_LIST_KEYS_MAX;
 use support::db::{open_checked, rows, Db};
@@ -189,6 +189,47 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
     let path_d = dir_c.join("missing.sqlite");
     let e = restore_object(&bucket, &object, c.head(&object).unwrap(), &path_d).unwrap_err();
     assert!(e.to_string().contains("segment 5"), "{e}");
+
+    // B snapshots at its head: pruning then deletes every segment at or before it (the stale
+    // segment 5 of A too) and the older snapshot, and a restore reads the snapshot alone.
+    let head_b = Head {
+        seq: 5,
+        token: b.token,
+    };
+    ship_snapshot(&bucket, &object, head_b, &b.db.snapshot()).unwrap();
+    let before = bucket
+        .list(&keys::object_prefix(&object), FLEET_LIST_KEYS_MAX)
+        .unwrap();
+    let pruned = prune(&bucket, &object, head_b).unwrap();
+    let left = bucket
+        .list(&keys::object_prefix(&object), FLEET_LIST_KEYS_MAX)
+        .unwrap();
+    assert_eq!(
+        left,
+        [keys::snapshot(&object, 5, b.token)],
+        "before: {before:?}"
+    );
+    assert_eq!(pruned, before.len() - 1);
+    let path_e = dir_c.join("pruned.sqlite");
+    let restored = restore_object(&bucket, &object, Some(head_b), &path_e).unwrap();
+    assert_eq!(
+        restored,
+        Restored {
+            snapshot: Some((5, b.token)),
+            segments: 0,
+            seq: 5
+        }
+    );
+    assert_eq!(rows(&open_checked(&path_e)), rows(&b.db.conn));
+    // And the chain goes on from it.
+    assert_eq!(
+        b.commit_and_ship("INSERT INTO t(v) VALUES ('b2')", &bucket, &c),
+        Advance::Done
+    );
+    let path_f = dir_c.join("after-prune.sqlite");
+    let restored = restore_object(&bucket, &object, c.head(&object).unwrap(), &path_f).unwrap();
+    assert_eq!((restored.segments, restored.seq), (1, 6));
+    assert_eq!(rows(&open_checked(&path_f)), rows(&b.db.conn));
 
     for d in [dir_a, dir_b, dir_c] {
         let _ = std::fs::remove_dir_all(d);

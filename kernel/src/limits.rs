@@ -465,6 +465,17 @@ pub const FLEET_RESTORE_PARALLEL_GETS: usize = 16;
 /// by default, of requests).
 pub const FLEET_UNSHIPPED_BATCHES: usize = 64;
 
+/// In a fleet, shipments of one object whose uploads may be on their way at once: a group's
+/// segments upload while the groups before them still upload, and the head still advances in
+/// commit order (a group's answers leave only once its head advance and every one before it
+/// are done). Eight ~65 ms uploads on a 3-node Garage let one object ship a group every ~8 ms.
+pub const FLEET_UPLOADS_IN_FLIGHT: usize = 8;
+
+/// Threads of a node that upload segments to the bucket (every object's shipments queue for
+/// them), so uploads in flight do not hold the shards' blocking threads, which run batches and
+/// syncs. As many as the idle connections kept to the bucket.
+pub const FLEET_UPLOAD_THREADS: usize = FLEET_IDLE_CONNECTIONS;
+
 /// Most endpoints in `COMBD_FLEET_ETCD`: etcd clusters have at most 7 members (more slows every
 /// write for no gain in safety).
 pub const FLEET_ETCD_ENDPOINTS_MAX: usize = 7;

@@ -5,16 +5,18 @@
 //!   asked for an unowned object owns it); if this node owns it, write its database from the
 //!   bucket (snapshot + segments, up to the head the coordinator records) before SQLite opens
 //!   it; if another node owns it, the object is not served here.
-//! - **Before a batch's answers leave** ([`Fleet::ship`]): the WAL frames committed since the
-//!   last shipment become segments, each uploaded and then made the head by a transaction that
-//!   checks this node's fencing token; and this node's lease must still hold. Otherwise
-//!   nothing of the batch is answered.
+//! - **Before a batch's answers leave**: the WAL frames committed since the last group was cut
+//!   become segments ([`Fleet::cut`]), uploaded on the node's upload threads
+//!   ([`Fleet::upload`], several groups of one object at once), and then, in commit order, the
+//!   group's last segment is made the head by a transaction that checks this node's fencing
+//!   token, and this node's lease must still hold ([`Fleet::advance`]). Otherwise nothing of
+//!   the group (or of the groups after it) is answered.
 //! - **A checkpoint** ([`Fleet::snapshot`]): once everything committed is shipped, the WAL is
 //!   checkpointed and the database uploaded as a snapshot at the head, so a restore reads one
 //!   file and the segments after it.
 //!
-//! Every call here blocks (HTTP to etcd and the bucket): the shard runs them on a blocking
-//! thread, like a WAL sync.
+//! Every call here but [`Fleet::upload`] blocks (HTTP to etcd and the bucket): the shard runs
+//! them on a blocking thread, like a WAL sync.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,9 +26,9 @@ use std::time::Instant;
 use combd_fleet::bucket::Bucket;
 use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, LeaseKeeper};
 use combd_fleet::forward::Forwarder;
-use combd_fleet::segment::WalCursor;
+use combd_fleet::segment::{Segment, WalCursor};
 use combd_fleet::{config, restore, ship};
-use combd_kernel::limits::FLEET_SNAPSHOT_AFTER_SEGMENTS;
+use combd_kernel::limits::{FLEET_SNAPSHOT_AFTER_SEGMENTS, FLEET_UPLOAD_THREADS};
 use combd_kernel::settings::FleetSettings;
 
 use crate::http::Response;
@@ -41,10 +43,12 @@ pub struct Fleet {
     coordinator: Arc<Coordinator>,
     keeper: LeaseKeeper,
     forwarder: Forwarder,
+    /// Segments to upload, taken by the node's upload threads.
+    uploads: async_channel::Sender<Upload>,
     /// This node's fleet address, recorded as the owner of what it claims.
     node: String,
     /// The node's fleet figures.
-    pub stats: FleetStats,
+    pub stats: Arc<FleetStats>,
 }
 
 /// The fleet's figures in `/stats` (all zero with the fleet off).
@@ -66,6 +70,9 @@ pub struct FleetStats {
     ws_passed: AtomicU64,
     ws_passing: AtomicU64,
     ws_pass_failed: AtomicU64,
+    uploads_in_flight_max: AtomicU64,
+    pruned_keys: AtomicU64,
+    prune_failed: AtomicU64,
 }
 
 impl FleetStats {
@@ -78,9 +85,60 @@ impl FleetStats {
         })
     }
 
+    /// One object has `n` groups' uploads on their way at once.
+    pub fn uploads_in_flight(&self, n: usize) {
+        self.uploads_in_flight_max
+            .fetch_max(n as u64, Ordering::Relaxed);
+    }
+
     /// A WebSocket's owner could not be reached (answered 503).
     pub fn ws_pass_failed(&self) {
         self.ws_pass_failed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Work for the upload threads.
+enum Upload {
+    /// A group's segments on their way to the bucket, and where to say they are there.
+    Segments {
+        segments: Vec<Segment>,
+        done: async_channel::Sender<Result<Vec<Segment>, String>>,
+    },
+    /// An object's snapshot at `head` is in the bucket: delete what it replaces.
+    Prune { object: String, head: Head },
+}
+
+/// An upload thread: uploads (and prunes) what it is given until the node's fleet is dropped.
+fn upload_thread(bucket: Bucket, stats: Arc<FleetStats>, jobs: async_channel::Receiver<Upload>) {
+    while let Ok(job) = jobs.recv_blocking() {
+        let (segments, done) = match job {
+            Upload::Segments { segments, done } => (segments, done),
+            Upload::Prune { object, head } => {
+                match ship::prune(&bucket, &object, head) {
+                    Ok(n) => {
+                        stats.pruned_keys.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        stats.prune_failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%object, "cannot delete the segments a snapshot replaced: {e}");
+                    }
+                }
+                continue;
+            }
+        };
+        let mut result = Ok(());
+        for segment in &segments {
+            let started = Instant::now();
+            if let Err(e) = ship::upload_segment(&bucket, segment) {
+                result = Err(e.to_string());
+                break;
+            }
+            stats.segments_uploaded.fetch_add(1, Ordering::Relaxed);
+            stats
+                .upload_max_us
+                .fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
+        let _ = done.try_send(result.map(|()| segments));
     }
 }
 
@@ -103,6 +161,9 @@ pub struct Shipping {
     token: i64,
     /// The head: the last segment shipped, and the token that wrote it.
     head: Head,
+    /// The last segment cut from the WAL (at or past the head: those after it are on their
+    /// way).
+    cut: Head,
 }
 
 /// What a shipment came to.
@@ -138,13 +199,28 @@ impl Fleet {
                 format!("cannot start the lease keeper: {e}"),
             )
         })?;
+        let stats = Arc::new(FleetStats::default());
+        let (uploads, jobs) = async_channel::unbounded();
+        for i in 0..FLEET_UPLOAD_THREADS {
+            let (bucket, stats, jobs) = (bucket.clone(), stats.clone(), jobs.clone());
+            std::thread::Builder::new()
+                .name(format!("combd-upload-{i}"))
+                .spawn(move || upload_thread(bucket, stats, jobs))
+                .map_err(|e| {
+                    (
+                        "COMBD_FLEET_BUCKET_URL",
+                        format!("cannot start an upload thread: {e}"),
+                    )
+                })?;
+        }
         Ok(Fleet {
             bucket,
             coordinator,
             keeper,
             forwarder: Forwarder::new(),
+            uploads,
             node: settings.node.to_string(),
-            stats: FleetStats::default(),
+            stats,
         })
     }
 
@@ -217,6 +293,7 @@ impl Fleet {
             match snapshot {
                 Ok(()) => {
                     self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
+                    self.prune(key, head);
                 }
                 Err(e) => {
                     tracing::warn!(object = %key, "cannot upload a snapshot after a restore: {e}")
@@ -228,15 +305,17 @@ impl Fleet {
             .restore_max_ms
             .fetch_max(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         self.stats.objects_owned.fetch_add(1, Ordering::Relaxed);
+        let head = head.unwrap_or(Head {
+            seq: 0,
+            token: owner.token,
+        });
         Ok(Shipping {
             key: key.to_string(),
             wal,
             cursor: WalCursor::new(),
             token: owner.token,
-            head: head.unwrap_or(Head {
-                seq: 0,
-                token: owner.token,
-            }),
+            head,
+            cut: head,
         })
     }
 
@@ -246,64 +325,99 @@ impl Fleet {
         self.stats.objects_owned.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Ships every transaction committed up to `wal_len` bytes into the WAL, then checks the
-    /// lease. Blocking.
-    pub fn ship(&self, s: &mut Shipping, wal_len: u64, answers: usize) -> Shipped {
-        let stats = &self.stats;
-        stats
+    /// Cuts every transaction committed up to `wal_len` bytes into the WAL into segments,
+    /// numbered after the last one cut (the head may not have reached it yet: those before are
+    /// still on their way). Blocking (reads the WAL).
+    pub fn cut(&self, s: &mut Shipping, wal_len: u64) -> Result<Vec<Segment>, String> {
+        let mut segments = Vec::new();
+        loop {
+            let next = s.cut.seq + 1;
+            match s
+                .cursor
+                .next_segment_upto(&s.wal, &s.key, next, s.token, s.cut.token, wal_len)
+            {
+                Ok(Some(segment)) => segments.push(segment),
+                Ok(None) => return Ok(segments),
+                Err(e) => return Err(e.to_string()),
+            }
+            s.cut = Head {
+                seq: next,
+                token: s.token,
+            };
+        }
+    }
+
+    /// Uploads `segments` on the node's upload threads; the answer comes on the channel.
+    /// `answers` counts as waiting for an upload until [`Fleet::advance`] (or the caller)
+    /// says it is over.
+    pub fn upload(
+        &self,
+        segments: Vec<Segment>,
+        answers: usize,
+    ) -> async_channel::Receiver<Result<Vec<Segment>, String>> {
+        self.stats
             .acks_waiting_upload
             .fetch_add(answers as u64, Ordering::Relaxed);
-        let shipped = self.ship_all(s, wal_len);
-        stats
+        let (tx, rx) = async_channel::bounded(1);
+        if let Err(e) = self
+            .uploads
+            .try_send(Upload::Segments { segments, done: tx })
+        {
+            // Never full (unbounded) and never closed while the node runs.
+            if let Upload::Segments { done, .. } = e.into_inner() {
+                let _ = done.try_send(Err("the upload threads are gone".into()));
+            }
+        }
+        rx
+    }
+
+    /// A group's answers no longer wait for an upload (shipped, or refused).
+    pub fn uploaded(&self, answers: usize) {
+        self.stats
             .acks_waiting_upload
             .fetch_sub(answers as u64, Ordering::Relaxed);
+    }
+
+    /// Makes the last of `segments` (uploaded, and every segment cut before them already the
+    /// head) the object's head, fenced by this node's token, then checks the lease. Blocking.
+    pub fn advance(&self, s: &mut Shipping, segments: &[Segment]) -> Shipped {
+        let shipped = match segments.last() {
+            None => Shipped::Done,
+            Some(last) => {
+                let head = Head {
+                    seq: last.seq,
+                    token: last.token,
+                };
+                match self.coordinator.advance_head(&s.key, s.token, head) {
+                    Ok(Advance::Done) => {
+                        s.head = head;
+                        Shipped::Done
+                    }
+                    Ok(Advance::Fenced) => Shipped::Fenced,
+                    Err(e) => Shipped::Failed(e.to_string()),
+                }
+            }
+        };
+        let shipped = match shipped {
+            Shipped::Done if !self.holds() => Shipped::Failed("this node's lease is gone".into()),
+            other => other,
+        };
         match &shipped {
             Shipped::Done => {}
             Shipped::Fenced => {
-                stats.ship_fenced.fetch_add(1, Ordering::Relaxed);
+                self.stats.ship_fenced.fetch_add(1, Ordering::Relaxed);
             }
             Shipped::Failed(_) => {
-                stats.ship_failed.fetch_add(1, Ordering::Relaxed);
+                self.stats.ship_failed.fetch_add(1, Ordering::Relaxed);
             }
         }
         shipped
     }
 
-    fn ship_all(&self, s: &mut Shipping, wal_len: u64) -> Shipped {
-        loop {
-            let next = s.head.seq + 1;
-            let segment = match s.cursor.next_segment_upto(
-                &s.wal,
-                &s.key,
-                next,
-                s.token,
-                s.head.token,
-                wal_len,
-            ) {
-                Ok(Some(segment)) => segment,
-                Ok(None) => break,
-                Err(e) => return Shipped::Failed(e.to_string()),
-            };
-            let started = Instant::now();
-            match ship::ship_segment(&self.bucket, &self.coordinator, &segment) {
-                Ok(Advance::Done) => {}
-                Ok(Advance::Fenced) => return Shipped::Fenced,
-                Err(e) => return Shipped::Failed(e.to_string()),
-            }
-            self.stats.segments_uploaded.fetch_add(1, Ordering::Relaxed);
-            self.stats
-                .upload_max_us
-                .fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-            s.head = Head {
-                seq: next,
-                token: s.token,
-            };
-        }
-        if self.holds() {
-            Shipped::Done
-        } else {
-            Shipped::Failed("this node's lease is gone".into())
-        }
+    /// A shipment that failed before its head advance (the WAL could not be read, or the
+    /// upload failed).
+    pub fn ship_failed(&self) {
+        self.stats.ship_failed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Checkpoints the database (everything committed must be shipped already) and uploads it
@@ -324,7 +438,16 @@ impl Fleet {
         // The WAL starts over: the cursor starts over with it.
         s.cursor = WalCursor::new();
         self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
+        self.prune(&s.key, s.head);
         Ok(())
+    }
+
+    /// Has the upload threads delete what `object`'s snapshot at `head` replaced.
+    fn prune(&self, object: &str, head: Head) {
+        let _ = self.uploads.try_send(Upload::Prune {
+            object: object.to_string(),
+            head,
+        });
     }
 
     /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address);
@@ -412,15 +535,22 @@ impl Fleet {
                 "fleet_segments_uploaded",
                 "combd_fleet_segments_uploaded_total",
                 Counter,
-                "Segments shipped to the bucket and made the head.",
+                "Segments uploaded to the bucket.",
                 g(|s| &s.segments_uploaded),
             ),
             (
                 "fleet_upload_max_us",
                 "combd_fleet_upload_max_microseconds",
                 Gauge,
-                "The longest segment shipment (upload and head advance).",
+                "The longest upload of one segment.",
                 g(|s| &s.upload_max_us),
+            ),
+            (
+                "fleet_uploads_in_flight_max",
+                "combd_fleet_uploads_in_flight_max",
+                Gauge,
+                "The most groups of one object whose uploads were on their way at once.",
+                g(|s| &s.uploads_in_flight_max),
             ),
             (
                 "fleet_acks_waiting_upload",
@@ -463,6 +593,20 @@ impl Fleet {
                 Counter,
                 "Snapshots uploaded.",
                 g(|s| &s.snapshots),
+            ),
+            (
+                "fleet_pruned_keys",
+                "combd_fleet_pruned_keys_total",
+                Counter,
+                "Segments and snapshots deleted from the bucket once a newer snapshot replaced them.",
+                g(|s| &s.pruned_keys),
+            ),
+            (
+                "fleet_prune_failed",
+                "combd_fleet_prune_failed_total",
+                Counter,
+                "Deletions of replaced segments that failed (retried at the next snapshot).",
+                g(|s| &s.prune_failed),
             ),
             (
                 "fleet_forwarded",

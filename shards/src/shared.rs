@@ -271,6 +271,11 @@ impl NodeShared {
                 limits::FLEET_UNSHIPPED_BATCHES as u64,
             ),
             (
+                "fleet_uploads_in_flight",
+                limits::FLEET_UPLOADS_IN_FLIGHT as u64,
+            ),
+            ("fleet_upload_threads", limits::FLEET_UPLOAD_THREADS as u64),
+            (
                 "fleet_restore_parallel_gets",
                 limits::FLEET_RESTORE_PARALLEL_GETS as u64,
             ),

@@ -14,7 +14,10 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::task::{Poll, Waker};
 
-use combd_kernel::limits::{FLEET_UNSHIPPED_BATCHES, OBJECT_UNSYNCED_BATCHES, WAL_SYNC_SLOW};
+use combd_fleet::segment::Segment;
+use combd_kernel::limits::{
+    FLEET_UNSHIPPED_BATCHES, FLEET_UPLOADS_IN_FLIGHT, OBJECT_UNSYNCED_BATCHES, WAL_SYNC_SLOW,
+};
 use tracing::warn;
 
 use crate::app::{AppError, Effect, Output};
@@ -59,8 +62,11 @@ struct Pipe {
     unanswered: Cell<usize>,
     closed: Cell<bool>,
     /// A WAL sync failed: what committed after it may sit on a hole in the WAL, so nothing
-    /// more is answered until the object reloads its database.
+    /// more is answered until the object reloads its database. In a fleet, also a shipment
+    /// that failed: the groups after it are not answered either.
     failed: Cell<bool>,
+    /// What the inputs after a failure are refused with (the failure's own refusal).
+    refusal: Cell<Option<Refusal>>,
     /// In a fleet, what the object ships from (taken by a shipment while it runs).
     shipping: RefCell<Option<Shipping>>,
     taker: RefCell<Option<Waker>>,
@@ -88,6 +94,11 @@ impl Pipe {
             Poll::Pending
         })
         .await
+    }
+
+    /// What an input after a failure is refused with: the failure's own refusal.
+    fn after_failure(&self) -> Refusal {
+        self.refusal.get().unwrap_or(Refusal::StorageUnavailable)
     }
 
     /// `n` batches were answered.
@@ -152,15 +163,10 @@ impl Pipeline {
     /// spawning) the batch is made durable and answered here.
     pub async fn push(&self, batch: Committed) {
         if self.task.is_none() {
-            let released = release_group(
-                &self.cells,
-                &self.key,
-                &self.pipe,
-                vec![batch],
-                self.durability,
-            )
-            .await;
-            self.pipe.failed.set(!released);
+            let (cells, pipe) = (&self.cells, &self.pipe);
+            let started = start(cells, &self.key, pipe, vec![batch], self.durability).await;
+            let released = finish(cells, &self.key, pipe, started, self.durability).await;
+            pipe.failed.set(!released);
             return;
         }
         let pipe = &self.pipe;
@@ -213,39 +219,246 @@ impl Pipeline {
     }
 }
 
-/// The commit task: group after group, sync then answer (or as `durability` says).
+/// A group of batches synced (or refused) and, in a fleet, cut into segments on their way to
+/// the bucket.
+struct Started {
+    group: Vec<Committed>,
+    /// Why the group is refused already (its sync, or its shipment's start, failed).
+    refusal: Option<Refusal>,
+    /// In a fleet: its segments' upload, answered with the segments once they are in.
+    upload: Option<async_channel::Receiver<Uploaded>>,
+    /// The upload's answer, once received.
+    uploaded: Option<Result<Uploaded, async_channel::RecvError>>,
+    /// The answers the upload holds back (counted in `fleet_acks_waiting_upload`).
+    answers: usize,
+}
+
+/// An upload's answer: the segments, uploaded.
+type Uploaded = Result<Vec<Segment>, String>;
+
+/// What the commit task does next.
+enum Next {
+    /// Start the groups that committed.
+    Start(Vec<Committed>),
+    /// Finish the oldest started group: its upload is in (what it answered), or it has none.
+    Finish(Option<Result<Uploaded, async_channel::RecvError>>),
+    /// The pipe is closed and everything is answered.
+    Done,
+}
+
+/// The commit task: group after group, sync then answer (or as `durability` says). In a fleet
+/// a group's segments upload while earlier groups' uploads are still on their way (at most
+/// [`FLEET_UPLOADS_IN_FLIGHT`]); groups finish in commit order: each one's head advance, then
+/// its answers, only after every group before it.
 async fn release(cells: Rc<Cells>, key: Rc<str>, pipe: Rc<Pipe>, durability: Durability) {
-    while let Some(group) = pipe.take().await {
-        let n = group.len();
-        if !release_group(&cells, &key, &pipe, group, durability).await {
-            pipe.failed.set(true);
+    let mut started: VecDeque<Started> = VecDeque::new();
+    loop {
+        let next = match started.front() {
+            None => match pipe.take().await {
+                Some(group) => Next::Start(group),
+                None => Next::Done,
+            },
+            Some(front) => match &front.upload {
+                None => Next::Finish(None),
+                Some(upload) => {
+                    let room = started.len() < FLEET_UPLOADS_IN_FLIGHT;
+                    futures_lite::future::or(
+                        // A receive dropped before it completes takes nothing from the channel.
+                        async { Next::Finish(Some(upload.recv().await)) },
+                        async {
+                            match room {
+                                true => match pipe.take().await {
+                                    Some(group) => Next::Start(group),
+                                    None => futures_lite::future::pending().await,
+                                },
+                                false => futures_lite::future::pending().await,
+                            }
+                        },
+                    )
+                    .await
+                }
+            },
+        };
+        match next {
+            Next::Start(group) => {
+                started.push_back(start(&cells, &key, &pipe, group, durability).await);
+                if let Some(fleet) = &cells.state.node().fleet {
+                    let uploading = started.iter().filter(|s| s.upload.is_some()).count();
+                    fleet.stats.uploads_in_flight(uploading);
+                }
+            }
+            Next::Finish(uploaded) => {
+                let Some(mut s) = started.pop_front() else {
+                    continue;
+                };
+                if let Some(uploaded) = uploaded {
+                    s.uploaded = Some(uploaded);
+                }
+                let n = s.group.len();
+                if !finish(&cells, &key, &pipe, s, durability).await {
+                    pipe.failed.set(true);
+                }
+                pipe.answered(n);
+            }
+            Next::Done => break,
         }
-        pipe.answered(n);
     }
 }
 
-/// Makes a group of committed batches durable with one sync (in a fleet, then ships them) and
-/// answers them in order; false (and every input refused) if the sync or the shipment failed,
-/// or one failed before (`pipe.failed`).
-async fn release_group(
+/// Makes a group durable with one sync (or finds it refused) and, in a fleet, cuts its
+/// segments and starts their upload.
+async fn start(
     cells: &Cells,
     key: &str,
     pipe: &Pipe,
     group: Vec<Committed>,
     durability: Durability,
+) -> Started {
+    let wal = group.iter().rev().find_map(|c| c.wal);
+    let answers = group.iter().map(|c| c.replies.len()).sum();
+    let mut started = Started {
+        refusal: None,
+        upload: None,
+        uploaded: None,
+        answers,
+        group,
+    };
+    if pipe.failed.get()
+        || (durability == Durability::SyncFirst
+            && !sync(&cells.state, key, wal, started.group.len()).await)
+    {
+        started.refusal = Some(Refusal::StorageUnavailable);
+        return started;
+    }
+    let Some(fleet) = cells.state.node().fleet.clone() else {
+        return started;
+    };
+    let Some(mut shipping) = pipe.shipping.borrow_mut().take() else {
+        // Never so (an owned object ships from the start): refused rather than answered
+        // unshipped.
+        warn!(object = %key, "nothing to ship from: this batch is not answered");
+        started.refusal = Some(Refusal::FleetUnavailable);
+        return started;
+    };
+    let wal_len = started.group.iter().map(|c| c.wal_len).max().unwrap_or(0);
+    let (shipping, cut) = glommio::executor()
+        .spawn_blocking(move || {
+            let cut = fleet.cut(&mut shipping, wal_len);
+            (shipping, cut)
+        })
+        .await;
+    *pipe.shipping.borrow_mut() = Some(shipping);
+    match cut {
+        Ok(segments) => {
+            if let Some(fleet) = &cells.state.node().fleet {
+                started.upload = Some(fleet.upload(segments, answers));
+            }
+        }
+        Err(e) => {
+            warn!(object = %key, "cannot read the WAL to ship it: {e}");
+            if let Some(fleet) = &cells.state.node().fleet {
+                fleet.ship_failed();
+            }
+            started.refusal = Some(Refusal::FleetUnavailable);
+        }
+    }
+    started
+}
+
+/// Finishes a started group: in a fleet, waits for its upload and makes it the head (fenced);
+/// then answers it. False (and every input refused) if its sync or shipment failed, or one
+/// failed before (`pipe.failed`).
+async fn finish(
+    cells: &Cells,
+    key: &str,
+    pipe: &Pipe,
+    started: Started,
+    durability: Durability,
+) -> bool {
+    let Started {
+        group,
+        mut refusal,
+        upload,
+        uploaded,
+        answers,
+    } = started;
+    if let Some(upload) = upload {
+        let uploaded = match uploaded {
+            Some(u) => u,
+            None => upload.recv().await,
+        }
+        .unwrap_or_else(|_| Err("the upload threads are gone".into()));
+        let fleet = cells.state.node().fleet.clone();
+        refusal = match (refusal, pipe.failed.get(), uploaded, fleet) {
+            (Some(r), ..) => Some(r),
+            // A group before this one failed: its segments sit after a hole.
+            (None, true, ..) => Some(pipe.after_failure()),
+            (None, false, Err(e), fleet) => {
+                warn!(object = %key, "cannot upload to the bucket: {e}");
+                if let Some(fleet) = fleet {
+                    fleet.ship_failed();
+                }
+                Some(Refusal::FleetUnavailable)
+            }
+            (None, false, Ok(segments), Some(fleet)) => advance(key, pipe, fleet, segments).await,
+            (None, false, Ok(_), None) => None,
+        };
+        if let Some(fleet) = &cells.state.node().fleet {
+            fleet.uploaded(answers);
+        }
+    } else if refusal.is_none() && pipe.failed.get() {
+        refusal = Some(pipe.after_failure());
+    }
+    if refusal.is_some() && pipe.refusal.get().is_none() {
+        pipe.refusal.set(refusal);
+    }
+    answer_group(cells, key, group, refusal, durability).await
+}
+
+/// Makes the group's last segment the head (on a blocking thread): the refusal its inputs get
+/// if that failed.
+async fn advance(
+    key: &str,
+    pipe: &Pipe,
+    fleet: std::sync::Arc<crate::fleet::Fleet>,
+    segments: Vec<Segment>,
+) -> Option<Refusal> {
+    let Some(mut shipping) = pipe.shipping.borrow_mut().take() else {
+        warn!(object = %key, "nothing to ship from: this batch is not answered");
+        return Some(Refusal::FleetUnavailable);
+    };
+    let (shipping, shipped) = glommio::executor()
+        .spawn_blocking(move || {
+            let shipped = fleet.advance(&mut shipping, &segments);
+            (shipping, shipped)
+        })
+        .await;
+    *pipe.shipping.borrow_mut() = Some(shipping);
+    match shipped {
+        Shipped::Done => None,
+        Shipped::Fenced => {
+            warn!(object = %key, "another node owns the object now: nothing of this batch is answered");
+            Some(Refusal::NotOwner)
+        }
+        Shipped::Failed(e) => {
+            warn!(object = %key, "cannot ship to the fleet: {e}");
+            Some(Refusal::FleetUnavailable)
+        }
+    }
+}
+
+/// Answers a group in order (or refuses every input with `refusal`), its effects together;
+/// then, for the power-cut test's broken order, syncs. True if it was answered.
+async fn answer_group(
+    cells: &Cells,
+    key: &str,
+    group: Vec<Committed>,
+    refusal: Option<Refusal>,
+    durability: Durability,
 ) -> bool {
     let state = &cells.state;
     let stats = state.stats();
     let wal = group.iter().rev().find_map(|c| c.wal);
-    let mut refusal = None;
-    if pipe.failed.get()
-        || (durability == Durability::SyncFirst && !sync(state, key, wal, group.len()).await)
-    {
-        refusal = Some(Refusal::StorageUnavailable);
-    }
-    if refusal.is_none() {
-        refusal = ship(cells, key, pipe, &group).await;
-    }
     let synced = refusal.is_none();
     let refusal = refusal.unwrap_or(Refusal::StorageUnavailable);
     let permit = state.acquire_awake().await;
@@ -255,8 +468,8 @@ async fn release_group(
     let mut effects = Vec::new();
     for batch in group {
         if !synced {
-            // The disk refused to sync (now or before): nothing of these batches is known to
-            // be durable, so nothing is acknowledged or sent.
+            // The disk refused to sync (now or before), or the group was not shipped: nothing
+            // of these batches is known to be durable, so nothing is acknowledged or sent.
             if refusal == Refusal::StorageUnavailable {
                 ShardStats::add(&stats.wal_sync_failed_inputs, batch.replies.len() as u64);
             }
@@ -277,33 +490,6 @@ async fn release_group(
         sync(state, key, wal, 1).await;
     }
     synced
-}
-
-/// In a fleet, ships what the group committed (segments, fenced head advance) on a blocking
-/// thread and checks the lease: the refusal its inputs get if that failed.
-async fn ship(cells: &Cells, key: &str, pipe: &Pipe, group: &[Committed]) -> Option<Refusal> {
-    let fleet = cells.state.node().fleet.clone()?;
-    let mut shipping = pipe.shipping.borrow_mut().take()?;
-    let wal_len = group.iter().map(|c| c.wal_len).max().unwrap_or(0);
-    let answers = group.iter().map(|c| c.replies.len()).sum();
-    let (shipping, shipped) = glommio::executor()
-        .spawn_blocking(move || {
-            let shipped = fleet.ship(&mut shipping, wal_len, answers);
-            (shipping, shipped)
-        })
-        .await;
-    *pipe.shipping.borrow_mut() = Some(shipping);
-    match shipped {
-        Shipped::Done => None,
-        Shipped::Fenced => {
-            warn!(object = %key, "another node owns the object now: nothing of this batch is answered");
-            Some(Refusal::NotOwner)
-        }
-        Shipped::Failed(e) => {
-            warn!(object = %key, "cannot ship to the fleet: {e}");
-            Some(Refusal::FleetUnavailable)
-        }
-    }
 }
 
 /// Syncs the WAL on a blocking thread; false if the disk refused.

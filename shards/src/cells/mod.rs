@@ -41,7 +41,25 @@ use session::Sessions;
 pub(crate) struct Cells {
     state: Rc<ShardState>,
     objects: RefCell<HashMap<String, Rc<ObjectCell>>>,
+    /// In a fleet: objects let go whose cell is still closing (shipping what committed,
+    /// snapshotting). A new cell of the object waits until the receiver reports closed: its
+    /// restore replaces the database files, and its shipments would number segments from a
+    /// head the closing cell has not finished advancing.
+    closing: RefCell<HashMap<String, async_channel::Receiver<()>>>,
     sessions: Sessions,
+}
+
+/// A let-go object's cell that is still closing; dropped when it has closed.
+struct Closing<'a> {
+    cells: &'a Cells,
+    key: String,
+    _tx: async_channel::Sender<()>,
+}
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.cells.closing.borrow_mut().remove(&self.key);
+    }
 }
 
 /// Why a job is answered without running, with the numbers that decided it.
@@ -102,6 +120,7 @@ impl Cells {
             sessions: Sessions::new(state.clone()),
             state,
             objects: RefCell::new(HashMap::new()),
+            closing: RefCell::new(HashMap::new()),
         }
     }
 
@@ -188,6 +207,30 @@ impl Cells {
     fn let_go(&self, key: &str) {
         if self.objects.borrow_mut().remove(key).is_some() {
             ShardStats::sub(&self.state.stats().objects_live, 1);
+        }
+    }
+
+    /// Lets the object go while its cell still closes: a new cell of it waits (in
+    /// [`Cells::wait_closed`]) until the returned guard is dropped.
+    fn let_go_closing(&self, key: &str) -> Closing<'_> {
+        self.let_go(key);
+        let (tx, rx) = async_channel::bounded(1);
+        self.closing.borrow_mut().insert(key.to_string(), rx);
+        Closing {
+            cells: self,
+            key: key.to_string(),
+            _tx: tx,
+        }
+    }
+
+    /// Waits until no earlier cell of `key` is closing.
+    async fn wait_closed(&self, key: &str) {
+        loop {
+            let Some(rx) = self.closing.borrow().get(key).cloned() else {
+                return;
+            };
+            // Closed (an error) when the closing cell's guard is dropped.
+            let _ = rx.recv().await;
         }
     }
 

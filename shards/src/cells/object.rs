@@ -96,6 +96,9 @@ impl ObjectCell {
 pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     let state = cells.state.clone();
     let fleet = state.node().fleet.clone();
+    if fleet.is_some() {
+        cells.wait_closed(&cell.key).await;
+    }
     let (mut db, shipping) = match restore(&state, &cell).await {
         Opened::Db(db, shipping) => (db, shipping.map(|s| *s)),
         Opened::NotHere(refusal, owner) => {
@@ -125,10 +128,15 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         if go || failed_in_fleet {
             // Idle (or draining with nothing queued), or a module's version replaced: let the
             // object go. It leaves the map in this turn, so new mail makes a fresh cell. Its
-            // connection closes only once every batch is durable and answered.
-            cells.let_go(&cell.key);
+            // connection closes only once every batch is durable and answered; in a fleet the
+            // fresh cell waits for that before it restores.
+            let closing = fleet.is_some().then(|| cells.let_go_closing(&cell.key));
+            if closing.is_none() {
+                cells.let_go(&cell.key);
+            }
             let shipping = pipeline.finish().await;
             close(&state, &cell, db.take(), shipping, failed_in_fleet).await;
+            drop(closing);
             if failed_in_fleet {
                 refuse_mail(&cells, &cell, Refusal::FleetUnavailable);
             }
