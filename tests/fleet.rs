@@ -132,15 +132,21 @@ fn post(node: &TestNode, object: &str) -> Resp {
 /// (etcd has been seen to refuse a claim with a lease it had just granted). Nothing
 /// unacknowledged counts, so the counter's values stay in step with the acknowledgements.
 fn post_acked(node: &TestNode, object: &str) -> u64 {
+    value(&retried(|| post(node, object)))
+}
+
+/// `ask()` again while it answers 503 `fleet unavailable` (with `retry-after`, as a client
+/// does), for up to 10 s; its last answer.
+fn retried(ask: impl Fn() -> Resp) -> Resp {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = post(node, object);
+        let r = ask();
         if r.status == 503 && r.json()["error"] == "fleet unavailable" && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
-        return value(&r);
+        return r;
     }
 }
 
@@ -243,6 +249,14 @@ fn a_node_whose_lease_is_gone_acknowledges_nothing_more() {
         }
     };
     assert_eq!(value(&get(&b, "y")), acknowledged);
+    // A asks for a new lease (its keeper found the old one gone): it serves again, claiming
+    // under the new lease, and passes what B owns on to B.
+    assert_eq!(post_acked(&a, "fresh"), 1);
+    assert_eq!(stat(&a, "fleet_lease_grants"), 2);
+    assert_eq!(stat(&a, "fleet_lease_holds"), 1);
+    // Its object of the old lease, if still open, refuses once (503) and lets go; asked
+    // again, A finds B the owner.
+    assert_eq!(value(&retried(|| get(&a, "y"))), acknowledged);
 }
 
 /// A node that stops (SIGTERM) snapshots its objects and gives its lease back: another node
@@ -368,43 +382,80 @@ fn a_websocket_to_a_node_that_does_not_own_the_object_reaches_the_owner() {
 }
 
 /// A TCP proxy in front of `to` that holds every chunk a client sends for `delay` before
-/// passing it on: a bucket as slow as a 3-node Garage (each upload ~50 ms), on loopback.
-/// Its address; it runs until the test process ends.
-fn slow_proxy(to: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { return };
-            let Ok(server) = std::net::TcpStream::connect(to) else {
-                continue;
-            };
-            let (mut c_read, mut s_write) =
-                (client.try_clone().unwrap(), server.try_clone().unwrap());
-            let (mut s_read, mut c_write) = (server, client);
-            std::thread::spawn(move || {
-                let mut buf = vec![0; 64 * 1024];
-                while let Ok(n @ 1..) = c_read.read(&mut buf) {
-                    std::thread::sleep(delay); // the bucket's latency, on purpose
-                    if s_write.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
+/// passing it on (a bucket as slow as a 3-node Garage, on loopback), and whose link can be
+/// cut: while cut, every connection through it is closed and new ones are closed at once.
+/// It runs until the test process ends.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    fn start(to: std::net::SocketAddr, delay: Duration) -> Proxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering::Relaxed;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = cut.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if flag.load(Relaxed) {
+                    continue; // dropped: closed at once
                 }
-                let _ = s_write.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let mut buf = vec![0; 64 * 1024];
-                while let Ok(n @ 1..) = s_read.read(&mut buf) {
-                    if c_write.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = c_write.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    addr
+                let Ok(server) = std::net::TcpStream::connect(to) else {
+                    continue;
+                };
+                let pipe =
+                    |mut from: std::net::TcpStream,
+                     mut to: std::net::TcpStream,
+                     delay: Duration,
+                     cut: std::sync::Arc<std::sync::atomic::AtomicBool>| {
+                        std::thread::spawn(move || {
+                            let mut buf = vec![0; 64 * 1024];
+                            // A read wakes every 50 ms to see whether the link was cut.
+                            from.set_read_timeout(Some(Duration::from_millis(50)))
+                                .unwrap();
+                            loop {
+                                if cut.load(Relaxed) {
+                                    break;
+                                }
+                                let n = match from.read(&mut buf) {
+                                    Ok(0) => break,
+                                    Ok(n) => n,
+                                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                        continue
+                                    }
+                                    Err(_) => break,
+                                };
+                                if !delay.is_zero() {
+                                    std::thread::sleep(delay); // the bucket's latency, on purpose
+                                }
+                                if cut.load(Relaxed) || to.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                            let _ = to.shutdown(std::net::Shutdown::Both);
+                            let _ = from.shutdown(std::net::Shutdown::Both);
+                        });
+                    };
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(client, server, delay, flag.clone());
+                pipe(s2, c2, Duration::ZERO, flag.clone());
+            }
+        });
+        Proxy { addr, cut }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Cuts the link (or mends it).
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Each chunk sent to the slow bucket waits this long (longer than 8 bursts take to start).
@@ -420,8 +471,8 @@ fn uploads_of_one_object_are_in_flight_together_up_to_their_cap() {
         return;
     };
     let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
-    let proxy = slow_proxy(bucket.addr, UPLOAD_DELAY);
-    let a = fleet.node_on(LEASE_TTL, &format!("http://{proxy}"), &[]);
+    let proxy = Proxy::start(bucket.addr, UPLOAD_DELAY);
+    let a = fleet.node_on(LEASE_TTL, &proxy.url(), &[]);
     assert_eq!(post_acked(&a, "p"), 1, "the object claimed");
     // Bursts of writes, each sent once the one before it is a group on its way to the bucket
     // (its answers counted as waiting for an upload), so each is a group of its own: the
@@ -484,4 +535,61 @@ mod url_like {
             Ok(Endpoint { addr })
         }
     }
+}
+
+/// A node cut off from etcd (its link to the coordinator down, its clients still reaching it)
+/// acknowledges nothing more; once its lease lapses another node serves the object with every
+/// write the first acknowledged; when the link is back, the first node takes a new lease and
+/// passes the object's requests on to its new owner.
+#[test]
+fn a_node_cut_off_from_etcd_acknowledges_nothing_and_comes_back_with_a_new_lease() {
+    let Some(fleet) = Fleet::start("a_node_cut_off_from_etcd") else {
+        return;
+    };
+    let etcd: url_like::Endpoint = fleet.etcd.endpoint.parse().unwrap();
+    let link = Proxy::start(etcd.addr, Duration::ZERO);
+    let a = fleet.node_on(
+        LEASE_TTL,
+        &fleet.s3.bucket.endpoint,
+        &[("COMBD_FLEET_ETCD", &link.url())],
+    );
+    let b = fleet.node();
+    for i in 1..=3 {
+        assert_eq!(post_acked(&a, "q"), i);
+    }
+    link.set_cut(true);
+    let cut = Instant::now();
+    // Cut off: nothing A is asked to write is acknowledged (its head advance cannot reach
+    // etcd), and B serves the object once A's lease lapsed there, with A's three writes.
+    let mut refused = 0;
+    let served = loop {
+        let r = post(&a, "q");
+        assert_ne!(
+            r.status,
+            200,
+            "A acknowledged a write while cut off: {}",
+            r.text()
+        );
+        refused += 1;
+        let r = get(&b, "q");
+        if r.status == 200 {
+            break r;
+        }
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(cut.elapsed() < MOVE_WITHIN, "B never served the object");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(refused >= 1);
+    assert_eq!(
+        value(&served),
+        3,
+        "every write A acknowledged, none it refused"
+    );
+    assert_eq!(post_acked(&b, "q"), 4);
+    // The link is back: A takes a new lease, and what it is asked of the object goes to B.
+    link.set_cut(false);
+    assert_eq!(post_acked(&a, "q"), 5);
+    assert_eq!(value(&get(&b, "q")), 5);
+    assert_eq!(stat(&a, "fleet_lease_grants"), 2);
+    assert!(stat(&a, "fleet_forwarded") >= 1);
 }

@@ -386,6 +386,10 @@ pub const FLEET_LEASE_TTL_MAX: Duration = Duration::from_secs(60);
 /// lost packet) before the lease lapses.
 pub const FLEET_KEEPALIVE_DIVISOR: u32 = 3;
 
+/// A node whose lease is gone asks etcd for a new one at most this often (it asks when an
+/// object is next opened): a node cut off from etcd does not send a grant per request.
+pub const FLEET_LEASE_REGRANT_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Longest wait for one call to the coordinator (etcd), connect to last byte. Shorter than a
 /// renewal interval at the shortest TTL, so a hung call is over before the next renewal is due.
 /// etcd answers a claim in about 3 ms on loopback and a few ms on a LAN; 500 ms is a partition.

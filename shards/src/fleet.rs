@@ -20,15 +20,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use combd_fleet::bucket::Bucket;
-use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, LeaseKeeper};
+use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper};
 use combd_fleet::forward::Forwarder;
 use combd_fleet::segment::{Segment, WalCursor};
 use combd_fleet::{config, restore, ship};
-use combd_kernel::limits::{FLEET_SNAPSHOT_AFTER_SEGMENTS, FLEET_UPLOAD_THREADS};
+use combd_kernel::limits::{
+    FLEET_LEASE_REGRANT_INTERVAL, FLEET_SNAPSHOT_AFTER_SEGMENTS, FLEET_UPLOAD_THREADS,
+};
 use combd_kernel::settings::FleetSettings;
 
 use crate::http::Response;
@@ -41,7 +43,13 @@ const KEY_PREFIX: &str = "combd/";
 pub struct Fleet {
     bucket: Bucket,
     coordinator: Arc<Coordinator>,
-    keeper: LeaseKeeper,
+    /// The lease this node holds now, kept alive by its keeper; a lost one is replaced by a
+    /// new grant ([`Fleet::regrant_if_lost`]).
+    keeper: Mutex<LeaseKeeper>,
+    /// The TTL asked for (`COMBD_FLEET_LEASE_TTL`).
+    ttl: Duration,
+    /// When a new lease was last asked for.
+    last_grant: Mutex<Instant>,
     forwarder: Forwarder,
     /// Segments to upload, taken by the node's upload threads.
     uploads: async_channel::Sender<Upload>,
@@ -73,6 +81,7 @@ pub struct FleetStats {
     uploads_in_flight_max: AtomicU64,
     pruned_keys: AtomicU64,
     prune_failed: AtomicU64,
+    lease_grants: AtomicU64,
 }
 
 impl FleetStats {
@@ -142,6 +151,16 @@ fn upload_thread(bucket: Bucket, stats: Arc<FleetStats>, jobs: async_channel::Re
     }
 }
 
+/// Grants a lease of `ttl` and starts keeping it alive.
+fn grant(coordinator: &Arc<Coordinator>, ttl: Duration) -> Result<LeaseKeeper, String> {
+    let sent = Instant::now();
+    let lease = coordinator
+        .grant_lease(ttl)
+        .map_err(|e| format!("cannot grant this node's lease: {e}"))?;
+    LeaseKeeper::start(coordinator.clone(), lease, sent)
+        .map_err(|e| format!("cannot start the lease keeper: {e}"))
+}
+
 /// Why an object cannot be served here.
 #[derive(Debug)]
 pub enum OpenError {
@@ -159,6 +178,8 @@ pub struct Shipping {
     cursor: WalCursor,
     /// This node's fencing token for the object.
     token: i64,
+    /// The lease the object was claimed under: it is served only while that lease holds.
+    lease: i64,
     /// The head: the last segment shipped, and the token that wrote it.
     head: Head,
     /// The last segment cut from the WAL (at or past the head: those after it are on their
@@ -187,18 +208,8 @@ impl Fleet {
             .map_err(|e| ("COMBD_FLEET_BUCKET_URL", e.to_string()))?;
         let coordinator = Arc::new(Coordinator::new(&settings.etcd, KEY_PREFIX));
         let sent = Instant::now();
-        let lease = coordinator.grant_lease(settings.lease_ttl).map_err(|e| {
-            (
-                "COMBD_FLEET_ETCD",
-                format!("cannot grant this node's lease: {e}"),
-            )
-        })?;
-        let keeper = LeaseKeeper::start(coordinator.clone(), lease, sent).map_err(|e| {
-            (
-                "COMBD_FLEET_ETCD",
-                format!("cannot start the lease keeper: {e}"),
-            )
-        })?;
+        let keeper =
+            grant(&coordinator, settings.lease_ttl).map_err(|e| ("COMBD_FLEET_ETCD", e))?;
         let stats = Arc::new(FleetStats::default());
         let (uploads, jobs) = async_channel::unbounded();
         for i in 0..FLEET_UPLOAD_THREADS {
@@ -213,10 +224,13 @@ impl Fleet {
                     )
                 })?;
         }
+        stats.lease_grants.fetch_add(1, Ordering::Relaxed);
         Ok(Fleet {
             bucket,
             coordinator,
-            keeper,
+            keeper: Mutex::new(keeper),
+            ttl: settings.lease_ttl,
+            last_grant: Mutex::new(sent),
             forwarder: Forwarder::new(),
             uploads,
             node: settings.node.to_string(),
@@ -227,14 +241,58 @@ impl Fleet {
     /// Gives this node's lease back (the node stopped, its objects let go and snapshotted), so
     /// its objects can be claimed at once instead of after the lease's TTL. Blocking.
     pub fn release(&self) {
-        if let Err(e) = self.coordinator.revoke(&self.keeper.lease()) {
+        if let Err(e) = self.coordinator.revoke(&self.lease()) {
             tracing::warn!("cannot give the fleet lease back (it lapses after its TTL): {e}");
         }
     }
 
-    /// Whether this node may serve its objects now.
+    fn keeper(&self) -> std::sync::MutexGuard<'_, LeaseKeeper> {
+        self.keeper.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lease this node holds now.
+    fn lease(&self) -> Lease {
+        self.keeper().lease()
+    }
+
+    /// Whether this node's lease holds now.
     pub fn holds(&self) -> bool {
-        self.keeper.holds_at(Instant::now())
+        self.keeper().holds_at(Instant::now())
+    }
+
+    /// Whether lease `id` is this node's lease now and holds: what an object claimed under it
+    /// may serve by.
+    fn holds_lease(&self, id: i64) -> bool {
+        let k = self.keeper();
+        k.lease().id == id && k.holds_at(Instant::now())
+    }
+
+    /// A node whose lease is gone (etcd refused a renewal, or none got through for a TTL)
+    /// asks for a new one, at most once every `FLEET_LEASE_REGRANT_INTERVAL`: its objects of
+    /// the old lease stay refused (their tokens are fenced, and they serve by the old lease),
+    /// and it claims objects again under the new one. Without this, a node cut off from etcd
+    /// for longer than its TTL would refuse every object until restarted. Blocking.
+    fn regrant_if_lost(&self) {
+        if !self.keeper().lost() {
+            return;
+        }
+        {
+            let mut last = self.last_grant.lock().unwrap_or_else(|p| p.into_inner());
+            if last.elapsed() < FLEET_LEASE_REGRANT_INTERVAL {
+                return;
+            }
+            *last = Instant::now();
+        }
+        match grant(&self.coordinator, self.ttl) {
+            Ok(keeper) => {
+                // The old keeper's thread has ended (its lease was lost): dropping it joins
+                // at once.
+                *self.keeper() = keeper;
+                self.stats.lease_grants.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("this node's fleet lease was lost: granted a new one");
+            }
+            Err(e) => tracing::warn!("this node's fleet lease was lost; {e}"),
+        }
     }
 
     /// Claims object `key` and, if this node owns it, writes its database at `path` from the
@@ -242,12 +300,14 @@ impl Fleet {
     /// Blocking.
     pub fn open(&self, key: &str, path: &Path) -> Result<Shipping, OpenError> {
         let unavailable = |e: &dyn std::fmt::Display| OpenError::Unavailable(e.to_string());
-        if !self.holds() {
+        self.regrant_if_lost();
+        let lease = self.lease();
+        if !self.holds_lease(lease.id) {
             return Err(OpenError::Unavailable("this node's lease is gone".into()));
         }
         let owner = match self
             .coordinator
-            .claim(key, &self.node, &self.keeper.lease())
+            .claim(key, &self.node, &lease)
             .map_err(|e| unavailable(&e))?
         {
             Claim::Won(owner) => owner,
@@ -314,6 +374,7 @@ impl Fleet {
             wal,
             cursor: WalCursor::new(),
             token: owner.token,
+            lease: lease.id,
             head,
             cut: head,
         })
@@ -399,7 +460,9 @@ impl Fleet {
             }
         };
         let shipped = match shipped {
-            Shipped::Done if !self.holds() => Shipped::Failed("this node's lease is gone".into()),
+            Shipped::Done if !self.holds_lease(s.lease) => {
+                Shipped::Failed("this node's lease is gone".into())
+            }
             other => other,
         };
         match &shipped {
@@ -509,6 +572,14 @@ impl Fleet {
                 Gauge,
                 "1 while this node's lease holds.",
                 fleet.is_some_and(|f| f.holds()) as u64,
+            ),
+            (
+                "fleet_lease_grants",
+                "combd_fleet_lease_grants_total",
+                Counter,
+                "Leases granted to this node: 1 at start, and one more each time a lost lease \
+                 was replaced.",
+                g(|s| &s.lease_grants),
             ),
             (
                 "fleet_objects_owned",

@@ -271,6 +271,10 @@ impl NodeShared {
                 limits::FLEET_UNSHIPPED_BATCHES as u64,
             ),
             (
+                "fleet_lease_regrant_interval_ms",
+                ms(limits::FLEET_LEASE_REGRANT_INTERVAL),
+            ),
+            (
                 "fleet_uploads_in_flight",
                 limits::FLEET_UPLOADS_IN_FLIGHT as u64,
             ),
