@@ -19,7 +19,7 @@
 //! them on a blocking thread, like a WAL sync.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,12 @@ use combd_kernel::limits::{
 use combd_kernel::settings::FleetSettings;
 
 use crate::http::Response;
-use crate::stats::{Field, Kind};
+
+mod stats;
+mod upload;
+
+pub use stats::FleetStats;
+use upload::{upload_thread, Upload};
 
 /// Where the fleet's keys live in the coordinator.
 const KEY_PREFIX: &str = "combd/";
@@ -57,98 +62,6 @@ pub struct Fleet {
     node: String,
     /// The node's fleet figures.
     pub stats: Arc<FleetStats>,
-}
-
-/// The fleet's figures in `/stats` (all zero with the fleet off).
-#[derive(Default)]
-pub struct FleetStats {
-    objects_owned: AtomicU64,
-    claims_won: AtomicU64,
-    claims_lost: AtomicU64,
-    segments_uploaded: AtomicU64,
-    upload_max_us: AtomicU64,
-    ship_fenced: AtomicU64,
-    ship_failed: AtomicU64,
-    acks_waiting_upload: AtomicU64,
-    restores: AtomicU64,
-    restore_max_ms: AtomicU64,
-    snapshots: AtomicU64,
-    forwarded: AtomicU64,
-    forward_failed: AtomicU64,
-    ws_passed: AtomicU64,
-    ws_passing: AtomicU64,
-    ws_pass_failed: AtomicU64,
-    uploads_in_flight_max: AtomicU64,
-    pruned_keys: AtomicU64,
-    prune_failed: AtomicU64,
-    lease_grants: AtomicU64,
-}
-
-impl FleetStats {
-    /// A WebSocket is passed through to its owner until the guard is dropped.
-    pub fn ws_passing(&self) -> impl Drop + '_ {
-        self.ws_passed.fetch_add(1, Ordering::Relaxed);
-        self.ws_passing.fetch_add(1, Ordering::Relaxed);
-        crate::state::Defer(move || {
-            self.ws_passing.fetch_sub(1, Ordering::Relaxed);
-        })
-    }
-
-    /// One object has `n` groups' uploads on their way at once.
-    pub fn uploads_in_flight(&self, n: usize) {
-        self.uploads_in_flight_max
-            .fetch_max(n as u64, Ordering::Relaxed);
-    }
-
-    /// A WebSocket's owner could not be reached (answered 503).
-    pub fn ws_pass_failed(&self) {
-        self.ws_pass_failed.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Work for the upload threads.
-enum Upload {
-    /// A group's segments on their way to the bucket, and where to say they are there.
-    Segments {
-        segments: Vec<Segment>,
-        done: async_channel::Sender<Result<Vec<Segment>, String>>,
-    },
-    /// An object's snapshot at `head` is in the bucket: delete what it replaces.
-    Prune { object: String, head: Head },
-}
-
-/// An upload thread: uploads (and prunes) what it is given until the node's fleet is dropped.
-fn upload_thread(bucket: Bucket, stats: Arc<FleetStats>, jobs: async_channel::Receiver<Upload>) {
-    while let Ok(job) = jobs.recv_blocking() {
-        let (segments, done) = match job {
-            Upload::Segments { segments, done } => (segments, done),
-            Upload::Prune { object, head } => {
-                match ship::prune(&bucket, &object, head) {
-                    Ok(n) => {
-                        stats.pruned_keys.fetch_add(n as u64, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        stats.prune_failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(%object, "cannot delete the segments a snapshot replaced: {e}");
-                    }
-                }
-                continue;
-            }
-        };
-        let mut result = Ok(());
-        for segment in &segments {
-            let started = Instant::now();
-            if let Err(e) = ship::upload_segment(&bucket, segment) {
-                result = Err(e.to_string());
-                break;
-            }
-            stats.segments_uploaded.fetch_add(1, Ordering::Relaxed);
-            stats
-                .upload_max_us
-                .fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        }
-        let _ = done.try_send(result.map(|()| segments));
-    }
 }
 
 /// Grants a lease of `ttl` and starts keeping it alive.
@@ -552,170 +465,6 @@ impl Fleet {
         }
     }
 
-    /// The fleet's figures for `/stats` and `/metrics`.
-    pub fn figures(fleet: Option<&Fleet>) -> Vec<Field> {
-        use Kind::*;
-        let g = |f: fn(&FleetStats) -> &AtomicU64| {
-            fleet.map_or(0, |fl| f(&fl.stats).load(Ordering::Relaxed))
-        };
-        vec![
-            (
-                "fleet",
-                "combd_fleet",
-                Gauge,
-                "1 when the node is in a fleet (COMBD_FLEET_ETCD).",
-                fleet.is_some() as u64,
-            ),
-            (
-                "fleet_lease_holds",
-                "combd_fleet_lease_holds",
-                Gauge,
-                "1 while this node's lease holds.",
-                fleet.is_some_and(|f| f.holds()) as u64,
-            ),
-            (
-                "fleet_lease_grants",
-                "combd_fleet_lease_grants_total",
-                Counter,
-                "Leases granted to this node: 1 at start, and one more each time a lost lease \
-                 was replaced.",
-                g(|s| &s.lease_grants),
-            ),
-            (
-                "fleet_objects_owned",
-                "combd_fleet_objects_owned",
-                Gauge,
-                "Objects this node owns and has open.",
-                g(|s| &s.objects_owned),
-            ),
-            (
-                "fleet_claims_won",
-                "combd_fleet_claims_won_total",
-                Counter,
-                "Objects claimed (owned from then on).",
-                g(|s| &s.claims_won),
-            ),
-            (
-                "fleet_claims_lost",
-                "combd_fleet_claims_lost_total",
-                Counter,
-                "Objects asked for here that another node owned.",
-                g(|s| &s.claims_lost),
-            ),
-            (
-                "fleet_segments_uploaded",
-                "combd_fleet_segments_uploaded_total",
-                Counter,
-                "Segments uploaded to the bucket.",
-                g(|s| &s.segments_uploaded),
-            ),
-            (
-                "fleet_upload_max_us",
-                "combd_fleet_upload_max_microseconds",
-                Gauge,
-                "The longest upload of one segment.",
-                g(|s| &s.upload_max_us),
-            ),
-            (
-                "fleet_uploads_in_flight_max",
-                "combd_fleet_uploads_in_flight_max",
-                Gauge,
-                "The most groups of one object whose uploads were on their way at once.",
-                g(|s| &s.uploads_in_flight_max),
-            ),
-            (
-                "fleet_acks_waiting_upload",
-                "combd_fleet_acks_waiting_upload",
-                Gauge,
-                "Answers waiting for their segments to be shipped.",
-                g(|s| &s.acks_waiting_upload),
-            ),
-            (
-                "fleet_ship_fenced",
-                "combd_fleet_ship_fenced_total",
-                Counter,
-                "Shipments refused because another node owns the object now.",
-                g(|s| &s.ship_fenced),
-            ),
-            (
-                "fleet_ship_failed",
-                "combd_fleet_ship_failed_total",
-                Counter,
-                "Shipments that failed (bucket, coordinator, lease).",
-                g(|s| &s.ship_failed),
-            ),
-            (
-                "fleet_restores",
-                "combd_fleet_restores_total",
-                Counter,
-                "Objects written from the bucket when claimed.",
-                g(|s| &s.restores),
-            ),
-            (
-                "fleet_restore_max_ms",
-                "combd_fleet_restore_max_milliseconds",
-                Gauge,
-                "The longest restore from the bucket.",
-                g(|s| &s.restore_max_ms),
-            ),
-            (
-                "fleet_snapshots",
-                "combd_fleet_snapshots_total",
-                Counter,
-                "Snapshots uploaded.",
-                g(|s| &s.snapshots),
-            ),
-            (
-                "fleet_pruned_keys",
-                "combd_fleet_pruned_keys_total",
-                Counter,
-                "Segments and snapshots deleted from the bucket once a newer snapshot replaced them.",
-                g(|s| &s.pruned_keys),
-            ),
-            (
-                "fleet_prune_failed",
-                "combd_fleet_prune_failed_total",
-                Counter,
-                "Deletions of replaced segments that failed (retried at the next snapshot).",
-                g(|s| &s.prune_failed),
-            ),
-            (
-                "fleet_forwarded",
-                "combd_fleet_forwarded_total",
-                Counter,
-                "Requests passed on to their object's owner and answered.",
-                g(|s| &s.forwarded),
-            ),
-            (
-                "fleet_forward_failed",
-                "combd_fleet_forward_failed_total",
-                Counter,
-                "Requests whose object's owner could not be reached (answered 503).",
-                g(|s| &s.forward_failed),
-            ),
-            (
-                "fleet_ws_passed",
-                "combd_fleet_ws_passed_total",
-                Counter,
-                "WebSockets passed through whole to their object's owner.",
-                g(|s| &s.ws_passed),
-            ),
-            (
-                "fleet_ws_passing",
-                "combd_fleet_ws_passing",
-                Gauge,
-                "WebSockets being passed through to their object's owner now.",
-                g(|s| &s.ws_passing),
-            ),
-            (
-                "fleet_ws_pass_failed",
-                "combd_fleet_ws_pass_failed_total",
-                Counter,
-                "WebSockets whose object's owner could not be reached (answered 503).",
-                g(|s| &s.ws_pass_failed),
-            ),
-        ]
-    }
 }
 
 /// A forwarded answer's content type, as one of the node's own (else an octet stream).

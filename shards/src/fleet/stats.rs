@@ -1,0 +1,291 @@
+//! The fleet's figures: what [`FleetStats`] counts, and how `/stats` and `/metrics` show it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::stats::{Field, Kind};
+
+use super::Fleet;
+
+/// The fleet's figures in `/stats` (all zero with the fleet off).
+#[derive(Default)]
+pub struct FleetStats {
+    pub(super) objects_owned: AtomicU64,
+    pub(super) claims_won: AtomicU64,
+    pub(super) claims_lost: AtomicU64,
+    pub(super) segments_uploaded: AtomicU64,
+    pub(super) upload_max_us: AtomicU64,
+    pub(super) ship_fenced: AtomicU64,
+    pub(super) ship_failed: AtomicU64,
+    pub(super) acks_waiting_upload: AtomicU64,
+    pub(super) restores: AtomicU64,
+    pub(super) restore_max_ms: AtomicU64,
+    pub(super) snapshots: AtomicU64,
+    pub(super) forwarded: AtomicU64,
+    pub(super) forward_failed: AtomicU64,
+    pub(super) ws_passed: AtomicU64,
+    pub(super) ws_passing: AtomicU64,
+    pub(super) ws_pass_failed: AtomicU64,
+    pub(super) uploads_in_flight_max: AtomicU64,
+    pub(super) pruned_keys: AtomicU64,
+    pub(super) prune_failed: AtomicU64,
+    pub(super) lease_grants: AtomicU64,
+    /// Uploads by how long they took: bucket `i` counts those under 2^(i+1) µs.
+    pub(super) upload_times: [AtomicU64; UPLOAD_TIME_BUCKETS],
+}
+
+/// Buckets of [`FleetStats::upload_times`]: the last holds everything from 2^31 µs (36 min).
+const UPLOAD_TIME_BUCKETS: usize = 32;
+
+impl FleetStats {
+    /// Counts an upload that took `us` microseconds.
+    pub(super) fn upload_took(&self, us: u64) {
+        self.upload_max_us.fetch_max(us, Ordering::Relaxed);
+        let i = (u64::BITS - us.leading_zeros()).saturating_sub(1) as usize;
+        self.upload_times[i.min(UPLOAD_TIME_BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The 99th percentile of the upload times since start, in microseconds: the upper bound
+    /// of the power-of-two bucket it falls in (so within 2× above the true value); 0 before
+    /// any upload.
+    pub(super) fn upload_p99_us(&self) -> u64 {
+        let counts: Vec<u64> = self
+            .upload_times
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = total - total / 100;
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return (2u64 << i) - 1;
+            }
+        }
+        u64::MAX
+    }
+
+    /// A WebSocket is passed through to its owner until the guard is dropped.
+    pub fn ws_passing(&self) -> impl Drop + '_ {
+        self.ws_passed.fetch_add(1, Ordering::Relaxed);
+        self.ws_passing.fetch_add(1, Ordering::Relaxed);
+        crate::state::Defer(move || {
+            self.ws_passing.fetch_sub(1, Ordering::Relaxed);
+        })
+    }
+
+    /// One object has `n` groups' uploads on their way at once.
+    pub fn uploads_in_flight(&self, n: usize) {
+        self.uploads_in_flight_max
+            .fetch_max(n as u64, Ordering::Relaxed);
+    }
+
+    /// A WebSocket's owner could not be reached (answered 503).
+    pub fn ws_pass_failed(&self) {
+        self.ws_pass_failed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Fleet {
+    /// The fleet's figures for `/stats` and `/metrics`.
+    pub fn figures(fleet: Option<&Fleet>) -> Vec<Field> {
+        use Kind::*;
+        let g = |f: fn(&FleetStats) -> &AtomicU64| {
+            fleet.map_or(0, |fl| f(&fl.stats).load(Ordering::Relaxed))
+        };
+        vec![
+            (
+                "fleet",
+                "combd_fleet",
+                Gauge,
+                "1 when the node is in a fleet (COMBD_FLEET_ETCD).",
+                fleet.is_some() as u64,
+            ),
+            (
+                "fleet_lease_holds",
+                "combd_fleet_lease_holds",
+                Gauge,
+                "1 while this node's lease holds.",
+                fleet.is_some_and(|f| f.holds()) as u64,
+            ),
+            (
+                "fleet_lease_grants",
+                "combd_fleet_lease_grants_total",
+                Counter,
+                "Leases granted to this node: 1 at start, and one more each time a lost lease \
+                 was replaced.",
+                g(|s| &s.lease_grants),
+            ),
+            (
+                "fleet_objects_owned",
+                "combd_fleet_objects_owned",
+                Gauge,
+                "Objects this node owns and has open.",
+                g(|s| &s.objects_owned),
+            ),
+            (
+                "fleet_claims_won",
+                "combd_fleet_claims_won_total",
+                Counter,
+                "Objects claimed (owned from then on).",
+                g(|s| &s.claims_won),
+            ),
+            (
+                "fleet_claims_lost",
+                "combd_fleet_claims_lost_total",
+                Counter,
+                "Objects asked for here that another node owned.",
+                g(|s| &s.claims_lost),
+            ),
+            (
+                "fleet_segments_uploaded",
+                "combd_fleet_segments_uploaded_total",
+                Counter,
+                "Segments uploaded to the bucket.",
+                g(|s| &s.segments_uploaded),
+            ),
+            (
+                "fleet_upload_max_us",
+                "combd_fleet_upload_max_microseconds",
+                Gauge,
+                "The longest upload of one segment.",
+                g(|s| &s.upload_max_us),
+            ),
+            (
+                "fleet_upload_p99_us",
+                "combd_fleet_upload_p99_microseconds",
+                Gauge,
+                "The 99th percentile of segment upload times since start (the upper bound of \
+                 its power-of-two bucket).",
+                fleet.map_or(0, |f| f.stats.upload_p99_us()),
+            ),
+            (
+                "fleet_uploads_in_flight_max",
+                "combd_fleet_uploads_in_flight_max",
+                Gauge,
+                "The most groups of one object whose uploads were on their way at once.",
+                g(|s| &s.uploads_in_flight_max),
+            ),
+            (
+                "fleet_acks_waiting_upload",
+                "combd_fleet_acks_waiting_upload",
+                Gauge,
+                "Answers waiting for their segments to be shipped.",
+                g(|s| &s.acks_waiting_upload),
+            ),
+            (
+                "fleet_ship_fenced",
+                "combd_fleet_ship_fenced_total",
+                Counter,
+                "Shipments refused because another node owns the object now.",
+                g(|s| &s.ship_fenced),
+            ),
+            (
+                "fleet_ship_failed",
+                "combd_fleet_ship_failed_total",
+                Counter,
+                "Shipments that failed (bucket, coordinator, lease).",
+                g(|s| &s.ship_failed),
+            ),
+            (
+                "fleet_restores",
+                "combd_fleet_restores_total",
+                Counter,
+                "Objects written from the bucket when claimed.",
+                g(|s| &s.restores),
+            ),
+            (
+                "fleet_restore_max_ms",
+                "combd_fleet_restore_max_milliseconds",
+                Gauge,
+                "The longest restore from the bucket.",
+                g(|s| &s.restore_max_ms),
+            ),
+            (
+                "fleet_snapshots",
+                "combd_fleet_snapshots_total",
+                Counter,
+                "Snapshots uploaded.",
+                g(|s| &s.snapshots),
+            ),
+            (
+                "fleet_pruned_keys",
+                "combd_fleet_pruned_keys_total",
+                Counter,
+                "Segments and snapshots deleted from the bucket once a newer snapshot replaced them.",
+                g(|s| &s.pruned_keys),
+            ),
+            (
+                "fleet_prune_failed",
+                "combd_fleet_prune_failed_total",
+                Counter,
+                "Deletions of replaced segments that failed (retried at the next snapshot).",
+                g(|s| &s.prune_failed),
+            ),
+            (
+                "fleet_forwarded",
+                "combd_fleet_forwarded_total",
+                Counter,
+                "Requests passed on to their object's owner and answered.",
+                g(|s| &s.forwarded),
+            ),
+            (
+                "fleet_forward_failed",
+                "combd_fleet_forward_failed_total",
+                Counter,
+                "Requests whose object's owner could not be reached (answered 503).",
+                g(|s| &s.forward_failed),
+            ),
+            (
+                "fleet_ws_passed",
+                "combd_fleet_ws_passed_total",
+                Counter,
+                "WebSockets passed through whole to their object's owner.",
+                g(|s| &s.ws_passed),
+            ),
+            (
+                "fleet_ws_passing",
+                "combd_fleet_ws_passing",
+                Gauge,
+                "WebSockets being passed through to their object's owner now.",
+                g(|s| &s.ws_passing),
+            ),
+            (
+                "fleet_ws_pass_failed",
+                "combd_fleet_ws_pass_failed_total",
+                Counter,
+                "WebSockets whose object's owner could not be reached (answered 503).",
+                g(|s| &s.ws_pass_failed),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FleetStats;
+
+    #[test]
+    fn the_upload_p99_is_the_bucket_of_the_99th_percentile() {
+        let s = FleetStats::default();
+        assert_eq!(s.upload_p99_us(), 0);
+        for _ in 0..99 {
+            s.upload_took(1_000); // in [512, 1024)
+        }
+        assert_eq!(s.upload_p99_us(), 1_023);
+        s.upload_took(70_000);
+        // 100 uploads: the 99th is still a 1 ms one.
+        assert_eq!(s.upload_p99_us(), 1_023);
+        for _ in 0..5 {
+            s.upload_took(70_000);
+        }
+        // 105: the 104th is a 70 ms one, in [65,536, 131,072).
+        assert_eq!(s.upload_p99_us(), 131_071);
+        s.upload_took(0);
+        s.upload_took(u64::MAX);
+        assert_eq!(s.upload_max_us.load(std::sync::atomic::Ordering::Relaxed), u64::MAX);
+    }
+}
