@@ -464,7 +464,6 @@ impl Fleet {
             }
         }
     }
-
 }
 
 /// A forwarded answer's content type, as one of the node's own (else an octet stream).

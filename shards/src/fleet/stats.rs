@@ -286,6 +286,9 @@ mod tests {
         assert_eq!(s.upload_p99_us(), 131_071);
         s.upload_took(0);
         s.upload_took(u64::MAX);
-        assert_eq!(s.upload_max_us.load(std::sync::atomic::Ordering::Relaxed), u64::MAX);
+        assert_eq!(
+            s.upload_max_us.load(std::sync::atomic::Ordering::Relaxed),
+            u64::MAX
+        );
     }
 }

@@ -25,7 +25,11 @@ pub(super) enum Upload {
 }
 
 /// An upload thread: uploads (and prunes) what it is given until the node's fleet is dropped.
-pub(super) fn upload_thread(bucket: Bucket, stats: Arc<FleetStats>, jobs: async_channel::Receiver<Upload>) {
+pub(super) fn upload_thread(
+    bucket: Bucket,
+    stats: Arc<FleetStats>,
+    jobs: async_channel::Receiver<Upload>,
+) {
     while let Ok(job) = jobs.recv_blocking() {
         let (segments, done) = match job {
             Upload::Segments { segments, done } => (segments, done),
