@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use combd_kernel::limits::{FLEET_ERROR_BODY_MAX_BYTES, FLEET_IDLE_CONNECTIONS};
+use combd_kernel::limits::{
+    FLEET_CONNECT_TIMEOUT, FLEET_ERROR_BODY_MAX_BYTES, FLEET_IDLE_CONNECTIONS,
+};
 
 /// Why a call did not get an answer, or got one that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,14 +43,14 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// An agent whose every call is over within `timeout` (connect to last byte), with no proxy
-/// (the fleet's servers are on its own network), no redirects, errors statuses returned as
-/// answers (so their bodies can be read), Nagle off and at most [`FLEET_IDLE_CONNECTIONS`]
-/// kept for reuse.
+/// An agent whose every call is over within `timeout` (connect to last byte) and connected
+/// within [`FLEET_CONNECT_TIMEOUT`] (or `timeout` if shorter), with no proxy (the fleet's
+/// servers are on its own network), no redirects, errors statuses returned as answers (so their
+/// bodies can be read), Nagle off and at most [`FLEET_IDLE_CONNECTIONS`] kept for reuse.
 pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
-        .timeout_connect(Some(timeout))
+        .timeout_connect(Some(timeout.min(FLEET_CONNECT_TIMEOUT)))
         .http_status_as_error(false)
         .max_redirects(0)
         .proxy(None)

@@ -435,6 +435,13 @@ pub const FLEET_LIST_PAGE_KEYS: usize = 1000;
 /// Bytes of an error answer's body kept for the error message (S3's XML error, etcd's JSON).
 pub const FLEET_ERROR_BODY_MAX_BYTES: u64 = 4 * 1024;
 
+/// Longest wait for a connection to another node, the coordinator or the bucket (each call's
+/// own timeout bounds the rest): on the fleet's network a connect takes well under a
+/// millisecond, so one that takes a second is to a node that is gone or cut off (its packets
+/// dropped, not refused). A request passed on to such an owner is answered 503 after this,
+/// not after [`FLEET_FORWARD_TIMEOUT`], and so is a WebSocket passed through.
+pub const FLEET_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A request passed through to an object's owner gets its answer within this, or 503: the
 /// owner is another node on the fleet's network, and a request waits no longer than a client
 /// would for a node that holds the object itself under load.

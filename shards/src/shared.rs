@@ -275,6 +275,10 @@ impl NodeShared {
                 ms(limits::FLEET_LEASE_REGRANT_INTERVAL),
             ),
             (
+                "fleet_connect_timeout_ms",
+                ms(limits::FLEET_CONNECT_TIMEOUT),
+            ),
+            (
                 "fleet_uploads_in_flight",
                 limits::FLEET_UPLOADS_IN_FLIGHT as u64,
             ),

@@ -144,7 +144,7 @@ impl Conn {
             return;
         };
         let connected = match owner.parse::<SocketAddr>() {
-            Ok(addr) => TcpStream::connect_timeout(addr, limits::FLEET_FORWARD_TIMEOUT)
+            Ok(addr) => TcpStream::connect_timeout(addr, limits::FLEET_CONNECT_TIMEOUT)
                 .await
                 .map_err(|e| e.to_string()),
             Err(e) => Err(format!("{owner:?} is not an address: {e}")),
