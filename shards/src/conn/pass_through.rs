@@ -40,12 +40,15 @@ struct Pipe {
     shut: bool,
     /// Bytes read so far.
     moved: u64,
+    /// The owner's side: an end before any byte is not passed on (the client is answered
+    /// 503 instead).
+    must_answer: bool,
 }
 
 impl Pipe {
     /// Copies from `from` to `to` until `from` would block; `Ready(Ok)` once `from` ended
-    /// and its end was passed on (not passed on if nothing was read: the caller answers
-    /// instead). `count` adds the bytes read.
+    /// and its end was passed on (not passed on if nothing was read and `must_answer`: the
+    /// caller answers instead). `count` adds the bytes read.
     fn poll_copy(
         &mut self,
         cx: &mut Context<'_>,
@@ -75,7 +78,7 @@ impl Pipe {
                 }
             }
             if self.eof {
-                if !self.shut && self.moved > 0 {
+                if !self.shut && (self.moved > 0 || !self.must_answer) {
                     match to.as_mut().poll_close(cx) {
                         Poll::Ready(r) => {
                             self.shut = true;
@@ -172,7 +175,11 @@ impl Conn {
         drop(first);
         let state = self.state().clone();
         let stats = state.stats();
-        let (mut up, mut down) = (Pipe::default(), Pipe::default());
+        let mut up = Pipe::default();
+        let mut down = Pipe {
+            must_answer: true,
+            ..Pipe::default()
+        };
         let slot = self.waker.index();
         // Once one side has ended, the other gets `CLOSE_LINGER` to end too (a client that
         // keeps its socket open after the close handshake does not keep this forever).
