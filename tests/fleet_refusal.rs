@@ -65,6 +65,16 @@ fn can_run() -> bool {
     true
 }
 
+/// The clients the tool ran (those installed here).
+fn clients(out: &Value) -> Vec<&str> {
+    out["clients"]
+        .as_array()
+        .expect("clients")
+        .iter()
+        .map(|c| c.as_str().expect("client name"))
+        .collect()
+}
+
 /// Runs `tools/fleet-netns/run` with `args` within the deadline; its JSON.
 fn run_tool(name: &str, args: &[&str]) -> Value {
     let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fleet-netns/run");
@@ -122,12 +132,7 @@ fn a_full_node_refuses_at_tcp_and_every_client_reaches_another_node_by_itself() 
             "curl,python,node,chromium",
         ],
     );
-    let clients: Vec<&str> = out["clients"]
-        .as_array()
-        .expect("clients")
-        .iter()
-        .map(|c| c.as_str().expect("client name"))
-        .collect();
+    let clients = clients(&out);
     assert!(
         clients.contains(&"python"),
         "python is always run: {clients:?}"
@@ -215,12 +220,7 @@ fn fleet_nodes_pass_requests_to_a_full_owner_and_take_over_when_it_is_cut_off() 
             "curl,python",
         ],
     );
-    let clients: Vec<&str> = out["clients"]
-        .as_array()
-        .expect("clients")
-        .iter()
-        .map(|c| c.as_str().expect("client name"))
-        .collect();
+    let clients = clients(&out);
     let fleet = &out["phases"]["fleet"];
     for c in &clients {
         let r = &fleet[c];
