@@ -15,7 +15,7 @@ conns=${CONNS:-64}; secs=${SECS:-10}
 export DEPTH=${DEPTH:-16}
 data=$(mktemp -d)
 env COMBD_LISTEN=0.0.0.0:$port COMBD_DATA=$data COMBD_LOG=warn ${NODE_ENV:-} \
-  tools/droplet --cpu 0 --memory 1G -- "${NODE_BIN:-target/release/combd}" > "$data/stdout" &
+  tools/droplet --cpu 0 --memory 1G -- "${NODE_BIN:-target/release/combd}" > "$data/stdout" 2> "$data/stderr" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 100); do grep -q "combd ready" "$data/stdout" 2>/dev/null && break; sleep 0.1; done
@@ -40,3 +40,8 @@ s = json.load(sys.stdin)
 keys = ("batches", "batch_max", "wal_syncs", "sync_group_max", "mailbox_refused",
         "fleet_segments_uploaded", "fleet_upload_max_us", "fleet_ship_failed", "fleet_restores", "fleet_snapshots")
 print(" ".join(f"{k}={s[k]}" for k in keys if k in s and (s[k] or not k.startswith("fleet"))))' 
+# The node's warnings (a failed shipment, a slow sync...), the first five, so a refused answer
+# has its cause beside it.
+warnings=$(grep -cE " (WARN|ERROR) " "$data/stderr" || true)
+echo "node warnings: $warnings"
+grep -m5 -E " (WARN|ERROR) " "$data/stderr" || true
