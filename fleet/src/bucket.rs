@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use combd_kernel::limits::{
-    FLEET_BUCKET_TIMEOUT, FLEET_LIST_ANSWER_MAX_BYTES, FLEET_LIST_PAGE_KEYS,
+    FLEET_BUCKET_RETRIES, FLEET_BUCKET_RETRY_WAIT, FLEET_BUCKET_TIMEOUT,
+    FLEET_LIST_ANSWER_MAX_BYTES, FLEET_LIST_PAGE_KEYS,
 };
 use rusty_s3::actions::{
     DeleteObjects, DeleteObjectsResponse, ListObjectsV2, ObjectIdentifier, S3Action,
@@ -57,6 +58,34 @@ pub struct BucketConfig {
     pub access_key: String,
     /// The secret key.
     pub secret_key: String,
+}
+
+/// Runs `call` again while the bucket answers a server error (500, 502, 503, 504: S3's "try
+/// again"; Garage answers 503 when its metadata database is locked by concurrent writes), at
+/// most [`FLEET_BUCKET_RETRIES`] more times, waiting [`FLEET_BUCKET_RETRY_WAIT`], doubled each
+/// time. What is tried again stores, reads or deletes the same thing each time.
+fn retried<T>(call: impl Fn() -> Result<T, BucketError>) -> Result<T, BucketError> {
+    let mut wait = FLEET_BUCKET_RETRY_WAIT;
+    let mut left = FLEET_BUCKET_RETRIES;
+    loop {
+        match call() {
+            Err(e)
+                if left > 0
+                    && matches!(
+                        e.failure,
+                        Failure::Status {
+                            code: 500 | 502..=504,
+                            ..
+                        }
+                    ) =>
+            {
+                std::thread::sleep(wait); // the server asked for a later try
+                wait *= 2;
+                left -= 1;
+            }
+            r => return r,
+        }
+    }
 }
 
 /// A client of one bucket. Calls block: run them on a blocking thread. Clones share their
@@ -110,8 +139,13 @@ impl Bucket {
         }
     }
 
-    /// Stores `body` under `key`, replacing what was there.
+    /// Stores `body` under `key`, replacing what was there (a server error is tried again:
+    /// [`retried`]).
     pub fn put(&self, key: &str, body: &[u8]) -> Result<(), BucketError> {
+        retried(|| self.put_once(key, body))
+    }
+
+    fn put_once(&self, key: &str, body: &[u8]) -> Result<(), BucketError> {
         let url = self
             .bucket
             .put_object(Some(&self.credentials), key)
@@ -128,8 +162,12 @@ impl Bucket {
     }
 
     /// The object under `key`, `None` if there is none; at most `max_bytes` are read (a longer
-    /// object fails with [`Failure::TooLarge`]).
+    /// object fails with [`Failure::TooLarge`]). A server error is tried again ([`retried`]).
     pub fn get(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, BucketError> {
+        retried(|| self.get_once(key, max_bytes))
+    }
+
+    fn get_once(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, BucketError> {
         let url = self
             .bucket
             .get_object(Some(&self.credentials), key)
@@ -166,9 +204,14 @@ impl Bucket {
     }
 
     /// Deletes every key of `keys` (missing ones too, as S3 says), 1,000 to a request
-    /// (`DeleteObjects`, the most S3 takes in one).
+    /// (`DeleteObjects`, the most S3 takes in one); a server error is tried again.
     pub fn delete_many(&self, keys: &[String]) -> Result<(), BucketError> {
-        for chunk in keys.chunks(FLEET_LIST_PAGE_KEYS) {
+        keys.chunks(FLEET_LIST_PAGE_KEYS)
+            .try_for_each(|chunk| retried(|| self.delete_chunk(chunk)))
+    }
+
+    fn delete_chunk(&self, chunk: &[String]) -> Result<(), BucketError> {
+        {
             let first = chunk.first().map_or("", String::as_str);
             let ids: Vec<ObjectIdentifier> = chunk
                 .iter()

@@ -127,3 +127,125 @@ fn an_unreachable_bucket_fails_fast_naming_the_call() {
     assert_eq!((e.op, e.key.as_str()), ("put", "room/seg/1"));
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+/// A proxy in front of the real bucket that answers the first `busy` requests itself with
+/// `503 ServiceUnavailable` (as Garage does when its metadata database is locked by concurrent
+/// writes), each after reading the whole request, and passes the rest on. Its address, and how
+/// many requests it answered itself.
+fn busy_proxy(
+    to: std::net::SocketAddr,
+    busy: usize,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::Ordering::SeqCst;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = refused.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            if count.load(SeqCst) < busy {
+                // Read the request whole, then answer 503 and close.
+                let mut reader = BufReader::new(client.try_clone().unwrap());
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                count.fetch_add(1, SeqCst);
+                let xml = "<Error><Code>ServiceUnavailable</Code><Message>database is locked</Message></Error>";
+                let _ = write!(
+                    client,
+                    "HTTP/1.1 503 Service Unavailable\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{xml}",
+                    xml.len()
+                );
+                continue;
+            }
+            let Ok(server) = std::net::TcpStream::connect(to) else {
+                continue;
+            };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let mut server = server;
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut server);
+                let _ = server.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut client);
+                let _ = client.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (addr, refused)
+}
+
+/// A bucket that answers 503 ("try again") gets the same call again, up to
+/// `FLEET_BUCKET_RETRIES` times: three busy answers are ridden out, four fail the call with
+/// the server's 503.
+#[test]
+fn a_busy_bucket_is_tried_again_up_to_the_retries() {
+    use combd_kernel::limits::FLEET_BUCKET_RETRIES;
+    use std::sync::atomic::Ordering::SeqCst;
+    let Some(s3) = S3::start("a_busy_bucket_is_tried_again") else {
+        return;
+    };
+    let to: std::net::SocketAddr = s3
+        .bucket
+        .endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let busy = FLEET_BUCKET_RETRIES as usize;
+    let (addr, refused) = busy_proxy(to, busy);
+    let through = Bucket::new(&BucketConfig {
+        endpoint: format!("http://{addr}"),
+        ..s3.bucket.clone()
+    })
+    .unwrap();
+    let key = format!("{}seg", s3.unique_prefix());
+    through.put(&key, b"shipped").unwrap();
+    assert_eq!(refused.load(SeqCst), busy, "every busy answer was met");
+    assert_eq!(
+        Bucket::new(&s3.bucket)
+            .unwrap()
+            .get(&key, 100)
+            .unwrap()
+            .as_deref(),
+        Some(&b"shipped"[..])
+    );
+
+    // One busy answer more than the retries: the call fails with the server's 503.
+    let (addr, refused) = busy_proxy(to, busy + 1);
+    let through = Bucket::new(&BucketConfig {
+        endpoint: format!("http://{addr}"),
+        ..s3.bucket.clone()
+    })
+    .unwrap();
+    let e = through.put(&format!("{key}2"), b"x").unwrap_err();
+    assert!(
+        matches!(e.failure, Failure::Status { code: 503, .. }),
+        "{e}"
+    );
+    assert_eq!(refused.load(SeqCst), busy + 1);
+    assert_eq!(
+        Bucket::new(&s3.bucket)
+            .unwrap()
+            .get(&format!("{key}2"), 100)
+            .unwrap(),
+        None,
+        "nothing stored"
+    );
+}

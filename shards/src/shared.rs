@@ -279,6 +279,14 @@ impl NodeShared {
                 ms(limits::FLEET_CONNECT_TIMEOUT),
             ),
             (
+                "fleet_bucket_retries",
+                u64::from(limits::FLEET_BUCKET_RETRIES),
+            ),
+            (
+                "fleet_bucket_retry_wait_ms",
+                ms(limits::FLEET_BUCKET_RETRY_WAIT),
+            ),
+            (
                 "fleet_uploads_in_flight",
                 limits::FLEET_UPLOADS_IN_FLIGHT as u64,
             ),
