@@ -38,7 +38,8 @@ echo "acknowledged $((answers - non2xx)) in ${secs}s = $(( (answers - non2xx) / 
 curl -s "http://127.0.0.1:$port/stats" | python3 -c 'import json, sys
 s = json.load(sys.stdin)
 keys = ("batches", "batch_max", "wal_syncs", "sync_group_max", "mailbox_refused",
-        "fleet_segments_uploaded", "fleet_upload_max_us", "fleet_ship_failed", "fleet_restores", "fleet_snapshots")
+        "fleet_segments_uploaded", "fleet_upload_max_us", "fleet_ship_failed", "fleet_bucket_retried",
+        "fleet_restores", "fleet_snapshots")
 print(" ".join(f"{k}={s[k]}" for k in keys if k in s and (s[k] or not k.startswith("fleet"))))' 
 # The node's warnings (a failed shipment, a slow sync...), the first five, so a refused answer
 # has its cause beside it.

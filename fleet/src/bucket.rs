@@ -5,6 +5,8 @@
 //! bytes its caller accepts; failures say which operation on which key failed and why
 //! ([`BucketError`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use combd_kernel::limits::{
@@ -64,7 +66,10 @@ pub struct BucketConfig {
 /// again"; Garage answers 503 when its metadata database is locked by concurrent writes), at
 /// most [`FLEET_BUCKET_RETRIES`] more times, waiting [`FLEET_BUCKET_RETRY_WAIT`], doubled each
 /// time. What is tried again stores, reads or deletes the same thing each time.
-fn retried<T>(call: impl Fn() -> Result<T, BucketError>) -> Result<T, BucketError> {
+fn retried<T>(
+    tries: &AtomicU64,
+    call: impl Fn() -> Result<T, BucketError>,
+) -> Result<T, BucketError> {
     let mut wait = FLEET_BUCKET_RETRY_WAIT;
     let mut left = FLEET_BUCKET_RETRIES;
     loop {
@@ -82,6 +87,7 @@ fn retried<T>(call: impl Fn() -> Result<T, BucketError>) -> Result<T, BucketErro
                 std::thread::sleep(wait); // the server asked for a later try
                 wait *= 2;
                 left -= 1;
+                tries.fetch_add(1, Ordering::Relaxed);
             }
             r => return r,
         }
@@ -95,6 +101,8 @@ pub struct Bucket {
     bucket: rusty_s3::Bucket,
     credentials: Credentials,
     agent: ureq::Agent,
+    /// Calls tried again after a server error, by this client and its clones.
+    retries: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -128,7 +136,13 @@ impl Bucket {
             bucket,
             credentials: Credentials::new(config.access_key.clone(), config.secret_key.clone()),
             agent: http::agent(FLEET_BUCKET_TIMEOUT),
+            retries: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Calls tried again after a server error so far, by this client and its clones.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
     }
 
     fn error(op: &'static str, key: &str, failure: Failure) -> BucketError {
@@ -142,7 +156,7 @@ impl Bucket {
     /// Stores `body` under `key`, replacing what was there (a server error is tried again:
     /// [`retried`]).
     pub fn put(&self, key: &str, body: &[u8]) -> Result<(), BucketError> {
-        retried(|| self.put_once(key, body))
+        retried(&self.retries, || self.put_once(key, body))
     }
 
     fn put_once(&self, key: &str, body: &[u8]) -> Result<(), BucketError> {
@@ -164,7 +178,7 @@ impl Bucket {
     /// The object under `key`, `None` if there is none; at most `max_bytes` are read (a longer
     /// object fails with [`Failure::TooLarge`]). A server error is tried again ([`retried`]).
     pub fn get(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, BucketError> {
-        retried(|| self.get_once(key, max_bytes))
+        retried(&self.retries, || self.get_once(key, max_bytes))
     }
 
     fn get_once(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, BucketError> {
@@ -207,7 +221,7 @@ impl Bucket {
     /// (`DeleteObjects`, the most S3 takes in one); a server error is tried again.
     pub fn delete_many(&self, keys: &[String]) -> Result<(), BucketError> {
         keys.chunks(FLEET_LIST_PAGE_KEYS)
-            .try_for_each(|chunk| retried(|| self.delete_chunk(chunk)))
+            .try_for_each(|chunk| retried(&self.retries, || self.delete_chunk(chunk)))
     }
 
     fn delete_chunk(&self, chunk: &[String]) -> Result<(), BucketError> {

@@ -218,6 +218,7 @@ fn a_busy_bucket_is_tried_again_up_to_the_retries() {
     let key = format!("{}seg", s3.unique_prefix());
     through.put(&key, b"shipped").unwrap();
     assert_eq!(refused.load(SeqCst), busy, "every busy answer was met");
+    assert_eq!(through.retries(), busy as u64);
     assert_eq!(
         Bucket::new(&s3.bucket)
             .unwrap()

@@ -212,6 +212,13 @@ impl Fleet {
                 g(|s| &s.snapshots),
             ),
             (
+                "fleet_bucket_retried",
+                "combd_fleet_bucket_retried_total",
+                Counter,
+                "Bucket calls tried again after a server error (500, 502, 503, 504).",
+                fleet.map_or(0, |f| f.bucket.retries()),
+            ),
+            (
                 "fleet_pruned_keys",
                 "combd_fleet_pruned_keys_total",
                 Counter,
