@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use tungstenite::{Message, WebSocket};
 
+use support::proxy::{url_like, Proxy};
 use support::*;
 
 /// Short, so a dead owner's objects come back within the test's bounds.
@@ -300,6 +301,21 @@ fn open_ws(node: &TestNode, object: &str) -> Result<WebSocket<std::net::TcpStrea
     }
 }
 
+/// Closes a WebSocket that `via` passes through to `owner`, and waits until both let go.
+fn close_passed_through<S: std::io::Read + std::io::Write>(
+    mut ws: WebSocket<S>,
+    via: &TestNode,
+    owner: &TestNode,
+) {
+    ws.close(None).unwrap();
+    while ws.read().is_ok() {}
+    drop(ws);
+    wait_stats(via, "the pass-through to end", |s| {
+        s["fleet_ws_passing"] == 0
+    });
+    wait_stats(owner, "the owner's session to end", |s| s["sessions"] == 0);
+}
+
 /// The counter's value as a session is sent it (it answers any message with the value).
 fn ws_value(ws: &mut WebSocket<std::net::TcpStream>) -> u64 {
     ws.send(Message::text("?")).unwrap();
@@ -334,13 +350,7 @@ fn a_websocket_to_a_node_that_does_not_own_the_object_reaches_the_owner() {
     assert_eq!(stat(&b, "sessions"), 0, "the session is the owner's");
     assert_eq!(stat(&a, "sessions"), 1);
     // The client's close reaches the owner, and the node in between lets go.
-    ws.close(None).unwrap();
-    while ws.read().is_ok() {}
-    drop(ws);
-    wait_stats(&b, "the pass-through to end", |s| {
-        s["fleet_ws_passing"] == 0
-    });
-    wait_stats(&a, "the owner's session to end", |s| s["sessions"] == 0);
+    close_passed_through(ws, &b, &a);
 
     // An upgrade another node already passed on is not passed on again.
     let r = request(
@@ -379,83 +389,6 @@ fn a_websocket_to_a_node_that_does_not_own_the_object_reaches_the_owner() {
     assert_eq!(ws_value(&mut ws), 4);
     assert_eq!(stat(&b, "sessions"), 1);
     assert!(stat(&b, "fleet_ws_pass_failed") >= 1);
-}
-
-/// A TCP proxy in front of `to` that holds every chunk a client sends for `delay` before
-/// passing it on (a bucket as slow as a 3-node Garage, on loopback), and whose link can be
-/// cut: while cut, every connection through it is closed and new ones are closed at once.
-/// It runs until the test process ends.
-struct Proxy {
-    addr: std::net::SocketAddr,
-    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Proxy {
-    fn start(to: std::net::SocketAddr, delay: Duration) -> Proxy {
-        use std::io::{Read, Write};
-        use std::sync::atomic::Ordering::Relaxed;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = cut.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                if flag.load(Relaxed) {
-                    continue; // dropped: closed at once
-                }
-                let Ok(server) = std::net::TcpStream::connect(to) else {
-                    continue;
-                };
-                let pipe =
-                    |mut from: std::net::TcpStream,
-                     mut to: std::net::TcpStream,
-                     delay: Duration,
-                     cut: std::sync::Arc<std::sync::atomic::AtomicBool>| {
-                        std::thread::spawn(move || {
-                            let mut buf = vec![0; 64 * 1024];
-                            // A read wakes every 50 ms to see whether the link was cut.
-                            from.set_read_timeout(Some(Duration::from_millis(50)))
-                                .unwrap();
-                            loop {
-                                if cut.load(Relaxed) {
-                                    break;
-                                }
-                                let n = match from.read(&mut buf) {
-                                    Ok(0) => break,
-                                    Ok(n) => n,
-                                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                                        continue
-                                    }
-                                    Err(_) => break,
-                                };
-                                if !delay.is_zero() {
-                                    std::thread::sleep(delay); // the bucket's latency, on purpose
-                                }
-                                if cut.load(Relaxed) || to.write_all(&buf[..n]).is_err() {
-                                    break;
-                                }
-                            }
-                            let _ = to.shutdown(std::net::Shutdown::Both);
-                            let _ = from.shutdown(std::net::Shutdown::Both);
-                        });
-                    };
-                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                pipe(client, server, delay, flag.clone());
-                pipe(s2, c2, Duration::ZERO, flag.clone());
-            }
-        });
-        Proxy { addr, cut }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Cuts the link (or mends it).
-    fn set_cut(&self, cut: bool) {
-        self.cut.store(cut, std::sync::atomic::Ordering::Relaxed);
-    }
 }
 
 /// Each chunk sent to the slow bucket waits this long (longer than 8 bursts take to start).
@@ -520,23 +453,6 @@ fn uploads_of_one_object_are_in_flight_together_up_to_their_cap() {
     assert_eq!(value(&get(&b, "p")), total);
 }
 
-/// The host and port of an `http://host:port` endpoint.
-mod url_like {
-    pub struct Endpoint {
-        pub addr: std::net::SocketAddr,
-    }
-
-    impl std::str::FromStr for Endpoint {
-        type Err = String;
-        fn from_str(s: &str) -> Result<Self, String> {
-            let rest = s.strip_prefix("http://").ok_or("not http://")?;
-            let hostport = rest.split('/').next().unwrap_or(rest);
-            let addr = hostport.parse().map_err(|e| format!("{hostport}: {e}"))?;
-            Ok(Endpoint { addr })
-        }
-    }
-}
-
 /// A node cut off from etcd (its link to the coordinator down, its clients still reaching it)
 /// acknowledges nothing more; once its lease lapses another node serves the object with every
 /// write the first acknowledged; when the link is back, the first node takes a new lease and
@@ -592,4 +508,45 @@ fn a_node_cut_off_from_etcd_acknowledges_nothing_and_comes_back_with_a_new_lease
     assert_eq!(value(&get(&b, "q")), 5);
     assert_eq!(stat(&a, "fleet_lease_grants"), 2);
     assert!(stat(&a, "fleet_forwarded") >= 1);
+}
+
+/// The same through TLS: a WSS session asked of a node that does not own its object is
+/// decrypted there and passed through to the owner.
+#[test]
+fn a_wss_to_a_node_that_does_not_own_the_object_reaches_the_owner() {
+    use support::tls::{make_pair, tls_connect_to, write_pair};
+    let Some(fleet) = Fleet::start("a_wss_reaches_the_owner") else {
+        return;
+    };
+    let pair = make_pair();
+    let dir = fleet_support::temp_dir("tls");
+    let (cert, key) = write_pair(&dir, &pair);
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let a = fleet.node();
+    let b = fleet.node_on(
+        LEASE_TTL,
+        &fleet.s3.bucket.endpoint,
+        &[
+            ("COMBD_TLS_LISTEN", "127.0.0.2:0"),
+            ("COMBD_TLS_CERT", &cert),
+            ("COMBD_TLS_KEY", &key),
+        ],
+    );
+    for i in 1..=2 {
+        assert_eq!(post_acked(&a, "s"), i);
+    }
+    let tls = tls_connect_to(&b, "127.0.0.2", &pair.der).unwrap();
+    let url = format!("ws://localhost:{}/o/counter/s", b.tls_port.unwrap());
+    let (mut ws, resp) = tungstenite::client(url.as_str(), tls).unwrap();
+    assert_eq!(resp.status(), 101);
+    ws.send(Message::text("?")).unwrap();
+    let value = loop {
+        if let Message::Text(t) = ws.read().unwrap() {
+            break serde_json::from_str::<serde_json::Value>(&t).unwrap()["value"].clone();
+        }
+    };
+    assert_eq!(value, 2);
+    assert_eq!(stat(&b, "fleet_ws_passed"), 1);
+    assert_eq!(stat(&a, "sessions"), 1);
+    close_passed_through(ws, &b, &a);
 }

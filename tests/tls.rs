@@ -9,36 +9,11 @@ mod support;
 use std::io::{BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::CertificateDer;
+use support::tls::*;
 use support::*;
 use tungstenite::Message;
-
-type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
-
-struct Pair {
-    cert_pem: String,
-    key_pem: String,
-    der: CertificateDer<'static>,
-}
-
-fn make_pair() -> Pair {
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    Pair {
-        cert_pem: ck.cert.pem(),
-        key_pem: ck.key_pair.serialize_pem(),
-        der: ck.cert.der().clone(),
-    }
-}
-
-fn write_pair(dir: &Path, p: &Pair) -> (PathBuf, PathBuf) {
-    std::fs::create_dir_all(dir).unwrap();
-    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&c, &p.cert_pem).unwrap();
-    std::fs::write(&k, &p.key_pem).unwrap();
-    (c, k)
-}
 
 fn tmpdir(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("combd-tls-{tag}-{}", std::process::id()))
@@ -59,34 +34,6 @@ fn start(dir: &Path, extra: &[(&str, &str)]) -> TestNode {
 /// A rustls client that trusts only `trusted`.
 fn tls_connect(node: &TestNode, trusted: &CertificateDer<'static>) -> std::io::Result<Tls> {
     tls_connect_to(node, "127.0.0.2", trusted)
-}
-
-fn tls_connect_to(
-    node: &TestNode,
-    host: &str,
-    trusted: &CertificateDer<'static>,
-) -> std::io::Result<Tls> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(trusted.clone()).unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let conn =
-        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
-            .unwrap();
-    let tcp = TcpStream::connect((host, node.tls_port.unwrap()))?;
-    tcp.set_read_timeout(Some(WAIT)).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
-    // Complete the handshake now, so a certificate error shows here.
-    while tls.conn.is_handshaking() {
-        tls.conn.complete_io(&mut tls.sock)?;
-    }
-    Ok(tls)
 }
 
 #[test]

@@ -4,6 +4,8 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod powercut;
+pub mod proxy;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

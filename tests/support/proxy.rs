@@ -1,0 +1,98 @@
+//! A TCP proxy for the tests, in front of a real server: it can slow what a client sends, or
+//! cut the link.
+
+use std::time::Duration;
+
+/// A TCP proxy in front of `to` that holds every chunk a client sends for `delay` before
+/// passing it on (a bucket as slow as a 3-node Garage, on loopback), and whose link can be
+/// cut: while cut, every connection through it is closed and new ones are closed at once.
+/// It runs until the test process ends.
+pub struct Proxy {
+    pub addr: std::net::SocketAddr,
+    pub cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    pub fn start(to: std::net::SocketAddr, delay: Duration) -> Proxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering::Relaxed;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = cut.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if flag.load(Relaxed) {
+                    continue; // dropped: closed at once
+                }
+                let Ok(server) = std::net::TcpStream::connect(to) else {
+                    continue;
+                };
+                let pipe =
+                    |mut from: std::net::TcpStream,
+                     mut to: std::net::TcpStream,
+                     delay: Duration,
+                     cut: std::sync::Arc<std::sync::atomic::AtomicBool>| {
+                        std::thread::spawn(move || {
+                            let mut buf = vec![0; 64 * 1024];
+                            // A read wakes every 50 ms to see whether the link was cut.
+                            from.set_read_timeout(Some(Duration::from_millis(50)))
+                                .unwrap();
+                            loop {
+                                if cut.load(Relaxed) {
+                                    break;
+                                }
+                                let n = match from.read(&mut buf) {
+                                    Ok(0) => break,
+                                    Ok(n) => n,
+                                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                        continue
+                                    }
+                                    Err(_) => break,
+                                };
+                                if !delay.is_zero() {
+                                    std::thread::sleep(delay); // the bucket's latency, on purpose
+                                }
+                                if cut.load(Relaxed) || to.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                            let _ = to.shutdown(std::net::Shutdown::Both);
+                            let _ = from.shutdown(std::net::Shutdown::Both);
+                        });
+                    };
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(client, server, delay, flag.clone());
+                pipe(s2, c2, Duration::ZERO, flag.clone());
+            }
+        });
+        Proxy { addr, cut }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Cuts the link (or mends it).
+    pub fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The host and port of an `http://host:port` endpoint.
+pub mod url_like {
+    pub struct Endpoint {
+        pub addr: std::net::SocketAddr,
+    }
+
+    impl std::str::FromStr for Endpoint {
+        type Err = String;
+        fn from_str(s: &str) -> Result<Self, String> {
+            let rest = s.strip_prefix("http://").ok_or("not http://")?;
+            let hostport = rest.split('/').next().unwrap_or(rest);
+            let addr = hostport.parse().map_err(|e| format!("{hostport}: {e}"))?;
+            Ok(Endpoint { addr })
+        }
+    }
+}
