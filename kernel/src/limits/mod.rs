@@ -10,6 +10,10 @@
 
 use std::time::Duration;
 
+mod fleet;
+
+pub use fleet::*;
+
 // ---------------------------------------------------------------------------------------------
 // HTTP and connections
 // ---------------------------------------------------------------------------------------------
@@ -364,152 +368,6 @@ pub const WS_SLOW_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 pub const WS_PING_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------------------------------------
-// The fleet (off unless COMBD_FLEET_* are set; see the combd-fleet crate)
-// ---------------------------------------------------------------------------------------------
-
-/// Default of `COMBD_FLEET_LEASE_TTL`: how long an owner's lease outlives its last keepalive.
-/// It is the failover time: a dead owner's objects answer from another node after at most this
-/// long. 10 s rides out a stop-the-world pause or an etcd leader election (about 1 s) without a
-/// live node losing its objects.
-pub const FLEET_LEASE_TTL_DEFAULT: Duration = Duration::from_secs(10);
-
-/// Shortest `COMBD_FLEET_LEASE_TTL`: etcd raises a shorter TTL to its own minimum (1.5 election
-/// timeouts, 2 s with its default 100 ms heartbeat), so a shorter setting would not mean what it
-/// says.
-pub const FLEET_LEASE_TTL_MIN: Duration = Duration::from_secs(2);
-
-/// Longest `COMBD_FLEET_LEASE_TTL`: a dead owner's objects are unreachable for up to the TTL; past
-/// a minute that is an outage, not a failover.
-pub const FLEET_LEASE_TTL_MAX: Duration = Duration::from_secs(60);
-
-/// A node renews its lease every TTL / this: two renewals in a row may fail (a slow etcd, a
-/// lost packet) before the lease lapses.
-pub const FLEET_KEEPALIVE_DIVISOR: u32 = 3;
-
-/// A node whose lease is gone asks etcd for a new one at most this often (it asks when an
-/// object is next opened): a node cut off from etcd does not send a grant per request.
-pub const FLEET_LEASE_REGRANT_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Longest wait for one call to the coordinator (etcd), connect to last byte. Shorter than a
-/// renewal interval at the shortest TTL, so a hung call is over before the next renewal is due.
-/// etcd answers a claim in about 3 ms on loopback and a few ms on a LAN; 500 ms is a partition.
-pub const FLEET_COORDINATOR_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// Longest wait for one call to the bucket (S3), connect to last byte, including the body of
-/// the largest segment. An object waits for its segment's upload before it answers, so this is
-/// also the longest a write waits for a bucket that stopped answering before it fails (503).
-pub const FLEET_BUCKET_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Times a bucket call that got a server error (500, 502, 503, 504: S3's "try again") is tried
-/// again before it fails. Garage answers 503 when its metadata database is locked by
-/// concurrent writes (seen in 2 of ~27 runs of one object's pipelined uploads); each try stores,
-/// reads or deletes the same thing, so trying again is safe.
-pub const FLEET_BUCKET_RETRIES: u32 = 3;
-
-/// The wait before the first try again of a bucket call; doubled for each next one (20, 40,
-/// 80 ms: 140 ms at most in all, against a shipment's ~1–65 ms).
-pub const FLEET_BUCKET_RETRY_WAIT: Duration = Duration::from_millis(20);
-
-/// Largest segment (one committed batch's WAL frames and their header), in bytes. A segment is
-/// held in memory while it uploads and while it is restored (`COMBD_RESTORES_AT_ONCE` objects at
-/// once per shard), so this bounds that memory: 64 MiB a restore or an upload. A transaction
-/// whose frames do not fit is refused by the segment writer.
-pub const FLEET_SEGMENT_MAX_BYTES: usize = 64 << 20;
-
-/// Most bytes of segments one restore holds in memory before it writes the database: it walks
-/// the chain back from the head to a snapshot, then applies it forward. The owner snapshots
-/// before its segments since the last snapshot reach this (the issue's "snapshots bound restore
-/// work"); a chain longer than this fails the restore rather than exhaust memory. 256 MiB, at
-/// most `COMBD_RESTORES_AT_ONCE` (4) at once per shard.
-pub const FLEET_RESTORE_SEGMENTS_MAX_BYTES: u64 = 256 << 20;
-
-/// Largest snapshot a restore reads: the largest database (`COMBD_DB_MAX`'s default) and a
-/// margin for its last pages.
-pub const FLEET_SNAPSHOT_MAX_BYTES: u64 = DB_MAX_BYTES + (DB_MAX_BYTES >> 4);
-
-/// Most keys a listing of one object's segments or snapshots may return before the restore
-/// gives up (a sign that old segments are not being deleted).
-pub const FLEET_LIST_KEYS_MAX: usize = 100_000;
-
-/// Largest answer read from the coordinator (a range of one key, a transaction's result). Its
-/// answers are a few hundred bytes; 1 MiB refuses a misbehaving server's endless body.
-pub const FLEET_COORDINATOR_ANSWER_MAX_BYTES: u64 = 1 << 20;
-
-/// Largest listing page read from the bucket: 1000 keys (the S3 maximum) of at most 1 KiB each
-/// with their XML.
-pub const FLEET_LIST_ANSWER_MAX_BYTES: u64 = 2 << 20;
-
-/// Keys asked for in one listing page (the S3 maximum per page).
-pub const FLEET_LIST_PAGE_KEYS: usize = 1000;
-
-/// Bytes of an error answer's body kept for the error message (S3's XML error, etcd's JSON).
-pub const FLEET_ERROR_BODY_MAX_BYTES: u64 = 4 * 1024;
-
-/// Longest wait for a connection to another node, the coordinator or the bucket (each call's
-/// own timeout bounds the rest): on the fleet's network a connect takes well under a
-/// millisecond, so one that takes a second is to a node that is gone or cut off (its packets
-/// dropped, not refused). A request passed on to such an owner is answered 503 after this,
-/// not after [`FLEET_FORWARD_TIMEOUT`], and so is a WebSocket passed through.
-pub const FLEET_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// A request passed through to an object's owner gets its answer within this, or 503: the
-/// owner is another node on the fleet's network, and a request waits no longer than a client
-/// would for a node that holds the object itself under load. An owner answers once the batch
-/// is in the bucket (an upload ~65 ms on a 3-node Garage, its retries 140 ms at most, the
-/// head advance ≤ 500 ms), so 2 s leaves room; it is also how long the first request waits
-/// for an owner cut off with a connection kept open to it (5 s made a partition's failover
-/// 5.1 s against a 2 s lease, measured in `tools/fleet-netns/run --fleet`).
-pub const FLEET_FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The most bytes of an owner's answer a node passes back (a longer one is answered 503): an
-/// object's answer is JSON built by its app, far below this.
-pub const FLEET_FORWARD_ANSWER_MAX_BYTES: u64 = 16 << 20;
-
-/// In a fleet an object's WAL past this many bytes is checkpointed (once everything committed
-/// is shipped) and the database uploaded as a snapshot: SQLite's own checkpoints are off so no
-/// unshipped frame is overwritten, and a restore then reads the snapshot and the segments
-/// after it instead of every segment since the object began. An object let go is snapshotted
-/// too.
-pub const FLEET_CHECKPOINT_WAL_BYTES: u64 = 4 << 20;
-
-/// A restore that applied this many segments uploads the restored database as a snapshot at
-/// once: owners that die before their WAL reaches [`FLEET_CHECKPOINT_WAL_BYTES`] (or before they
-/// idle) never snapshot, and the chain would grow with every failover (measured: 30 to 335
-/// segments in 10 kills, restores 1.4 to 14.8 s).
-pub const FLEET_SNAPSHOT_AFTER_SEGMENTS: usize = 16;
-
-/// Segments a restore reads from the bucket at once (threads of the restore, each with a
-/// connection): one GET is a round trip (~44 ms from a Garage node here), and a chain since the
-/// last snapshot can be hundreds long.
-pub const FLEET_RESTORE_PARALLEL_GETS: usize = 16;
-
-/// In a fleet, batches of one object that committed but wait for their shipment to be answered
-/// (instead of [`OBJECT_UNSYNCED_BATCHES`]): a shipment (upload + head advance) takes ~65 ms on
-/// a 3-node Garage against a WAL sync's 0.2 ms, and everything committed meanwhile ships in the
-/// next one, so more may wait. Each holds its inputs' answers and effects (up to a batch, 100
-/// by default, of requests).
-pub const FLEET_UNSHIPPED_BATCHES: usize = 64;
-
-/// In a fleet, shipments of one object whose uploads may be on their way at once: a group's
-/// segments upload while the groups before them still upload, and the head still advances in
-/// commit order (a group's answers leave only once its head advance and every one before it
-/// are done). Eight ~65 ms uploads on a 3-node Garage let one object ship a group every ~8 ms.
-pub const FLEET_UPLOADS_IN_FLIGHT: usize = 8;
-
-/// Threads of a node that upload segments to the bucket (every object's shipments queue for
-/// them), so uploads in flight do not hold the shards' blocking threads, which run batches and
-/// syncs. As many as the idle connections kept to the bucket.
-pub const FLEET_UPLOAD_THREADS: usize = FLEET_IDLE_CONNECTIONS;
-
-/// Most endpoints in `COMBD_FLEET_ETCD`: etcd clusters have at most 7 members (more slows every
-/// write for no gain in safety).
-pub const FLEET_ETCD_ENDPOINTS_MAX: usize = 7;
-
-/// Idle connections each fleet client keeps open to its server, for reuse by the next call (a
-/// few KiB each). One per blocking thread that may call at once is enough.
-pub const FLEET_IDLE_CONNECTIONS: usize = 8;
-
-// ---------------------------------------------------------------------------------------------
 // Derived limits
 // ---------------------------------------------------------------------------------------------
 
@@ -581,20 +439,6 @@ const _: () = assert!(
         && MACHINE_RESERVE_DIVISOR > 0
         && DISK_LOW_DIVISOR > 0
         && OUTBOUND_BUDGET_DIVISOR > 0
-);
-// A renewal must be due before the lease lapses, and a hung call to the coordinator must be over
-// before the next renewal is due, at the shortest TTL.
-const _: () = assert!(FLEET_KEEPALIVE_DIVISOR >= 2);
-const _: () = assert!(
-    FLEET_COORDINATOR_TIMEOUT.as_nanos()
-        < FLEET_LEASE_TTL_MIN.as_nanos() / FLEET_KEEPALIVE_DIVISOR as u128
-);
-// One segment must fit what a restore may hold.
-const _: () = assert!(FLEET_SEGMENT_MAX_BYTES as u64 <= FLEET_RESTORE_SEGMENTS_MAX_BYTES);
-// The default TTL must be one the setting accepts.
-const _: () = assert!(
-    FLEET_LEASE_TTL_MIN.as_nanos() <= FLEET_LEASE_TTL_DEFAULT.as_nanos()
-        && FLEET_LEASE_TTL_DEFAULT.as_nanos() <= FLEET_LEASE_TTL_MAX.as_nanos()
 );
 // An object's database files (`<name>.sqlite-wal`) must fit one path component (NAME_MAX).
 const _: () = assert!(OBJECT_NAME_MAX_BYTES + ".sqlite-wal".len() <= 255);
