@@ -341,24 +341,19 @@ async fn start(
         return started;
     };
     let wal_len = started.group.iter().map(|c| c.wal_len).max().unwrap_or(0);
+    let cutter = fleet.clone();
     let (shipping, cut) = glommio::executor()
         .spawn_blocking(move || {
-            let cut = fleet.cut(&mut shipping, wal_len);
+            let cut = cutter.cut(&mut shipping, wal_len);
             (shipping, cut)
         })
         .await;
     *pipe.shipping.borrow_mut() = Some(shipping);
     match cut {
-        Ok(segments) => {
-            if let Some(fleet) = &cells.state.node().fleet {
-                started.upload = Some(fleet.upload(segments, answers));
-            }
-        }
+        Ok(segments) => started.upload = Some(fleet.upload(segments, answers)),
         Err(e) => {
             warn!(object = %key, "cannot read the WAL to ship it: {e}");
-            if let Some(fleet) = &cells.state.node().fleet {
-                fleet.ship_failed();
-            }
+            fleet.ship_failed();
             started.refusal = Some(Refusal::FleetUnavailable);
         }
     }
@@ -382,30 +377,25 @@ async fn finish(
         uploaded,
         answers,
     } = started;
-    if let Some(upload) = upload {
+    // Only a fleet node starts uploads.
+    if let (Some(upload), Some(fleet)) = (upload, cells.state.node().fleet.clone()) {
         let uploaded = match uploaded {
             Some(u) => u,
             None => upload.recv().await,
         }
         .unwrap_or_else(|_| Err("the upload threads are gone".into()));
-        let fleet = cells.state.node().fleet.clone();
-        refusal = match (refusal, pipe.failed.get(), uploaded, fleet) {
+        refusal = match (refusal, pipe.failed.get(), uploaded) {
             (Some(r), ..) => Some(r),
             // A group before this one failed: its segments sit after a hole.
-            (None, true, ..) => Some(pipe.after_failure()),
-            (None, false, Err(e), fleet) => {
+            (None, true, _) => Some(pipe.after_failure()),
+            (None, false, Err(e)) => {
                 warn!(object = %key, "cannot upload to the bucket: {e}");
-                if let Some(fleet) = fleet {
-                    fleet.ship_failed();
-                }
+                fleet.ship_failed();
                 Some(Refusal::FleetUnavailable)
             }
-            (None, false, Ok(segments), Some(fleet)) => advance(key, pipe, fleet, segments).await,
-            (None, false, Ok(_), None) => None,
+            (None, false, Ok(segments)) => advance(key, pipe, fleet.clone(), segments).await,
         };
-        if let Some(fleet) = &cells.state.node().fleet {
-            fleet.uploaded(answers);
-        }
+        fleet.uploaded(answers);
     } else if refusal.is_none() && pipe.failed.get() {
         refusal = Some(pipe.after_failure());
     }

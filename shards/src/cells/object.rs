@@ -130,10 +130,13 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             // object go. It leaves the map in this turn, so new mail makes a fresh cell. Its
             // connection closes only once every batch is durable and answered; in a fleet the
             // fresh cell waits for that before it restores.
-            let closing = fleet.is_some().then(|| cells.let_go_closing(&cell.key));
-            if closing.is_none() {
-                cells.let_go(&cell.key);
-            }
+            let closing = match fleet {
+                Some(_) => Some(cells.let_go_closing(&cell.key)),
+                None => {
+                    cells.let_go(&cell.key);
+                    None
+                }
+            };
             let shipping = pipeline.finish().await;
             close(&state, &cell, db.take(), shipping, failed_in_fleet).await;
             drop(closing);
