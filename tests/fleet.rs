@@ -10,6 +10,8 @@
 #[path = "../fleet/tests/support/mod.rs"]
 mod fleet_support;
 mod support;
+#[path = "fleet/unreachable.rs"]
+mod unreachable;
 
 use std::time::{Duration, Instant};
 

@@ -279,6 +279,14 @@ impl NodeShared {
                 ms(limits::FLEET_CONNECT_TIMEOUT),
             ),
             (
+                "fleet_owner_retry_interval_ms",
+                ms(limits::FLEET_OWNER_RETRY_INTERVAL),
+            ),
+            (
+                "fleet_unreachable_max",
+                limits::FLEET_UNREACHABLE_MAX as u64,
+            ),
+            (
                 "fleet_bucket_retries",
                 u64::from(limits::FLEET_BUCKET_RETRIES),
             ),

@@ -323,9 +323,14 @@ async fn start(
         answers,
         group,
     };
-    if pipe.failed.get()
-        || (durability == Durability::SyncFirst
-            && !sync(&cells.state, key, wal, started.group.len()).await)
+    if pipe.failed.get() {
+        // A group before this one failed: refused as it was (in a fleet, 503 `fleet
+        // unavailable` for a lost lease, not 500 `object storage unavailable`).
+        started.refusal = Some(pipe.after_failure());
+        return started;
+    }
+    if durability == Durability::SyncFirst
+        && !sync(&cells.state, key, wal, started.group.len()).await
     {
         started.refusal = Some(Refusal::StorageUnavailable);
         return started;

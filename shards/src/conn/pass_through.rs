@@ -21,7 +21,6 @@ use futures_lite::io::AsyncWriteExt;
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 
-use crate::http::Response;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 
@@ -133,7 +132,7 @@ enum End {
 impl Conn {
     /// Answers the upgrade 503 (retry-after 1): its object's owner cannot be reached.
     async fn owner_unreachable(&mut self) {
-        let resp = Response::error(503, "object owner unreachable").with_header("retry-after", "1");
+        let resp = crate::fleet::owner_unreachable();
         let mut out = Vec::new();
         self.respond(&mut out, &resp, false, false);
         self.flush_and_close(&mut out).await;
@@ -146,6 +145,11 @@ impl Conn {
         let Some(fleet) = self.state().node().fleet.clone() else {
             return;
         };
+        if !fleet.may_try(owner) {
+            // It could not be reached a moment ago: answered at once, not after a timeout.
+            self.owner_unreachable().await;
+            return;
+        }
         let connected = match owner.parse::<SocketAddr>() {
             Ok(addr) => TcpStream::connect_timeout(addr, limits::FLEET_CONNECT_TIMEOUT)
                 .await
@@ -153,8 +157,12 @@ impl Conn {
             Err(e) => Err(format!("{owner:?} is not an address: {e}")),
         };
         let mut upstream = match connected {
-            Ok(s) => s,
+            Ok(s) => {
+                fleet.owner_reached(owner);
+                s
+            }
             Err(e) => {
+                fleet.owner_failed(owner);
                 fleet.stats.ws_pass_failed();
                 tracing::warn!(object, %owner, "cannot pass the WebSocket on to the owner: {e}");
                 self.owner_unreachable().await;
@@ -168,6 +176,7 @@ impl Conn {
         first.append(&mut self.inbuf);
         self.inbuf = Vec::new();
         if upstream.write_all(&first).await.is_err() {
+            fleet.owner_failed(owner);
             fleet.stats.ws_pass_failed();
             self.owner_unreachable().await;
             return;
@@ -229,6 +238,7 @@ impl Conn {
         }
         drop(upstream);
         if end == End::NoAnswer {
+            fleet.owner_failed(owner);
             fleet.stats.ws_pass_failed();
             tracing::warn!(object, %owner, "the owner closed the WebSocket without answering");
             self.owner_unreachable().await;

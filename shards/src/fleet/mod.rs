@@ -27,6 +27,7 @@ use combd_fleet::bucket::Bucket;
 use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper};
 use combd_fleet::forward::Forwarder;
 use combd_fleet::segment::{Segment, WalCursor};
+use combd_fleet::Failure;
 use combd_fleet::{config, restore, ship};
 use combd_kernel::limits::{
     FLEET_LEASE_REGRANT_INTERVAL, FLEET_SNAPSHOT_AFTER_SEGMENTS, FLEET_UPLOAD_THREADS,
@@ -36,9 +37,11 @@ use combd_kernel::settings::FleetSettings;
 use crate::http::Response;
 
 mod stats;
+mod unreachable;
 mod upload;
 
 pub use stats::FleetStats;
+use unreachable::Unreachable;
 use upload::{upload_thread, Upload};
 
 /// Where the fleet's keys live in the coordinator.
@@ -56,6 +59,8 @@ pub struct Fleet {
     /// When a new lease was last asked for.
     last_grant: Mutex<Instant>,
     forwarder: Forwarder,
+    /// Owners that could not be reached a moment ago.
+    unreachable: Unreachable,
     /// Segments to upload, taken by the node's upload threads.
     uploads: async_channel::Sender<Upload>,
     /// This node's fleet address, recorded as the owner of what it claims.
@@ -145,6 +150,7 @@ impl Fleet {
             ttl: settings.lease_ttl,
             last_grant: Mutex::new(sent),
             forwarder: Forwarder::new(),
+            unreachable: Unreachable::default(),
             uploads,
             node: settings.node.to_string(),
             stats,
@@ -442,11 +448,15 @@ impl Fleet {
             Some(q) => format!("/o/{key}?{q}"),
             None => format!("/o/{key}"),
         };
+        if !self.may_try(owner) {
+            return owner_unreachable();
+        }
         match self
             .forwarder
             .forward(owner, method, &target, body, max_body)
         {
             Ok(f) => {
+                self.unreachable.reached(owner);
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
                 let mut resp =
                     Response::bytes(f.status, content_type(f.content_type.as_deref()), f.body);
@@ -458,12 +468,44 @@ impl Fleet {
                 resp
             }
             Err(e) => {
+                match e {
+                    Failure::Unreachable(_) | Failure::Timeout => self.owner_failed(owner),
+                    // It answered, but not with what can be passed back (too long, not HTTP).
+                    _ => self.unreachable.reached(owner),
+                }
                 self.stats.forward_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(object = %key, %owner, "cannot pass the request on to the owner: {e}");
-                Response::error(503, "object owner unreachable").with_header("retry-after", "1")
+                owner_unreachable()
             }
         }
     }
+
+    /// Whether to try reaching `owner` now: not if it could not be reached less than
+    /// `FLEET_OWNER_RETRY_INTERVAL` ago, or another request is trying it again (counted in
+    /// `fleet_owner_skipped`; the caller answers 503). A yes is followed by
+    /// [`Fleet::owner_reached`] or [`Fleet::owner_failed`].
+    pub fn may_try(&self, owner: &str) -> bool {
+        let yes = self.unreachable.may_try(owner, Instant::now());
+        if !yes {
+            self.stats.owner_skipped.fetch_add(1, Ordering::Relaxed);
+        }
+        yes
+    }
+
+    /// `owner` was reached.
+    pub fn owner_reached(&self, owner: &str) {
+        self.unreachable.reached(owner);
+    }
+
+    /// `owner` could not be reached (no connection, or no answer in time).
+    pub fn owner_failed(&self, owner: &str) {
+        self.unreachable.failed(owner, Instant::now());
+    }
+}
+
+/// The answer to a request whose object's owner cannot be reached.
+pub fn owner_unreachable() -> Response {
+    Response::error(503, "object owner unreachable").with_header("retry-after", "1")
 }
 
 /// A forwarded answer's content type, as one of the node's own (else an octet stream).

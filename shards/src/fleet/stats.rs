@@ -22,6 +22,7 @@ pub struct FleetStats {
     pub(super) snapshots: AtomicU64,
     pub(super) forwarded: AtomicU64,
     pub(super) forward_failed: AtomicU64,
+    pub(super) owner_skipped: AtomicU64,
     pub(super) ws_passed: AtomicU64,
     pub(super) ws_passing: AtomicU64,
     pub(super) ws_pass_failed: AtomicU64,
@@ -245,6 +246,15 @@ impl Fleet {
                 Counter,
                 "Requests whose object's owner could not be reached (answered 503).",
                 g(|s| &s.forward_failed),
+            ),
+            (
+                "fleet_owner_skipped",
+                "combd_fleet_owner_skipped_total",
+                Counter,
+                "Requests and WebSockets answered 503 without trying their object's owner: it \
+                 could not be reached less than fleet_owner_retry_interval_ms ago, or another \
+                 request was trying it again.",
+                g(|s| &s.owner_skipped),
             ),
             (
                 "fleet_ws_passed",
