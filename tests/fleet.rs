@@ -12,6 +12,8 @@ mod fleet_support;
 mod support;
 #[path = "fleet/unreachable.rs"]
 mod unreachable;
+#[path = "fleet/unshipped.rs"]
+mod unshipped;
 
 use std::time::{Duration, Instant};
 

@@ -5,12 +5,17 @@ use std::time::Duration;
 
 /// A TCP proxy in front of `to` that holds every chunk a client sends for `delay` before
 /// passing it on (a bucket as slow as a 3-node Garage, on loopback), and whose link can be
-/// cut: while cut, every connection through it is closed and new ones are closed at once.
+/// cut: while cut, every connection through it is closed and new ones are closed at once; or
+/// held: while held, what clients send waits in the proxy (a server that stopped answering).
 /// It runs until the test process ends.
 pub struct Proxy {
     pub addr: std::net::SocketAddr,
     pub cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    held: Held,
 }
+
+/// Whether the proxy holds what clients send, and the event of its release.
+type Held = std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>;
 
 impl Proxy {
     pub fn start(to: std::net::SocketAddr, delay: Duration) -> Proxy {
@@ -20,6 +25,8 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = cut.clone();
+        let held: Held = Default::default();
+        let gate = held.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -29,45 +36,50 @@ impl Proxy {
                 let Ok(server) = std::net::TcpStream::connect(to) else {
                     continue;
                 };
-                let pipe =
-                    |mut from: std::net::TcpStream,
-                     mut to: std::net::TcpStream,
-                     delay: Duration,
-                     cut: std::sync::Arc<std::sync::atomic::AtomicBool>| {
-                        std::thread::spawn(move || {
-                            let mut buf = vec![0; 64 * 1024];
-                            // A read wakes every 50 ms to see whether the link was cut.
-                            from.set_read_timeout(Some(Duration::from_millis(50)))
-                                .unwrap();
-                            loop {
-                                if cut.load(Relaxed) {
-                                    break;
-                                }
-                                let n = match from.read(&mut buf) {
-                                    Ok(0) => break,
-                                    Ok(n) => n,
-                                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                                        continue
-                                    }
-                                    Err(_) => break,
-                                };
-                                if !delay.is_zero() {
-                                    std::thread::sleep(delay); // the bucket's latency, on purpose
-                                }
-                                if cut.load(Relaxed) || to.write_all(&buf[..n]).is_err() {
-                                    break;
+                let pipe = |mut from: std::net::TcpStream,
+                            mut to: std::net::TcpStream,
+                            delay: Duration,
+                            cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+                            gate: Option<Held>| {
+                    std::thread::spawn(move || {
+                        let mut buf = vec![0; 64 * 1024];
+                        // A read wakes every 50 ms to see whether the link was cut.
+                        from.set_read_timeout(Some(Duration::from_millis(50)))
+                            .unwrap();
+                        loop {
+                            if cut.load(Relaxed) {
+                                break;
+                            }
+                            let n = match from.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => n,
+                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                                Err(_) => break,
+                            };
+                            if !delay.is_zero() {
+                                std::thread::sleep(delay); // the bucket's latency, on purpose
+                            }
+                            if let Some(gate) = &gate {
+                                let (lock, released) = &**gate;
+                                let mut held = lock.lock().unwrap();
+                                while *held {
+                                    held = released.wait(held).unwrap();
                                 }
                             }
-                            let _ = to.shutdown(std::net::Shutdown::Both);
-                            let _ = from.shutdown(std::net::Shutdown::Both);
-                        });
-                    };
+                            if cut.load(Relaxed) || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                };
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                pipe(client, server, delay, flag.clone());
-                pipe(s2, c2, Duration::ZERO, flag.clone());
+                pipe(client, server, delay, flag.clone(), Some(gate.clone()));
+                pipe(s2, c2, Duration::ZERO, flag.clone(), None);
             }
         });
-        Proxy { addr, cut }
+        Proxy { addr, cut, held }
     }
 
     pub fn url(&self) -> String {
@@ -77,6 +89,13 @@ impl Proxy {
     /// Cuts the link (or mends it).
     pub fn set_cut(&self, cut: bool) {
         self.cut.store(cut, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Holds what clients send from now on (or lets it all through).
+    pub fn set_held(&self, held: bool) {
+        let (lock, released) = &*self.held;
+        *lock.lock().unwrap() = held;
+        released.notify_all();
     }
 }
 

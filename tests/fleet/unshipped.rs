@@ -1,0 +1,78 @@
+//! A bucket that stops answering: one object's uploads reach `fleet_uploads_in_flight` and no
+//! more, its committed batches wait for their shipment up to `fleet_unshipped_batches` (and one
+//! more, committed and waiting to be handed over), past that it runs nothing; nothing is
+//! answered before its shipment, and everything is once the bucket answers again.
+
+use std::io::{BufReader, Read, Write};
+use std::time::{Duration, Instant};
+
+use super::support::proxy::{url_like, Proxy};
+use super::support::{connect, read_response, TestNode, WAIT};
+use super::{stat, Fleet, LEASE_TTL};
+
+/// Polls `/stats` until `batches` reaches `n` (nothing else to wait on but the node's figures).
+fn wait_batches(node: &TestNode, n: u64) {
+    let deadline = Instant::now() + WAIT;
+    while stat(node, "batches") < n {
+        assert!(Instant::now() < deadline, "timed out waiting for batch {n}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn an_object_behind_a_held_bucket_stops_past_its_unshipped_batches_and_answers_all_after() {
+    let Some(fleet) = Fleet::start("an_object_behind_a_held_bucket") else {
+        return;
+    };
+    let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
+    let proxy = Proxy::start(bucket.addr, Duration::ZERO);
+    let a = fleet.node_on(LEASE_TTL, &proxy.url(), &[]);
+    assert_eq!(super::post_acked(&a, "u"), 1);
+    let limits = &a.stats()["limits"];
+    let cap = limits["fleet_unshipped_batches"].as_u64().unwrap();
+    let in_flight = limits["fleet_uploads_in_flight"].as_u64().unwrap();
+    let before = stat(&a, "batches");
+
+    // The bucket stops answering (what the node sends waits in the proxy; its uploads time
+    // out only after 10 s). One request at a time, so each is a batch of its own.
+    proxy.set_held(true);
+    let post = b"POST /o/counter/u HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    let mut conns = Vec::new();
+    for i in 0..cap + 3 {
+        let mut c = connect(a.public());
+        c.write_all(post).unwrap();
+        conns.push(c);
+        if i <= cap {
+            wait_batches(&a, before + i + 1);
+        }
+    }
+    // An absence has no event to wait on: short read timeouts stand for "nothing came".
+    for c in &conns {
+        c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut b = [0u8; 1];
+        assert!(
+            (&*c).read(&mut b).is_err(),
+            "an answer left before its shipment"
+        );
+    }
+    assert_eq!(
+        stat(&a, "batches"),
+        before + cap + 1,
+        "the object stopped past {cap} unshipped batches"
+    );
+    assert_eq!(stat(&a, "fleet_uploads_in_flight_max"), in_flight);
+    assert_eq!(stat(&a, "fleet_ship_failed"), 0);
+
+    // The bucket answers again: every request is answered, each value once.
+    proxy.set_held(false);
+    let mut values = Vec::new();
+    for c in conns {
+        c.set_read_timeout(Some(WAIT)).unwrap();
+        let r = read_response(&mut BufReader::new(c));
+        assert_eq!(r.status, 200, "{}", r.text());
+        values.push(r.json()["value"].as_u64().unwrap());
+    }
+    values.sort();
+    assert_eq!(values, (2..=cap + 4).collect::<Vec<_>>());
+    assert_eq!(stat(&a, "fleet_ship_failed"), 0);
+}
