@@ -38,7 +38,7 @@ pub enum RestoreError {
     },
     /// The segments since the last snapshot take more than a restore may hold.
     TooLarge {
-        /// [`FLEET_RESTORE_SEGMENTS_MAX_BYTES`].
+        /// The bound ([`FLEET_RESTORE_SEGMENTS_MAX_BYTES`] in a node).
         limit: u64,
     },
 }
@@ -88,12 +88,26 @@ pub struct Restored {
 }
 
 /// Writes `object`'s database as of `head` (from the coordinator; `None` for an object never
-/// shipped, which restores as no file at all) to `out`.
+/// shipped, which restores as no file at all) to `out`, holding at most
+/// [`FLEET_RESTORE_SEGMENTS_MAX_BYTES`] of segments.
 pub fn restore_object(
     bucket: &Bucket,
     object: &str,
     head: Option<Head>,
     out: &Path,
+) -> Result<Restored, RestoreError> {
+    restore_object_within(bucket, object, head, out, FLEET_RESTORE_SEGMENTS_MAX_BYTES)
+}
+
+/// [`restore_object`], holding at most `held_max` bytes of segments: past it the restore fails
+/// ([`RestoreError::TooLarge`]) before writing anything. (The node restores within
+/// [`FLEET_RESTORE_SEGMENTS_MAX_BYTES`]; the tests cross a smaller bound.)
+pub fn restore_object_within(
+    bucket: &Bucket,
+    object: &str,
+    head: Option<Head>,
+    out: &Path,
+    held_max: u64,
 ) -> Result<Restored, RestoreError> {
     let Some(head) = head else {
         return Ok(Restored {
@@ -107,7 +121,7 @@ pub fn restore_object(
         .iter()
         .filter_map(|k| keys::parse_snapshot(k))
         .collect();
-    let mut fetched = prefetch(bucket, object, head, &snapshots)?;
+    let mut fetched = prefetch(bucket, object, head, &snapshots, held_max)?;
     let mut chain: Vec<Segment> = Vec::new();
     let mut held = 0u64;
     let (mut seq, mut token) = (head.seq, head.token);
@@ -126,10 +140,8 @@ pub fn restore_object(
                 .ok_or(RestoreError::Missing { seq, token })?,
         };
         held += bytes.len() as u64;
-        if held > FLEET_RESTORE_SEGMENTS_MAX_BYTES {
-            return Err(RestoreError::TooLarge {
-                limit: FLEET_RESTORE_SEGMENTS_MAX_BYTES,
-            });
+        if held > held_max {
+            return Err(RestoreError::TooLarge { limit: held_max });
         }
         let seg = Segment::decode(&bytes)?;
         if seg.seq != seq || seg.token != token || seg.object != object {
@@ -166,7 +178,7 @@ pub fn restore_object(
 
 /// Reads, [`FLEET_RESTORE_PARALLEL_GETS`] at a time, every segment the walk back from `head`
 /// may need: those listed with a number after the newest snapshot at or before the head (the
-/// walk stops there at the latest), up to [`FLEET_RESTORE_SEGMENTS_MAX_BYTES`] in all. A GET
+/// walk stops there at the latest), up to `held_max` bytes in all. A GET
 /// costs a round trip to the bucket (~44 ms each from a Garage node here, measured), and the
 /// walk learns each segment's predecessor only from the segment itself: one by one, a chain of
 /// 300 took 15 s. What this does not fetch (past the byte bound, listed late) the walk reads
@@ -176,6 +188,7 @@ fn prefetch(
     object: &str,
     head: Head,
     snapshots: &HashSet<(u64, i64)>,
+    held_max: u64,
 ) -> Result<HashMap<(u64, i64), Vec<u8>>, RestoreError> {
     let after = snapshots
         .iter()
@@ -202,7 +215,7 @@ fn prefetch(
                 let Some(&(seq, token)) = wanted.get(i) else {
                     return;
                 };
-                if held.load(Ordering::Relaxed) > FLEET_RESTORE_SEGMENTS_MAX_BYTES {
+                if held.load(Ordering::Relaxed) > held_max {
                     return;
                 }
                 let key = keys::segment(object, seq, token);

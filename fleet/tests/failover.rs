@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use combd_fleet::bucket::Bucket;
 use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head};
-use combd_fleet::restore::{restore_object, Restored};
+use combd_fleet::restore::{restore_object, restore_object_within, RestoreError, Restored};
 use combd_fleet::segment::WalCursor;
 use combd_fleet::ship::{prune, ship_segment, ship_snapshot};
 use combd_fleet::{keys, Failure};
@@ -139,6 +139,28 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         acknowledged_by_a,
         "every write A shipped"
     );
+    // A restore holds at most FLEET_RESTORE_SEGMENTS_MAX_BYTES of segments (256 MiB): crossed
+    // here with a bound of the two segments' own bytes. At it, the restore is whole; one byte
+    // below, it fails before writing anything.
+    let segment_bytes: u64 = [3, 4]
+        .iter()
+        .map(|&seq| {
+            let key = keys::segment(&object, seq, a.token);
+            bucket.get(&key, u64::MAX).unwrap().unwrap().len() as u64
+        })
+        .sum();
+    let path_at = dir_b.join("at-bound.sqlite");
+    let at = restore_object_within(&bucket, &object, head, &path_at, segment_bytes).unwrap();
+    assert_eq!(at, restored);
+    assert_eq!(rows(&open_checked(&path_at)), acknowledged_by_a);
+    let path_past = dir_b.join("past-bound.sqlite");
+    let e =
+        restore_object_within(&bucket, &object, head, &path_past, segment_bytes - 1).unwrap_err();
+    assert!(
+        matches!(e, RestoreError::TooLarge { limit } if limit == segment_bytes - 1),
+        "{e}"
+    );
+    assert!(!path_past.exists(), "nothing written by a failed restore");
 
     // A does not know yet: its next batch uploads, but the head advance is fenced, so A must
     // not acknowledge it.
