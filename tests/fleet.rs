@@ -70,25 +70,39 @@ impl Fleet {
         TestNode::start(&env)
     }
 
+    /// A call to etcd's JSON gateway; its answer.
+    fn etcd_call(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
+        let text = ureq::post(&format!("{}{path}", self.etcd.endpoint))
+            .header("content-type", "application/json")
+            .send(body.to_string())
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Records in etcd, as a node would by claiming it, that `object` is owned by a node at
+    /// `node` (a fleet address), under a lease of its own that holds for `ttl_s` seconds.
+    fn claim_for(&self, object: &str, node: &str, ttl_s: u64) {
+        use base64_like::encode;
+        let lease = self.etcd_call("/v3/lease/grant", serde_json::json!({ "TTL": ttl_s }));
+        let key = encode(format!("combd/owner/{object}").as_bytes());
+        self.etcd_call(
+            "/v3/kv/put",
+            serde_json::json!({ "key": key, "value": encode(node.as_bytes()), "lease": lease["ID"] }),
+        );
+    }
+
     /// Revokes the lease of the node that owns `object` (that node's lease is gone, as after a
     /// partition longer than its TTL): every object it owned is unowned at once.
     fn revoke_owners_lease(&self, object: &str) {
         use base64_like::encode;
-        let call = |path: &str, body: serde_json::Value| -> serde_json::Value {
-            let text = ureq::post(&format!("{}{path}", self.etcd.endpoint))
-                .header("content-type", "application/json")
-                .send(body.to_string())
-                .unwrap()
-                .body_mut()
-                .read_to_string()
-                .unwrap();
-            serde_json::from_str(&text).unwrap()
-        };
         let key = encode(format!("combd/owner/{object}").as_bytes());
-        let owner = call("/v3/kv/range", serde_json::json!({ "key": key }));
+        let owner = self.etcd_call("/v3/kv/range", serde_json::json!({ "key": key }));
         let lease = owner["kvs"][0]["lease"].clone();
         assert!(lease.is_string(), "no owner of {object}: {owner}");
-        call("/v3/lease/revoke", serde_json::json!({ "ID": lease }));
+        self.etcd_call("/v3/lease/revoke", serde_json::json!({ "ID": lease }));
     }
 }
 

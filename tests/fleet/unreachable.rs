@@ -1,11 +1,12 @@
 //! An owner that stops answering (paused: its sockets still accept, nothing answers, as a node
-//! cut off or frozen): the node in front waits for it once, answers at once after that while
-//! its lease holds, serves the object itself once the lease lapsed, and the owner, woken, does
-//! not acknowledge a write with the lease it lost.
+//! frozen): the node in front waits for it once, answers at once after that while its lease
+//! holds, serves the object itself once the lease lapsed, and the owner, woken, does not
+//! acknowledge a write with the lease it lost. An owner that cannot be connected to (its
+//! packets dropped, as a node cut off) is given up after the connect timeout.
 
 use std::time::{Duration, Instant};
 
-use super::{get, post, stat, value, Fleet, MOVE_WITHIN};
+use super::{get, open_ws, post, stat, value, Fleet, MOVE_WITHIN};
 
 /// Longer than the forward timeout (2 s), so the owner's lease still holds when the first
 /// request's wait ends, and the answers given at once can be seen.
@@ -41,11 +42,21 @@ fn an_owner_that_stops_answering_is_waited_for_once_and_its_objects_move_when_it
     assert_eq!(value(&get(&b, "p")), 3, "B passes it on to A");
     assert!(stat(&b, "fleet_forwarded") >= 1);
 
+    let forward_timeout = Duration::from_millis(
+        b.stats()["limits"]["fleet_forward_timeout_ms"]
+            .as_u64()
+            .unwrap(),
+    );
     a.signal(libc::SIGSTOP);
     let paused = Instant::now();
     // The first request waits for A (its connection kept from the last one, or a new one the
     // paused node's kernel still accepts) until the forward timeout, then 503.
     let first = get(&b, "p");
+    assert!(
+        paused.elapsed() >= forward_timeout,
+        "given up after {:?}, before the forward timeout",
+        paused.elapsed()
+    );
     assert_eq!(first.status, 503, "{}", first.text());
     assert_eq!(first.json()["error"], "object owner unreachable");
     assert_eq!(first.header("retry-after"), Some("1"));
@@ -73,4 +84,70 @@ fn an_owner_that_stops_answering_is_waited_for_once_and_its_objects_move_when_it
     let woke = until_200("A to pass the object's requests on", || post(&a, "p"));
     assert_eq!(value(&woke), 5, "A's write went to B, the owner");
     assert_eq!(value(&get(&b, "p")), 5);
+}
+
+/// A listener on 127.0.0.1 whose accept queue is full and never taken from: the kernel drops
+/// every further SYN (as for a node cut off), so a connect to it neither succeeds nor is
+/// refused until the client gives up. Its address, and what keeps it so.
+fn black_hole() -> (String, socket2::Socket, Vec<std::net::TcpStream>) {
+    use socket2::{Domain, Socket, Type};
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    listener.bind(&any.into()).unwrap();
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    // Connections until one is not taken: the queue is full from then on.
+    let mut queued = Vec::new();
+    loop {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+            Ok(s) => queued.push(s),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+            Err(e) => panic!("filling the accept queue: {e}"),
+        }
+        assert!(queued.len() < 16, "the accept queue does not fill");
+    }
+    (addr.to_string(), listener, queued)
+}
+
+#[test]
+fn an_owner_that_cannot_be_connected_to_is_given_up_after_the_connect_timeout() {
+    let Some(fleet) = Fleet::start("an_owner_that_cannot_be_connected_to") else {
+        return;
+    };
+    let b = fleet.node();
+    let limits = &b.stats()["limits"];
+    let connect_timeout =
+        Duration::from_millis(limits["fleet_connect_timeout_ms"].as_u64().unwrap());
+    let forward_timeout =
+        Duration::from_millis(limits["fleet_forward_timeout_ms"].as_u64().unwrap());
+    // counter/h is owned, says etcd, by a node whose packets are dropped.
+    let (owner, _listener, _queued) = black_hole();
+    fleet.claim_for("counter/h", &owner, 60);
+
+    let t0 = Instant::now();
+    let r = get(&b, "h");
+    let waited = t0.elapsed();
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"], "object owner unreachable");
+    assert_eq!(stat(&b, "fleet_forward_failed"), 1);
+    // Given up by the connect timeout, not the longer forward timeout: bounds on a wait, not a
+    // speed (it cannot end before the timeout, and the forward timeout would end it later).
+    assert!(waited >= connect_timeout, "gave up after {waited:?}");
+    assert!(
+        waited < forward_timeout,
+        "waited {waited:?}: the forward timeout, not the connect's"
+    );
+
+    // Asked again at once, for the object and for a WebSocket of it: answered without trying.
+    let r = get(&b, "h");
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (503, Some("object owner unreachable"))
+    );
+    let e = open_ws(&b, "h").err().expect("the upgrade is refused");
+    assert!(e.starts_with("503 "), "{e}");
+    assert!(e.contains("object owner unreachable"), "{e}");
+    assert_eq!(stat(&b, "fleet_forward_failed"), 1);
+    assert_eq!(stat(&b, "fleet_ws_pass_failed"), 0);
+    assert!(stat(&b, "fleet_owner_skipped") >= 2);
 }
