@@ -144,7 +144,9 @@ fn an_owner_that_cannot_be_connected_to_is_given_up_after_the_connect_timeout() 
         (r.status, r.json()["error"].as_str()),
         (503, Some("object owner unreachable"))
     );
-    let e = open_ws(&b, "h").err().expect("the upgrade is refused");
+    let Err(e) = open_ws(&b, "h") else {
+        panic!("the upgrade is refused");
+    };
     assert!(e.starts_with("503 "), "{e}");
     assert!(e.contains("object owner unreachable"), "{e}");
     assert_eq!(stat(&b, "fleet_forward_failed"), 1);
