@@ -30,27 +30,68 @@ pub struct FleetStats {
     pub(super) pruned_keys: AtomicU64,
     pub(super) prune_failed: AtomicU64,
     pub(super) lease_grants: AtomicU64,
-    /// Uploads by how long they took: bucket `i` counts those under 2^(i+1) µs.
-    pub(super) upload_times: [AtomicU64; UPLOAD_TIME_BUCKETS],
+    /// Uploads by how long they took, in [`upload_bucket`]s.
+    upload_times: UploadTimes,
 }
 
-/// Buckets of [`FleetStats::upload_times`]: the last holds everything from 2^31 µs (36 min).
-const UPLOAD_TIME_BUCKETS: usize = 32;
+/// Counts of uploads by [`upload_bucket`].
+struct UploadTimes([AtomicU64; UPLOAD_TIME_BUCKETS]);
+
+impl Default for UploadTimes {
+    fn default() -> Self {
+        UploadTimes(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+/// Buckets per power of two of [`FleetStats::upload_times`] above the first ones: a time is
+/// known to within 1/8 (12.5 %).
+const SUB_BUCKETS: u64 = 8;
+/// Powers of two counted in buckets: the last bucket holds everything from 2^36 µs (19 h).
+const UPLOAD_TIME_POWERS: u64 = 36;
+/// Buckets of [`FleetStats::upload_times`]: 0 to 7 µs one each, then 8 per power of two from
+/// 2^3 to 2^35, then one for the rest (2,184 bytes).
+const UPLOAD_TIME_BUCKETS: usize = (SUB_BUCKETS * (UPLOAD_TIME_POWERS - 2) + 1) as usize;
+
+/// The bucket of a time of `us` microseconds: below 8 its own; else, with `e` its highest bit,
+/// one of the 8 equal parts of [2^e, 2^(e+1)).
+fn upload_bucket(us: u64) -> usize {
+    if us < SUB_BUCKETS {
+        return us as usize;
+    }
+    let e = u64::from(63 - us.leading_zeros());
+    let sub = (us >> (e - 3)) & (SUB_BUCKETS - 1);
+    ((SUB_BUCKETS + (e - 3) * SUB_BUCKETS + sub) as usize).min(UPLOAD_TIME_BUCKETS - 1)
+}
+
+/// The largest time in bucket `i` (in microseconds).
+fn upload_bucket_top(i: usize) -> u64 {
+    let i = i as u64;
+    if i < SUB_BUCKETS {
+        return i;
+    }
+    let (e, sub) = (
+        (i - SUB_BUCKETS) / SUB_BUCKETS + 3,
+        (i - SUB_BUCKETS) % SUB_BUCKETS,
+    );
+    if i as usize == UPLOAD_TIME_BUCKETS - 1 {
+        return u64::MAX;
+    }
+    ((SUB_BUCKETS + sub + 1) << (e - 3)) - 1
+}
 
 impl FleetStats {
     /// Counts an upload that took `us` microseconds.
     pub(super) fn upload_took(&self, us: u64) {
         self.upload_max_us.fetch_max(us, Ordering::Relaxed);
-        let i = (u64::BITS - us.leading_zeros()).saturating_sub(1) as usize;
-        self.upload_times[i.min(UPLOAD_TIME_BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
+        self.upload_times.0[upload_bucket(us)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The 99th percentile of the upload times since start, in microseconds: the upper bound
-    /// of the power-of-two bucket it falls in (so within 2× above the true value); 0 before
-    /// any upload.
+    /// The 99th percentile of the upload times since start, in microseconds: the largest time
+    /// of the bucket it falls in (so at most 12.5 % above the true value); 0 before any upload.
     pub(super) fn upload_p99_us(&self) -> u64 {
         let counts: Vec<u64> = self
             .upload_times
+            .0
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .collect();
@@ -63,7 +104,7 @@ impl FleetStats {
         for (i, c) in counts.iter().enumerate() {
             seen += c;
             if seen >= rank {
-                return (2u64 << i) - 1;
+                return upload_bucket_top(i);
             }
         }
         u64::MAX
@@ -159,8 +200,8 @@ impl Fleet {
                 "fleet_upload_p99_us",
                 "combd_fleet_upload_p99_microseconds",
                 Gauge,
-                "The 99th percentile of segment upload times since start (the upper bound of \
-                 its power-of-two bucket).",
+                "The 99th percentile of segment upload times since start (at most 12.5 % \
+                 above it: the top of its bucket).",
                 fleet.map_or(0, |f| f.stats.upload_p99_us()),
             ),
             (
@@ -283,14 +324,36 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
-    use super::FleetStats;
+    use super::{upload_bucket, upload_bucket_top, FleetStats, UPLOAD_TIME_BUCKETS};
 
     #[test]
-    fn the_upload_p99_is_the_bucket_of_the_99th_percentile() {
+    fn every_time_falls_in_a_bucket_whose_top_is_at_most_an_eighth_above_it() {
+        let mut times: Vec<u64> = (0..5_000).collect();
+        times.extend((13..64).flat_map(|e| [(1u64 << e) - 1, 1 << e, (1 << e) + 1, 3 << (e - 1)]));
+        times.push(u64::MAX);
+        for us in times {
+            let i = upload_bucket(us);
+            let top = upload_bucket_top(i);
+            assert!(top >= us, "{us} in bucket {i} whose top is {top}");
+            if i < UPLOAD_TIME_BUCKETS - 1 {
+                assert!(top - us <= us / 8, "{us} in bucket {i} whose top is {top}");
+                assert!(
+                    i == 0 || upload_bucket_top(i - 1) < us,
+                    "{us}: bucket {i} is not the first that holds it"
+                );
+            }
+        }
+        assert_eq!(upload_bucket_top(UPLOAD_TIME_BUCKETS - 1), u64::MAX);
+        assert_eq!(upload_bucket(1 << 36), UPLOAD_TIME_BUCKETS - 1);
+        assert_eq!(upload_bucket((1 << 36) - 1), UPLOAD_TIME_BUCKETS - 2);
+    }
+
+    #[test]
+    fn the_upload_p99_is_the_top_of_the_bucket_of_the_99th_percentile() {
         let s = FleetStats::default();
         assert_eq!(s.upload_p99_us(), 0);
         for _ in 0..99 {
-            s.upload_took(1_000); // in [512, 1024)
+            s.upload_took(1_000); // in [960, 1023]
         }
         assert_eq!(s.upload_p99_us(), 1_023);
         s.upload_took(70_000);
@@ -299,8 +362,8 @@ mod tests {
         for _ in 0..5 {
             s.upload_took(70_000);
         }
-        // 105: the 104th is a 70 ms one, in [65,536, 131,072).
-        assert_eq!(s.upload_p99_us(), 131_071);
+        // 105: the 104th is a 70 ms one, in [65,536, 73,727].
+        assert_eq!(s.upload_p99_us(), 73_727);
         s.upload_took(0);
         s.upload_took(u64::MAX);
         assert_eq!(
