@@ -520,6 +520,29 @@ fn a_node_cut_off_from_etcd_acknowledges_nothing_and_comes_back_with_a_new_lease
         "every write A acknowledged, none it refused"
     );
     assert_eq!(post_acked(&b, "q"), 4);
+    // Still cut off, A is asked again and again: it asks etcd for a new lease at most once a
+    // fleet_lease_regrant_interval_ms, not once a request (a bound on a count over the time
+    // the link was cut, whatever the machine's speed).
+    let interval = Duration::from_millis(
+        a.stats()["limits"]["fleet_lease_regrant_interval_ms"]
+            .as_u64()
+            .unwrap(),
+    );
+    let asked_until = Instant::now() + 2 * interval;
+    let mut asked = 0;
+    while Instant::now() < asked_until {
+        let r = post(&a, "q");
+        assert_eq!(r.status, 503, "{}", r.text());
+        asked += 1;
+    }
+    let tried = stat(&a, "fleet_lease_grant_failed");
+    let bound = (cut.elapsed().as_millis() / interval.as_millis()) as u64 + 1;
+    assert!(
+        (1..=bound).contains(&tried),
+        "{tried} grants tried in {:?} ({asked} requests)",
+        cut.elapsed()
+    );
+    assert!(asked > bound, "asked {asked} times: too few to tell");
     // The link is back: A takes a new lease, and what it is asked of the object goes to B.
     link.set_cut(false);
     assert_eq!(post_acked(&a, "q"), 5);

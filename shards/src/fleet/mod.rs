@@ -210,7 +210,12 @@ impl Fleet {
                 self.stats.lease_grants.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("this node's fleet lease was lost: granted a new one");
             }
-            Err(e) => tracing::warn!("this node's fleet lease was lost; {e}"),
+            Err(e) => {
+                self.stats
+                    .lease_grant_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("this node's fleet lease was lost; {e}")
+            }
         }
     }
 

@@ -30,6 +30,7 @@ pub struct FleetStats {
     pub(super) pruned_keys: AtomicU64,
     pub(super) prune_failed: AtomicU64,
     pub(super) lease_grants: AtomicU64,
+    pub(super) lease_grant_failed: AtomicU64,
     /// Uploads by how long they took, in [`upload_bucket`]s.
     upload_times: UploadTimes,
 }
@@ -160,6 +161,14 @@ impl Fleet {
                 "Leases granted to this node: 1 at start, and one more each time a lost lease \
                  was replaced.",
                 g(|s| &s.lease_grants),
+            ),
+            (
+                "fleet_lease_grant_failed",
+                "combd_fleet_lease_grant_failed_total",
+                Counter,
+                "New leases asked for after this node's lease was lost, and not granted (at \
+                 most one a fleet_lease_regrant_interval_ms).",
+                g(|s| &s.lease_grant_failed),
             ),
             (
                 "fleet_objects_owned",
