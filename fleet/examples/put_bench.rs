@@ -10,9 +10,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+#[path = "support/test_s3.rs"]
+mod test_s3;
 
-use combd_fleet::bucket::{Bucket, BucketConfig};
+use std::time::{Duration, Instant};
 
 /// Bytes of each PUT: a small segment (one batch of a few counter increments).
 const BODY: usize = 4 * 1024;
@@ -28,18 +29,7 @@ fn main() {
     if threads.is_empty() {
         threads = vec![1, 8];
     }
-    let spec = std::env::var("COMBD_FLEET_TEST_S3")
-        .expect("COMBD_FLEET_TEST_S3=endpoint,bucket,region,access_key,secret_key");
-    let f: Vec<&str> = spec.split(',').collect();
-    assert_eq!(f.len(), 5, "COMBD_FLEET_TEST_S3 has five fields");
-    let bucket = Bucket::new(&BucketConfig {
-        endpoint: f[0].into(),
-        bucket: f[1].into(),
-        region: f[2].into(),
-        access_key: f[3].into(),
-        secret_key: f[4].into(),
-    })
-    .unwrap();
+    let bucket = test_s3::bucket();
     let body = vec![7u8; BODY];
     for n in threads {
         let until = Instant::now() + Duration::from_secs(secs);

@@ -11,12 +11,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/test_s3.rs"]
+mod test_s3;
+
 #[path = "../tests/support/db.rs"]
 mod db;
 
 use std::time::Instant;
 
-use combd_fleet::bucket::{Bucket, BucketConfig};
 use combd_fleet::coordinator::Head;
 use combd_fleet::restore::restore_object;
 use combd_fleet::segment::WalCursor;
@@ -31,18 +33,7 @@ fn main() {
     let rounds: usize = std::env::args()
         .nth(1)
         .map_or(5, |a| a.parse().expect("ROUNDS is a number"));
-    let spec = std::env::var("COMBD_FLEET_TEST_S3")
-        .expect("COMBD_FLEET_TEST_S3=endpoint,bucket,region,access_key,secret_key");
-    let f: Vec<&str> = spec.split(',').collect();
-    assert_eq!(f.len(), 5, "COMBD_FLEET_TEST_S3 has five fields");
-    let bucket = Bucket::new(&BucketConfig {
-        endpoint: f[0].into(),
-        bucket: f[1].into(),
-        region: f[2].into(),
-        access_key: f[3].into(),
-        secret_key: f[4].into(),
-    })
-    .unwrap();
+    let bucket = test_s3::bucket();
     let object = format!("restore-bench-{}/room", std::process::id());
     let dir = std::env::temp_dir().join(format!("combd-restore-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
