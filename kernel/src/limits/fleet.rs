@@ -99,11 +99,13 @@ pub const FLEET_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// 5.1 s against a 2 s lease, measured in `tools/fleet-netns/run --fleet`).
 pub const FLEET_FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// After a connect or a request to another node failed (it took longer than
-/// [`FLEET_CONNECT_TIMEOUT`] or [`FLEET_FORWARD_TIMEOUT`], or was refused), requests and
-/// WebSockets for objects it owns are answered 503 at once for this long instead of each
-/// waiting out those timeouts again; after it, one of them tries the node again (the others
-/// are still answered at once until that one is through), and one that gets through ends it.
+/// After a connect to another node or its answer timed out ([`FLEET_CONNECT_TIMEOUT`],
+/// [`FLEET_FORWARD_TIMEOUT`]) with nothing else answered by it since the request was sent,
+/// requests and WebSockets for objects it owns are answered 503 at once for this long instead
+/// of each waiting out those timeouts again; after it, one of them tries the node again (the
+/// others are still answered at once until that one is through), and an answer ends it. A
+/// failure that comes at once (refused, reset) marks nothing: it costs the next request no
+/// wait.
 /// A cut-off owner's objects are claimed by another node as soon as its lease lapses: without
 /// this, a request asked in that moment waited the connect timeout first (the partition's
 /// failover took 3.3 s against a 2 s lease, measured in `tools/fleet-netns/run --fleet`).
@@ -111,9 +113,9 @@ pub const FLEET_FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 /// well before any failover.
 pub const FLEET_OWNER_RETRY_INTERVAL: Duration = Duration::from_millis(500);
 
-/// Nodes marked unreachable at once (see [`FLEET_OWNER_RETRY_INTERVAL`]): a fleet has a few
-/// nodes; past this many, marks older than the interval are forgotten (each is a node's
-/// address and a time).
+/// Nodes remembered as unreachable or lately heard from (see [`FLEET_OWNER_RETRY_INTERVAL`]):
+/// a fleet has a few nodes; past this many, those neither marked nor heard from lately are
+/// forgotten (each is a node's address and three times).
 pub const FLEET_UNREACHABLE_MAX: usize = 1024;
 
 /// The most bytes of an owner's answer a node passes back (a longer one is answered 503): an

@@ -21,6 +21,7 @@ use futures_lite::io::AsyncWriteExt;
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 
+use crate::fleet::Failed;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 
@@ -127,6 +128,9 @@ enum End {
     Lingered,
     /// The owner closed without answering the upgrade.
     NoAnswer,
+    /// The owner did not answer the upgrade within `FLEET_FORWARD_TIMEOUT` (frozen, or cut
+    /// off after the connect).
+    NoAnswerInTime,
 }
 
 impl Conn {
@@ -145,24 +149,31 @@ impl Conn {
         let Some(fleet) = self.state().node().fleet.clone() else {
             return;
         };
-        if !fleet.may_try(owner) {
-            // It could not be reached a moment ago: answered at once, not after a timeout.
+        let Some(attempt) = fleet.may_try(owner) else {
+            // It made a request wait in vain a moment ago: answered at once, not after a
+            // timeout.
             self.owner_unreachable().await;
             return;
-        }
+        };
         let connected = match owner.parse::<SocketAddr>() {
             Ok(addr) => TcpStream::connect_timeout(addr, limits::FLEET_CONNECT_TIMEOUT)
                 .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(format!("{owner:?} is not an address: {e}")),
+                .map_err(|e| {
+                    let e = io::Error::from(e);
+                    let how = match e.kind() {
+                        io::ErrorKind::TimedOut => Failed::Waited,
+                        _ => Failed::AtOnce,
+                    };
+                    (how, e.to_string())
+                }),
+            Err(e) => Err((Failed::AtOnce, format!("{owner:?} is not an address: {e}"))),
         };
+        // The owner counts as reached only once it answers (a frozen node's kernel still
+        // accepts connections).
         let mut upstream = match connected {
-            Ok(s) => {
-                fleet.owner_reached(owner);
-                s
-            }
-            Err(e) => {
-                fleet.owner_failed(owner);
+            Ok(s) => s,
+            Err((how, e)) => {
+                fleet.owner_failed(owner, attempt, how);
                 fleet.stats.ws_pass_failed();
                 tracing::warn!(object, %owner, "cannot pass the WebSocket on to the owner: {e}");
                 self.owner_unreachable().await;
@@ -176,7 +187,7 @@ impl Conn {
         first.append(&mut self.inbuf);
         self.inbuf = Vec::new();
         if upstream.write_all(&first).await.is_err() {
-            fleet.owner_failed(owner);
+            fleet.owner_failed(owner, attempt, Failed::AtOnce);
             fleet.stats.ws_pass_failed();
             self.owner_unreachable().await;
             return;
@@ -190,6 +201,11 @@ impl Conn {
             ..Pipe::default()
         };
         let slot = self.waker.index();
+        // The owner answers the upgrade within `FLEET_FORWARD_TIMEOUT`, as it would a request
+        // passed on.
+        let answer_by = state.deadline_after(limits::FLEET_FORWARD_TIMEOUT);
+        state.set_deadline(slot, answer_by);
+        let mut answered = false;
         // Once one side has ended, the other gets `CLOSE_LINGER` to end too (a client that
         // keeps its socket open after the close handshake does not keep this forever).
         let mut linger: Option<u64> = None;
@@ -199,6 +215,9 @@ impl Conn {
             }
             if linger.is_some_and(|d| state.now_ms() >= d) {
                 return Poll::Ready(End::Lingered);
+            }
+            if !answered && down.moved == 0 && state.now_ms() >= answer_by {
+                return Poll::Ready(End::NoAnswerInTime);
             }
             let to_owner = up.poll_copy(
                 cx,
@@ -214,6 +233,13 @@ impl Conn {
                 Pin::new(&mut self.stream),
                 &|n| ShardStats::add(&stats.bytes_out, n),
             );
+            if !answered && down.moved > 0 {
+                answered = true;
+                fleet.owner_reached(owner);
+                if linger.is_none() {
+                    state.set_deadline(slot, 0);
+                }
+            }
             match (to_owner, to_client) {
                 // The owner ended or failed before answering (a node that just died: its
                 // listening socket can outlive it a moment and accept).
@@ -233,14 +259,17 @@ impl Conn {
             }
         })
         .await;
-        if linger.is_some() {
-            state.set_deadline(slot, 0);
-        }
+        state.set_deadline(slot, 0);
         drop(upstream);
-        if end == End::NoAnswer {
-            fleet.owner_failed(owner);
+        let failed = match end {
+            End::NoAnswer => Some((Failed::AtOnce, "closed the WebSocket without answering")),
+            End::NoAnswerInTime => Some((Failed::Waited, "did not answer the WebSocket in time")),
+            _ => None,
+        };
+        if let Some((how, what)) = failed {
+            fleet.owner_failed(owner, attempt, how);
             fleet.stats.ws_pass_failed();
-            tracing::warn!(object, %owner, "the owner closed the WebSocket without answering");
+            tracing::warn!(object, %owner, "the owner {what}");
             self.owner_unreachable().await;
             return;
         }

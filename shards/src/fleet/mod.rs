@@ -42,6 +42,7 @@ mod upload;
 
 pub use stats::FleetStats;
 use unreachable::Unreachable;
+pub use unreachable::{Attempt, Failed};
 use upload::{upload_thread, Upload};
 
 /// Where the fleet's keys live in the coordinator.
@@ -453,15 +454,15 @@ impl Fleet {
             Some(q) => format!("/o/{key}?{q}"),
             None => format!("/o/{key}"),
         };
-        if !self.may_try(owner) {
+        let Some(attempt) = self.may_try(owner) else {
             return owner_unreachable();
-        }
+        };
         match self
             .forwarder
             .forward(owner, method, &target, body, max_body)
         {
             Ok(f) => {
-                self.unreachable.reached(owner);
+                self.owner_reached(owner);
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
                 let mut resp =
                     Response::bytes(f.status, content_type(f.content_type.as_deref()), f.body);
@@ -474,9 +475,10 @@ impl Fleet {
             }
             Err(e) => {
                 match e {
-                    Failure::Unreachable(_) | Failure::Timeout => self.owner_failed(owner),
+                    Failure::Timeout => self.owner_failed(owner, attempt, Failed::Waited),
+                    Failure::Unreachable(_) => self.owner_failed(owner, attempt, Failed::AtOnce),
                     // It answered, but not with what can be passed back (too long, not HTTP).
-                    _ => self.unreachable.reached(owner),
+                    _ => self.owner_reached(owner),
                 }
                 self.stats.forward_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(object = %key, %owner, "cannot pass the request on to the owner: {e}");
@@ -485,26 +487,26 @@ impl Fleet {
         }
     }
 
-    /// Whether to try reaching `owner` now: not if it could not be reached less than
+    /// Whether to try reaching `owner` now: not if it made a request wait in vain less than
     /// `FLEET_OWNER_RETRY_INTERVAL` ago, or another request is trying it again (counted in
-    /// `fleet_owner_skipped`; the caller answers 503). A yes is followed by
+    /// `fleet_owner_skipped`; the caller answers 503). An attempt is reported with
     /// [`Fleet::owner_reached`] or [`Fleet::owner_failed`].
-    pub fn may_try(&self, owner: &str) -> bool {
-        let yes = self.unreachable.may_try(owner, Instant::now());
-        if !yes {
+    pub fn may_try(&self, owner: &str) -> Option<Attempt> {
+        let attempt = self.unreachable.may_try(owner, Instant::now());
+        if attempt.is_none() {
             self.stats.owner_skipped.fetch_add(1, Ordering::Relaxed);
         }
-        yes
+        attempt
     }
 
-    /// `owner` was reached.
+    /// `owner` answered.
     pub fn owner_reached(&self, owner: &str) {
-        self.unreachable.reached(owner);
+        self.unreachable.reached(owner, Instant::now());
     }
 
-    /// `owner` could not be reached (no connection, or no answer in time).
-    pub fn owner_failed(&self, owner: &str) {
-        self.unreachable.failed(owner, Instant::now());
+    /// `attempt` of `owner` failed `how`.
+    pub fn owner_failed(&self, owner: &str, attempt: Attempt, how: Failed) {
+        self.unreachable.failed(owner, attempt, how, Instant::now());
     }
 }
 

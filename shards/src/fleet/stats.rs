@@ -302,8 +302,8 @@ impl Fleet {
                 "combd_fleet_owner_skipped_total",
                 Counter,
                 "Requests and WebSockets answered 503 without trying their object's owner: it \
-                 could not be reached less than fleet_owner_retry_interval_ms ago, or another \
-                 request was trying it again.",
+                 made a request wait in vain less than fleet_owner_retry_interval_ms ago, or \
+                 another request was trying it again.",
                 g(|s| &s.owner_skipped),
             ),
             (
