@@ -181,6 +181,31 @@ fn value(r: &Resp) -> u64 {
     r.json()["value"].as_u64().unwrap()
 }
 
+/// A time limit from `/stats` (`limits`, `name` in milliseconds).
+fn limit_ms(node: &TestNode, name: &str) -> Duration {
+    let ms = node.stats()["limits"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {name} in /stats limits"));
+    Duration::from_millis(ms)
+}
+
+/// `ask()` until it answers 200 (503s are what a client retries), within `MOVE_WITHIN`.
+fn until_200(what: &str, ask: impl Fn() -> Resp) -> Resp {
+    let t0 = Instant::now();
+    loop {
+        let r = ask();
+        if r.status == 200 {
+            return r;
+        }
+        assert_eq!(r.status, 503, "{what}: {}", r.text());
+        assert!(
+            t0.elapsed() < MOVE_WITHIN,
+            "{what}: not within {MOVE_WITHIN:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn stat(node: &TestNode, name: &str) -> u64 {
     node.stats()[name]
         .as_u64()
@@ -216,19 +241,7 @@ fn a_dead_owners_object_answers_from_another_node_with_every_acknowledged_write(
     // While A is gone and its lease has not lapsed, B answers 503 (owner unreachable), then
     // serves the object itself.
     drop(a.kill9());
-    let killed = Instant::now();
-    let moved = loop {
-        let r = get(&b, "x");
-        if r.status == 200 {
-            break r;
-        }
-        assert_eq!(r.status, 503, "{}", r.text());
-        assert!(
-            killed.elapsed() < MOVE_WITHIN,
-            "still not served after {MOVE_WITHIN:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let moved = until_200("B to serve the dead owner's object", || get(&b, "x"));
     assert_eq!(
         value(&moved),
         WRITES + 1,
@@ -523,11 +536,7 @@ fn a_node_cut_off_from_etcd_acknowledges_nothing_and_comes_back_with_a_new_lease
     // Still cut off, A is asked again and again: it asks etcd for a new lease at most once a
     // fleet_lease_regrant_interval_ms, not once a request (a bound on a count over the time
     // the link was cut, whatever the machine's speed).
-    let interval = Duration::from_millis(
-        a.stats()["limits"]["fleet_lease_regrant_interval_ms"]
-            .as_u64()
-            .unwrap(),
-    );
+    let interval = limit_ms(&a, "fleet_lease_regrant_interval_ms");
     let asked_until = Instant::now() + 2 * interval;
     let mut asked = 0;
     while Instant::now() < asked_until {

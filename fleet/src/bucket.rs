@@ -225,41 +225,49 @@ impl Bucket {
     }
 
     fn delete_chunk(&self, chunk: &[String]) -> Result<(), BucketError> {
-        {
-            let first = chunk.first().map_or("", String::as_str);
-            let ids: Vec<ObjectIdentifier> = chunk
-                .iter()
-                .map(|k| ObjectIdentifier::new(k.clone()))
-                .collect();
-            let mut action = DeleteObjects::new(&self.bucket, Some(&self.credentials), ids.iter());
-            action.set_quiet(true);
-            let url = action.sign(SIGNATURE_VALID);
-            let (body, md5) = action.body_with_md5();
-            let mut resp = self
-                .agent
-                .post(url.as_str())
-                .header("content-md5", &md5)
-                .send(body.as_bytes())
-                .map_err(|e| Self::error("delete", first, http::failure(e)))?;
-            if !resp.status().is_success() {
-                return Err(Self::error("delete", first, http::status(&mut resp)));
-            }
-            let answer = http::body(&mut resp, FLEET_LIST_ANSWER_MAX_BYTES)
-                .map_err(|f| Self::error("delete", first, f))?;
-            let text = String::from_utf8_lossy(&answer);
-            let failed = DeleteObjectsResponse::parse(&text).map_or_else(
-                |e| Some(format!("delete answer XML: {e}")),
-                |r| {
-                    r.errors
-                        .first()
-                        .map(|e| format!("{}: {} {}", e.key, e.code, e.message))
-                },
-            );
-            if let Some(m) = failed {
-                return Err(Self::error("delete", first, Failure::BadAnswer(m)));
-            }
+        let first = chunk.first().map_or("", String::as_str);
+        let ids: Vec<ObjectIdentifier> = chunk
+            .iter()
+            .map(|k| ObjectIdentifier::new(k.clone()))
+            .collect();
+        let mut action = DeleteObjects::new(&self.bucket, Some(&self.credentials), ids.iter());
+        action.set_quiet(true);
+        let url = action.sign(SIGNATURE_VALID);
+        let (body, md5) = action.body_with_md5();
+        let sent = self
+            .agent
+            .post(url.as_str())
+            .header("content-md5", &md5)
+            .send(body.as_bytes());
+        let answer = Self::answer("delete", first, sent)?;
+        let failed = DeleteObjectsResponse::parse(&answer).map_or_else(
+            |e| Some(format!("delete answer XML: {e}")),
+            |r| {
+                r.errors
+                    .first()
+                    .map(|e| format!("{}: {} {}", e.key, e.code, e.message))
+            },
+        );
+        match failed {
+            Some(m) => Err(Self::error("delete", first, Failure::BadAnswer(m))),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The text of a successful answer to `op` on `key` (an XML document, at most
+    /// [`FLEET_LIST_ANSWER_MAX_BYTES`]); an error for a failed call or an error status.
+    fn answer(
+        op: &'static str,
+        key: &str,
+        sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<String, BucketError> {
+        let mut resp = sent.map_err(|e| Self::error(op, key, http::failure(e)))?;
+        if !resp.status().is_success() {
+            return Err(Self::error(op, key, http::status(&mut resp)));
+        }
+        let body = http::body(&mut resp, FLEET_LIST_ANSWER_MAX_BYTES)
+            .map_err(|f| Self::error(op, key, f))?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
     }
 
     /// The keys that start with `prefix`, in order, at most `max_keys` of them (a listing
@@ -275,17 +283,7 @@ impl Bucket {
                 action.with_continuation_token(t.clone());
             }
             let url = action.sign(SIGNATURE_VALID);
-            let mut resp = self
-                .agent
-                .get(url.as_str())
-                .call()
-                .map_err(|e| Self::error("list", prefix, http::failure(e)))?;
-            if !resp.status().is_success() {
-                return Err(Self::error("list", prefix, http::status(&mut resp)));
-            }
-            let body = http::body(&mut resp, FLEET_LIST_ANSWER_MAX_BYTES)
-                .map_err(|f| Self::error("list", prefix, f))?;
-            let text = String::from_utf8_lossy(&body);
+            let text = Self::answer("list", prefix, self.agent.get(url.as_str()).call())?;
             let page = ListObjectsV2::parse_response(&text).map_err(|e| {
                 Self::error(
                     "list",

@@ -6,28 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::{get, open_ws, post, stat, value, Fleet, MOVE_WITHIN};
+use super::{get, limit_ms, open_ws, post, stat, until_200, value, Fleet};
 
 /// Longer than the forward timeout (2 s), so the owner's lease still holds when the first
 /// request's wait ends, and the answers given at once can be seen.
 const PAUSED_TTL: &str = "5s";
-
-/// `ask()` until it answers 200 (503s are what a client retries), within `MOVE_WITHIN`.
-fn until_200(what: &str, ask: impl Fn() -> super::support::Resp) -> super::support::Resp {
-    let t0 = Instant::now();
-    loop {
-        let r = ask();
-        if r.status == 200 {
-            return r;
-        }
-        assert_eq!(r.status, 503, "{what}: {}", r.text());
-        assert!(
-            t0.elapsed() < MOVE_WITHIN,
-            "{what}: not within {MOVE_WITHIN:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 #[test]
 fn an_owner_that_stops_answering_is_waited_for_once_and_its_objects_move_when_its_lease_lapses() {
@@ -42,11 +25,7 @@ fn an_owner_that_stops_answering_is_waited_for_once_and_its_objects_move_when_it
     assert_eq!(value(&get(&b, "p")), 3, "B passes it on to A");
     assert!(stat(&b, "fleet_forwarded") >= 1);
 
-    let forward_timeout = Duration::from_millis(
-        b.stats()["limits"]["fleet_forward_timeout_ms"]
-            .as_u64()
-            .unwrap(),
-    );
+    let forward_timeout = limit_ms(&b, "fleet_forward_timeout_ms");
     a.signal(libc::SIGSTOP);
     let paused = Instant::now();
     // The first request waits for A (its connection kept from the last one, or a new one the
@@ -117,11 +96,8 @@ fn an_owner_that_cannot_be_connected_to_is_given_up_after_the_connect_timeout() 
         return;
     };
     let b = fleet.node();
-    let limits = &b.stats()["limits"];
-    let connect_timeout =
-        Duration::from_millis(limits["fleet_connect_timeout_ms"].as_u64().unwrap());
-    let forward_timeout =
-        Duration::from_millis(limits["fleet_forward_timeout_ms"].as_u64().unwrap());
+    let connect_timeout = limit_ms(&b, "fleet_connect_timeout_ms");
+    let forward_timeout = limit_ms(&b, "fleet_forward_timeout_ms");
     // counter/h is owned, says etcd, by a node whose packets are dropped.
     let (owner, _listener, _queued) = black_hole();
     fleet.claim_for("counter/h", &owner, 60);
@@ -162,11 +138,7 @@ fn a_websocket_whose_owner_never_answers_the_upgrade_is_answered_after_the_forwa
         return;
     };
     let b = fleet.node();
-    let forward_timeout = Duration::from_millis(
-        b.stats()["limits"]["fleet_forward_timeout_ms"]
-            .as_u64()
-            .unwrap(),
-    );
+    let forward_timeout = limit_ms(&b, "fleet_forward_timeout_ms");
     // counter/s is owned, says etcd, by a node that accepts connections and never answers
     // (frozen: its kernel still completes the handshake).
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -338,25 +338,12 @@ async fn start(
     let Some(fleet) = cells.state.node().fleet.clone() else {
         return started;
     };
-    let Some(mut shipping) = pipe.shipping.borrow_mut().take() else {
-        // Never so (an owned object ships from the start): refused rather than answered
-        // unshipped.
-        warn!(object = %key, "nothing to ship from: this batch is not answered");
-        started.refusal = Some(Refusal::FleetUnavailable);
-        return started;
-    };
     let wal_len = started.group.iter().map(|c| c.wal_len).max().unwrap_or(0);
     let cutter = fleet.clone();
-    let (shipping, cut) = glommio::executor()
-        .spawn_blocking(move || {
-            let cut = cutter.cut(&mut shipping, wal_len);
-            (shipping, cut)
-        })
-        .await;
-    *pipe.shipping.borrow_mut() = Some(shipping);
-    match cut {
-        Ok(segments) => started.upload = Some(fleet.upload(segments, answers)),
-        Err(e) => {
+    match on_shipping(key, pipe, move |s| cutter.cut(s, wal_len)).await {
+        None => started.refusal = Some(Refusal::FleetUnavailable),
+        Some(Ok(segments)) => started.upload = Some(fleet.upload(segments, answers)),
+        Some(Err(e)) => {
             warn!(object = %key, "cannot read the WAL to ship it: {e}");
             fleet.ship_failed();
             started.refusal = Some(Refusal::FleetUnavailable);
@@ -418,17 +405,9 @@ async fn advance(
     fleet: std::sync::Arc<crate::fleet::Fleet>,
     segments: Vec<Segment>,
 ) -> Option<Refusal> {
-    let Some(mut shipping) = pipe.shipping.borrow_mut().take() else {
-        warn!(object = %key, "nothing to ship from: this batch is not answered");
+    let Some(shipped) = on_shipping(key, pipe, move |s| fleet.advance(s, &segments)).await else {
         return Some(Refusal::FleetUnavailable);
     };
-    let (shipping, shipped) = glommio::executor()
-        .spawn_blocking(move || {
-            let shipped = fleet.advance(&mut shipping, &segments);
-            (shipping, shipped)
-        })
-        .await;
-    *pipe.shipping.borrow_mut() = Some(shipping);
     match shipped {
         Shipped::Done => None,
         Shipped::Fenced => {
@@ -440,6 +419,29 @@ async fn advance(
             Some(Refusal::FleetUnavailable)
         }
     }
+}
+
+/// Runs `f` on a blocking thread with what the object ships from (taken from the pipe for the
+/// while, then put back). `None`, with a warning, if there is nothing to ship from: never so
+/// (an owned object ships from the start), and its batches are refused rather than answered
+/// unshipped.
+async fn on_shipping<T: Send + 'static>(
+    key: &str,
+    pipe: &Pipe,
+    f: impl FnOnce(&mut Shipping) -> T + Send + 'static,
+) -> Option<T> {
+    let Some(mut shipping) = pipe.shipping.borrow_mut().take() else {
+        warn!(object = %key, "nothing to ship from: this batch is not answered");
+        return None;
+    };
+    let (shipping, out) = glommio::executor()
+        .spawn_blocking(move || {
+            let out = f(&mut shipping);
+            (shipping, out)
+        })
+        .await;
+    *pipe.shipping.borrow_mut() = Some(shipping);
+    Some(out)
 }
 
 /// Answers a group in order (or refuses every input with `refusal`), its effects together;

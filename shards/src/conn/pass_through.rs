@@ -21,7 +21,7 @@ use futures_lite::io::AsyncWriteExt;
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 
-use crate::fleet::Failed;
+use crate::fleet::{Attempt, Failed};
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 
@@ -142,6 +142,23 @@ impl Conn {
         self.flush_and_close(&mut out).await;
     }
 
+    /// The pass-through failed before the owner answered (`how`, `why`): counted, the owner
+    /// reported, and the client answered 503.
+    async fn pass_failed(
+        &mut self,
+        fleet: &crate::fleet::Fleet,
+        owner: &str,
+        attempt: Attempt,
+        how: Failed,
+        why: &str,
+        object: &str,
+    ) {
+        fleet.owner_failed(owner, attempt, how);
+        fleet.stats.ws_pass_failed();
+        tracing::warn!(object, %owner, "cannot pass the WebSocket on to the owner: {why}");
+        self.owner_unreachable().await;
+    }
+
     /// Passes this connection through to `owner` (a fleet address), starting with `head`
     /// (the client's upgrade request, marked forwarded) and what the client sent after it.
     /// Answers 503 (retry-after 1) if the owner cannot be reached.
@@ -173,11 +190,9 @@ impl Conn {
         let mut upstream = match connected {
             Ok(s) => s,
             Err((how, e)) => {
-                fleet.owner_failed(owner, attempt, how);
-                fleet.stats.ws_pass_failed();
-                tracing::warn!(object, %owner, "cannot pass the WebSocket on to the owner: {e}");
-                self.owner_unreachable().await;
-                return;
+                return self
+                    .pass_failed(&fleet, owner, attempt, how, &e, object)
+                    .await;
             }
         };
         super::set_socket_options(&upstream);
@@ -186,11 +201,11 @@ impl Conn {
         let mut first = head;
         first.append(&mut self.inbuf);
         self.inbuf = Vec::new();
-        if upstream.write_all(&first).await.is_err() {
-            fleet.owner_failed(owner, attempt, Failed::AtOnce);
-            fleet.stats.ws_pass_failed();
-            self.owner_unreachable().await;
-            return;
+        if let Err(e) = upstream.write_all(&first).await {
+            let why = format!("sending the upgrade: {e}");
+            return self
+                .pass_failed(&fleet, owner, attempt, Failed::AtOnce, &why, object)
+                .await;
         }
         drop(first);
         let state = self.state().clone();
@@ -262,16 +277,14 @@ impl Conn {
         state.set_deadline(slot, 0);
         drop(upstream);
         let failed = match end {
-            End::NoAnswer => Some((Failed::AtOnce, "closed the WebSocket without answering")),
-            End::NoAnswerInTime => Some((Failed::Waited, "did not answer the WebSocket in time")),
+            End::NoAnswer => Some((Failed::AtOnce, "it closed without answering")),
+            End::NoAnswerInTime => Some((Failed::Waited, "it did not answer in time")),
             _ => None,
         };
-        if let Some((how, what)) = failed {
-            fleet.owner_failed(owner, attempt, how);
-            fleet.stats.ws_pass_failed();
-            tracing::warn!(object, %owner, "the owner {what}");
-            self.owner_unreachable().await;
-            return;
+        if let Some((how, why)) = failed {
+            return self
+                .pass_failed(&fleet, owner, attempt, how, why, object)
+                .await;
         }
         tracing::debug!(object, %owner, ?end, "WebSocket passed through to its owner ended");
     }

@@ -93,27 +93,22 @@ impl Unreachable {
 
     /// `owner` answered (at `at`): its requests go to it again.
     pub fn reached(&self, owner: &str, at: Instant) {
+        let answered = Owner {
+            answered_at: Some(at),
+            ..Owner::default()
+        };
         let mut owners = self.owners();
         if let Some(o) = owners.get_mut(owner) {
-            *o = Owner {
-                answered_at: Some(at),
-                ..Owner::default()
-            };
-        } else if self.room(&mut owners, at) {
-            owners.insert(
-                owner.to_string(),
-                Owner {
-                    answered_at: Some(at),
-                    ..Owner::default()
-                },
-            );
+            *o = answered;
+        } else if room(&mut owners, at) {
+            owners.insert(owner.to_string(), answered);
         }
     }
 
     /// `attempt` of `owner` failed `how` (at `at`).
     pub fn failed(&self, owner: &str, attempt: Attempt, how: Failed, at: Instant) {
         let mut owners = self.owners();
-        if !owners.contains_key(owner) && (how == Failed::AtOnce || !self.room(&mut owners, at)) {
+        if !owners.contains_key(owner) && (how == Failed::AtOnce || !room(&mut owners, at)) {
             return;
         }
         let o = owners.entry(owner.to_string()).or_default();
@@ -126,21 +121,21 @@ impl Unreachable {
             o.failed_at = Some(at);
         }
     }
+}
 
-    /// Whether one more owner may be remembered: past `FLEET_UNREACHABLE_MAX`, owners neither
-    /// marked nor answered within the longest try are forgotten first.
-    fn room(&self, owners: &mut HashMap<String, Owner>, at: Instant) -> bool {
-        if owners.len() < FLEET_UNREACHABLE_MAX {
-            return true;
-        }
-        let recent = |t: Option<Instant>, within: Duration| {
-            t.is_some_and(|t| at.saturating_duration_since(t) < within)
-        };
-        owners.retain(|_, o| {
-            recent(o.failed_at, FLEET_OWNER_RETRY_INTERVAL) || recent(o.answered_at, TRY_MAX)
-        });
-        owners.len() < FLEET_UNREACHABLE_MAX
+/// Whether one more owner may be remembered: past `FLEET_UNREACHABLE_MAX`, owners neither
+/// marked nor answered within the longest try are forgotten first.
+fn room(owners: &mut HashMap<String, Owner>, at: Instant) -> bool {
+    if owners.len() < FLEET_UNREACHABLE_MAX {
+        return true;
     }
+    let recent = |t: Option<Instant>, within: Duration| {
+        t.is_some_and(|t| at.saturating_duration_since(t) < within)
+    };
+    owners.retain(|_, o| {
+        recent(o.failed_at, FLEET_OWNER_RETRY_INTERVAL) || recent(o.answered_at, TRY_MAX)
+    });
+    owners.len() < FLEET_UNREACHABLE_MAX
 }
 
 #[cfg(test)]
