@@ -422,11 +422,9 @@ fn a_websocket_to_a_node_that_does_not_own_the_object_reaches_the_owner() {
     assert!(stat(&b, "fleet_ws_pass_failed") >= 1);
 }
 
-/// Each chunk sent to the slow bucket waits this long (longer than 8 bursts take to start).
-const UPLOAD_DELAY: Duration = Duration::from_millis(600);
-
-/// With a slow bucket, one object's groups upload several at once: up to
-/// `fleet_uploads_in_flight` (8), never more; the head still advances in commit order, so every
+/// While the bucket holds every upload, one object's groups go out several at once: up to
+/// `fleet_uploads_in_flight` (8), never more, the rest waiting for room; once the bucket
+/// answers (all at once, in any order) the head advances in commit order, so every
 /// acknowledged write is there, each value acknowledged once.
 #[test]
 fn uploads_of_one_object_are_in_flight_together_up_to_their_cap() {
@@ -435,47 +433,68 @@ fn uploads_of_one_object_are_in_flight_together_up_to_their_cap() {
         return;
     };
     let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
-    let proxy = Proxy::start(bucket.addr, UPLOAD_DELAY);
+    let proxy = Proxy::start(bucket.addr);
     let a = fleet.node_on(LEASE_TTL, &proxy.url(), &[]);
     assert_eq!(post_acked(&a, "p"), 1, "the object claimed");
-    // Bursts of writes, each sent once the one before it is a group on its way to the bucket
-    // (its answers counted as waiting for an upload), so each is a group of its own: the
-    // first 8 upload together, the rest wait for room.
-    const BURSTS: usize = 12;
-    const DEPTH: usize = 8;
-    let values: Vec<u64> = std::thread::scope(|scope| {
-        let mut workers = Vec::new();
-        for i in 0..BURSTS {
-            if (1..=8).contains(&i) {
-                let want = (i * DEPTH) as u64;
-                wait_stats(&a, "the burst before to be uploading", |s| {
-                    s["fleet_acks_waiting_upload"].as_u64() >= Some(want)
-                });
-            }
-            let a = &a;
-            workers.push(scope.spawn(move || {
-                let mut stream = connect(a.public());
-                let one = b"POST /o/counter/p HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
-                stream.write_all(&one.repeat(DEPTH)).unwrap();
+    let cap = a.stats()["limits"]["fleet_uploads_in_flight"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(cap, 8);
+    // Bursts of pipelined writes, each sent once the one before it is in: on its way to the
+    // bucket while there is room (its answers held back), committed and waiting for room
+    // once the cap's groups are in flight. Nothing finishes while the bucket holds them.
+    // (12 × 4 requests: fewer batches than `fleet_unshipped_batches` even if each were one.)
+    const BURSTS: u64 = 12;
+    const DEPTH: u64 = 4;
+    let count = |s: &serde_json::Value, name: &str| s[name].as_u64().unwrap();
+    proxy.set_held(true);
+    let workers: Vec<_> = (0..BURSTS)
+        .map(|_| {
+            let before = a.stats();
+            let full = count(&before, "fleet_uploads_in_flight_max") >= cap;
+            let mut stream = connect(a.public());
+            let one = b"POST /o/counter/p HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+            stream.write_all(&one.repeat(DEPTH as usize)).unwrap();
+            let (what, name) = match full {
+                false => ("the burst to upload", "fleet_acks_waiting_upload"),
+                true => ("the burst to commit", "batches"),
+            };
+            wait_stats(&a, what, |s| count(s, name) > count(&before, name));
+            std::thread::spawn(move || {
                 let mut reader = BufReader::new(stream);
                 (0..DEPTH)
                     .map(|_| value(&read_response(&mut reader)))
                     .collect::<Vec<_>>()
-            }));
-        }
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap())
-            .collect()
-    });
+            })
+        })
+        .collect();
+    // Each burst while there was room started at least one upload: the cap was reached, and
+    // the groups past it wait (their answers not yet counted as waiting for an upload).
+    let s = a.stats();
+    assert_eq!(count(&s, "fleet_uploads_in_flight_max"), cap, "{s}");
+    let waiting = count(&s, "fleet_acks_waiting_upload");
+    assert!(
+        (cap..BURSTS * DEPTH).contains(&waiting),
+        "{waiting} answers waiting for an upload"
+    );
+    proxy.set_held(false);
+    let values: Vec<u64> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
     let mut sorted = values.clone();
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(sorted.len(), values.len(), "a value acknowledged twice");
-    let total = 1 + (BURSTS * DEPTH) as u64;
+    let total = 1 + BURSTS * DEPTH;
     assert_eq!(value(&get(&a, "p")), total);
-    assert_eq!(stat(&a, "fleet_uploads_in_flight_max"), 8, "{}", a.stats());
-    assert_eq!(a.stats()["limits"]["fleet_uploads_in_flight"], 8);
+    assert_eq!(
+        stat(&a, "fleet_uploads_in_flight_max"),
+        cap,
+        "{}",
+        a.stats()
+    );
+    assert_eq!(stat(&a, "fleet_ship_failed"), 0);
     // Every acknowledged write is in the bucket: another node restores all of them.
     let mut a = a;
     a.sigterm();
@@ -494,7 +513,7 @@ fn a_node_cut_off_from_etcd_acknowledges_nothing_and_comes_back_with_a_new_lease
         return;
     };
     let etcd: url_like::Endpoint = fleet.etcd.endpoint.parse().unwrap();
-    let link = Proxy::start(etcd.addr, Duration::ZERO);
+    let link = Proxy::start(etcd.addr);
     let a = fleet.node_on(
         LEASE_TTL,
         &fleet.s3.bucket.endpoint,

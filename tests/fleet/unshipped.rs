@@ -25,7 +25,7 @@ fn an_object_behind_a_held_bucket_stops_past_its_unshipped_batches_and_answers_a
         return;
     };
     let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
-    let proxy = Proxy::start(bucket.addr, Duration::ZERO);
+    let proxy = Proxy::start(bucket.addr);
     let a = fleet.node_on(LEASE_TTL, &proxy.url(), &[]);
     assert_eq!(super::post_acked(&a, "u"), 1);
     let limits = &a.stats()["limits"];

@@ -1,12 +1,11 @@
-//! A TCP proxy for the tests, in front of a real server: it can slow what a client sends, or
+//! A TCP proxy for the tests, in front of a real server: it can hold what a client sends, or
 //! cut the link.
 
 use std::time::Duration;
 
-/// A TCP proxy in front of `to` that holds every chunk a client sends for `delay` before
-/// passing it on (a bucket as slow as a 3-node Garage, on loopback), and whose link can be
-/// cut: while cut, every connection through it is closed and new ones are closed at once; or
-/// held: while held, what clients send waits in the proxy (a server that stopped answering).
+/// A TCP proxy in front of `to` whose link can be cut: while cut, every connection through it
+/// is closed and new ones are closed at once; or held: while held, what clients send waits in
+/// the proxy (a server that stopped answering).
 /// It runs until the test process ends.
 pub struct Proxy {
     pub addr: std::net::SocketAddr,
@@ -18,7 +17,7 @@ pub struct Proxy {
 type Held = std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>;
 
 impl Proxy {
-    pub fn start(to: std::net::SocketAddr, delay: Duration) -> Proxy {
+    pub fn start(to: std::net::SocketAddr) -> Proxy {
         use std::io::{Read, Write};
         use std::sync::atomic::Ordering::Relaxed;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -38,7 +37,6 @@ impl Proxy {
                 };
                 let pipe = |mut from: std::net::TcpStream,
                             mut to: std::net::TcpStream,
-                            delay: Duration,
                             cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
                             gate: Option<Held>| {
                     std::thread::spawn(move || {
@@ -56,9 +54,6 @@ impl Proxy {
                                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                                 Err(_) => break,
                             };
-                            if !delay.is_zero() {
-                                std::thread::sleep(delay); // the bucket's latency, on purpose
-                            }
                             if let Some(gate) = &gate {
                                 let (lock, released) = &**gate;
                                 let mut held = lock.lock().unwrap();
@@ -75,8 +70,8 @@ impl Proxy {
                     });
                 };
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                pipe(client, server, delay, flag.clone(), Some(gate.clone()));
-                pipe(s2, c2, Duration::ZERO, flag.clone(), None);
+                pipe(client, server, flag.clone(), Some(gate.clone()));
+                pipe(s2, c2, flag.clone(), None);
             }
         });
         Proxy { addr, cut, held }
