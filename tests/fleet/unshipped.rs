@@ -1,14 +1,15 @@
 //! A bucket that stops answering: one object's uploads reach `fleet_uploads_in_flight` and no
 //! more, its committed batches wait for their shipment up to `fleet_unshipped_batches` (and one
 //! more, committed and waiting to be handed over), past that it runs nothing; nothing is
-//! answered before its shipment, and everything is once the bucket answers again.
+//! answered before its shipment, and everything is once the bucket answers again, in commit
+//! order.
 
 use std::io::{BufReader, Read, Write};
 use std::time::{Duration, Instant};
 
 use super::support::proxy::{url_like, Proxy};
-use super::support::{connect, read_response, TestNode, WAIT};
-use super::{stat, Fleet, LEASE_TTL};
+use super::support::{connect, read_response, wait_stats, TestNode, WAIT};
+use super::{get, post_acked, stat, value, Fleet, LEASE_TTL};
 
 /// Polls `/stats` until `batches` reaches `n` (nothing else to wait on but the node's figures).
 fn wait_batches(node: &TestNode, n: u64) {
@@ -27,7 +28,7 @@ fn an_object_behind_a_held_bucket_stops_past_its_unshipped_batches_and_answers_a
     let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
     let proxy = Proxy::start(bucket.addr);
     let a = fleet.node_on(LEASE_TTL, &proxy.url(), &[]);
-    assert_eq!(super::post_acked(&a, "u"), 1);
+    assert_eq!(post_acked(&a, "u"), 1);
     let limits = &a.stats()["limits"];
     let cap = limits["fleet_unshipped_batches"].as_u64().unwrap();
     let in_flight = limits["fleet_uploads_in_flight"].as_u64().unwrap();
@@ -80,4 +81,84 @@ fn an_object_behind_a_held_bucket_stops_past_its_unshipped_batches_and_answers_a
     values.sort();
     assert_eq!(values, (2..=cap + 4).collect::<Vec<_>>());
     assert_eq!(stat(&a, "fleet_ship_failed"), 0);
+}
+
+/// While the bucket holds every upload, one object's groups go out several at once: up to
+/// `fleet_uploads_in_flight` (8), never more, the rest waiting for room; once the bucket
+/// answers (all at once, in any order) the head advances in commit order, so every
+/// acknowledged write is there, each value acknowledged once.
+#[test]
+fn uploads_of_one_object_are_in_flight_together_up_to_their_cap() {
+    let Some(fleet) = Fleet::start("uploads_in_flight_together") else {
+        return;
+    };
+    let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
+    let proxy = Proxy::start(bucket.addr);
+    let a = fleet.node_on(LEASE_TTL, &proxy.url(), &[]);
+    assert_eq!(post_acked(&a, "p"), 1, "the object claimed");
+    let cap = a.stats()["limits"]["fleet_uploads_in_flight"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(cap, 8);
+    // Bursts of pipelined writes, each sent once the one before it is in: on its way to the
+    // bucket while there is room (its answers held back), committed and waiting for room
+    // once the cap's groups are in flight. Nothing finishes while the bucket holds them.
+    // (12 × 4 requests: fewer batches than `fleet_unshipped_batches` even if each were one.)
+    const BURSTS: u64 = 12;
+    const DEPTH: u64 = 4;
+    let count = |s: &serde_json::Value, name: &str| s[name].as_u64().unwrap();
+    proxy.set_held(true);
+    let workers: Vec<_> = (0..BURSTS)
+        .map(|_| {
+            let before = a.stats();
+            let full = count(&before, "fleet_uploads_in_flight_max") >= cap;
+            let mut stream = connect(a.public());
+            let one = b"POST /o/counter/p HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+            stream.write_all(&one.repeat(DEPTH as usize)).unwrap();
+            let (what, name) = match full {
+                false => ("the burst to upload", "fleet_acks_waiting_upload"),
+                true => ("the burst to commit", "batches"),
+            };
+            wait_stats(&a, what, |s| count(s, name) > count(&before, name));
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream);
+                (0..DEPTH)
+                    .map(|_| value(&read_response(&mut reader)))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    // Each burst while there was room started at least one upload: the cap was reached, and
+    // the groups past it wait (their answers not yet counted as waiting for an upload).
+    let s = a.stats();
+    assert_eq!(count(&s, "fleet_uploads_in_flight_max"), cap, "{s}");
+    let waiting = count(&s, "fleet_acks_waiting_upload");
+    assert!(
+        (cap..BURSTS * DEPTH).contains(&waiting),
+        "{waiting} answers waiting for an upload"
+    );
+    proxy.set_held(false);
+    let values: Vec<u64> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    let mut sorted = values.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), values.len(), "a value acknowledged twice");
+    let total = 1 + BURSTS * DEPTH;
+    assert_eq!(value(&get(&a, "p")), total);
+    assert_eq!(
+        stat(&a, "fleet_uploads_in_flight_max"),
+        cap,
+        "{}",
+        a.stats()
+    );
+    assert_eq!(stat(&a, "fleet_ship_failed"), 0);
+    // Every acknowledged write is in the bucket: another node restores all of them.
+    let mut a = a;
+    a.sigterm();
+    assert!(a.wait_exit().success());
+    let b = fleet.node();
+    assert_eq!(value(&get(&b, "p")), total);
 }
