@@ -5,30 +5,29 @@
 //! order.
 
 use std::io::{BufReader, Read, Write};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::support::proxy::{url_like, Proxy};
 use super::support::{connect, read_response, wait_stats, TestNode, WAIT};
 use super::{get, post_acked, stat, value, Fleet, LEASE_TTL};
 
-/// Polls `/stats` until `batches` reaches `n` (nothing else to wait on but the node's figures).
-fn wait_batches(node: &TestNode, n: u64) {
-    let deadline = Instant::now() + WAIT;
-    while stat(node, "batches") < n {
-        assert!(Instant::now() < deadline, "timed out waiting for batch {n}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// A fleet, a proxy in front of its bucket, and a node that reaches the bucket through it and
+/// owns `counter/{object}` (one write acknowledged).
+fn owner_behind_a_proxy(test: &str, object: &str) -> Option<(Fleet, Proxy, TestNode)> {
+    let fleet = Fleet::start(test)?;
+    let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
+    let proxy = Proxy::start(bucket.addr);
+    let a = fleet.node_on(LEASE_TTL, &proxy.url(), &[]);
+    assert_eq!(post_acked(&a, object), 1, "the object claimed");
+    Some((fleet, proxy, a))
 }
 
 #[test]
 fn an_object_behind_a_held_bucket_stops_past_its_unshipped_batches_and_answers_all_after() {
-    let Some(fleet) = Fleet::start("an_object_behind_a_held_bucket") else {
+    let Some((_fleet, proxy, a)) = owner_behind_a_proxy("an_object_behind_a_held_bucket", "u")
+    else {
         return;
     };
-    let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
-    let proxy = Proxy::start(bucket.addr);
-    let a = fleet.node_on(LEASE_TTL, &proxy.url(), &[]);
-    assert_eq!(post_acked(&a, "u"), 1);
     let limits = &a.stats()["limits"];
     let cap = limits["fleet_unshipped_batches"].as_u64().unwrap();
     let in_flight = limits["fleet_uploads_in_flight"].as_u64().unwrap();
@@ -44,7 +43,10 @@ fn an_object_behind_a_held_bucket_stops_past_its_unshipped_batches_and_answers_a
         c.write_all(post).unwrap();
         conns.push(c);
         if i <= cap {
-            wait_batches(&a, before + i + 1);
+            let n = before + i + 1;
+            wait_stats(&a, "the request's batch", |s| {
+                s["batches"].as_u64() >= Some(n)
+            });
         }
     }
     // An absence has no event to wait on: one short pause stands for "nothing came" (one for
@@ -89,13 +91,9 @@ fn an_object_behind_a_held_bucket_stops_past_its_unshipped_batches_and_answers_a
 /// acknowledged write is there, each value acknowledged once.
 #[test]
 fn uploads_of_one_object_are_in_flight_together_up_to_their_cap() {
-    let Some(fleet) = Fleet::start("uploads_in_flight_together") else {
+    let Some((fleet, proxy, a)) = owner_behind_a_proxy("uploads_in_flight_together", "p") else {
         return;
     };
-    let bucket: url_like::Endpoint = fleet.s3.bucket.endpoint.parse().unwrap();
-    let proxy = Proxy::start(bucket.addr);
-    let a = fleet.node_on(LEASE_TTL, &proxy.url(), &[]);
-    assert_eq!(post_acked(&a, "p"), 1, "the object claimed");
     let cap = a.stats()["limits"]["fleet_uploads_in_flight"]
         .as_u64()
         .unwrap();
