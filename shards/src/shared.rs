@@ -253,6 +253,10 @@ impl NodeShared {
             ("close_linger_ms", ms(limits::CLOSE_LINGER)),
             ("write_stall_timeout_ms", ms(limits::WRITE_STALL_TIMEOUT)),
             ("http_object_pipeline", limits::HTTP_OBJECT_PIPELINE as u64),
+            (
+                "pipeline_held_max_bytes",
+                limits::PIPELINE_HELD_MAX_BYTES as u64,
+            ),
             ("wal_sync_slow_ms", ms(limits::WAL_SYNC_SLOW)),
             (
                 "fleet_forward_timeout_ms",

@@ -50,6 +50,8 @@ struct Pipeline {
     owed: VecDeque<Owed>,
     /// Requests in `owed` waiting for an object.
     objects: usize,
+    /// Bytes of the responses in `owed`, written and waiting for the answers before them.
+    written: usize,
 }
 
 enum Owed {
@@ -65,6 +67,7 @@ impl Pipeline {
     /// Moves what was written to `out` past `mark` behind the answers still owed, if any.
     fn keep_order(&mut self, out: &mut Vec<u8>, mark: usize) {
         if !self.owed.is_empty() && out.len() > mark {
+            self.written += out.len() - mark;
             self.owed.push_back(Owed::Written(out.split_off(mark)));
         }
     }
@@ -132,8 +135,14 @@ impl Conn {
                 self.settle(&mut pipeline, &mut out).await;
                 return self.flush_and_close(&mut out).await;
             }
-            if out.len() >= limits::PIPELINE_FLUSH_BYTES && self.flush(&mut out).await.is_err() {
-                return;
+            // Back-pressure: past the bytes of responses a connection may hold, the ones owed
+            // are waited for and everything is written before the next request is answered.
+            // A client that reads nothing then stops the loop here, holding at most that.
+            if out.len() + pipeline.written >= limits::PIPELINE_HELD_MAX_BYTES {
+                self.settle(&mut pipeline, &mut out).await;
+                if self.flush(&mut out).await.is_err() {
+                    return;
+                }
             }
             if !pipelined {
                 clock = Clock::Idle(self.state().now_ms());
@@ -346,6 +355,7 @@ impl Conn {
             }
         }
         pipeline.objects = 0;
+        pipeline.written = 0;
         true
     }
 }

@@ -1,0 +1,86 @@
+//! Clients written to hurt the node, against the real node: each attack is held to the bytes
+//! and connections the node states, refused explicitly, and counted, while an honest client
+//! beside it is served.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// The node's resident memory (`VmRSS` of `/proc/<pid>/status`), in bytes.
+fn rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/<pid>/status");
+    kb * 1024
+}
+
+/// The most `rss` reached over `window`, sampled every 20 ms: the attacks below cost the node
+/// within milliseconds (34 MB a connection, before), so a peak is seen if there is one. A
+/// bounded observation, not a wait for an event: the event to wait for is that nothing happens.
+fn rss_peak(pid: i32, window: Duration) -> u64 {
+    let end = Instant::now() + window;
+    let mut peak = rss(pid);
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+        peak = peak.max(rss(pid));
+    }
+    peak
+}
+
+/// One 64 KiB write of pipelined requests, an object's first and then ~1,900 page GETs, from
+/// clients that never read: each costs the node at most 256 KiB. (It cost 34 MB: once an
+/// object's answer was owed, every response after it was kept, whole, with no byte cap.)
+#[test]
+fn pipelined_requests_from_clients_that_never_read_cost_at_most_256_kib_each() {
+    const CONNS: u64 = 20;
+    let node = TestNode::start(&[]);
+    // Warm what the attack touches (the page, the counter object and its database), so the
+    // baseline holds them.
+    let get = b"GET /million/ HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_eq!(request(node.public(), get).status, 200);
+    let post = b"POST /o/counter/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1";
+    assert_eq!(request(node.public(), post).status, 200);
+    let base = rss_peak(node.pid(), Duration::from_millis(200));
+
+    let mut burst = post.to_vec();
+    let mut gets = 0u64;
+    while burst.len() + get.len() <= 64 * 1024 {
+        burst.extend_from_slice(get);
+        gets += 1;
+    }
+    let attackers: Vec<TcpStream> = (0..CONNS)
+        .map(|_| {
+            let mut s = connect(node.public());
+            s.write_all(&burst).unwrap();
+            s
+        })
+        .collect();
+    let peak = rss_peak(node.pid(), Duration::from_secs(2));
+    let per_conn = peak.saturating_sub(base) / CONNS;
+    assert!(
+        per_conn <= 256 * 1024,
+        "{per_conn} bytes a connection (baseline {base}, peak {peak})"
+    );
+    // The node stopped answering them (back-pressure), kept them open, and serves others.
+    let s = node.stats();
+    assert!(
+        s["requests"].as_u64().unwrap() < CONNS * gets,
+        "every pipelined request was answered to clients that read nothing: {s}"
+    );
+    assert_eq!(
+        s["conns"].as_u64().unwrap(),
+        CONNS + 1,
+        "the attackers and /stats's: {s}"
+    );
+    assert_eq!(request(node.public(), get).status, 200, "an honest client");
+    drop(attackers);
+}
