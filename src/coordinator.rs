@@ -30,6 +30,7 @@ pub fn run(node: Arc<NodeShared>, probe: MemoryProbe, wake: Receiver<()>) {
     let mut summary = Summary::new(&node);
     loop {
         let want_full = measure(&node, &probe, &mut last_error);
+        node.addresses.sweep(Instant::now());
         summary.tick(&node);
         if let Some(every) = watchdog {
             // Ping only while every shard's tick runs: a stalled shard stops the pings and

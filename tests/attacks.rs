@@ -84,3 +84,86 @@ fn pipelined_requests_from_clients_that_never_read_cost_at_most_256_kib_each() {
     assert_eq!(request(node.public(), get).status, 200, "an honest client");
     drop(attackers);
 }
+
+/// 3,000 connections from one address to a node capped at 2,500: the address gets its share
+/// (1,024), the rest are closed at once and counted, and the node is not full: a client from
+/// another address connects and is served.
+#[test]
+fn one_address_gets_its_share_and_never_fills_the_node() {
+    let node = TestNode::start(&[("COMBD_MAX_CONNS", "2500"), ("COMBD_HEADER_TIMEOUT", "1m")]);
+    let flood: Vec<TcpStream> = (0..3000)
+        .map(|_| connect_from([127, 0, 0, 10], node.public()))
+        .collect();
+    let s = wait_stats(
+        &node,
+        "the connections past the address's share closed",
+        |s| s["address_conns_refused"].as_u64().unwrap() >= 3000 - 1024,
+    );
+    assert_eq!(s["address_conns_refused"], 3000 - 1024, "{s}");
+    assert_eq!(s["address_conns_most"], 1024, "{s}");
+    assert_eq!(
+        s["tcp_refusing"], 0,
+        "one address never makes the node full: {s}"
+    );
+    let mut other = connect_from([127, 0, 0, 11], node.public());
+    other
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut std::io::BufReader::new(&mut other));
+    assert_eq!(r.status, 200, "another address is served");
+    // The ones past the share were closed without an answer; the first 1,024 are still open.
+    let mut closed = 0;
+    for mut s in flood {
+        // A close is seen at once; a connection still open times out (WouldBlock).
+        s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        let mut b = [0u8; 1];
+        match std::io::Read::read(&mut s, &mut b) {
+            Ok(0) => closed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+            Ok(_) => panic!("an answer to a connection that sent nothing"),
+            Err(_) => {}
+        }
+    }
+    assert_eq!(closed, 3000 - 1024);
+}
+
+/// An address that connects and closes in a loop is held to its accept rate once its burst
+/// (`COMBD_MAX_CONNS_PER_ADDRESS`) is spent; another address is not.
+#[test]
+fn an_address_past_its_accept_rate_is_closed_at_once() {
+    let node = TestNode::start(&[
+        ("COMBD_MAX_CONNS_PER_ADDRESS", "10"),
+        ("COMBD_ACCEPT_RATE_PER_ADDRESS", "1"),
+    ]);
+    let started = Instant::now();
+    let mut answered = 0u64;
+    for _ in 0..30 {
+        let mut s = connect_from([127, 0, 0, 12], node.public());
+        let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut buf);
+        if buf.starts_with(b"HTTP/1.1 200") {
+            answered += 1;
+        }
+    }
+    // At most the burst and one a second since.
+    let allowed = 10 + started.elapsed().as_secs() + 1;
+    assert!(
+        answered <= allowed,
+        "{answered} answered, {allowed} allowed"
+    );
+    let s = node.stats();
+    assert_eq!(
+        s["address_rate_refused"].as_u64().unwrap(),
+        30 - answered,
+        "{s}"
+    );
+    let mut other = connect_from([127, 0, 0, 13], node.public());
+    other
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut std::io::BufReader::new(&mut other)).status,
+        200
+    );
+}

@@ -27,7 +27,7 @@ fn rss_bytes(pid: i32) -> u64 {
 }
 
 fn upgrade(node: &TestNode, i: usize) -> TcpStream {
-    let mut s = connect(node.public());
+    let mut s = connect_from(client_address(i), node.public());
     write!(
         s,
         "GET /o/echo/m{i} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\

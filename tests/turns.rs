@@ -62,8 +62,9 @@ fn a_broadcast_to_5000_viewers_leaves_room_for_other_requests() {
     // attach is an input of the board object).
     let mut viewers: Vec<TcpStream> = Vec::with_capacity(VIEWERS);
     for wave in 1..=VIEWERS / 500 {
-        for _ in 0..500 {
-            let mut v = connect(node.public());
+        for i in 0..500 {
+            // 5,000 viewers come from many addresses, each within its share.
+            let mut v = connect_from(client_address(i), node.public());
             v.write_all(&upgrade_request(node.port, "fan")).unwrap();
             viewers.push(v);
         }

@@ -15,7 +15,8 @@
 //!    ([`http`]), the WebSocket frame codec ([`ws`]), the app interface ([`app`]), the typed
 //!    limits a call can trip ([`limit`]), what reaches a cell ([`job`]: a job and the messages
 //!    between shards), the FIFO slot counter behind the wake queue (`fifo`), the counters and
-//!    their two renderings ([`stats`]), the published admission state ([`admission`]), TLS
+//!    their two renderings ([`stats`]), the published admission state ([`admission`]), the
+//!    connections of each client address ([`addresses`]), TLS
 //!    configuration and streams ([`tls`]), and the allocator ([`alloc`]).
 //! 2. **Node-wide state** (`shared`): settings, apps, every shard's stats, the admission
 //!    state, the connection count, the shards' inboxes and wake sockets, the drain flag.
@@ -61,6 +62,7 @@
 //! - The wake queue tells the run loop to re-apply admission through a signal in the shard's
 //!   state, instead of calling up into the listeners.
 
+pub mod addresses;
 pub mod admission;
 pub mod alloc;
 pub mod app;

@@ -17,6 +17,7 @@ use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream, UnixStream};
 use tracing::{debug, info, warn};
 
+use crate::addresses::{AddressKey, AddressRefusal};
 use crate::cells::Cells;
 use crate::conn;
 use crate::job::ShardMsg;
@@ -383,7 +384,8 @@ impl Shard {
 
     /// A connection just accepted: counted against the cap first (reserve before use), then
     /// served, or, on the public listener while the node is full or past its connection cap,
-    /// refused late. The localhost listener never refuses.
+    /// refused late; or, past its client address's share, closed at once. The localhost
+    /// listener never refuses.
     fn admit(&self, stream: TcpStream, l: &Listener) {
         let node = self.state.node();
         let accepted_total = self.stats().accepted.load(Ordering::Relaxed) + 1;
@@ -397,6 +399,26 @@ impl Shard {
             }
             if node.admission.refusing() || conns > node.max_conns_effective {
                 return self.refuse_late(slot, stream, l.tls);
+            }
+            // Its address's share: past it, closed at once (dropped with its slot), before
+            // anything is read or spawned for it.
+            let Ok(peer) = stream.peer_addr() else {
+                return;
+            };
+            let key = AddressKey::of(peer.ip());
+            match node.addresses.admit(key, Instant::now()) {
+                Ok(()) => slot.count_address(key),
+                Err(why) => {
+                    let stats = self.stats();
+                    ShardStats::add(
+                        match why {
+                            AddressRefusal::Conns => &stats.address_conns_refused,
+                            AddressRefusal::Rate => &stats.address_rate_refused,
+                        },
+                        1,
+                    );
+                    return;
+                }
             }
         }
         slot.open();

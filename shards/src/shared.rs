@@ -12,6 +12,7 @@ use std::time::Instant;
 use combd_kernel::limits;
 use combd_kernel::settings::Settings;
 
+use crate::addresses::{AddressLimits, Addresses};
 use crate::admission::Admission;
 use crate::app::Apps;
 use crate::fleet::Fleet;
@@ -31,6 +32,8 @@ pub struct NodeShared {
     pub max_conns_effective: u64,
     /// The admission state the coordinator publishes.
     pub admission: Admission,
+    /// The public connections of each client address, against its share.
+    pub addresses: Addresses,
     /// Where the memory budget came from.
     pub memory_budget_source: &'static str,
     /// Bytes waiting to be written per shard, every connection together
@@ -116,6 +119,10 @@ pub(crate) struct SharedParts {
 impl NodeShared {
     /// The shared state of a node about to start its shards.
     pub(crate) fn new(p: SharedParts) -> NodeShared {
+        let addresses = Addresses::new(AddressLimits {
+            max_conns: p.settings.max_conns_per_address,
+            rate: p.settings.accept_rate_per_address,
+        });
         NodeShared {
             stats: (0..p.inboxes.len())
                 .map(|_| ShardStats::default())
@@ -124,6 +131,7 @@ impl NodeShared {
             apps: p.apps,
             max_conns_effective: p.max_conns_effective,
             admission: Admission::default(),
+            addresses,
             memory_budget_source: p.memory_budget_source,
             outbound_budget_bytes: p.outbound_budget_bytes,
             started: Instant::now(),
@@ -198,6 +206,15 @@ impl NodeShared {
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         vec![
             ("max_conns", self.max_conns_effective),
+            ("max_conns_per_address", u64::from(s.max_conns_per_address)),
+            (
+                "accept_rate_per_address",
+                u64::from(s.accept_rate_per_address),
+            ),
+            (
+                "address_idle_entries_max",
+                limits::ADDRESS_IDLE_ENTRIES_MAX as u64,
+            ),
             ("max_body_bytes", s.max_body_bytes),
             ("header_timeout_ms", ms(s.header_timeout)),
             ("body_timeout_ms", ms(s.body_timeout)),
@@ -368,6 +385,8 @@ impl NodeShared {
             ("machine_percent", "combd_machine_percent", Gauge, "Machine memory used, as a percentage of the machine less a tenth.", g(&a.machine_percent)),
             ("tcp_kernel_bytes", "combd_tcp_kernel_bytes", Gauge, "Kernel TCP buffer memory, machine-wide.", g(&a.tcp_kernel_bytes)),
             ("listen_stops", "combd_listen_stops_total", Counter, "Times the node stopped listening.", g(&a.listen_stops)),
+            ("addresses", "combd_addresses", Gauge, "Client addresses with public connections open (or an accept-rate bucket refilling).", self.addresses.len() as u64),
+            ("address_conns_most", "combd_address_conns_most", Gauge, "The most public connections one client address holds now.", u64::from(self.addresses.most_open())),
             ("disk_low", "combd_disk_low", Gauge, "1 while the data disk is low.", a.disk_low() as u64),
             ("disk_free_bytes", "combd_disk_free_bytes", Gauge, "Free bytes on the data disk.", g(&a.disk_free_bytes)),
             ("measurements", "combd_measurements_total", Counter, "Admission measurements taken.", g(&a.measurements)),

@@ -56,6 +56,12 @@ pub struct ShardStats {
     /// Connections that got in while the node was full (or past the connection cap) and were
     /// answered 503 (plain HTTP) or closed (TLS).
     pub refused_late: AtomicU64,
+    /// Public connections closed at once after the accept: their address held
+    /// `COMBD_MAX_CONNS_PER_ADDRESS` already.
+    pub address_conns_refused: AtomicU64,
+    /// Public connections closed at once after the accept: their address opened them faster
+    /// than `COMBD_ACCEPT_RATE_PER_ADDRESS` past its burst.
+    pub address_rate_refused: AtomicU64,
     /// 1 while this shard's public listener listens.
     pub listening: AtomicU64,
     /// 1 while this shard is behind (its ready line as long as its awake cap).
@@ -197,6 +203,8 @@ impl ShardStats {
             ("request_timeouts", "combd_request_timeouts_total", Counter, "Requests answered 408 for a slow head or body.", g(&self.request_timeouts)),
             ("idle_closed", "combd_idle_closed_total", Counter, "Keep-alive connections closed when idle.", g(&self.idle_closed)),
             ("refused_late", "combd_refused_late_total", Counter, "Connections answered 503 or closed because the node was full.", g(&self.refused_late)),
+            ("address_conns_refused", "combd_address_conns_refused_total", Counter, "Connections closed at once: their address was at COMBD_MAX_CONNS_PER_ADDRESS.", g(&self.address_conns_refused)),
+            ("address_rate_refused", "combd_address_rate_refused_total", Counter, "Connections closed at once: their address opened them faster than COMBD_ACCEPT_RATE_PER_ADDRESS.", g(&self.address_rate_refused)),
             ("listening", "combd_listening", Gauge, "1 while the public listener listens.", g(&self.listening)),
             ("behind", "combd_behind", Gauge, "1 while the shard is behind.", g(&self.behind)),
             ("lag_ms", "combd_lag_milliseconds", Gauge, "How late the last housekeeping tick ran.", g(&self.lag_ms)),

@@ -376,6 +376,24 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
     s
 }
 
+/// Connects to `to` from the loopback source address `from` (127.x.x.x, chosen by the test),
+/// with read and write timeouts: a test that opens more connections than one address's share
+/// (`COMBD_MAX_CONNS_PER_ADDRESS`) spreads them, as many clients would come from many addresses.
+pub fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    sock.connect_timeout(&to.into(), WAIT).expect("connect");
+    let s: TcpStream = sock.into();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.set_write_timeout(Some(WAIT)).unwrap();
+    s
+}
+
+/// The `i`th of 250 client addresses (127.0.1.1 to 127.0.1.250), for [`connect_from`].
+pub fn client_address(i: usize) -> [u8; 4] {
+    [127, 0, 1, (i % 250) as u8 + 1]
+}
+
 /// Reads one response (content-length framed).
 pub fn read_response(r: &mut impl BufRead) -> Resp {
     let mut status_line = String::new();

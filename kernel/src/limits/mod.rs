@@ -339,6 +339,20 @@ pub const WS_MAX_MESSAGE_DEFAULT_BYTES: u64 = 1024 * 1024;
 pub const SHUTDOWN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// Default of `COMBD_MAX_CONNS`, from the seed: 200,000 open connections.
 pub const MAX_CONNS_DEFAULT: u64 = 200_000;
+/// Default of `COMBD_MAX_CONNS_PER_ADDRESS`: the connections one client address (IPv4 /32,
+/// IPv6 /64) may hold. A thousand is many browsers behind one NAT (each holds a WebSocket or
+/// two), and a fifth of a 1 GB node's ~5,000-connection share per address would still leave it
+/// to the others: one address at its cap never makes the node full for everyone.
+pub const MAX_CONNS_PER_ADDRESS_DEFAULT: u64 = 1024;
+/// Default of `COMBD_ACCEPT_RATE_PER_ADDRESS`: new connections a second one address may open
+/// once it has spent its burst (`COMBD_MAX_CONNS_PER_ADDRESS` at once). A page load opens one or
+/// two; 256 a second lets a NAT full of reloading browsers in, while a client that connects and
+/// closes in a loop (each accept is a task, a socket and a syscall or three) is held to it.
+pub const ACCEPT_RATE_PER_ADDRESS_DEFAULT: u64 = 256;
+/// Addresses kept with no connection open while their accept-rate bucket refills (so closing
+/// at once does not reset an address's rate): at most this many, about 64 bytes each (4 MiB);
+/// past it an address's last connection takes its entry with it.
+pub const ADDRESS_IDLE_ENTRIES_MAX: usize = 64 * 1024;
 /// Default of `COMBD_MAX_AWAKE`, from the seed: cells at work at once per shard.
 pub const MAX_AWAKE_DEFAULT: usize = 1000;
 /// Default of `COMBD_RESTORES_AT_ONCE`, from the seed: objects opened at once per shard.

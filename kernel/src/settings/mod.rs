@@ -36,7 +36,8 @@ pub use names::{check_env_names, closest};
 use table::spec_by_flag;
 pub use table::{help_text, SettingSpec, SETTINGS};
 pub use values::{
-    parse_bytes, parse_count, parse_duration, parse_listen, parse_log, parse_switch, LOG_LEVELS,
+    parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen, parse_log,
+    parse_switch, LOG_LEVELS,
 };
 
 /// A setting that failed validation. Its `Display` is the one line printed at start-up.
@@ -107,6 +108,10 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     /// `COMBD_MAX_CONNS` as configured (before clamping to the fd limit).
     pub max_conns: u64,
+    /// `COMBD_MAX_CONNS_PER_ADDRESS`.
+    pub max_conns_per_address: u32,
+    /// `COMBD_ACCEPT_RATE_PER_ADDRESS`.
+    pub accept_rate_per_address: u32,
     /// `COMBD_MEMORY_BUDGET`, if set (else the budget comes from the cgroup or RAM).
     pub memory_budget_bytes: Option<u64>,
     /// `COMBD_MAX_AWAKE`.
@@ -339,6 +344,8 @@ impl Settings {
             ws_max_message_bytes: parse(&raw, "COMBD_WS_MAX_MESSAGE", parse_bytes)?,
             shutdown_timeout: parse(&raw, "COMBD_SHUTDOWN_TIMEOUT", parse_duration)?,
             max_conns: parse(&raw, "COMBD_MAX_CONNS", parse_count)?,
+            max_conns_per_address: parse(&raw, "COMBD_MAX_CONNS_PER_ADDRESS", parse_count_u32)?,
+            accept_rate_per_address: parse(&raw, "COMBD_ACCEPT_RATE_PER_ADDRESS", parse_count_u32)?,
             max_awake: parse(&raw, "COMBD_MAX_AWAKE", parse_count)? as usize,
             restores_at_once: parse(&raw, "COMBD_RESTORES_AT_ONCE", parse_count)? as usize,
             sqlite_sync_full: parse(&raw, "COMBD_SQLITE_SYNC", |v| match v.trim() {
@@ -393,6 +400,8 @@ impl Settings {
                     "COMBD_MEMORY_BUDGET" => {
                         opt(self.memory_budget_bytes, "(from the cgroup or RAM)")
                     }
+                    "COMBD_MAX_CONNS_PER_ADDRESS" => self.max_conns_per_address.to_string(),
+                    "COMBD_ACCEPT_RATE_PER_ADDRESS" => self.accept_rate_per_address.to_string(),
                     "COMBD_MAX_AWAKE" => self.max_awake.to_string(),
                     "COMBD_RESTORES_AT_ONCE" => self.restores_at_once.to_string(),
                     "COMBD_SQLITE_SYNC" => (if self.sqlite_sync_full {

@@ -99,6 +99,20 @@ pub const SETTINGS: &[SettingSpec] = &[
         meaning: "most open connections; clamped to RLIMIT_NOFILE less a reserve of 256",
     },
     SettingSpec {
+        env: "COMBD_MAX_CONNS_PER_ADDRESS",
+        flag: "--max-conns-per-address",
+        default: "1024",
+        meaning: "most open connections of one client address (IPv4 /32, IPv6 /64) on the public \
+                  listeners; one more is closed at once after the accept (the localhost listener is exempt)",
+    },
+    SettingSpec {
+        env: "COMBD_ACCEPT_RATE_PER_ADDRESS",
+        flag: "--accept-rate-per-address",
+        default: "256",
+        meaning: "new connections a second one client address may open once it has spent its burst \
+                  (COMBD_MAX_CONNS_PER_ADDRESS at once); one faster is closed at once after the accept",
+    },
+    SettingSpec {
         env: "COMBD_MEMORY_BUDGET",
         flag: "--memory-budget",
         default: "the memory cgroup's limit, else the machine's RAM",

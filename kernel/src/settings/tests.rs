@@ -23,6 +23,14 @@ fn defaults_match_the_limits_file() {
     assert_eq!(s.shutdown_timeout, limits::SHUTDOWN_TIMEOUT_DEFAULT);
     assert_eq!(s.max_conns, limits::MAX_CONNS_DEFAULT);
     assert_eq!(s.max_awake, limits::MAX_AWAKE_DEFAULT);
+    assert_eq!(
+        u64::from(s.max_conns_per_address),
+        limits::MAX_CONNS_PER_ADDRESS_DEFAULT
+    );
+    assert_eq!(
+        u64::from(s.accept_rate_per_address),
+        limits::ACCEPT_RATE_PER_ADDRESS_DEFAULT
+    );
     assert_eq!(s.restores_at_once, limits::RESTORES_AT_ONCE_DEFAULT);
     assert!(s.sqlite_sync_full);
     assert!(!s.test_apps);
@@ -76,6 +84,9 @@ fn zero_and_garbage_fail_naming_the_setting() {
         ("COMBD_MAX_BODY", "0"),
         ("COMBD_MAX_BODY", "12Q"),
         ("COMBD_MAX_BODY", "-1"),
+        ("COMBD_MAX_CONNS_PER_ADDRESS", "0"),
+        ("COMBD_MAX_CONNS_PER_ADDRESS", "4294967296"),
+        ("COMBD_ACCEPT_RATE_PER_ADDRESS", "0"),
         ("COMBD_HEADER_TIMEOUT", "0s"),
         ("COMBD_HEADER_TIMEOUT", "soon"),
         ("COMBD_IDLE_TIMEOUT", "5 parsecs"),

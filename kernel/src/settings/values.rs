@@ -84,6 +84,13 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
     Ok(n)
 }
 
+/// Parses a positive whole count that fits 32 bits (a per-address count or rate). Zero is
+/// refused.
+pub fn parse_count_u32(text: &str) -> Result<u32, String> {
+    let n = parse_count(text)?;
+    u32::try_from(n).map_err(|_| format!("{text:?} is too large (at most {})", u32::MAX))
+}
+
 /// Parses an on/off switch: `on`, `off`, `true`, `false`, `1`, `0`.
 pub fn parse_switch(text: &str) -> Result<bool, String> {
     match text.trim() {

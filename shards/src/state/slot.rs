@@ -5,6 +5,7 @@
 
 use std::rc::Rc;
 
+use crate::addresses::AddressKey;
 use crate::stats::ShardStats;
 
 use super::ShardState;
@@ -13,6 +14,8 @@ use super::ShardState;
 pub(crate) struct ConnSlot {
     state: Rc<ShardState>,
     open: bool,
+    /// The client address it is counted under (public connections), given back with it.
+    address: Option<AddressKey>,
 }
 
 impl ConnSlot {
@@ -23,9 +26,16 @@ impl ConnSlot {
             ConnSlot {
                 state: state.clone(),
                 open: false,
+                address: None,
             },
             open,
         )
+    }
+
+    /// Counts the connection under its client address's share, given back when the slot is
+    /// dropped.
+    pub fn count_address(&mut self, key: AddressKey) {
+        self.address = Some(key);
     }
 
     /// Counts the connection as accepted and open on this shard.
@@ -45,6 +55,9 @@ impl Drop for ConnSlot {
             ShardStats::sub(&self.state.stats().conns, 1);
         }
         self.state.node().release_conn();
+        if let Some(key) = self.address {
+            self.state.node().addresses.release(key);
+        }
     }
 }
 
