@@ -249,6 +249,52 @@ fn a_viewer_that_stops_reading_is_closed_within_the_slow_timeout() {
     assert_eq!(s["limits"]["ws_slow_timeout_ms"], 2000);
 }
 
+/// A viewer whose socket takes nothing more while its mail waits, and no new mail comes to
+/// decide it slow: its pending write fails after `COMBD_WS_SLOW_TIMEOUT` and ends it as a slow
+/// reader, 1008 and counted, like a delivery that finds it stuck (before, this path waited for
+/// the 30 s write stall timeout and dropped the connection uncounted).
+#[test]
+fn a_viewer_whose_write_stalls_is_closed_as_slow_and_counted() {
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_SQLITE_SYNC", "normal"),
+        ("COMBD_WS_SLOW_TIMEOUT", "2s"),
+        ("COMBD_WS_RATE", "100000"),
+        ("COMBD_WS_BURST", "100000"),
+    ]);
+    let mut never = raw_viewer(node.public(), node.port, "stall");
+    let mut clicker = open_ws(&node, "stall");
+    read_json(&mut clicker);
+    // Click until frames pile up for the viewer (its 4 KiB receive buffer and the node's send
+    // buffer are full), then stop: nothing new is delivered to it.
+    let started = Instant::now();
+    let mut c = 0;
+    while sum(&node.stats(), "outbound_bytes") < 8 * 1024 {
+        assert!(
+            started.elapsed() < WAIT,
+            "the viewer's frames never piled up"
+        );
+        for _ in 0..50 {
+            c += 1;
+            click_and_wait(&mut clicker, c % PAGE_BOXES, c as u64);
+        }
+    }
+    let s = wait_stats(&node, "the stalled viewer closed as slow", |s| {
+        sum(s, "ws_slow_closed") == 1
+    });
+    assert_eq!(sum(&s, "outbound_bytes"), 0, "its bytes given back: {s}");
+    // Its socket ends once what was in flight is read; the clicker is kept.
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match never.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => assert!(Instant::now() < deadline, "the slow viewer was not closed"),
+        }
+    }
+    click_and_wait(&mut clicker, 1, 1_000_000);
+}
+
 fn sum(stats: &serde_json::Value, key: &str) -> u64 {
     stats[key]
         .as_u64()

@@ -151,6 +151,16 @@ pub(crate) enum Stream {
     Tls(Box<futures_rustls::server::TlsStream<TcpStream>>),
 }
 
+impl Stream {
+    /// The TCP socket under it.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
 impl std::os::fd::AsRawFd for Stream {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         match self {

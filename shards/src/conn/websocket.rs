@@ -31,6 +31,14 @@ pub(super) struct Upgrade {
     pub replay: Option<Vec<u8>>,
 }
 
+/// The close of a session the node decided to close.
+fn closing(why: CloseWhy) -> Close {
+    match why {
+        CloseWhy::Slow => Close::Frame(Some(close::POLICY), "slow"),
+        CloseWhy::OutboundBudget => Close::Frame(Some(close::TRY_AGAIN_LATER), "outbound budget"),
+    }
+}
+
 /// How the node ends a WebSocket.
 #[derive(Debug, Clone, Copy)]
 enum Close {
@@ -168,6 +176,12 @@ impl Conn {
         };
         let mut rate = Rate::new(settings);
         let _ = combd_kernel::sys::set_send_buffer(&self.stream, limits::WS_SEND_BUFFER_BYTES);
+        // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
+        // the HTTP write stall timeout: both mean a slow reader, and end it the same way.
+        let _ = self
+            .stream
+            .tcp()
+            .set_write_timeout(Some(settings.ws_slow_timeout));
         // Liveness: a ping every COMBD_WS_PING_INTERVAL; anything received answers it.
         self.ping_epoch = Some(state.ping_epoch());
         let mut out: Vec<u8> = Vec::new();
@@ -180,8 +194,8 @@ impl Conn {
             if !out.is_empty() {
                 ShardStats::add(&stats.ws_sends, 1);
             }
-            if self.flush(&mut out).await.is_err() {
-                break Close::Drop;
+            if let Err(e) = self.flush(&mut out).await {
+                break self.write_failed(&e);
             }
             match self.fill(None, !ws.decoder.in_message()).await {
                 Input::Data => ws.awaiting_pong = false,
@@ -314,12 +328,7 @@ impl Conn {
         if let Some(why) = self.cells.sessions().closing(id) {
             // It reads too slowly, or the shard's outbound budget is spent.
             tracing::debug!(shard = state.id(), session = id, ?why, "closing a session");
-            return Some(match why {
-                CloseWhy::Slow => Close::Frame(Some(close::POLICY), "slow"),
-                CloseWhy::OutboundBudget => {
-                    Close::Frame(Some(close::TRY_AGAIN_LATER), "outbound budget")
-                }
-            });
+            return Some(closing(why));
         }
         if self.cells.sessions().take_missed(id) {
             ShardStats::add(&state.stats().session_resyncs, 1);
@@ -346,7 +355,24 @@ impl Conn {
         }
         let written = self.write_session(&mut out).await;
         drop(permit);
-        written.err().map(|_| Close::Drop)
+        let e = written.err()?;
+        Some(match self.cells.sessions().closing(id) {
+            // The node decided to close it while the write waited.
+            Some(why) => closing(why),
+            None => self.write_failed(&e),
+        })
+    }
+
+    /// How a WebSocket whose write failed ends: one that took nothing for the write stall
+    /// timeout is a slow reader like one past `COMBD_WS_SLOW_TIMEOUT` (whichever of the two
+    /// fires first, the same close: 1008 `slow`, counted in `ws_slow_closed`); any other
+    /// failure means the client is gone.
+    fn write_failed(&self, e: &std::io::Error) -> Close {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            ShardStats::add(&self.stats().ws_slow_closed, 1);
+            return closing(CloseWhy::Slow);
+        }
+        Close::Drop
     }
 
     /// Writes a session's output and frees it, telling the session's accounts as the kernel
