@@ -167,3 +167,57 @@ fn an_address_past_its_accept_rate_is_closed_at_once() {
         200
     );
 }
+
+/// The localhost listener is never stopped, but it has a cap of its own that does not take
+/// from the public one: past it a local connection is closed at once, and public clients are
+/// still served.
+#[test]
+fn the_localhost_listener_has_a_cap_of_its_own() {
+    let node = TestNode::start(&[("COMBD_HEADER_TIMEOUT", "1m")]);
+    let cap = node.stats()["limits"]["local_conns_max"].as_u64().unwrap() as usize;
+    let mut conns: Vec<Option<TcpStream>> =
+        (0..=cap).map(|_| Some(connect(node.local()))).collect();
+    // Shards accept in parallel, so which one of them is past the cap is theirs to say:
+    // exactly one is closed (bounded by the wait).
+    let deadline = Instant::now() + WAIT;
+    let mut closed = 0;
+    while closed == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for one to be closed"
+        );
+        for c in conns.iter_mut() {
+            let Some(s) = c else { continue };
+            s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+            let mut b = [0u8; 1];
+            match std::io::Read::read(s, &mut b) {
+                Ok(0) => {
+                    closed += 1;
+                    *c = None;
+                }
+                Ok(_) => panic!("an answer to a connection that sent nothing"),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    closed += 1;
+                    *c = None;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    assert_eq!(closed, 1);
+    assert_eq!(
+        request(node.public(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status,
+        200,
+        "public clients do not share the localhost listener's cap"
+    );
+    // One of the held ones asks for /stats.
+    let mut stats = std::io::BufReader::new(conns.iter_mut().flatten().next().unwrap());
+    stats.get_mut().set_read_timeout(Some(WAIT)).unwrap();
+    stats
+        .get_mut()
+        .write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let s = read_response(&mut stats).json();
+    assert_eq!(s["local_conns_refused"], 1, "{s}");
+    assert_eq!(s["conns_local"].as_u64().unwrap(), cap as u64, "{s}");
+}

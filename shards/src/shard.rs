@@ -21,7 +21,7 @@ use crate::addresses::{AddressKey, AddressRefusal};
 use crate::cells::Cells;
 use crate::conn;
 use crate::job::ShardMsg;
-use crate::shared::NodeShared;
+use crate::shared::{ConnKind, NodeShared};
 use crate::state::slot::ConnSlot;
 use crate::state::turn::Turn;
 use crate::state::ShardState;
@@ -54,6 +54,43 @@ impl Listener {
     /// The localhost and fleet listeners serve whatever the admission state.
     fn never_refuses(&self) -> bool {
         self.local || self.fleet
+    }
+
+    /// The cap a connection from `peer` on this listener counts against: the localhost
+    /// listener's only for the node's own machine (a loopback peer; one that reached 127.0.0.1
+    /// through a NAT rule is a client like any other), the fleet listener's for other nodes.
+    fn kind_for(&self, peer: std::net::IpAddr) -> ConnKind {
+        conn_kind(self.local, self.fleet, peer)
+    }
+
+    /// The kind of a connection answered without looking at its peer (a stopping listener's
+    /// queue, the node's drain).
+    fn kind(&self) -> ConnKind {
+        if self.fleet {
+            ConnKind::Fleet
+        } else if self.local {
+            ConnKind::Local
+        } else {
+            ConnKind::Public
+        }
+    }
+}
+
+/// The cap a connection counts against, from its listener and its peer (see
+/// [`Listener::kind_for`]).
+fn conn_kind(local: bool, fleet: bool, peer: std::net::IpAddr) -> ConnKind {
+    let loopback = match peer {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(v6.is_loopback(), |v4| v4.is_loopback()),
+        ip => ip.is_loopback(),
+    };
+    if fleet {
+        ConnKind::Fleet
+    } else if local && loopback {
+        ConnKind::Local
+    } else {
+        ConnKind::Public
     }
 }
 
@@ -293,7 +330,7 @@ impl Shard {
                 break;
             }
             let stream = unsafe { TcpStream::from_raw_fd(fd) };
-            let (slot, _) = ConnSlot::reserve(&self.state);
+            let (slot, _) = ConnSlot::reserve(&self.state, l.kind());
             self.refuse_late(slot, stream, l.tls);
         }
         debug_assert_eq!(l.generation.get(), generation);
@@ -357,7 +394,7 @@ impl Shard {
                 // Stopped (or restarted) meanwhile: a connection accepted in the race is
                 // answered.
                 if let Ok(stream) = accepted {
-                    let (slot, _) = ConnSlot::reserve(&self.state);
+                    let (slot, _) = ConnSlot::reserve(&self.state, l.kind());
                     self.refuse_late(slot, stream, l.tls);
                 }
                 return;
@@ -392,8 +429,23 @@ impl Shard {
         if accepted_total.is_multiple_of(MEASURE_EVERY_ACCEPTS) {
             node.wake_coordinator();
         }
-        let (mut slot, conns) = ConnSlot::reserve(&self.state);
-        if !l.never_refuses() {
+        // A connection already gone has no peer: dropped.
+        let Ok(peer) = stream.peer_addr() else {
+            return;
+        };
+        let kind = l.kind_for(peer.ip());
+        let (mut slot, conns) = ConnSlot::reserve(&self.state, kind);
+        let stats = self.stats();
+        if kind != ConnKind::Public && conns > node.conns_cap(kind) {
+            // The localhost and fleet listeners are never stopped, but each has its own cap:
+            // past it, closed at once.
+            let refused = match kind {
+                ConnKind::Fleet => &stats.fleet_conns_refused,
+                _ => &stats.local_conns_refused,
+            };
+            return ShardStats::add(refused, 1);
+        }
+        if kind == ConnKind::Public {
             if conns >= node.max_conns_effective {
                 node.wake_coordinator();
             }
@@ -402,14 +454,10 @@ impl Shard {
             }
             // Its address's share: past it, closed at once (dropped with its slot), before
             // anything is read or spawned for it.
-            let Ok(peer) = stream.peer_addr() else {
-                return;
-            };
             let key = AddressKey::of(peer.ip());
             match node.addresses.admit(key, Instant::now()) {
                 Ok(()) => slot.count_address(key),
                 Err(why) => {
-                    let stats = self.stats();
                     ShardStats::add(
                         match why {
                             AddressRefusal::Conns => &stats.address_conns_refused,
@@ -422,13 +470,15 @@ impl Shard {
             }
         }
         slot.open();
+        // `/stats` and `/metrics` answer only the node's own machine.
+        let local = kind == ConnKind::Local;
         // A task that cannot start (the shard drains) drops its connection, and its slot.
         let cells = self.cells.clone();
         let task = if l.tls {
             self.state
-                .spawn(conn::serve_tls(cells, slot, stream, l.local))
+                .spawn(conn::serve_tls(cells, slot, stream, local))
         } else {
-            let conn = conn::serve(cells, slot, stream, l.local);
+            let conn = conn::serve(cells, slot, stream, local);
             if accepted_total == 1 {
                 debug!(
                     shard = self.state.id(),
@@ -470,5 +520,31 @@ impl Shard {
                 "drain deadline passed; closing the rest"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_loopback_peer_on_the_localhost_listener_is_the_nodes_own_machine() {
+        let ip = |s: &str| s.parse().unwrap();
+        assert_eq!(conn_kind(true, false, ip("127.0.0.1")), ConnKind::Local);
+        assert_eq!(conn_kind(true, false, ip("127.9.9.9")), ConnKind::Local);
+        assert_eq!(
+            conn_kind(true, false, ip("::ffff:127.0.0.1")),
+            ConnKind::Local
+        );
+        // 127.0.0.1 reached from outside (a NAT rule, route_localnet): a client like any other.
+        assert_eq!(conn_kind(true, false, ip("203.0.113.7")), ConnKind::Public);
+        assert_eq!(
+            conn_kind(true, false, ip("::ffff:203.0.113.7")),
+            ConnKind::Public
+        );
+        // On a public listener even a loopback peer is public (the tests' own clients).
+        assert_eq!(conn_kind(false, false, ip("127.0.0.1")), ConnKind::Public);
+        assert_eq!(conn_kind(false, true, ip("10.0.0.2")), ConnKind::Fleet);
     }
 }

@@ -41,10 +41,10 @@ pub struct NodeShared {
     pub outbound_budget_bytes: u64,
     started: Instant,
     draining: AtomicBool,
-    /// Open connections on every shard and listener: reserved at accept, released when the
-    /// connection closes. The connection cap is checked against it atomically, so shards
-    /// accepting at once cannot overshoot the cap together.
-    conns_open: AtomicU64,
+    /// Open connections on every shard, by listener kind: reserved at accept, released when
+    /// the connection closes. Each cap is checked against its count atomically, so shards
+    /// accepting at once cannot overshoot it together.
+    conns_open: [AtomicU64; 3],
     /// The coordinator's end of each shard's wake socket.
     shard_wakers: Vec<UnixStream>,
     /// Wakes the coordinator (a burst of accepts, the connection cap reached).
@@ -57,6 +57,19 @@ pub struct NodeShared {
     pub fleet: Option<Arc<Fleet>>,
     /// Per shard: what its sessions missed because its inbox was full.
     pub(crate) missed: Vec<Missed>,
+}
+
+/// Which cap a connection counts against: where it came in, and from where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnKind {
+    /// A client on a public listener (plain or TLS), or on the localhost listener from an
+    /// address that is not loopback: admission and its address's share apply.
+    Public = 0,
+    /// The node's own machine: the localhost listener, from a loopback address. Never refused
+    /// while it has room under its own cap.
+    Local = 1,
+    /// Another node of the fleet, on the fleet listener.
+    Fleet = 2,
 }
 
 /// What a shard's sessions missed because another shard could not reach them (its inbox was
@@ -136,7 +149,7 @@ impl NodeShared {
             outbound_budget_bytes: p.outbound_budget_bytes,
             started: Instant::now(),
             draining: AtomicBool::new(false),
-            conns_open: AtomicU64::new(0),
+            conns_open: Default::default(),
             shard_wakers: p.shard_wakers,
             coordinator: p.coordinator,
             missed: p.inboxes.iter().map(|_| Missed::default()).collect(),
@@ -185,19 +198,33 @@ impl NodeShared {
             .all(|s| now.saturating_sub(s.heartbeat_ms.load(Ordering::Relaxed)) <= within_ms)
     }
 
-    /// Open connections on every shard.
+    /// Open public connections on every shard (what `COMBD_MAX_CONNS` caps).
     pub fn conns(&self) -> u64 {
-        self.conns_open.load(Ordering::Relaxed)
+        self.conns_of(ConnKind::Public)
     }
 
-    /// Reserves a connection; returns how many are open with it.
-    pub(crate) fn reserve_conn(&self) -> u64 {
-        self.conns_open.fetch_add(1, Ordering::Relaxed) + 1
+    /// Open connections of one kind on every shard.
+    pub fn conns_of(&self, kind: ConnKind) -> u64 {
+        self.conns_open[kind as usize].load(Ordering::Relaxed)
+    }
+
+    /// The cap on open connections of a kind: the public cap (`COMBD_MAX_CONNS` clamped), the
+    /// localhost listener's own, and the fleet listener's, as large as the public one.
+    pub fn conns_cap(&self, kind: ConnKind) -> u64 {
+        match kind {
+            ConnKind::Public | ConnKind::Fleet => self.max_conns_effective,
+            ConnKind::Local => limits::LOCAL_CONNS_MAX,
+        }
+    }
+
+    /// Reserves a connection of a kind; returns how many of it are open with it.
+    pub(crate) fn reserve_conn(&self, kind: ConnKind) -> u64 {
+        self.conns_open[kind as usize].fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Releases a connection reserved with [`NodeShared::reserve_conn`].
-    pub(crate) fn release_conn(&self) {
-        self.conns_open.fetch_sub(1, Ordering::Relaxed);
+    pub(crate) fn release_conn(&self, kind: ConnKind) {
+        self.conns_open[kind as usize].fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Every limit in force, settings and constants, for `/stats`.
@@ -206,6 +233,7 @@ impl NodeShared {
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         vec![
             ("max_conns", self.max_conns_effective),
+            ("local_conns_max", limits::LOCAL_CONNS_MAX),
             ("max_conns_per_address", u64::from(s.max_conns_per_address)),
             (
                 "accept_rate_per_address",
@@ -387,6 +415,9 @@ impl NodeShared {
             ("listen_stops", "combd_listen_stops_total", Counter, "Times the node stopped listening.", g(&a.listen_stops)),
             ("addresses", "combd_addresses", Gauge, "Client addresses with public connections open (or an accept-rate bucket refilling).", self.addresses.len() as u64),
             ("address_conns_most", "combd_address_conns_most", Gauge, "The most public connections one client address holds now.", u64::from(self.addresses.most_open())),
+            ("conns_public", "combd_conns_public", Gauge, "Open public connections (what COMBD_MAX_CONNS caps).", self.conns_of(ConnKind::Public)),
+            ("conns_local", "combd_conns_local", Gauge, "Open connections of the node's own machine on the localhost listener.", self.conns_of(ConnKind::Local)),
+            ("conns_fleet", "combd_conns_fleet", Gauge, "Open connections from other nodes on the fleet listener.", self.conns_of(ConnKind::Fleet)),
             ("disk_low", "combd_disk_low", Gauge, "1 while the data disk is low.", a.disk_low() as u64),
             ("disk_free_bytes", "combd_disk_free_bytes", Gauge, "Free bytes on the data disk.", g(&a.disk_free_bytes)),
             ("measurements", "combd_measurements_total", Counter, "Admission measurements taken.", g(&a.measurements)),

@@ -62,6 +62,11 @@ pub struct ShardStats {
     /// Public connections closed at once after the accept: their address opened them faster
     /// than `COMBD_ACCEPT_RATE_PER_ADDRESS` past its burst.
     pub address_rate_refused: AtomicU64,
+    /// Connections of the node's own machine closed at once: the localhost listener held
+    /// `LOCAL_CONNS_MAX` already.
+    pub local_conns_refused: AtomicU64,
+    /// Connections from other nodes closed at once: the fleet listener held its cap already.
+    pub fleet_conns_refused: AtomicU64,
     /// 1 while this shard's public listener listens.
     pub listening: AtomicU64,
     /// 1 while this shard is behind (its ready line as long as its awake cap).
@@ -205,6 +210,8 @@ impl ShardStats {
             ("refused_late", "combd_refused_late_total", Counter, "Connections answered 503 or closed because the node was full.", g(&self.refused_late)),
             ("address_conns_refused", "combd_address_conns_refused_total", Counter, "Connections closed at once: their address was at COMBD_MAX_CONNS_PER_ADDRESS.", g(&self.address_conns_refused)),
             ("address_rate_refused", "combd_address_rate_refused_total", Counter, "Connections closed at once: their address opened them faster than COMBD_ACCEPT_RATE_PER_ADDRESS.", g(&self.address_rate_refused)),
+            ("local_conns_refused", "combd_local_conns_refused_total", Counter, "Localhost connections closed at once past the localhost listener's cap.", g(&self.local_conns_refused)),
+            ("fleet_conns_refused", "combd_fleet_conns_refused_total", Counter, "Fleet connections closed at once past the fleet listener's cap.", g(&self.fleet_conns_refused)),
             ("listening", "combd_listening", Gauge, "1 while the public listener listens.", g(&self.listening)),
             ("behind", "combd_behind", Gauge, "1 while the shard is behind.", g(&self.behind)),
             ("lag_ms", "combd_lag_milliseconds", Gauge, "How late the last housekeeping tick ran.", g(&self.lag_ms)),

@@ -65,6 +65,13 @@ pub const LISTEN_BACKLOG: i32 = 4096;
 /// accept never fails with `EMFILE`.
 pub const FD_RESERVE: u64 = 256;
 
+/// Connections the localhost listener (127.0.0.1) holds at most, apart from the public cap:
+/// the operator's own checks (`/stats`, `/healthz`, `combd top`, a monitoring agent) need a few
+/// at a time, and a thousand leaves them room; one past it is closed at once
+/// (`local_conns_refused`). Its descriptors are held back from `COMBD_MAX_CONNS` with
+/// [`FD_RESERVE`], so the localhost listener can never make accept fail with `EMFILE`.
+pub const LOCAL_CONNS_MAX: u64 = 1024;
+
 /// The `RLIMIT_NOFILE` soft limit assumed when the node cannot read or raise it: Linux's
 /// default soft limit. The connection cap is then clamped to it less [`FD_RESERVE`].
 pub const NOFILE_FALLBACK: u64 = 1024;
@@ -463,6 +470,8 @@ const _: () = assert!(
 const _: () = assert!(OBJECT_NAME_MAX_BYTES + ".sqlite-wal".len() <= 255);
 // The reserve must leave connections under the fallback descriptor limit.
 const _: () = assert!(FD_RESERVE < NOFILE_FALLBACK);
+// The localhost listener needs a connection at least, or the operator could not ask anything.
+const _: () = assert!(LOCAL_CONNS_MAX > 0);
 
 #[cfg(test)]
 mod tests {

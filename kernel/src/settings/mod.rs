@@ -466,12 +466,14 @@ impl Settings {
             .collect()
     }
 
-    /// The connection cap in force: `COMBD_MAX_CONNS`, clamped to the file-descriptor limit
-    /// less [`limits::FD_RESERVE`].
+    /// The public connection cap in force: `COMBD_MAX_CONNS`, clamped to the file-descriptor
+    /// limit less [`limits::FD_RESERVE`] and the localhost listener's own cap
+    /// ([`limits::LOCAL_CONNS_MAX`]); in a fleet the fleet listener has a cap of its own as
+    /// large as the public one, so the descriptors left are split between the two.
     pub fn max_conns_effective(&self, nofile_soft: u64) -> u64 {
-        self.max_conns
-            .min(nofile_soft.saturating_sub(limits::FD_RESERVE))
-            .max(1)
+        let fds = nofile_soft.saturating_sub(limits::FD_RESERVE + limits::LOCAL_CONNS_MAX);
+        let fds = if self.fleet.is_some() { fds / 2 } else { fds };
+        self.max_conns.min(fds).max(1)
     }
 }
 

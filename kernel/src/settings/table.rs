@@ -96,7 +96,9 @@ pub const SETTINGS: &[SettingSpec] = &[
         env: "COMBD_MAX_CONNS",
         flag: "--max-conns",
         default: "200000",
-        meaning: "most open connections; clamped to RLIMIT_NOFILE less a reserve of 256",
+        meaning: "most open public connections (plain and TLS); clamped to RLIMIT_NOFILE less a reserve \
+                  of 256 and the localhost listener's own 1024 (the rest halved in a fleet, whose \
+                  listener has a cap as large)",
     },
     SettingSpec {
         env: "COMBD_MAX_CONNS_PER_ADDRESS",

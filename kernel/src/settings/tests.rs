@@ -61,6 +61,10 @@ fn the_table_text_matches_the_limits_file() {
     assert!(
         meaning("COMBD_MAX_CONNS").contains(&format!("less a reserve of {}", limits::FD_RESERVE))
     );
+    assert!(meaning("COMBD_MAX_CONNS").contains(&format!(
+        "localhost listener's own {}",
+        limits::LOCAL_CONNS_MAX
+    )));
     assert!(meaning("COMBD_CPU_LIMIT_TICKS").contains(&format!(
         "each host call counts {}",
         limits::HOST_CALL_TICKS
@@ -294,10 +298,15 @@ fn durations() {
 #[test]
 fn max_conns_is_clamped_to_the_fd_limit() {
     let s = load(&[], &[]).unwrap();
-    assert_eq!(s.max_conns_effective(20_000), 20_000 - limits::FD_RESERVE);
+    assert_eq!(
+        s.max_conns_effective(20_000),
+        20_000 - limits::FD_RESERVE - limits::LOCAL_CONNS_MAX
+    );
     assert_eq!(s.max_conns_effective(1_048_576), limits::MAX_CONNS_DEFAULT);
     let s = load(&[("COMBD_MAX_CONNS", "50")], &[]).unwrap();
     assert_eq!(s.max_conns_effective(20_000), 50);
+    // Nothing left after the reserve and the localhost listener's cap: one, never zero.
+    assert_eq!(s.max_conns_effective(100), 1);
 }
 
 #[test]

@@ -6,6 +6,7 @@
 use std::rc::Rc;
 
 use crate::addresses::AddressKey;
+use crate::shared::ConnKind;
 use crate::stats::ShardStats;
 
 use super::ShardState;
@@ -14,18 +15,20 @@ use super::ShardState;
 pub(crate) struct ConnSlot {
     state: Rc<ShardState>,
     open: bool,
+    kind: ConnKind,
     /// The client address it is counted under (public connections), given back with it.
     address: Option<AddressKey>,
 }
 
 impl ConnSlot {
-    /// Reserves a connection node-wide; also returns how many are open with it.
-    pub fn reserve(state: &Rc<ShardState>) -> (ConnSlot, u64) {
-        let open = state.node().reserve_conn();
+    /// Reserves a connection of a kind node-wide; also returns how many of it are open with it.
+    pub fn reserve(state: &Rc<ShardState>, kind: ConnKind) -> (ConnSlot, u64) {
+        let open = state.node().reserve_conn(kind);
         (
             ConnSlot {
                 state: state.clone(),
                 open: false,
+                kind,
                 address: None,
             },
             open,
@@ -54,7 +57,7 @@ impl Drop for ConnSlot {
         if self.open {
             ShardStats::sub(&self.state.stats().conns, 1);
         }
-        self.state.node().release_conn();
+        self.state.node().release_conn(self.kind);
         if let Some(key) = self.address {
             self.state.node().addresses.release(key);
         }
