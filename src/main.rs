@@ -158,6 +158,8 @@ fn main() {
         probe.budget_bytes,
         shards,
     );
+    let inbound_budget =
+        limits::inbound_budget_per_shard(settings.inbound_budget_bytes, probe.budget_bytes, shards);
     let tls = settings.tls.as_ref().map(|t| {
         combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
             .unwrap_or_else(|e| fail(e.into()))
@@ -178,6 +180,7 @@ fn main() {
         max_conns_effective: max_conns,
         memory_budget_source: probe.budget_source.as_str(),
         outbound_budget_bytes: outbound_budget,
+        inbound_budget_bytes: inbound_budget,
         coordinator: wake_coordinator,
         tls,
     };
@@ -382,6 +385,14 @@ fn check_config(
         "{:<24} {:<28} {from}",
         "outbound_budget_bytes", outbound
     )?;
+    let inbound =
+        limits::inbound_budget_per_shard(settings.inbound_budget_bytes, probe.budget_bytes, shards);
+    let from = if settings.inbound_budget_bytes.is_some() {
+        "COMBD_INBOUND_BUDGET"
+    } else {
+        "memory budget / 4 / shards"
+    };
+    writeln!(out, "{:<24} {:<28} {from}", "inbound_budget_bytes", inbound)?;
     writeln!(
         out,
         "\nfixed limits (kernel/src/limits.rs): header section {} B, header fields {}, request target {} B, \

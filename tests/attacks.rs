@@ -221,3 +221,125 @@ fn the_localhost_listener_has_a_cap_of_its_own() {
     assert_eq!(s["local_conns_refused"], 1, "{s}");
     assert_eq!(s["conns_local"].as_u64().unwrap(), cap as u64, "{s}");
 }
+
+fn open_ws(node: &TestNode, from: [u8; 4], path: &str) -> tungstenite::WebSocket<TcpStream> {
+    let stream = connect_from(from, node.public());
+    let url = format!("ws://127.0.0.2:{}{path}", node.port);
+    tungstenite::client(url.as_str(), stream)
+        .expect("websocket handshake")
+        .0
+}
+
+/// The close code a WebSocket ends with (reading past any frames before it).
+fn close_code(ws: &mut tungstenite::WebSocket<TcpStream>) -> Option<u16> {
+    loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Close(f)) => return f.map(|f| u16::from(f.code)),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// 8 WebSockets each sending a 1 MB message to a board (within the node's message limit): the
+/// board's app takes clicks of a few dozen bytes and says so, so each is closed with 1009 at
+/// the frame's header, before any of it is held (8 clients at 300 such messages took the node
+/// from 12 MB to 1,023 MB: the mailbox bounded them by count only).
+#[test]
+fn messages_larger_than_the_app_takes_are_refused_before_they_are_held() {
+    let node = TestNode::start(&[]);
+    let base = rss(node.pid());
+    let big = "x".repeat(1 << 20);
+    let mut viewers: Vec<_> = (0..8)
+        .map(|i| open_ws(&node, [127, 0, 0, 20 + i], "/o/million/b?page=0"))
+        .collect();
+    for v in viewers.iter_mut() {
+        assert!(matches!(v.read().unwrap(), tungstenite::Message::Text(_)));
+        let _ = v.send(tungstenite::Message::text(big.clone()));
+    }
+    for v in viewers.iter_mut() {
+        assert_eq!(close_code(v), Some(1009), "closed as too big");
+    }
+    let s = node.stats();
+    assert_eq!(s["ws_protocol_closed"], 8, "{s}");
+    assert_eq!(s["mailbox_refused"], 0, "nothing reached the mailbox: {s}");
+    let grown = rss(node.pid()).saturating_sub(base);
+    assert!(grown < 8 << 20, "the node grew by {grown} bytes");
+}
+
+/// An object that is busy while a WebSocket sends it large messages: the connection's input
+/// waiting is bounded (`inbound_conn_queued_max_bytes` and the one message that crossed it),
+/// the connection is not read meanwhile, and nothing is lost or refused: every message runs
+/// once the object is free.
+#[test]
+fn a_connection_past_its_input_waiting_is_not_read_until_it_ran() {
+    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let mut ws = open_ws(&node, [127, 0, 0, 30], "/o/hold/busy");
+    // The object busy for a while (its call holds an awake slot): the messages wait for it.
+    let mut held = connect(node.public());
+    held.write_all(b"GET /o/hold/busy?ms=1500 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    wait_stats(&node, "the object busy", |s| s["cells_awake"] == 1);
+    const N: u64 = 20;
+    const SIZE: usize = 200 * 1024;
+    let sender = std::thread::spawn(move || {
+        for _ in 0..N {
+            ws.send(tungstenite::Message::text("y".repeat(SIZE)))
+                .unwrap();
+        }
+        ws
+    });
+    let s = wait_stats(&node, "the connection to stop being read", |s| {
+        s["inbound_waits"].as_u64().unwrap() >= 1
+    });
+    let cap = s["limits"]["inbound_conn_queued_max_bytes"]
+        .as_u64()
+        .unwrap();
+    let _ws = sender.join().unwrap();
+    let s = wait_stats(&node, "every message run", |s| {
+        s["ws_messages_in"] == N && s["inbound_bytes"] == 0 && s["cells_awake"] == 0
+    });
+    let max = s["inbound_bytes_max"].as_u64().unwrap();
+    assert!(max <= cap + SIZE as u64, "{max} held at most, bound {cap}");
+    assert_eq!(s["mailbox_refused"], 0, "{s}");
+    assert_eq!(s["inbound_refused"], 0, "{s}");
+    let r = read_response(&mut std::io::BufReader::new(held));
+    assert_eq!(r.status, 200);
+}
+
+/// Past the shard's inbound budget large input is refused explicitly and counted, while a
+/// small one from a connection with little waiting (within its floor) still goes in.
+#[test]
+fn past_the_shards_inbound_budget_large_input_is_refused_and_small_input_is_not() {
+    let node = TestNode::start(&[
+        ("COMBD_TEST_APPS", "on"),
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_INBOUND_BUDGET", "300K"),
+    ]);
+    let mut a = open_ws(&node, [127, 0, 0, 40], "/o/hold/full");
+    let mut b = open_ws(&node, [127, 0, 0, 41], "/o/hold/full");
+    let mut c = open_ws(&node, [127, 0, 0, 42], "/o/hold/full");
+    // The object busy (its call holds an awake slot): what the sessions send waits for it.
+    let mut held = connect(node.public());
+    held.write_all(b"GET /o/hold/full?ms=2000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    wait_stats(&node, "the object busy", |s| s["cells_awake"] == 1);
+    a.send(tungstenite::Message::text("a".repeat(200 * 1024)))
+        .unwrap();
+    wait_stats(&node, "the first large message held", |s| {
+        s["inbound_bytes"].as_u64().unwrap() >= 200 * 1024
+    });
+    b.send(tungstenite::Message::text("b".repeat(200 * 1024)))
+        .unwrap();
+    match b.read().unwrap() {
+        tungstenite::Message::Text(t) => assert_eq!(t.as_str(), r#"{"error":"overloaded"}"#),
+        m => panic!("expected the refusal, got {m:?}"),
+    }
+    c.send(tungstenite::Message::text("small")).unwrap();
+    let s = wait_stats(&node, "the held and the small message run", |s| {
+        s["ws_messages_in"] == 3 && s["inbound_bytes"] == 0
+    });
+    assert_eq!(s["inbound_refused"], 1, "{s}");
+    assert_eq!(s["limits"]["inbound_budget_bytes"], 300 * 1024, "{s}");
+    drop(held);
+}

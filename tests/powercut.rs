@@ -74,6 +74,7 @@ fn start_node(data: &Path, sync: &str) -> Node {
         max_conns_effective: 1000,
         memory_budget_source: "env",
         outbound_budget_bytes: 64 << 20,
+        inbound_budget_bytes: 64 << 20,
         coordinator,
         tls: None,
     };

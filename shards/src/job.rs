@@ -6,14 +6,24 @@ use std::sync::Arc;
 
 use crate::app::{AppError, Input, Message, SessionId};
 use crate::http::Response;
+use crate::inbound::Hold;
 
-/// Work for an object: what to handle, and where its answer goes.
+/// Work for an object: what to handle, where its answer goes, and the bytes of its input held
+/// against its connection's and its shard's inbound budget (released when the job is dropped:
+/// after its batch ran, or once it was refused).
 pub(crate) struct Job {
     pub input: Owned,
     pub reply: Reply,
+    pub hold: Option<Hold>,
 }
 
 impl Job {
+    /// The job with its input's bytes held.
+    pub fn held(mut self, hold: Hold) -> Job {
+        self.hold = Some(hold);
+        self
+    }
+
     /// An HTTP request; the response goes back on `reply`. `forwarded`: another node of the
     /// fleet passed it on (it is never passed on again).
     pub fn http(
@@ -31,6 +41,7 @@ impl Job {
                 forwarded,
             },
             reply: Reply::Http(reply),
+            hold: None,
         }
     }
 
@@ -43,6 +54,7 @@ impl Job {
                 payload,
             },
             reply: Reply::Session(session),
+            hold: None,
         }
     }
 
@@ -58,6 +70,7 @@ impl Job {
         Job {
             input: Owned::Attach { session, query },
             reply: Reply::Attach { reply, may_pass },
+            hold: None,
         }
     }
 
@@ -67,6 +80,7 @@ impl Job {
         Job {
             input: Owned::Attach { session, query },
             reply: Reply::Session(session),
+            hold: None,
         }
     }
 
@@ -75,6 +89,7 @@ impl Job {
         Job {
             input: Owned::Detach { session },
             reply: Reply::None,
+            hold: None,
         }
     }
 

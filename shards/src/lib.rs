@@ -71,6 +71,7 @@ mod conn;
 mod fifo;
 pub mod fleet;
 pub mod http;
+mod inbound;
 mod job;
 pub mod limit;
 pub mod node;

@@ -85,6 +85,8 @@ pub struct NodeConfig {
     pub memory_budget_source: &'static str,
     /// Bytes waiting to be written per shard.
     pub outbound_budget_bytes: u64,
+    /// Bytes of clients' input waiting in mailboxes and inboxes per shard.
+    pub inbound_budget_bytes: u64,
     /// The sending end of the channel the coordinator waits on.
     pub coordinator: mpsc::SyncSender<()>,
     /// The TLS configuration, when TLS is on.
@@ -101,6 +103,7 @@ impl Node {
             max_conns_effective,
             memory_budget_source,
             outbound_budget_bytes,
+            inbound_budget_bytes,
             coordinator,
             tls,
         } = config;
@@ -128,6 +131,7 @@ impl Node {
             max_conns_effective,
             memory_budget_source,
             outbound_budget_bytes,
+            inbound_budget_bytes,
             shard_wakers,
             coordinator,
             inboxes,

@@ -39,6 +39,10 @@ pub struct NodeShared {
     /// Bytes waiting to be written per shard, every connection together
     /// (`COMBD_OUTBOUND_BUDGET`, else a quarter of the memory budget split over the shards).
     pub outbound_budget_bytes: u64,
+    /// Bytes of clients' input waiting in mailboxes and inboxes per shard, every connection
+    /// together (`COMBD_INBOUND_BUDGET`, else a quarter of the memory budget split over the
+    /// shards).
+    pub inbound_budget_bytes: u64,
     started: Instant,
     draining: AtomicBool,
     /// Open connections on every shard, by listener kind: reserved at accept, released when
@@ -122,6 +126,7 @@ pub(crate) struct SharedParts {
     pub max_conns_effective: u64,
     pub memory_budget_source: &'static str,
     pub outbound_budget_bytes: u64,
+    pub inbound_budget_bytes: u64,
     pub shard_wakers: Vec<UnixStream>,
     pub coordinator: mpsc::SyncSender<()>,
     pub inboxes: Vec<async_channel::Sender<ShardMsg>>,
@@ -147,6 +152,7 @@ impl NodeShared {
             addresses,
             memory_budget_source: p.memory_budget_source,
             outbound_budget_bytes: p.outbound_budget_bytes,
+            inbound_budget_bytes: p.inbound_budget_bytes,
             started: Instant::now(),
             draining: AtomicBool::new(false),
             conns_open: Default::default(),
@@ -256,6 +262,12 @@ impl NodeShared {
             ("ws_rate", s.ws_rate),
             ("ws_burst", s.ws_burst),
             ("outbound_budget_bytes", self.outbound_budget_bytes),
+            ("inbound_budget_bytes", self.inbound_budget_bytes),
+            (
+                "inbound_conn_queued_max_bytes",
+                limits::INBOUND_CONN_QUEUED_MAX_BYTES,
+            ),
+            ("inbound_conn_floor_bytes", limits::INBOUND_CONN_FLOOR_BYTES),
             ("ws_slow_close_bytes", limits::WS_SLOW_CLOSE_BYTES),
             ("sends_max_bytes", limits::SENDS_MAX_BYTES),
             ("log_max_bytes", limits::LOG_MAX_BYTES as u64),

@@ -146,6 +146,16 @@ pub struct ShardStats {
     pub outbound_bytes: AtomicU64,
     /// The most bytes waiting at once.
     pub outbound_bytes_max: AtomicU64,
+    /// Bytes of clients' input waiting in this shard's connections' jobs (mailboxes, inboxes,
+    /// batches running), against `COMBD_INBOUND_BUDGET`.
+    pub inbound_bytes: AtomicU64,
+    /// The most inbound bytes held at once.
+    pub inbound_bytes_max: AtomicU64,
+    /// Inputs refused because the shard's inbound budget was spent.
+    pub inbound_refused: AtomicU64,
+    /// Times a connection stopped being read because `INBOUND_CONN_QUEUED_MAX_BYTES` of its
+    /// input waited.
+    pub inbound_waits: AtomicU64,
     /// WebSockets closed with 1008 past their message rate.
     pub ws_rate_closed: AtomicU64,
     /// WebSockets closed because they did not answer a ping by the next one.
@@ -249,6 +259,10 @@ impl ShardStats {
             ("outbound_budget_closed", "combd_outbound_budget_closed_total", Counter, "Connections closed at the shard's outbound budget.", g(&self.outbound_budget_closed)),
             ("outbound_bytes", "combd_outbound_bytes", Gauge, "Bytes waiting to be written.", g(&self.outbound_bytes)),
             ("outbound_bytes_max", "combd_outbound_bytes_max", Gauge, "The most bytes waiting at once.", g(&self.outbound_bytes_max)),
+            ("inbound_bytes", "combd_inbound_bytes", Gauge, "Bytes of clients' input waiting in mailboxes and inboxes.", g(&self.inbound_bytes)),
+            ("inbound_bytes_max", "combd_inbound_bytes_max", Gauge, "The most inbound bytes held at once.", g(&self.inbound_bytes_max)),
+            ("inbound_refused", "combd_inbound_refused_total", Counter, "Inputs refused past the shard's inbound budget.", g(&self.inbound_refused)),
+            ("inbound_waits", "combd_inbound_waits_total", Counter, "Times a connection stopped being read for its input waiting.", g(&self.inbound_waits)),
             ("ws_rate_closed", "combd_ws_rate_closed_total", Counter, "WebSockets closed past their message rate.", g(&self.ws_rate_closed)),
             ("ws_ping_timeouts", "combd_ws_ping_timeouts_total", Counter, "WebSockets closed for not answering a ping.", g(&self.ws_ping_timeouts)),
             ("tls_handshakes", "combd_tls_handshakes_total", Counter, "TLS handshakes completed.", g(&self.tls_handshakes)),

@@ -30,6 +30,11 @@ impl App for Counter {
         true
     }
 
+    /// A body is a whole number (an `i64` is at most 20 characters), with room for spaces.
+    fn max_input_bytes(&self) -> Option<u64> {
+        Some(64)
+    }
+
     fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
         match input {
             Input::Http {

@@ -135,6 +135,12 @@ impl App for Million {
         true
     }
 
+    /// A click is about 40 bytes (`{"t":"click","i":4095,"c":123456789}`): a kibibyte leaves
+    /// room for any field order and spacing; a larger message closes the viewer with 1009.
+    fn max_input_bytes(&self) -> Option<u64> {
+        Some(1024)
+    }
+
     /// Up to a whole mailbox of clicks at once: a batch forms only from clicks that queued, so
     /// under load its clicks merge into one update per page, and a page's viewers get one
     /// frame for many clicks instead of one each (the sends are the board's cost).

@@ -313,6 +313,23 @@ pub const COORDINATOR_WAIT_MIN: Duration = Duration::from_millis(10);
 /// The outbound budget's share of the memory budget when `COMBD_OUTBOUND_BUDGET` is not set: a
 /// quarter (budget / this), split over the shards. See [`outbound_budget_per_shard`].
 pub const OUTBOUND_BUDGET_DIVISOR: u64 = 4;
+/// The inbound budget's share of the memory budget when `COMBD_INBOUND_BUDGET` is not set: a
+/// quarter (budget / this), split over the shards, like the outbound budget: with both spent
+/// the node holds half its budget for clients' bytes, and memory pressure (at 80 % and 90 %)
+/// comes before either is all that is held. See [`inbound_budget_per_shard`].
+pub const INBOUND_BUDGET_DIVISOR: u64 = 4;
+/// Bytes of one connection's input (request bodies, WebSocket messages) that may wait in
+/// mailboxes and inboxes; past it the connection stops being read until some of it ran. A
+/// quarter of a mebibyte is thousands of clicks, or a few bodies: a client that floods a
+/// mailbox with large messages holds this much (and the one message that crossed it, at most
+/// `COMBD_WS_MAX_MESSAGE`), not a mailbox's worth (8 clients at 300 messages of 1 MB each took a
+/// node from 12 MB to 1,023 MB before this bound).
+pub const INBOUND_CONN_QUEUED_MAX_BYTES: u64 = 256 * 1024;
+/// A connection with less than this of its input waiting may always queue a small input,
+/// whatever the shard's inbound budget: clicks and small requests are never refused because
+/// other clients hold the budget with large ones. At most this much per connection beyond the
+/// budget: 4 KiB holds any click or small request with room to spare.
+pub const INBOUND_CONN_FLOOR_BYTES: u64 = 4 * 1024;
 
 // ---------------------------------------------------------------------------------------------
 // Defaults of settings (the settings are parsed in `crate::settings`)
@@ -410,6 +427,19 @@ pub fn outbound_budget_per_shard(
         .max(1)
 }
 
+/// Bytes of clients' input one shard may hold waiting in mailboxes and inboxes, every
+/// connection together: `configured` (`COMBD_INBOUND_BUDGET`) if set, else the memory budget
+/// over [`INBOUND_BUDGET_DIVISOR`] split over the shards; at least 1.
+pub fn inbound_budget_per_shard(
+    configured: Option<u64>,
+    memory_budget_bytes: u64,
+    shards: usize,
+) -> u64 {
+    configured
+        .unwrap_or(memory_budget_bytes / INBOUND_BUDGET_DIVISOR / shards.max(1) as u64)
+        .max(1)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Relations that must hold (checked when the crate builds)
 // ---------------------------------------------------------------------------------------------
@@ -465,11 +495,17 @@ const _: () = assert!(
         && MACHINE_RESERVE_DIVISOR > 0
         && DISK_LOW_DIVISOR > 0
         && OUTBOUND_BUDGET_DIVISOR > 0
+        && INBOUND_BUDGET_DIVISOR > 0
 );
 // An object's database files (`<name>.sqlite-wal`) must fit one path component (NAME_MAX).
 const _: () = assert!(OBJECT_NAME_MAX_BYTES + ".sqlite-wal".len() <= 255);
 // The reserve must leave connections under the fallback descriptor limit.
 const _: () = assert!(FD_RESERVE < NOFILE_FALLBACK);
+// The floor is for small inputs: a connection's floor past its own queue bound would let it
+// hold more than the bound whatever the budget.
+const _: () = assert!(
+    0 < INBOUND_CONN_FLOOR_BYTES && INBOUND_CONN_FLOOR_BYTES < INBOUND_CONN_QUEUED_MAX_BYTES
+);
 // The localhost listener needs a connection at least, or the operator could not ask anything.
 const _: () = assert!(LOCAL_CONNS_MAX > 0);
 

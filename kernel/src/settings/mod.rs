@@ -138,6 +138,8 @@ pub struct Settings {
     pub ws_rate: u64,
     /// `COMBD_WS_BURST`.
     pub ws_burst: u64,
+    /// `COMBD_INBOUND_BUDGET`, if set (else derived from the memory budget at start-up).
+    pub inbound_budget_bytes: Option<u64>,
     /// `COMBD_OUTBOUND_BUDGET`, if set (else derived from the memory budget at start-up).
     pub outbound_budget_bytes: Option<u64>,
     /// The `COMBD_FLEET_*` settings when the fleet is on (`COMBD_FLEET_ETCD` set); none for a
@@ -362,6 +364,10 @@ impl Settings {
             ws_slow_timeout: parse(&raw, "COMBD_WS_SLOW_TIMEOUT", parse_duration)?,
             ws_rate: parse(&raw, "COMBD_WS_RATE", parse_count)?,
             ws_burst: parse(&raw, "COMBD_WS_BURST", parse_count)?,
+            inbound_budget_bytes: match get("COMBD_INBOUND_BUDGET") {
+                None => None,
+                Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_INBOUND_BUDGET", m))?),
+            },
             outbound_budget_bytes: match get("COMBD_OUTBOUND_BUDGET") {
                 None => None,
                 Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_OUTBOUND_BUDGET", m))?),
@@ -413,6 +419,9 @@ impl Settings {
                     "COMBD_CPU_LIMIT_TICKS" => self.cpu_limit_ticks.to_string(),
                     "COMBD_WS_RATE" => self.ws_rate.to_string(),
                     "COMBD_WS_BURST" => self.ws_burst.to_string(),
+                    "COMBD_INBOUND_BUDGET" => {
+                        opt(self.inbound_budget_bytes, "(from the memory budget)")
+                    }
                     "COMBD_OUTBOUND_BUDGET" => {
                         opt(self.outbound_budget_bytes, "(from the memory budget)")
                     }

@@ -168,6 +168,14 @@ pub const SETTINGS: &[SettingSpec] = &[
                   the connection it was for",
     },
     SettingSpec {
+        env: "COMBD_INBOUND_BUDGET",
+        flag: "--inbound-budget",
+        default: "a quarter of the memory budget, split over the shards",
+        meaning: "bytes of clients' input (request bodies, WebSocket messages) waiting in mailboxes and \
+                  inboxes per shard, all connections together; past it new input is refused (503 overloaded), \
+                  but a connection with less than 4 KiB waiting may always queue a small input",
+    },
+    SettingSpec {
         env: "COMBD_DB_MAX",
         flag: "--db-max",
         default: "1G",

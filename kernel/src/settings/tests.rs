@@ -50,6 +50,21 @@ fn defaults_match_the_limits_file() {
 }
 
 #[test]
+fn the_inbound_budget_is_the_setting_else_a_quarter_of_memory_split_over_shards() {
+    let s = load(&[("COMBD_INBOUND_BUDGET", "3M")], &[]).unwrap();
+    assert_eq!(s.inbound_budget_bytes, Some(3 << 20));
+    assert_eq!(
+        limits::inbound_budget_per_shard(s.inbound_budget_bytes, 8 << 30, 4),
+        3 << 20
+    );
+    assert_eq!(
+        limits::inbound_budget_per_shard(None, 8 << 30, 4),
+        512 << 20
+    );
+    assert_eq!(limits::inbound_budget_per_shard(None, 0, 0), 1);
+}
+
+#[test]
 fn the_table_text_matches_the_limits_file() {
     // The table's meanings quote fixed limits as text; they must say what the limits are.
     let meaning = |env: &str| SETTINGS.iter().find(|s| s.env == env).unwrap().meaning;
@@ -61,6 +76,10 @@ fn the_table_text_matches_the_limits_file() {
     assert!(
         meaning("COMBD_MAX_CONNS").contains(&format!("less a reserve of {}", limits::FD_RESERVE))
     );
+    assert!(meaning("COMBD_INBOUND_BUDGET").contains(&format!(
+        "less than {} KiB waiting",
+        limits::INBOUND_CONN_FLOOR_BYTES / 1024
+    )));
     assert!(meaning("COMBD_MAX_CONNS").contains(&format!(
         "localhost listener's own {}",
         limits::LOCAL_CONNS_MAX
@@ -116,6 +135,8 @@ fn zero_and_garbage_fail_naming_the_setting() {
         ("COMBD_WS_RATE", "0"),
         ("COMBD_WS_BURST", "-5"),
         ("COMBD_OUTBOUND_BUDGET", "0"),
+        ("COMBD_INBOUND_BUDGET", "0"),
+        ("COMBD_INBOUND_BUDGET", "a lot"),
         ("COMBD_SHARDS", "0"),
         ("COMBD_SHARDS", "3"),
         ("COMBD_LISTEN", "8080"),

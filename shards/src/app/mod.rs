@@ -247,6 +247,15 @@ pub trait App: Send + Sync + 'static {
         None
     }
 
+    /// The largest input this app takes, in bytes: a request body, a WebSocket message. A
+    /// larger one is refused before it is read into a mailbox: `413 {"error":"request body too
+    /// large"}` for a body, close 1009 for a message. `None`: the node's limits
+    /// (`COMBD_MAX_BODY`, `COMBD_WS_MAX_MESSAGE`) only. An app whose inputs are small says so,
+    /// and a client cannot make its mailbox hold large ones.
+    fn max_input_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Most inputs handled in one batch (when [`App::handles_batch`]).
     fn batch(&self) -> usize {
         combd_kernel::limits::BATCH_DEFAULT

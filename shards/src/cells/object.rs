@@ -430,8 +430,15 @@ async fn run_one_batch(
             .mailbox_oldest_age_ms
             .fetch_max(age, Ordering::Relaxed);
     }
-    let (inputs, replies): (Vec<Owned>, Vec<Reply>) =
-        jobs.into_iter().map(|q| (q.job.input, q.job.reply)).unzip();
+    // The inputs' bytes stay held against their connections' budgets until the batch ran.
+    let mut holds = Vec::with_capacity(jobs.len());
+    let (inputs, replies): (Vec<Owned>, Vec<Reply>) = jobs
+        .into_iter()
+        .map(|q| {
+            holds.extend(q.job.hold);
+            (q.job.input, q.job.reply)
+        })
+        .unzip();
     let count = inputs.len() as u64;
     let app = cell.app.clone();
     let limits = CallLimits {
@@ -443,6 +450,7 @@ async fn run_one_batch(
         .spawn_blocking(move || {
             let mut conn = conn;
             let r = run_batch(app.as_ref(), &mut conn, &inputs, limits);
+            drop((inputs, holds));
             let wal = Wal::of(&conn);
             let wal_len = fleet_wal.map_or(0, |p| std::fs::metadata(p).map_or(0, |m| m.len()));
             (conn, r, wal, wal_len)

@@ -197,7 +197,7 @@ impl Conn {
                 Clock::Idle(t) => t.saturating_add(idle_timeout.as_millis() as u64),
             };
             match self.fill(Some(deadline), self.inbuf.is_empty()).await {
-                Input::Data | Input::Mail | Input::PingDue => {}
+                Input::Data | Input::Mail | Input::PingDue | Input::Room => {}
                 Input::Eof | Input::Failed | Input::Drain => return None,
                 Input::Timeout => {
                     if let Clock::Idle(_) = clock {
@@ -235,7 +235,7 @@ impl Conn {
         let deadline = self.state().deadline_after(body_timeout);
         while self.inbuf.len() < total {
             match self.fill(Some(deadline), false).await {
-                Input::Data | Input::Mail | Input::PingDue => {}
+                Input::Data | Input::Mail | Input::PingDue | Input::Room => {}
                 Input::Eof | Input::Failed | Input::Drain => return false,
                 Input::Timeout => {
                     ShardStats::add(&self.stats().request_timeouts, 1);
@@ -319,11 +319,21 @@ impl Conn {
         }
     }
 
-    /// Sends a request to its object's mailbox; its answer is owed in the pipeline.
+    /// Sends a request to its object's mailbox, its body held against the connection's and
+    /// the shard's inbound budget (past the shard's: 503 `overloaded`, nothing queued); its
+    /// answer is owed in the pipeline.
     fn ask_object(&self, req: ObjectRequest, keep_alive: bool, pipeline: &mut Pipeline) {
         let (tx, answer) = async_channel::bounded(1);
-        let job = Job::http(req.method, req.query, req.body, req.forwarded, tx);
-        self.cells.submit(&req.app, &req.object, job);
+        match self.hold_input(req.body.len() as u64) {
+            Some(hold) => {
+                let job = Job::http(req.method, req.query, req.body, req.forwarded, tx);
+                self.cells.submit(&req.app, &req.object, job.held(hold));
+            }
+            None => {
+                let _ =
+                    tx.try_send(Response::error(503, "overloaded").with_header("retry-after", "1"));
+            }
+        }
         pipeline.owed.push_back(Owed::Object {
             answer,
             keep_alive,

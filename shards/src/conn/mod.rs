@@ -19,6 +19,7 @@ mod websocket;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use combd_kernel::limits;
@@ -28,6 +29,7 @@ use glommio::net::TcpStream;
 
 use crate::cells::Cells;
 use crate::http::{self, Response};
+use crate::inbound::{ConnInbound, Hold};
 use crate::state::slot::{ConnSlot, WakerSlot};
 use crate::state::ShardState;
 use crate::stats::ShardStats;
@@ -42,6 +44,8 @@ enum Input {
     Data,
     /// The client closed its side.
     Eof,
+    /// Its input waiting in mailboxes went back under its bound: it may be read again.
+    Room,
     /// The deadline passed.
     Timeout,
     /// The node is draining (only reported when the caller allows it).
@@ -71,6 +75,8 @@ struct Conn {
     upgraded: Option<Box<Upgrade>>,
     /// For a WebSocket: the shard's ping epoch it last pinged in.
     ping_epoch: Option<u64>,
+    /// Its input waiting in mailboxes and inboxes, made at its first job.
+    inbound: std::cell::OnceCell<Arc<ConnInbound>>,
 }
 
 impl Drop for Conn {
@@ -154,7 +160,21 @@ impl Conn {
             session: None,
             upgraded: None,
             ping_epoch: None,
+            inbound: std::cell::OnceCell::new(),
         }
+    }
+
+    /// Reserves `bytes` of this connection's input for a job; `None` past the shard's inbound
+    /// budget (counted).
+    fn hold_input(&self, bytes: u64) -> Option<Hold> {
+        self.inbound
+            .get_or_init(|| ConnInbound::new(self.state().node().clone(), self.state().id()))
+            .reserve(bytes)
+    }
+
+    /// Whether the connection may be read: its input waiting is under its bound.
+    fn has_room(&self) -> bool {
+        self.inbound.get().is_none_or(|ib| ib.has_room())
     }
 
     fn state(&self) -> &Rc<ShardState> {
@@ -173,6 +193,9 @@ impl Conn {
         let slot = self.waker.index();
         if let Some(d) = deadline {
             self.state().set_deadline(slot, d);
+        }
+        if !self.has_room() {
+            ShardStats::add(&self.stats().inbound_waits, 1);
         }
         let input =
             futures_lite::future::poll_fn(|cx| self.poll_fill(cx, deadline, drain_ok)).await;
@@ -200,7 +223,12 @@ impl Conn {
         if self.ping_epoch.is_some_and(|e| e != state.ping_epoch()) {
             return Poll::Ready(Input::PingDue);
         }
-        {
+        if let Some(ib) = self.inbound.get().filter(|ib| !ib.has_room()) {
+            // Back-pressure: not read while its input waits; woken when some of it ran.
+            if ib.poll_room(cx).is_ready() {
+                return Poll::Ready(Input::Room);
+            }
+        } else {
             let mut scratch = state.scratch();
             match Pin::new(&mut self.stream).poll_read(cx, &mut scratch[..]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Input::Eof),

@@ -116,6 +116,13 @@ impl Conn {
                 Err(resp) => Routed::Respond(resp),
             };
         }
+        if app
+            .max_input_bytes()
+            .is_some_and(|max| req.body.len() as u64 > max)
+        {
+            // Refused before it reaches a mailbox, as past COMBD_MAX_BODY.
+            return Routed::Respond(Response::error(413, "request body too large"));
+        }
         if !app.stateless() {
             return Routed::Object {
                 app: app.clone(),

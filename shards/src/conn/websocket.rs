@@ -162,6 +162,12 @@ impl Conn {
         ShardStats::add(&stats.ws_open, 1);
         let _open = Defer(|| ShardStats::sub(&stats.ws_open, 1));
         let settings = state.settings();
+        // The app's own bound on its inputs, within the node's.
+        let max_message = app
+            .max_input_bytes()
+            .map_or(settings.ws_max_message_bytes, |m| {
+                m.min(settings.ws_max_message_bytes)
+            });
         let mut ws = Ws {
             to: Target {
                 session: self.session.map(|id| SessionId {
@@ -171,7 +177,7 @@ impl Conn {
                 app,
                 object,
             },
-            decoder: Decoder::new(settings.ws_max_message_bytes),
+            decoder: Decoder::new(max_message),
             awaiting_pong: false,
         };
         let mut rate = Rate::new(settings);
@@ -186,7 +192,9 @@ impl Conn {
         self.ping_epoch = Some(state.ping_epoch());
         let mut out: Vec<u8> = Vec::new();
         let close = loop {
-            if !self.inbuf.is_empty() {
+            // Decoded only while its input waiting is under its bound (back-pressure): what it
+            // sent meanwhile waits in `inbuf` and the kernel.
+            if !self.inbuf.is_empty() && self.has_room() {
                 if let Some(close) = self.decode_input(&mut ws, &mut rate, &mut out) {
                     break close;
                 }
@@ -199,6 +207,7 @@ impl Conn {
             }
             match self.fill(None, !ws.decoder.in_message()).await {
                 Input::Data => ws.awaiting_pong = false,
+                Input::Room => {}
                 Input::PingDue => {
                     if let Some(close) = self.ping(&mut ws, &mut out) {
                         break close;
@@ -280,7 +289,13 @@ impl Conn {
     fn on_message(&self, to: &Target, text: bool, payload: &[u8], out: &mut Vec<u8>) {
         ShardStats::add(&self.stats().ws_messages_in, 1);
         if let Some(s) = to.session {
-            let job = Job::message(s, text, payload.to_vec());
+            // Its bytes are held against the connection's and the shard's inbound budget
+            // until the object has run it; past the shard's, refused like a full mailbox.
+            let Some(hold) = self.hold_input(payload.len() as u64) else {
+                ws::encode_error(out, "overloaded");
+                return;
+            };
+            let job = Job::message(s, text, payload.to_vec()).held(hold);
             self.cells.submit(&to.app, &to.object, job);
             return;
         }
