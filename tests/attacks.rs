@@ -343,3 +343,46 @@ fn past_the_shards_inbound_budget_large_input_is_refused_and_small_input_is_not(
     assert_eq!(s["limits"]["inbound_budget_bytes"], 300 * 1024, "{s}");
     drop(held);
 }
+
+/// Bodies that arrive slowly (or never) hold what they declared against the shard's inbound
+/// budget while they arrive: past it a new large body is refused at its head (503, nothing
+/// read of it), a small one still gets in, and the slow one finishes.
+#[test]
+fn slow_bodies_cannot_hold_more_than_the_inbound_budget() {
+    let node = TestNode::start(&[("COMBD_SHARDS", "1"), ("COMBD_INBOUND_BUDGET", "300K")]);
+    let head = |len: usize| {
+        format!("POST /o/echo/slow HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n")
+    };
+    let mut slow = connect_from([127, 0, 0, 50], node.public());
+    slow.write_all(head(200 * 1024).as_bytes()).unwrap();
+    slow.write_all(&[b's'; 1000]).unwrap();
+    wait_stats(&node, "the slow body held", |s| {
+        s["inbound_bytes"].as_u64().unwrap() >= 200 * 1024
+    });
+    let mut second = connect_from([127, 0, 0, 51], node.public());
+    second.write_all(head(200 * 1024).as_bytes()).unwrap();
+    let r = read_response(&mut std::io::BufReader::new(&mut second));
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (503, Some("overloaded"))
+    );
+    assert_closed(&mut second);
+    let mut small = connect_from([127, 0, 0, 52], node.public());
+    small.write_all(head(1000).as_bytes()).unwrap();
+    small.write_all(&[b'm'; 1000]).unwrap();
+    let r = read_response(&mut std::io::BufReader::new(&mut small));
+    assert_eq!(
+        (r.status, r.body.len()),
+        (200, 1000),
+        "a small body within the floor"
+    );
+    slow.write_all(&vec![b's'; 200 * 1024 - 1000]).unwrap();
+    let r = read_response(&mut std::io::BufReader::new(&mut slow));
+    assert_eq!(
+        (r.status, r.body.len()),
+        (200, 200 * 1024),
+        "the slow one finishes"
+    );
+    let s = wait_stats(&node, "the bodies given back", |s| s["inbound_bytes"] == 0);
+    assert_eq!(s["inbound_refused"], 1, "{s}");
+}

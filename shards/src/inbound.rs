@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use combd_kernel::limits::{INBOUND_CONN_FLOOR_BYTES, INBOUND_CONN_QUEUED_MAX_BYTES};
+use combd_kernel::limits::{
+    INBOUND_CONN_FLOOR_BYTES, INBOUND_CONN_QUEUED_MAX_BYTES, INBOUND_MEASURE_STEPS,
+};
 
 use crate::shared::NodeShared;
 use crate::stats::ShardStats;
@@ -45,6 +47,9 @@ pub(crate) struct ConnInbound {
 pub(crate) struct Hold {
     conn: Arc<ConnInbound>,
     bytes: u64,
+    /// Counted in the connection's input waiting (a job's), or only on the shard's account
+    /// (a body being read, which the connection must be read to receive).
+    queued: bool,
 }
 
 impl ConnInbound {
@@ -64,6 +69,17 @@ impl ConnInbound {
     /// Reserves `n` bytes for a job, or `None` past the shard's budget (counted in
     /// `inbound_refused`).
     pub fn reserve(self: &Arc<Self>, n: u64) -> Option<Hold> {
+        self.hold(n, true)
+    }
+
+    /// Reserves `n` bytes of a request body about to be read, on the shard's account only, or
+    /// `None` past its budget (counted): a client that sends bodies slowly holds what it
+    /// declared against the budget, not on top of it.
+    pub fn reserve_reading(self: &Arc<Self>, n: u64) -> Option<Hold> {
+        self.hold(n, false)
+    }
+
+    fn hold(self: &Arc<Self>, n: u64, queued: bool) -> Option<Hold> {
         let stats = self.stats();
         let held = stats.inbound_bytes.load(Ordering::Relaxed);
         let budget = self.node.inbound_budget_bytes;
@@ -71,12 +87,22 @@ impl ConnInbound {
             ShardStats::add(&stats.inbound_refused, 1);
             return None;
         }
-        self.queued.fetch_add(n, Ordering::Relaxed);
+        if queued {
+            self.queued.fetch_add(n, Ordering::Relaxed);
+        }
         let now = stats.inbound_bytes.fetch_add(n, Ordering::Relaxed) + n;
         stats.inbound_bytes_max.fetch_max(now, Ordering::Relaxed);
+        // A burst is measured when it happens, not at the next second's sample: the
+        // coordinator is woken each time the shard's input held crosses a sixteenth of its
+        // budget upwards.
+        let step = (budget / INBOUND_MEASURE_STEPS).max(1);
+        if now / step != (now - n) / step {
+            self.node.wake_coordinator();
+        }
         Some(Hold {
             conn: self.clone(),
             bytes: n,
+            queued,
         })
     }
 
@@ -104,8 +130,11 @@ impl ConnInbound {
 impl Drop for Hold {
     fn drop(&mut self) {
         let c = &self.conn;
-        let before = c.queued.fetch_sub(self.bytes, Ordering::AcqRel);
         ShardStats::sub(&c.stats().inbound_bytes, self.bytes);
+        if !self.queued {
+            return;
+        }
+        let before = c.queued.fetch_sub(self.bytes, Ordering::AcqRel);
         let after = before.saturating_sub(self.bytes);
         if before >= INBOUND_CONN_QUEUED_MAX_BYTES && after < INBOUND_CONN_QUEUED_MAX_BYTES {
             let waker = c.waiter.lock().unwrap_or_else(|p| p.into_inner()).take();

@@ -268,6 +268,7 @@ impl NodeShared {
                 limits::INBOUND_CONN_QUEUED_MAX_BYTES,
             ),
             ("inbound_conn_floor_bytes", limits::INBOUND_CONN_FLOOR_BYTES),
+            ("inbound_measure_steps", limits::INBOUND_MEASURE_STEPS),
             ("ws_slow_close_bytes", limits::WS_SLOW_CLOSE_BYTES),
             ("sends_max_bytes", limits::SENDS_MAX_BYTES),
             ("log_max_bytes", limits::LOG_MAX_BYTES as u64),

@@ -330,6 +330,10 @@ pub const INBOUND_CONN_QUEUED_MAX_BYTES: u64 = 256 * 1024;
 /// other clients hold the budget with large ones. At most this much per connection beyond the
 /// budget: 4 KiB holds any click or small request with room to spare.
 pub const INBOUND_CONN_FLOOR_BYTES: u64 = 4 * 1024;
+/// The coordinator measures memory each time a shard's inbound bytes cross a step of its
+/// budget / this upwards, besides once a second: a burst of large inputs is seen (and the node
+/// refuses at TCP under pressure) as it is held, not up to a second later.
+pub const INBOUND_MEASURE_STEPS: u64 = 16;
 
 // ---------------------------------------------------------------------------------------------
 // Defaults of settings (the settings are parsed in `crate::settings`)
@@ -496,6 +500,7 @@ const _: () = assert!(
         && DISK_LOW_DIVISOR > 0
         && OUTBOUND_BUDGET_DIVISOR > 0
         && INBOUND_BUDGET_DIVISOR > 0
+        && INBOUND_MEASURE_STEPS > 0
 );
 // An object's database files (`<name>.sqlite-wal`) must fit one path component (NAME_MAX).
 const _: () = assert!(OBJECT_NAME_MAX_BYTES + ".sqlite-wal".len() <= 255);

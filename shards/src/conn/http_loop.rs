@@ -226,6 +226,15 @@ impl Conn {
         if self.inbuf.len() >= total {
             return true;
         }
+        // The body is held while it arrives: reserved first, against the shard's inbound
+        // budget, so bodies that arrive slowly (or never) cannot hold more than it. Past it:
+        // 503 and close, nothing read of it.
+        let Some(_reading) = self.hold_reading(head.body_len) else {
+            let busy = Response::error(503, "overloaded").with_header("retry-after", "1");
+            self.respond(out, &busy, false, false);
+            self.flush_and_close(out).await;
+            return false;
+        };
         if head.expect_continue {
             out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
         }

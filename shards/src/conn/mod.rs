@@ -172,6 +172,14 @@ impl Conn {
             .reserve(bytes)
     }
 
+    /// Reserves a body of `bytes` about to be read, on the shard's inbound account; `None`
+    /// past its budget (counted).
+    fn hold_reading(&self, bytes: u64) -> Option<Hold> {
+        self.inbound
+            .get_or_init(|| ConnInbound::new(self.state().node().clone(), self.state().id()))
+            .reserve_reading(bytes)
+    }
+
     /// Whether the connection may be read: its input waiting is under its bound.
     fn has_room(&self) -> bool {
         self.inbound.get().is_none_or(|ib| ib.has_room())
