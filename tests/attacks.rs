@@ -386,3 +386,41 @@ fn slow_bodies_cannot_hold_more_than_the_inbound_budget() {
     let s = wait_stats(&node, "the bodies given back", |s| s["inbound_bytes"] == 0);
     assert_eq!(s["inbound_refused"], 1, "{s}");
 }
+
+/// A client that keeps sending after the node closed it (frames past a 1009) is read and
+/// discarded only up to `close_linger_discard_max_bytes`, then dropped: its writes fail
+/// before it has sent 4 MiB, where the linger would have read all of it.
+#[test]
+fn a_client_that_keeps_sending_after_its_close_is_dropped() {
+    let node = TestNode::start(&[]);
+    let mut s = connect_from([127, 0, 0, 80], node.public());
+    write!(
+        s,
+        "GET /o/million/linger?page=0 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut s);
+    assert!(head.starts_with(b"HTTP/1.1 101"));
+    // A text frame header announcing 1 MiB (past million's 1 KiB): closed with 1009 at once.
+    let mut frame = vec![0x81, 0xff];
+    frame.extend_from_slice(&(1u64 << 20).to_be_bytes());
+    frame.extend_from_slice(&[1, 2, 3, 4]);
+    s.write_all(&frame).unwrap();
+    wait_stats(&node, "the viewer closed as too big", |s| {
+        s["ws_protocol_closed"] == 1
+    });
+    let chunk = vec![b'z'; 64 * 1024];
+    let mut sent = 0usize;
+    let failed = loop {
+        if sent >= 4 << 20 {
+            break false;
+        }
+        match s.write_all(&chunk) {
+            Ok(()) => sent += chunk.len(),
+            Err(_) => break true,
+        }
+    };
+    assert!(failed, "the node read {sent} bytes after the close");
+}

@@ -309,6 +309,10 @@ impl NodeShared {
                 ms(limits::OBJECT_IDLE_UNDER_PRESSURE),
             ),
             ("close_linger_ms", ms(limits::CLOSE_LINGER)),
+            (
+                "close_linger_discard_max_bytes",
+                limits::CLOSE_LINGER_DISCARD_MAX_BYTES as u64,
+            ),
             ("write_stall_timeout_ms", ms(limits::WRITE_STALL_TIMEOUT)),
             ("http_object_pipeline", limits::HTTP_OBJECT_PIPELINE as u64),
             (

@@ -280,12 +280,17 @@ impl Conn {
         // Closes the write side (TLS sends its close_notify first).
         let _ = futures_lite::AsyncWriteExt::close(&mut self.stream).await;
         let deadline = self.state().deadline_after(limits::CLOSE_LINGER);
-        loop {
+        let mut discarded = 0;
+        // A client that keeps sending after the node's close (a flood of frames past a 1009)
+        // is not read for the whole linger: past a bound it is simply dropped.
+        while discarded <= limits::CLOSE_LINGER_DISCARD_MAX_BYTES {
+            discarded += self.inbuf.len();
             self.inbuf = Vec::new();
             if !matches!(self.fill(Some(deadline), false).await, Input::Data) {
                 break;
             }
         }
+        self.inbuf = Vec::new();
     }
 
     /// Writes what `out` holds, then closes with a linger.
