@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use combd_kernel::limits::{CROSS_SHARD_QUEUE, FANOUT_PER_TURN};
 
-use crate::app::{home_shard, object_path, App, Effect};
+use crate::app::{home_shard, object_path, App, AppError, Effect};
 use crate::http::Response;
 use crate::job::{Attached, Job, Reply, ShardMsg};
 use crate::state::turn::Turn;
@@ -83,21 +83,26 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    /// What the client sees.
+    /// What the client sees: the refusal as an error (see [`Refusal::app_error`]).
     pub fn response(self) -> Response {
-        match self {
-            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } => {
-                Response::error(503, "overloaded").with_header("retry-after", "1")
-            }
-            Refusal::DiskLow => Response::error(507, "disk_low"),
-            Refusal::NoSuchApp => Response::error(404, "no such app"),
-            Refusal::StorageUnavailable => Response::error(500, "object storage unavailable"),
-            Refusal::NotOwner => {
-                Response::error(503, "object owned by another node").with_header("retry-after", "1")
-            }
-            Refusal::FleetUnavailable => {
-                Response::error(503, "fleet unavailable").with_header("retry-after", "1")
-            }
+        self.app_error().response()
+    }
+
+    /// The refusal as the error an input is answered with: its status and message, and
+    /// `retry-after: 1` for a refusal of load (one that may pass a second later).
+    pub fn app_error(self) -> AppError {
+        let (status, again) = match self {
+            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } => (503, true),
+            Refusal::DiskLow => (507, false),
+            Refusal::NoSuchApp => (404, false),
+            Refusal::StorageUnavailable => (500, false),
+            Refusal::NotOwner | Refusal::FleetUnavailable => (503, true),
+        };
+        let e = AppError::new(status, self.message());
+        if again {
+            e.retry_after()
+        } else {
+            e
         }
     }
 
