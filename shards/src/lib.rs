@@ -19,7 +19,8 @@
 //!    connections of each client address ([`addresses`]), TLS
 //!    configuration and streams ([`tls`]), and the allocator ([`alloc`]).
 //! 2. **Node-wide state** (`shared`): settings, apps, every shard's stats, the admission
-//!    state, the connection count, the shards' inboxes and wake sockets, the drain flag.
+//!    state, the connection count, the shards' inboxes and wake sockets, the drain flag, and
+//!    each app's count of object databases (`object_counts`).
 //! 3. **A shard's own state** (`state`): waker slots (each with the deadline of its wait, on
 //!    the shard's clock read once a tick, so no request reads a clock or arms a timer), the
 //!    scratch buffer, the task gate, the wake queue (awake and restore slots with their ready lines), connection slots
@@ -75,6 +76,7 @@ mod inbound;
 mod job;
 pub mod limit;
 pub mod node;
+mod object_counts;
 mod shard;
 mod shared;
 mod state;

@@ -17,6 +17,7 @@ use crate::admission::Admission;
 use crate::app::Apps;
 use crate::fleet::Fleet;
 use crate::job::ShardMsg;
+use crate::object_counts::ObjectCounts;
 use crate::stats::{self, Field, Kind, NodeFigures, ShardStats};
 use crate::tls::Tls;
 
@@ -61,6 +62,8 @@ pub struct NodeShared {
     pub fleet: Option<Arc<Fleet>>,
     /// Per shard: what its sessions missed because its inbox was full.
     pub(crate) missed: Vec<Missed>,
+    /// Each app's object databases, against `COMBD_MAX_OBJECTS_PER_APP`.
+    pub(crate) objects: ObjectCounts,
 }
 
 /// Which cap a connection counts against: where it came in, and from where.
@@ -141,7 +144,13 @@ impl NodeShared {
             max_conns: p.settings.max_conns_per_address,
             rate: p.settings.accept_rate_per_address,
         });
+        let objects = ObjectCounts::count(
+            &p.settings.data_dir,
+            &p.apps,
+            p.settings.max_objects_per_app,
+        );
         NodeShared {
+            objects,
             stats: (0..p.inboxes.len())
                 .map(|_| ShardStats::default())
                 .collect(),
@@ -259,6 +268,13 @@ impl NodeShared {
             ("restores_at_once", s.restores_at_once as u64),
             ("cpu_limit_ticks", s.cpu_limit_ticks),
             ("db_max_bytes", s.db_max_bytes),
+            ("max_objects_per_app", s.max_objects_per_app),
+            ("object_create_rate", s.object_create_rate),
+            (
+                "object_create_burst",
+                s.object_create_rate
+                    .saturating_mul(limits::OBJECT_CREATE_BURST_SECONDS),
+            ),
             ("ws_rate", s.ws_rate),
             ("ws_burst", s.ws_burst),
             ("outbound_budget_bytes", self.outbound_budget_bytes),
@@ -408,6 +424,12 @@ impl NodeShared {
             full_reason: a.full_reason(),
             limits: self.limits(),
             apps: self.deployments(),
+            objects: self
+                .apps
+                .names()
+                .into_iter()
+                .map(|a| (a, self.objects.get(a)))
+                .collect(),
             figures: self.admission_figures(),
         }
     }

@@ -94,6 +94,12 @@ pub struct ShardStats {
     pub restores_waiting: AtomicU64,
     /// Objects opened, in all.
     pub restores: AtomicU64,
+    /// Object databases created (a write to an object that had none).
+    pub objects_created: AtomicU64,
+    /// Writes to new objects refused past `COMBD_MAX_OBJECTS_PER_APP`.
+    pub objects_refused_count: AtomicU64,
+    /// Writes to new objects refused past `COMBD_OBJECT_CREATE_RATE`.
+    pub objects_refused_rate: AtomicU64,
     /// The most objects opened at once.
     pub restores_active_max: AtomicU64,
     /// Inputs refused because an object's mailbox (or the shard's inbox) was full.
@@ -234,6 +240,9 @@ impl ShardStats {
             ("restores_active", "combd_restores_active", Gauge, "Objects being opened now.", g(&self.restores_active)),
             ("restores_waiting", "combd_restores_waiting", Gauge, "Objects waiting to be opened.", g(&self.restores_waiting)),
             ("restores", "combd_restores_total", Counter, "Objects opened.", g(&self.restores)),
+            ("objects_created", "combd_objects_created_total", Counter, "Object databases created.", g(&self.objects_created)),
+            ("objects_refused_count", "combd_objects_refused_count_total", Counter, "Writes to new objects refused past the objects per app.", g(&self.objects_refused_count)),
+            ("objects_refused_rate", "combd_objects_refused_rate_total", Counter, "Writes to new objects refused past the creation rate.", g(&self.objects_refused_rate)),
             ("restores_active_max", "combd_restores_active_max", Gauge, "The most objects opened at once.", g(&self.restores_active_max)),
             ("mailbox_refused", "combd_mailbox_refused_total", Counter, "Inputs refused at a full mailbox.", g(&self.mailbox_refused)),
             ("session_mailbox_dropped", "combd_session_mailbox_dropped_total", Counter, "Messages dropped at a full session mailbox.", g(&self.session_mailbox_dropped)),
@@ -317,13 +326,19 @@ pub struct NodeFigures {
     pub limits: Vec<(&'static str, u64)>,
     /// Every app, and for one deployed as a module its version in force: `"apps"` in `/stats`.
     pub apps: Vec<(&'static str, Option<Deployment>)>,
+    /// Each app's object databases on the node (`"objects"` of its entry in `"apps"`).
+    pub objects: Vec<(&'static str, u64)>,
 }
 
-/// The `"apps"` object of `/stats`: each app's kind, and a module's version in force.
-fn apps_json(apps: &[(&'static str, Option<Deployment>)]) -> serde_json::Value {
+/// The `"apps"` object of `/stats`: each app's kind, its object databases, and a module's
+/// version in force.
+fn apps_json(
+    apps: &[(&'static str, Option<Deployment>)],
+    objects: &[(&'static str, u64)],
+) -> serde_json::Value {
     let mut m = serde_json::Map::new();
     for (name, d) in apps {
-        let v = match d {
+        let mut v = match d {
             None => serde_json::json!({ "kind": "native" }),
             Some(d) => serde_json::json!({
                 "kind": "wasm",
@@ -337,6 +352,11 @@ fn apps_json(apps: &[(&'static str, Option<Deployment>)]) -> serde_json::Value {
                 "reloads_refused": d.reloads_refused,
             }),
         };
+        let stored = objects
+            .iter()
+            .find(|(a, _)| a == name)
+            .map_or(0, |(_, n)| *n);
+        v["objects"] = stored.into();
         m.insert(name.to_string(), v);
     }
     serde_json::Value::Object(m)
@@ -364,7 +384,7 @@ pub fn render_json(node: &NodeFigures, shards: &[ShardStats]) -> String {
         .map(|(k, v)| (k.to_string(), (*v).into()))
         .collect();
     top.insert("limits".into(), limits.into());
-    top.insert("apps".into(), apps_json(&node.apps));
+    top.insert("apps".into(), apps_json(&node.apps, &node.objects));
     for f in &node.figures {
         top.insert(f.0.into(), f.4.into());
     }
@@ -464,6 +484,7 @@ mod tests {
             memory_budget_source,
             full_reason: "none".into(),
             apps: Vec::new(),
+            objects: Vec::new(),
             figures: vec![(
                 "pressure",
                 "combd_pressure",

@@ -398,6 +398,27 @@ pub const CPU_LIMIT_TICKS_DEFAULT: u64 = 100_000_000;
 /// Default of `COMBD_DB_MAX`, from the seed: the largest object database; past it writes fail
 /// with `db_full`.
 pub const DB_MAX_BYTES: u64 = 1 << 30;
+/// Default of `COMBD_MAX_OBJECTS_PER_APP`: databases one app may have on the node (those found
+/// in `<data>/objects/<app>/` at start-up, and those created since). Nothing removes an
+/// object's database, so without a bound, clients naming new objects would fill the data disk,
+/// and `disk_low` would then refuse every new object of every app. 100,000 is far more objects
+/// than one app of a node serves, and small enough for the disk: a new counter's database is
+/// 8 KiB once closed (its WAL checkpointed away; 52 KiB with its WAL and shared memory while
+/// open, measured), so 100,000 of them are under a gigabyte, and a directory of 100,000
+/// entries is still quick to open files in.
+pub const MAX_OBJECTS_PER_APP_DEFAULT: u64 = 100_000;
+/// Default of `COMBD_OBJECT_CREATE_RATE`: databases one shard creates per second, the refill of
+/// a token bucket holding [`OBJECT_CREATE_BURST_SECONDS`] seconds of it. Creating one costs a
+/// file, its WAL, a sync of the WAL and of its directory, and the schema's transaction, on a
+/// blocking thread and a restore slot that restores of existing objects wait for; 100 a second
+/// is far more than people opening new boards create, and a flood of new names then takes
+/// 1,000 s (over a quarter of an hour) divided by the shards to reach the default
+/// `COMBD_MAX_OBJECTS_PER_APP`: time for the operator to see `objects_created` climb.
+pub const OBJECT_CREATE_RATE_DEFAULT: u64 = 100;
+/// The creation bucket's capacity, in seconds of `COMBD_OBJECT_CREATE_RATE` (1,000 objects by
+/// default): a page or a test that makes many new objects at once is not refused for it, while
+/// a steady flood is held to the rate.
+pub const OBJECT_CREATE_BURST_SECONDS: u64 = 10;
 /// Default of `COMBD_WS_RATE`: WebSocket messages per second per connection (token refill),
 /// from the ULDA seed's per-decoder bucket.
 pub const WS_RATE_DEFAULT: u64 = 1000;
@@ -494,6 +515,8 @@ const _: () = assert!(WS_CONTROL_PAYLOAD_MAX_BYTES < WS_MAX_MESSAGE_DEFAULT_BYTE
 const _: () = assert!(HOST_CALL_TICKS < CPU_LIMIT_TICKS_DEFAULT);
 // The bucket must hold a second of the rate, or a client at the allowed rate in bursts is closed.
 const _: () = assert!(WS_RATE_DEFAULT <= WS_BURST_DEFAULT);
+// A creation bucket of zero seconds would refuse every new object.
+const _: () = assert!(OBJECT_CREATE_BURST_SECONDS > 0);
 // With no batch allowed between commit and answer no object could run.
 const _: () = assert!(OBJECT_UNSYNCED_BATCHES > 0);
 // async_channel::bounded(0) panics, and a shard without an inbox could not be reached.

@@ -126,6 +126,10 @@ pub struct Settings {
     pub cpu_limit_ticks: u64,
     /// `COMBD_DB_MAX`.
     pub db_max_bytes: u64,
+    /// `COMBD_MAX_OBJECTS_PER_APP`.
+    pub max_objects_per_app: u64,
+    /// `COMBD_OBJECT_CREATE_RATE`: objects created per second per shard.
+    pub object_create_rate: u64,
     /// `COMBD_TLS_LISTEN`, `COMBD_TLS_CERT`, `COMBD_TLS_KEY`, when TLS is on.
     pub tls: Option<TlsSettings>,
     /// `COMBD_TLS_HANDSHAKE_TIMEOUT`.
@@ -358,6 +362,8 @@ impl Settings {
             test_apps: parse(&raw, "COMBD_TEST_APPS", parse_switch)?,
             cpu_limit_ticks: parse(&raw, "COMBD_CPU_LIMIT_TICKS", parse_count)?,
             db_max_bytes: parse(&raw, "COMBD_DB_MAX", parse_bytes)?,
+            max_objects_per_app: parse(&raw, "COMBD_MAX_OBJECTS_PER_APP", parse_count)?,
+            object_create_rate: parse(&raw, "COMBD_OBJECT_CREATE_RATE", parse_count)?,
             tls,
             tls_handshake_timeout: parse(&raw, "COMBD_TLS_HANDSHAKE_TIMEOUT", parse_duration)?,
             ws_ping_interval: parse(&raw, "COMBD_WS_PING_INTERVAL", parse_duration)?,
@@ -426,6 +432,8 @@ impl Settings {
                         opt(self.outbound_budget_bytes, "(from the memory budget)")
                     }
                     "COMBD_DB_MAX" => self.db_max_bytes.to_string(),
+                    "COMBD_MAX_OBJECTS_PER_APP" => self.max_objects_per_app.to_string(),
+                    "COMBD_OBJECT_CREATE_RATE" => self.object_create_rate.to_string(),
                     "COMBD_TLS_LISTEN" => self
                         .tls
                         .as_ref()

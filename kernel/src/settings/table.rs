@@ -182,6 +182,20 @@ pub const SETTINGS: &[SettingSpec] = &[
         meaning: "largest database of one object; a write past it fails with db_full (507)",
     },
     SettingSpec {
+        env: "COMBD_MAX_OBJECTS_PER_APP",
+        flag: "--max-objects-per-app",
+        default: "100000",
+        meaning: "databases one app may have on the node (counted at start-up, then as they are \
+                  created); past it a write to a new object gets 507 too many objects",
+    },
+    SettingSpec {
+        env: "COMBD_OBJECT_CREATE_RATE",
+        flag: "--object-create-rate",
+        default: "100",
+        meaning: "object databases a shard creates per second (a token bucket holding 10 s of it); \
+                  past it a write to a new object gets 429 object creation rate",
+    },
+    SettingSpec {
         env: "COMBD_TLS_LISTEN",
         flag: "--tls-listen",
         default: "off",

@@ -36,6 +36,8 @@ fn defaults_match_the_limits_file() {
     assert!(!s.test_apps);
     assert_eq!(s.cpu_limit_ticks, limits::CPU_LIMIT_TICKS_DEFAULT);
     assert_eq!(s.db_max_bytes, limits::DB_MAX_BYTES);
+    assert_eq!(s.max_objects_per_app, limits::MAX_OBJECTS_PER_APP_DEFAULT);
+    assert_eq!(s.object_create_rate, limits::OBJECT_CREATE_RATE_DEFAULT);
     assert_eq!(s.ws_rate, limits::WS_RATE_DEFAULT);
     assert_eq!(s.ws_burst, limits::WS_BURST_DEFAULT);
     assert_eq!(
@@ -126,6 +128,10 @@ fn zero_and_garbage_fail_naming_the_setting() {
         ("COMBD_TEST_APPS", "maybe"),
         ("COMBD_CPU_LIMIT_TICKS", "0"),
         ("COMBD_DB_MAX", "0"),
+        ("COMBD_MAX_OBJECTS_PER_APP", "0"),
+        ("COMBD_MAX_OBJECTS_PER_APP", "lots"),
+        ("COMBD_OBJECT_CREATE_RATE", "0"),
+        ("COMBD_OBJECT_CREATE_RATE", "1.5"),
         ("COMBD_TLS_HANDSHAKE_TIMEOUT", "0"),
         ("COMBD_WS_PING_INTERVAL", "0s"),
         ("COMBD_WS_SLOW_TIMEOUT", "0"),
@@ -148,6 +154,37 @@ fn zero_and_garbage_fail_naming_the_setting() {
         assert_eq!(e.setting, name, "{name}={bad:?}: {e}");
         assert!(e.to_string().starts_with(name));
     }
+}
+
+#[test]
+fn the_object_bounds_are_counts_and_zero_is_refused_naming_them() {
+    let s = load(
+        &[("COMBD_MAX_OBJECTS_PER_APP", "3")],
+        &["--object-create-rate", "1"],
+    )
+    .unwrap();
+    assert_eq!((s.max_objects_per_app, s.object_create_rate), (3, 1));
+    assert_eq!(s.sources["COMBD_MAX_OBJECTS_PER_APP"], Source::Env);
+    assert_eq!(s.sources["COMBD_OBJECT_CREATE_RATE"], Source::Flag);
+    for name in ["COMBD_MAX_OBJECTS_PER_APP", "COMBD_OBJECT_CREATE_RATE"] {
+        let e = load(&[(name, "0")], &[]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{name}: must be at least 1 (zero does not mean unlimited)")
+        );
+    }
+    let e = load(&[], &["--max-objects-per-app", "0"]).unwrap_err();
+    assert_eq!(e.setting, "COMBD_MAX_OBJECTS_PER_APP");
+    // The table's meaning quotes the bucket's size: it must say what the limits file says.
+    let meaning = SETTINGS
+        .iter()
+        .find(|s| s.env == "COMBD_OBJECT_CREATE_RATE")
+        .unwrap()
+        .meaning;
+    assert!(meaning.contains(&format!(
+        "holding {} s of it",
+        limits::OBJECT_CREATE_BURST_SECONDS
+    )));
 }
 
 #[test]

@@ -128,6 +128,8 @@ pub struct AppError {
     limit: Option<Limit>,
     /// For a 405: the methods the resource takes (the `allow` header).
     allow: Option<&'static str>,
+    /// A refusal the client may try again after a second (the `retry-after` header).
+    retry_after: bool,
 }
 
 impl AppError {
@@ -138,6 +140,16 @@ impl AppError {
             message: message.into(),
             limit: None,
             allow: None,
+            retry_after: false,
+        }
+    }
+
+    /// The same error, telling the client to try again after a second (`retry-after: 1`): the
+    /// node's refusals of load, not an app's errors.
+    pub(crate) fn retry_after(self) -> AppError {
+        AppError {
+            retry_after: true,
+            ..self
         }
     }
 
@@ -151,13 +163,16 @@ impl AppError {
     }
 
     /// The HTTP response for this error: `{"error": message}` with its status (and `allow`
-    /// for a 405).
+    /// for a 405, `retry-after` for a refusal of load).
     pub fn response(&self) -> Response {
-        let resp = Response::error(self.status, &self.message);
-        match self.allow {
-            Some(allow) => resp.with_header("allow", allow),
-            None => resp,
+        let mut resp = Response::error(self.status, &self.message);
+        if let Some(allow) = self.allow {
+            resp = resp.with_header("allow", allow);
         }
+        if self.retry_after {
+            resp = resp.with_header("retry-after", "1");
+        }
+        resp
     }
 
     /// The limit this error reports, if a limit made it (SQLite refuses a value past

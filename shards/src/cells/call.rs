@@ -9,6 +9,21 @@ use crate::limit::Limit;
 
 use super::store::watch;
 
+/// The database a batch runs on.
+#[derive(Debug, Clone)]
+pub(super) enum On {
+    /// The object's own database: what commits is kept.
+    Db,
+    /// The scratch database of an object whose database does not exist. A call that has
+    /// written when its transaction is about to commit is rolled back instead, and the batch
+    /// stops there: [`BatchResult::wrote`], and the object runs it again on its real database.
+    Scratch,
+    /// A scratch database, one input at a time, when no database may be created for the
+    /// object: a call that has written when it is about to commit is rolled back and answered
+    /// with this error (counted in [`BatchResult::refused`]); the others are answered.
+    ScratchRefusing(AppError),
+}
+
 /// What comes back from the blocking thread for a batch.
 pub(super) struct BatchResult {
     pub outputs: Vec<Result<Output, AppError>>,
@@ -21,6 +36,11 @@ pub(super) struct BatchResult {
     pub slow_calls: u64,
     /// The limits that tripped.
     pub limits: Vec<Limit>,
+    /// On [`On::Scratch`]: a call wrote, so nothing of this result may be used (its outputs,
+    /// effects, logs and counts are for a run that is discarded).
+    pub wrote: bool,
+    /// On [`On::ScratchRefusing`]: the inputs refused because they wrote.
+    pub refused: u64,
 }
 
 /// What [`call`] tells the object about a call besides its result.
@@ -30,6 +50,9 @@ struct CallStats {
     slow: bool,
     /// Which limit tripped, if any.
     limit: Option<Limit>,
+    /// On a scratch database: the call had written when it was about to commit, and was
+    /// rolled back instead.
+    wrote: bool,
 }
 
 /// The limits of every call of one batch.
@@ -41,13 +64,14 @@ pub(super) struct CallLimits {
     pub memory_bytes: Option<u64>,
 }
 
-/// Runs inputs in one transaction (a batch), or each in its own when the batch fails or the
-/// app takes one at a time.
+/// Runs inputs in one transaction (a batch), or each in its own when the batch fails, the app
+/// takes one at a time, or the run refuses writes ([`On::ScratchRefusing`]).
 pub(super) fn run_batch(
     app: &dyn App,
     db: &mut rusqlite::Connection,
     inputs: &[Owned],
     limits: CallLimits,
+    on: &On,
 ) -> BatchResult {
     let mut result = BatchResult {
         outputs: Vec::new(),
@@ -56,12 +80,15 @@ pub(super) fn run_batch(
         killed: false,
         slow_calls: 0,
         limits: Vec::new(),
+        wrote: false,
+        refused: 0,
     };
-    if inputs.len() > 1 {
+    let scratch = !matches!(on, On::Db);
+    if inputs.len() > 1 && !matches!(on, On::ScratchRefusing(_)) {
         let all: u64 = inputs.iter().map(Owned::bytes).sum();
         let mut effects = Vec::new();
         let mut logs = String::new();
-        let (r, st) = call(db, limits, all, &mut effects, &mut logs, |cx| {
+        let (r, st) = call(db, limits, scratch, all, &mut effects, &mut logs, |cx| {
             let borrowed: Vec<Input<'_>> =
                 inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
             let outs = app.handle_batch(cx, &borrowed)?;
@@ -73,6 +100,10 @@ pub(super) fn run_batch(
             }
             Ok(outs)
         });
+        if st.wrote {
+            result.wrote = true;
+            return result;
+        }
         result.slow_calls += st.slow as u64;
         if let Ok(outs) = r {
             result.outputs = outs.into_iter().map(Ok).collect();
@@ -88,11 +119,26 @@ pub(super) fn run_batch(
         let (r, st) = call(
             db,
             limits,
+            scratch,
             input.bytes(),
             &mut mine,
             &mut result.logs,
             |cx| app.handle(cx, &input.input()?),
         );
+        if st.wrote {
+            match on {
+                On::ScratchRefusing(refusal) => {
+                    result.refused += 1;
+                    result.slow_calls += st.slow as u64;
+                    result.outputs.push(Err(refusal.clone()));
+                    continue;
+                }
+                On::Db | On::Scratch => {
+                    result.wrote = true;
+                    return result;
+                }
+            }
+        }
         if r.is_ok() {
             result.effects.append(&mut mine);
         }
@@ -115,10 +161,14 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, AppError>) -> Result<T, AppError> {
 
 /// One call of an app in its own transaction, under its limits: ticks, memory (for
 /// `input_bytes` of input), sends, log, the SQL watch, the host-time limit. A limit that trips
-/// decides the result whatever the app returned, and the transaction is rolled back.
+/// decides the result whatever the app returned, and the transaction is rolled back. On a
+/// `scratch` database a call that has written is rolled back instead of committed
+/// ([`CallStats::wrote`]).
+#[allow(clippy::too_many_arguments)]
 fn call<T>(
     db: &mut rusqlite::Connection,
     limits: CallLimits,
+    scratch: bool,
     input_bytes: u64,
     effects: &mut Vec<Effect>,
     logs: &mut String,
@@ -130,6 +180,7 @@ fn call<T>(
     if limits.memory_bytes.is_some() {
         crate::alloc::begin();
     }
+    let mut wrote = false;
     let r = (|| -> Result<T, AppError> {
         let tx = db.transaction()?;
         let out = {
@@ -139,6 +190,14 @@ fn call<T>(
         let _ = budget.check_memory();
         if let Some(limit) = budget.tripped {
             return Err(limit_error(limit));
+        }
+        // The one point where a scratch run is told from a write: the app's code has run, the
+        // transaction is still open, and nothing but the commit is left. A call that fails
+        // before here is rolled back on any database and applied nothing either way.
+        if scratch && writing(&tx) {
+            wrote = true;
+            // Dropping the transaction rolls it back: the scratch database stays as new.
+            return Err(AppError::new(500, "wrote on the scratch database"));
         }
         tx.commit()?;
         Ok(out)
@@ -159,8 +218,21 @@ fn call<T>(
     let stats = CallStats {
         slow: started.elapsed() > SLOW_CALL,
         limit: tripped,
+        wrote,
     };
     (r, stats)
+}
+
+/// Whether the connection holds a write transaction on any of its schemas (`main`, or `temp`
+/// whose tables a scratch connection would otherwise carry into its next batches): SQLite's
+/// own record that a statement of the open transaction wrote, or began to (an `UPDATE` that
+/// matched no row counts: it opened the write transaction all the same).
+fn writing(db: &rusqlite::Connection) -> bool {
+    use rusqlite::ffi;
+    // SAFETY: the handle is open for the borrow; a null schema name asks for the highest
+    // transaction state of every schema of the connection.
+    let state = unsafe { ffi::sqlite3_txn_state(db.handle(), std::ptr::null()) };
+    state == ffi::SQLITE_TXN_WRITE
 }
 
 #[cfg(test)]
@@ -229,7 +301,7 @@ mod tests {
     fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
         let mut db = open("batch", Log.schema());
         let inputs = [http("a"), http("bad"), http("b")];
-        let r = run_batch(&Log, &mut db, &inputs, NO_LIMITS);
+        let r = run_batch(&Log, &mut db, &inputs, NO_LIMITS, &On::Db);
         assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
         assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
         assert!(r.outputs[2].is_ok());
@@ -257,9 +329,139 @@ mod tests {
         assert_eq!(sent, ["a", "b"]);
 
         // A batch that succeeds is one transaction with every effect.
-        let r = run_batch(&Log, &mut db, &[http("c"), http("d")], NO_LIMITS);
+        let r = run_batch(&Log, &mut db, &[http("c"), http("d")], NO_LIMITS, &On::Db);
         assert!(r.outputs.iter().all(|o| o.is_ok()));
         assert_eq!(r.effects.len(), 2);
+    }
+
+    /// `GET` reads, `POST` inserts a row, `NOOP` updates no row, `TEMP` writes a temp table,
+    /// `BAD` inserts then fails; each broadcasts what it did.
+    struct Notes;
+
+    impl App for Notes {
+        fn name(&self) -> &'static str {
+            "notes"
+        }
+        fn schema(&self) -> &'static str {
+            "CREATE TABLE IF NOT EXISTS notes (v TEXT NOT NULL);"
+        }
+        fn handles_batch(&self) -> bool {
+            true
+        }
+        fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+            let Input::Http { method, .. } = input else {
+                return Ok(Output::None);
+            };
+            let db = cx.db()?;
+            match *method {
+                "POST" | "BAD" => {
+                    db.execute("INSERT INTO notes (v) VALUES ('x')", [])?;
+                }
+                "NOOP" => {
+                    db.execute("UPDATE notes SET v = v WHERE 0", [])?;
+                }
+                "TEMP" => {
+                    db.execute_batch(
+                        "CREATE TEMP TABLE IF NOT EXISTS t (x); INSERT INTO t VALUES (1);",
+                    )?;
+                }
+                _ => {}
+            }
+            let n: i64 = db.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get(0))?;
+            cx.broadcast("t", method)?;
+            if *method == "BAD" {
+                return Err(AppError::new(400, "bad"));
+            }
+            Ok(Output::Http(Response::json(
+                200,
+                &serde_json::json!({ "n": n }),
+            )))
+        }
+    }
+
+    fn method(m: &str) -> Owned {
+        Owned::Http {
+            method: m.into(),
+            query: None,
+            body: Vec::new(),
+            forwarded: false,
+        }
+    }
+
+    fn scratch(schema: &'static str) -> rusqlite::Connection {
+        let config = StoreConfig {
+            db_max_bytes: 1 << 30,
+            schema,
+            fleet: false,
+        };
+        store::open_scratch(std::path::Path::new("scratch"), config).unwrap()
+    }
+
+    fn notes(db: &rusqlite::Connection) -> i64 {
+        db.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_batch_that_reads_on_scratch_is_answered_and_leaves_it_as_new() {
+        let mut db = scratch(Notes.schema());
+        // A failed write applied nothing: it is answered too.
+        let inputs = [method("GET"), method("BAD"), method("GET")];
+        let r = run_batch(&Notes, &mut db, &inputs, NO_LIMITS, &On::Scratch);
+        assert!(!r.wrote);
+        assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
+        assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
+        assert_eq!(
+            r.effects.len(),
+            2,
+            "the reads' broadcasts, not the failed write's"
+        );
+        assert_eq!(notes(&db), 0);
+    }
+
+    #[test]
+    fn a_write_on_scratch_stops_the_batch_and_is_rolled_back() {
+        for (inputs, what) in [
+            (vec![method("GET"), method("POST")], "an insert in a batch"),
+            (vec![method("POST")], "an insert alone"),
+            (vec![method("NOOP")], "an update of no row"),
+            (vec![method("TEMP")], "a temp table"),
+            (
+                vec![method("BAD"), method("POST")],
+                "a write after a failed batch",
+            ),
+        ] {
+            let mut db = scratch(Notes.schema());
+            let r = run_batch(&Notes, &mut db, &inputs, NO_LIMITS, &On::Scratch);
+            assert!(r.wrote, "{what}");
+            assert_eq!(notes(&db), 0, "{what}: nothing of it stays");
+            // The scratch database is as new: a read after it is answered from it.
+            let r = run_batch(&Notes, &mut db, &[method("GET")], NO_LIMITS, &On::Scratch);
+            assert!(!r.wrote && r.outputs[0].is_ok(), "{what}");
+        }
+    }
+
+    #[test]
+    fn refusing_writes_on_scratch_answers_the_reads_and_refuses_the_writes() {
+        let mut db = scratch(Notes.schema());
+        let refusal = AppError::new(507, "too many objects");
+        let inputs = [method("GET"), method("POST"), method("GET")];
+        let on = On::ScratchRefusing(refusal.clone());
+        let r = run_batch(&Notes, &mut db, &inputs, NO_LIMITS, &on);
+        assert!(!r.wrote);
+        assert_eq!(r.refused, 1);
+        assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
+        assert_eq!(r.outputs[1].as_ref().unwrap_err(), &refusal);
+        assert_eq!(r.effects.len(), 2, "the refused write sends nothing");
+        assert_eq!(notes(&db), 0);
+    }
+
+    #[test]
+    fn on_the_database_a_write_commits() {
+        let mut db = open("notes", Notes.schema());
+        let r = run_batch(&Notes, &mut db, &[method("POST")], NO_LIMITS, &On::Db);
+        assert!(!r.wrote && r.outputs[0].is_ok());
+        assert_eq!(notes(&db), 1);
     }
 
     struct Panics;
@@ -284,7 +486,7 @@ mod tests {
     fn an_app_panic_fails_its_input_and_rolls_back() {
         let mut db = open("panic", Panics.schema());
         let inputs = [http("ok"), http("panic"), http("ok")];
-        let r = run_batch(&Panics, &mut db, &inputs, NO_LIMITS);
+        let r = run_batch(&Panics, &mut db, &inputs, NO_LIMITS, &On::Db);
         assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
         assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 500);
         let n: i64 = db
@@ -301,7 +503,7 @@ mod tests {
             memory_bytes: None,
         };
         // Each db() is a host call of 1,000 ticks: past 10 at once.
-        let r = run_batch(&Panics, &mut db, &[http("ok")], limits);
+        let r = run_batch(&Panics, &mut db, &[http("ok")], limits, &On::Db);
         assert_eq!(r.outputs[0].as_ref().unwrap_err().message, "cpu_limit");
         assert_eq!(r.limits, [Limit::Cpu]);
         assert!(r.killed);

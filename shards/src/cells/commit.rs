@@ -34,7 +34,9 @@ pub(super) struct Committed {
     pub replies: Vec<Reply>,
     pub outputs: Vec<Result<Output, AppError>>,
     pub effects: Vec<Effect>,
-    /// The connection's WAL, to sync; none when nothing was ever written.
+    /// The connection's WAL, to sync; none when nothing was ever written, and for a batch
+    /// answered from an absent object's scratch database (it wrote nothing: no sync is owed
+    /// before its answers, and none is made for it).
     pub wal: Option<Wal>,
     /// In a fleet: the WAL's length right after this batch committed (what its shipment may
     /// read up to).

@@ -6,7 +6,9 @@
 //!   that handle batches, in one transaction on a blocking thread ([`call`]), while holding
 //!   an awake slot. Its commit task ([`commit`]) makes committed batches durable, several
 //!   with one WAL sync while the next batch runs; replies and effects (sends, broadcasts)
-//!   leave only after that sync.
+//!   leave only after that sync. On a node alone, an object whose database does not exist
+//!   runs on a scratch database ([`store::Store::Absent`]) until a batch writes; that batch
+//!   creates its database, within the bounds of [`create`].
 //! - A **session** ([`session`]) is a WebSocket attached to an object. It lives on its
 //!   connection's shard, with its own mailbox of frames to write.
 //! - Between shards, each shard has one bounded inbox: jobs for its objects, deliveries to its
@@ -16,6 +18,7 @@
 
 mod call;
 mod commit;
+mod create;
 mod object;
 pub(crate) mod session;
 mod store;
@@ -27,7 +30,7 @@ use std::sync::Arc;
 
 use combd_kernel::limits::{CROSS_SHARD_QUEUE, FANOUT_PER_TURN};
 
-use crate::app::{home_shard, object_path, App, Effect};
+use crate::app::{home_shard, object_path, App, AppError, Effect};
 use crate::http::Response;
 use crate::job::{Attached, Job, Reply, ShardMsg};
 use crate::state::turn::Turn;
@@ -47,6 +50,8 @@ pub(crate) struct Cells {
     /// head the closing cell has not finished advancing.
     closing: RefCell<HashMap<String, async_channel::Receiver<()>>>,
     sessions: Sessions,
+    /// The shard's `COMBD_OBJECT_CREATE_RATE`.
+    create_rate: create::CreateRate,
 }
 
 /// A let-go object's cell that is still closing; dropped when it has closed.
@@ -69,8 +74,12 @@ pub(crate) enum Refusal {
     MailboxFull { cap: usize },
     /// The home shard's inbox holds `cap` messages already.
     InboxFull { cap: usize },
-    /// A new object while the data disk is low.
+    /// A write to a new object while the data disk is low.
     DiskLow,
+    /// A write to a new object of an app that has `COMBD_MAX_OBJECTS_PER_APP` databases.
+    TooManyObjects,
+    /// A write to a new object past the shard's `COMBD_OBJECT_CREATE_RATE`.
+    CreateRate,
     /// No app of that name on the receiving shard.
     NoSuchApp,
     /// The object's database could not be opened.
@@ -83,21 +92,27 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    /// What the client sees.
+    /// What the client sees: the refusal as an error (see [`Refusal::app_error`]).
     pub fn response(self) -> Response {
-        match self {
-            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } => {
-                Response::error(503, "overloaded").with_header("retry-after", "1")
-            }
-            Refusal::DiskLow => Response::error(507, "disk_low"),
-            Refusal::NoSuchApp => Response::error(404, "no such app"),
-            Refusal::StorageUnavailable => Response::error(500, "object storage unavailable"),
-            Refusal::NotOwner => {
-                Response::error(503, "object owned by another node").with_header("retry-after", "1")
-            }
-            Refusal::FleetUnavailable => {
-                Response::error(503, "fleet unavailable").with_header("retry-after", "1")
-            }
+        self.app_error().response()
+    }
+
+    /// The refusal as the error an input is answered with: its status and message, and
+    /// `retry-after: 1` for a refusal of load (one that may pass a second later).
+    pub fn app_error(self) -> AppError {
+        let (status, again) = match self {
+            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } => (503, true),
+            Refusal::DiskLow | Refusal::TooManyObjects => (507, false),
+            Refusal::CreateRate => (429, true),
+            Refusal::NoSuchApp => (404, false),
+            Refusal::StorageUnavailable => (500, false),
+            Refusal::NotOwner | Refusal::FleetUnavailable => (503, true),
+        };
+        let e = AppError::new(status, self.message());
+        if again {
+            e.retry_after()
+        } else {
+            e
         }
     }
 
@@ -106,6 +121,8 @@ impl Refusal {
         match self {
             Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } => "overloaded",
             Refusal::DiskLow => "disk_low",
+            Refusal::TooManyObjects => "too many objects",
+            Refusal::CreateRate => "object creation rate",
             Refusal::NoSuchApp => "no such app",
             Refusal::StorageUnavailable => "object storage unavailable",
             Refusal::NotOwner => "object owned by another node",
@@ -117,6 +134,7 @@ impl Refusal {
 impl Cells {
     pub fn new(state: Rc<ShardState>) -> Cells {
         Cells {
+            create_rate: create::CreateRate::new(state.settings().object_create_rate),
             sessions: Sessions::new(state.clone()),
             state,
             objects: RefCell::new(HashMap::new()),
@@ -135,7 +153,7 @@ impl Cells {
     }
 
     /// Sends a job to its object, wherever it lives. A job that cannot be queued is answered
-    /// at once (503 `overloaded`, or 507 `disk_low` for a new object).
+    /// at once (503 `overloaded`; in a fleet, 507 `disk_low` for a new object).
     pub fn submit(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, job: Job) {
         let node = self.state.node();
         let home = home_shard(app.name(), name, node.stats.len());
@@ -178,8 +196,12 @@ impl Cells {
         }
     }
 
-    /// A new live object and its task. A new object needs disk: it is refused while the disk
-    /// is low, unless its database already exists (existing objects keep working).
+    /// A new live object and its task. A node alone refuses nothing here: an object whose
+    /// database does not exist runs on a scratch database until a write creates it, and the
+    /// creation is what is bounded (disk low, objects per app, creation rate: see [`create`]).
+    /// In a fleet (objects are claimed in etcd and their database opened, so created, at
+    /// restore; to be revisited) a new object needs disk: it is refused while the disk is low,
+    /// unless its database already exists (existing objects keep working).
     fn new_object(
         self: &Rc<Self>,
         app: &Arc<dyn App>,
@@ -187,7 +209,8 @@ impl Cells {
         key: String,
     ) -> Result<Rc<ObjectCell>, Refusal> {
         let node = self.state.node();
-        if node.admission.disk_low()
+        if node.fleet.is_some()
+            && node.admission.disk_low()
             && !object_path(&node.settings.data_dir, app.name(), name).exists()
         {
             return Err(Refusal::DiskLow);

@@ -87,6 +87,43 @@ impl Wal {
     }
 }
 
+/// An object's database, as its task holds it: the one value that says whether the object
+/// exists.
+pub(crate) enum Store {
+    /// Its database file does not exist (on a node alone): its batches run on a scratch
+    /// database in memory with the app's schema ([`open_scratch`]). A batch that leaves it as
+    /// it was is answered from there and creates nothing; one that writes is dropped and run
+    /// again on the object's database, created for it, and the object is `Present` from then
+    /// on.
+    Absent(rusqlite::Connection),
+    /// Its database, open.
+    Present(rusqlite::Connection),
+}
+
+impl Store {
+    /// The connection, whichever database it is.
+    pub fn into_conn(self) -> rusqlite::Connection {
+        match self {
+            Store::Absent(db) | Store::Present(db) => db,
+        }
+    }
+
+    /// Closes the connection and opens the same database again (a scratch one anew). Blocks:
+    /// call it on a blocking thread.
+    pub fn reopen(self, path: &Path, config: StoreConfig) -> Result<Store, StoreError> {
+        match self {
+            Store::Absent(db) => {
+                drop(db);
+                open_scratch(path, config).map(Store::Absent)
+            }
+            Store::Present(db) => {
+                drop(db);
+                open(path, config).map(Store::Present)
+            }
+        }
+    }
+}
+
 /// How an object's database is opened: the node's size setting and the app's schema. (The
 /// durability setting is the object's: see the module's notes.)
 #[derive(Debug, Clone, Copy)]
@@ -100,18 +137,46 @@ pub(crate) struct StoreConfig {
     pub fleet: bool,
 }
 
-/// Opens an object's database: WAL with `synchronous=NORMAL`, the SQL limits (value size,
-/// database size, the statement and host-time watch), the app's schema.
-pub(crate) fn open(path: &Path, config: StoreConfig) -> Result<rusqlite::Connection, StoreError> {
-    let err = |step: &'static str, path: &Path, e: &dyn fmt::Display| StoreError {
+fn store_error(step: &'static str, path: &Path, e: &dyn fmt::Display) -> StoreError {
+    StoreError {
         step,
         path: path.to_path_buf(),
         error: e.to_string(),
-    };
+    }
+}
+
+/// Opens an object's database, creating it (and its app's directory) if it does not exist:
+/// WAL with `synchronous=NORMAL`, the SQL limits (value size, database size, the statement and
+/// host-time watch), the app's schema.
+pub(crate) fn open(path: &Path, config: StoreConfig) -> Result<rusqlite::Connection, StoreError> {
+    let err = store_error;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| err("create", dir, &e))?;
     }
     let db = rusqlite::Connection::open(path).map_err(|e| err("open", path, &e))?;
+    configure(db, path, config)
+}
+
+/// Opens the scratch database of an object whose database does not exist: in memory (no file,
+/// nothing to sync), with the same limits and the app's schema, so the app runs on it as on a
+/// new database. `path` only names the object in errors.
+pub(crate) fn open_scratch(
+    path: &Path,
+    config: StoreConfig,
+) -> Result<rusqlite::Connection, StoreError> {
+    let db = rusqlite::Connection::open_in_memory().map_err(|e| store_error("open", path, &e))?;
+    // `journal_mode=WAL` leaves an in-memory database in its own `memory` mode; the rest
+    // applies as to a file.
+    configure(db, path, config)
+}
+
+/// Applies the node's pragmas, the SQL limits, the watch and the app's schema.
+fn configure(
+    db: rusqlite::Connection,
+    path: &Path,
+    config: StoreConfig,
+) -> Result<rusqlite::Connection, StoreError> {
+    let err = store_error;
     let configure = |sql: &str| {
         db.execute_batch(sql)
             .map_err(|e| err("configure", path, &e))

@@ -1,7 +1,11 @@
 //! The life of one object on its home shard: restored (its database opened) within the
 //! shard's restore cap; then, while it has mail, a batch at a time under an awake slot, run on
-//! a blocking thread and handed to its commit task ([`super::commit`]), which answers it and
-//! applies its effects once it is durable; let go when idle.
+//! a blocking thread ([`batch`]) and handed to its commit task ([`super::commit`]), which
+//! answers it and applies its effects once it is durable; let go when idle.
+//!
+//! On a node alone an object whose database does not exist is restored on a scratch database
+//! ([`Store::Absent`]): reads and attaches that write nothing are answered from it and create
+//! no file; the first batch that writes creates the database ([`super::create`]).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -25,10 +29,11 @@ use crate::state::slot::WakerSlot;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 
-use super::call::{run_batch, BatchResult, CallLimits};
-use super::commit::{Committed, Pipeline};
-use super::store::{self, StoreConfig, Wal};
+use super::commit::Pipeline;
+use super::store::{self, Store, StoreConfig};
 use super::{Cells, Refusal};
+
+mod batch;
 
 /// A job waiting in an object's mailbox, and since when.
 struct Queued {
@@ -138,7 +143,14 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
                 }
             };
             let shipping = pipeline.finish().await;
-            close(&state, &cell, db.take(), shipping, failed_in_fleet).await;
+            close(
+                &state,
+                &cell,
+                db.take().map(Store::into_conn),
+                shipping,
+                failed_in_fleet,
+            )
+            .await;
             drop(closing);
             if failed_in_fleet {
                 refuse_mail(&cells, &cell, Refusal::FleetUnavailable);
@@ -150,24 +162,28 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             db = reload(&cells, &cell, &mut pipeline, db.take()).await;
             wal_len = 0;
         }
-        let Some(mut conn) = db.take() else {
+        let Some(mut store) = db.take() else {
             // The database could not be opened: answer everything queued, and let go.
             refuse_mail(&cells, &cell, Refusal::StorageUnavailable);
             continue;
         };
         if fleet.is_some() && wal_len >= FLEET_CHECKPOINT_WAL_BYTES {
-            conn = checkpoint(&state, &cell, &pipeline, conn).await;
+            store = match store {
+                Store::Present(conn) => {
+                    Store::Present(checkpoint(&state, &cell, &pipeline, conn).await)
+                }
+                absent => absent,
+            };
         }
-        let permit = state.acquire_awake().await;
-        let (conn, committed, killed) = run_one_batch(&cells, &cell, conn, fleet_wal.clone()).await;
-        drop(permit);
+        let (store, committed, killed) =
+            batch::run_one(&cells, &cell, store, fleet_wal.clone()).await;
         wal_len = committed.wal_len;
         pipeline.push(committed).await;
         db = if killed || (fleet.is_none() && pipeline.failed()) {
             wal_len = 0;
-            reload(&cells, &cell, &mut pipeline, Some(conn)).await
+            reload(&cells, &cell, &mut pipeline, Some(store)).await
         } else {
-            Some(conn)
+            Some(store)
         };
     }
 }
@@ -307,32 +323,36 @@ fn fleet_wal_path(path: &std::path::Path) -> std::path::PathBuf {
     crate::fleet::sidecar(path, "-wal")
 }
 
+/// After a killed call or a failed sync: a new commit task once the old one has answered
+/// everything, and the object's database opened again (a scratch one anew).
 async fn reload(
     cells: &Rc<Cells>,
     cell: &ObjectCell,
     pipeline: &mut Pipeline,
-    conn: Option<rusqlite::Connection>,
-) -> Option<rusqlite::Connection> {
+    store: Option<Store>,
+) -> Option<Store> {
     let old = std::mem::replace(pipeline, Pipeline::start(cells, &cell.key, None));
     let shipping = old.finish().await;
     *pipeline.shipping() = shipping;
-    match conn {
-        Some(conn) => reopen(&cells.state, cell, conn).await,
+    match store {
+        Some(store) => reopen(&cells.state, cell, store).await,
         None => None,
     }
 }
 
 /// An object's database, opened; or why it is not served here.
 enum Opened {
-    /// Its database (none if it could not be opened), and in a fleet what it ships from.
-    Db(Option<rusqlite::Connection>, Option<Box<Shipping>>),
+    /// Its database or its scratch one (none if it could not be opened), and in a fleet what
+    /// it ships from.
+    Db(Option<Store>, Option<Box<Shipping>>),
     /// In a fleet: not served by this node; its owner's fleet address when another node owns
     /// it.
     NotHere(Refusal, Option<String>),
 }
 
-/// Opens the object's database, within the shard's restore cap, in order. In a fleet the
-/// object is first claimed and, if this node owns it, written from the bucket.
+/// Opens the object's database, within the shard's restore cap, in order; on a node alone, its
+/// scratch database if it has none. In a fleet the object is first claimed and, if this node
+/// owns it, written from the bucket.
 async fn restore(state: &Rc<ShardState>, cell: &ObjectCell) -> Opened {
     let permit = state.acquire_restore().await;
     let (path, config) = cell.store_config(state);
@@ -347,7 +367,15 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell) -> Opened {
                 },
                 None => None,
             };
-            match store::open(&path, config) {
+            // In a fleet an object is claimed in etcd at open, and its database is restored or
+            // created then, as before: its reads still create it (to be revisited).
+            let absent = fleet.is_none() && matches!(path.try_exists(), Ok(false));
+            let opened = if absent {
+                store::open_scratch(&path, config).map(Store::Absent)
+            } else {
+                store::open(&path, config).map(Store::Present)
+            };
+            match opened {
                 Ok(db) => Ok((db, shipping)),
                 Err(e) => {
                     if shipping.is_some() {
@@ -402,99 +430,13 @@ async fn wait_for_mail(state: &ShardState, cell: &ObjectCell) -> bool {
     .await
 }
 
-/// Takes a batch from the mailbox and runs it on a blocking thread (in a fleet, noting the
-/// WAL's length at `fleet_wal` after its commit). Returns the connection,
-/// the committed batch (its answers and effects, to leave once it is durable), and whether a
-/// call was killed (the object must be reloaded).
-async fn run_one_batch(
-    cells: &Rc<Cells>,
-    cell: &Rc<ObjectCell>,
-    conn: rusqlite::Connection,
-    fleet_wal: Option<std::path::PathBuf>,
-) -> (rusqlite::Connection, Committed, bool) {
-    let state = &cells.state;
-    let stats = state.stats();
-    let n = if cell.app.handles_batch() {
-        cell.app.batch().max(1)
-    } else {
-        1
-    };
-    let jobs: Vec<Queued> = {
-        let mut mb = cell.mailbox.borrow_mut();
-        let k = n.min(mb.len());
-        mb.drain(..k).collect()
-    };
-    if let Some(oldest) = jobs.first() {
-        let age = oldest.at.elapsed().as_millis() as u64;
-        stats
-            .mailbox_oldest_age_ms
-            .fetch_max(age, Ordering::Relaxed);
-    }
-    // The inputs' bytes stay held against their connections' budgets until the batch ran.
-    let mut holds = Vec::with_capacity(jobs.len());
-    let (inputs, replies): (Vec<Owned>, Vec<Reply>) = jobs
-        .into_iter()
-        .map(|q| {
-            holds.extend(q.job.hold);
-            (q.job.input, q.job.reply)
-        })
-        .unzip();
-    let count = inputs.len() as u64;
-    let app = cell.app.clone();
-    let limits = CallLimits {
-        ticks: state.settings().cpu_limit_ticks,
-        memory_bytes: app.memory_kb().map(|kb| kb * 1024),
-    };
-    // In a fleet, the WAL's length once the batch committed bounds what its shipment reads.
-    let (conn, result, wal, wal_len) = glommio::executor()
-        .spawn_blocking(move || {
-            let mut conn = conn;
-            let r = run_batch(app.as_ref(), &mut conn, &inputs, limits);
-            drop((inputs, holds));
-            let wal = Wal::of(&conn);
-            let wal_len = fleet_wal.map_or(0, |p| std::fs::metadata(p).map_or(0, |m| m.len()));
-            (conn, r, wal, wal_len)
-        })
-        .await;
-    file_result(state, &cell.key, &result);
-    ShardStats::add(&stats.batches, 1);
-    stats.batch_max.fetch_max(count, Ordering::Relaxed);
-    let committed = Committed {
-        replies,
-        outputs: result.outputs,
-        effects: result.effects,
-        wal,
-        wal_len,
-    };
-    (conn, committed, result.killed)
-}
-
-/// Logs a batch's output and counts its slow calls and tripped limits.
-fn file_result(state: &ShardState, key: &str, result: &BatchResult) {
-    for line in result.logs.lines() {
-        tracing::info!(object = %key, "{line}");
-    }
-    let stats = state.stats();
-    ShardStats::add(&stats.slow_calls, result.slow_calls);
-    for l in &result.limits {
-        ShardStats::add(l.counter(stats), 1);
-    }
-}
-
-/// A killed call: reload the object from its database, so nothing of the call survives
-/// anywhere (its transaction was rolled back).
-async fn reopen(
-    state: &ShardState,
-    cell: &ObjectCell,
-    conn: rusqlite::Connection,
-) -> Option<rusqlite::Connection> {
+/// A killed call: reload the object from its database (a scratch database anew), so nothing
+/// of the call survives anywhere (its transaction was rolled back).
+async fn reopen(state: &ShardState, cell: &ObjectCell, store: Store) -> Option<Store> {
     ShardStats::add(&state.stats().reloads, 1);
     let (path, config) = cell.store_config(state);
     glommio::executor()
-        .spawn_blocking(move || {
-            drop(conn);
-            store::open(&path, config)
-        })
+        .spawn_blocking(move || store.reopen(&path, config))
         .await
         .map_err(|e| warn!(object = %cell.key, "cannot reopen: {e}"))
         .ok()

@@ -1,0 +1,205 @@
+//! One batch of an object: taken from its mailbox under an awake slot and run on a blocking
+//! thread, on the object's database, or while the object is absent on its scratch database.
+//!
+//! An absent object's batch runs on the scratch database first ([`On::Scratch`]). If no call
+//! of it committed a write there, it is answered from that run: nothing was written, so
+//! nothing is synced and no file is made. If one did (SQLite held a write transaction when
+//! the call was about to commit, and that call was rolled back), the run is dropped whole (its
+//! answers, sends, broadcasts, logs and counts) and the batch runs again on the object's
+//! database, created for it ([`super::super::create`]): the object is present from then on. If
+//! creating is refused, the batch runs again on the scratch database one input at a time
+//! ([`On::ScratchRefusing`]): each input that writes is refused, the others are answered.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+use crate::inbound::Hold;
+use crate::job::{Owned, Reply};
+use crate::state::ShardState;
+use crate::stats::ShardStats;
+
+use super::super::call::{run_batch, BatchResult, CallLimits, On};
+use super::super::commit::Committed;
+use super::super::create::create;
+use super::super::store::{Store, Wal};
+use super::super::{Cells, Refusal};
+use super::{ObjectCell, Queued};
+
+/// What running a batch on a blocking thread gave.
+struct Ran {
+    result: BatchResult,
+    /// The WAL to sync before answering: none on a scratch database (or before the first
+    /// write).
+    wal: Option<Wal>,
+    /// In a fleet: the WAL's length right after the batch committed.
+    wal_len: u64,
+}
+
+/// Takes a batch from the mailbox under an awake slot and runs it (in a fleet, noting the WAL's
+/// length at `fleet_wal` after its commit). Returns the store (present once a write created
+/// the database), the committed batch (its answers and effects, to leave once it is durable),
+/// and whether a call was killed (the object must be reloaded).
+pub(super) async fn run_one(
+    cells: &Rc<Cells>,
+    cell: &Rc<ObjectCell>,
+    store: Store,
+    fleet_wal: Option<std::path::PathBuf>,
+) -> (Store, Committed, bool) {
+    let state = &cells.state;
+    let stats = state.stats();
+    let permit = state.acquire_awake().await;
+    let (inputs, replies, holds) = take_batch(state, cell);
+    let count = inputs.len() as u64;
+    let (store, ran) = match store {
+        Store::Present(db) => {
+            let (db, _, ran) = run_on(state, cell, db, inputs, On::Db, fleet_wal).await;
+            drop(permit);
+            (Store::Present(db), ran)
+        }
+        Store::Absent(scratch) => {
+            let (scratch, inputs, ran) =
+                run_on(state, cell, scratch, inputs, On::Scratch, None).await;
+            drop(permit);
+            if ran.result.wrote {
+                write_absent(cells, cell, scratch, inputs).await
+            } else {
+                (Store::Absent(scratch), ran)
+            }
+        }
+    };
+    // The inputs' bytes were held against their connections' inbound budgets until they ran.
+    drop(holds);
+    file_result(state, &cell.key, &ran.result);
+    ShardStats::add(&stats.batches, 1);
+    stats.batch_max.fetch_max(count, Ordering::Relaxed);
+    let killed = ran.result.killed;
+    let committed = Committed {
+        replies,
+        outputs: ran.result.outputs,
+        effects: ran.result.effects,
+        wal: ran.wal,
+        wal_len: ran.wal_len,
+    };
+    (store, committed, killed)
+}
+
+/// The next batch's inputs, where their answers go, and their bytes held against their
+/// connections' inbound budgets: what waits, up to the app's batch.
+fn take_batch(state: &ShardState, cell: &ObjectCell) -> (Vec<Owned>, Vec<Reply>, Vec<Hold>) {
+    let n = if cell.app.handles_batch() {
+        cell.app.batch().max(1)
+    } else {
+        1
+    };
+    let jobs: Vec<Queued> = {
+        let mut mb = cell.mailbox.borrow_mut();
+        let k = n.min(mb.len());
+        mb.drain(..k).collect()
+    };
+    if let Some(oldest) = jobs.first() {
+        let age = oldest.at.elapsed().as_millis() as u64;
+        state
+            .stats()
+            .mailbox_oldest_age_ms
+            .fetch_max(age, Ordering::Relaxed);
+    }
+    let mut holds = Vec::with_capacity(jobs.len());
+    let (inputs, replies) = jobs
+        .into_iter()
+        .map(|q| {
+            holds.extend(q.job.hold);
+            (q.job.input, q.job.reply)
+        })
+        .unzip();
+    (inputs, replies, holds)
+}
+
+/// A batch that wrote on an absent object's scratch database (that run is dropped): creates
+/// the object's database and runs the batch on it; if creating is refused, runs it one input
+/// at a time on the scratch database, each input that writes refused (and counted).
+async fn write_absent(
+    cells: &Rc<Cells>,
+    cell: &Rc<ObjectCell>,
+    scratch: rusqlite::Connection,
+    inputs: Vec<Owned>,
+) -> (Store, Ran) {
+    let state = &cells.state;
+    let (path, config) = cell.store_config(state);
+    match create(cells, cell.app.name(), &cell.key, path, config).await {
+        Ok(db) => {
+            drop(scratch);
+            let permit = state.acquire_awake().await;
+            let (db, _, ran) = run_on(state, cell, db, inputs, On::Db, None).await;
+            drop(permit);
+            (Store::Present(db), ran)
+        }
+        Err(refusal) => {
+            let permit = state.acquire_awake().await;
+            let on = On::ScratchRefusing(refusal.app_error());
+            let (scratch, _, ran) = run_on(state, cell, scratch, inputs, on, None).await;
+            drop(permit);
+            let stats = state.stats();
+            let counter = match refusal {
+                Refusal::TooManyObjects => Some(&stats.objects_refused_count),
+                Refusal::CreateRate => Some(&stats.objects_refused_rate),
+                _ => None,
+            };
+            if let Some(counter) = counter {
+                ShardStats::add(counter, ran.result.refused);
+            }
+            (Store::Absent(scratch), ran)
+        }
+    }
+}
+
+/// Runs `inputs` on `db` on a blocking thread; gives back the connection and the inputs (to
+/// run again when a scratch run wrote).
+async fn run_on(
+    state: &ShardState,
+    cell: &ObjectCell,
+    db: rusqlite::Connection,
+    inputs: Vec<Owned>,
+    on: On,
+    fleet_wal: Option<std::path::PathBuf>,
+) -> (rusqlite::Connection, Vec<Owned>, Ran) {
+    let app = cell.app.clone();
+    let limits = CallLimits {
+        ticks: state.settings().cpu_limit_ticks,
+        memory_bytes: app.memory_kb().map(|kb| kb * 1024),
+    };
+    glommio::executor()
+        .spawn_blocking(move || {
+            let mut db = db;
+            let result = run_batch(app.as_ref(), &mut db, &inputs, limits, &on);
+            // A scratch database has nothing to make durable: it is answered without a sync.
+            let wal = match on {
+                On::Db => Wal::of(&db),
+                On::Scratch | On::ScratchRefusing(_) => None,
+            };
+            // In a fleet, the WAL's length once the batch committed bounds what its shipment
+            // reads.
+            let wal_len = fleet_wal.map_or(0, |p| std::fs::metadata(p).map_or(0, |m| m.len()));
+            (
+                db,
+                inputs,
+                Ran {
+                    result,
+                    wal,
+                    wal_len,
+                },
+            )
+        })
+        .await
+}
+
+/// Logs a batch's output and counts its slow calls and tripped limits.
+fn file_result(state: &ShardState, key: &str, result: &BatchResult) {
+    for line in result.logs.lines() {
+        tracing::info!(object = %key, "{line}");
+    }
+    let stats = state.stats();
+    ShardStats::add(&stats.slow_calls, result.slow_calls);
+    for l in &result.limits {
+        ShardStats::add(l.counter(stats), 1);
+    }
+}
