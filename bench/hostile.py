@@ -234,13 +234,43 @@ def slowloris(node, stop, conns=2000):
         stop.wait(0.1)
 
 
+def name_spray(node, stop, names=10000):
+    """GETs of 10,000 distinct counter names, pipelined 100 at a time on 10 connections."""
+    def one(i):
+        s = connect(node.port, f"127.0.0.{180 + i}")
+        f = s.makefile("rb")
+        for start in range(i * names // 10, (i + 1) * names // 10, 100):
+            if stop.is_set():
+                return
+            burst = b"".join(b"GET /o/counter/spray%d HTTP/1.1\r\nHost: x\r\n\r\n" % n
+                             for n in range(start, start + 100))
+            s.sendall(burst)
+            for _ in range(100):
+                read_response(f)
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.wait()
+
+
 ATTACKS = {
     "pipeline": (pipeline, {}),
     "address-flood": (address_flood, {"COMBD_MAX_CONNS": "2500", "COMBD_HEADER_TIMEOUT": "1m"}),
     "big-frames": (big_frames, {}),
     "slow-bodies": (slow_bodies, {"COMBD_BODY_TIMEOUT": "1m"}),
     "slowloris": (slowloris, {}),
+    "name-spray": (name_spray, {}),
 }
+
+
+def object_files(data):
+    """Database files under the node's data directory."""
+    n = 0
+    for _, _, files in os.walk(os.path.join(data, "objects")):
+        n += sum(1 for f in files if f.endswith(".sqlite"))
+    return n
 
 
 def run(name, binary, droplet, seconds):
@@ -285,6 +315,7 @@ def run(name, binary, droplet, seconds):
             "honest_p50_ms": pct(out["latencies"], 50), "honest_p99_ms": pct(out["latencies"], 99),
             "honest_requests": len(out["latencies"]), "honest_failed": out["failed"],
             "refused": moved,
+            "object_files": object_files(node.data),
         }
     finally:
         node.stop()
