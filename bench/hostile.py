@@ -19,6 +19,7 @@ lost. Attackers come from other loopback addresses (127.0.0.x); nothing leaves t
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -78,6 +79,7 @@ class Node:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        shutil.rmtree(self.data, ignore_errors=True)
 
 
 def connect(port, src, timeout=10):
@@ -317,6 +319,8 @@ def run(name, binary, droplet, seconds):
             "refused": moved,
             "object_files": object_files(node.data),
         }
+    except OSError as e:
+        return {"attack": name, "node": binary, "error": str(e)}
     finally:
         node.stop()
 
