@@ -127,6 +127,13 @@ impl ConnInbound {
     }
 }
 
+impl Hold {
+    /// The bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         let c = &self.conn;

@@ -13,6 +13,7 @@ use combd_kernel::settings::Settings;
 
 use crate::app::{App, Effect, Input as AppInput, Message, Resync, SessionId};
 use crate::cells::session::CloseWhy;
+use crate::inbound::Hold;
 use crate::job::{Attached, Job};
 use crate::state::Defer;
 use crate::stats::ShardStats;
@@ -62,6 +63,9 @@ struct Ws {
     decoder: Decoder,
     /// A ping was sent and nothing has come back since.
     awaiting_pong: bool,
+    /// The bytes of an incomplete frame and of a message under reassembly, held against the
+    /// shard's inbound budget once past a connection's floor.
+    partial: Option<Hold>,
 }
 
 /// The message rate: a token bucket of `COMBD_WS_BURST` tokens refilled at `COMBD_WS_RATE` a
@@ -179,6 +183,7 @@ impl Conn {
             },
             decoder: Decoder::new(max_message),
             awaiting_pong: false,
+            partial: None,
         };
         let mut rate = Rate::new(settings);
         let _ = combd_kernel::sys::set_send_buffer(&self.stream, limits::WS_SEND_BUFFER_BYTES);
@@ -198,6 +203,9 @@ impl Conn {
                 if let Some(close) = self.decode_input(&mut ws, &mut rate, &mut out) {
                     break close;
                 }
+            }
+            if let Some(close) = self.hold_partial(&mut ws) {
+                break close;
             }
             if !out.is_empty() {
                 ShardStats::add(&stats.ws_sends, 1);
@@ -224,8 +232,33 @@ impl Conn {
                 }
             }
         };
+        // What it had of a message is let go before the linger.
+        ws.partial = None;
         // Boxed: a rare path whose state would otherwise size every idle WebSocket's task.
         Box::pin(self.close_with(&ws, close, out)).await;
+    }
+
+    /// Holds what the connection has of an incomplete frame or message (its `inbuf` and the
+    /// decoder's reassembly) against the shard's inbound budget, once it is past a
+    /// connection's floor (below it nothing is held: clicks cost nothing here). `Some`: the
+    /// budget cannot hold it, and the WebSocket closes with 1013 (a client sending a large
+    /// message slowly, or never finishing it, cannot hold more than the budget).
+    fn hold_partial(&self, ws: &mut Ws) -> Option<Close> {
+        let pending = (self.inbuf.len() + ws.decoder.partial_len()) as u64;
+        if pending == ws.partial.as_ref().map_or(0, Hold::bytes) {
+            return None;
+        }
+        ws.partial = None;
+        if pending < limits::INBOUND_CONN_FLOOR_BYTES {
+            return None;
+        }
+        match self.hold_reading(pending) {
+            Some(hold) => {
+                ws.partial = Some(hold);
+                None
+            }
+            None => Some(Close::Frame(Some(close::TRY_AGAIN_LATER), "overloaded")),
+        }
     }
 
     /// Decodes what `inbuf` holds and handles each event. `Some`: the WebSocket is to close.

@@ -113,6 +113,11 @@ impl Decoder {
         self.partial.is_some()
     }
 
+    /// Bytes of the message under reassembly held so far.
+    pub fn partial_len(&self) -> usize {
+        self.partial.as_ref().map_or(0, |(_, b)| b.len())
+    }
+
     /// Decodes the complete frames at the start of `buf` (unmasking them in place), calling
     /// `on` with each event until it returns `false`. Returns how many bytes were consumed;
     /// the rest is an incomplete frame to keep for the next read.
