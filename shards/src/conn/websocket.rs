@@ -200,6 +200,9 @@ impl Conn {
             // Decoded only while its input waiting is under its bound (back-pressure): what it
             // sent meanwhile waits in `inbuf` and the kernel.
             if !self.inbuf.is_empty() && self.has_room() {
+                // What is decoded moves into jobs, which hold it themselves; the rest is held
+                // again below.
+                ws.partial = None;
                 if let Some(close) = self.decode_input(&mut ws, &mut rate, &mut out) {
                     break close;
                 }
