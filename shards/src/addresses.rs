@@ -128,7 +128,7 @@ impl Addresses {
     }
 
     /// Addresses in the table now (connections open or a bucket refilling).
-    pub fn len(&self) -> usize {
+    pub fn tracked(&self) -> usize {
         self.table.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
@@ -207,12 +207,12 @@ mod tests {
         a.admit(key("10.0.0.2"), t).unwrap();
         a.release(key("10.0.0.1"));
         // Its bucket is still refilling: kept, so closing does not reset its rate.
-        assert_eq!(a.len(), 2);
+        assert_eq!(a.tracked(), 2);
         a.sweep(t + Duration::from_millis(100));
-        assert_eq!(a.len(), 2);
+        assert_eq!(a.tracked(), 2);
         a.sweep(t + Duration::from_secs(1));
         assert_eq!(
-            a.len(),
+            a.tracked(),
             1,
             "the idle, refilled address went; the open one stays"
         );

@@ -452,7 +452,7 @@ impl NodeShared {
             ("machine_percent", "combd_machine_percent", Gauge, "Machine memory used, as a percentage of the machine less a tenth.", g(&a.machine_percent)),
             ("tcp_kernel_bytes", "combd_tcp_kernel_bytes", Gauge, "Kernel TCP buffer memory, machine-wide.", g(&a.tcp_kernel_bytes)),
             ("listen_stops", "combd_listen_stops_total", Counter, "Times the node stopped listening.", g(&a.listen_stops)),
-            ("addresses", "combd_addresses", Gauge, "Client addresses with public connections open (or an accept-rate bucket refilling).", self.addresses.len() as u64),
+            ("addresses", "combd_addresses", Gauge, "Client addresses with public connections open (or an accept-rate bucket refilling).", self.addresses.tracked() as u64),
             ("address_conns_most", "combd_address_conns_most", Gauge, "The most public connections one client address holds now.", u64::from(self.addresses.most_open())),
             ("conns_public", "combd_conns_public", Gauge, "Open public connections (what COMBD_MAX_CONNS caps).", self.conns_of(ConnKind::Public)),
             ("conns_local", "combd_conns_local", Gauge, "Open connections of the node's own machine on the localhost listener.", self.conns_of(ConnKind::Local)),

@@ -190,7 +190,8 @@ impl Cells {
                 Err(refusal) => return self.refuse(job, refusal),
             },
         };
-        if let Err((job, refusal)) = cell.post(job) {
+        if let Err(refused) = cell.post(job) {
+            let (job, refusal) = *refused;
             ShardStats::add(&self.state.stats().mailbox_refused, 1);
             self.refuse(job, refusal);
         }

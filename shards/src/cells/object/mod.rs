@@ -63,13 +63,14 @@ impl ObjectCell {
     }
 
     /// Puts a job in the mailbox and wakes the object; a full mailbox refuses it (a detach
-    /// is never refused).
-    pub fn post(&self, job: Job) -> Result<(), (Job, Refusal)> {
+    /// is never refused). The refused job comes back boxed: a rare path that would otherwise
+    /// size every call's result.
+    pub fn post(&self, job: Job) -> Result<(), Box<(Job, Refusal)>> {
         {
             let mut mb = self.mailbox.borrow_mut();
             let cap = self.app.mailbox();
             if !job.is_detach() && mb.len() >= cap {
-                return Err((job, Refusal::MailboxFull { cap }));
+                return Err(Box::new((job, Refusal::MailboxFull { cap })));
             }
             mb.push_back(Queued {
                 job,
