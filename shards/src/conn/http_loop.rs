@@ -163,13 +163,26 @@ impl Conn {
     ) -> Option<(Head, Option<Answered>)> {
         let settings = self.state().settings();
         let (header_timeout, idle_timeout) = (settings.header_timeout, settings.idle_timeout);
+        // How much of `inbuf` the last parse saw: a head is parsed again only once a line of
+        // it ended since (or it passed its limit), not for every byte a slow client trickles
+        // (2,000 clients sending a header a byte at a time made the node parse their growing
+        // heads 20,000 times a second: an honest client's p99 went from 3 to 28 ms).
+        let mut seen = 0;
         loop {
             if !self.inbuf.is_empty() {
                 if let Clock::Idle(_) = clock {
                     *clock = Clock::Request(self.state().now_ms());
                 }
+                let line_ended = self.inbuf[seen.min(self.inbuf.len())..].contains(&b'\n');
+                let over = self.inbuf.len() > limits::HEADER_SECTION_MAX_BYTES;
+                seen = self.inbuf.len();
                 let mark = out.len();
-                match self.parse_and_answer(out) {
+                let parsed = if line_ended || over {
+                    self.parse_and_answer(out)
+                } else {
+                    Ok(None)
+                };
+                match parsed {
                     Ok(Some(got)) => {
                         pipeline.keep_order(out, mark);
                         return Some(got);
