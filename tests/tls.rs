@@ -72,7 +72,13 @@ fn https_and_wss_serve_every_route() {
 fn a_plain_text_client_and_a_silent_client_are_dropped() {
     let dir = tmpdir("bad");
     write_pair(&dir, &make_pair());
-    let node = start(&dir, &[("COMBD_TLS_HANDSHAKE_TIMEOUT", "300ms")]);
+    let node = start(
+        &dir,
+        &[
+            ("COMBD_TLS_HANDSHAKE_TIMEOUT", "300ms"),
+            ("COMBD_TLS_HELLO_TIMEOUT", "300ms"),
+        ],
+    );
     let mut plain = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
     plain.set_read_timeout(Some(WAIT)).unwrap();
     plain

@@ -357,6 +357,13 @@ pub const WS_BURST_DEFAULT: u64 = 2000;
 /// Default of `COMBD_TLS_HANDSHAKE_TIMEOUT`: as long as the header timeout, the same slowloris
 /// guard for the step before the head.
 pub const TLS_HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Default of `COMBD_TLS_HELLO_TIMEOUT`: a TLS client's complete ClientHello must have arrived
+/// this long after the accept, else the connection is closed (`tls_hello_timeouts`). A real
+/// client sends its ClientHello in its first flight, one round trip after the accept; 2 s
+/// covers a slow mobile link. Until the hello is in, a connection holds no handshake slot
+/// ([`TLS_HANDSHAKES_MAX`]) and no rustls state, so sockets that connect and send nothing cannot
+/// crowd real clients out of the slots; such a silent socket is dropped after this long.
+pub const TLS_HELLO_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
 /// The kernel send buffer of a WebSocket (`SO_SNDBUF`, which Linux doubles): what the kernel
 /// holds for a client beyond the session's mailbox. Fixed, so a client that stops reading is
 /// seen as stuck within `COMBD_WS_SLOW_TIMEOUT` instead of after the kernel has grown its
@@ -436,6 +443,9 @@ const _: () = assert!(WS_RATE_DEFAULT <= WS_BURST_DEFAULT);
 const _: () = assert!(OBJECT_UNSYNCED_BATCHES > 0);
 // async_channel::bounded(0) panics, and a shard without an inbox could not be reached.
 const _: () = assert!(CROSS_SHARD_QUEUE > 0);
+// The hello is part of the handshake: its deadline (from the accept) cannot be the later one.
+const _: () =
+    assert!(TLS_HELLO_TIMEOUT_DEFAULT.as_nanos() <= TLS_HANDSHAKE_TIMEOUT_DEFAULT.as_nanos());
 // A shard needs at least one thread for SQLite and must accept at least one TLS handshake.
 const _: () = assert!(BLOCKING_THREADS_PER_SHARD > 0 && TLS_HANDSHAKES_MAX > 0);
 // The accept-triggered measurement uses `is_multiple_of`, and the divisors divide: none is zero.

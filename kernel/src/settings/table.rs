@@ -183,6 +183,13 @@ pub const SETTINGS: &[SettingSpec] = &[
         meaning: "a TLS handshake must complete this long after the accept; else the connection closes",
     },
     SettingSpec {
+        env: "COMBD_TLS_HELLO_TIMEOUT",
+        flag: "--tls-hello-timeout",
+        default: "2s",
+        meaning: "a TLS client's complete ClientHello must arrive this long after the accept; else the \
+                  connection closes (tls_hello_timeouts); at most COMBD_TLS_HANDSHAKE_TIMEOUT",
+    },
+    SettingSpec {
         env: "COMBD_WS_PING_INTERVAL",
         flag: "--ws-ping-interval",
         default: "30s",
