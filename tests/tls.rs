@@ -1,6 +1,6 @@
 //! TLS against the real node with a real rustls client verifying a certificate made in the
-//! test: HTTPS, WSS echo, a plain-text client, a silent client, refusal while full, and a
-//! certificate reload on SIGHUP under an open WSS session.
+//! test: HTTPS, WSS echo, a plain-text client, a silent client, refusal while full, a
+//! certificate reload on SIGHUP under an open WSS session, and the handshake cap.
 
 #![allow(clippy::unwrap_used)]
 
@@ -96,13 +96,16 @@ fn a_plain_text_client_and_a_silent_client_are_dropped() {
         }
     }
     assert!(!got.starts_with(b"HTTP"), "answered in plain text");
-    // A client that never sends a ClientHello is closed at the handshake timeout.
+    // A client that never sends a ClientHello is closed at the hello timeout.
     let mut silent = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
     silent.set_read_timeout(Some(WAIT)).unwrap();
     assert_closed(&mut silent);
-    let s = wait_stats(&node, "both failures counted", |s| {
-        s["tls_handshake_failures"].as_u64().unwrap_or(0) >= 2
+    let s = wait_stats(&node, "both closes counted", |s| {
+        s["tls_handshake_failures"].as_u64().unwrap_or(0) >= 1
+            && s["tls_hello_timeouts"].as_u64().unwrap_or(0) >= 1
     });
+    assert_eq!(s["tls_handshake_failures"], 1, "the plain-text client: {s}");
+    assert_eq!(s["tls_hello_timeouts"], 1, "the silent client: {s}");
     assert_eq!(
         s["conns"].as_u64().unwrap(),
         1,
@@ -214,22 +217,30 @@ fn bad_tls_files_fail_startup_naming_the_setting() {
 #[test]
 fn handshakes_past_the_per_shard_cap_are_closed_at_once() {
     let dir = tmpdir("cap");
-    write_pair(&dir, &make_pair());
+    let pair = make_pair();
+    write_pair(&dir, &pair);
     let node = start(
         &dir,
         &[("COMBD_SHARDS", "1"), ("COMBD_TLS_HANDSHAKE_TIMEOUT", "5s")],
     );
-    // 300 clients that never send a ClientHello: 256 handshakes wait, the rest are refused.
+    // 300 clients that send a complete ClientHello and nothing after it: each takes a
+    // handshake slot once its hello is in; 256 handshakes wait, the rest are refused.
+    let hello = client_hello(&pair.der);
     let silent: Vec<TcpStream> = (0..300)
-        .map(|_| TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap())
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
+            s.write_all(&hello).unwrap();
+            s
+        })
         .collect();
-    let s = wait_stats(&node, "300 TLS connections accepted", |s| {
+    let s = wait_stats(&node, "300 ClientHellos in", |s| {
         s["tls_handshakes_in_progress"].as_u64().unwrap_or(0)
             + s["tls_handshakes_refused"].as_u64().unwrap_or(0)
             >= 300
     });
     assert_eq!(s["tls_handshakes_in_progress"], 256, "{s}");
     assert_eq!(s["tls_handshakes_refused"], 44);
+    assert_eq!(s["tls_hello_timeouts"], 0, "{s}");
     drop(silent);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -102,9 +102,11 @@ pub const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(1);
 // TLS
 // ---------------------------------------------------------------------------------------------
 
-/// TLS handshakes in progress per shard. A handshake is CPU work done on the shard's loop; past
-/// this many at once a new TLS connection is closed at once (`tls_handshakes_refused`). Each
-/// holds a rustls connection and its buffers, so the cap also bounds that memory per shard.
+/// TLS handshakes in progress per shard. A handshake is CPU work done on the shard's loop; a
+/// connection takes a slot once its complete ClientHello is in (not at the accept: see
+/// [`TLS_HELLO_TIMEOUT_DEFAULT`]), and past this many at once it is closed at once
+/// (`tls_handshakes_refused`). Each holds a rustls connection and its buffers, so the cap also
+/// bounds that memory per shard.
 pub const TLS_HANDSHAKES_MAX: usize = 256;
 
 // ---------------------------------------------------------------------------------------------
@@ -355,7 +357,8 @@ pub const WS_RATE_DEFAULT: u64 = 1000;
 /// Default of `COMBD_WS_BURST`: the token bucket's capacity. Past it: close 1008.
 pub const WS_BURST_DEFAULT: u64 = 2000;
 /// Default of `COMBD_TLS_HANDSHAKE_TIMEOUT`: as long as the header timeout, the same slowloris
-/// guard for the step before the head.
+/// guard for the step before the head. It runs from the accept, like the hello timeout; the
+/// handshake slot is held only from the ClientHello's arrival to the handshake's end.
 pub const TLS_HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// Default of `COMBD_TLS_HELLO_TIMEOUT`: a TLS client's complete ClientHello must have arrived
 /// this long after the accept, else the connection is closed (`tls_hello_timeouts`). A real
