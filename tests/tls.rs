@@ -1,6 +1,7 @@
 //! TLS against the real node with a real rustls client verifying a certificate made in the
-//! test: HTTPS, WSS echo, a plain-text client, a silent client, refusal while full, and a
-//! certificate reload on SIGHUP under an open WSS session.
+//! test: HTTPS, WSS echo, a plain-text client, a silent client, refusal while full, a
+//! certificate reload on SIGHUP under an open WSS session, the handshake cap, and 2,000 silent
+//! sockets that must not lock a real client out of the handshakes.
 
 #![allow(clippy::unwrap_used)]
 
@@ -72,7 +73,13 @@ fn https_and_wss_serve_every_route() {
 fn a_plain_text_client_and_a_silent_client_are_dropped() {
     let dir = tmpdir("bad");
     write_pair(&dir, &make_pair());
-    let node = start(&dir, &[("COMBD_TLS_HANDSHAKE_TIMEOUT", "300ms")]);
+    let node = start(
+        &dir,
+        &[
+            ("COMBD_TLS_HANDSHAKE_TIMEOUT", "300ms"),
+            ("COMBD_TLS_HELLO_TIMEOUT", "300ms"),
+        ],
+    );
     let mut plain = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
     plain.set_read_timeout(Some(WAIT)).unwrap();
     plain
@@ -90,13 +97,16 @@ fn a_plain_text_client_and_a_silent_client_are_dropped() {
         }
     }
     assert!(!got.starts_with(b"HTTP"), "answered in plain text");
-    // A client that never sends a ClientHello is closed at the handshake timeout.
+    // A client that never sends a ClientHello is closed at the hello timeout.
     let mut silent = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
     silent.set_read_timeout(Some(WAIT)).unwrap();
     assert_closed(&mut silent);
-    let s = wait_stats(&node, "both failures counted", |s| {
-        s["tls_handshake_failures"].as_u64().unwrap_or(0) >= 2
+    let s = wait_stats(&node, "both closes counted", |s| {
+        s["tls_handshake_failures"].as_u64().unwrap_or(0) >= 1
+            && s["tls_hello_timeouts"].as_u64().unwrap_or(0) >= 1
     });
+    assert_eq!(s["tls_handshake_failures"], 1, "the plain-text client: {s}");
+    assert_eq!(s["tls_hello_timeouts"], 1, "the silent client: {s}");
     assert_eq!(
         s["conns"].as_u64().unwrap(),
         1,
@@ -208,22 +218,131 @@ fn bad_tls_files_fail_startup_naming_the_setting() {
 #[test]
 fn handshakes_past_the_per_shard_cap_are_closed_at_once() {
     let dir = tmpdir("cap");
-    write_pair(&dir, &make_pair());
+    let pair = make_pair();
+    write_pair(&dir, &pair);
     let node = start(
         &dir,
         &[("COMBD_SHARDS", "1"), ("COMBD_TLS_HANDSHAKE_TIMEOUT", "5s")],
     );
-    // 300 clients that never send a ClientHello: 256 handshakes wait, the rest are refused.
+    // 300 clients that send a complete ClientHello and nothing after it: each takes a
+    // handshake slot once its hello is in; 256 handshakes wait, the rest are refused.
+    let hello = client_hello(&pair.der);
     let silent: Vec<TcpStream> = (0..300)
-        .map(|_| TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap())
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
+            s.write_all(&hello).unwrap();
+            s
+        })
         .collect();
-    let s = wait_stats(&node, "300 TLS connections accepted", |s| {
+    let s = wait_stats(&node, "300 ClientHellos in", |s| {
         s["tls_handshakes_in_progress"].as_u64().unwrap_or(0)
             + s["tls_handshakes_refused"].as_u64().unwrap_or(0)
             >= 300
     });
     assert_eq!(s["tls_handshakes_in_progress"], 256, "{s}");
     assert_eq!(s["tls_handshakes_refused"], 44);
+    assert_eq!(s["tls_hello_timeouts"], 0, "{s}");
     drop(silent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Silent sockets: this many, spread over [`SOURCES`] client addresses.
+const SILENT: usize = 2_000;
+/// The client addresses the silent sockets come from: 127.0.0.10 to 127.0.0.19 (loopback).
+const SOURCES: u8 = 10;
+
+/// Opens [`SILENT`] TCP connections to the node's TLS port that send nothing, from
+/// 127.0.0.10 .. 127.0.0.19 in turn, and waits until the node has accepted every one.
+fn open_silent(node: &TestNode) -> Vec<TcpStream> {
+    let to: std::net::SocketAddr = ([127, 0, 0, 2], node.tls_port.unwrap()).into();
+    let accepted_before = node.stats()["accepted"].as_u64().unwrap();
+    let silent: Vec<TcpStream> = (0..SILENT)
+        .map(|i| {
+            let sock =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            let from: std::net::SocketAddr =
+                ([127, 0, 0, 10 + (i % SOURCES as usize) as u8], 0).into();
+            sock.bind(&from.into()).unwrap();
+            sock.connect_timeout(&to.into(), WAIT).unwrap();
+            sock.into()
+        })
+        .collect();
+    wait_stats(node, "every silent socket accepted", |s| {
+        s["accepted"].as_u64().unwrap_or(0) >= accepted_before + SILENT as u64
+    });
+    silent
+}
+
+#[test]
+fn silent_sockets_do_not_lock_a_real_client_out_of_the_handshakes() {
+    let dir = tmpdir("silent");
+    let pair = make_pair();
+    write_pair(&dir, &pair);
+    // Deadlines long enough that no silent socket is dropped before the checks. Before the
+    // hello timeout existed, each of them took one of the 256 handshake slots at its accept
+    // and held it to the handshake timeout, and this client was refused at once.
+    let node = start(
+        &dir,
+        &[
+            ("COMBD_SHARDS", "1"),
+            ("COMBD_TLS_HANDSHAKE_TIMEOUT", "60s"),
+            ("COMBD_TLS_HELLO_TIMEOUT", "60s"),
+        ],
+    );
+    let silent = open_silent(&node);
+    // A real client completes its handshake and is answered.
+    let mut tls = tls_connect(&node, &pair.der).unwrap();
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(tls);
+    assert_eq!(read_response(&mut r).status, 200);
+    let s = node.stats();
+    // The silent sockets are still open on the node (every one, the real client and /stats)
+    // and none holds a handshake slot.
+    assert!(
+        s["conns"].as_u64().unwrap() >= SILENT as u64 + 2,
+        "the silent sockets are open: {s}"
+    );
+    assert_eq!(s["tls_hello_timeouts"], 0, "none was dropped yet: {s}");
+    assert!(
+        s["tls_handshakes_in_progress"].as_u64().unwrap()
+            < combd_kernel::limits::TLS_HANDSHAKES_MAX as u64,
+        "{s}"
+    );
+    assert_eq!(s["tls_handshakes_refused"], 0, "{s}");
+    assert_eq!(s["tls_handshakes"], 1, "{s}");
+    drop(silent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn silent_sockets_are_dropped_at_the_hello_timeout() {
+    let dir = tmpdir("hello");
+    let pair = make_pair();
+    write_pair(&dir, &pair);
+    let node = start(
+        &dir,
+        &[("COMBD_SHARDS", "1"), ("COMBD_TLS_HELLO_TIMEOUT", "500ms")],
+    );
+    let mut silent = open_silent(&node);
+    let s = wait_stats(
+        &node,
+        "every silent socket dropped at the hello timeout",
+        |s| s["tls_hello_timeouts"].as_u64().unwrap_or(0) >= SILENT as u64,
+    );
+    assert_eq!(s["tls_hello_timeouts"], SILENT as u64, "{s}");
+    assert_eq!(s["conns"], 1, "only the /stats request is open: {s}");
+    assert_eq!(s["tls_handshakes_refused"], 0, "{s}");
+    assert_eq!(s["tls_handshake_failures"], 0, "{s}");
+    // Each one sees its close.
+    for sock in &mut silent {
+        sock.set_read_timeout(Some(WAIT)).unwrap();
+        assert_closed(sock);
+    }
+    // And the node still serves a real client.
+    let mut tls = tls_connect(&node, &pair.der).unwrap();
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut BufReader::new(tls)).status, 200);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -293,6 +293,7 @@ impl NodeShared {
             ("host_time_ms", ms(limits::HOST_TIME_LIMIT)),
             ("url_max_bytes", limits::URL_MAX_BYTES as u64),
             ("tls_handshake_timeout_ms", ms(s.tls_handshake_timeout)),
+            ("tls_hello_timeout_ms", ms(s.tls_hello_timeout)),
             ("tls_handshakes_max", limits::TLS_HANDSHAKES_MAX as u64),
             ("ws_ping_interval_ms", ms(s.ws_ping_interval)),
             ("ws_slow_timeout_ms", ms(s.ws_slow_timeout)),

@@ -170,10 +170,14 @@ pub struct ShardStats {
     pub tls_handshakes: AtomicU64,
     /// TLS handshakes that failed or timed out.
     pub tls_handshake_failures: AtomicU64,
-    /// TLS handshakes in progress now.
+    /// TLS handshakes in progress now (ClientHello in, handshake not done: each holds a slot).
     pub tls_handshakes_in_progress: AtomicU64,
-    /// TLS connections closed at once because too many handshakes were in progress.
+    /// TLS connections closed at once because their ClientHello came in while too many
+    /// handshakes were in progress.
     pub tls_handshakes_refused: AtomicU64,
+    /// TLS connections closed because their ClientHello was not in by `COMBD_TLS_HELLO_TIMEOUT`
+    /// (they held no handshake slot meanwhile).
+    pub tls_hello_timeouts: AtomicU64,
     /// Times a loop that grows with load (fan-out, inbox, ping sweep, accept-queue drain)
     /// spent its budget for one turn and yielded the shard's loop to the other tasks.
     pub turn_yields: AtomicU64,
@@ -278,6 +282,7 @@ impl ShardStats {
             ("tls_handshake_failures", "combd_tls_handshake_failures_total", Counter, "TLS handshakes failed or timed out.", g(&self.tls_handshake_failures)),
             ("tls_handshakes_in_progress", "combd_tls_handshakes_in_progress", Gauge, "TLS handshakes in progress.", g(&self.tls_handshakes_in_progress)),
             ("tls_handshakes_refused", "combd_tls_handshakes_refused_total", Counter, "TLS connections closed past the handshake cap.", g(&self.tls_handshakes_refused)),
+            ("tls_hello_timeouts", "combd_tls_hello_timeouts_total", Counter, "TLS connections closed with no complete ClientHello by the hello timeout.", g(&self.tls_hello_timeouts)),
             ("turn_yields", "combd_turn_yields_total", Counter, "Times a budgeted loop yielded the shard's loop.", g(&self.turn_yields)),
             ("turn_overruns", "combd_turn_overruns_total", Counter, "Turns of the shard's loop longer than 10 ms.", g(&self.turn_overruns)),
             ("fanouts_in_progress", "combd_fanouts_in_progress", Gauge, "Broadcasts being fanned out now.", g(&self.fanouts_in_progress)),

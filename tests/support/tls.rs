@@ -38,13 +38,8 @@ pub fn write_pair(dir: &Path, p: &Pair) -> (PathBuf, PathBuf) {
     (c, k)
 }
 
-/// A rustls client of `node`'s TLS listener at `host`, trusting only `trusted`, its handshake
-/// done.
-pub fn tls_connect_to(
-    node: &TestNode,
-    host: &str,
-    trusted: &CertificateDer<'static>,
-) -> std::io::Result<Tls> {
+/// A rustls client connection for `localhost` that trusts only `trusted`, ALPN `http/1.1`.
+fn client(trusted: &CertificateDer<'static>) -> rustls::ClientConnection {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(trusted.clone()).unwrap();
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -55,9 +50,29 @@ pub fn tls_connect_to(
     .with_root_certificates(roots)
     .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let conn =
-        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
-            .unwrap();
+    rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
+        .unwrap()
+}
+
+/// The bytes of a real client's first flight: one complete ClientHello, for a client that
+/// sends it and then nothing more.
+pub fn client_hello(trusted: &CertificateDer<'static>) -> Vec<u8> {
+    let mut conn = client(trusted);
+    let mut hello = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut hello).unwrap();
+    }
+    hello
+}
+
+/// A rustls client of `node`'s TLS listener at `host`, trusting only `trusted`, its handshake
+/// done.
+pub fn tls_connect_to(
+    node: &TestNode,
+    host: &str,
+    trusted: &CertificateDer<'static>,
+) -> std::io::Result<Tls> {
+    let conn = client(trusted);
     let tcp = TcpStream::connect((host, node.tls_port.unwrap()))?;
     tcp.set_read_timeout(Some(WAIT)).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);

@@ -116,9 +116,11 @@ pub const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(1);
 // TLS
 // ---------------------------------------------------------------------------------------------
 
-/// TLS handshakes in progress per shard. A handshake is CPU work done on the shard's loop; past
-/// this many at once a new TLS connection is closed at once (`tls_handshakes_refused`). Each
-/// holds a rustls connection and its buffers, so the cap also bounds that memory per shard.
+/// TLS handshakes in progress per shard. A handshake is CPU work done on the shard's loop; a
+/// connection takes a slot once its complete ClientHello is in (not at the accept: see
+/// [`TLS_HELLO_TIMEOUT_DEFAULT`]), and past this many at once it is closed at once
+/// (`tls_handshakes_refused`). Each holds a rustls connection and its buffers, so the cap also
+/// bounds that memory per shard.
 pub const TLS_HANDSHAKES_MAX: usize = 256;
 
 // ---------------------------------------------------------------------------------------------
@@ -425,8 +427,16 @@ pub const WS_RATE_DEFAULT: u64 = 1000;
 /// Default of `COMBD_WS_BURST`: the token bucket's capacity. Past it: close 1008.
 pub const WS_BURST_DEFAULT: u64 = 2000;
 /// Default of `COMBD_TLS_HANDSHAKE_TIMEOUT`: as long as the header timeout, the same slowloris
-/// guard for the step before the head.
+/// guard for the step before the head. It runs from the accept, like the hello timeout; the
+/// handshake slot is held only from the ClientHello's arrival to the handshake's end.
 pub const TLS_HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Default of `COMBD_TLS_HELLO_TIMEOUT`: a TLS client's complete ClientHello must have arrived
+/// this long after the accept, else the connection is closed (`tls_hello_timeouts`). A real
+/// client sends its ClientHello in its first flight, one round trip after the accept; 2 s
+/// covers a slow mobile link. Until the hello is in, a connection holds no handshake slot
+/// ([`TLS_HANDSHAKES_MAX`]) and no rustls state, so sockets that connect and send nothing cannot
+/// crowd real clients out of the slots; such a silent socket is dropped after this long.
+pub const TLS_HELLO_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
 /// The kernel send buffer of a WebSocket (`SO_SNDBUF`, which Linux doubles): what the kernel
 /// holds for a client beyond the session's mailbox. Fixed, so a client that stops reading is
 /// seen as stuck within `COMBD_WS_SLOW_TIMEOUT` instead of after the kernel has grown its
@@ -521,6 +531,9 @@ const _: () = assert!(OBJECT_CREATE_BURST_SECONDS > 0);
 const _: () = assert!(OBJECT_UNSYNCED_BATCHES > 0);
 // async_channel::bounded(0) panics, and a shard without an inbox could not be reached.
 const _: () = assert!(CROSS_SHARD_QUEUE > 0);
+// The hello is part of the handshake: its deadline (from the accept) cannot be the later one.
+const _: () =
+    assert!(TLS_HELLO_TIMEOUT_DEFAULT.as_nanos() <= TLS_HANDSHAKE_TIMEOUT_DEFAULT.as_nanos());
 // A shard needs at least one thread for SQLite and must accept at least one TLS handshake.
 const _: () = assert!(BLOCKING_THREADS_PER_SHARD > 0 && TLS_HANDSHAKES_MAX > 0);
 // The accept-triggered measurement uses `is_multiple_of`, and the divisors divide: none is zero.

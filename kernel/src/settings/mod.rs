@@ -132,8 +132,11 @@ pub struct Settings {
     pub object_create_rate: u64,
     /// `COMBD_TLS_LISTEN`, `COMBD_TLS_CERT`, `COMBD_TLS_KEY`, when TLS is on.
     pub tls: Option<TlsSettings>,
-    /// `COMBD_TLS_HANDSHAKE_TIMEOUT`.
+    /// `COMBD_TLS_HANDSHAKE_TIMEOUT`: from the accept to the handshake's end.
     pub tls_handshake_timeout: Duration,
+    /// `COMBD_TLS_HELLO_TIMEOUT`: from the accept to the complete ClientHello; at most
+    /// [`Settings::tls_handshake_timeout`].
+    pub tls_hello_timeout: Duration,
     /// `COMBD_WS_PING_INTERVAL`.
     pub ws_ping_interval: Duration,
     /// `COMBD_WS_SLOW_TIMEOUT`.
@@ -337,6 +340,26 @@ impl Settings {
                 ),
             ));
         }
+        let tls_handshake_timeout = parse(&raw, "COMBD_TLS_HANDSHAKE_TIMEOUT", parse_duration)?;
+        let tls_hello_timeout = parse(&raw, "COMBD_TLS_HELLO_TIMEOUT", parse_duration)?;
+        if tls_hello_timeout > tls_handshake_timeout {
+            let default = if get("COMBD_TLS_HELLO_TIMEOUT").is_none() {
+                " (the default)"
+            } else {
+                ""
+            };
+            return Err(err(
+                "COMBD_TLS_HELLO_TIMEOUT",
+                format!(
+                    "{}ms{default} is longer than COMBD_TLS_HANDSHAKE_TIMEOUT ({}ms): both run \
+                     from the accept, and the ClientHello is part of the handshake; set it to \
+                     at most {}ms",
+                    tls_hello_timeout.as_millis(),
+                    tls_handshake_timeout.as_millis(),
+                    tls_handshake_timeout.as_millis()
+                ),
+            ));
+        }
         let settings = Settings {
             listen,
             data_dir,
@@ -365,7 +388,8 @@ impl Settings {
             max_objects_per_app: parse(&raw, "COMBD_MAX_OBJECTS_PER_APP", parse_count)?,
             object_create_rate: parse(&raw, "COMBD_OBJECT_CREATE_RATE", parse_count)?,
             tls,
-            tls_handshake_timeout: parse(&raw, "COMBD_TLS_HANDSHAKE_TIMEOUT", parse_duration)?,
+            tls_handshake_timeout,
+            tls_hello_timeout,
             ws_ping_interval: parse(&raw, "COMBD_WS_PING_INTERVAL", parse_duration)?,
             ws_slow_timeout: parse(&raw, "COMBD_WS_SLOW_TIMEOUT", parse_duration)?,
             ws_rate: parse(&raw, "COMBD_WS_RATE", parse_count)?,
@@ -447,6 +471,7 @@ impl Settings {
                         .as_ref()
                         .map_or("none".into(), |t| t.key.display().to_string()),
                     "COMBD_TLS_HANDSHAKE_TIMEOUT" => secs(self.tls_handshake_timeout),
+                    "COMBD_TLS_HELLO_TIMEOUT" => secs(self.tls_hello_timeout),
                     "COMBD_WS_PING_INTERVAL" => secs(self.ws_ping_interval),
                     "COMBD_WS_SLOW_TIMEOUT" => secs(self.ws_slow_timeout),
                     "COMBD_TEST_APPS" => (if self.test_apps { "on" } else { "off" }).to_string(),

@@ -218,7 +218,15 @@ pub const SETTINGS: &[SettingSpec] = &[
         env: "COMBD_TLS_HANDSHAKE_TIMEOUT",
         flag: "--tls-handshake-timeout",
         default: "10s",
-        meaning: "a TLS handshake must complete this long after the accept; else the connection closes",
+        meaning: "a TLS handshake (its ClientHello included) must complete this long after the accept; \
+                  else the connection closes; a handshake slot is held only once the ClientHello is in",
+    },
+    SettingSpec {
+        env: "COMBD_TLS_HELLO_TIMEOUT",
+        flag: "--tls-hello-timeout",
+        default: "2s",
+        meaning: "a TLS client's complete ClientHello must arrive this long after the accept; else the \
+                  connection closes (tls_hello_timeouts); at most COMBD_TLS_HANDSHAKE_TIMEOUT",
     },
     SettingSpec {
         env: "COMBD_WS_PING_INTERVAL",

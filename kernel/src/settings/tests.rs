@@ -44,6 +44,7 @@ fn defaults_match_the_limits_file() {
         s.tls_handshake_timeout,
         limits::TLS_HANDSHAKE_TIMEOUT_DEFAULT
     );
+    assert_eq!(s.tls_hello_timeout, limits::TLS_HELLO_TIMEOUT_DEFAULT);
     assert_eq!(s.ws_ping_interval, limits::WS_PING_INTERVAL_DEFAULT);
     assert_eq!(s.ws_slow_timeout, limits::WS_SLOW_TIMEOUT_DEFAULT);
     assert_eq!(s.shards, 2);
@@ -133,6 +134,9 @@ fn zero_and_garbage_fail_naming_the_setting() {
         ("COMBD_OBJECT_CREATE_RATE", "0"),
         ("COMBD_OBJECT_CREATE_RATE", "1.5"),
         ("COMBD_TLS_HANDSHAKE_TIMEOUT", "0"),
+        ("COMBD_TLS_HELLO_TIMEOUT", "0"),
+        ("COMBD_TLS_HELLO_TIMEOUT", "0ms"),
+        ("COMBD_TLS_HELLO_TIMEOUT", "soon"),
         ("COMBD_WS_PING_INTERVAL", "0s"),
         ("COMBD_WS_SLOW_TIMEOUT", "0"),
         ("COMBD_TLS_LISTEN", "nowhere"),
@@ -185,6 +189,45 @@ fn the_object_bounds_are_counts_and_zero_is_refused_naming_them() {
         "holding {} s of it",
         limits::OBJECT_CREATE_BURST_SECONDS
     )));
+}
+
+#[test]
+fn the_tls_hello_timeout_may_not_exceed_the_handshake_timeout() {
+    // Larger than the default handshake timeout, and than one set lower.
+    for (env, args) in [
+        (vec![("COMBD_TLS_HELLO_TIMEOUT", "11s")], vec![]),
+        (vec![("COMBD_TLS_HANDSHAKE_TIMEOUT", "300ms")], vec![]),
+        (
+            vec![("COMBD_TLS_HANDSHAKE_TIMEOUT", "1s")],
+            vec!["--tls-hello-timeout", "1001ms"],
+        ),
+    ] {
+        let e = load(&env, &args).expect_err(&format!("{env:?} {args:?} must fail"));
+        assert_eq!(e.setting, "COMBD_TLS_HELLO_TIMEOUT", "{e}");
+        assert!(e.message.contains("COMBD_TLS_HANDSHAKE_TIMEOUT"), "{e}");
+    }
+    // A handshake timeout set below the hello's default says so.
+    let e = load(&[("COMBD_TLS_HANDSHAKE_TIMEOUT", "300ms")], &[]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "COMBD_TLS_HELLO_TIMEOUT: 2000ms (the default) is longer than \
+         COMBD_TLS_HANDSHAKE_TIMEOUT (300ms): both run from the accept, and the ClientHello is \
+         part of the handshake; set it to at most 300ms"
+    );
+    // Equal or shorter is fine, and the flag is read like every other.
+    let s = load(
+        &[("COMBD_TLS_HANDSHAKE_TIMEOUT", "300ms")],
+        &["--tls-hello-timeout", "300ms"],
+    )
+    .unwrap();
+    assert_eq!(s.tls_hello_timeout, Duration::from_millis(300));
+    assert_eq!(s.sources["COMBD_TLS_HELLO_TIMEOUT"], Source::Flag);
+    let s = load(&[("COMBD_TLS_HELLO_TIMEOUT", "500ms")], &[]).unwrap();
+    assert_eq!(s.tls_hello_timeout, Duration::from_millis(500));
+    assert_eq!(
+        s.tls_handshake_timeout,
+        limits::TLS_HANDSHAKE_TIMEOUT_DEFAULT
+    );
 }
 
 #[test]

@@ -118,7 +118,8 @@ pub(crate) fn serve(
     async move { conn.run().await }
 }
 
-/// The task of one accepted TLS connection: its handshake, then as [`serve`].
+/// The task of one accepted TLS connection: its ClientHello and handshake (see
+/// [`tls_handoff`]), then as [`serve`].
 pub(crate) fn serve_tls(
     cells: Rc<Cells>,
     slot: ConnSlot,
@@ -128,8 +129,7 @@ pub(crate) fn serve_tls(
     set_socket_options(&stream);
     async move {
         let state = cells.state().clone();
-        // Boxed: the handshake's state (rustls's) would otherwise size the task for its
-        // whole life.
+        // Boxed: the hand-off's state would otherwise size the task for its whole life.
         let Some(stream) = Box::pin(tls_handoff::handshake(&state, stream)).await else {
             return;
         };
