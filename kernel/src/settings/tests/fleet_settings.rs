@@ -1,0 +1,176 @@
+//! The fleet settings' tests.
+
+use super::*;
+
+fn fleet_with(
+    changes: &[(&'static str, Option<&'static str>)],
+) -> Vec<(&'static str, &'static str)> {
+    let mut env: Vec<(&str, &str)> = FLEET.to_vec();
+    for (name, value) in changes {
+        env.retain(|(k, _)| k != name);
+        if let Some(v) = value {
+            env.push((name, v));
+        }
+    }
+    env
+}
+
+#[test]
+fn the_fleet_is_off_by_default_and_its_ttl_default_is_the_limits_file() {
+    let s = load(&[], &[]).unwrap();
+    assert_eq!(s.fleet, None);
+    let described = s.describe();
+    let value = |name: &str| {
+        described
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .unwrap()
+            .1
+            .clone()
+    };
+    assert_eq!(value("COMBD_FLEET_ETCD"), "off");
+    assert_eq!(value("COMBD_FLEET_NODE"), "none");
+    // The table's default text parses to the limits file's default.
+    let default = SETTINGS
+        .iter()
+        .find(|s| s.env == "COMBD_FLEET_LEASE_TTL")
+        .unwrap()
+        .default;
+    assert_eq!(
+        parse_lease_ttl(default),
+        Ok(limits::FLEET_LEASE_TTL_DEFAULT)
+    );
+    let on = load(FLEET, &[]).unwrap().fleet.unwrap();
+    assert_eq!(on.lease_ttl, limits::FLEET_LEASE_TTL_DEFAULT);
+}
+
+#[test]
+fn the_fleet_on_reads_every_setting() {
+    let s = load(&fleet_with(&[("COMBD_FLEET_LEASE_TTL", Some("5s"))]), &[]).unwrap();
+    let region = load(
+        &fleet_with(&[("COMBD_FLEET_BUCKET_REGION", Some("us-east-1"))]),
+        &[],
+    );
+    assert_eq!(region.unwrap().fleet.unwrap().bucket_region, "us-east-1");
+    let f = s.fleet.clone().unwrap();
+    assert_eq!(f.etcd, ["http://127.0.0.1:2379", "http://127.0.0.2:2379"]);
+    assert_eq!(f.bucket_url, "http://127.0.0.1:3900");
+    assert_eq!(f.bucket, "combd-objects");
+    assert_eq!(f.bucket_region, "garage", "the default region");
+    assert_eq!(f.access_key, "GK0123");
+    assert_eq!(f.secret_key_file, PathBuf::from("/etc/combd/bucket.secret"));
+    assert_eq!(f.node.to_string(), "10.0.0.2:7946");
+    assert_eq!(f.lease_ttl, Duration::from_secs(5));
+    assert_eq!(s.sources["COMBD_FLEET_ETCD"], Source::Env);
+    // A flag works as for every setting, and wins.
+    let s = load(FLEET, &["--fleet-lease-ttl", "7s"]).unwrap();
+    assert_eq!(s.fleet.unwrap().lease_ttl, Duration::from_secs(7));
+    assert_eq!(s.sources["COMBD_FLEET_LEASE_TTL"], Source::Flag);
+    // --check-config shows the secret's file, never a secret.
+    let described = load(FLEET, &[]).unwrap().describe();
+    assert!(described
+        .iter()
+        .any(|(n, v, _)| *n == "COMBD_FLEET_SECRET_KEY_FILE" && v == "/etc/combd/bucket.secret"));
+}
+
+#[test]
+fn a_half_configured_fleet_fails_naming_what_is_missing_or_stray() {
+    for name in fleet::REQUIRED_WITH_ETCD {
+        let e = load(&fleet_with(&[(name, None)]), &[]).unwrap_err();
+        assert_eq!(e.setting, *name, "{e}");
+        assert!(e.message.contains("required with COMBD_FLEET_ETCD"), "{e}");
+        // Blank is missing too.
+        let e = load(&fleet_with(&[(name, Some("  "))]), &[]).unwrap_err();
+        assert_eq!(e.setting, *name, "{e}");
+    }
+    // Without the coordinator, any other fleet setting is refused rather than ignored.
+    for name in fleet::REQUIRED_WITH_ETCD
+        .iter()
+        .chain(fleet::OPTIONAL_WITH_ETCD)
+    {
+        let e = load(&[(name, "10s")], &[]).unwrap_err();
+        assert_eq!(e.setting, *name, "{e}");
+        assert!(e.message.contains("COMBD_FLEET_ETCD is not"), "{e}");
+    }
+}
+
+#[test]
+fn fleet_values_are_validated_naming_the_setting() {
+    // The fleet listener needs a port of its own: on COMBD_LISTEN's, its address's public
+    // connections would be served past admission.
+    let e = load(
+        &fleet_with(&[("COMBD_FLEET_NODE", Some("10.0.0.2:8080"))]),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.setting, "COMBD_FLEET_NODE", "{e}");
+    assert!(e.message.contains("port of its own"), "{e}");
+    for (name, bad) in [
+        ("COMBD_FLEET_ETCD", ""),
+        ("COMBD_FLEET_ETCD", "127.0.0.1:2379,"),
+        ("COMBD_FLEET_ETCD", "127.0.0.1:2379,http://127.0.0.1:2379"),
+        ("COMBD_FLEET_ETCD", "127.0.0.1"),
+        ("COMBD_FLEET_ETCD", "127.0.0.1:0"),
+        ("COMBD_FLEET_ETCD", "unix:///run/etcd.sock"),
+        ("COMBD_FLEET_BUCKET_URL", "https://s3.example:443"),
+        ("COMBD_FLEET_BUCKET_URL", "http://127.0.0.1:3900/path"),
+        ("COMBD_FLEET_BUCKET_URL", "127.0.0.1:3900"),
+        ("COMBD_FLEET_BUCKET_URL", "http://127.0.0.1:99999"),
+        ("COMBD_FLEET_BUCKET", "ab"),
+        ("COMBD_FLEET_BUCKET", "Objects"),
+        ("COMBD_FLEET_BUCKET", "-objects"),
+        ("COMBD_FLEET_BUCKET", "objects_1"),
+        ("COMBD_FLEET_ACCESS_KEY", "GK 0123"),
+        ("COMBD_FLEET_NODE", "0.0.0.0:8080"),
+        ("COMBD_FLEET_NODE", "10.0.0.2:0"),
+        ("COMBD_FLEET_NODE", "node-a:8080"),
+        ("COMBD_FLEET_LEASE_TTL", "0s"),
+        ("COMBD_FLEET_LEASE_TTL", "1500ms"),
+        ("COMBD_FLEET_LEASE_TTL", "soon"),
+        ("COMBD_FLEET_BUCKET_REGION", "US East"),
+        ("COMBD_FLEET_BUCKET_REGION", ""),
+    ] {
+        let e = load(&fleet_with(&[(name, Some(bad))]), &[]).unwrap_err();
+        assert_eq!(e.setting, name, "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn the_lease_ttl_bounds_hold_at_min_and_max() {
+    let secs = |n: u64| format!("{n}s");
+    let min = limits::FLEET_LEASE_TTL_MIN.as_secs();
+    let max = limits::FLEET_LEASE_TTL_MAX.as_secs();
+    assert!(parse_lease_ttl(&secs(min - 1))
+        .unwrap_err()
+        .contains("out of range"));
+    assert_eq!(parse_lease_ttl(&secs(min)), Ok(limits::FLEET_LEASE_TTL_MIN));
+    assert_eq!(
+        parse_lease_ttl(&secs(min + 1)),
+        Ok(Duration::from_secs(min + 1))
+    );
+    assert_eq!(
+        parse_lease_ttl(&secs(max - 1)),
+        Ok(Duration::from_secs(max - 1))
+    );
+    assert_eq!(parse_lease_ttl(&secs(max)), Ok(limits::FLEET_LEASE_TTL_MAX));
+    assert!(parse_lease_ttl(&secs(max + 1))
+        .unwrap_err()
+        .contains("out of range"));
+    assert_eq!(parse_lease_ttl("1m"), Ok(Duration::from_secs(60)));
+}
+
+#[test]
+fn etcd_endpoints_are_bounded() {
+    let list = |n: usize| {
+        (1..=n)
+            .map(|i| format!("127.0.0.{i}:2379"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let max = limits::FLEET_ETCD_ENDPOINTS_MAX;
+    assert_eq!(parse_etcd_endpoints(&list(max - 1)).unwrap().len(), max - 1);
+    assert_eq!(parse_etcd_endpoints(&list(max)).unwrap().len(), max);
+    assert!(parse_etcd_endpoints(&list(max + 1))
+        .unwrap_err()
+        .contains(&format!("at most {max}")));
+}

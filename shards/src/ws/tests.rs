@@ -1,0 +1,218 @@
+//! The WebSocket codec's tests.
+
+use super::*;
+
+/// A client frame, masked as a client must.
+fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mask = [1u8, 2, 3, 4];
+    let mut out = vec![(if fin { 0x80 } else { 0 }) | opcode];
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n < 65536 => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&mask);
+    let mut p = payload.to_vec();
+    apply_mask(&mut p, mask);
+    out.extend_from_slice(&p);
+    out
+}
+
+fn events(d: &mut Decoder, bytes: &[u8]) -> Result<(usize, Vec<String>), WsError> {
+    let mut buf = bytes.to_vec();
+    let mut seen = Vec::new();
+    let used = d.decode(&mut buf, |e| {
+        seen.push(format!("{e:?}"));
+        true
+    })?;
+    Ok((used, seen))
+}
+
+#[test]
+fn text_binary_and_ping() {
+    let mut d = Decoder::new(1024);
+    let mut bytes = frame(true, 1, b"hello");
+    bytes.extend(frame(true, 2, &[0, 1, 2]));
+    bytes.extend(frame(true, 9, b"p"));
+    let (used, seen) = events(&mut d, &bytes).unwrap();
+    assert_eq!(used, bytes.len());
+    assert_eq!(
+        seen,
+        ["Text(\"hello\")", "Binary([0, 1, 2])", "Ping([112])"]
+    );
+}
+
+#[test]
+fn partial_frame_waits() {
+    let mut d = Decoder::new(1024);
+    let bytes = frame(true, 1, b"hello");
+    let (used, seen) = events(&mut d, &bytes[..bytes.len() - 1]).unwrap();
+    assert_eq!((used, seen.len()), (0, 0));
+}
+
+#[test]
+fn fragments_reassemble_with_control_frames_between() {
+    let mut d = Decoder::new(1024);
+    let mut bytes = frame(false, 1, b"hel");
+    bytes.extend(frame(true, 9, b""));
+    bytes.extend(frame(false, 0, b"l"));
+    bytes.extend(frame(true, 0, b"o"));
+    let (_, seen) = events(&mut d, &bytes).unwrap();
+    assert_eq!(seen, ["Ping([])", "Text(\"hello\")"]);
+    assert!(!d.in_message());
+}
+
+#[test]
+fn size_limit_at_max_and_past_it() {
+    let mut d = Decoder::new(10);
+    assert!(events(&mut d, &frame(true, 2, &[7; 10])).is_ok());
+    assert_eq!(
+        events(&mut d, &frame(true, 2, &[7; 11])),
+        Err(WsError::TooBig)
+    );
+    let mut d = Decoder::new(10);
+    let mut bytes = frame(false, 2, &[7; 6]);
+    bytes.extend(frame(true, 0, &[7; 5]));
+    assert_eq!(events(&mut d, &bytes), Err(WsError::TooBig));
+    // The header alone is enough to refuse: no need to buffer the payload.
+    let mut d = Decoder::new(10);
+    let big = frame(true, 2, &[0; 100]);
+    assert_eq!(events(&mut d, &big[..8]), Err(WsError::TooBig));
+}
+
+#[test]
+fn protocol_errors() {
+    let mut d = Decoder::new(1024);
+    let mut unmasked = vec![0x81, 0x02];
+    unmasked.extend_from_slice(b"hi");
+    assert!(matches!(
+        events(&mut d, &unmasked),
+        Err(WsError::Protocol(_))
+    ));
+    assert!(matches!(
+        events(&mut Decoder::new(9), &frame(true, 3, b"")),
+        Err(WsError::Protocol(_))
+    ));
+    assert!(matches!(
+        events(&mut Decoder::new(9), &frame(true, 0, b"x")),
+        Err(WsError::Protocol(_))
+    ));
+    assert!(matches!(
+        events(&mut Decoder::new(9), &frame(false, 9, b"")),
+        Err(WsError::Protocol(_))
+    ));
+    assert!(matches!(
+        events(&mut Decoder::new(999), &frame(true, 9, &[0; 126])),
+        Err(WsError::Protocol(_))
+    ));
+    let mut rsv = frame(true, 1, b"x");
+    rsv[0] |= 0x40;
+    assert!(matches!(
+        events(&mut Decoder::new(9), &rsv),
+        Err(WsError::Protocol(_))
+    ));
+    assert_eq!(
+        events(&mut Decoder::new(9), &frame(true, 1, &[0xff, 0xfe])),
+        Err(WsError::InvalidUtf8)
+    );
+    assert!(matches!(
+        events(&mut Decoder::new(9), &frame(true, 8, &[3])),
+        Err(WsError::Protocol(_))
+    ));
+    assert!(matches!(
+        events(
+            &mut Decoder::new(9),
+            &frame(true, 8, &1005u16.to_be_bytes())
+        ),
+        Err(WsError::Protocol(_))
+    ));
+}
+
+#[test]
+fn close_stops_decoding() {
+    let mut d = Decoder::new(99);
+    let mut bytes = frame(true, 8, &[0x03, 0xe8, b'b', b'y', b'e']);
+    bytes.extend(frame(true, 1, b"after"));
+    let (used, seen) = events(&mut d, &bytes).unwrap();
+    assert_eq!(seen, ["Close(Some(1000), \"bye\")"]);
+    assert!(used < bytes.len());
+}
+
+#[test]
+fn encode_is_readable_by_tungstenite() {
+    let mut out = Vec::new();
+    encode_text(&mut out, "hi");
+    encode_close(&mut out, Some(close::TOO_BIG), &"x".repeat(200));
+    let mut c = Cursor::new(&out);
+    let (h, len) = FrameHeader::parse(&mut c).unwrap().unwrap();
+    assert_eq!((h.opcode, len), (OpCode::Data(Data::Text), 2));
+    c.set_position(c.position() + len);
+    let (h, len) = FrameHeader::parse(&mut c).unwrap().unwrap();
+    assert_eq!((h.opcode, len), (OpCode::Control(Control::Close), 125));
+}
+
+#[test]
+fn invalid_text_fails_as_soon_as_its_bytes_arrive() {
+    // One text frame whose invalid byte (0xff) arrives before the rest of the frame.
+    let payload = [b"hello".as_slice(), &[0xff], &[b'x'; 100]].concat();
+    let bytes = frame(true, 1, &payload);
+    let mut d = Decoder::new(1024);
+    // The head and "hello" arrived: fine so far, nothing decoded.
+    assert_eq!(events(&mut d, &bytes[..6 + 5]), Ok((0, vec![])));
+    // Then the invalid byte: refused before the frame is complete.
+    assert_eq!(events(&mut d, &bytes[..6 + 6]), Err(WsError::InvalidUtf8));
+
+    // In a fragmented message: refused at the fragment holding it, before the final one.
+    let mut d = Decoder::new(1024);
+    let first = frame(false, 1, "h\u{e9}".as_bytes());
+    assert!(events(&mut d, &first).is_ok());
+    assert_eq!(
+        events(&mut d, &frame(false, 0, &[0xc0, 0x80])),
+        Err(WsError::InvalidUtf8)
+    );
+
+    // A character split over two fragments, or over two reads, is fine.
+    let mut d = Decoder::new(1024);
+    let euro = "\u{20ac}".as_bytes();
+    let mut bytes = frame(false, 1, &euro[..1]);
+    bytes.extend(frame(true, 0, &euro[1..]));
+    assert_eq!(events(&mut d, &bytes).unwrap().1, ["Text(\"\u{20ac}\")"]);
+    let mut d = Decoder::new(1024);
+    let bytes = frame(true, 1, "a\u{20ac}".as_bytes());
+    assert_eq!(events(&mut d, &bytes[..6 + 2]), Ok((0, vec![])));
+    assert_eq!(events(&mut d, &bytes).unwrap().1, ["Text(\"a\u{20ac}\")"]);
+
+    // A message that ends inside a character is refused.
+    let mut d = Decoder::new(1024);
+    assert_eq!(
+        events(&mut d, &frame(true, 1, &euro[..2])),
+        Err(WsError::InvalidUtf8)
+    );
+    // Surrogates and code points past U+10FFFF are refused.
+    for bad in [
+        &[0xed, 0xa0, 0x80][..],
+        &[0xf4, 0x90, 0x80, 0x80],
+        &[0xe0, 0x80, 0x80],
+    ] {
+        let mut d = Decoder::new(1024);
+        assert_eq!(
+            events(&mut d, &frame(true, 1, bad)),
+            Err(WsError::InvalidUtf8)
+        );
+    }
+}
+
+#[test]
+fn a_length_with_its_top_bit_set_is_a_protocol_error() {
+    let mut bytes = vec![0x82, 0x80 | 127];
+    bytes.extend_from_slice(&(1u64 << 63).to_be_bytes());
+    bytes.extend_from_slice(&[1, 2, 3, 4]);
+    let mut d = Decoder::new(1024);
+    assert!(matches!(events(&mut d, &bytes), Err(WsError::Protocol(_))));
+}
