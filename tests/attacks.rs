@@ -174,7 +174,9 @@ fn an_address_past_its_accept_rate_is_closed_at_once() {
 #[test]
 fn the_localhost_listener_has_a_cap_of_its_own() {
     let node = TestNode::start(&[("COMBD_HEADER_TIMEOUT", "1m")]);
-    let cap = node.stats()["limits"]["local_conns_max"].as_u64().unwrap() as usize;
+    // The cap from the limits file, not from /stats: a /stats connection still closing would
+    // take one of the places.
+    let cap = combd_kernel::limits::LOCAL_CONNS_MAX as usize;
     let mut conns: Vec<Option<TcpStream>> =
         (0..=cap).map(|_| Some(connect(node.local()))).collect();
     // Shards accept in parallel, so which one of them is past the cap is theirs to say:
@@ -220,6 +222,7 @@ fn the_localhost_listener_has_a_cap_of_its_own() {
     let s = read_response(&mut stats).json();
     assert_eq!(s["local_conns_refused"], 1, "{s}");
     assert_eq!(s["conns_local"].as_u64().unwrap(), cap as u64, "{s}");
+    assert_eq!(s["limits"]["local_conns_max"].as_u64().unwrap(), cap as u64);
 }
 
 fn open_ws(node: &TestNode, from: [u8; 4], path: &str) -> tungstenite::WebSocket<TcpStream> {
@@ -569,4 +572,46 @@ fn messages_under_reassembly_cannot_hold_more_than_the_inbound_budget() {
     assert_eq!((op, payload.len()), (0x2, 1 << 20), "echoed whole");
     let s = wait_stats(&node, "the bytes given back", |s| s["inbound_bytes"] == 0);
     assert!(s["inbound_refused"].as_u64().unwrap() >= 1, "{s}");
+}
+
+/// Live objects are bounded (their descriptors are held back from the connection cap, so
+/// SQLite never fails with EMFILE under a connection flood): past `COMBD_MAX_OPEN_OBJECTS` a
+/// new object is refused with 503 and counted, live ones keep working, and once one is let go
+/// the new one is served.
+#[test]
+fn past_the_open_objects_a_new_object_is_refused() {
+    let node = TestNode::start(&[
+        ("COMBD_TEST_APPS", "on"),
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_MAX_OPEN_OBJECTS", "2"),
+    ]);
+    // Two objects busy for a while: both live.
+    let mut busy: Vec<TcpStream> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let mut s = connect(node.public());
+            write!(s, "GET /o/hold/{name}?ms=3000 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            s
+        })
+        .collect();
+    wait_stats(&node, "two objects live", |s| s["objects_open"] == 2);
+    let post = b"POST /o/counter/c HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1";
+    let r = request(node.public(), post);
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (503, Some("overloaded"))
+    );
+    assert!(r
+        .headers
+        .iter()
+        .any(|(n, v)| n == "retry-after" && v == "1"));
+    let s = node.stats();
+    assert_eq!(s["objects_open_refused"], 1, "{s}");
+    assert_eq!(s["limits"]["max_open_objects"], 2, "{s}");
+    for s in busy.iter_mut() {
+        let r = read_response(&mut std::io::BufReader::new(s));
+        assert_eq!(r.status, 200, "the live objects kept working");
+    }
+    wait_stats(&node, "the objects let go", |s| s["objects_open"] == 0);
+    assert_eq!(request(node.public(), post).status, 200);
 }

@@ -50,6 +50,8 @@ pub struct NodeShared {
     /// the connection closes. Each cap is checked against its count atomically, so shards
     /// accepting at once cannot overshoot it together.
     conns_open: [AtomicU64; 3],
+    /// Live objects on every shard, against `COMBD_MAX_OPEN_OBJECTS`.
+    objects_open: AtomicU64,
     /// The coordinator's end of each shard's wake socket.
     shard_wakers: Vec<UnixStream>,
     /// Wakes the coordinator (a burst of accepts, the connection cap reached).
@@ -165,6 +167,7 @@ impl NodeShared {
             started: Instant::now(),
             draining: AtomicBool::new(false),
             conns_open: Default::default(),
+            objects_open: AtomicU64::new(0),
             shard_wakers: p.shard_wakers,
             coordinator: p.coordinator,
             missed: p.inboxes.iter().map(|_| Missed::default()).collect(),
@@ -213,6 +216,23 @@ impl NodeShared {
             .all(|s| now.saturating_sub(s.heartbeat_ms.load(Ordering::Relaxed)) <= within_ms)
     }
 
+    /// Takes a live object's place under `COMBD_MAX_OPEN_OBJECTS` (its descriptors are held
+    /// back from the connection cap); false at the cap. Given back with
+    /// [`NodeShared::release_object`].
+    pub(crate) fn reserve_object(&self) -> bool {
+        let open = self.objects_open.fetch_add(1, Ordering::Relaxed) + 1;
+        if open > self.settings.max_open_objects {
+            self.objects_open.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back a place taken with [`NodeShared::reserve_object`].
+    pub(crate) fn release_object(&self) {
+        self.objects_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
     /// Open public connections on every shard (what `COMBD_MAX_CONNS` caps).
     pub fn conns(&self) -> u64 {
         self.conns_of(ConnKind::Public)
@@ -248,6 +268,8 @@ impl NodeShared {
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         vec![
             ("max_conns", self.max_conns_effective),
+            ("max_open_objects", s.max_open_objects),
+            ("object_fds", limits::OBJECT_FDS),
             ("local_conns_max", limits::LOCAL_CONNS_MAX),
             ("max_conns_per_address", u64::from(s.max_conns_per_address)),
             (
@@ -455,6 +477,7 @@ impl NodeShared {
             ("listen_stops", "combd_listen_stops_total", Counter, "Times the node stopped listening.", g(&a.listen_stops)),
             ("addresses", "combd_addresses", Gauge, "Client addresses with public connections open (or an accept-rate bucket refilling).", self.addresses.tracked() as u64),
             ("address_conns_most", "combd_address_conns_most", Gauge, "The most public connections one client address holds now.", u64::from(self.addresses.most_open())),
+            ("objects_open", "combd_objects_open", Gauge, "Live objects on every shard (COMBD_MAX_OPEN_OBJECTS caps them).", self.objects_open.load(Ordering::Relaxed)),
             ("conns_public", "combd_conns_public", Gauge, "Open public connections (what COMBD_MAX_CONNS caps).", self.conns_of(ConnKind::Public)),
             ("conns_local", "combd_conns_local", Gauge, "Open connections of the node's own machine on the localhost listener.", self.conns_of(ConnKind::Local)),
             ("conns_fleet", "combd_conns_fleet", Gauge, "Open connections from other nodes on the fleet listener.", self.conns_of(ConnKind::Fleet)),

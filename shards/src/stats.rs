@@ -88,6 +88,8 @@ pub struct ShardStats {
     pub sessions: AtomicU64,
     /// Live objects on this shard.
     pub objects_live: AtomicU64,
+    /// New objects refused because the node had `COMBD_MAX_OPEN_OBJECTS` live.
+    pub objects_open_refused: AtomicU64,
     /// Objects being opened now.
     pub restores_active: AtomicU64,
     /// Objects waiting for a restore slot now.
@@ -241,6 +243,7 @@ impl ShardStats {
             ("sessions_waited", "combd_sessions_waited_total", Counter, "Cells that waited for an awake slot.", g(&self.sessions_waited)),
             ("sessions", "combd_sessions", Gauge, "Open sessions.", g(&self.sessions)),
             ("objects_live", "combd_objects_live", Gauge, "Live objects.", g(&self.objects_live)),
+            ("objects_open_refused", "combd_objects_open_refused_total", Counter, "New objects refused at COMBD_MAX_OPEN_OBJECTS.", g(&self.objects_open_refused)),
             ("restores_active", "combd_restores_active", Gauge, "Objects being opened now.", g(&self.restores_active)),
             ("restores_waiting", "combd_restores_waiting", Gauge, "Objects waiting to be opened.", g(&self.restores_waiting)),
             ("restores", "combd_restores_total", Counter, "Objects opened.", g(&self.restores)),

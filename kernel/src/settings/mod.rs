@@ -108,6 +108,8 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     /// `COMBD_MAX_CONNS` as configured (before clamping to the fd limit).
     pub max_conns: u64,
+    /// `COMBD_MAX_OPEN_OBJECTS`.
+    pub max_open_objects: u64,
     /// `COMBD_MAX_CONNS_PER_ADDRESS`.
     pub max_conns_per_address: u32,
     /// `COMBD_ACCEPT_RATE_PER_ADDRESS`.
@@ -373,6 +375,7 @@ impl Settings {
             ws_max_message_bytes: parse(&raw, "COMBD_WS_MAX_MESSAGE", parse_bytes)?,
             shutdown_timeout: parse(&raw, "COMBD_SHUTDOWN_TIMEOUT", parse_duration)?,
             max_conns: parse(&raw, "COMBD_MAX_CONNS", parse_count)?,
+            max_open_objects: parse(&raw, "COMBD_MAX_OPEN_OBJECTS", parse_count)?,
             max_conns_per_address: parse(&raw, "COMBD_MAX_CONNS_PER_ADDRESS", parse_count_u32)?,
             accept_rate_per_address: parse(&raw, "COMBD_ACCEPT_RATE_PER_ADDRESS", parse_count_u32)?,
             max_awake: parse(&raw, "COMBD_MAX_AWAKE", parse_count)? as usize,
@@ -436,6 +439,7 @@ impl Settings {
                     "COMBD_MEMORY_BUDGET" => {
                         opt(self.memory_budget_bytes, "(from the cgroup or RAM)")
                     }
+                    "COMBD_MAX_OPEN_OBJECTS" => self.max_open_objects.to_string(),
                     "COMBD_MAX_CONNS_PER_ADDRESS" => self.max_conns_per_address.to_string(),
                     "COMBD_ACCEPT_RATE_PER_ADDRESS" => self.accept_rate_per_address.to_string(),
                     "COMBD_MAX_AWAKE" => self.max_awake.to_string(),
@@ -509,11 +513,16 @@ impl Settings {
     }
 
     /// The public connection cap in force: `COMBD_MAX_CONNS`, clamped to the file-descriptor
-    /// limit less [`limits::FD_RESERVE`] and the localhost listener's own cap
-    /// ([`limits::LOCAL_CONNS_MAX`]); in a fleet the fleet listener has a cap of its own as
-    /// large as the public one, so the descriptors left are split between the two.
+    /// limit less [`limits::FD_RESERVE`], the localhost listener's own cap
+    /// ([`limits::LOCAL_CONNS_MAX`]) and the live objects' descriptors
+    /// (`COMBD_MAX_OPEN_OBJECTS` × [`limits::OBJECT_FDS`]); in a fleet the fleet listener has a
+    /// cap of its own as large as the public one, so the descriptors left are split between
+    /// the two.
     pub fn max_conns_effective(&self, nofile_soft: u64) -> u64 {
-        let fds = nofile_soft.saturating_sub(limits::FD_RESERVE + limits::LOCAL_CONNS_MAX);
+        let objects = self.max_open_objects.saturating_mul(limits::OBJECT_FDS);
+        let fds = nofile_soft
+            .saturating_sub(limits::FD_RESERVE + limits::LOCAL_CONNS_MAX)
+            .saturating_sub(objects);
         let fds = if self.fleet.is_some() { fds / 2 } else { fds };
         self.max_conns.min(fds).max(1)
     }

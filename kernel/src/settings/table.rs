@@ -97,8 +97,8 @@ pub const SETTINGS: &[SettingSpec] = &[
         flag: "--max-conns",
         default: "200000",
         meaning: "most open public connections (plain and TLS); clamped to RLIMIT_NOFILE less a reserve \
-                  of 256 and the localhost listener's own 1024 (the rest halved in a fleet, whose \
-                  listener has a cap as large)",
+                  of 256, 3 per object of COMBD_MAX_OPEN_OBJECTS and the localhost listener's own 1024 \
+                  (the rest halved in a fleet, whose listener has a cap as large)",
     },
     SettingSpec {
         env: "COMBD_MAX_CONNS_PER_ADDRESS",
@@ -113,6 +113,13 @@ pub const SETTINGS: &[SettingSpec] = &[
         default: "256",
         meaning: "new connections a second one client address may open once it has spent its burst \
                   (COMBD_MAX_CONNS_PER_ADDRESS at once); one faster is closed at once after the accept",
+    },
+    SettingSpec {
+        env: "COMBD_MAX_OPEN_OBJECTS",
+        flag: "--max-open-objects",
+        default: "1024",
+        meaning: "live objects on the node at once (3 file descriptors each, held back from \
+                  COMBD_MAX_CONNS); a new object past it is refused with 503 overloaded",
     },
     SettingSpec {
         env: "COMBD_MEMORY_BUDGET",

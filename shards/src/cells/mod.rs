@@ -54,6 +54,15 @@ pub(crate) struct Cells {
     create_rate: create::CreateRate,
 }
 
+/// A live object's place under `COMBD_MAX_OPEN_OBJECTS`, given back when its task ends.
+struct ObjectPlace(Arc<crate::shared::NodeShared>);
+
+impl Drop for ObjectPlace {
+    fn drop(&mut self) {
+        self.0.release_object();
+    }
+}
+
 /// A let-go object's cell that is still closing; dropped when it has closed.
 struct Closing<'a> {
     cells: &'a Cells,
@@ -74,6 +83,8 @@ pub(crate) enum Refusal {
     MailboxFull { cap: usize },
     /// The home shard's inbox holds `cap` messages already.
     InboxFull { cap: usize },
+    /// A new object while the node has `COMBD_MAX_OPEN_OBJECTS` live.
+    ObjectsOpen,
     /// A write to a new object while the data disk is low.
     DiskLow,
     /// A write to a new object of an app that has `COMBD_MAX_OBJECTS_PER_APP` databases.
@@ -101,7 +112,9 @@ impl Refusal {
     /// `retry-after: 1` for a refusal of load (one that may pass a second later).
     pub fn app_error(self) -> AppError {
         let (status, again) = match self {
-            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } => (503, true),
+            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } | Refusal::ObjectsOpen => {
+                (503, true)
+            }
             Refusal::DiskLow | Refusal::TooManyObjects => (507, false),
             Refusal::CreateRate => (429, true),
             Refusal::NoSuchApp => (404, false),
@@ -119,7 +132,9 @@ impl Refusal {
     /// The message a session sees as `{"error": ...}`.
     fn message(self) -> &'static str {
         match self {
-            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } => "overloaded",
+            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } | Refusal::ObjectsOpen => {
+                "overloaded"
+            }
             Refusal::DiskLow => "disk_low",
             Refusal::TooManyObjects => "too many objects",
             Refusal::CreateRate => "object creation rate",
@@ -216,12 +231,23 @@ impl Cells {
         {
             return Err(Refusal::DiskLow);
         }
+        // Its place among the node's live objects (their descriptors are held back from the
+        // connection cap), held by its task until it ends.
+        if !node.reserve_object() {
+            ShardStats::add(&self.state.stats().objects_open_refused, 1);
+            return Err(Refusal::ObjectsOpen);
+        }
+        let place = ObjectPlace(node.clone());
         // A deployed module's object runs on the version in force when it is restored.
         let app = app.pinned().unwrap_or_else(|| app.clone());
         let cell = Rc::new(ObjectCell::new(&self.state, key.clone(), app, name));
         self.objects.borrow_mut().insert(key, cell.clone());
         ShardStats::add(&self.state.stats().objects_live, 1);
-        if let Ok(task) = self.state.spawn(object::run(self.clone(), cell.clone())) {
+        let life = object::run(self.clone(), cell.clone());
+        if let Ok(task) = self.state.spawn(async move {
+            let _place = place;
+            life.await
+        }) {
             task.detach();
         }
         Ok(cell)

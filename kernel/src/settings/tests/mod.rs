@@ -23,6 +23,7 @@ fn defaults_match_the_limits_file() {
     assert_eq!(s.shutdown_timeout, limits::SHUTDOWN_TIMEOUT_DEFAULT);
     assert_eq!(s.max_conns, limits::MAX_CONNS_DEFAULT);
     assert_eq!(s.max_awake, limits::MAX_AWAKE_DEFAULT);
+    assert_eq!(s.max_open_objects, limits::MAX_OPEN_OBJECTS_DEFAULT);
     assert_eq!(
         u64::from(s.max_conns_per_address),
         limits::MAX_CONNS_PER_ADDRESS_DEFAULT
@@ -110,6 +111,7 @@ fn zero_and_garbage_fail_naming_the_setting() {
         ("COMBD_MAX_BODY", "0"),
         ("COMBD_MAX_BODY", "12Q"),
         ("COMBD_MAX_BODY", "-1"),
+        ("COMBD_MAX_OPEN_OBJECTS", "0"),
         ("COMBD_MAX_CONNS_PER_ADDRESS", "0"),
         ("COMBD_MAX_CONNS_PER_ADDRESS", "4294967296"),
         ("COMBD_ACCEPT_RATE_PER_ADDRESS", "0"),
@@ -401,7 +403,10 @@ fn max_conns_is_clamped_to_the_fd_limit() {
     let s = load(&[], &[]).unwrap();
     assert_eq!(
         s.max_conns_effective(20_000),
-        20_000 - limits::FD_RESERVE - limits::LOCAL_CONNS_MAX
+        20_000
+            - limits::FD_RESERVE
+            - limits::LOCAL_CONNS_MAX
+            - limits::MAX_OPEN_OBJECTS_DEFAULT * limits::OBJECT_FDS
     );
     assert_eq!(s.max_conns_effective(1_048_576), limits::MAX_CONNS_DEFAULT);
     let s = load(&[("COMBD_MAX_CONNS", "50")], &[]).unwrap();
