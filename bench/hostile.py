@@ -48,6 +48,7 @@ class Node:
         line = self.proc.stdout.readline().decode()
         words = dict(w.split("=", 1) for w in line.split() if "=" in w)
         self.port = int(words["local"].rsplit(":", 1)[1])
+        self.tls_port = int(words["tls"].rsplit(":", 1)[1]) if "tls" in words else None
         self.pid = self.stats()["pid"]
 
     def stats(self):
@@ -257,6 +258,41 @@ def name_spray(node, stop, names=10000):
     stop.wait()
 
 
+def silent_tls(node, stop, conns=2000, report=None):
+    """2,000 TCP connections to the TLS port over 10 addresses that send nothing; beside them a
+    real client makes a TLS handshake and a request every 100 ms (its times in the report)."""
+    import ssl
+    held = []
+    for i in range(conns):
+        try:
+            held.append(connect(node.tls_port, f"127.0.0.{200 + i % 10}"))
+        except OSError:
+            pass
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    times, failed = [], 0
+    while not stop.is_set():
+        t0 = time.time()
+        try:
+            raw = connect(node.tls_port, "127.0.0.8")
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                ok = s.recv(64).startswith(b"HTTP/1.1 200")
+        except (OSError, ssl.SSLError):
+            ok = False
+        if ok:
+            times.append((time.time() - t0) * 1000)
+        else:
+            failed += 1
+        stop.wait(0.1)
+    if report is not None:
+        report.update({"tls_client_ok": len(times), "tls_client_failed": failed,
+                       "tls_client_p50_ms": pct(times, 50), "tls_client_max_ms":
+                       round(max(times), 2) if times else None,
+                       "silent_sockets": len(held)})
+
+
 ATTACKS = {
     "pipeline": (pipeline, {}),
     "address-flood": (address_flood, {"COMBD_MAX_CONNS": "2500", "COMBD_HEADER_TIMEOUT": "1m"}),
@@ -264,6 +300,7 @@ ATTACKS = {
     "slow-bodies": (slow_bodies, {"COMBD_BODY_TIMEOUT": "1m"}),
     "slowloris": (slowloris, {}),
     "name-spray": (name_spray, {}),
+    "silent-tls": (silent_tls, {"tls": True}),
 }
 
 
@@ -275,8 +312,20 @@ def object_files(data):
     return n
 
 
+def tls_env():
+    """A certificate for the TLS attack (made by combd-bench gen-cert) and the settings."""
+    d = tempfile.mkdtemp(prefix="combd-hostile-cert-")
+    subprocess.run([os.path.join(ROOT, "target/release/combd-bench"), "gen-cert", d],
+                   check=True, stdout=subprocess.DEVNULL)
+    return {"COMBD_TLS_LISTEN": "127.0.0.2:0", "COMBD_TLS_CERT": os.path.join(d, "cert.pem"),
+            "COMBD_TLS_KEY": os.path.join(d, "key.pem")}
+
+
 def run(name, binary, droplet, seconds):
     attack, env = ATTACKS[name]
+    env = dict(env)
+    if env.pop("tls", False):
+        env.update(tls_env())
     node = Node(binary, droplet, env)
     try:
         base_out = {}
@@ -284,7 +333,9 @@ def run(name, binary, droplet, seconds):
         before = node.stats()
         rss_base = node.rss()
         stop = threading.Event()
-        t = threading.Thread(target=attack, args=(node, stop), daemon=True)
+        report = {}
+        kwargs = {"report": report} if attack is silent_tls else {}
+        t = threading.Thread(target=attack, args=(node, stop), kwargs=kwargs, daemon=True)
         t.start()
         out = {}
         h = threading.Thread(target=honest, args=(node.port, seconds, out))
@@ -294,6 +345,7 @@ def run(name, binary, droplet, seconds):
             peak = max(peak, node.rss())
             time.sleep(0.02)
         stop.set()
+        t.join(timeout=10)
         try:
             after = node.stats()
         except OSError:
@@ -318,6 +370,7 @@ def run(name, binary, droplet, seconds):
             "honest_requests": len(out["latencies"]), "honest_failed": out["failed"],
             "refused": moved,
             "object_files": object_files(node.data),
+            **report,
         }
     except OSError as e:
         return {"attack": name, "node": binary, "error": str(e)}
