@@ -28,9 +28,15 @@ pub fn run(node: Arc<NodeShared>, probe: MemoryProbe, wake: Receiver<()>) {
     let watchdog = crate::notify::watchdog_interval();
     let mut last_ping = Instant::now();
     let mut summary = Summary::new(&node);
+    let mut last_sweep = Instant::now();
     loop {
         let want_full = measure(&node, &probe, &mut last_error);
-        node.addresses.sweep(Instant::now());
+        // Once a second however often the coordinator is woken: the sweep holds the address
+        // table's lock, which every accept and close takes.
+        if last_sweep.elapsed() >= MEASURE_INTERVAL {
+            last_sweep = Instant::now();
+            node.addresses.sweep(last_sweep);
+        }
         summary.tick(&node);
         if let Some(every) = watchdog {
             // Ping only while every shard's tick runs: a stalled shard stops the pings and

@@ -93,10 +93,12 @@ impl ConnInbound {
         let now = stats.inbound_bytes.fetch_add(n, Ordering::Relaxed) + n;
         stats.inbound_bytes_max.fetch_max(now, Ordering::Relaxed);
         // A burst is measured when it happens, not at the next second's sample: the
-        // coordinator is woken each time the shard's input held crosses a sixteenth of its
-        // budget upwards.
+        // coordinator is woken each time the shard's input held reaches a sixteenth of its
+        // budget it had not reached since it last fell below it (a hold let go and taken again
+        // at the same level wakes nobody).
         let step = (budget / INBOUND_MEASURE_STEPS).max(1);
-        if now / step != (now - n) / step {
+        let level = now / step;
+        if level > stats.inbound_wake_level.fetch_max(level, Ordering::Relaxed) {
             self.node.wake_coordinator();
         }
         Some(Hold {
@@ -137,7 +139,12 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         let c = &self.conn;
-        ShardStats::sub(&c.stats().inbound_bytes, self.bytes);
+        let stats = c.stats();
+        let held = stats.inbound_bytes.fetch_sub(self.bytes, Ordering::Relaxed) - self.bytes;
+        let step = (c.node.inbound_budget_bytes / INBOUND_MEASURE_STEPS).max(1);
+        stats
+            .inbound_wake_level
+            .fetch_min(held / step, Ordering::Relaxed);
         if !self.queued {
             return;
         }

@@ -159,6 +159,9 @@ pub struct ShardStats {
     pub inbound_bytes: AtomicU64,
     /// The most inbound bytes held at once.
     pub inbound_bytes_max: AtomicU64,
+    /// The sixteenth of the inbound budget the shard's input last woke the coordinator at
+    /// (not shown: it keeps a hold taken again at the same level from waking it again).
+    pub inbound_wake_level: AtomicU64,
     /// Inputs refused because the shard's inbound budget was spent.
     pub inbound_refused: AtomicU64,
     /// Times a connection stopped being read because `INBOUND_CONN_QUEUED_MAX_BYTES` of its

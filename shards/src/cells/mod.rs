@@ -85,6 +85,8 @@ pub(crate) enum Refusal {
     InboxFull { cap: usize },
     /// A new object while the node has `COMBD_MAX_OPEN_OBJECTS` live.
     ObjectsOpen,
+    /// A new object while the shard drains (no task would run it).
+    ShuttingDown,
     /// A write to a new object while the data disk is low.
     DiskLow,
     /// A write to a new object of an app that has `COMBD_MAX_OBJECTS_PER_APP` databases.
@@ -115,6 +117,7 @@ impl Refusal {
             Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } | Refusal::ObjectsOpen => {
                 (503, true)
             }
+            Refusal::ShuttingDown => (503, true),
             Refusal::DiskLow | Refusal::TooManyObjects => (507, false),
             Refusal::CreateRate => (429, true),
             Refusal::NoSuchApp => (404, false),
@@ -135,6 +138,7 @@ impl Refusal {
             Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } | Refusal::ObjectsOpen => {
                 "overloaded"
             }
+            Refusal::ShuttingDown => "shutting down",
             Refusal::DiskLow => "disk_low",
             Refusal::TooManyObjects => "too many objects",
             Refusal::CreateRate => "object creation rate",
@@ -241,16 +245,23 @@ impl Cells {
         // A deployed module's object runs on the version in force when it is restored.
         let app = app.pinned().unwrap_or_else(|| app.clone());
         let cell = Rc::new(ObjectCell::new(&self.state, key.clone(), app, name));
-        self.objects.borrow_mut().insert(key, cell.clone());
+        self.objects.borrow_mut().insert(key.clone(), cell.clone());
         ShardStats::add(&self.state.stats().objects_live, 1);
         let life = object::run(self.clone(), cell.clone());
-        if let Ok(task) = self.state.spawn(async move {
+        match self.state.spawn(async move {
             let _place = place;
             life.await
         }) {
-            task.detach();
+            Ok(task) => {
+                task.detach();
+                Ok(cell)
+            }
+            Err(()) => {
+                // The shard drains: no task would ever run this cell's mail.
+                self.let_go(&key);
+                Err(Refusal::ShuttingDown)
+            }
         }
-        Ok(cell)
     }
 
     /// Forgets a live object (its task ends); new mail for it makes a fresh cell.

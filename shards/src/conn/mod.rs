@@ -198,15 +198,27 @@ impl Conn {
     /// `drain_ok` lets a node drain interrupt it (false while a request is in progress, so it
     /// finishes).
     async fn fill(&mut self, deadline: Option<u64>, drain_ok: bool) -> Input {
+        self.fill_with(deadline, drain_ok, false).await
+    }
+
+    /// As [`Conn::fill`]; `discarding`: the bytes are thrown away (a closing connection's
+    /// linger), so the connection is read whatever its input waiting.
+    async fn fill_with(
+        &mut self,
+        deadline: Option<u64>,
+        drain_ok: bool,
+        discarding: bool,
+    ) -> Input {
         let slot = self.waker.index();
         if let Some(d) = deadline {
             self.state().set_deadline(slot, d);
         }
-        if !self.has_room() {
+        if !discarding && !self.has_room() {
             ShardStats::add(&self.stats().inbound_waits, 1);
         }
         let input =
-            futures_lite::future::poll_fn(|cx| self.poll_fill(cx, deadline, drain_ok)).await;
+            futures_lite::future::poll_fn(|cx| self.poll_fill(cx, deadline, drain_ok, discarding))
+                .await;
         if deadline.is_some() {
             self.state().set_deadline(slot, 0);
         }
@@ -218,6 +230,7 @@ impl Conn {
         cx: &mut Context<'_>,
         deadline: Option<u64>,
         drain_ok: bool,
+        discarding: bool,
     ) -> Poll<Input> {
         let state = self.waker.state();
         if drain_ok && state.draining() {
@@ -231,7 +244,11 @@ impl Conn {
         if self.ping_epoch.is_some_and(|e| e != state.ping_epoch()) {
             return Poll::Ready(Input::PingDue);
         }
-        if let Some(ib) = self.inbound.get().filter(|ib| !ib.has_room()) {
+        if let Some(ib) = self
+            .inbound
+            .get()
+            .filter(|ib| !discarding && !ib.has_room())
+        {
             // Back-pressure: not read while its input waits; woken when some of it ran.
             if ib.poll_room(cx).is_ready() {
                 return Poll::Ready(Input::Room);
@@ -286,7 +303,10 @@ impl Conn {
         while discarded <= limits::CLOSE_LINGER_DISCARD_MAX_BYTES {
             discarded += self.inbuf.len();
             self.inbuf = Vec::new();
-            if !matches!(self.fill(Some(deadline), false).await, Input::Data) {
+            if !matches!(
+                self.fill_with(Some(deadline), false, true).await,
+                Input::Data
+            ) {
                 break;
             }
         }

@@ -32,6 +32,13 @@ pub(super) struct Upgrade {
     pub replay: Option<Vec<u8>>,
 }
 
+/// A failed write of a session's output, and whether it cut a frame short (some of it was
+/// written, not all).
+struct Cut {
+    e: std::io::Error,
+    cut: bool,
+}
+
 /// The close of a session the node decided to close.
 fn closing(why: CloseWhy) -> Close {
     match why {
@@ -214,7 +221,8 @@ impl Conn {
                 ShardStats::add(&stats.ws_sends, 1);
             }
             if let Err(e) = self.flush(&mut out).await {
-                break self.write_failed(&e);
+                // How much of it the kernel took is not known: no frame after it.
+                break self.write_failed(&e, true);
             }
             match self.fill(None, !ws.decoder.in_message()).await {
                 Input::Data => ws.awaiting_pong = false,
@@ -361,7 +369,9 @@ impl Conn {
     /// A ping is due: send one, or close a client that did not answer the last.
     fn ping(&mut self, ws: &mut Ws, out: &mut Vec<u8>) -> Option<Close> {
         self.ping_epoch = Some(self.state().ping_epoch());
-        if ws.awaiting_pong {
+        // A connection not read (its own input waiting, back-pressure) may have answered: its
+        // pong would be in the kernel. It is not closed for it; it is pinged again.
+        if ws.awaiting_pong && self.has_room() {
             ShardStats::add(&self.stats().ws_ping_timeouts, 1);
             return Some(Close::Frame(Some(close::GOING_AWAY), "ping timeout"));
         }
@@ -406,31 +416,38 @@ impl Conn {
         }
         let written = self.write_session(&mut out).await;
         drop(permit);
-        let e = written.err()?;
+        let Cut { e, cut } = written.err()?;
         Some(match self.cells.sessions().closing(id) {
-            // The node decided to close it while the write waited.
-            Some(why) => closing(why),
-            None => self.write_failed(&e),
+            // The node decided to close it while the write waited; a close frame after a frame
+            // cut short would be read as that frame's payload: then it is dropped.
+            Some(why) if !cut => closing(why),
+            Some(_) => Close::Drop,
+            None => self.write_failed(&e, cut),
         })
     }
 
     /// How a WebSocket whose write failed ends: one that took nothing for the write stall
     /// timeout is a slow reader like one past `COMBD_WS_SLOW_TIMEOUT` (whichever of the two
-    /// fires first, the same close: 1008 `slow`, counted in `ws_slow_closed`); any other
-    /// failure means the client is gone.
-    fn write_failed(&self, e: &std::io::Error) -> Close {
-        if e.kind() == std::io::ErrorKind::TimedOut {
-            ShardStats::add(&self.stats().ws_slow_closed, 1);
-            return closing(CloseWhy::Slow);
+    /// fires first, counted in `ws_slow_closed`), closed with 1008 `slow` unless the write cut
+    /// a frame short (`cut`: a close frame would then be read as its payload, so the connection
+    /// is dropped); any other failure means the client is gone.
+    fn write_failed(&self, e: &std::io::Error, cut: bool) -> Close {
+        if e.kind() != std::io::ErrorKind::TimedOut {
+            return Close::Drop;
         }
-        Close::Drop
+        ShardStats::add(&self.stats().ws_slow_closed, 1);
+        if cut {
+            Close::Drop
+        } else {
+            closing(CloseWhy::Slow)
+        }
     }
 
     /// Writes a session's output and frees it, telling the session's accounts as the kernel
     /// takes each part. Unlike [`Conn::flush`], the wait for the socket to take it ends as soon
     /// as the node decides to close the session (a client that stopped reading cannot hold the
     /// task until the write stall timeout).
-    async fn write_session(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
+    async fn write_session(&mut self, out: &mut Vec<u8>) -> Result<(), Cut> {
         use futures_lite::AsyncWrite;
         use std::pin::Pin;
         use std::task::Poll;
@@ -466,8 +483,9 @@ impl Conn {
             }
         })
         .await;
+        let cut = pos > 0 && pos < out.len();
         *out = Vec::new();
-        r
+        r.map_err(|e| Cut { e, cut })
     }
 
     /// Ends the WebSocket: tells the object the session left, then closes the connection the
