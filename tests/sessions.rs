@@ -209,16 +209,7 @@ fn a_viewer_on_a_shard_behind_is_resynced_and_ends_equal_to_the_database() {
 
 #[test]
 fn a_viewer_that_stops_reading_is_closed_within_the_slow_timeout() {
-    let node = TestNode::start(&[
-        ("COMBD_SHARDS", "1"),
-        ("COMBD_SQLITE_SYNC", "normal"),
-        ("COMBD_WS_SLOW_TIMEOUT", "2s"),
-        ("COMBD_WS_RATE", "100000"),
-        ("COMBD_WS_BURST", "100000"),
-    ]);
-    let mut never = raw_viewer(node.public(), node.port, "stuck");
-    let mut clicker = open_ws(&node, "stuck");
-    read_json(&mut clicker);
+    let (node, mut never, mut clicker) = slow_viewer_and_clicker("stuck");
     let started = Instant::now();
     let mut c = 0;
     // Click until the node closes the viewer that reads nothing (bounded by the wait).
@@ -235,15 +226,7 @@ fn a_viewer_that_stops_reading_is_closed_within_the_slow_timeout() {
     // The clicker, which reads, is kept.
     click_and_wait(&mut clicker, 1, 1_000_000);
     // The closed viewer's socket ends (after what was already in flight).
-    never.set_read_timeout(Some(WAIT)).unwrap();
-    let mut buf = vec![0u8; 1 << 16];
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match never.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => assert!(Instant::now() < deadline, "the slow viewer was not closed"),
-        }
-    }
+    read_until_closed(&mut never);
     let s = node.stats();
     assert_eq!(sum(&s, "ws_slow_closed"), 1, "{s}");
     assert_eq!(s["limits"]["ws_slow_timeout_ms"], 2000);
@@ -255,16 +238,7 @@ fn a_viewer_that_stops_reading_is_closed_within_the_slow_timeout() {
 /// the 30 s write stall timeout and dropped the connection uncounted).
 #[test]
 fn a_viewer_whose_write_stalls_is_closed_as_slow_and_counted() {
-    let node = TestNode::start(&[
-        ("COMBD_SHARDS", "1"),
-        ("COMBD_SQLITE_SYNC", "normal"),
-        ("COMBD_WS_SLOW_TIMEOUT", "2s"),
-        ("COMBD_WS_RATE", "100000"),
-        ("COMBD_WS_BURST", "100000"),
-    ]);
-    let mut never = raw_viewer(node.public(), node.port, "stall");
-    let mut clicker = open_ws(&node, "stall");
-    read_json(&mut clicker);
+    let (node, mut never, mut clicker) = slow_viewer_and_clicker("stall");
     // Click until frames pile up for the viewer (its 4 KiB receive buffer and the node's send
     // buffer are full), then stop: nothing new is delivered to it.
     let started = Instant::now();
@@ -284,15 +258,37 @@ fn a_viewer_whose_write_stalls_is_closed_as_slow_and_counted() {
     });
     assert_eq!(sum(&s, "outbound_bytes"), 0, "its bytes given back: {s}");
     // Its socket ends once what was in flight is read; the clicker is kept.
+    read_until_closed(&mut never);
+    click_and_wait(&mut clicker, 1, 1_000_000);
+}
+
+/// A node whose viewers are slow after 2 s, a raw viewer of `board` that will read nothing
+/// (its receive buffer 4 KiB), and a clicker of the same board that reads.
+fn slow_viewer_and_clicker(board: &str) -> (TestNode, TcpStream, WebSocket<TcpStream>) {
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_SQLITE_SYNC", "normal"),
+        ("COMBD_WS_SLOW_TIMEOUT", "2s"),
+        ("COMBD_WS_RATE", "100000"),
+        ("COMBD_WS_BURST", "100000"),
+    ]);
+    let never = raw_viewer(node.public(), node.port, board);
+    let mut clicker = open_ws(&node, board);
+    read_json(&mut clicker);
+    (node, never, clicker)
+}
+
+/// Reads (and discards) until the node has closed `s`, within the wait.
+fn read_until_closed(s: &mut TcpStream) {
+    s.set_read_timeout(Some(WAIT)).unwrap();
     let mut buf = vec![0u8; 1 << 16];
     let deadline = Instant::now() + WAIT;
     loop {
-        match never.read(&mut buf) {
+        match s.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(_) => assert!(Instant::now() < deadline, "the slow viewer was not closed"),
         }
     }
-    click_and_wait(&mut clicker, 1, 1_000_000);
 }
 
 fn sum(stats: &serde_json::Value, key: &str) -> u64 {
