@@ -81,6 +81,7 @@ fn pipelined_requests_from_clients_that_never_read_cost_at_most_256_kib_each() {
         CONNS + 1,
         "the attackers and /stats's: {s}"
     );
+    assert!(s["pipeline_held_waits"].as_u64().unwrap() >= CONNS, "{s}");
     assert_eq!(request(node.public(), get).status, 200, "an honest client");
     drop(attackers);
 }

@@ -139,6 +139,7 @@ impl Conn {
             // are waited for and everything is written before the next request is answered.
             // A client that reads nothing then stops the loop here, holding at most that.
             if out.len() + pipeline.written >= limits::PIPELINE_HELD_MAX_BYTES {
+                ShardStats::add(&self.stats().pipeline_held_waits, 1);
                 self.settle(&mut pipeline, &mut out).await;
                 if self.flush(&mut out).await.is_err() {
                     return;
