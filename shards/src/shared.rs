@@ -266,19 +266,13 @@ impl NodeShared {
     pub fn limits(&self) -> Vec<(&'static str, u64)> {
         let s = &self.settings;
         let ms = |d: std::time::Duration| d.as_millis() as u64;
-        vec![
+        let mut all = vec![
             ("max_conns", self.max_conns_effective),
             ("max_open_objects", s.max_open_objects),
-            ("object_fds", limits::OBJECT_FDS),
-            ("local_conns_max", limits::LOCAL_CONNS_MAX),
             ("max_conns_per_address", u64::from(s.max_conns_per_address)),
             (
                 "accept_rate_per_address",
                 u64::from(s.accept_rate_per_address),
-            ),
-            (
-                "address_idle_entries_max",
-                limits::ADDRESS_IDLE_ENTRIES_MAX as u64,
             ),
             ("max_body_bytes", s.max_body_bytes),
             ("header_timeout_ms", ms(s.header_timeout)),
@@ -301,133 +295,13 @@ impl NodeShared {
             ("ws_burst", s.ws_burst),
             ("outbound_budget_bytes", self.outbound_budget_bytes),
             ("inbound_budget_bytes", self.inbound_budget_bytes),
-            (
-                "inbound_conn_queued_max_bytes",
-                limits::INBOUND_CONN_QUEUED_MAX_BYTES,
-            ),
-            ("inbound_conn_floor_bytes", limits::INBOUND_CONN_FLOOR_BYTES),
-            ("inbound_measure_steps", limits::INBOUND_MEASURE_STEPS),
-            ("ws_slow_close_bytes", limits::WS_SLOW_CLOSE_BYTES),
-            ("sends_max_bytes", limits::SENDS_MAX_BYTES),
-            ("log_max_bytes", limits::LOG_MAX_BYTES as u64),
-            ("sql_value_max_bytes", limits::SQL_VALUE_MAX_BYTES as u64),
-            ("sql_statement_ms", ms(limits::SQL_STATEMENT_LIMIT)),
-            ("host_time_ms", ms(limits::HOST_TIME_LIMIT)),
-            ("url_max_bytes", limits::URL_MAX_BYTES as u64),
             ("tls_handshake_timeout_ms", ms(s.tls_handshake_timeout)),
             ("tls_hello_timeout_ms", ms(s.tls_hello_timeout)),
-            ("tls_handshakes_max", limits::TLS_HANDSHAKES_MAX as u64),
             ("ws_ping_interval_ms", ms(s.ws_ping_interval)),
             ("ws_slow_timeout_ms", ms(s.ws_slow_timeout)),
-            ("ws_send_buffer_bytes", limits::WS_SEND_BUFFER_BYTES as u64),
-            (
-                "blocking_threads_per_shard",
-                limits::BLOCKING_THREADS_PER_SHARD as u64,
-            ),
-            (
-                "header_section_max_bytes",
-                limits::HEADER_SECTION_MAX_BYTES as u64,
-            ),
-            ("header_count_max", limits::HEADER_COUNT_MAX as u64),
-            ("listen_backlog", limits::LISTEN_BACKLOG as u64),
-            ("mailbox_default", limits::MAILBOX_DEFAULT as u64),
-            ("batch_default", limits::BATCH_DEFAULT as u64),
-            (
-                "object_unsynced_batches",
-                limits::OBJECT_UNSYNCED_BATCHES as u64,
-            ),
-            ("session_mailbox", limits::SESSION_MAILBOX as u64),
-            (
-                "session_mailbox_behind",
-                limits::SESSION_MAILBOX_BEHIND as u64,
-            ),
-            ("cross_shard_queue", limits::CROSS_SHARD_QUEUE as u64),
-            ("object_idle_ms", ms(limits::OBJECT_IDLE)),
-            (
-                "object_idle_under_pressure_ms",
-                ms(limits::OBJECT_IDLE_UNDER_PRESSURE),
-            ),
-            ("close_linger_ms", ms(limits::CLOSE_LINGER)),
-            (
-                "close_linger_discard_max_bytes",
-                limits::CLOSE_LINGER_DISCARD_MAX_BYTES as u64,
-            ),
-            ("write_stall_timeout_ms", ms(limits::WRITE_STALL_TIMEOUT)),
-            ("http_object_pipeline", limits::HTTP_OBJECT_PIPELINE as u64),
-            (
-                "pipeline_held_max_bytes",
-                limits::PIPELINE_HELD_MAX_BYTES as u64,
-            ),
-            ("wal_sync_slow_ms", ms(limits::WAL_SYNC_SLOW)),
-            (
-                "fleet_forward_timeout_ms",
-                ms(limits::FLEET_FORWARD_TIMEOUT),
-            ),
-            (
-                "fleet_checkpoint_wal_bytes",
-                limits::FLEET_CHECKPOINT_WAL_BYTES,
-            ),
-            (
-                "fleet_snapshot_after_segments",
-                limits::FLEET_SNAPSHOT_AFTER_SEGMENTS as u64,
-            ),
-            (
-                "fleet_unshipped_batches",
-                limits::FLEET_UNSHIPPED_BATCHES as u64,
-            ),
-            (
-                "fleet_lease_regrant_interval_ms",
-                ms(limits::FLEET_LEASE_REGRANT_INTERVAL),
-            ),
-            (
-                "fleet_connect_timeout_ms",
-                ms(limits::FLEET_CONNECT_TIMEOUT),
-            ),
-            (
-                "fleet_owner_retry_interval_ms",
-                ms(limits::FLEET_OWNER_RETRY_INTERVAL),
-            ),
-            (
-                "fleet_unreachable_max",
-                limits::FLEET_UNREACHABLE_MAX as u64,
-            ),
-            (
-                "fleet_bucket_retries",
-                u64::from(limits::FLEET_BUCKET_RETRIES),
-            ),
-            (
-                "fleet_bucket_retry_wait_ms",
-                ms(limits::FLEET_BUCKET_RETRY_WAIT),
-            ),
-            (
-                "fleet_uploads_in_flight",
-                limits::FLEET_UPLOADS_IN_FLIGHT as u64,
-            ),
-            ("fleet_upload_threads", limits::FLEET_UPLOAD_THREADS as u64),
-            (
-                "fleet_restore_parallel_gets",
-                limits::FLEET_RESTORE_PARALLEL_GETS as u64,
-            ),
-            ("fanout_per_turn", limits::FANOUT_PER_TURN as u64),
-            ("inbox_per_turn", limits::INBOX_PER_TURN as u64),
-            ("ping_sweep_per_turn", limits::PING_SWEEP_PER_TURN as u64),
-            ("accept_drain_max", limits::ACCEPT_DRAIN_MAX as u64),
-            ("turn_overrun_ms", ms(limits::TURN_OVERRUN)),
-            ("wasm_memory_kb_default", limits::WASM_MEMORY_KB_DEFAULT),
-            (
-                "wasm_table_element_bytes",
-                limits::WASM_TABLE_ELEMENT_BYTES as u64,
-            ),
-            ("wasm_module_max_bytes", limits::WASM_MODULE_MAX_BYTES),
-            ("wasm_load_ticks", limits::WASM_LOAD_TICKS),
-            ("wasm_topic_ticks", limits::WASM_TOPIC_TICKS),
-            ("wasm_text_max_bytes", limits::WASM_TEXT_MAX_BYTES as u64),
-            ("wasm_bytes_per_tick", limits::WASM_BYTES_PER_TICK),
-            (
-                "turn_yield_pause_us",
-                limits::TURN_YIELD_PAUSE.as_micros() as u64,
-            ),
-        ]
+        ];
+        all.extend(limits::FIXED.iter().map(|f| (f.name, f.value)));
+        all
     }
 
     /// Every app's name and, for one deployed as a module, its version in force.

@@ -11,8 +11,10 @@
 use std::time::Duration;
 
 mod fleet;
+mod table;
 
 pub use fleet::*;
+pub use table::{Fixed, FIXED, SETTING_DEFAULTS};
 
 // ---------------------------------------------------------------------------------------------
 // HTTP and connections

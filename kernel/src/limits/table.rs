@@ -1,0 +1,280 @@
+//! Every fixed bound of this module as `/stats` shows it under `limits`: its name there, the
+//! constant, and its value (durations in milliseconds, or microseconds for a name ending in
+//! `_us`). `/stats` is written from [`FIXED`] and the settings; the test below fails when a
+//! constant of this module is in neither [`FIXED`] nor [`SETTING_DEFAULTS`] (a setting's
+//! default, shown under the setting's own name), so a new bound cannot be left out of `/stats`.
+
+use super::*;
+
+/// One fixed bound as `/stats` shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Fixed {
+    /// Its name under `limits` in `/stats` (and `/metrics`' labels).
+    pub name: &'static str,
+    /// The constant of this module it is.
+    pub constant: &'static str,
+    /// Its value.
+    pub value: u64,
+}
+
+macro_rules! fixed {
+    ($name:literal, $c:ident) => {
+        Fixed {
+            name: $name,
+            constant: stringify!($c),
+            value: $c as u64,
+        }
+    };
+    ($name:literal, $c:ident, ms) => {
+        Fixed {
+            name: $name,
+            constant: stringify!($c),
+            value: $c.as_millis() as u64,
+        }
+    };
+    ($name:literal, $c:ident, us) => {
+        Fixed {
+            name: $name,
+            constant: stringify!($c),
+            value: $c.as_micros() as u64,
+        }
+    };
+}
+
+/// Every fixed bound, in the order this module declares them.
+pub const FIXED: &[Fixed] = &[
+    fixed!("header_section_max_bytes", HEADER_SECTION_MAX_BYTES),
+    fixed!("header_count_max", HEADER_COUNT_MAX),
+    fixed!("url_max_bytes", URL_MAX_BYTES),
+    fixed!("read_scratch_bytes", READ_SCRATCH_BYTES),
+    fixed!("pipeline_held_max_bytes", PIPELINE_HELD_MAX_BYTES),
+    fixed!("http_object_pipeline", HTTP_OBJECT_PIPELINE),
+    fixed!("listen_backlog", LISTEN_BACKLOG),
+    fixed!("fd_reserve", FD_RESERVE),
+    fixed!("local_conns_max", LOCAL_CONNS_MAX),
+    fixed!("object_fds", OBJECT_FDS),
+    fixed!("nofile_fallback", NOFILE_FALLBACK),
+    fixed!("close_linger_ms", CLOSE_LINGER, ms),
+    fixed!(
+        "close_linger_discard_max_bytes",
+        CLOSE_LINGER_DISCARD_MAX_BYTES
+    ),
+    fixed!("write_stall_timeout_ms", WRITE_STALL_TIMEOUT, ms),
+    fixed!("tcp_keepidle_secs", TCP_KEEPIDLE_SECS),
+    fixed!("tcp_keepintvl_secs", TCP_KEEPINTVL_SECS),
+    fixed!("tcp_keepcnt", TCP_KEEPCNT),
+    fixed!("accept_error_pause_ms", ACCEPT_ERROR_PAUSE, ms),
+    fixed!("accept_error_log_every_ms", ACCEPT_ERROR_LOG_EVERY, ms),
+    fixed!("tls_handshakes_max", TLS_HANDSHAKES_MAX),
+    fixed!("ws_control_payload_max_bytes", WS_CONTROL_PAYLOAD_MAX_BYTES),
+    fixed!("ws_slow_close_bytes", WS_SLOW_CLOSE_BYTES),
+    fixed!("shard_tick_ms", SHARD_TICK, ms),
+    fixed!("turn_overrun_ms", TURN_OVERRUN, ms),
+    fixed!("fanout_per_turn", FANOUT_PER_TURN),
+    fixed!("turn_yield_pause_us", TURN_YIELD_PAUSE, us),
+    fixed!("inbox_per_turn", INBOX_PER_TURN),
+    fixed!("ping_sweep_per_turn", PING_SWEEP_PER_TURN),
+    fixed!("accept_drain_max", ACCEPT_DRAIN_MAX),
+    fixed!("shard_io_memory_bytes", SHARD_IO_MEMORY_BYTES),
+    fixed!("cross_shard_queue", CROSS_SHARD_QUEUE),
+    fixed!("blocking_threads_per_shard", BLOCKING_THREADS_PER_SHARD),
+    fixed!("object_name_max_bytes", OBJECT_NAME_MAX_BYTES),
+    fixed!("mailbox_default", MAILBOX_DEFAULT),
+    fixed!("batch_default", BATCH_DEFAULT),
+    fixed!("object_unsynced_batches", OBJECT_UNSYNCED_BATCHES),
+    fixed!("wal_sync_slow_ms", WAL_SYNC_SLOW, ms),
+    fixed!("session_mailbox", SESSION_MAILBOX),
+    fixed!("session_mailbox_behind", SESSION_MAILBOX_BEHIND),
+    fixed!("object_idle_ms", OBJECT_IDLE, ms),
+    fixed!(
+        "object_idle_under_pressure_ms",
+        OBJECT_IDLE_UNDER_PRESSURE,
+        ms
+    ),
+    fixed!("host_call_ticks", HOST_CALL_TICKS),
+    fixed!("host_time_ms", HOST_TIME_LIMIT, ms),
+    fixed!("slow_call_ms", SLOW_CALL, ms),
+    fixed!("log_max_bytes", LOG_MAX_BYTES),
+    fixed!("sends_max_bytes", SENDS_MAX_BYTES),
+    fixed!("wasm_memory_kb_default", WASM_MEMORY_KB_DEFAULT),
+    fixed!("wasm_table_element_bytes", WASM_TABLE_ELEMENT_BYTES),
+    fixed!("wasm_module_max_bytes", WASM_MODULE_MAX_BYTES),
+    fixed!("wasm_load_ticks", WASM_LOAD_TICKS),
+    fixed!("wasm_topic_ticks", WASM_TOPIC_TICKS),
+    fixed!("wasm_bytes_per_tick", WASM_BYTES_PER_TICK),
+    fixed!("wasm_text_max_bytes", WASM_TEXT_MAX_BYTES),
+    fixed!("sql_statement_ms", SQL_STATEMENT_LIMIT, ms),
+    fixed!("sql_progress_steps", SQL_PROGRESS_STEPS),
+    fixed!("sql_value_max_bytes", SQL_VALUE_MAX_BYTES),
+    fixed!("sqlite_busy_timeout_ms", SQLITE_BUSY_TIMEOUT, ms),
+    fixed!("pressure_1_percent", PRESSURE_1_PERCENT),
+    fixed!("pressure_2_percent", PRESSURE_2_PERCENT),
+    fixed!("machine_reserve_divisor", MACHINE_RESERVE_DIVISOR),
+    fixed!("state_hold_ms", STATE_HOLD, ms),
+    fixed!("measure_interval_ms", MEASURE_INTERVAL, ms),
+    fixed!("measure_every_accepts", MEASURE_EVERY_ACCEPTS),
+    fixed!("disk_low_divisor", DISK_LOW_DIVISOR),
+    fixed!("disk_low_max_bytes", DISK_LOW_MAX_BYTES),
+    fixed!("measure_error_log_every_ms", MEASURE_ERROR_LOG_EVERY, ms),
+    fixed!("summary_every_ms", SUMMARY_EVERY, ms),
+    fixed!("watchdog_stall_ms", WATCHDOG_STALL, ms),
+    fixed!("coordinator_wait_min_ms", COORDINATOR_WAIT_MIN, ms),
+    fixed!("outbound_budget_divisor", OUTBOUND_BUDGET_DIVISOR),
+    fixed!("inbound_budget_divisor", INBOUND_BUDGET_DIVISOR),
+    fixed!(
+        "inbound_conn_queued_max_bytes",
+        INBOUND_CONN_QUEUED_MAX_BYTES
+    ),
+    fixed!("inbound_conn_floor_bytes", INBOUND_CONN_FLOOR_BYTES),
+    fixed!("inbound_measure_steps", INBOUND_MEASURE_STEPS),
+    fixed!("address_idle_entries_max", ADDRESS_IDLE_ENTRIES_MAX),
+    fixed!("object_create_burst_seconds", OBJECT_CREATE_BURST_SECONDS),
+    fixed!("ws_send_buffer_bytes", WS_SEND_BUFFER_BYTES),
+    fixed!("fleet_lease_ttl_min_ms", FLEET_LEASE_TTL_MIN, ms),
+    fixed!("fleet_lease_ttl_max_ms", FLEET_LEASE_TTL_MAX, ms),
+    fixed!("fleet_keepalive_divisor", FLEET_KEEPALIVE_DIVISOR),
+    fixed!(
+        "fleet_lease_regrant_interval_ms",
+        FLEET_LEASE_REGRANT_INTERVAL,
+        ms
+    ),
+    fixed!(
+        "fleet_coordinator_timeout_ms",
+        FLEET_COORDINATOR_TIMEOUT,
+        ms
+    ),
+    fixed!("fleet_bucket_timeout_ms", FLEET_BUCKET_TIMEOUT, ms),
+    fixed!("fleet_bucket_retries", FLEET_BUCKET_RETRIES),
+    fixed!("fleet_bucket_retry_wait_ms", FLEET_BUCKET_RETRY_WAIT, ms),
+    fixed!("fleet_segment_max_bytes", FLEET_SEGMENT_MAX_BYTES),
+    fixed!(
+        "fleet_restore_segments_max_bytes",
+        FLEET_RESTORE_SEGMENTS_MAX_BYTES
+    ),
+    fixed!("fleet_snapshot_max_bytes", FLEET_SNAPSHOT_MAX_BYTES),
+    fixed!("fleet_list_keys_max", FLEET_LIST_KEYS_MAX),
+    fixed!(
+        "fleet_coordinator_answer_max_bytes",
+        FLEET_COORDINATOR_ANSWER_MAX_BYTES
+    ),
+    fixed!("fleet_list_answer_max_bytes", FLEET_LIST_ANSWER_MAX_BYTES),
+    fixed!("fleet_list_page_keys", FLEET_LIST_PAGE_KEYS),
+    fixed!("fleet_error_body_max_bytes", FLEET_ERROR_BODY_MAX_BYTES),
+    fixed!("fleet_connect_timeout_ms", FLEET_CONNECT_TIMEOUT, ms),
+    fixed!("fleet_forward_timeout_ms", FLEET_FORWARD_TIMEOUT, ms),
+    fixed!(
+        "fleet_owner_retry_interval_ms",
+        FLEET_OWNER_RETRY_INTERVAL,
+        ms
+    ),
+    fixed!("fleet_unreachable_max", FLEET_UNREACHABLE_MAX),
+    fixed!(
+        "fleet_forward_answer_max_bytes",
+        FLEET_FORWARD_ANSWER_MAX_BYTES
+    ),
+    fixed!("fleet_checkpoint_wal_bytes", FLEET_CHECKPOINT_WAL_BYTES),
+    fixed!(
+        "fleet_snapshot_after_segments",
+        FLEET_SNAPSHOT_AFTER_SEGMENTS
+    ),
+    fixed!("fleet_restore_parallel_gets", FLEET_RESTORE_PARALLEL_GETS),
+    fixed!("fleet_unshipped_batches", FLEET_UNSHIPPED_BATCHES),
+    fixed!("fleet_uploads_in_flight", FLEET_UPLOADS_IN_FLIGHT),
+    fixed!("fleet_upload_threads", FLEET_UPLOAD_THREADS),
+    fixed!("fleet_etcd_endpoints_max", FLEET_ETCD_ENDPOINTS_MAX),
+    fixed!("fleet_idle_connections", FLEET_IDLE_CONNECTIONS),
+];
+
+/// The constants of this module that are a setting's default: `/stats` shows the setting's
+/// value in force under its own name instead.
+pub const SETTING_DEFAULTS: &[&str] = &[
+    "LISTEN_DEFAULT",
+    "DATA_DEFAULT",
+    "APPS_DIR_DEFAULT",
+    "LOG_DEFAULT",
+    "MAX_BODY_DEFAULT_BYTES",
+    "HEADER_TIMEOUT_DEFAULT",
+    "BODY_TIMEOUT_DEFAULT",
+    "IDLE_TIMEOUT_DEFAULT",
+    "WS_MAX_MESSAGE_DEFAULT_BYTES",
+    "SHUTDOWN_TIMEOUT_DEFAULT",
+    "MAX_CONNS_DEFAULT",
+    "MAX_CONNS_PER_ADDRESS_DEFAULT",
+    "ACCEPT_RATE_PER_ADDRESS_DEFAULT",
+    "MAX_OPEN_OBJECTS_DEFAULT",
+    "MAX_AWAKE_DEFAULT",
+    "RESTORES_AT_ONCE_DEFAULT",
+    "CPU_LIMIT_TICKS_DEFAULT",
+    "DB_MAX_BYTES",
+    "MAX_OBJECTS_PER_APP_DEFAULT",
+    "OBJECT_CREATE_RATE_DEFAULT",
+    "WS_RATE_DEFAULT",
+    "WS_BURST_DEFAULT",
+    "TLS_HANDSHAKE_TIMEOUT_DEFAULT",
+    "TLS_HELLO_TIMEOUT_DEFAULT",
+    "WS_PING_INTERVAL_DEFAULT",
+    "WS_SLOW_TIMEOUT_DEFAULT",
+    "FLEET_LEASE_TTL_DEFAULT",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names of this module's constants, from its source.
+    fn constants() -> Vec<&'static str> {
+        [include_str!("mod.rs"), include_str!("fleet.rs")]
+            .into_iter()
+            .flat_map(str::lines)
+            .filter_map(|l| l.strip_prefix("pub const "))
+            .filter_map(|l| l.split(':').next())
+            .collect()
+    }
+
+    #[test]
+    fn every_constant_is_in_stats_or_a_settings_default() {
+        let all = constants();
+        assert!(all.len() > 100, "the source was read: {}", all.len());
+        for c in &all {
+            let fixed = FIXED.iter().filter(|f| f.constant == *c).count();
+            let default = SETTING_DEFAULTS.contains(c);
+            assert!(
+                fixed + usize::from(default) == 1,
+                "{c}: add it to FIXED (or, a setting's default, to SETTING_DEFAULTS), once"
+            );
+        }
+        for f in FIXED {
+            assert!(
+                all.contains(&f.constant),
+                "{} is not a constant here",
+                f.constant
+            );
+        }
+        for d in SETTING_DEFAULTS {
+            assert!(all.contains(d), "{d} is not a constant here");
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_durations_say_their_unit() {
+        let mut names: Vec<&str> = FIXED.iter().map(|f| f.name).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n, "a name twice");
+        assert_eq!(
+            FIXED
+                .iter()
+                .find(|f| f.name == "close_linger_ms")
+                .map(|f| f.value),
+            Some(2000)
+        );
+        assert_eq!(
+            FIXED
+                .iter()
+                .find(|f| f.name == "turn_yield_pause_us")
+                .map(|f| f.value),
+            Some(TURN_YIELD_PAUSE.as_micros() as u64)
+        );
+    }
+}
