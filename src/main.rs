@@ -395,23 +395,12 @@ fn check_config(
     writeln!(out, "{:<24} {:<28} {from}", "inbound_budget_bytes", inbound)?;
     writeln!(
         out,
-        "\nfixed limits (kernel/src/limits.rs): header section {} B, header fields {}, request target {} B, \
-         mailbox {}, batch {}, session mailbox {} ({} while behind), slow reader {} B, sends {} B a call, \
-         SQL statement {} ms, SQL per call {} ms, SQL value {} B, log {} B a call",
-        limits::HEADER_SECTION_MAX_BYTES,
-        limits::HEADER_COUNT_MAX,
-        limits::URL_MAX_BYTES,
-        limits::MAILBOX_DEFAULT,
-        limits::BATCH_DEFAULT,
-        limits::SESSION_MAILBOX,
-        limits::SESSION_MAILBOX_BEHIND,
-        limits::WS_SLOW_CLOSE_BYTES,
-        limits::SENDS_MAX_BYTES,
-        limits::SQL_STATEMENT_LIMIT.as_millis(),
-        limits::HOST_TIME_LIMIT.as_millis(),
-        limits::SQL_VALUE_MAX_BYTES,
-        limits::LOG_MAX_BYTES
-    )
+        "\nfixed limits (kernel/src/limits/, each with its reason there; durations in ms, or µs for a name ending in _us):"
+    )?;
+    for f in limits::FIXED {
+        writeln!(out, "{:<40} {}", f.name, f.value)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
