@@ -444,3 +444,17 @@ fn readme_documents_every_setting() {
         );
     }
 }
+
+#[test]
+fn readme_lists_every_fixed_limit_with_its_value() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for f in combd_kernel::limits::FIXED {
+        assert!(
+            readme.contains(&format!("| `{}` | {} |", f.name, f.value)),
+            "README.md's fixed limits lack {} = {} (regenerate the table from --check-config)",
+            f.name,
+            f.value
+        );
+    }
+}
