@@ -609,6 +609,7 @@ fn past_the_open_objects_a_new_object_is_refused() {
     let s = node.stats();
     assert_eq!(s["objects_open_refused"], 1, "{s}");
     assert_eq!(s["limits"]["max_open_objects"], 2, "{s}");
+    assert_eq!(s["objects_open_max"], 2, "never past the cap: {s}");
     for s in busy.iter_mut() {
         let r = read_response(&mut std::io::BufReader::new(s));
         assert_eq!(r.status, 200, "the live objects kept working");

@@ -50,8 +50,9 @@ pub struct NodeShared {
     /// the connection closes. Each cap is checked against its count atomically, so shards
     /// accepting at once cannot overshoot it together.
     conns_open: [AtomicU64; 3],
-    /// Live objects on every shard, against `COMBD_MAX_OPEN_OBJECTS`.
+    /// Live objects on every shard, against `COMBD_MAX_OPEN_OBJECTS`, and the most at once.
     objects_open: AtomicU64,
+    objects_open_max: AtomicU64,
     /// The coordinator's end of each shard's wake socket.
     shard_wakers: Vec<UnixStream>,
     /// Wakes the coordinator (a burst of accepts, the connection cap reached).
@@ -168,6 +169,7 @@ impl NodeShared {
             draining: AtomicBool::new(false),
             conns_open: Default::default(),
             objects_open: AtomicU64::new(0),
+            objects_open_max: AtomicU64::new(0),
             shard_wakers: p.shard_wakers,
             coordinator: p.coordinator,
             missed: p.inboxes.iter().map(|_| Missed::default()).collect(),
@@ -225,6 +227,7 @@ impl NodeShared {
             self.objects_open.fetch_sub(1, Ordering::Relaxed);
             return false;
         }
+        self.objects_open_max.fetch_max(open, Ordering::Relaxed);
         true
     }
 
@@ -352,6 +355,7 @@ impl NodeShared {
             ("addresses", "combd_addresses", Gauge, "Client addresses with public connections open (or an accept-rate bucket refilling).", self.addresses.tracked() as u64),
             ("address_conns_most", "combd_address_conns_most", Gauge, "The most public connections one client address holds now.", u64::from(self.addresses.most_open())),
             ("objects_open", "combd_objects_open", Gauge, "Live objects on every shard (COMBD_MAX_OPEN_OBJECTS caps them).", self.objects_open.load(Ordering::Relaxed)),
+            ("objects_open_max", "combd_objects_open_max", Gauge, "The most live objects at once.", self.objects_open_max.load(Ordering::Relaxed)),
             ("conns_public", "combd_conns_public", Gauge, "Open public connections (what COMBD_MAX_CONNS caps).", self.conns_of(ConnKind::Public)),
             ("conns_local", "combd_conns_local", Gauge, "Open connections of the node's own machine on the localhost listener.", self.conns_of(ConnKind::Local)),
             ("conns_fleet", "combd_conns_fleet", Gauge, "Open connections from other nodes on the fleet listener.", self.conns_of(ConnKind::Fleet)),
