@@ -12,24 +12,6 @@ use std::sync::{Arc, Mutex};
 
 use support::*;
 
-fn post(node: &TestNode, path: &str, body: &str) -> Resp {
-    request(
-        node.public(),
-        format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    )
-}
-
-fn get(node: &TestNode, path: &str) -> Resp {
-    request(
-        node.public(),
-        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-}
-
 fn sum(stats: &serde_json::Value, key: &str) -> u64 {
     stats[key]
         .as_u64()

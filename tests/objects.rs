@@ -13,24 +13,6 @@ use std::net::TcpStream;
 use support::*;
 use tungstenite::{Message, WebSocket};
 
-fn post(node: &TestNode, path: &str, body: &str) -> Resp {
-    request(
-        node.public(),
-        format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    )
-}
-
-fn get(node: &TestNode, path: &str) -> Resp {
-    request(
-        node.public(),
-        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-}
-
 /// The files in the app's objects directory (none if it does not exist).
 fn files(node: &TestNode, app: &str) -> Vec<String> {
     match std::fs::read_dir(node.data_dir.join("objects").join(app)) {

@@ -449,6 +449,26 @@ pub fn request(addr: SocketAddr, raw: &[u8]) -> Resp {
     read_response(&mut BufReader::new(s))
 }
 
+/// `POST path` with `body` to the node's public listener, on a connection of its own.
+pub fn post(node: &TestNode, path: &str, body: &str) -> Resp {
+    request(
+        node.public(),
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+}
+
+/// `GET path` from the node's public listener, on a connection of its own.
+pub fn get(node: &TestNode, path: &str) -> Resp {
+    request(
+        node.public(),
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+}
+
 /// Asserts the peer closed: the next read returns EOF (or a reset), not data, within the wait.
 pub fn assert_closed(r: &mut impl Read) {
     let mut buf = [0u8; 256];
