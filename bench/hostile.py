@@ -134,6 +134,74 @@ def honest(port, seconds, out):
     out["latencies"], out["failed"] = lat, failed
 
 
+def ws_frame(text):
+    """A masked client text frame."""
+    data = text.encode()
+    mask = os.urandom(4)
+    n = len(data)
+    head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big"))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+
+
+def ws_read(f):
+    """One server frame from a file object: (opcode, payload)."""
+    h = f.read(2)
+    if len(h) < 2:
+        raise ConnectionError("closed")
+    n = h[1] & 0x7F
+    if n == 126:
+        n = int.from_bytes(f.read(2), "big")
+    elif n == 127:
+        n = int.from_bytes(f.read(8), "big")
+    return h[0] & 0x0F, f.read(n)
+
+
+def clicker(port, seconds, out):
+    """A viewer of a million board clicking every 10 ms for `seconds`, each click waited for
+    in the board's updates; a click not echoed (or a connection that ends) is lost."""
+    lat, lost = [], 0
+    end = time.time() + seconds
+    s = f = None
+    seq = 0
+    while time.time() < end:
+        try:
+            if s is None:
+                s = connect(port, "127.0.0.7")
+                s.sendall(b"GET /o/million/honest?page=0 HTTP/1.1\r\nHost: x\r\n"
+                          b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                          b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                          b"Sec-WebSocket-Version: 13\r\n\r\n")
+                f = s.makefile("rb")
+                while f.readline() not in (b"\r\n", b""):
+                    pass
+                ws_read(f)  # the page
+            seq += 1
+            t0 = time.time()
+            s.sendall(ws_frame(json.dumps({"t": "click", "i": seq % 4096, "c": seq})))
+            while True:
+                op, payload = ws_read(f)
+                if op == 0x8:
+                    raise ConnectionError("closed")
+                if op == 0x1:
+                    m = json.loads(payload)
+                    if m.get("t") == "set" and any(u[3] == seq for u in m["u"]):
+                        break
+            lat.append((time.time() - t0) * 1000)
+        except (OSError, ValueError, KeyError, IndexError):
+            lost += 1
+            s = f = None
+        time.sleep(max(0.0, 0.010 - (time.time() - t0)) if s else 0.01)
+    out["click_latencies"], out["clicks_lost"] = lat, lost
+
+
+def both(port, seconds, out):
+    """The honest HTTP client and the honest clicker together."""
+    c = threading.Thread(target=clicker, args=(port, seconds, out))
+    c.start()
+    honest(port, seconds, out)
+    c.join()
+
+
 def pct(values, p):
     if not values:
         return None
@@ -329,7 +397,7 @@ def run(name, binary, droplet, seconds):
     node = Node(binary, droplet, env)
     try:
         base_out = {}
-        honest(node.port, seconds, base_out)
+        both(node.port, seconds, base_out)
         before = node.stats()
         rss_base = node.rss()
         stop = threading.Event()
@@ -338,7 +406,7 @@ def run(name, binary, droplet, seconds):
         t = threading.Thread(target=attack, args=(node, stop), kwargs=kwargs, daemon=True)
         t.start()
         out = {}
-        h = threading.Thread(target=honest, args=(node.port, seconds, out))
+        h = threading.Thread(target=both, args=(node.port, seconds, out))
         h.start()
         peak = rss_base
         while h.is_alive():
@@ -368,6 +436,10 @@ def run(name, binary, droplet, seconds):
             "honest_alone_failed": base_out["failed"],
             "honest_p50_ms": pct(out["latencies"], 50), "honest_p99_ms": pct(out["latencies"], 99),
             "honest_requests": len(out["latencies"]), "honest_failed": out["failed"],
+            "clicker_alone_p99_ms": pct(base_out["click_latencies"], 99),
+            "clicker_p50_ms": pct(out["click_latencies"], 50),
+            "clicker_p99_ms": pct(out["click_latencies"], 99),
+            "clicks": len(out["click_latencies"]), "clicks_lost": out["clicks_lost"],
             "refused": moved,
             "object_files": object_files(node.data),
             **report,
