@@ -11,9 +11,11 @@ beside the attack for S seconds, and prints one JSON line: the node's RSS before
 (VmRSS, sampled every 20 ms) against its memory budget, the honest client's p50/p99 and its
 failed requests in both runs, and what the node refused (its /stats counters that moved).
 
-The honest client writes a counter (POST /o/counter/honest) every 10 ms on its own keep-alive
-connection from 127.0.0.9, reconnecting if the node closes it; a request not answered 200 is
-lost. Attackers come from other loopback addresses (127.0.0.x); nothing leaves the machine.
+Two honest clients run together: one writes a counter (POST /o/counter/honest) every 10 ms on
+its own keep-alive connection from 127.0.0.9, reconnecting if the node closes it (a request
+not answered 200 is lost); the other views page 0 of a million board from 127.0.0.7 and clicks
+every 10 ms, waiting for each click in the board's updates (a click not echoed is lost).
+Attackers come from other loopback addresses (127.0.0.x); nothing leaves the machine.
 """
 
 import argparse
