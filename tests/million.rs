@@ -14,24 +14,6 @@ use tungstenite::{Message, WebSocket};
 /// The example modules, built by `examples/wasm/build.sh`.
 const APPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wasm/apps");
 
-fn open_ws(node: &TestNode, path: &str) -> WebSocket<TcpStream> {
-    let stream = connect(node.public());
-    let url = format!("ws://127.0.0.2:{}{path}", node.port);
-    tungstenite::client(url.as_str(), stream)
-        .expect("websocket handshake")
-        .0
-}
-
-fn read_json(ws: &mut WebSocket<TcpStream>) -> serde_json::Value {
-    loop {
-        match ws.read().expect("timed out waiting for a message") {
-            Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-}
-
 /// Opens million sessions until one lands on each of the two shards.
 fn session_per_shard(node: &TestNode, app: &str, board: &str) -> Vec<(WebSocket<TcpStream>, u64)> {
     let mut by_shard: Vec<Option<(WebSocket<TcpStream>, u64)>> = vec![None, None];

@@ -8,10 +8,9 @@
 mod support;
 
 use std::io::{BufReader, Write};
-use std::net::TcpStream;
 
 use support::*;
-use tungstenite::{Message, WebSocket};
+use tungstenite::Message;
 
 /// The files in the app's objects directory (none if it does not exist).
 fn files(node: &TestNode, app: &str) -> Vec<String> {
@@ -222,24 +221,6 @@ fn past_the_creation_rate_a_new_object_is_refused_with_retry_after() {
         answers.iter().filter(|(_, r)| r.status == 200).count() as u64,
         "{s}"
     );
-}
-
-fn open_ws(node: &TestNode, path: &str) -> WebSocket<TcpStream> {
-    let stream = connect(node.public());
-    let url = format!("ws://127.0.0.2:{}{path}", node.port);
-    tungstenite::client(url.as_str(), stream)
-        .expect("websocket handshake")
-        .0
-}
-
-fn read_json(ws: &mut WebSocket<TcpStream>) -> serde_json::Value {
-    loop {
-        match ws.read().expect("timed out waiting for a message") {
-            Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
 }
 
 #[test]

@@ -15,17 +15,6 @@ use tungstenite::{Message, WebSocket};
 
 const PROBE: &str = include_str!("wasm/probe.wat");
 
-fn post(node: &TestNode, path: &str, body: &str) -> Resp {
-    request(
-        node.public(),
-        format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    )
-}
-
 /// A fresh apps directory holding `modules`: (file name, text).
 fn apps_dir(modules: &[(&str, &str)]) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -469,6 +469,26 @@ pub fn get(node: &TestNode, path: &str) -> Resp {
     )
 }
 
+/// A WebSocket to `path` on the node's public listener (tungstenite's client handshake).
+pub fn open_ws(node: &TestNode, path: &str) -> tungstenite::WebSocket<TcpStream> {
+    let stream = connect(node.public());
+    let url = format!("ws://127.0.0.2:{}{path}", node.port);
+    tungstenite::client(url.as_str(), stream)
+        .expect("websocket handshake")
+        .0
+}
+
+/// The next text message of `ws` as JSON (pings and pongs skipped).
+pub fn read_json(ws: &mut tungstenite::WebSocket<TcpStream>) -> serde_json::Value {
+    loop {
+        match ws.read().expect("timed out waiting for a message") {
+            tungstenite::Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
+            tungstenite::Message::Ping(_) | tungstenite::Message::Pong(_) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
 /// Asserts the peer closed: the next read returns EOF (or a reset), not data, within the wait.
 pub fn assert_closed(r: &mut impl Read) {
     let mut buf = [0u8; 256];
