@@ -146,6 +146,17 @@ fn post(node: &TestNode, object: &str) -> Resp {
     )
 }
 
+/// [`post`] from the client address `from`: a loop that asks as fast as it can spreads its
+/// connections over addresses, or the node's accept rate per address (256/s) closes them.
+fn post_from(from: [u8; 4], node: &TestNode, object: &str) -> Resp {
+    support::request_from(
+        from,
+        node.public(),
+        format!("POST /o/counter/{object} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            .as_bytes(),
+    )
+}
+
 /// A `POST` until it is acknowledged: a node answers 503 `fleet unavailable` (with
 /// `retry-after`) while it cannot reach the coordinator or the bucket, and a client retries
 /// (etcd has been seen to refuse a claim with a lease it had just granted). Nothing
@@ -478,7 +489,7 @@ fn a_node_cut_off_from_etcd_acknowledges_nothing_and_comes_back_with_a_new_lease
     let asked_until = Instant::now() + 2 * interval;
     let mut asked = 0;
     while Instant::now() < asked_until {
-        let r = post(&a, "q");
+        let r = post_from(support::client_address(asked as usize), &a, "q");
         assert_eq!(r.status, 503, "{}", r.text());
         asked += 1;
     }

@@ -449,6 +449,14 @@ pub fn request(addr: SocketAddr, raw: &[u8]) -> Resp {
     read_response(&mut BufReader::new(s))
 }
 
+/// [`request`] from the client address `from` (see [`client_address`]): a test that opens
+/// connections faster than `COMBD_ACCEPT_RATE_PER_ADDRESS` allows one address spreads them.
+pub fn request_from(from: [u8; 4], addr: SocketAddr, raw: &[u8]) -> Resp {
+    let mut s = connect_from(from, addr);
+    s.write_all(raw).expect("write");
+    read_response(&mut BufReader::new(s))
+}
+
 /// `POST path` with `body` to the node's public listener, on a connection of its own.
 pub fn post(node: &TestNode, path: &str, body: &str) -> Resp {
     request(
