@@ -15,12 +15,16 @@ Two honest clients run together: one writes a counter (POST /o/counter/honest) e
 its own keep-alive connection from 127.0.0.9, reconnecting if the node closes it (a request
 not answered 200 is lost); the other views page 0 of a million board from 127.0.0.7 and clicks
 every 10 ms, waiting for each click in the board's updates (a click not echoed is lost).
-Attackers come from other loopback addresses (127.0.0.x); nothing leaves the machine.
+Attackers come from other loopback addresses (127.0.0.x); nothing leaves the machine. The attack
+runs in a process of its own (not beside the honest clients under one interpreter lock) and,
+with --droplet, every client runs on the CPUs other than the node's.
 """
 
 import argparse
 import json
+import multiprocessing
 import os
+import queue
 import shutil
 import socket
 import subprocess
@@ -34,7 +38,7 @@ COUNTERS = [
     "address_conns_refused", "address_rate_refused", "local_conns_refused", "refused_late",
     "inbound_refused", "inbound_waits", "mailbox_refused", "ws_protocol_closed",
     "ws_slow_closed", "request_timeouts", "tls_handshakes_refused", "tls_hello_timeouts",
-    "responses_4xx", "responses_5xx", "listen_stops",
+    "responses_4xx", "responses_5xx", "listen_stops", "slow_reads_paced",
 ]
 
 
@@ -391,22 +395,42 @@ def tls_env():
             "COMBD_TLS_KEY": os.path.join(d, "key.pem")}
 
 
+def attack_process(attack, node, stop, reports):
+    """Runs `attack` until `stop` is set, then puts its report (or an empty one) on `reports`."""
+    report = {}
+    kwargs = {"report": report} if attack is silent_tls else {}
+    t = threading.Thread(target=attack, args=(node, stop), kwargs=kwargs, daemon=True)
+    t.start()
+    stop.wait()
+    t.join(timeout=10)
+    reports.put(report)
+
+
 def run(name, binary, droplet, seconds):
     attack, env = ATTACKS[name]
     env = dict(env)
     if env.pop("tls", False):
         env.update(tls_env())
     node = Node(binary, droplet, env)
+    # On the droplet the node has CPU 0 to itself (tools/droplet pins it there); the clients,
+    # honest and hostile, run on the other CPUs, as a droplet's clients are elsewhere.
+    others = set(range(os.cpu_count() or 1)) - {0}
+    if droplet and others:
+        os.sched_setaffinity(0, others)
     try:
         base_out = {}
         both(node.port, seconds, base_out)
         before = node.stats()
         rss_base = node.rss()
-        stop = threading.Event()
-        report = {}
-        kwargs = {"report": report} if attack is silent_tls else {}
-        t = threading.Thread(target=attack, args=(node, stop), kwargs=kwargs, daemon=True)
-        t.start()
+        # The attack runs in a process of its own: in this one, its threads would hold the
+        # interpreter's lock while the honest clients wait for it, and their latencies would
+        # measure Python, not the node.
+        ctx = multiprocessing.get_context("fork")
+        stop = ctx.Event()
+        reports = ctx.Queue()
+        attacker = ctx.Process(target=attack_process, args=(attack, node, stop, reports),
+                               daemon=True)
+        attacker.start()
         out = {}
         h = threading.Thread(target=both, args=(node.port, seconds, out))
         h.start()
@@ -415,7 +439,13 @@ def run(name, binary, droplet, seconds):
             peak = max(peak, node.rss())
             time.sleep(0.02)
         stop.set()
-        t.join(timeout=10)
+        try:
+            report = reports.get(timeout=20)
+        except queue.Empty:
+            report = {"attack_report": "none (the attack did not stop in time)"}
+        attacker.join(timeout=10)
+        if attacker.is_alive():
+            attacker.kill()
         try:
             after = node.stats()
         except OSError:
@@ -444,6 +474,7 @@ def run(name, binary, droplet, seconds):
             "clicks": len(out["click_latencies"]), "clicks_lost": out["clicks_lost"],
             "refused": moved,
             "object_files": object_files(node.data),
+            "clients_cpus": sorted(os.sched_getaffinity(0)),
             **report,
         }
     except OSError as e:

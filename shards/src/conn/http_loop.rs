@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use combd_kernel::limits;
 
@@ -210,6 +211,9 @@ impl Conn {
                 Clock::Request(t) => t.saturating_add(header_timeout.as_millis() as u64),
                 Clock::Idle(t) => t.saturating_add(idle_timeout.as_millis() as u64),
             };
+            if let (Clock::Request(started), false) = (&*clock, self.inbuf.is_empty()) {
+                self.pace_if_slow(*started, true, deadline).await;
+            }
             match self.fill(Some(deadline), self.inbuf.is_empty()).await {
                 Input::Data | Input::Mail | Input::PingDue | Input::Room => {}
                 Input::Eof | Input::Failed | Input::Drain => return None,
@@ -256,9 +260,17 @@ impl Conn {
             return false;
         }
         let deadline = self.state().deadline_after(body_timeout);
+        let started = self.state().now_ms();
+        // Bytes the last read brought (none read yet: not a small read).
+        let mut last_read = usize::MAX;
         while self.inbuf.len() < total {
+            let small = last_read < limits::SLOW_READ_MIN_BYTES;
+            self.pace_if_slow(started, small, deadline).await;
+            let before = self.inbuf.len();
+            last_read = usize::MAX;
             match self.fill(Some(deadline), false).await {
-                Input::Data | Input::Mail | Input::PingDue | Input::Room => {}
+                Input::Data => last_read = self.inbuf.len() - before,
+                Input::Mail | Input::PingDue | Input::Room => {}
                 Input::Eof | Input::Failed | Input::Drain => return false,
                 Input::Timeout => {
                     ShardStats::add(&self.stats().request_timeouts, 1);
@@ -269,6 +281,28 @@ impl Conn {
             }
         }
         true
+    }
+
+    /// Pauses a slow request's reading before its next read (see [`limits::SLOW_READ_INTERVAL`]):
+    /// the request started at `started` (on the shard's clock) and is still incomplete; `small`
+    /// when its last read brought little. Returns at once for a request that is not slow, and
+    /// never waits past `deadline`, so the request's timeout fires on time.
+    async fn pace_if_slow(&self, started: u64, small: bool, deadline: u64) {
+        let now = self.state().now_ms();
+        let after = limits::SLOW_REQUEST_AFTER.as_millis() as u64;
+        if !small || now.saturating_sub(started) < after {
+            return;
+        }
+        let interval = limits::SLOW_READ_INTERVAL.as_millis() as u64;
+        // A phase of its own: slow clients that send together are not read together.
+        let phase = (self.waker.index() as u64).wrapping_mul(7_919) % interval;
+        let pause = (interval + phase).min(deadline.saturating_sub(now));
+        if pause == 0 {
+            return;
+        }
+        ShardStats::add(&self.stats().slow_reads_paced, 1);
+        // Boxed: the timer is held only while pausing, not in every connection's future.
+        Box::pin(glommio::timer::sleep(Duration::from_millis(pause))).await;
     }
 
     /// Parses the request at the start of `inbuf` once and, when its body is here too, routes
