@@ -67,7 +67,7 @@ impl Conn {
                         (Some((_, page)), _) if get => Response::bytes(
                             200,
                             "text/html; charset=utf-8",
-                            page.as_bytes().to_vec(),
+                            page.as_bytes(),
                         ),
                         (Some(_), _) | (None, Some(_)) if !get => method_not_allowed(),
                         (None, Some((status, to))) => {

@@ -1,6 +1,8 @@
 //! Responses: what a handler returns, and how it is written (RFC 9112, 4 and 6), without
 //! `fmt` (a per-request cost the profile showed).
 
+use std::borrow::Cow;
+
 use super::HttpDate;
 
 /// A response a handler returns.
@@ -12,8 +14,9 @@ pub struct Response {
     pub content_type: &'static str,
     /// Extra header fields.
     pub headers: Vec<(&'static str, String)>,
-    /// The body.
-    pub body: Vec<u8>,
+    /// The body: borrowed when it is static (an app's page is shared, not copied per
+    /// response; it is copied once, into the connection's write buffer).
+    pub body: Cow<'static, [u8]>,
 }
 
 impl Response {
@@ -23,7 +26,7 @@ impl Response {
             status,
             content_type: "application/json",
             headers: Vec::new(),
-            body: value.to_string().into_bytes(),
+            body: Cow::Owned(value.to_string().into_bytes()),
         }
     }
 
@@ -33,12 +36,16 @@ impl Response {
     }
 
     /// A response with a body of the given type.
-    pub fn bytes(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
+    pub fn bytes(
+        status: u16,
+        content_type: &'static str,
+        body: impl Into<Cow<'static, [u8]>>,
+    ) -> Response {
         Response {
             status,
             content_type,
             headers: Vec::new(),
-            body,
+            body: body.into(),
         }
     }
 
