@@ -12,30 +12,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-/// The node's resident memory (`VmRSS` of `/proc/<pid>/status`), in bytes.
-fn rss(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/<pid>/status");
-    kb * 1024
-}
-
-/// The most `rss` reached over `window`, sampled every 20 ms: the attacks below cost the node
-/// within milliseconds (34 MB a connection, before), so a peak is seen if there is one. A
-/// bounded observation, not a wait for an event: the event to wait for is that nothing happens.
-fn rss_peak(pid: i32, window: Duration) -> u64 {
-    let end = Instant::now() + window;
-    let mut peak = rss(pid);
-    while Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-        peak = peak.max(rss(pid));
-    }
-    peak
-}
-
 /// One 64 KiB write of pipelined requests, an object's first and then ~1,900 page GETs, from
 /// clients that never read: each costs the node at most 256 KiB. (It cost 34 MB: once an
 /// object's answer was owed, every response after it was kept, whole, with no byte cap.)

@@ -346,3 +346,52 @@ fn silent_sockets_are_dropped_at_the_hello_timeout() {
     assert_eq!(read_response(&mut BufReader::new(tls)).status, 200);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Pipelined requests over TLS from clients that never read: each costs the node at most its
+/// held responses (64 KiB), its rustls session's send buffer (`tls_send_buffer_max_bytes`) and
+/// the session's fixed buffers; the node stops answering them and serves others.
+#[test]
+fn pipelined_requests_over_tls_from_clients_that_never_read_are_bounded() {
+    const CONNS: u64 = 20;
+    let dir = tmpdir("pipeline");
+    let pair = make_pair();
+    write_pair(&dir, &pair);
+    let node = start(&dir, &[]);
+    let get = b"GET /million/ HTTP/1.1\r\nHost: x\r\n\r\n";
+    let post = b"POST /o/counter/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1";
+    // Warm what the attack touches, over TLS, so the baseline holds it.
+    let mut warm = BufReader::new(tls_connect(&node, &pair.der).unwrap());
+    for req in [&post[..], &get[..]] {
+        warm.get_mut().write_all(req).unwrap();
+        assert_eq!(read_response(&mut warm).status, 200);
+    }
+    let base = rss_peak(node.pid(), std::time::Duration::from_millis(200));
+
+    let mut burst = post.to_vec();
+    while burst.len() + get.len() <= 64 * 1024 {
+        burst.extend_from_slice(get);
+    }
+    let attackers: Vec<Tls> = (0..CONNS)
+        .map(|_| {
+            let mut tls = tls_connect(&node, &pair.der).unwrap();
+            tls.write_all(&burst).unwrap();
+            tls
+        })
+        .collect();
+    let peak = rss_peak(node.pid(), std::time::Duration::from_secs(2));
+    let per_conn = peak.saturating_sub(base) / CONNS;
+    eprintln!("{per_conn} bytes a TLS connection");
+    let tls_bound = node.stats()["limits"]["tls_send_buffer_max_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        per_conn <= 256 * 1024 + tls_bound,
+        "{per_conn} bytes a connection (baseline {base}, peak {peak})"
+    );
+    let s = node.stats();
+    assert!(s["pipeline_held_waits"].as_u64().unwrap() >= CONNS, "{s}");
+    warm.get_mut().write_all(get).unwrap();
+    assert_eq!(read_response(&mut warm).status, 200, "an honest client");
+    drop(attackers);
+    let _ = std::fs::remove_dir_all(&dir);
+}

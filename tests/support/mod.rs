@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long any single wait in a test may take before it fails.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -519,4 +519,28 @@ pub fn all_public_listeners_stopped(s: &serde_json::Value) -> bool {
             .unwrap()
             .iter()
             .all(|sh| sh["listening"] == 0)
+}
+
+/// The node's resident memory (`VmRSS` of `/proc/<pid>/status`), in bytes.
+pub fn rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/<pid>/status");
+    kb * 1024
+}
+
+/// The most `rss` reached over `window`, sampled every 20 ms: the attacks below cost the node
+/// within milliseconds (34 MB a connection, before), so a peak is seen if there is one. A
+/// bounded observation, not a wait for an event: the event to wait for is that nothing happens.
+pub fn rss_peak(pid: i32, window: Duration) -> u64 {
+    let end = Instant::now() + window;
+    let mut peak = rss(pid);
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+        peak = peak.max(rss(pid));
+    }
+    peak
 }

@@ -153,6 +153,14 @@ pub const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(1);
 /// bounds that memory per shard.
 pub const TLS_HANDSHAKES_MAX: usize = 256;
 
+/// Bytes of TLS records one connection's rustls session holds waiting to be written. Past it a
+/// write takes only what fits (the connection waits for the socket, as a plain one does), so a
+/// TLS client that stops reading holds no more than this in the session (rustls's own default,
+/// set explicitly so the bound is the node's). What the session holds of the client's input is
+/// bounded by rustls: one record being decrypted (at most 16 KiB and its overhead) and 16 KiB of
+/// plaintext not yet read by the connection, which reads it at once into its inbound budget.
+pub const TLS_SEND_BUFFER_MAX_BYTES: usize = 64 * 1024;
+
 // ---------------------------------------------------------------------------------------------
 // WebSocket
 // ---------------------------------------------------------------------------------------------

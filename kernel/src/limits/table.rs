@@ -69,6 +69,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("accept_error_pause_ms", ACCEPT_ERROR_PAUSE, ms),
     fixed!("accept_error_log_every_ms", ACCEPT_ERROR_LOG_EVERY, ms),
     fixed!("tls_handshakes_max", TLS_HANDSHAKES_MAX),
+    fixed!("tls_send_buffer_max_bytes", TLS_SEND_BUFFER_MAX_BYTES),
     fixed!("ws_control_payload_max_bytes", WS_CONTROL_PAYLOAD_MAX_BYTES),
     fixed!("ws_slow_close_bytes", WS_SLOW_CLOSE_BYTES),
     fixed!("shard_tick_ms", SHARD_TICK, ms),

@@ -64,11 +64,9 @@ impl Conn {
                         pages.iter().find(|(p, _)| *p == path),
                         redirect(path, &pages),
                     ) {
-                        (Some((_, page)), _) if get => Response::bytes(
-                            200,
-                            "text/html; charset=utf-8",
-                            page.as_bytes(),
-                        ),
+                        (Some((_, page)), _) if get => {
+                            Response::bytes(200, "text/html; charset=utf-8", page.as_bytes())
+                        }
                         (Some(_), _) | (None, Some(_)) if !get => method_not_allowed(),
                         (None, Some((status, to))) => {
                             let to = match req.query {

@@ -25,6 +25,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use combd_kernel::limits;
 use futures_rustls::{LazyConfigAcceptor, StartHandshake};
 use glommio::net::TcpStream;
 use rustls::ServerConfig;
@@ -94,8 +95,11 @@ async fn finish(
     })
     .await;
     match result {
-        Ok(s) => {
+        Ok(mut s) => {
             ShardStats::add(&stats.tls_handshakes, 1);
+            s.get_mut()
+                .1
+                .set_buffer_limit(Some(limits::TLS_SEND_BUFFER_MAX_BYTES));
             Some(Stream::Tls(Box::new(s)))
         }
         Err(_) => {
