@@ -378,9 +378,9 @@ fn slow_bodies_cannot_hold_more_than_the_inbound_budget() {
 }
 
 /// A client that keeps sending after the node closed it (frames past a 1009) is read and
-/// discarded only up to `close_linger_discard_max_bytes`, then dropped: its writes fail
-/// before it has sent 32 MiB (what the kernels' buffers take is a few MiB), where the linger
-/// would have read all it sent for 2 s.
+/// discarded only up to `close_linger_discard_max_bytes`, then read no more and dropped when
+/// the linger ends: its writes fail before it has sent 32 MiB (what the kernels' buffers take
+/// is a few MiB), where the linger would have read all it sent for 2 s.
 #[test]
 fn a_client_that_keeps_sending_after_its_close_is_dropped() {
     let node = TestNode::start(&[]);

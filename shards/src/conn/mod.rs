@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use combd_kernel::limits;
 use futures_lite::io::AsyncWriteExt;
@@ -298,11 +299,18 @@ impl Conn {
         let _ = futures_lite::AsyncWriteExt::close(&mut self.stream).await;
         let deadline = self.state().deadline_after(limits::CLOSE_LINGER);
         let mut discarded = 0;
-        // A client that keeps sending after the node's close (a flood of frames past a 1009)
-        // is not read for the whole linger: past a bound it is simply dropped.
-        while discarded <= limits::CLOSE_LINGER_DISCARD_MAX_BYTES {
+        loop {
             discarded += self.inbuf.len();
             self.inbuf = Vec::new();
+            if discarded > limits::CLOSE_LINGER_DISCARD_MAX_BYTES {
+                // A client that keeps sending after the node's close (a flood of frames past
+                // a 1009) is read no more: its writes wait on the kernels' buffers, costing
+                // the shard nothing, while what the node wrote last waits to be read, until
+                // the linger ends.
+                let left = deadline.saturating_sub(self.state().now_ms());
+                Box::pin(glommio::timer::sleep(Duration::from_millis(left))).await;
+                break;
+            }
             if !matches!(
                 self.fill_with(Some(deadline), false, true).await,
                 Input::Data
@@ -310,7 +318,6 @@ impl Conn {
                 break;
             }
         }
-        self.inbuf = Vec::new();
     }
 
     /// Writes what `out` holds, then closes with a linger.
