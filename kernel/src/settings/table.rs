@@ -173,7 +173,8 @@ settings_table! {
         memory_budget_bytes: Option<u64> {
             env: "COMBD_MEMORY_BUDGET",
             flag: "--memory-budget",
-            computed: "the memory cgroup's limit, else the machine's RAM",
+            computed: "the memory cgroup's limit (v2 memory.max, else v1 memory.limit_in_bytes), \
+                       else the machine's RAM",
             parse: optional_bytes,
             unit: Bytes,
             limit: "memory_budget_bytes" = |_, in_force| in_force.memory_budget_bytes,
