@@ -17,9 +17,9 @@
 //! Every setting is an environment variable `COMBD_*` with a matching command-line flag; a flag
 //! wins over the environment, which wins over the default. [`SETTINGS`] is the table that
 //! `--help`, `--check-config` and `/stats` `limits` are written from and README.md's table is
-//! checked against. [`Settings::load`] parses and validates all of
-//! them at once; the first invalid one fails start-up with a [`ConfigError`] naming it. Zero
-//! never means "unlimited": a zero size, count or timeout is an error.
+//! checked against. [`Settings::load`] parses and validates all of them at once; the first
+//! invalid one fails start-up with a [`ConfigError`] naming it. Zero never means "unlimited":
+//! a zero size, count or timeout is an error.
 
 use std::collections::BTreeMap;
 use std::fmt;
