@@ -179,6 +179,7 @@ fn main() {
         apps: deployed.1,
         max_conns_effective: max_conns,
         memory_budget_source: probe.budget_source.as_str(),
+        memory_budget_bytes: probe.budget_bytes,
         outbound_budget_bytes: outbound_budget,
         inbound_budget_bytes: inbound_budget,
         coordinator: wake_coordinator,

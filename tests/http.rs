@@ -362,7 +362,7 @@ fn invalid_settings_fail_startup_naming_the_setting() {
 }
 
 #[test]
-fn help_lists_every_setting() {
+fn help_lists_every_setting_with_its_default() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
         .arg("--help")
         .output()
@@ -370,12 +370,66 @@ fn help_lists_every_setting() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for s in combd_kernel::settings::SETTINGS {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq([s.flag, s.env]))
+            .unwrap_or_else(|| panic!("--help lacks {}", s.env));
         assert!(
-            text.contains(s.env) && text.contains(s.flag),
-            "--help lacks {}",
-            s.env
+            line.ends_with(&format!("default: {}", s.default_text())),
+            "--help's {} has not its default {:?}: {line:?}",
+            s.env,
+            s.default_text()
         );
     }
+}
+
+#[test]
+fn stats_limits_show_every_setting_that_is_a_number() {
+    let given: [(&str, &str, &str, u64); 6] = [
+        ("COMBD_MAX_BODY", "3K", "max_body_bytes", 3072),
+        ("COMBD_HEADER_TIMEOUT", "1500ms", "header_timeout_ms", 1500),
+        ("COMBD_WS_RATE", "77", "ws_rate", 77),
+        ("COMBD_SHARDS", "1", "shards", 1),
+        ("COMBD_MEMORY_BUDGET", "3G", "memory_budget_bytes", 3 << 30),
+        (
+            "COMBD_INBOUND_BUDGET",
+            "5M",
+            "inbound_budget_bytes",
+            5 << 20,
+        ),
+    ];
+    let env: Vec<(&str, &str)> = given.iter().map(|(e, v, _, _)| (*e, *v)).collect();
+    let node = TestNode::start(&env);
+    let stats = node.stats();
+    let limits = &stats["limits"];
+    let settings = combd_kernel::settings::SETTINGS;
+    let mut numbers = 0;
+    for s in settings
+        .iter()
+        .filter(|s| s.unit != combd_kernel::settings::Unit::Text)
+    {
+        let limit = s
+            .limit
+            .unwrap_or_else(|| panic!("{} is a number with no /stats limit", s.env));
+        let value = limits[limit.name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("/stats limits lack {} ({}): {limits}", limit.name, s.env));
+        assert!(value > 0, "{}: zero never means unlimited", limit.name);
+        numbers += 1;
+    }
+    assert!(numbers >= 25, "{numbers} number settings");
+    for l in combd_kernel::settings::DERIVED_LIMITS {
+        assert!(
+            limits[l.name].as_u64().is_some(),
+            "/stats limits lack {}",
+            l.name
+        );
+    }
+    for (env, _, name, value) in given {
+        assert_eq!(limits[name], value, "{env}: {limits}");
+    }
+    // The connection cap is the one in force, clamped.
+    assert_eq!(limits["max_conns"], stats["max_conns_effective"]);
 }
 
 /// Sends a head with `Expect: 100-continue` and waits for the `100 Continue`: from then on the
@@ -433,15 +487,32 @@ fn drain_deadline_bounds_shutdown() {
 }
 
 #[test]
-fn readme_documents_every_setting() {
+fn readme_documents_every_setting_with_its_default() {
+    use combd_kernel::settings::DefaultValue;
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     for s in combd_kernel::settings::SETTINGS {
-        assert!(
-            readme.contains(&format!("| `{}` | `{}` |", s.env, s.flag)),
-            "README.md lacks {}",
-            s.env
-        );
+        let row = format!("| `{}` | `{}` | ", s.env, s.flag);
+        let line = readme
+            .lines()
+            .find(|l| l.starts_with(&row))
+            .unwrap_or_else(|| panic!("README.md lacks {}", s.env));
+        let default = line[row.len()..].split(" | ").next().unwrap_or_default();
+        match s.default {
+            // A value as the setting takes it, as --help writes it.
+            DefaultValue::Value(_) => assert_eq!(
+                default,
+                format!("`{}`", s.default_text()),
+                "README.md's default of {}",
+                s.env
+            ),
+            // How it is found, in words: the README may say more.
+            DefaultValue::Described(how) => assert!(
+                default.replace('`', "").starts_with(how),
+                "README.md's default of {} does not begin with {how:?}: {default:?}",
+                s.env
+            ),
+        }
     }
 }
 

@@ -237,8 +237,19 @@ fn check_config_prints_every_limit_and_its_source() {
         .split_whitespace()
         .eq(["COMBD_MAX_AWAKE", "7", "flag"]));
     assert!(row("COMBD_SHUTDOWN_TIMEOUT").ends_with("default"));
+    // Every setting has its row: its name, its value, where it came from.
     for s in combd_kernel::settings::SETTINGS {
-        assert!(text.contains(s.env), "{} missing", s.env);
+        let words: Vec<&str> = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(s.env))
+            .unwrap_or_else(|| panic!("{} missing: {text}", s.env))
+            .split_whitespace()
+            .collect();
+        assert!(
+            words.len() >= 3 && ["default", "env", "flag"].contains(&words[words.len() - 1]),
+            "{}'s row: {words:?}",
+            s.env
+        );
     }
     assert!(row("memory_budget_bytes")
         .split_whitespace()

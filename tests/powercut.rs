@@ -73,6 +73,7 @@ fn start_node(data: &Path, sync: &str) -> Node {
         apps: combd::apps::builtin(false),
         max_conns_effective: 1000,
         memory_budget_source: "env",
+        memory_budget_bytes: 1 << 30,
         outbound_budget_bytes: 64 << 20,
         inbound_budget_bytes: 64 << 20,
         coordinator,

@@ -39,8 +39,10 @@
 //! ## Where a setting lives
 //!
 //! A setting's default is a constant in [`limits`] (e.g. [`limits::MAX_CONNS_DEFAULT`]); its
-//! variable, flag, help text, parser and validation are in [`settings`], whose unit tests check
-//! every parsed default against [`limits`]. A bound nobody should move without a code change
+//! field, variable, flag, parser, unit, `/stats` name and help text are one row of the settings
+//! table in [`settings`], from which the [`settings::Settings`] struct, its loading, `--help`,
+//! `--check-config` and the settings' limits in `/stats` are written; its unit tests check every
+//! default `--help` writes against the value the node uses. A bound nobody should move without a code change
 //! (a head's size, a mailbox's length) is only a constant in [`limits`].
 //!
 //! Parsers take `&str` and decisions take values, so everything here is unit-tested on fixture

@@ -83,6 +83,8 @@ pub struct NodeConfig {
     pub max_conns_effective: u64,
     /// Where the memory budget came from, for `/stats`.
     pub memory_budget_source: &'static str,
+    /// The memory budget found at start-up, in bytes.
+    pub memory_budget_bytes: u64,
     /// Bytes waiting to be written per shard.
     pub outbound_budget_bytes: u64,
     /// Bytes of clients' input waiting in mailboxes and inboxes per shard.
@@ -102,6 +104,7 @@ impl Node {
             apps,
             max_conns_effective,
             memory_budget_source,
+            memory_budget_bytes,
             outbound_budget_bytes,
             inbound_budget_bytes,
             coordinator,
@@ -130,6 +133,7 @@ impl Node {
             apps,
             max_conns_effective,
             memory_budget_source,
+            memory_budget_bytes,
             outbound_budget_bytes,
             inbound_budget_bytes,
             shard_wakers,

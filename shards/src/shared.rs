@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use combd_kernel::limits;
-use combd_kernel::settings::Settings;
+use combd_kernel::settings::{InForce, Settings};
 
 use crate::addresses::{AddressLimits, Addresses};
 use crate::admission::Admission;
@@ -131,6 +131,7 @@ pub(crate) struct SharedParts {
     pub apps: Apps,
     pub max_conns_effective: u64,
     pub memory_budget_source: &'static str,
+    pub memory_budget_bytes: u64,
     pub outbound_budget_bytes: u64,
     pub inbound_budget_bytes: u64,
     pub shard_wakers: Vec<UnixStream>,
@@ -152,6 +153,11 @@ impl NodeShared {
             &p.apps,
             p.settings.max_objects_per_app,
         );
+        let admission = Admission::default();
+        // The budget found at start-up, until the coordinator's first measurement.
+        admission
+            .memory_budget_bytes
+            .store(p.memory_budget_bytes, Ordering::Relaxed);
         NodeShared {
             objects,
             stats: (0..p.inboxes.len())
@@ -160,7 +166,7 @@ impl NodeShared {
             settings: p.settings,
             apps: p.apps,
             max_conns_effective: p.max_conns_effective,
-            admission: Admission::default(),
+            admission,
             addresses,
             memory_budget_source: p.memory_budget_source,
             outbound_budget_bytes: p.outbound_budget_bytes,
@@ -265,44 +271,19 @@ impl NodeShared {
         self.conns_open[kind as usize].fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Every limit in force, settings and constants, for `/stats`.
+    /// The values the node derived at start-up that some limits show.
+    pub fn in_force(&self) -> InForce {
+        InForce {
+            max_conns: self.max_conns_effective,
+            memory_budget_bytes: self.admission.memory_budget_bytes.load(Ordering::Relaxed),
+            outbound_budget_bytes: self.outbound_budget_bytes,
+            inbound_budget_bytes: self.inbound_budget_bytes,
+        }
+    }
+
+    /// Every limit in force, settings (from the settings table) and constants, for `/stats`.
     pub fn limits(&self) -> Vec<(&'static str, u64)> {
-        let s = &self.settings;
-        let ms = |d: std::time::Duration| d.as_millis() as u64;
-        let mut all = vec![
-            ("max_conns", self.max_conns_effective),
-            ("max_open_objects", s.max_open_objects),
-            ("max_conns_per_address", u64::from(s.max_conns_per_address)),
-            (
-                "accept_rate_per_address",
-                u64::from(s.accept_rate_per_address),
-            ),
-            ("max_body_bytes", s.max_body_bytes),
-            ("header_timeout_ms", ms(s.header_timeout)),
-            ("body_timeout_ms", ms(s.body_timeout)),
-            ("idle_timeout_ms", ms(s.idle_timeout)),
-            ("ws_max_message_bytes", s.ws_max_message_bytes),
-            ("shutdown_timeout_ms", ms(s.shutdown_timeout)),
-            ("max_awake", s.max_awake as u64),
-            ("restores_at_once", s.restores_at_once as u64),
-            ("cpu_limit_ticks", s.cpu_limit_ticks),
-            ("db_max_bytes", s.db_max_bytes),
-            ("max_objects_per_app", s.max_objects_per_app),
-            ("object_create_rate", s.object_create_rate),
-            (
-                "object_create_burst",
-                s.object_create_rate
-                    .saturating_mul(limits::OBJECT_CREATE_BURST_SECONDS),
-            ),
-            ("ws_rate", s.ws_rate),
-            ("ws_burst", s.ws_burst),
-            ("outbound_budget_bytes", self.outbound_budget_bytes),
-            ("inbound_budget_bytes", self.inbound_budget_bytes),
-            ("tls_handshake_timeout_ms", ms(s.tls_handshake_timeout)),
-            ("tls_hello_timeout_ms", ms(s.tls_hello_timeout)),
-            ("ws_ping_interval_ms", ms(s.ws_ping_interval)),
-            ("ws_slow_timeout_ms", ms(s.ws_slow_timeout)),
-        ];
+        let mut all = self.settings.limits(&self.in_force());
         all.extend(limits::FIXED.iter().map(|f| (f.name, f.value)));
         all
     }

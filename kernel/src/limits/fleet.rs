@@ -11,6 +11,10 @@ use super::DB_MAX_BYTES;
 /// live node losing its objects.
 pub const FLEET_LEASE_TTL_DEFAULT: Duration = Duration::from_secs(10);
 
+/// Default of `COMBD_FLEET_BUCKET_REGION`: the region Garage, the bucket server the fleet is
+/// tested with, names in its S3 signatures unless configured otherwise.
+pub const FLEET_BUCKET_REGION_DEFAULT: &str = "garage";
+
 /// Shortest `COMBD_FLEET_LEASE_TTL`: etcd raises a shorter TTL to its own minimum (1.5 election
 /// timeouts, 2 s with its default 100 ms heartbeat), so a shorter setting would not mean what it
 /// says.

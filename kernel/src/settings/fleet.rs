@@ -81,18 +81,17 @@ pub(super) fn fleet_settings(
     let secret_key_file = PathBuf::from(required("COMBD_FLEET_SECRET_KEY_FILE")?.trim());
     let node =
         parse_fleet_node(&required("COMBD_FLEET_NODE")?).map_err(|m| err("COMBD_FLEET_NODE", m))?;
-    let or_default = |name: &str| {
-        get(name).unwrap_or_else(|| {
-            SETTINGS
-                .iter()
-                .find(|s| s.env == name)
-                .map_or(String::new(), |s| s.default.to_string())
-        })
+    let lease_ttl = match get("COMBD_FLEET_LEASE_TTL") {
+        Some(text) => parse_lease_ttl(&text).map_err(|m| err("COMBD_FLEET_LEASE_TTL", m))?,
+        None => limits::FLEET_LEASE_TTL_DEFAULT,
     };
-    let lease_ttl = parse_lease_ttl(&or_default("COMBD_FLEET_LEASE_TTL"))
-        .map_err(|m| err("COMBD_FLEET_LEASE_TTL", m))?;
-    let bucket_region = parse_region(&or_default("COMBD_FLEET_BUCKET_REGION"))
-        .map_err(|m| err("COMBD_FLEET_BUCKET_REGION", m))?;
+    let region = get("COMBD_FLEET_BUCKET_REGION");
+    let bucket_region = parse_region(
+        region
+            .as_deref()
+            .unwrap_or(limits::FLEET_BUCKET_REGION_DEFAULT),
+    )
+    .map_err(|m| err("COMBD_FLEET_BUCKET_REGION", m))?;
     Ok(Some(FleetSettings {
         etcd,
         bucket_url,

@@ -1,19 +1,25 @@
 //! The node's settings: one table, one parser, one validator.
 //!
-//! - `table`: every setting's variable, flag, default and meaning, and the
-//!   `--help` text written from it;
+//! - `table`: every setting, declared once (its field and type, variable, flag, default,
+//!   parser, unit, `/stats` limit and meaning), and the `--help` text written from it;
+//! - `declare`: the macro that writes [`Settings`], [`SETTINGS`] and the loading from the
+//!   table;
+//! - `spec`: what the table says of one setting ([`SettingSpec`]), and how a value is printed
+//!   ([`Show`]) and shown as a limit ([`AsLimit`]);
 //! - `values`: the parsers of each kind of value (sizes, durations, counts, switches,
 //!   addresses, the log filter);
 //! - `fleet`: the fleet's settings (coordinator, bucket, this node's fleet address and lease),
 //!   all or none;
 //! - `names`: refusing an unknown `COMBD_*` variable or flag, naming the closest setting;
-//! - this file: [`Settings`] itself, loaded and validated at once.
+//! - this file: reading the environment and the flags, the TLS group, and the checks between
+//!   settings.
 //!
 //! Every setting is an environment variable `COMBD_*` with a matching command-line flag; a flag
 //! wins over the environment, which wins over the default. [`SETTINGS`] is the table that
-//! `--help` and the README are written from. [`Settings::load`] parses and validates all of
-//! them at once; the first invalid one fails start-up with a [`ConfigError`] naming it. Zero
-//! never means "unlimited": a zero size, count or timeout is an error.
+//! `--help`, `--check-config` and `/stats` `limits` are written from and README.md's table is
+//! checked against. [`Settings::load`] parses and validates all of them at once; the first
+//! invalid one fails start-up with a [`ConfigError`] naming it. Zero never means "unlimited":
+//! a zero size, count or timeout is an error.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,8 +29,11 @@ use std::time::Duration;
 
 use crate::limits;
 
+#[macro_use]
+mod declare;
 mod fleet;
 mod names;
+mod spec;
 mod table;
 mod values;
 
@@ -33,8 +42,10 @@ pub use fleet::{
     parse_lease_ttl, parse_region, FleetSettings,
 };
 pub use names::{check_env_names, closest};
+pub use spec::{AsLimit, Context, DefaultValue, InForce, Limit, SettingSpec, Show, Unit};
 use table::spec_by_flag;
-pub use table::{help_text, SettingSpec, SETTINGS};
+pub use table::{help_text, Settings, DERIVED_LIMITS, SETTINGS};
+use values::{optional_bytes, parse_count_usize, parse_dir, parse_sqlite_sync, resolve_shards};
 pub use values::{
     parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen, parse_log,
     parse_switch, LOG_LEVELS,
@@ -81,83 +92,6 @@ pub enum Command {
     CheckConfig,
 }
 
-/// The validated settings of a node.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// `COMBD_LISTEN`.
-    pub listen: SocketAddr,
-    /// `COMBD_DATA`.
-    pub data_dir: PathBuf,
-    /// `COMBD_APPS_DIR`.
-    pub apps_dir: PathBuf,
-    /// `COMBD_SHARDS`, resolved against the allowed CPUs.
-    pub shards: usize,
-    /// `COMBD_LOG`: directives that are a level or `target=level` (see [`parse_log`]).
-    pub log: String,
-    /// `COMBD_MAX_BODY`.
-    pub max_body_bytes: u64,
-    /// `COMBD_HEADER_TIMEOUT`.
-    pub header_timeout: Duration,
-    /// `COMBD_BODY_TIMEOUT`.
-    pub body_timeout: Duration,
-    /// `COMBD_IDLE_TIMEOUT`.
-    pub idle_timeout: Duration,
-    /// `COMBD_WS_MAX_MESSAGE`.
-    pub ws_max_message_bytes: u64,
-    /// `COMBD_SHUTDOWN_TIMEOUT`.
-    pub shutdown_timeout: Duration,
-    /// `COMBD_MAX_CONNS` as configured (before clamping to the fd limit).
-    pub max_conns: u64,
-    /// `COMBD_MAX_OPEN_OBJECTS`.
-    pub max_open_objects: u64,
-    /// `COMBD_MAX_CONNS_PER_ADDRESS`.
-    pub max_conns_per_address: u32,
-    /// `COMBD_ACCEPT_RATE_PER_ADDRESS`.
-    pub accept_rate_per_address: u32,
-    /// `COMBD_MEMORY_BUDGET`, if set (else the budget comes from the cgroup or RAM).
-    pub memory_budget_bytes: Option<u64>,
-    /// `COMBD_MAX_AWAKE`.
-    pub max_awake: usize,
-    /// `COMBD_RESTORES_AT_ONCE`.
-    pub restores_at_once: usize,
-    /// `COMBD_SQLITE_SYNC`: true for `full`.
-    pub sqlite_sync_full: bool,
-    /// `COMBD_TEST_APPS`.
-    pub test_apps: bool,
-    /// `COMBD_CPU_LIMIT_TICKS`.
-    pub cpu_limit_ticks: u64,
-    /// `COMBD_DB_MAX`.
-    pub db_max_bytes: u64,
-    /// `COMBD_MAX_OBJECTS_PER_APP`.
-    pub max_objects_per_app: u64,
-    /// `COMBD_OBJECT_CREATE_RATE`: objects created per second per shard.
-    pub object_create_rate: u64,
-    /// `COMBD_TLS_LISTEN`, `COMBD_TLS_CERT`, `COMBD_TLS_KEY`, when TLS is on.
-    pub tls: Option<TlsSettings>,
-    /// `COMBD_TLS_HANDSHAKE_TIMEOUT`: from the accept to the handshake's end.
-    pub tls_handshake_timeout: Duration,
-    /// `COMBD_TLS_HELLO_TIMEOUT`: from the accept to the complete ClientHello; at most
-    /// [`Settings::tls_handshake_timeout`].
-    pub tls_hello_timeout: Duration,
-    /// `COMBD_WS_PING_INTERVAL`.
-    pub ws_ping_interval: Duration,
-    /// `COMBD_WS_SLOW_TIMEOUT`.
-    pub ws_slow_timeout: Duration,
-    /// `COMBD_WS_RATE`.
-    pub ws_rate: u64,
-    /// `COMBD_WS_BURST`.
-    pub ws_burst: u64,
-    /// `COMBD_INBOUND_BUDGET`, if set (else derived from the memory budget at start-up).
-    pub inbound_budget_bytes: Option<u64>,
-    /// `COMBD_OUTBOUND_BUDGET`, if set (else derived from the memory budget at start-up).
-    pub outbound_budget_bytes: Option<u64>,
-    /// The `COMBD_FLEET_*` settings when the fleet is on (`COMBD_FLEET_ETCD` set); none for a
-    /// node alone, which works exactly as without them.
-    pub fleet: Option<FleetSettings>,
-    /// Where each setting came from, by environment variable name.
-    pub sources: BTreeMap<&'static str, Source>,
-}
-
 fn err(setting: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         setting: setting.to_string(),
@@ -176,12 +110,24 @@ pub struct TlsSettings {
     pub key: PathBuf,
 }
 
-fn tls_settings(
-    listen: Option<&str>,
-    cert: Option<&str>,
-    key: Option<&str>,
-) -> Result<Option<TlsSettings>, ConfigError> {
-    let Some(listen) = listen else {
+/// The texts given for the settings, by variable name (a flag's value having replaced the
+/// environment's).
+struct Given<'a> {
+    raw: &'a BTreeMap<&'static str, (String, Source)>,
+}
+
+impl<'a> Given<'a> {
+    /// The text given for a setting, if any.
+    fn get(&self, env: &str) -> Option<&'a str> {
+        self.raw.get(env).map(|(text, _)| text.as_str())
+    }
+}
+
+/// The TLS group: off without `COMBD_TLS_LISTEN` (and then neither file may be set); with it,
+/// both files are required.
+fn tls_group(given: &Given<'_>) -> Result<Option<TlsSettings>, ConfigError> {
+    let (cert, key) = (given.get("COMBD_TLS_CERT"), given.get("COMBD_TLS_KEY"));
+    let Some(listen) = given.get("COMBD_TLS_LISTEN") else {
         if cert.is_some() {
             return Err(err("COMBD_TLS_CERT", "is set but COMBD_TLS_LISTEN is not"));
         }
@@ -202,6 +148,11 @@ fn tls_settings(
         cert: PathBuf::from(cert),
         key: PathBuf::from(key),
     }))
+}
+
+/// The fleet group: see [`fleet`].
+fn fleet_group(given: &Given<'_>) -> Result<Option<FleetSettings>, ConfigError> {
+    fleet::fleet_settings(|name| given.get(name).map(str::to_string))
 }
 
 impl Settings {
@@ -270,54 +221,18 @@ impl Settings {
                 .unwrap_or(Source::Default);
             sources.insert(spec.env, src);
         }
-        let get = |name: &str| raw.get(name).map(|(v, _)| v.as_str());
-        // The table's default is the text parsed when a setting is not given, so the two
-        // cannot drift apart (the unit tests check the parsed defaults against `limits`).
-        fn parse<T>(
-            raw: &BTreeMap<&'static str, (String, Source)>,
-            name: &str,
-            f: fn(&str) -> Result<T, String>,
-        ) -> Result<T, ConfigError> {
-            let default = SETTINGS
-                .iter()
-                .find(|s| s.env == name)
-                .map_or("", |s| s.default);
-            f(raw.get(name).map_or(default, |(v, _)| v.as_str())).map_err(|m| err(name, m))
-        }
+        let given = Given { raw: &raw };
+        let settings = Settings::from_given(&given, &Context { allowed_cpus }, sources)?;
+        settings.check_relations()?;
+        Ok((command, settings))
+    }
 
-        let listen = get("COMBD_LISTEN")
-            .map(|v| parse_listen(v).map_err(|m| err("COMBD_LISTEN", m)))
-            .unwrap_or_else(|| {
-                parse_listen(limits::LISTEN_DEFAULT).map_err(|m| err("COMBD_LISTEN", m))
-            })?;
-        let data_dir = PathBuf::from(get("COMBD_DATA").unwrap_or(limits::DATA_DEFAULT));
-        if data_dir.as_os_str().is_empty() {
-            return Err(err("COMBD_DATA", "must not be empty"));
-        }
-        let apps_dir = PathBuf::from(get("COMBD_APPS_DIR").unwrap_or(limits::APPS_DIR_DEFAULT));
-        if apps_dir.as_os_str().is_empty() {
-            return Err(err("COMBD_APPS_DIR", "must not be empty"));
-        }
-        let shards = match get("COMBD_SHARDS") {
-            None => allowed_cpus.max(1),
-            Some(v) => {
-                let n = parse_count(v).map_err(|m| err("COMBD_SHARDS", m))?;
-                if n as usize > allowed_cpus {
-                    return Err(err(
-                        "COMBD_SHARDS",
-                        format!("{n} shards, but this process may run on only {allowed_cpus} CPU(s); each shard needs its own"),
-                    ));
-                }
-                n as usize
-            }
-        };
-        let log = parse(&raw, "COMBD_LOG", parse_log)?;
-        let tls = tls_settings(
-            get("COMBD_TLS_LISTEN"),
-            get("COMBD_TLS_CERT"),
-            get("COMBD_TLS_KEY"),
-        )?;
-        if let Some(t) = tls.as_ref().filter(|t| t.listen.port() != 0) {
+    /// The checks between settings, once each parsed: the TLS listener and the fleet's
+    /// address each need a port other than `COMBD_LISTEN`'s, and the ClientHello's timeout may
+    /// not exceed the handshake's.
+    fn check_relations(&self) -> Result<(), ConfigError> {
+        let listen = self.listen;
+        if let Some(t) = self.tls.as_ref().filter(|t| t.listen.port() != 0) {
             if t.listen.port() == listen.port() {
                 return Err(err(
                     "COMBD_TLS_LISTEN",
@@ -330,8 +245,11 @@ impl Settings {
                 ));
             }
         }
-        let fleet = fleet::fleet_settings(|name| get(name).map(str::to_string))?;
-        if let Some(f) = fleet.as_ref().filter(|f| f.node.port() == listen.port()) {
+        if let Some(f) = self
+            .fleet
+            .as_ref()
+            .filter(|f| f.node.port() == listen.port())
+        {
             return Err(err(
                 "COMBD_FLEET_NODE",
                 format!(
@@ -342,10 +260,9 @@ impl Settings {
                 ),
             ));
         }
-        let tls_handshake_timeout = parse(&raw, "COMBD_TLS_HANDSHAKE_TIMEOUT", parse_duration)?;
-        let tls_hello_timeout = parse(&raw, "COMBD_TLS_HELLO_TIMEOUT", parse_duration)?;
-        if tls_hello_timeout > tls_handshake_timeout {
-            let default = if get("COMBD_TLS_HELLO_TIMEOUT").is_none() {
+        let (hello, handshake) = (self.tls_hello_timeout, self.tls_handshake_timeout);
+        if hello > handshake {
+            let default = if self.sources.get("COMBD_TLS_HELLO_TIMEOUT") == Some(&Source::Default) {
                 " (the default)"
             } else {
                 ""
@@ -356,159 +273,38 @@ impl Settings {
                     "{}ms{default} is longer than COMBD_TLS_HANDSHAKE_TIMEOUT ({}ms): both run \
                      from the accept, and the ClientHello is part of the handshake; set it to \
                      at most {}ms",
-                    tls_hello_timeout.as_millis(),
-                    tls_handshake_timeout.as_millis(),
-                    tls_handshake_timeout.as_millis()
+                    hello.as_millis(),
+                    handshake.as_millis(),
+                    handshake.as_millis()
                 ),
             ));
         }
-        let settings = Settings {
-            listen,
-            data_dir,
-            apps_dir,
-            shards,
-            log,
-            max_body_bytes: parse(&raw, "COMBD_MAX_BODY", parse_bytes)?,
-            header_timeout: parse(&raw, "COMBD_HEADER_TIMEOUT", parse_duration)?,
-            body_timeout: parse(&raw, "COMBD_BODY_TIMEOUT", parse_duration)?,
-            idle_timeout: parse(&raw, "COMBD_IDLE_TIMEOUT", parse_duration)?,
-            ws_max_message_bytes: parse(&raw, "COMBD_WS_MAX_MESSAGE", parse_bytes)?,
-            shutdown_timeout: parse(&raw, "COMBD_SHUTDOWN_TIMEOUT", parse_duration)?,
-            max_conns: parse(&raw, "COMBD_MAX_CONNS", parse_count)?,
-            max_open_objects: parse(&raw, "COMBD_MAX_OPEN_OBJECTS", parse_count)?,
-            max_conns_per_address: parse(&raw, "COMBD_MAX_CONNS_PER_ADDRESS", parse_count_u32)?,
-            accept_rate_per_address: parse(&raw, "COMBD_ACCEPT_RATE_PER_ADDRESS", parse_count_u32)?,
-            max_awake: parse(&raw, "COMBD_MAX_AWAKE", parse_count)? as usize,
-            restores_at_once: parse(&raw, "COMBD_RESTORES_AT_ONCE", parse_count)? as usize,
-            sqlite_sync_full: parse(&raw, "COMBD_SQLITE_SYNC", |v| match v.trim() {
-                "full" => Ok(true),
-                "normal" => Ok(false),
-                other => Err(format!("{other:?}: use full or normal")),
-            })?,
-            test_apps: parse(&raw, "COMBD_TEST_APPS", parse_switch)?,
-            cpu_limit_ticks: parse(&raw, "COMBD_CPU_LIMIT_TICKS", parse_count)?,
-            db_max_bytes: parse(&raw, "COMBD_DB_MAX", parse_bytes)?,
-            max_objects_per_app: parse(&raw, "COMBD_MAX_OBJECTS_PER_APP", parse_count)?,
-            object_create_rate: parse(&raw, "COMBD_OBJECT_CREATE_RATE", parse_count)?,
-            tls,
-            tls_handshake_timeout,
-            tls_hello_timeout,
-            ws_ping_interval: parse(&raw, "COMBD_WS_PING_INTERVAL", parse_duration)?,
-            ws_slow_timeout: parse(&raw, "COMBD_WS_SLOW_TIMEOUT", parse_duration)?,
-            ws_rate: parse(&raw, "COMBD_WS_RATE", parse_count)?,
-            ws_burst: parse(&raw, "COMBD_WS_BURST", parse_count)?,
-            inbound_budget_bytes: match get("COMBD_INBOUND_BUDGET") {
-                None => None,
-                Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_INBOUND_BUDGET", m))?),
-            },
-            outbound_budget_bytes: match get("COMBD_OUTBOUND_BUDGET") {
-                None => None,
-                Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_OUTBOUND_BUDGET", m))?),
-            },
-            memory_budget_bytes: match get("COMBD_MEMORY_BUDGET") {
-                None => None,
-                Some(v) => Some(parse_bytes(v).map_err(|m| err("COMBD_MEMORY_BUDGET", m))?),
-            },
-            fleet,
-            sources,
-        };
-        Ok((command, settings))
+        Ok(())
     }
 
     /// Every setting's effective value as text, with where it came from, in table order.
     pub fn describe(&self) -> Vec<(&'static str, String, Source)> {
-        let secs = |d: Duration| format!("{}ms", d.as_millis());
-        let opt = |v: Option<u64>, none: &str| v.map_or(none.to_string(), |b| b.to_string());
-        let fleet = self.fleet.as_ref();
         SETTINGS
             .iter()
             .map(|spec| {
-                let v = match spec.env {
-                    "COMBD_LISTEN" => self.listen.to_string(),
-                    "COMBD_DATA" => self.data_dir.display().to_string(),
-                    "COMBD_APPS_DIR" => self.apps_dir.display().to_string(),
-                    "COMBD_SHARDS" => self.shards.to_string(),
-                    "COMBD_LOG" => self.log.clone(),
-                    "COMBD_MAX_BODY" => self.max_body_bytes.to_string(),
-                    "COMBD_HEADER_TIMEOUT" => secs(self.header_timeout),
-                    "COMBD_BODY_TIMEOUT" => secs(self.body_timeout),
-                    "COMBD_IDLE_TIMEOUT" => secs(self.idle_timeout),
-                    "COMBD_WS_MAX_MESSAGE" => self.ws_max_message_bytes.to_string(),
-                    "COMBD_SHUTDOWN_TIMEOUT" => secs(self.shutdown_timeout),
-                    "COMBD_MAX_CONNS" => self.max_conns.to_string(),
-                    "COMBD_MEMORY_BUDGET" => {
-                        opt(self.memory_budget_bytes, "(from the cgroup or RAM)")
-                    }
-                    "COMBD_MAX_OPEN_OBJECTS" => self.max_open_objects.to_string(),
-                    "COMBD_MAX_CONNS_PER_ADDRESS" => self.max_conns_per_address.to_string(),
-                    "COMBD_ACCEPT_RATE_PER_ADDRESS" => self.accept_rate_per_address.to_string(),
-                    "COMBD_MAX_AWAKE" => self.max_awake.to_string(),
-                    "COMBD_RESTORES_AT_ONCE" => self.restores_at_once.to_string(),
-                    "COMBD_SQLITE_SYNC" => (if self.sqlite_sync_full {
-                        "full"
-                    } else {
-                        "normal"
-                    })
-                    .to_string(),
-                    "COMBD_CPU_LIMIT_TICKS" => self.cpu_limit_ticks.to_string(),
-                    "COMBD_WS_RATE" => self.ws_rate.to_string(),
-                    "COMBD_WS_BURST" => self.ws_burst.to_string(),
-                    "COMBD_INBOUND_BUDGET" => {
-                        opt(self.inbound_budget_bytes, "(from the memory budget)")
-                    }
-                    "COMBD_OUTBOUND_BUDGET" => {
-                        opt(self.outbound_budget_bytes, "(from the memory budget)")
-                    }
-                    "COMBD_DB_MAX" => self.db_max_bytes.to_string(),
-                    "COMBD_MAX_OBJECTS_PER_APP" => self.max_objects_per_app.to_string(),
-                    "COMBD_OBJECT_CREATE_RATE" => self.object_create_rate.to_string(),
-                    "COMBD_TLS_LISTEN" => self
-                        .tls
-                        .as_ref()
-                        .map_or("off".into(), |t| t.listen.to_string()),
-                    "COMBD_TLS_CERT" => self
-                        .tls
-                        .as_ref()
-                        .map_or("none".into(), |t| t.cert.display().to_string()),
-                    "COMBD_TLS_KEY" => self
-                        .tls
-                        .as_ref()
-                        .map_or("none".into(), |t| t.key.display().to_string()),
-                    "COMBD_TLS_HANDSHAKE_TIMEOUT" => secs(self.tls_handshake_timeout),
-                    "COMBD_TLS_HELLO_TIMEOUT" => secs(self.tls_hello_timeout),
-                    "COMBD_WS_PING_INTERVAL" => secs(self.ws_ping_interval),
-                    "COMBD_WS_SLOW_TIMEOUT" => secs(self.ws_slow_timeout),
-                    "COMBD_TEST_APPS" => (if self.test_apps { "on" } else { "off" }).to_string(),
-                    "COMBD_FLEET_ETCD" => fleet.map_or("off".into(), |f| f.etcd.join(",")),
-                    "COMBD_FLEET_BUCKET_URL" => {
-                        fleet.map_or("none".into(), |f| f.bucket_url.clone())
-                    }
-                    "COMBD_FLEET_BUCKET" => fleet.map_or("none".into(), |f| f.bucket.clone()),
-                    "COMBD_FLEET_BUCKET_REGION" => {
-                        fleet.map_or("none".into(), |f| f.bucket_region.clone())
-                    }
-                    "COMBD_FLEET_ACCESS_KEY" => {
-                        fleet.map_or("none".into(), |f| f.access_key.clone())
-                    }
-                    "COMBD_FLEET_SECRET_KEY_FILE" => {
-                        fleet.map_or("none".into(), |f| f.secret_key_file.display().to_string())
-                    }
-                    "COMBD_FLEET_NODE" => fleet.map_or("none".into(), |f| f.node.to_string()),
-                    "COMBD_FLEET_LEASE_TTL" => fleet.map_or(
-                        format!("{}ms", limits::FLEET_LEASE_TTL_DEFAULT.as_millis()),
-                        |f| secs(f.lease_ttl),
-                    ),
-                    _ => String::from("?"),
-                };
-                (
-                    spec.env,
-                    v,
-                    self.sources
-                        .get(spec.env)
-                        .copied()
-                        .unwrap_or(Source::Default),
-                )
+                let source = self
+                    .sources
+                    .get(spec.env)
+                    .copied()
+                    .unwrap_or(Source::Default);
+                (spec.env, (spec.value)(self), source)
             })
+            .collect()
+    }
+
+    /// Every setting that is a number, under its `/stats` name with its value in force, then
+    /// the limits derived from a setting ([`DERIVED_LIMITS`]), in table order.
+    pub fn limits(&self, in_force: &InForce) -> Vec<(&'static str, u64)> {
+        SETTINGS
+            .iter()
+            .filter_map(|spec| spec.limit)
+            .chain(DERIVED_LIMITS.iter().copied())
+            .map(|l| (l.name, (l.value)(self, in_force)))
             .collect()
     }
 

@@ -1,314 +1,500 @@
-//! The settings table: every `COMBD_*` variable with its flag, default and meaning, and the
-//! `--help` text written from it.
+//! The settings table: every `COMBD_*` setting, declared once. From it come the [`Settings`]
+//! struct, its loading, [`SETTINGS`] (which `--help`, `--check-config`, `/stats` `limits` and
+//! README.md's table are written or checked from) and the `--help` text. See `declare.rs` for
+//! the rows' form.
 
 use super::*;
 
-/// One setting: its variable, its flag, its default and what it means.
-#[derive(Debug, Clone, Copy)]
-pub struct SettingSpec {
-    /// The environment variable, e.g. `COMBD_LISTEN`.
-    pub env: &'static str,
-    /// The command-line flag, e.g. `--listen`.
-    pub flag: &'static str,
-    /// The default as text, or a description of how it is computed.
-    pub default: &'static str,
-    /// One line on what it does.
-    pub meaning: &'static str,
+settings_table! {
+    fields {
+        /// `COMBD_LISTEN`.
+        listen: SocketAddr {
+            env: "COMBD_LISTEN",
+            flag: "--listen",
+            text: limits::LISTEN_DEFAULT,
+            parse: parse_listen,
+            unit: Text,
+            limit: none,
+            meaning: "public address:port of the HTTP/WebSocket listener (port 0 picks a free port); \
+                      127.0.0.1 on the same port is always served too (the localhost listener)",
+        }
+        /// `COMBD_DATA`.
+        data_dir: PathBuf {
+            env: "COMBD_DATA",
+            flag: "--data",
+            text: limits::DATA_DEFAULT,
+            parse: parse_dir,
+            unit: Text,
+            limit: none,
+            meaning: "data directory (created if missing; must be writable); objects' databases live \
+                      under it; one node at a time (<data>/combd.lock)",
+        }
+        /// `COMBD_APPS_DIR`.
+        apps_dir: PathBuf {
+            env: "COMBD_APPS_DIR",
+            flag: "--apps-dir",
+            text: limits::APPS_DIR_DEFAULT,
+            parse: parse_dir,
+            unit: Text,
+            limit: none,
+            meaning: "directory of apps deployed as WebAssembly modules: each <app>.wasm or <app>.wat \
+                      is app <app>; checked and compiled at start (a bad module stops it) and again on \
+                      SIGHUP; a missing directory deploys none",
+        }
+        /// `COMBD_SHARDS`, resolved against the allowed CPUs.
+        shards: usize {
+            env: "COMBD_SHARDS",
+            flag: "--shards",
+            computed: "the CPUs this process may run on",
+            parse: resolve_shards,
+            unit: Count,
+            limit: "shards",
+            meaning: "number of shards (event loops), one pinned to each allowed CPU; at most that many",
+        }
+        /// `COMBD_LOG`: directives that are a level or `target=level` (see [`parse_log`]).
+        log: String {
+            env: "COMBD_LOG",
+            flag: "--log",
+            text: limits::LOG_DEFAULT,
+            parse: parse_log,
+            unit: Text,
+            limit: none,
+            meaning: "log filter: comma-separated directives, each a level (error, warn, info, debug, \
+                      trace, off) or target=level",
+        }
+        /// `COMBD_MAX_BODY`.
+        max_body_bytes: u64 {
+            env: "COMBD_MAX_BODY",
+            flag: "--max-body",
+            default: limits::MAX_BODY_DEFAULT_BYTES,
+            parse: parse_bytes,
+            unit: Bytes,
+            limit: "max_body_bytes",
+            meaning: "largest request body in bytes (K, M, G suffixes are binary); larger gets 413",
+        }
+        /// `COMBD_HEADER_TIMEOUT`.
+        header_timeout: Duration {
+            env: "COMBD_HEADER_TIMEOUT",
+            flag: "--header-timeout",
+            default: limits::HEADER_TIMEOUT_DEFAULT,
+            parse: parse_duration,
+            unit: Duration,
+            limit: "header_timeout_ms",
+            meaning: "a request head must be complete this long after its first byte (or the accept); \
+                      else 408 and close",
+        }
+        /// `COMBD_BODY_TIMEOUT`.
+        body_timeout: Duration {
+            env: "COMBD_BODY_TIMEOUT",
+            flag: "--body-timeout",
+            default: limits::BODY_TIMEOUT_DEFAULT,
+            parse: parse_duration,
+            unit: Duration,
+            limit: "body_timeout_ms",
+            meaning: "a request body must be complete this long after its head; else 408 and close",
+        }
+        /// `COMBD_IDLE_TIMEOUT`.
+        idle_timeout: Duration {
+            env: "COMBD_IDLE_TIMEOUT",
+            flag: "--idle-timeout",
+            default: limits::IDLE_TIMEOUT_DEFAULT,
+            parse: parse_duration,
+            unit: Duration,
+            limit: "idle_timeout_ms",
+            meaning: "an HTTP keep-alive connection with no request in progress closes after this long",
+        }
+        /// `COMBD_WS_MAX_MESSAGE`.
+        ws_max_message_bytes: u64 {
+            env: "COMBD_WS_MAX_MESSAGE",
+            flag: "--ws-max-message",
+            default: limits::WS_MAX_MESSAGE_DEFAULT_BYTES,
+            parse: parse_bytes,
+            unit: Bytes,
+            limit: "ws_max_message_bytes",
+            meaning: "largest WebSocket message (after reassembly of fragments); larger closes with 1009",
+        }
+        /// `COMBD_SHUTDOWN_TIMEOUT`.
+        shutdown_timeout: Duration {
+            env: "COMBD_SHUTDOWN_TIMEOUT",
+            flag: "--shutdown-timeout",
+            default: limits::SHUTDOWN_TIMEOUT_DEFAULT,
+            parse: parse_duration,
+            unit: Duration,
+            limit: "shutdown_timeout_ms",
+            meaning: "on SIGTERM/SIGINT, how long in-flight requests may take before the node exits",
+        }
+        /// `COMBD_MAX_CONNS` as configured; `/stats` shows it clamped to the fd limit
+        /// ([`Settings::max_conns_effective`]).
+        max_conns: u64 {
+            env: "COMBD_MAX_CONNS",
+            flag: "--max-conns",
+            default: limits::MAX_CONNS_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "max_conns" = |_, in_force| in_force.max_conns,
+            meaning: "most open public connections (plain and TLS); clamped to RLIMIT_NOFILE less a reserve \
+                      of 256, 3 per object of COMBD_MAX_OPEN_OBJECTS and the localhost listener's own 1024 \
+                      (the rest halved in a fleet, whose listener has a cap as large)",
+        }
+        /// `COMBD_MAX_CONNS_PER_ADDRESS`.
+        max_conns_per_address: u32 {
+            env: "COMBD_MAX_CONNS_PER_ADDRESS",
+            flag: "--max-conns-per-address",
+            default: limits::MAX_CONNS_PER_ADDRESS_DEFAULT as u32,
+            parse: parse_count_u32,
+            unit: Count,
+            limit: "max_conns_per_address",
+            meaning: "most open connections of one client address (IPv4 /32, IPv6 /64) on the public \
+                      listeners; one more is closed at once after the accept (the localhost listener is exempt)",
+        }
+        /// `COMBD_ACCEPT_RATE_PER_ADDRESS`.
+        accept_rate_per_address: u32 {
+            env: "COMBD_ACCEPT_RATE_PER_ADDRESS",
+            flag: "--accept-rate-per-address",
+            default: limits::ACCEPT_RATE_PER_ADDRESS_DEFAULT as u32,
+            parse: parse_count_u32,
+            unit: Count,
+            limit: "accept_rate_per_address",
+            meaning: "new connections a second one client address may open once it has spent its burst \
+                      (COMBD_MAX_CONNS_PER_ADDRESS at once); one faster is closed at once after the accept",
+        }
+        /// `COMBD_MAX_OPEN_OBJECTS`.
+        max_open_objects: u64 {
+            env: "COMBD_MAX_OPEN_OBJECTS",
+            flag: "--max-open-objects",
+            default: limits::MAX_OPEN_OBJECTS_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "max_open_objects",
+            meaning: "live objects on the node at once (3 file descriptors each, held back from \
+                      COMBD_MAX_CONNS); a new object past it is refused with 503 overloaded",
+        }
+        /// `COMBD_MEMORY_BUDGET`, if set (else the budget comes from the cgroup or RAM).
+        memory_budget_bytes: Option<u64> {
+            env: "COMBD_MEMORY_BUDGET",
+            flag: "--memory-budget",
+            computed: "the memory cgroup's limit (v2 memory.max, else v1 memory.limit_in_bytes), \
+                       else the machine's RAM",
+            parse: optional_bytes,
+            unit: Bytes,
+            limit: "memory_budget_bytes" = |_, in_force| in_force.memory_budget_bytes,
+            show: |v: &Option<u64>| given_or(v, "(from the cgroup or RAM)"),
+            meaning: "memory the node may use, in bytes or with K, M, G, T (512M, 4G); pressure 1 at 80 %, \
+                      2 (refusing at TCP) at 90 %",
+        }
+        /// `COMBD_MAX_AWAKE`.
+        max_awake: usize {
+            env: "COMBD_MAX_AWAKE",
+            flag: "--max-awake",
+            default: limits::MAX_AWAKE_DEFAULT,
+            parse: parse_count_usize,
+            unit: Count,
+            limit: "max_awake",
+            meaning: "cells (sessions, objects) at work at once per shard; a shard whose ready line is \
+                      this long is behind",
+        }
+        /// `COMBD_RESTORES_AT_ONCE`.
+        restores_at_once: usize {
+            env: "COMBD_RESTORES_AT_ONCE",
+            flag: "--restores-at-once",
+            default: limits::RESTORES_AT_ONCE_DEFAULT,
+            parse: parse_count_usize,
+            unit: Count,
+            limit: "restores_at_once",
+            meaning: "objects opened (restored) at once per shard; the rest wait their turn in order",
+        }
+        /// `COMBD_SQLITE_SYNC`: true for `full`.
+        sqlite_sync_full: bool {
+            env: "COMBD_SQLITE_SYNC",
+            flag: "--sqlite-sync",
+            text: "full",
+            parse: parse_sqlite_sync,
+            unit: Text,
+            limit: none,
+            show: |full: &bool| (if *full { "full" } else { "normal" }).to_string(),
+            meaning: "full: an answered write survives power loss; normal: it survives a process crash",
+        }
+        /// `COMBD_CPU_LIMIT_TICKS`.
+        cpu_limit_ticks: u64 {
+            env: "COMBD_CPU_LIMIT_TICKS",
+            flag: "--cpu-limit-ticks",
+            default: limits::CPU_LIMIT_TICKS_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "cpu_limit_ticks",
+            meaning: "ticks one call of a cell may count (cx.tick(); each host call counts 1000); past it: cpu_limit",
+        }
+        /// `COMBD_WS_RATE`.
+        ws_rate: u64 {
+            env: "COMBD_WS_RATE",
+            flag: "--ws-rate",
+            default: limits::WS_RATE_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "ws_rate",
+            meaning: "WebSocket messages per second per connection (token refill); past the burst: close 1008",
+        }
+        /// `COMBD_WS_BURST`.
+        ws_burst: u64 {
+            env: "COMBD_WS_BURST",
+            flag: "--ws-burst",
+            default: limits::WS_BURST_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "ws_burst",
+            meaning: "WebSocket messages a connection may send at once (the token bucket's capacity)",
+        }
+        /// `COMBD_OUTBOUND_BUDGET`, if set (else derived from the memory budget at start-up).
+        outbound_budget_bytes: Option<u64> {
+            env: "COMBD_OUTBOUND_BUDGET",
+            flag: "--outbound-budget",
+            computed: "a quarter of the memory budget, split over the shards",
+            parse: optional_bytes,
+            unit: Bytes,
+            limit: "outbound_budget_bytes" = |_, in_force| in_force.outbound_budget_bytes,
+            show: |v: &Option<u64>| given_or(v, "(from the memory budget)"),
+            meaning: "bytes waiting to be written per shard, all connections together; a send past it closes \
+                      the connection it was for",
+        }
+        /// `COMBD_INBOUND_BUDGET`, if set (else derived from the memory budget at start-up).
+        inbound_budget_bytes: Option<u64> {
+            env: "COMBD_INBOUND_BUDGET",
+            flag: "--inbound-budget",
+            computed: "a quarter of the memory budget, split over the shards",
+            parse: optional_bytes,
+            unit: Bytes,
+            limit: "inbound_budget_bytes" = |_, in_force| in_force.inbound_budget_bytes,
+            show: |v: &Option<u64>| given_or(v, "(from the memory budget)"),
+            meaning: "bytes of clients' input (request bodies, WebSocket messages) waiting in mailboxes and \
+                      inboxes per shard, all connections together; past it new input is refused (503 overloaded), \
+                      but a connection with less than 4 KiB waiting may always queue a small input",
+        }
+        /// `COMBD_DB_MAX`.
+        db_max_bytes: u64 {
+            env: "COMBD_DB_MAX",
+            flag: "--db-max",
+            default: limits::DB_MAX_BYTES,
+            parse: parse_bytes,
+            unit: Bytes,
+            limit: "db_max_bytes",
+            meaning: "largest database of one object; a write past it fails with db_full (507)",
+        }
+        /// `COMBD_MAX_OBJECTS_PER_APP`.
+        max_objects_per_app: u64 {
+            env: "COMBD_MAX_OBJECTS_PER_APP",
+            flag: "--max-objects-per-app",
+            default: limits::MAX_OBJECTS_PER_APP_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "max_objects_per_app",
+            meaning: "databases one app may have on the node (counted at start-up, then as they are \
+                      created); past it a write to a new object gets 507 too many objects",
+        }
+        /// `COMBD_OBJECT_CREATE_RATE`: objects created per second per shard.
+        object_create_rate: u64 {
+            env: "COMBD_OBJECT_CREATE_RATE",
+            flag: "--object-create-rate",
+            default: limits::OBJECT_CREATE_RATE_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "object_create_rate",
+            meaning: "object databases a shard creates per second (a token bucket holding 10 s of it); \
+                      past it a write to a new object gets 429 object creation rate",
+        }
+        /// `COMBD_TLS_HANDSHAKE_TIMEOUT`: from the accept to the handshake's end.
+        tls_handshake_timeout: Duration {
+            env: "COMBD_TLS_HANDSHAKE_TIMEOUT",
+            flag: "--tls-handshake-timeout",
+            default: limits::TLS_HANDSHAKE_TIMEOUT_DEFAULT,
+            parse: parse_duration,
+            unit: Duration,
+            limit: "tls_handshake_timeout_ms",
+            meaning: "a TLS handshake (its ClientHello included) must complete this long after the accept; \
+                      else the connection closes; a handshake slot is held only once the ClientHello is in",
+        }
+        /// `COMBD_TLS_HELLO_TIMEOUT`: from the accept to the complete ClientHello; at most
+        /// [`Settings::tls_handshake_timeout`].
+        tls_hello_timeout: Duration {
+            env: "COMBD_TLS_HELLO_TIMEOUT",
+            flag: "--tls-hello-timeout",
+            default: limits::TLS_HELLO_TIMEOUT_DEFAULT,
+            parse: parse_duration,
+            unit: Duration,
+            limit: "tls_hello_timeout_ms",
+            meaning: "a TLS client's complete ClientHello must arrive this long after the accept; else the \
+                      connection closes (tls_hello_timeouts); at most COMBD_TLS_HANDSHAKE_TIMEOUT",
+        }
+        /// `COMBD_WS_PING_INTERVAL`.
+        ws_ping_interval: Duration {
+            env: "COMBD_WS_PING_INTERVAL",
+            flag: "--ws-ping-interval",
+            default: limits::WS_PING_INTERVAL_DEFAULT,
+            parse: parse_duration,
+            unit: Duration,
+            limit: "ws_ping_interval_ms",
+            meaning: "the node pings every WebSocket this often; one that has not answered (sent anything) \
+                      by the next ping is closed",
+        }
+        /// `COMBD_WS_SLOW_TIMEOUT`.
+        ws_slow_timeout: Duration {
+            env: "COMBD_WS_SLOW_TIMEOUT",
+            flag: "--ws-slow-timeout",
+            default: limits::WS_SLOW_TIMEOUT_DEFAULT,
+            parse: parse_duration,
+            unit: Duration,
+            limit: "ws_slow_timeout_ms",
+            meaning: "a WebSocket with messages waiting that takes none of them for this long is closed \
+                      (1008 slow), as is one with 8 MiB waiting",
+        }
+        /// `COMBD_TEST_APPS`.
+        test_apps: bool {
+            env: "COMBD_TEST_APPS",
+            flag: "--test-apps",
+            text: "off",
+            parse: parse_switch,
+            unit: Text,
+            limit: none,
+            show: |on: &bool| (if *on { "on" } else { "off" }).to_string(),
+            meaning: "on: also serve the test apps (hold: a request that takes ?ms=N); never in production",
+        }
+    }
+    groups {
+        /// `COMBD_TLS_LISTEN`, `COMBD_TLS_CERT`, `COMBD_TLS_KEY`, when TLS is on.
+        tls: Option<TlsSettings> = tls_group {
+            {
+                env: "COMBD_TLS_LISTEN",
+                flag: "--tls-listen",
+                default: DefaultValue::Described("off"),
+                unit: Text,
+                limit: none,
+                value: |s| s.tls.as_ref().map_or("off".into(), |t| t.listen.to_string()),
+                meaning: "public address:port of the HTTPS/WSS listener (127.0.0.1 on the same port is served too, \
+                          so not COMBD_LISTEN's port); needs COMBD_TLS_CERT and COMBD_TLS_KEY",
+            }
+            {
+                env: "COMBD_TLS_CERT",
+                flag: "--tls-cert",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.tls.as_ref().map_or("none".into(), |t| t.cert.show()),
+                meaning: "PEM file with the certificate chain, end-entity first; reloaded on SIGHUP",
+            }
+            {
+                env: "COMBD_TLS_KEY",
+                flag: "--tls-key",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.tls.as_ref().map_or("none".into(), |t| t.key.show()),
+                meaning: "PEM file with the private key (PKCS#8, RSA or EC) matching the certificate; reloaded on SIGHUP",
+            }
+        }
+        /// The `COMBD_FLEET_*` settings when the fleet is on (`COMBD_FLEET_ETCD` set); none for
+        /// a node alone, which works exactly as without them.
+        fleet: Option<FleetSettings> = fleet_group {
+            {
+                env: "COMBD_FLEET_ETCD",
+                flag: "--fleet-etcd",
+                default: DefaultValue::Described("off"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().map_or("off".into(), |f| f.etcd.join(",")),
+                meaning: "the fleet's coordinator: comma-separated etcd endpoints (http://host:port, at most 7); \
+                          setting it turns the fleet on and requires the other COMBD_FLEET_* settings",
+            }
+            {
+                env: "COMBD_FLEET_BUCKET_URL",
+                flag: "--fleet-bucket-url",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().map_or("none".into(), |f| f.bucket_url.clone()),
+                meaning: "the fleet's bucket: an S3 endpoint, http://host:port (required with COMBD_FLEET_ETCD)",
+            }
+            {
+                env: "COMBD_FLEET_BUCKET",
+                flag: "--fleet-bucket",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().map_or("none".into(), |f| f.bucket.clone()),
+                meaning: "the bucket's name (S3 rules: 3 to 63 of a-z 0-9 . -); objects' segments and \
+                          snapshots live in it",
+            }
+            {
+                env: "COMBD_FLEET_BUCKET_REGION",
+                flag: "--fleet-bucket-region",
+                default: DefaultValue::Value(|| limits::FLEET_BUCKET_REGION_DEFAULT.to_string()),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().map_or("none".into(), |f| f.bucket_region.clone()),
+                meaning: "the region the bucket's S3 signatures name: the server's own (Garage's s3_region)",
+            }
+            {
+                env: "COMBD_FLEET_ACCESS_KEY",
+                flag: "--fleet-access-key",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().map_or("none".into(), |f| f.access_key.clone()),
+                meaning: "the bucket's access key id",
+            }
+            {
+                env: "COMBD_FLEET_SECRET_KEY_FILE",
+                flag: "--fleet-secret-key-file",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().map_or("none".into(), |f| f.secret_key_file.show()),
+                meaning: "file holding the bucket's secret key (one line), read at start-up",
+            }
+            {
+                env: "COMBD_FLEET_NODE",
+                flag: "--fleet-node",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().map_or("none".into(), |f| f.node.to_string()),
+                meaning: "ip:port other nodes reach this node at (its fleet address), recorded as the owner \
+                          of the objects it claims",
+            }
+            {
+                env: "COMBD_FLEET_LEASE_TTL",
+                flag: "--fleet-lease-ttl",
+                default: DefaultValue::Value(|| {
+                    Unit::Duration.human(limits::FLEET_LEASE_TTL_DEFAULT.as_limit())
+                }),
+                unit: Duration,
+                limit: "fleet_lease_ttl_ms" = |s, _| lease_ttl(s).as_limit(),
+                value: |s| lease_ttl(s).show(),
+                meaning: "how long the node's lease outlives its last renewal (renewed every third of it): \
+                          a dead owner's objects move after this long; whole seconds, 2s to 60s",
+            }
+        }
+    }
 }
 
-/// Every setting of the node. `--help` and README.md list exactly these.
-pub const SETTINGS: &[SettingSpec] = &[
-    SettingSpec {
-        env: "COMBD_LISTEN",
-        flag: "--listen",
-        default: limits::LISTEN_DEFAULT,
-        meaning: "public address:port of the HTTP/WebSocket listener (port 0 picks a free port); \
-                  127.0.0.1 on the same port is always served too (the localhost listener)",
+/// The limits `/stats` shows that no one setting is, but that are computed from one.
+pub const DERIVED_LIMITS: &[Limit] = &[Limit {
+    name: "object_create_burst",
+    value: |s, _| {
+        s.object_create_rate
+            .saturating_mul(limits::OBJECT_CREATE_BURST_SECONDS)
     },
-    SettingSpec {
-        env: "COMBD_DATA",
-        flag: "--data",
-        default: limits::DATA_DEFAULT,
-        meaning: "data directory (created if missing; must be writable); objects' databases live \
-                  under it; one node at a time (<data>/combd.lock)",
-    },
-    SettingSpec {
-        env: "COMBD_APPS_DIR",
-        flag: "--apps-dir",
-        default: limits::APPS_DIR_DEFAULT,
-        meaning: "directory of apps deployed as WebAssembly modules: each <app>.wasm or <app>.wat \
-                  is app <app>; checked and compiled at start (a bad module stops it) and again on \
-                  SIGHUP; a missing directory deploys none",
-    },
-    SettingSpec {
-        env: "COMBD_SHARDS",
-        flag: "--shards",
-        default: "the CPUs this process may run on",
-        meaning:
-            "number of shards (event loops), one pinned to each allowed CPU; at most that many",
-    },
-    SettingSpec {
-        env: "COMBD_LOG",
-        flag: "--log",
-        default: limits::LOG_DEFAULT,
-        meaning: "log filter: comma-separated directives, each a level (error, warn, info, debug, \
-                  trace, off) or target=level",
-    },
-    SettingSpec {
-        env: "COMBD_MAX_BODY",
-        flag: "--max-body",
-        default: "1M",
-        meaning: "largest request body in bytes (K, M, G suffixes are binary); larger gets 413",
-    },
-    SettingSpec {
-        env: "COMBD_HEADER_TIMEOUT",
-        flag: "--header-timeout",
-        default: "10s",
-        meaning: "a request head must be complete this long after its first byte (or the accept); \
-                  else 408 and close",
-    },
-    SettingSpec {
-        env: "COMBD_BODY_TIMEOUT",
-        flag: "--body-timeout",
-        default: "30s",
-        meaning: "a request body must be complete this long after its head; else 408 and close",
-    },
-    SettingSpec {
-        env: "COMBD_IDLE_TIMEOUT",
-        flag: "--idle-timeout",
-        default: "60s",
-        meaning: "an HTTP keep-alive connection with no request in progress closes after this long",
-    },
-    SettingSpec {
-        env: "COMBD_WS_MAX_MESSAGE",
-        flag: "--ws-max-message",
-        default: "1M",
-        meaning:
-            "largest WebSocket message (after reassembly of fragments); larger closes with 1009",
-    },
-    SettingSpec {
-        env: "COMBD_SHUTDOWN_TIMEOUT",
-        flag: "--shutdown-timeout",
-        default: "10s",
-        meaning: "on SIGTERM/SIGINT, how long in-flight requests may take before the node exits",
-    },
-    SettingSpec {
-        env: "COMBD_MAX_CONNS",
-        flag: "--max-conns",
-        default: "200000",
-        meaning: "most open public connections (plain and TLS); clamped to RLIMIT_NOFILE less a reserve \
-                  of 256, 3 per object of COMBD_MAX_OPEN_OBJECTS and the localhost listener's own 1024 \
-                  (the rest halved in a fleet, whose listener has a cap as large)",
-    },
-    SettingSpec {
-        env: "COMBD_MAX_CONNS_PER_ADDRESS",
-        flag: "--max-conns-per-address",
-        default: "1024",
-        meaning: "most open connections of one client address (IPv4 /32, IPv6 /64) on the public \
-                  listeners; one more is closed at once after the accept (the localhost listener is exempt)",
-    },
-    SettingSpec {
-        env: "COMBD_ACCEPT_RATE_PER_ADDRESS",
-        flag: "--accept-rate-per-address",
-        default: "256",
-        meaning: "new connections a second one client address may open once it has spent its burst \
-                  (COMBD_MAX_CONNS_PER_ADDRESS at once); one faster is closed at once after the accept",
-    },
-    SettingSpec {
-        env: "COMBD_MAX_OPEN_OBJECTS",
-        flag: "--max-open-objects",
-        default: "1024",
-        meaning: "live objects on the node at once (3 file descriptors each, held back from \
-                  COMBD_MAX_CONNS); a new object past it is refused with 503 overloaded",
-    },
-    SettingSpec {
-        env: "COMBD_MEMORY_BUDGET",
-        flag: "--memory-budget",
-        default: "the memory cgroup's limit, else the machine's RAM",
-        meaning:
-            "memory the node may use, in bytes or with K, M, G, T (512M, 4G); pressure 1 at 80 %, \
-                  2 (refusing at TCP) at 90 %",
-    },
-    SettingSpec {
-        env: "COMBD_MAX_AWAKE",
-        flag: "--max-awake",
-        default: "1000",
-        meaning:
-            "cells (sessions, objects) at work at once per shard; a shard whose ready line is \
-                  this long is behind",
-    },
-    SettingSpec {
-        env: "COMBD_RESTORES_AT_ONCE",
-        flag: "--restores-at-once",
-        default: "4",
-        meaning: "objects opened (restored) at once per shard; the rest wait their turn in order",
-    },
-    SettingSpec {
-        env: "COMBD_SQLITE_SYNC",
-        flag: "--sqlite-sync",
-        default: "full",
-        meaning: "full: an answered write survives power loss; normal: it survives a process crash",
-    },
-    SettingSpec {
-        env: "COMBD_CPU_LIMIT_TICKS",
-        flag: "--cpu-limit-ticks",
-        default: "100000000",
-        meaning: "ticks one call of a cell may count (cx.tick(); each host call counts 1000); past it: cpu_limit",
-    },
-    SettingSpec {
-        env: "COMBD_WS_RATE",
-        flag: "--ws-rate",
-        default: "1000",
-        meaning: "WebSocket messages per second per connection (token refill); past the burst: close 1008",
-    },
-    SettingSpec {
-        env: "COMBD_WS_BURST",
-        flag: "--ws-burst",
-        default: "2000",
-        meaning: "WebSocket messages a connection may send at once (the token bucket's capacity)",
-    },
-    SettingSpec {
-        env: "COMBD_OUTBOUND_BUDGET",
-        flag: "--outbound-budget",
-        default: "a quarter of the memory budget, split over the shards",
-        meaning: "bytes waiting to be written per shard, all connections together; a send past it closes \
-                  the connection it was for",
-    },
-    SettingSpec {
-        env: "COMBD_INBOUND_BUDGET",
-        flag: "--inbound-budget",
-        default: "a quarter of the memory budget, split over the shards",
-        meaning: "bytes of clients' input (request bodies, WebSocket messages) waiting in mailboxes and \
-                  inboxes per shard, all connections together; past it new input is refused (503 overloaded), \
-                  but a connection with less than 4 KiB waiting may always queue a small input",
-    },
-    SettingSpec {
-        env: "COMBD_DB_MAX",
-        flag: "--db-max",
-        default: "1G",
-        meaning: "largest database of one object; a write past it fails with db_full (507)",
-    },
-    SettingSpec {
-        env: "COMBD_MAX_OBJECTS_PER_APP",
-        flag: "--max-objects-per-app",
-        default: "100000",
-        meaning: "databases one app may have on the node (counted at start-up, then as they are \
-                  created); past it a write to a new object gets 507 too many objects",
-    },
-    SettingSpec {
-        env: "COMBD_OBJECT_CREATE_RATE",
-        flag: "--object-create-rate",
-        default: "100",
-        meaning: "object databases a shard creates per second (a token bucket holding 10 s of it); \
-                  past it a write to a new object gets 429 object creation rate",
-    },
-    SettingSpec {
-        env: "COMBD_TLS_LISTEN",
-        flag: "--tls-listen",
-        default: "off",
-        meaning: "public address:port of the HTTPS/WSS listener (127.0.0.1 on the same port is served too, \
-                  so not COMBD_LISTEN's port); needs COMBD_TLS_CERT and COMBD_TLS_KEY",
-    },
-    SettingSpec {
-        env: "COMBD_TLS_CERT",
-        flag: "--tls-cert",
-        default: "none",
-        meaning: "PEM file with the certificate chain, end-entity first; reloaded on SIGHUP",
-    },
-    SettingSpec {
-        env: "COMBD_TLS_KEY",
-        flag: "--tls-key",
-        default: "none",
-        meaning: "PEM file with the private key (PKCS#8, RSA or EC) matching the certificate; reloaded on SIGHUP",
-    },
-    SettingSpec {
-        env: "COMBD_TLS_HANDSHAKE_TIMEOUT",
-        flag: "--tls-handshake-timeout",
-        default: "10s",
-        meaning: "a TLS handshake (its ClientHello included) must complete this long after the accept; \
-                  else the connection closes; a handshake slot is held only once the ClientHello is in",
-    },
-    SettingSpec {
-        env: "COMBD_TLS_HELLO_TIMEOUT",
-        flag: "--tls-hello-timeout",
-        default: "2s",
-        meaning: "a TLS client's complete ClientHello must arrive this long after the accept; else the \
-                  connection closes (tls_hello_timeouts); at most COMBD_TLS_HANDSHAKE_TIMEOUT",
-    },
-    SettingSpec {
-        env: "COMBD_WS_PING_INTERVAL",
-        flag: "--ws-ping-interval",
-        default: "30s",
-        meaning: "the node pings every WebSocket this often; one that has not answered (sent anything) \
-                  by the next ping is closed",
-    },
-    SettingSpec {
-        env: "COMBD_WS_SLOW_TIMEOUT",
-        flag: "--ws-slow-timeout",
-        default: "30s",
-        meaning: "a WebSocket with messages waiting that takes none of them for this long is closed \
-                  (1008 slow), as is one with 8 MiB waiting",
-    },
-    SettingSpec {
-        env: "COMBD_FLEET_ETCD",
-        flag: "--fleet-etcd",
-        default: "off",
-        meaning: "the fleet's coordinator: comma-separated etcd endpoints (http://host:port, at most 7); \
-                  setting it turns the fleet on and requires the other COMBD_FLEET_* settings",
-    },
-    SettingSpec {
-        env: "COMBD_FLEET_BUCKET_URL",
-        flag: "--fleet-bucket-url",
-        default: "none",
-        meaning: "the fleet's bucket: an S3 endpoint, http://host:port (required with COMBD_FLEET_ETCD)",
-    },
-    SettingSpec {
-        env: "COMBD_FLEET_BUCKET",
-        flag: "--fleet-bucket",
-        default: "none",
-        meaning: "the bucket's name (S3 rules: 3 to 63 of a-z 0-9 . -); objects' segments and \
-                  snapshots live in it",
-    },
-    SettingSpec {
-        env: "COMBD_FLEET_BUCKET_REGION",
-        flag: "--fleet-bucket-region",
-        default: "garage",
-        meaning: "the region the bucket's S3 signatures name: the server's own (Garage's s3_region)",
-    },
-    SettingSpec {
-        env: "COMBD_FLEET_ACCESS_KEY",
-        flag: "--fleet-access-key",
-        default: "none",
-        meaning: "the bucket's access key id",
-    },
-    SettingSpec {
-        env: "COMBD_FLEET_SECRET_KEY_FILE",
-        flag: "--fleet-secret-key-file",
-        default: "none",
-        meaning: "file holding the bucket's secret key (one line), read at start-up",
-    },
-    SettingSpec {
-        env: "COMBD_FLEET_NODE",
-        flag: "--fleet-node",
-        default: "none",
-        meaning: "ip:port other nodes reach this node at (its fleet address), recorded as the owner \
-                  of the objects it claims",
-    },
-    SettingSpec {
-        env: "COMBD_FLEET_LEASE_TTL",
-        flag: "--fleet-lease-ttl",
-        default: "10s",
-        meaning: "how long the node's lease outlives its last renewal (renewed every third of it): \
-                  a dead owner's objects move after this long; whole seconds, 2s to 60s",
-    },
-    SettingSpec {
-        env: "COMBD_TEST_APPS",
-        flag: "--test-apps",
-        default: "off",
-        meaning:
-            "on: also serve the test apps (hold: a request that takes ?ms=N); never in production",
-    },
-];
+}];
+
+/// A budget's value as `--check-config` prints it: the bytes set, else where it comes from.
+fn given_or(value: &Option<u64>, derived: &str) -> String {
+    value.map_or(derived.to_string(), |b| b.to_string())
+}
+
+/// The fleet's lease TTL in force, or the default when the fleet is off.
+fn lease_ttl(s: &Settings) -> Duration {
+    s.fleet
+        .as_ref()
+        .map_or(limits::FLEET_LEASE_TTL_DEFAULT, |f| f.lease_ttl)
+}
 
 pub(super) fn spec_by_flag(flag: &str) -> Option<&'static SettingSpec> {
     SETTINGS.iter().find(|s| s.flag == flag)
@@ -324,7 +510,10 @@ pub fn help_text() -> String {
     for s in SETTINGS {
         out.push_str(&format!(
             "  {:<22} {:<22} default: {}\n      {}\n",
-            s.flag, s.env, s.default, s.meaning
+            s.flag,
+            s.env,
+            s.default_text(),
+            s.meaning
         ));
     }
     out.push_str(

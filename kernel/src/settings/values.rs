@@ -165,3 +165,46 @@ fn lower_level(directive: &str) -> String {
         None => directive.to_ascii_lowercase(),
     }
 }
+
+/// Parses a positive whole count held in a `usize` (a per-shard count). Zero is refused.
+pub(super) fn parse_count_usize(text: &str) -> Result<usize, String> {
+    let n = parse_count(text)?;
+    usize::try_from(n).map_err(|_| format!("{text:?} is too large"))
+}
+
+/// Parses a directory: any path but the empty one.
+pub(super) fn parse_dir(text: &str) -> Result<PathBuf, String> {
+    if text.is_empty() {
+        return Err("must not be empty".to_string());
+    }
+    Ok(PathBuf::from(text))
+}
+
+/// Parses `COMBD_SQLITE_SYNC`: true for `full`, false for `normal`.
+pub(super) fn parse_sqlite_sync(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "full" => Ok(true),
+        "normal" => Ok(false),
+        other => Err(format!("{other:?}: use full or normal")),
+    }
+}
+
+/// A byte size that, not given, the node derives at start-up (a budget): `None` then.
+pub(super) fn optional_bytes(text: Option<&str>, _: &Context) -> Result<Option<u64>, String> {
+    text.map(parse_bytes).transpose()
+}
+
+/// `COMBD_SHARDS`: one per CPU this process may run on, else the count given, at most that.
+pub(super) fn resolve_shards(text: Option<&str>, cx: &Context) -> Result<usize, String> {
+    let Some(text) = text else {
+        return Ok(cx.allowed_cpus.max(1));
+    };
+    let n = parse_count_usize(text)?;
+    if n > cx.allowed_cpus {
+        return Err(format!(
+            "{n} shards, but this process may run on only {} CPU(s); each shard needs its own",
+            cx.allowed_cpus
+        ));
+    }
+    Ok(n)
+}

@@ -35,9 +35,9 @@ fn the_fleet_is_off_by_default_and_its_ttl_default_is_the_limits_file() {
         .iter()
         .find(|s| s.env == "COMBD_FLEET_LEASE_TTL")
         .unwrap()
-        .default;
+        .default_text();
     assert_eq!(
-        parse_lease_ttl(default),
+        parse_lease_ttl(&default),
         Ok(limits::FLEET_LEASE_TTL_DEFAULT)
     );
     let on = load(FLEET, &[]).unwrap().fleet.unwrap();

@@ -447,3 +447,5 @@ const FLEET: &[(&str, &str)] = &[
 ];
 
 mod fleet_settings;
+
+mod table;
