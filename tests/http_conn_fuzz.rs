@@ -1,7 +1,7 @@
 //! The `http_conn` fuzz target (`fuzz/fuzz_targets/http_conn.rs`) run as plain tests against
 //! the real node: its seed corpus (written from the scenarios below, each a shape of client
-//! the node's bounds are for), then scripts from fixed random seeds (more with
-//! `COMBD_FUZZ_SCRIPTS=N`). The harness (`combd::fuzz::conn`) checks the node's byte bounds
+//! the node's bounds are for), then mutants of it from fixed seeds (more with
+//! `COMBD_FUZZ_SCRIPTS=N`, from `COMBD_FUZZ_FIRST_SEED`). The harness (`combd::fuzz::conn`) checks the node's byte bounds
 //! after every script and panics with the script that broke one.
 
 #![allow(clippy::unwrap_used)]
@@ -14,7 +14,7 @@ use combd::fuzz::script::{encode, Item, Op};
 
 /// How long the corpus may take to replay (it takes a few seconds).
 const CORPUS_TIME_MAX: Duration = Duration::from_secs(25);
-/// Random scripts run by default, from fixed seeds.
+/// Mutated scripts run by default, from fixed seeds.
 const RANDOM_SCRIPTS: u64 = 30;
 
 fn corpus_dir() -> PathBuf {
@@ -391,24 +391,62 @@ fn next(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Random scripts from fixed seeds (`COMBD_FUZZ_SCRIPTS` of them, default 30): the stable
-/// toolchain's fuzz loop, without cargo-fuzz. A failure names its seed.
+/// `seed`'s input: a corpus file mutated a few times (bytes changed, inserted, deleted, a
+/// range repeated, another file spliced in), as a fuzzer would, the same on every run.
+fn mutant(seed: u64, corpus: &[Vec<u8>]) -> Vec<u8> {
+    let mut state = seed;
+    let mut r = |n: usize| (next(&mut state) % n.max(1) as u64) as usize;
+    let mut data = corpus[r(corpus.len())].clone();
+    for _ in 0..1 + r(6) {
+        let at = r(data.len() + 1);
+        match r(5) {
+            0 if at < data.len() => data[at] = r(256) as u8,
+            1 => data.insert(at, r(256) as u8),
+            2 if at < data.len() => {
+                let end = (at + 1 + r(8)).min(data.len());
+                data.drain(at..end);
+            }
+            3 if at < data.len() => {
+                let end = (at + 1 + r(16)).min(data.len());
+                let piece = data[at..end].to_vec();
+                data.splice(at..at, piece);
+            }
+            _ => {
+                let other = &corpus[r(corpus.len())];
+                let from = r(other.len());
+                data.splice(at..at, other[from..].iter().copied());
+            }
+        }
+    }
+    data
+}
+
+/// Mutants of the corpus from fixed seeds (`COMBD_FUZZ_SCRIPTS` of them, default 30): the
+/// stable toolchain's fuzz loop, without cargo-fuzz. A failure names its seed and saves its
+/// input, which `cargo fuzz run http_conn <file>` or the corpus replays.
 #[test]
-fn random_scripts_keep_the_nodes_byte_bounds() {
+fn mutated_scripts_keep_the_nodes_byte_bounds() {
     let n = std::env::var("COMBD_FUZZ_SCRIPTS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(RANDOM_SCRIPTS);
+    let first: u64 = std::env::var("COMBD_FUZZ_FIRST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let corpus: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
     let mut h = Harness::start(Path::new(env!("CARGO_BIN_EXE_combd")));
     let (mut clients, mut sent) = (0, 0);
-    for seed in 0..n {
-        let mut state = seed;
-        let len = 16 + next(&mut state) % 480;
-        let data: Vec<u8> = (0..len).map(|_| next(&mut state) as u8).collect();
+    for seed in first..first + n {
+        let data = mutant(seed, &corpus);
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(&data)))
             .unwrap_or_else(|e| {
-                let dir = std::env::temp_dir();
-                let path = dir.join(format!("http_conn-seed-{seed}"));
+                let path = std::env::temp_dir().join(format!("http_conn-seed-{seed}"));
                 let _ = std::fs::write(&path, &data);
                 eprintln!("seed {seed} failed; its input is in {}", path.display());
                 std::panic::resume_unwind(e)
@@ -416,6 +454,6 @@ fn random_scripts_keep_the_nodes_byte_bounds() {
         clients += out.clients;
         sent += out.sent_bytes;
     }
-    eprintln!("{n} random scripts: {clients} clients, {sent} bytes sent");
-    assert!(clients > 0, "no random script connected a client");
+    eprintln!("{n} mutated scripts: {clients} clients, {sent} bytes sent");
+    assert!(clients > 0, "no script connected a client");
 }

@@ -99,6 +99,13 @@ impl Harness {
         let data_dir = std::env::temp_dir().join(format!("combd-fuzz-conn-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
         let mut cmd = Command::new(bin);
+        // The node's settings are these alone (and it refuses unknown COMBD_ names, such as
+        // the harness's own COMBD_BIN).
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("COMBD_") {
+                cmd.env_remove(name);
+            }
+        }
         cmd.env("COMBD_LISTEN", "127.0.0.2:0")
             .env("COMBD_DATA", &data_dir)
             .env("COMBD_LOG", "error")
