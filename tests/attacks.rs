@@ -58,6 +58,20 @@ fn pipelined_requests_from_clients_that_never_read_cost_at_most_256_kib_each() {
         "the attackers and /stats's: {s}"
     );
     assert!(s["pipeline_held_waits"].as_u64().unwrap() >= CONNS, "{s}");
+    // Each held the cap's worth and at most one page past it.
+    let cap = s["limits"]["pipeline_held_max_bytes"].as_u64().unwrap();
+    let page = request(node.public(), get).body.len() as u64 + 512;
+    let held = s["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sh| sh["pipeline_held_bytes_max"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        held >= cap && held < cap + page,
+        "{held} held, cap {cap}: {s}"
+    );
     assert_eq!(request(node.public(), get).status, 200, "an honest client");
     drop(attackers);
 }

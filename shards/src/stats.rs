@@ -159,6 +159,10 @@ pub struct ShardStats {
     pub pipeline_held_waits: AtomicU64,
     /// Times a slow request's connection paused its reading for `SLOW_READ_INTERVAL`.
     pub slow_reads_paced: AtomicU64,
+    /// The most bytes of responses one connection held at once: answered and not yet written,
+    /// or kept behind an object's answer still owed (bounded by `PIPELINE_HELD_MAX_BYTES` and
+    /// the response that crossed it).
+    pub pipeline_held_bytes_max: AtomicU64,
     /// Bytes of clients' input waiting in this shard's connections' jobs (mailboxes, inboxes,
     /// batches running), against `COMBD_INBOUND_BUDGET`.
     pub inbound_bytes: AtomicU64,
@@ -285,6 +289,7 @@ impl ShardStats {
             ("outbound_bytes_max", "combd_outbound_bytes_max", Gauge, "The most bytes waiting at once.", g(&self.outbound_bytes_max)),
             ("pipeline_held_waits", "combd_pipeline_held_waits_total", Counter, "Times a connection wrote its 64 KiB of held responses before answering more.", g(&self.pipeline_held_waits)),
             ("slow_reads_paced", "combd_slow_reads_paced_total", Counter, "Times a slow request's connection paused its reading (read at most once a second).", g(&self.slow_reads_paced)),
+            ("pipeline_held_bytes_max", "combd_pipeline_held_bytes_max", Gauge, "The most bytes of responses one connection held at once.", g(&self.pipeline_held_bytes_max)),
             ("inbound_bytes", "combd_inbound_bytes", Gauge, "Bytes of clients' input waiting in mailboxes and inboxes.", g(&self.inbound_bytes)),
             ("inbound_bytes_max", "combd_inbound_bytes_max", Gauge, "The most inbound bytes held at once.", g(&self.inbound_bytes_max)),
             ("inbound_refused", "combd_inbound_refused_total", Counter, "Inputs refused past the shard's inbound budget.", g(&self.inbound_refused)),

@@ -139,7 +139,9 @@ impl Conn {
             // Back-pressure: past the bytes of responses a connection may hold, the ones owed
             // are waited for and everything is written before the next request is answered.
             // A client that reads nothing then stops the loop here, holding at most that.
-            if out.len() + pipeline.written >= limits::PIPELINE_HELD_MAX_BYTES {
+            let held = out.len() + pipeline.written;
+            self.note_held(held);
+            if held >= limits::PIPELINE_HELD_MAX_BYTES {
                 ShardStats::add(&self.stats().pipeline_held_waits, 1);
                 self.settle(&mut pipeline, &mut out).await;
                 if self.flush(&mut out).await.is_err() {
@@ -423,6 +425,15 @@ impl Conn {
         }
         pipeline.objects = 0;
         pipeline.written = 0;
+        self.note_held(out.len());
         true
+    }
+
+    /// Records `bytes` of responses held by this connection in the shard's high-water mark
+    /// (`pipeline_held_bytes_max`).
+    fn note_held(&self, bytes: usize) {
+        self.stats()
+            .pipeline_held_bytes_max
+            .fetch_max(bytes as u64, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -1,6 +1,13 @@
 //! Entry points for the fuzz targets (`fuzz/fuzz_targets/`), one per input format the node
 //! parses from outside. Each must return for any input, never panic, and keep its invariants
 //! (asserted here). `tests/fuzz_corpus.rs` runs every committed corpus file through them.
+//!
+//! One target is not a parser: `http_conn` ([`conn`]) plays a script of clients
+//! ([`script`]) against a real node and checks the node's byte bounds after each;
+//! `tests/http_conn_fuzz.rs` replays its corpus.
+
+pub mod conn;
+pub mod script;
 
 use std::collections::BTreeMap;
 use std::path::Path;
