@@ -96,7 +96,12 @@ impl Harness {
     /// Starts `bin` (a built `combd`) on 127.0.0.2 with one shard and the test apps, and waits
     /// for its ready line. Panics if it does not start.
     pub fn start(bin: &Path) -> Harness {
-        let data_dir = std::env::temp_dir().join(format!("combd-fuzz-conn-{}", std::process::id()));
+        // One directory per harness: two in one process (the tests run in parallel) would
+        // share the node's lock, and the second node would refuse to start.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let data_dir =
+            std::env::temp_dir().join(format!("combd-fuzz-conn-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
         let mut cmd = Command::new(bin);
         // The node's settings are these alone (and it refuses unknown COMBD_ names, such as
