@@ -200,7 +200,13 @@ pub(crate) enum ShardMsg {
     /// A job for an object living on the receiving shard.
     Job { app: String, name: String, job: Job },
     /// A framed message for a session on the receiving shard.
-    Deliver { session: u64, frame: Arc<[u8]> },
+    Deliver {
+        /// The object whose app sent it (a session attached to another is not delivered
+        /// to); `None` for the node's own message.
+        from: Option<String>,
+        session: u64,
+        frame: Arc<[u8]>,
+    },
     /// A framed message for every session of `key` subscribed to `topic` on the receiving shard.
     Broadcast {
         key: String,

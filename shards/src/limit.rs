@@ -22,11 +22,13 @@ pub enum Limit {
     Memory,
     /// The call queued more than `SENDS_MAX_BYTES` of sends.
     Send,
+    /// The call's SQL ran a statement the node does not allow apps (`cells/sandbox.rs`).
+    SqlDenied,
 }
 
 impl Limit {
     /// Every kind, for tests and documentation.
-    pub const ALL: [Limit; 7] = [
+    pub const ALL: [Limit; 8] = [
         Limit::Cpu,
         Limit::HostTime,
         Limit::SqlTimeout,
@@ -34,6 +36,7 @@ impl Limit {
         Limit::DbFull,
         Limit::Memory,
         Limit::Send,
+        Limit::SqlDenied,
     ];
 
     /// The error message a client sees (`{"error": "<this>"}`).
@@ -46,6 +49,7 @@ impl Limit {
             Limit::DbFull => "db_full",
             Limit::Memory => "memory_limit",
             Limit::Send => "send_limit",
+            Limit::SqlDenied => "sql_denied",
         }
     }
 
@@ -77,6 +81,7 @@ impl Limit {
             Limit::DbFull => &stats.db_full,
             Limit::Memory => &stats.memory_limit_killed,
             Limit::Send => &stats.send_limit_refused,
+            Limit::SqlDenied => &stats.sql_denied,
         }
     }
 }

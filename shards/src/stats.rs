@@ -142,6 +142,10 @@ pub struct ShardStats {
     pub db_full: AtomicU64,
     /// Sends refused past 16 MiB a request.
     pub send_limit_refused: AtomicU64,
+    /// Sends an object addressed to a session of another object, dropped.
+    pub sends_foreign_dropped: AtomicU64,
+    /// Calls failed because their SQL ran a statement the node does not allow apps.
+    pub sql_denied: AtomicU64,
     /// Objects reloaded from their database after a killed call.
     pub reloads: AtomicU64,
     /// Calls killed past their app's `memory_kb`.
@@ -281,6 +285,8 @@ impl ShardStats {
             ("sql_too_big", "combd_sql_too_big_total", Counter, "SQL values refused past 2 MB.", g(&self.sql_too_big)),
             ("db_full", "combd_db_full_total", Counter, "Writes refused at the database size cap.", g(&self.db_full)),
             ("send_limit_refused", "combd_send_limit_refused_total", Counter, "Sends refused past 16 MiB a request.", g(&self.send_limit_refused)),
+            ("sends_foreign_dropped", "combd_sends_foreign_dropped_total", Counter, "Sends an object addressed to another object's session, dropped.", g(&self.sends_foreign_dropped)),
+            ("sql_denied", "combd_sql_denied_total", Counter, "Calls failed for a SQL statement apps may not run (ATTACH, PRAGMA, transaction control...).", g(&self.sql_denied)),
             ("reloads", "combd_reloads_total", Counter, "Objects reloaded after a killed call.", g(&self.reloads)),
             ("memory_limit_killed", "combd_memory_limit_killed_total", Counter, "Calls killed past their app's memory_kb.", g(&self.memory_limit_killed)),
             ("ws_slow_closed", "combd_ws_slow_closed_total", Counter, "WebSockets closed with 8 MiB waiting.", g(&self.ws_slow_closed)),

@@ -8,6 +8,7 @@ use combd_kernel::limits::{
     HOST_CALL_TICKS, LOG_MAX_BYTES, WASM_BYTES_PER_TICK, WASM_TABLE_ELEMENT_BYTES,
 };
 use combd_shards::app::{limit_error, AppError, Cx, Input, Message, SessionId};
+use combd_shards::http::carries_body;
 use combd_shards::limit::Limit;
 use wasmtime::{Caller, Linker, ResourceLimiter};
 
@@ -315,10 +316,11 @@ pub(crate) fn text(bytes: Vec<u8>, what: &str) -> wasmtime::Result<String> {
     String::from_utf8(bytes).map_err(|_| wasmtime::Error::msg(format!("{what} is not UTF-8")))
 }
 
+/// A `fail` status: 400 to 599, else 500.
 fn status(s: i32, default: u16) -> u16 {
     u16::try_from(s)
         .ok()
-        .filter(|s| (100..=599).contains(s))
+        .filter(|s| (400..=599).contains(s))
         .unwrap_or(default)
 }
 
@@ -375,7 +377,15 @@ fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
             let body = read(&mut c, ptr, n)?;
             let h = c.data_mut();
             if let Some(a) = h.answers.get_mut(h.current) {
-                a.response = Some((status(s, 200), body));
+                match u16::try_from(s).ok().filter(|&s| carries_body(s)) {
+                    Some(s) => a.response = Some((s, body)),
+                    None => {
+                        a.failure = Some((
+                            500,
+                            format!("the module responded with status {s}: respond takes 200 to 599 but 204 and 304"),
+                        ))
+                    }
+                }
             }
             Ok(())
         },

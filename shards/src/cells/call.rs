@@ -7,6 +7,7 @@ use crate::app::{limit_error, App, AppError, CallBudget, Cx, Effect, Input, Outp
 use crate::job::Owned;
 use crate::limit::Limit;
 
+use super::sandbox;
 use super::store::watch;
 
 /// The database a batch runs on.
@@ -177,6 +178,7 @@ fn call<T>(
     let started = std::time::Instant::now();
     let mut budget = CallBudget::new(limits.ticks).with_memory(limits.memory_bytes, input_bytes);
     watch::begin();
+    sandbox::take_denied();
     if limits.memory_bytes.is_some() {
         crate::alloc::begin();
     }
@@ -185,8 +187,15 @@ fn call<T>(
         let tx = db.transaction()?;
         let out = {
             let mut cx = Cx::new(Some(&tx), effects, &mut budget);
-            guarded(|| f(&mut cx))?
+            let _app = sandbox::AppSql::enter();
+            guarded(|| f(&mut cx))
         };
+        // A statement the node does not allow apps fails the call whatever the app made of
+        // its error: rolled back, answered `sql_denied`.
+        if sandbox::take_denied() {
+            return Err(limit_error(Limit::SqlDenied));
+        }
+        let out = out?;
         let _ = budget.check_memory();
         if let Some(limit) = budget.tripped {
             return Err(limit_error(limit));
@@ -334,7 +343,8 @@ mod tests {
         assert_eq!(r.effects.len(), 2);
     }
 
-    /// `GET` reads, `POST` inserts a row, `NOOP` updates no row, `TEMP` writes a temp table,
+    /// `GET` reads, `POST` inserts a row, `NOOP` updates no row, `TEMP` inserts a row and tries
+    /// a temp table,
     /// `BAD` inserts then fails; each broadcasts what it did.
     struct Notes;
 
@@ -361,9 +371,12 @@ mod tests {
                     db.execute("UPDATE notes SET v = v WHERE 0", [])?;
                 }
                 "TEMP" => {
-                    db.execute_batch(
+                    db.execute("INSERT INTO notes (v) VALUES ('x')", [])?;
+                    // A temp table (a file outside the data directory) is not allowed apps;
+                    // this app swallows the error.
+                    let _ = db.execute_batch(
                         "CREATE TEMP TABLE IF NOT EXISTS t (x); INSERT INTO t VALUES (1);",
-                    )?;
+                    );
                 }
                 _ => {}
             }
@@ -425,7 +438,6 @@ mod tests {
             (vec![method("GET"), method("POST")], "an insert in a batch"),
             (vec![method("POST")], "an insert alone"),
             (vec![method("NOOP")], "an update of no row"),
-            (vec![method("TEMP")], "a temp table"),
             (
                 vec![method("BAD"), method("POST")],
                 "a write after a failed batch",
@@ -507,5 +519,23 @@ mod tests {
         assert_eq!(r.outputs[0].as_ref().unwrap_err().message, "cpu_limit");
         assert_eq!(r.limits, [Limit::Cpu]);
         assert!(r.killed);
+    }
+
+    /// SQL the node does not allow apps fails the call with `sql_denied` whatever the app made
+    /// of its error, and what the call wrote before it is rolled back; the calls around it
+    /// commit.
+    #[test]
+    fn sql_apps_may_not_run_fails_the_call_and_rolls_it_back() {
+        let mut db = open("denied", Notes.schema());
+        let inputs = [method("POST"), method("TEMP"), method("POST")];
+        let r = run_batch(&Notes, &mut db, &inputs, NO_LIMITS, &On::Db);
+        assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
+        let e = r.outputs[1].as_ref().unwrap_err();
+        assert_eq!(e.limit(), Some(Limit::SqlDenied));
+        assert_eq!(notes(&db), 2, "the denied call's insert was rolled back");
+        let temp: i64 = db
+            .query_row("SELECT COUNT(*) FROM temp.sqlite_master", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(temp, 0, "no temp table");
     }
 }

@@ -20,6 +20,7 @@ mod call;
 mod commit;
 mod create;
 mod object;
+mod sandbox;
 pub(crate) mod session;
 mod store;
 
@@ -313,7 +314,7 @@ impl Cells {
             Reply::Session(session) => {
                 let mut frame = Vec::new();
                 ws::encode_error(&mut frame, refusal.message());
-                self.sessions.deliver(session, frame.into());
+                self.sessions.deliver(None, session, frame.into());
             }
             Reply::None => {}
         }
@@ -341,7 +342,11 @@ impl Cells {
                 Some(app) => self.submit_local(&app, &name, job),
                 None => self.refuse(job, Refusal::NoSuchApp),
             },
-            ShardMsg::Deliver { session, frame } => self.sessions.deliver_local(session, frame),
+            ShardMsg::Deliver {
+                from,
+                session,
+                frame,
+            } => self.sessions.deliver_local(from.as_deref(), session, frame),
             ShardMsg::Broadcast { key, topic, frame } => {
                 self.sessions
                     .fan_out(&key, &topic, std::slice::from_ref(&frame), fanout)
@@ -365,7 +370,8 @@ impl Cells {
             match e {
                 Effect::Send { to, text, payload } => {
                     self.broadcast_run(key, &mut run).await;
-                    self.sessions.deliver(to, message_frame(text, &payload))
+                    self.sessions
+                        .deliver(Some(key), to, message_frame(text, &payload))
                 }
                 Effect::Broadcast {
                     topic,

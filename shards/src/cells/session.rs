@@ -259,7 +259,8 @@ impl Sessions {
 
     /// Puts a frame in a local session's mailbox and wakes its connection, as [`decide`]
     /// says.
-    pub fn deliver_local(&self, id: u64, frame: Arc<[u8]>) {
+    /// `from`: the object whose app sent the frame (`None`: the node's own message).
+    pub fn deliver_local(&self, from: Option<&str>, id: u64, frame: Arc<[u8]>) {
         let len = frame.len() as u64;
         let stats = self.state.stats();
         let slot = {
@@ -267,6 +268,12 @@ impl Sessions {
             let Some(s) = map.get_mut(&id) else {
                 return;
             };
+            // An object reaches its own sessions only: session ids are small and sequential,
+            // so an app could otherwise write into another app's WebSockets.
+            if from.is_some_and(|key| s.key != key) {
+                ShardStats::add(&stats.sends_foreign_dropped, 1);
+                return;
+            }
             if s.closing.is_some() {
                 return;
             }
@@ -314,15 +321,16 @@ impl Sessions {
     }
 
     /// Delivers a frame to a session on any shard.
-    pub fn deliver(&self, to: SessionId, frame: Arc<[u8]>) {
+    pub fn deliver(&self, from: Option<&str>, to: SessionId, frame: Arc<[u8]>) {
         if to.shard as usize == self.state.id() {
-            self.deliver_local(to.id, frame);
+            self.deliver_local(from, to.id, frame);
             return;
         }
         let Some(inbox) = self.state.node().inboxes.get(to.shard as usize) else {
             return;
         };
         let msg = ShardMsg::Deliver {
+            from: from.map(str::to_string),
             session: to.id,
             frame,
         };
@@ -348,7 +356,7 @@ impl Sessions {
         let _done = Defer(|| ShardStats::sub(&stats.fanouts_in_progress, 1));
         for id in ids {
             for frame in frames {
-                self.deliver_local(id, frame.clone());
+                self.deliver_local(Some(key), id, frame.clone());
                 turn.spend().await;
             }
         }

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use combd_kernel::limits::{SQLITE_BUSY_TIMEOUT, SQL_PROGRESS_STEPS, SQL_VALUE_MAX_BYTES};
 
+use super::sandbox;
+
 /// Why an object's database could not be opened.
 #[derive(Debug)]
 pub(crate) struct StoreError {
@@ -36,8 +38,11 @@ impl fmt::Display for StoreError {
 /// connection goes on committing.
 ///
 /// It points into the connection (`SQLITE_FCNTL_JOURNAL_POINTER`): it is valid while the
-/// connection is open, so the object closes its connection only after every sync it started
-/// has returned. A sync only reads the file's descriptor and flags; `fdatasync` covers every
+/// connection is open and its WAL file stays open, so the object closes its connection only
+/// after every sync it started has returned, and app SQL can neither leave WAL mode nor end the
+/// call's transaction to do so (`COMMIT; PRAGMA journal_mode=DELETE` closed the WAL under a
+/// sync in flight: both are denied apps, `cells/sandbox.rs`). Syncing through SQLite's VFS, not
+/// a descriptor of the node's own, is what lets the power-cut tests see every sync. A sync only reads the file's descriptor and flags; `fdatasync` covers every
 /// write that completed before it began, so a commit running beside it is merely not covered.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Wal(*mut rusqlite::ffi::sqlite3_file);
@@ -153,7 +158,8 @@ pub(crate) fn open(path: &Path, config: StoreConfig) -> Result<rusqlite::Connect
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| err("create", dir, &e))?;
     }
-    let db = rusqlite::Connection::open(path).map_err(|e| err("open", path, &e))?;
+    let db = rusqlite::Connection::open_with_flags(path, sandbox::open_flags())
+        .map_err(|e| err("open", path, &e))?;
     configure(db, path, config)
 }
 
@@ -164,7 +170,8 @@ pub(crate) fn open_scratch(
     path: &Path,
     config: StoreConfig,
 ) -> Result<rusqlite::Connection, StoreError> {
-    let db = rusqlite::Connection::open_in_memory().map_err(|e| store_error("open", path, &e))?;
+    let db = rusqlite::Connection::open_in_memory_with_flags(sandbox::open_flags())
+        .map_err(|e| store_error("open", path, &e))?;
     // `journal_mode=WAL` leaves an in-memory database in its own `memory` mode; the rest
     // applies as to a file.
     configure(db, path, config)
@@ -202,9 +209,19 @@ fn configure(
     }
     watch::install(&db);
     db.progress_handler(SQL_PROGRESS_STEPS, Some(watch::check));
+    sandbox::lock_down(&db).map_err(|e| err("configure", path, &e))?;
     if !config.schema.is_empty() {
-        db.execute_batch(config.schema)
-            .map_err(|e| err("schema of", path, &e))?;
+        // The app's schema is app SQL: it runs under the same authorizer as its calls.
+        let _app = sandbox::AppSql::enter();
+        let r = db.execute_batch(config.schema);
+        if sandbox::take_denied() {
+            return Err(err(
+                "schema of",
+                path,
+                &"a statement the node does not allow apps",
+            ));
+        }
+        r.map_err(|e| err("schema of", path, &e))?;
     }
     Ok(db)
 }

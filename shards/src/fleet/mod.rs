@@ -461,6 +461,12 @@ impl Fleet {
             .forwarder
             .forward(owner, method, &target, body, max_body)
         {
+            Ok(f) if !crate::http::carries_body(f.status) => {
+                // A peer is untrusted input: a status that cannot carry the body it came with
+                // would desynchronise this connection's next response.
+                self.owner_reached(owner);
+                Response::error(502, "the owner answered an invalid status")
+            }
             Ok(f) => {
                 self.owner_reached(owner);
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);

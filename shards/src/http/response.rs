@@ -56,6 +56,13 @@ impl Response {
     }
 }
 
+/// Whether `status` may answer a request with a body, as every response the node writes has
+/// one (and a `content-length`): 200 to 599 but 204 and 304 (RFC 9110, 15; a body on a 1xx,
+/// 204 or 304 would be read by the client as the start of the next response).
+pub fn carries_body(status: u16) -> bool {
+    (200..=599).contains(&status) && status != 204 && status != 304
+}
+
 /// The reason phrase of a status code.
 pub fn reason(status: u16) -> &'static str {
     match status {

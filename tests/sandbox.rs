@@ -1,0 +1,208 @@
+//! Hostile modules against the real node: a module's SQL reaches its own object's database
+//! and nothing else, its sends reach its own object's sessions only, and its statuses cannot
+//! desynchronise a client. Each escape fails with a clear error and changes nothing outside
+//! the object.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::path::PathBuf;
+
+use support::*;
+use tungstenite::Message;
+
+const SQLRUN: &str = include_str!("wasm/sqlrun.wat");
+
+/// A module that, on `POST`, sends "pwned" to sessions 0 to 63 of shard 0, whatever they are
+/// attached to, then answers `{}`; and on a respond status given as the body's decimal digits,
+/// answers with that status.
+const SPRAY: &str = r#"(module
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (import "combd" "send" (func $send (param i32 i64 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "pwned")
+  (data (i32.const 32) "{}")
+  (func (export "handle") (result i32)
+    (local $i i64) (local $n i32) (local $status i32) (local $k i32)
+    (local.set $n (call $input (i32.const 0) (i32.const 256) (i32.const 16)))
+    (if (i32.gt_s (local.get $n) (i32.const 0))
+      (then
+        (loop $digits
+          (local.set $status (i32.add (i32.mul (local.get $status) (i32.const 10))
+            (i32.sub (i32.load8_u (i32.add (i32.const 256) (local.get $k))) (i32.const 48))))
+          (local.set $k (i32.add (local.get $k) (i32.const 1)))
+          (br_if $digits (i32.lt_s (local.get $k) (local.get $n))))
+        (call $respond (local.get $status) (i32.const 32) (i32.const 2))
+        (return (i32.const 0))))
+    (loop $each
+      (drop (call $send (i32.const 0) (local.get $i) (i32.const 16) (i32.const 5)))
+      (local.set $i (i64.add (local.get $i) (i64.const 1)))
+      (br_if $each (i64.lt_u (local.get $i) (i64.const 64))))
+    (call $respond (i32.const 200) (i32.const 32) (i32.const 2))
+    (i32.const 0))
+)"#;
+
+fn apps_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("combd-sandbox-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("sqlrun.wat"), SQLRUN).unwrap();
+    std::fs::write(dir.join("spray.wat"), SPRAY).unwrap();
+    dir
+}
+
+fn node(tag: &str) -> TestNode {
+    let dir = apps_dir(tag);
+    TestNode::start(&[
+        ("COMBD_APPS_DIR", dir.to_str().unwrap()),
+        ("COMBD_SHARDS", "1"),
+    ])
+}
+
+/// Runs `sql` in object `o` of the sqlrun module.
+fn run(node: &TestNode, o: &str, sql: &str) -> Resp {
+    post(node, &format!("/o/sqlrun/{o}"), sql)
+}
+
+fn count(node: &TestNode, o: &str) -> i64 {
+    let r = run(node, o, "SELECT * FROM t");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["n"].as_i64().unwrap()
+}
+
+#[test]
+fn a_modules_sql_reaches_its_own_database_and_nothing_else() {
+    let node = node("sql");
+    // What an app needs works.
+    for sql in [
+        "INSERT INTO t VALUES ('a')",
+        "CREATE TABLE IF NOT EXISTS u (x)",
+        "PRAGMA table_info(t)",
+        "PRAGMA user_version = 2",
+    ] {
+        let r = run(&node, "a", sql);
+        assert_eq!(r.status, 200, "{sql}: {}", r.text());
+        assert!(r.json()["n"].as_i64().unwrap() >= 0, "{sql}");
+    }
+    assert_eq!(count(&node, "a"), 1);
+    // Another app's database, and one of the same app's other objects.
+    assert_eq!(post(&node, "/o/counter/victim", "").status, 200);
+    assert_eq!(run(&node, "b", "INSERT INTO t VALUES ('b')").status, 200);
+    let outside = std::env::temp_dir().join(format!("combd-pwn-{}.sqlite", std::process::id()));
+    let _ = std::fs::remove_file(&outside);
+    let victim = node.data_dir.join("objects/counter/victim.sqlite");
+    let sibling = node.data_dir.join("objects/sqlrun/b.sqlite");
+    let escapes = [
+        format!("ATTACH DATABASE '{}' AS x", outside.display()),
+        format!("ATTACH DATABASE '{}' AS x", victim.display()),
+        format!("ATTACH DATABASE '{}' AS x", sibling.display()),
+        "COMMIT".to_string(),
+        "BEGIN".to_string(),
+        "SAVEPOINT s".to_string(),
+        "ROLLBACK".to_string(),
+        "PRAGMA journal_mode = DELETE".to_string(),
+        "PRAGMA max_page_count = 2147483647".to_string(),
+        "PRAGMA cache_size = -1000000".to_string(),
+        "PRAGMA mmap_size = 1073741824".to_string(),
+        "PRAGMA writable_schema = ON".to_string(),
+        "CREATE TEMP TABLE tt (x)".to_string(),
+        "SELECT load_extension('/nonexistent')".to_string(),
+    ];
+    // VACUUM INTO writes a copy anywhere: inside the call's transaction SQLite refuses it
+    // before the authorizer sees it (the module sees -1), and outside one it would attach its
+    // target, which is denied (`cells/sandbox.rs`'s tests).
+    let vacuum = run(&node, "a", &format!("VACUUM INTO '{}'", outside.display()));
+    assert_eq!(
+        (vacuum.status, vacuum.json()["n"].as_i64()),
+        (200, Some(-1))
+    );
+    for sql in &escapes {
+        let r = run(&node, "a", sql);
+        assert_eq!(
+            (r.status, r.json()["error"].as_str().unwrap_or("")),
+            (500, "sql_denied"),
+            "{sql}: {}",
+            r.text()
+        );
+    }
+    assert!(!outside.exists(), "a file outside the data directory");
+    assert_eq!(count(&node, "a"), 1, "nothing of the denied calls applied");
+    assert_eq!(count(&node, "b"), 1);
+    assert_eq!(
+        get(&node, "/o/counter/victim").json()["value"],
+        1,
+        "the other app's object as it was"
+    );
+    let s = node.stats();
+    assert_eq!(s["sql_denied"].as_u64().unwrap(), escapes.len() as u64);
+    // The object's database is still in WAL mode: its next write commits and is kept.
+    assert_eq!(run(&node, "a", "INSERT INTO t VALUES ('c')").status, 200);
+    assert_eq!(count(&node, "a"), 2);
+    let db = rusqlite::Connection::open(node.data_dir.join("objects/sqlrun/a.sqlite")).unwrap();
+    let mode: String = db
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let _ = std::fs::remove_file(&outside);
+}
+
+#[test]
+fn a_modules_sends_reach_only_its_own_objects_sessions() {
+    let node = node("sends");
+    // A viewer of another app's board: its session is among the first ids of shard 0.
+    let mut ws = open_ws(&node, "/o/million/victim?page=0");
+    let page = read_json(&mut ws);
+    assert_eq!(page["t"], "page", "{page}");
+    let r = post(&node, "/o/spray/x", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(node.stats()["sends_foreign_dropped"].as_u64().unwrap() >= 1);
+    // The viewer hears its own board next (its click's update), never the spray.
+    ws.send(Message::text(r#"{"t":"click","i":7,"c":1}"#))
+        .unwrap();
+    loop {
+        match ws.read().unwrap() {
+            Message::Text(t) => {
+                assert!(
+                    !t.contains("pwned"),
+                    "another app wrote into this WebSocket"
+                );
+                let m: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                if m["t"] == "set" {
+                    break;
+                }
+            }
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_module_cannot_answer_a_status_without_a_body() {
+    let node = node("status");
+    for status in ["101", "204", "304", "99", "600"] {
+        let mut s = connect(node.public());
+        use std::io::Write;
+        // The answer, then a pipelined request: its response must come next, whole.
+        write!(
+            s,
+            "POST /o/spray/s HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{status}\
+             GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+            status.len()
+        )
+        .unwrap();
+        let mut r = std::io::BufReader::new(s);
+        let first = read_response(&mut r);
+        assert_eq!(first.status, 500, "status {status}: {}", first.text());
+        assert!(
+            first.text().contains("respond takes 200 to 599"),
+            "{}",
+            first.text()
+        );
+        assert_eq!(read_response(&mut r).status, 200, "status {status}");
+    }
+    let r = post(&node, "/o/spray/s", "201");
+    assert_eq!(r.status, 201);
+}
