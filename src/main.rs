@@ -10,7 +10,7 @@ use std::path::Path;
 
 use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
-use combd_kernel::settings::{check_env_names, help_text, Command, ConfigError, Settings};
+use combd_kernel::settings::{check_env_names, help_text, Command, ConfigError, Settings, Source};
 use combd_kernel::sys;
 use combd_shards::{Node, NodeConfig, StartError};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -263,6 +263,18 @@ fn lock_data_dir(dir: &Path) -> Result<std::fs::File, Failure> {
 /// that does not load, or takes a built-in app's name, stops the start naming its file.
 fn deploy(settings: &Settings) -> Result<(combd_wasm::Deployed, combd_shards::app::Apps), Failure> {
     let config = |m: String| Failure::Config(format!("COMBD_APPS_DIR: {m}"));
+    // The default directory may be missing (no modules); one set explicitly must exist, as a
+    // typo would otherwise deploy nothing without a word.
+    let explicit = settings
+        .sources
+        .get("COMBD_APPS_DIR")
+        .is_some_and(|s| *s != Source::Default);
+    if explicit && !settings.apps_dir.is_dir() {
+        return Err(config(format!(
+            "{} is not a directory (set explicitly; unset it to deploy no modules)",
+            settings.apps_dir.display()
+        )));
+    }
     let deployed = combd_wasm::Deployed::load(
         &settings.apps_dir,
         &settings.data_dir,

@@ -206,3 +206,31 @@ fn a_module_cannot_answer_a_status_without_a_body() {
     let r = post(&node, "/o/spray/s", "201");
     assert_eq!(r.status, 201);
 }
+
+/// A module file that is not a regular file (here a link to `/dev/zero`, which would read for
+/// ever) stops the start naming it, and an apps directory set explicitly that does not exist
+/// stops it too: exit 78, nothing deployed without a word.
+#[test]
+fn module_files_must_be_regular_and_an_explicit_apps_directory_must_exist() {
+    let dir = std::env::temp_dir().join(format!("combd-sandbox-files-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.wasm")).unwrap();
+    let data = std::env::temp_dir().join(format!("combd-sandbox-data-{}", std::process::id()));
+    let stderr = refused(&mut combd_command(
+        &data,
+        &[("COMBD_APPS_DIR", dir.to_str().unwrap())],
+    ));
+    assert!(stderr.contains("zero.wasm"), "{stderr}");
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+
+    let missing = dir.join("no-such-directory");
+    let stderr = refused(&mut combd_command(
+        &data,
+        &[("COMBD_APPS_DIR", missing.to_str().unwrap())],
+    ));
+    assert!(stderr.contains("COMBD_APPS_DIR"), "{stderr}");
+    assert!(stderr.contains("is not a directory"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&data);
+}

@@ -9,17 +9,27 @@ use std::path::Path;
 use combd_kernel::limits::WASM_MODULE_MAX_BYTES;
 use wasmtime::{Engine, Module};
 
-/// Reads a module file, refusing one past [`WASM_MODULE_MAX_BYTES`].
+/// Reads a module file: opened once, it must be a regular file (a symbolic link is followed
+/// to one; a device, FIFO or directory is refused), and at most [`WASM_MODULE_MAX_BYTES`] are
+/// read from that one descriptor, so a file that grows, or is swapped, after its size was
+/// looked at cannot make the node read more (a link to `/dev/zero` would read for ever).
 pub(crate) fn read_module(file: &Path) -> Result<Vec<u8>, String> {
-    let size = std::fs::metadata(file)
-        .map_err(|e| format!("cannot read it: {e}"))?
-        .len();
-    if size > WASM_MODULE_MAX_BYTES {
+    use std::io::Read;
+    let f = std::fs::File::open(file).map_err(|e| format!("cannot read it: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_string());
+    }
+    let mut bytes = Vec::new();
+    f.take(WASM_MODULE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > WASM_MODULE_MAX_BYTES {
         return Err(format!(
-            "{size} bytes, past the {WASM_MODULE_MAX_BYTES}-byte limit of a module"
+            "past the {WASM_MODULE_MAX_BYTES}-byte limit of a module"
         ));
     }
-    std::fs::read(file).map_err(|e| format!("cannot read it: {e}"))
+    Ok(bytes)
 }
 
 /// SHA-256 of `bytes`, in hex.

@@ -39,7 +39,8 @@ settings_table! {
             limit: none,
             meaning: "directory of apps deployed as WebAssembly modules: each <app>.wasm or <app>.wat \
                       is app <app>; checked and compiled at start (a bad module stops it) and again on \
-                      SIGHUP; a missing directory deploys none",
+                      SIGHUP; the default directory may be missing (none deployed), one set \
+                      explicitly must exist",
         }
         /// `COMBD_SHARDS`, resolved against the allowed CPUs.
         shards: usize {
