@@ -234,3 +234,28 @@ fn module_files_must_be_regular_and_an_explicit_apps_directory_must_exist() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// A statement whose rows would not fit the module's memory is stopped while its rows are
+/// read (each row a tick, its memory checked as it is held), not after all are buffered:
+/// 500 `memory_limit` (the module may hold 2 MiB), and the node's memory grows by about that,
+/// not by the rows SQLite could produce in the statement's time.
+#[test]
+fn a_statement_returning_endless_rows_is_stopped_at_the_modules_memory() {
+    let node = node("rows");
+    let base = rss(node.pid());
+    let r = run(
+        &node,
+        "a",
+        "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) \
+         SELECT i, zeroblob(1000) FROM c",
+    );
+    assert_eq!(
+        (r.status, r.json()["error"].as_str().unwrap_or("")),
+        (500, "memory_limit"),
+        "{}",
+        r.text()
+    );
+    let grew = rss(node.pid()).saturating_sub(base);
+    assert!(grew < 256 << 20, "the node grew by {grew} bytes");
+    assert_eq!(count(&node, "a"), 0, "the object still answers");
+}

@@ -1,6 +1,7 @@
 ;; sqlrun: runs the SQL it is given, for the hostile-module tests in tests/sandbox.rs.
 ;; POST /o/sqlrun/<name> with SQL as the body: runs it (one statement, no parameters) and
-;; answers {"n": <its row count, or -1 if it failed>}. Its schema makes a table t.
+;; answers {"n": <its row count, or -1 if it failed>}. Its schema makes a table t; it may hold
+;; 2 MiB (memory_kb).
 (module
   (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
   (import "combd" "respond" (func $respond (param i32 i32 i32)))
@@ -10,6 +11,8 @@
   (data (i32.const 512) "{\"n\":")
 
   (func (export "schema") (result i32) (i32.const 16))
+  ;; 2 MiB: its linear memory (64 KiB) and what the node holds for its calls.
+  (func (export "memory_kb") (result i32) (i32.const 2048))
 
   ;; Writes the decimal digits of $v (0 to 2^31) at $at; answers how many.
   (func $itoa (param $v i32) (param $at i32) (result i32)

@@ -39,6 +39,10 @@ impl Host {
             Ok(db) => db,
             Err(Stop(e)) => return Err(self.stop(e)),
         };
+        // Each row read is a tick of the call's work, and its memory is checked as it is
+        // held: a statement returning a million rows trips the module's limits while it is
+        // read, not once every row is buffered.
+        let mut tripped = None;
         let r = (|| -> rusqlite::Result<(usize, Vec<Vec<Value>>)> {
             let mut st = db.prepare_cached(sql)?;
             let n = st.column_count();
@@ -46,9 +50,16 @@ impl Host {
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
                 out.push((0..n).map(|i| row.get(i)).collect::<Result<_, _>>()?);
+                if let Err(e) = self.cx().map_err(|Stop(e)| e).and_then(|cx| cx.tick()) {
+                    tripped = Some(e);
+                    break;
+                }
             }
             Ok((n, out))
         })();
+        if let Some(e) = tripped {
+            return Err(self.stop(e));
+        }
         match r {
             Ok((n, rows)) => {
                 self.sql.columns = n;
