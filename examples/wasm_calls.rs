@@ -38,10 +38,10 @@ fn main() {
     std::fs::create_dir_all(&tmp).expect("temp dir");
     let apps = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/wasm/apps");
     let t = Instant::now();
-    let deployed = combd_wasm::Deployed::load(&apps, &tmp, u64::MAX / 2).expect("load");
+    let deployed = combd_wasm::Deployed::load(&apps, &tmp, u64::MAX / 2, 1 << 30).expect("load");
     println!("load, compiling: {:?}", t.elapsed());
     let t = Instant::now();
-    drop(combd_wasm::Deployed::load(&apps, &tmp, u64::MAX / 2).expect("load"));
+    drop(combd_wasm::Deployed::load(&apps, &tmp, u64::MAX / 2, 1 << 30).expect("load"));
     println!("load, from the cache: {:?}", t.elapsed());
     let module = |name: &str| {
         deployed

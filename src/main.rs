@@ -279,6 +279,7 @@ fn deploy(settings: &Settings) -> Result<(combd_wasm::Deployed, combd_shards::ap
         &settings.apps_dir,
         &settings.data_dir,
         settings.cpu_limit_ticks,
+        settings.module_memory_max_bytes,
     )
     .map_err(|e| config(e.to_string()))?;
     let mut apps = apps::builtin(settings.test_apps);

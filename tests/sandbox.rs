@@ -259,3 +259,28 @@ fn a_statement_returning_endless_rows_is_stopped_at_the_modules_memory() {
     assert!(grew < 256 << 20, "the node grew by {grew} bytes");
     assert_eq!(count(&node, "a"), 0, "the object still answers");
 }
+
+/// A module may ask for at most `COMBD_MODULE_MEMORY_MAX` with `memory_kb()`: sqlrun asks for
+/// 2 MiB, and with the ceiling at 1 MiB the start stops naming the setting and the file; with
+/// the default it loads (`a_modules_sql_reaches_its_own_database_and_nothing_else`).
+#[test]
+fn a_module_asking_more_memory_than_the_node_allows_is_refused() {
+    let dir = apps_dir("memory-max");
+    let data = std::env::temp_dir().join(format!("combd-sandbox-mem-{}", std::process::id()));
+    let stderr = refused(&mut combd_command(
+        &data,
+        &[
+            ("COMBD_APPS_DIR", dir.to_str().unwrap()),
+            ("COMBD_MODULE_MEMORY_MAX", "1M"),
+        ],
+    ));
+    assert!(stderr.contains("COMBD_MODULE_MEMORY_MAX"), "{stderr}");
+    assert!(stderr.contains("sqlrun.wat"), "{stderr}");
+    let stderr = refused(&mut combd_command(
+        &data,
+        &[("COMBD_MODULE_MEMORY_MAX", "0")],
+    ));
+    assert!(stderr.contains("COMBD_MODULE_MEMORY_MAX"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&data);
+}

@@ -187,11 +187,13 @@ fn module_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, DeployError> {
 
 impl Deployed {
     /// Loads every module of `dir` (compiled code cached under `<data_dir>/wasm-cache`), each
-    /// call with `cpu_limit_ticks` of fuel. The first module that fails stops it, named.
+    /// call with `cpu_limit_ticks` of fuel, each module's memory at most `memory_max_bytes`
+    /// (`COMBD_MODULE_MEMORY_MAX`). The first module that fails stops it, named.
     pub fn load(
         dir: &Path,
         data_dir: &Path,
         cpu_limit_ticks: u64,
+        memory_max_bytes: u64,
     ) -> Result<Deployed, DeployError> {
         let files = module_files(dir)?;
         let fail = |file: &Path, message: String| DeployError {
@@ -208,6 +210,7 @@ impl Deployed {
             linker,
             cache_dir: data_dir.join("wasm-cache"),
             ticks: cpu_limit_ticks,
+            memory_max_kb: memory_max_bytes / 1024,
         };
         let mut apps = Vec::new();
         for (name, file) in files {

@@ -46,6 +46,8 @@ pub(crate) struct Loader {
     pub linker: Linker<Host>,
     pub cache_dir: PathBuf,
     pub ticks: u64,
+    /// `COMBD_MODULE_MEMORY_MAX` in KiB: the most `memory_kb()` may answer.
+    pub memory_max_kb: u64,
 }
 
 /// The exports the ABI knows, with their types: (name, params, results, required).
@@ -124,7 +126,7 @@ impl Loader {
             topic: has("topic"),
             init: has("_initialize"),
             schema: "",
-            memory_kb: WASM_MEMORY_KB_DEFAULT,
+            memory_kb: WASM_MEMORY_KB_DEFAULT.min(self.memory_max_kb),
             resync: Resync::Close,
             initial_bytes: match module.get_export("memory") {
                 Some(wasmtime::ExternType::Memory(m)) => m.minimum().saturating_mul(65536),
@@ -138,6 +140,12 @@ impl Loader {
             let kb = v.call_at_load("memory_kb")?;
             if kb <= 0 {
                 return Err(format!("memory_kb() answered {kb}; it must be at least 1"));
+            }
+            if kb as u64 > self.memory_max_kb {
+                return Err(format!(
+                    "memory_kb() answered {kb} KiB, past COMBD_MODULE_MEMORY_MAX ({} KiB)",
+                    self.memory_max_kb
+                ));
             }
             v.memory_kb = kb as u64;
         }

@@ -290,6 +290,13 @@ pub const SENDS_MAX_BYTES: u64 = 16 * 1024 * 1024;
 /// A module's instances may hold this much linear memory and tables, in KiB, unless the module
 /// exports `memory_kb()`: 64 MiB. Past it a call traps with `memory_limit`.
 pub const WASM_MEMORY_KB_DEFAULT: u64 = 64 * 1024;
+
+/// Default of `COMBD_MODULE_MEMORY_MAX`: the most a module may ask for with `memory_kb()` (a
+/// module asking more is refused at load, naming the setting). A shard runs one call at a time
+/// on its SQLite thread, so the node holds at most this much per shard for modules: 256 MiB
+/// leaves a 1 GB droplet's single shard room for its connections and databases, and is four
+/// times the default a module gets without asking.
+pub const MODULE_MEMORY_MAX_DEFAULT_BYTES: u64 = 256 << 20;
 /// What one table element counts against `memory_kb` (wasmtime holds a pointer per element).
 pub const WASM_TABLE_ELEMENT_BYTES: usize = 8;
 /// The largest module file loaded: 64 MiB.

@@ -225,6 +225,17 @@ settings_table! {
             limit: "cpu_limit_ticks",
             meaning: "ticks one call of a cell may count (cx.tick(); each host call counts 1000); past it: cpu_limit",
         }
+        /// `COMBD_MODULE_MEMORY_MAX`.
+        module_memory_max_bytes: u64 {
+            env: "COMBD_MODULE_MEMORY_MAX",
+            flag: "--module-memory-max",
+            default: limits::MODULE_MEMORY_MAX_DEFAULT_BYTES,
+            parse: parse_bytes,
+            unit: Bytes,
+            limit: "module_memory_max_bytes",
+            meaning: "most memory a WebAssembly module may ask for with memory_kb() (its instances' \
+                      memory and what the node holds for a call); a module asking more is refused at load",
+        }
         /// `COMBD_WS_RATE`.
         ws_rate: u64 {
             env: "COMBD_WS_RATE",
