@@ -265,6 +265,16 @@ impl Cells {
         }
     }
 
+    /// Gives the mail of a cell let go to a fresh cell of the object, in order: on the app's
+    /// version in force (the registry's app; `app` is the retired version the cell ran).
+    fn hand_over(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, mail: Vec<object::Queued>) {
+        let current = self.state.node().apps.get(app.name()).cloned();
+        let current = current.unwrap_or_else(|| app.clone());
+        for queued in mail {
+            self.submit_local(&current, name, queued.job);
+        }
+    }
+
     /// Forgets a live object (its task ends); new mail for it makes a fresh cell.
     fn let_go(&self, key: &str) {
         if self.objects.borrow_mut().remove(key).is_some() {

@@ -36,8 +36,8 @@ use super::{Cells, Refusal};
 mod batch;
 
 /// A job waiting in an object's mailbox, and since when.
-struct Queued {
-    job: Job,
+pub(super) struct Queued {
+    pub job: Job,
     at: Instant,
 }
 
@@ -102,9 +102,9 @@ impl ObjectCell {
 pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     let state = cells.state.clone();
     let fleet = state.node().fleet.clone();
-    if fleet.is_some() {
-        cells.wait_closed(&cell.key).await;
-    }
+    // An earlier cell of this object still closing (a fleet's, or one whose module version
+    // was replaced while mail waited): this one restores only once it has closed.
+    cells.wait_closed(&cell.key).await;
     let (mut db, shipping) = match restore(&state, &cell).await {
         Opened::Db(db, shipping) => (db, shipping.map(|s| *s)),
         Opened::NotHere(refusal, owner) => {
@@ -131,8 +131,8 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         // (each idle scratch database kept its second cost ~57 KB: 10,000 names took a 1 GB
         // node to 588 MB).
         let absent = matches!(db, Some(Store::Absent(_)));
-        let go = ((cell.app.retired() || absent) && mail_is_empty(&cell))
-            || !wait_for_mail(&state, &cell).await;
+        let retired = cell.app.retired();
+        let go = retired || (absent && mail_is_empty(&cell)) || !wait_for_mail(&state, &cell).await;
         // In a fleet a failed shipment (or a sync) lets the object go: the next mail claims it
         // again and restores it from the bucket, or finds its new owner.
         let failed_in_fleet = fleet.is_some() && pipeline.failed();
@@ -143,11 +143,19 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             // fresh cell waits for that before it restores.
             let closing = match fleet {
                 Some(_) => Some(cells.let_go_closing(&cell.key)),
+                None if retired => Some(cells.let_go_closing(&cell.key)),
                 None => {
                     cells.let_go(&cell.key);
                     None
                 }
             };
+            if retired && !failed_in_fleet {
+                // Its version was replaced: what waits goes, in order and in this turn (before
+                // any newer mail), to a fresh cell on the version in force, which restores once
+                // this one has closed. A hot object whose mailbox is never empty gets the new
+                // version after its current batch, not never.
+                cells.hand_over(&cell.app, &cell.name, cell.take_mail());
+            }
             let shipping = pipeline.finish().await;
             close(
                 &state,
