@@ -229,12 +229,16 @@ mod tests {
 
     /// The names of this module's constants, from its source.
     fn constants() -> Vec<&'static str> {
-        [include_str!("mod.rs"), include_str!("fleet.rs")]
-            .into_iter()
-            .flat_map(str::lines)
-            .filter_map(|l| l.strip_prefix("pub const "))
-            .filter_map(|l| l.split(':').next())
-            .collect()
+        [
+            include_str!("mod.rs"),
+            include_str!("defaults.rs"),
+            include_str!("fleet.rs"),
+        ]
+        .into_iter()
+        .flat_map(str::lines)
+        .filter_map(|l| l.strip_prefix("pub const "))
+        .filter_map(|l| l.split(':').next())
+        .collect()
     }
 
     #[test]
