@@ -123,15 +123,44 @@ fn metrics_parse_and_agree_with_stats() {
     }
 }
 
-#[test]
-fn the_systemd_unit_verifies() {
+/// The unit's text, if `systemd-analyze` is installed (else the test says it skips).
+fn unit_if_analyzable() -> Option<String> {
     let Ok(which) = Command::new("systemd-analyze").arg("--version").output() else {
         eprintln!("skipped: systemd-analyze is not installed");
-        return;
+        return None;
     };
     assert!(which.status.success());
-    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/combd.service"))
+    Some(
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/combd.service"))
+            .unwrap(),
+    )
+}
+
+/// Runs `systemd-analyze <args> <unit>` on the unit as installed, with the binary this test
+/// built in place of /usr/local/bin.
+fn analyze(unit: &str, tag: &str, args: &[&str]) -> std::process::Output {
+    let dir = std::env::temp_dir().join(format!("combd-unit-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("combd.service");
+    std::fs::write(
+        &path,
+        unit.replace("/usr/local/bin/combd", env!("CARGO_BIN_EXE_combd")),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(args)
+        .arg(&path)
+        .output()
         .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+#[test]
+fn the_systemd_unit_verifies() {
+    let Some(unit) = unit_if_analyzable() else {
+        return;
+    };
     for line in [
         "Type=notify",
         "LimitNOFILE=1048576",
@@ -141,21 +170,7 @@ fn the_systemd_unit_verifies() {
     ] {
         assert!(unit.contains(line), "the unit lacks {line}");
     }
-    // Verify it as installed, with the binary this test built in place of /usr/local/bin.
-    let dir = std::env::temp_dir().join(format!("combd-unit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("combd.service");
-    std::fs::write(
-        &path,
-        unit.replace("/usr/local/bin/combd", env!("CARGO_BIN_EXE_combd")),
-    )
-    .unwrap();
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = analyze(&unit, "verify", &["verify"]);
     assert!(
         out.status.success(),
         "{}",
@@ -173,13 +188,9 @@ fn the_systemd_unit_verifies() {
 /// confined, rated 9.6 "UNSAFE").
 #[test]
 fn the_systemd_unit_runs_unprivileged_and_confined() {
-    let Ok(which) = Command::new("systemd-analyze").arg("--version").output() else {
-        eprintln!("skipped: systemd-analyze is not installed");
+    let Some(unit) = unit_if_analyzable() else {
         return;
     };
-    assert!(which.status.success());
-    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/combd.service"))
-        .unwrap();
     for line in [
         "DynamicUser=yes",
         "ProtectSystem=strict",
@@ -193,20 +204,7 @@ fn the_systemd_unit_runs_unprivileged_and_confined() {
     ] {
         assert!(unit.contains(line), "the unit lacks {line}");
     }
-    let dir = std::env::temp_dir().join(format!("combd-unit-sec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("combd.service");
-    std::fs::write(
-        &path,
-        unit.replace("/usr/local/bin/combd", env!("CARGO_BIN_EXE_combd")),
-    )
-    .unwrap();
-    let out = Command::new("systemd-analyze")
-        .args(["security", "--offline=yes"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = analyze(&unit, "security", &["security", "--offline=yes"]);
     let text = String::from_utf8_lossy(&out.stdout);
     let Some(score) = text
         .lines()
