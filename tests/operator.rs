@@ -205,6 +205,12 @@ fn the_systemd_unit_runs_unprivileged_and_confined() {
         assert!(unit.contains(line), "the unit lacks {line}");
     }
     let out = analyze(&unit, "security", &["security", "--offline=yes"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("unrecognized option") || stderr.contains("Unknown command") {
+        // `--offline` came with systemd 250.
+        eprintln!("skipped: this systemd-analyze cannot rate a unit file offline: {stderr}");
+        return;
+    }
     let text = String::from_utf8_lossy(&out.stdout);
     let Some(score) = text
         .lines()
