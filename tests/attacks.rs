@@ -477,18 +477,7 @@ fn a_spray_of_object_names_costs_neither_files_nor_memory() {
 /// A raw WebSocket to `path` from `from`, upgraded (its 101 read).
 fn raw_ws(node: &TestNode, from: [u8; 4], path: &str) -> TcpStream {
     let mut s = connect_from(from, node.public());
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    )
-    .unwrap();
-    let head = read_head(&mut s);
-    assert!(
-        head.starts_with(b"HTTP/1.1 101"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
+    upgrade_raw(&mut s, path, "x");
     s
 }
 
@@ -503,34 +492,10 @@ fn frame_header(len: u64) -> Vec<u8> {
 /// Reads server frames until a close; its code.
 fn read_close(s: &mut TcpStream) -> u16 {
     loop {
-        let (op, payload) = read_frame(s);
+        let (op, payload) = read_frame(s).unwrap();
         if op == 0x8 {
             return u16::from_be_bytes([payload[0], payload[1]]);
         }
-    }
-}
-
-/// Reads one server frame: its opcode and payload.
-fn read_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
-    {
-        let mut h = [0u8; 2];
-        std::io::Read::read_exact(s, &mut h).unwrap();
-        let len = match h[1] & 0x7f {
-            126 => {
-                let mut l = [0u8; 2];
-                std::io::Read::read_exact(s, &mut l).unwrap();
-                u64::from(u16::from_be_bytes(l))
-            }
-            127 => {
-                let mut l = [0u8; 8];
-                std::io::Read::read_exact(s, &mut l).unwrap();
-                u64::from_be_bytes(l)
-            }
-            n => u64::from(n),
-        };
-        let mut payload = vec![0u8; len as usize];
-        std::io::Read::read_exact(s, &mut payload).unwrap();
-        (h[0] & 0x0f, payload)
     }
 }
 
@@ -559,7 +524,7 @@ fn messages_under_reassembly_cannot_hold_more_than_the_inbound_budget() {
     small.send(tungstenite::Message::text("small")).unwrap();
     assert_eq!(small.read().unwrap(), tungstenite::Message::text("small"));
     slow.write_all(&vec![b'a'; (1 << 20) - 700 * 1024]).unwrap();
-    let (op, payload) = read_frame(&mut slow);
+    let (op, payload) = read_frame(&mut slow).unwrap();
     assert_eq!((op, payload.len()), (0x2, 1 << 20), "echoed whole");
     let s = wait_stats(&node, "the bytes given back", |s| s["inbound_bytes"] == 0);
     assert!(s["inbound_refused"].as_u64().unwrap() >= 1, "{s}");

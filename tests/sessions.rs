@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,42 +25,12 @@ fn raw_viewer(addr: SocketAddr, port: u16, board: &str) -> TcpStream {
     sock.connect_timeout(&addr.into(), WAIT).unwrap();
     let mut s: TcpStream = sock.into();
     s.set_read_timeout(Some(WAIT)).unwrap();
-    write!(
-        s,
-        "GET /o/million/{board}?page=0 HTTP/1.1\r\nHost: 127.0.0.2:{port}\r\nUpgrade: websocket\r\n\
-         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-         Sec-WebSocket-Version: 13\r\n\r\n"
-    )
-    .unwrap();
-    let head = read_head(&mut s);
-    assert!(
-        head.starts_with(b"HTTP/1.1 101"),
-        "{}",
-        String::from_utf8_lossy(&head)
+    upgrade_raw(
+        &mut s,
+        &format!("/o/million/{board}?page=0"),
+        &format!("127.0.0.2:{port}"),
     );
     s
-}
-
-/// Reads one server frame: (opcode, payload).
-fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
-    let mut h = [0u8; 2];
-    s.read_exact(&mut h)?;
-    let len = match h[1] & 0x7f {
-        126 => {
-            let mut l = [0u8; 2];
-            s.read_exact(&mut l)?;
-            u16::from_be_bytes(l) as usize
-        }
-        127 => {
-            let mut l = [0u8; 8];
-            s.read_exact(&mut l)?;
-            u64::from_be_bytes(l) as usize
-        }
-        n => n as usize,
-    };
-    let mut p = vec![0; len];
-    s.read_exact(&mut p)?;
-    Ok((h[0] & 0x0f, p))
 }
 
 /// A board page as a viewer sees it, built from the page and set messages.

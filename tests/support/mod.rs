@@ -544,3 +544,42 @@ pub fn rss_peak(pid: i32, window: Duration) -> u64 {
     }
     peak
 }
+
+/// Upgrades the raw socket `s` to a WebSocket at `path` (Host `host`) with a fixed key, and
+/// reads the 101's head: a client that then speaks frames by hand.
+pub fn upgrade_raw(s: &mut TcpStream, path: &str, host: &str) {
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(s);
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+}
+
+/// Reads one server frame: (opcode, payload).
+pub fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h)?;
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            s.read_exact(&mut l)?;
+            u16::from_be_bytes(l) as usize
+        }
+        127 => {
+            let mut l = [0u8; 8];
+            s.read_exact(&mut l)?;
+            u64::from_be_bytes(l) as usize
+        }
+        n => n as usize,
+    };
+    let mut p = vec![0; len];
+    s.read_exact(&mut p)?;
+    Ok((h[0] & 0x0f, p))
+}
