@@ -282,7 +282,7 @@ fn deploy(settings: &Settings) -> Result<(combd_wasm::Deployed, combd_shards::ap
         settings.module_memory_max_bytes,
     )
     .map_err(|e| config(e.to_string()))?;
-    let mut apps = apps::builtin(settings.test_apps);
+    let apps = apps::builtin(settings.test_apps);
     for app in deployed.apps() {
         let file = app.deployment().map(|d| d.file).unwrap_or_default();
         apps.register(app)
@@ -295,16 +295,19 @@ fn deploy(settings: &Settings) -> Result<(combd_wasm::Deployed, combd_shards::ap
 }
 
 /// SIGHUP's reload of the deployed modules, logged: what changed, what was refused.
-fn reload_modules(deployed: &combd_wasm::Deployed) {
-    let r = deployed.reload();
+fn reload_modules(deployed: &combd_wasm::Deployed, apps: &combd_shards::app::Apps) {
+    let r = deployed.reload(apps);
     for app in &r.replaced {
-        info!(app = %app, "SIGHUP: new module version in force for objects restored from now on");
+        info!(app = %app, "SIGHUP: new module version in force (live objects take it after their batch)");
+    }
+    for app in &r.added {
+        info!(app = %app, "SIGHUP: module deployed");
+    }
+    for app in &r.removed {
+        warn!(app = %app, "SIGHUP: module removed (its sessions closed, its objects finish what waits)");
     }
     for e in &r.refused {
-        error!("SIGHUP: module refused, the old version kept: {e}");
-    }
-    for app in &r.need_restart {
-        warn!(app = %app, "SIGHUP: a module added or removed takes effect at the next start");
+        error!("SIGHUP: module refused (a deployed app keeps its old version): {e}");
     }
 }
 
@@ -326,7 +329,7 @@ fn handle_signals(node: &Node, deployed: combd_wasm::Deployed) {
                     Some(Err(e)) => error!("SIGHUP: keeping the old TLS certificate: {e}"),
                     None => info!("SIGHUP: TLS is off, nothing to reload"),
                 }
-                reload_modules(&deployed);
+                reload_modules(&deployed, &shared.apps);
             } else if !draining {
                 draining = true;
                 info!(signal = sig, "draining");

@@ -360,3 +360,126 @@ fn sighup_reaches_an_object_whose_mailbox_never_empties() {
     }
     assert_eq!(post(&node, "/o/ver/hot", "").json()["v"], 2);
 }
+
+/// The close code and reason a WebSocket ends with (messages before it skipped).
+fn close_of(ws: &mut WebSocket<TcpStream>) -> (u16, String) {
+    loop {
+        match ws.read() {
+            Ok(Message::Close(Some(f))) => return (u16::from(f.code), f.reason.to_string()),
+            Ok(Message::Close(None)) => panic!("a close without a code"),
+            Ok(_) => continue,
+            Err(e) => panic!("the WebSocket ended without a close frame: {e}"),
+        }
+    }
+}
+
+/// SIGHUP deploys a module that appeared and removes one that disappeared, without a restart:
+/// the new app serves at once; the removed one answers 404, its sessions close 1001 and its
+/// `/stats` entry goes; a module taking a built-in app's name, or one that does not load, is
+/// refused and counted; an app added back runs its new module, even on an object that was live.
+#[test]
+fn sighup_adds_and_removes_modules() {
+    let dir = apps_dir(&[("ver.wat", &versioned(1))]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    assert_eq!(post(&node, "/o/ver/a", "").json()["v"], 1);
+    let mut ws = open_ws(&node, "/o/ver/a");
+    let mut other = open_ws(&node, "/o/counter/stays");
+
+    std::fs::write(dir.join("fresh.wat"), versioned(7)).unwrap();
+    node.signal(libc::SIGHUP);
+    wait_stats(&node, "the module added", |s| s["wasm_apps_added"] == 1);
+    assert_eq!(post(&node, "/o/fresh/x", "").json()["v"], 7);
+    assert_eq!(node.stats()["apps"]["fresh"]["kind"], "wasm");
+
+    std::fs::remove_file(dir.join("ver.wat")).unwrap();
+    node.signal(libc::SIGHUP);
+    wait_stats(&node, "the module removed", |s| s["wasm_apps_removed"] == 1);
+    assert_eq!(close_of(&mut ws), (1001, "app removed".into()));
+    let r = post(&node, "/o/ver/a", "");
+    assert_eq!(error(&r), (404, "no such app".into()));
+    let s = wait_stats(&node, "the sessions closed", |s| {
+        s["ws_app_removed_closed"] == 1
+    });
+    assert!(s["apps"].get("ver").is_none(), "{}", s["apps"]);
+    other.send(Message::text("+")).unwrap();
+    assert!(
+        matches!(other.read().unwrap(), Message::Text(_)),
+        "another app's session is untouched"
+    );
+
+    std::fs::write(dir.join("counter.wat"), versioned(9)).unwrap();
+    std::fs::write(dir.join("broken.wat"), "(module (func").unwrap();
+    node.signal(libc::SIGHUP);
+    wait_stats(&node, "the refusals", |s| s["wasm_apps_add_refused"] == 2);
+    assert_eq!(node.stats()["apps"]["counter"]["kind"], "native");
+    assert!(node.stats()["apps"].get("broken").is_none());
+    std::fs::remove_file(dir.join("counter.wat")).unwrap();
+    std::fs::remove_file(dir.join("broken.wat")).unwrap();
+
+    std::fs::write(dir.join("ver.wat"), versioned(3)).unwrap();
+    node.signal(libc::SIGHUP);
+    wait_stats(&node, "the module added back", |s| {
+        s["wasm_apps_added"] == 2
+    });
+    assert_eq!(post(&node, "/o/ver/a", "").json()["v"], 3);
+    assert_eq!(
+        node.stats()["wasm_apps_removed"],
+        1,
+        "counter was never removed"
+    );
+}
+
+/// Removing the module of a hot object loses nothing: every request pipelined at it is
+/// answered, on its version (200) until the removal and `no such app` (404) after, never one
+/// after the other in reverse on a connection.
+#[test]
+fn a_removed_module_answers_what_waits_for_its_objects() {
+    use std::io::{BufReader, Write};
+    let dir = apps_dir(&[("ver.wat", &versioned(1))]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    let req = b"POST /o/ver/hot HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    let clients: Vec<_> = (0..16)
+        .map(|i| {
+            let addr = node.public();
+            std::thread::spawn(move || {
+                let s = connect_from(client_address(i), addr);
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                for _ in 0..8 {
+                    w.write_all(req).unwrap();
+                }
+                let (mut ok, mut gone) = (0u64, 0u64);
+                // Each answer sends one more request, until eight 404s have come back.
+                while gone < 8 {
+                    let resp = read_response(&mut r);
+                    match resp.status {
+                        200 => {
+                            assert_eq!(gone, 0, "a 200 after a 404 on one connection");
+                            ok += 1;
+                        }
+                        404 => gone += 1,
+                        s => panic!("status {s}: {}", resp.text()),
+                    }
+                    assert!(ok < 1_000_000, "the removal never took effect");
+                    if gone == 0 {
+                        w.write_all(req).unwrap();
+                    }
+                }
+                ok
+            })
+        })
+        .collect();
+    wait_stats(&node, "the clients' load", |s| {
+        s["requests"].as_u64().unwrap_or(0) > 1_000
+    });
+    std::fs::remove_file(dir.join("ver.wat")).unwrap();
+    node.signal(libc::SIGHUP);
+    let ok: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    let s = node.stats();
+    assert_eq!(s["wasm_apps_removed"], 1);
+    // Each connection read its last eight answers as 404s, with nothing more in flight: no
+    // request went unanswered (a lost one would leave its reader waiting).
+    assert!(ok > 0);
+    assert_eq!(s["responses_4xx"], 16 * 8);
+    assert_eq!(s["responses_5xx"], 0);
+}

@@ -1,45 +1,72 @@
-//! How many object databases each app has on the node: counted once at start-up from
+//! How many object databases each app has on the node: counted once (at start-up, or when a
+//! module deployed later is first asked about) from
 //! `<data>/objects/<app>/*.sqlite`, then one more for each database the node creates. Nothing
 //! removes an object's database, so the count only grows. A shard reserves a place before it
 //! creates a database (one atomic per app), so shards creating at once cannot pass
 //! `COMBD_MAX_OBJECTS_PER_APP` together.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use crate::app::Apps;
 
 /// The object databases of every app, against the most one app may have.
-#[derive(Debug)]
 pub(crate) struct ObjectCounts {
     /// `COMBD_MAX_OBJECTS_PER_APP`.
     max: u64,
-    /// Each app's databases (the apps are fixed at start-up).
-    apps: Vec<(&'static str, AtomicU64)>,
+    data_dir: PathBuf,
+    /// The registry: an app added while the node runs (a module deployed by SIGHUP) is
+    /// counted from its directory when first asked about.
+    registry: Apps,
+    /// Each app's databases. An app removed keeps its count (its databases stay on disk).
+    apps: RwLock<Vec<(&'static str, Arc<AtomicU64>)>>,
+}
+
+impl std::fmt::Debug for ObjectCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectCounts")
+            .field("max", &self.max)
+            .finish()
+    }
 }
 
 impl ObjectCounts {
     /// Counts the databases every app of `apps` has under `data_dir`.
     pub fn count(data_dir: &Path, apps: &Apps, max: u64) -> ObjectCounts {
-        let apps = apps
-            .names()
-            .into_iter()
-            .map(|app| {
-                (
-                    app,
-                    AtomicU64::new(databases_in(&data_dir.join("objects").join(app))),
-                )
-            })
-            .collect();
-        ObjectCounts { max, apps }
+        let counts = ObjectCounts {
+            max,
+            data_dir: data_dir.to_path_buf(),
+            registry: apps.clone(),
+            apps: RwLock::new(Vec::new()),
+        };
+        for app in apps.names() {
+            counts.of(app);
+        }
+        counts
     }
 
-    fn of(&self, app: &str) -> Option<&AtomicU64> {
-        self.apps.iter().find(|(a, _)| *a == app).map(|(_, n)| n)
+    /// The count of `app`, counted from its directory the first time (`None`: no such app).
+    fn of(&self, app: &str) -> Option<Arc<AtomicU64>> {
+        let known = |apps: &[(&'static str, Arc<AtomicU64>)]| {
+            apps.iter().find(|(a, _)| *a == app).map(|(_, n)| n.clone())
+        };
+        if let Some(n) = known(&self.apps.read().unwrap_or_else(|p| p.into_inner())) {
+            return Some(n);
+        }
+        let name = self.registry.get(app)?.name();
+        let mut apps = self.apps.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = known(&apps) {
+            return Some(n);
+        }
+        let dir = self.data_dir.join("objects").join(name);
+        let n = Arc::new(AtomicU64::new(databases_in(&dir)));
+        apps.push((name, n.clone()));
+        Some(n)
     }
 
     /// Takes a place for a new database of `app`; false when the app has the most it may (or
-    /// is unknown: every app is registered at start-up).
+    /// is not registered).
     pub fn reserve(&self, app: &str) -> bool {
         self.of(app).is_some_and(|n| {
             n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
@@ -113,7 +140,7 @@ mod tests {
         ] {
             std::fs::write(a.join(f), b"").unwrap();
         }
-        let mut apps = Apps::new();
+        let apps = Apps::new();
         apps.register(Arc::new(Named("a"))).unwrap();
         apps.register(Arc::new(Named("b"))).unwrap();
         let counts = ObjectCounts::count(&dir, &apps, 3);
@@ -124,6 +151,15 @@ mod tests {
         counts.release("a");
         assert_eq!(counts.get("a"), 2);
         assert!(!counts.reserve("nope"), "an unknown app creates nothing");
+        let c = dir.join("objects").join("c");
+        std::fs::create_dir_all(&c).unwrap();
+        std::fs::write(c.join("z.sqlite"), b"").unwrap();
+        apps.add(Arc::new(Named("c"))).unwrap();
+        assert_eq!(
+            counts.get("c"),
+            1,
+            "an app added later is counted from its directory"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -208,12 +208,20 @@ async fn carry_inbox(cells: Rc<Cells>, inbox: async_channel::Receiver<ShardMsg>)
 /// blocked shows lag; past [`TURN_OVERRUN`](limits::TURN_OVERRUN) it counts as an overrun),
 /// beats the heartbeat the watchdog checks, reads the shard's clock and wakes the waits whose
 /// deadline passed (every connection timeout), refreshes the `Date` of responses, resyncs the
-/// sessions other shards could not reach, and runs the ping sweep.
+/// sessions other shards could not reach, closes the sessions of apps a reload removed, and
+/// runs the ping sweep.
 async fn tick(cells: Rc<Cells>) {
     let state = cells.state().clone();
     let mut last_ping = Instant::now();
+    let apps = state.node().apps.clone();
+    let mut apps_seen = apps.generation();
     while !state.draining() {
         cells.catch_up_missed();
+        if apps.generation() != apps_seen {
+            // A reload removed (or added) an app: close the sessions of one now gone.
+            apps_seen = apps.generation();
+            cells.sessions().close_removed_apps(|a| apps.contains(a));
+        }
         if last_ping.elapsed() >= state.settings().ws_ping_interval {
             last_ping = Instant::now();
             ping_sweep(&state).await;

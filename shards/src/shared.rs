@@ -347,6 +347,9 @@ impl NodeShared {
             ("tls_reload_failures", "combd_tls_reload_failures_total", Counter, "TLS certificate reloads refused.", self.tls.as_ref().map_or(0, |t| g(&t.reload_failures))),
             ("wasm_reloads", "combd_wasm_reloads_total", Counter, "Module reloads that replaced an app's version.", self.deployments().iter().filter_map(|(_, d)| d.as_ref()).map(|d| d.reloads).sum()),
             ("wasm_reloads_refused", "combd_wasm_reloads_refused_total", Counter, "Module reloads refused (the old version kept).", self.deployments().iter().filter_map(|(_, d)| d.as_ref()).map(|d| d.reloads_refused).sum()),
+            ("wasm_apps_added", "combd_wasm_apps_added_total", Counter, "Modules deployed by a reload (a new file in the apps directory).", self.apps.changes().added),
+            ("wasm_apps_removed", "combd_wasm_apps_removed_total", Counter, "Modules removed by a reload (their file gone).", self.apps.changes().removed),
+            ("wasm_apps_add_refused", "combd_wasm_apps_add_refused_total", Counter, "New modules a reload refused to deploy.", self.apps.changes().add_refused),
         ];
         figures.extend(Fleet::figures(self.fleet.as_deref()));
         figures

@@ -154,6 +154,8 @@ pub struct ShardStats {
     pub ws_slow_closed: AtomicU64,
     /// Connections closed because the shard's outbound budget was spent.
     pub outbound_budget_closed: AtomicU64,
+    /// Sessions closed (1001) because their app was removed by a reload.
+    pub ws_app_removed_closed: AtomicU64,
     /// Bytes waiting to be written on this shard (session mailboxes and writes in progress).
     pub outbound_bytes: AtomicU64,
     /// The most bytes waiting at once.
@@ -291,6 +293,7 @@ impl ShardStats {
             ("memory_limit_killed", "combd_memory_limit_killed_total", Counter, "Calls killed past their app's memory_kb.", g(&self.memory_limit_killed)),
             ("ws_slow_closed", "combd_ws_slow_closed_total", Counter, "WebSockets closed with 8 MiB waiting.", g(&self.ws_slow_closed)),
             ("outbound_budget_closed", "combd_outbound_budget_closed_total", Counter, "Connections closed at the shard's outbound budget.", g(&self.outbound_budget_closed)),
+            ("ws_app_removed_closed", "combd_ws_app_removed_closed_total", Counter, "Sessions closed because their app was removed.", g(&self.ws_app_removed_closed)),
             ("outbound_bytes", "combd_outbound_bytes", Gauge, "Bytes waiting to be written.", g(&self.outbound_bytes)),
             ("outbound_bytes_max", "combd_outbound_bytes_max", Gauge, "The most bytes waiting at once.", g(&self.outbound_bytes_max)),
             ("pipeline_held_waits", "combd_pipeline_held_waits_total", Counter, "Times a connection wrote its 64 KiB of held responses before answering more.", g(&self.pipeline_held_waits)),

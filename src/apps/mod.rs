@@ -32,7 +32,7 @@ pub fn builtin(test_apps: bool) -> Apps {
         list.push(Arc::new(limits::Limits));
         list.push(Arc::new(stall::Stall));
     }
-    let mut apps = Apps::new();
+    let apps = Apps::new();
     for app in list {
         // Names are distinct by construction; a duplicate is a programming error at start-up.
         apps.register(app).expect("built-in app names are distinct");

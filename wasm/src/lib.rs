@@ -21,8 +21,9 @@
 //!   environment, the clock, exit. No file, socket or environment variable can be reached.
 //! - **Deploying** ([`Deployed`]): modules are checked and compiled at start (a bad one stops
 //!   the start naming its file) and again on SIGHUP, when a changed module replaces the old
-//!   version for objects restored from then on, and a module that fails to load is refused
-//!   and the old one kept. Compiled code is cached in the data directory ([`cache`]).
+//!   version (live objects take it after their batch), a new module is deployed, the app of a
+//!   module gone is removed from the node's registry, and a module that fails to load is
+//!   refused and the old one kept. Compiled code is cached in the data directory ([`cache`]).
 //!
 //! The ABI is documented in the README ("Apps as WebAssembly modules").
 
@@ -34,9 +35,11 @@ mod wasi;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use combd_shards::app::{valid_object_name, App, AppError, Cx, Deployment, Input, Output, Resync};
+use combd_shards::app::{
+    valid_object_name, App, AppError, Apps, Cx, Deployment, Input, Output, Resync,
+};
 use wasmtime::{Config, Engine, Linker};
 
 use module::{Loader, Version};
@@ -76,6 +79,11 @@ impl WasmApp {
         let mut w = self.current.write().unwrap_or_else(|p| p.into_inner());
         w.retired.store(true, Ordering::Relaxed);
         *w = Arc::new(v);
+    }
+
+    /// Its module was removed: its objects finish what waits for them, then go.
+    fn retire(&self) {
+        self.version().retired.store(true, Ordering::Relaxed);
     }
 }
 
@@ -128,7 +136,8 @@ impl App for WasmApp {
 pub struct Deployed {
     loader: Loader,
     dir: PathBuf,
-    apps: Vec<Arc<WasmApp>>,
+    /// The apps deployed now (a reload adds and removes them).
+    apps: Mutex<Vec<Arc<WasmApp>>>,
 }
 
 /// The outcome of a reload, for the log.
@@ -140,8 +149,11 @@ pub struct ReloadReport {
     pub unchanged: Vec<String>,
     /// Modules refused (the old version kept), with why.
     pub refused: Vec<DeployError>,
-    /// Modules that appeared or disappeared: a restart deploys or removes them.
-    pub need_restart: Vec<String>,
+    /// Modules that appeared, now deployed.
+    pub added: Vec<String>,
+    /// Modules that disappeared: their apps are removed (no new request reaches them, their
+    /// sessions close 1001, their objects finish what waits and go).
+    pub removed: Vec<String>,
 }
 
 /// The engine every module runs on: fuel on, nothing else beyond wasmtime's defaults.
@@ -214,53 +226,82 @@ impl Deployed {
         };
         let mut apps = Vec::new();
         for (name, file) in files {
-            let name: &'static str = Box::leak(name.into_boxed_str());
-            let v = loader.load(name, &file).map_err(|m| fail(&file, m))?;
-            apps.push(Arc::new(WasmApp {
-                name,
-                current: RwLock::new(Arc::new(v)),
-                reloads: AtomicU64::new(0),
-                reloads_refused: AtomicU64::new(0),
-            }));
+            apps.push(load_app(&loader, name, &file).map_err(|m| fail(&file, m))?);
         }
         Ok(Deployed {
             loader,
             dir: dir.to_path_buf(),
-            apps,
+            apps: Mutex::new(apps),
         })
+    }
+
+    fn deployed(&self) -> MutexGuard<'_, Vec<Arc<WasmApp>>> {
+        self.apps.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The deployed apps, to register beside the native ones.
     pub fn apps(&self) -> Vec<Arc<dyn App>> {
-        self.apps
+        self.deployed()
             .iter()
             .map(|a| a.clone() as Arc<dyn App>)
             .collect()
     }
 
-    /// Loads the directory again: each deployed app whose module changed gets its new version
-    /// (objects restored from now on run it); one that fails to load is refused and counted,
-    /// and its old version kept.
-    pub fn reload(&self) -> ReloadReport {
+    /// Loads the directory again, changing `registry` (the node's apps) to match it: each
+    /// deployed app whose module changed gets its new version (objects restored from now on
+    /// run it; live ones after their current batch), a new module is deployed, and the app of
+    /// a module gone is removed. A module that fails to load is refused and counted (for one
+    /// deployed, its old version kept).
+    pub fn reload(&self, registry: &Apps) -> ReloadReport {
         let mut report = ReloadReport::default();
+        let mut deployed = self.deployed();
         let files = match module_files(&self.dir) {
             Ok(f) => f,
             Err(e) => {
-                for a in &self.apps {
+                for a in deployed.iter() {
                     a.reloads_refused.fetch_add(1, Ordering::Relaxed);
                 }
                 report.refused.push(e);
                 return report;
             }
         };
-        for (name, _) in &files {
-            if !self.apps.iter().any(|a| a.name == name) {
-                report.need_restart.push(name.clone());
+        deployed.retain(|app| {
+            let kept = files.iter().any(|(n, _)| n == app.name);
+            if !kept {
+                registry.remove(app.name);
+                app.retire();
+                report.removed.push(app.name.to_string());
+            }
+            kept
+        });
+        for (name, file) in &files {
+            if !deployed.iter().any(|a| a.name == name) {
+                // `Apps::add` counts the app it refuses (a built-in app's name).
+                let added = match load_app(&self.loader, name.clone(), file) {
+                    Ok(_) if registry.contains(name) => {
+                        registry.add_refused();
+                        Err(format!("{name:?} is a built-in app's name"))
+                    }
+                    Ok(app) => registry.add(app.clone()).map(|()| app),
+                    Err(message) => {
+                        registry.add_refused();
+                        Err(message)
+                    }
+                };
+                match added {
+                    Ok(app) => {
+                        deployed.push(app);
+                        report.added.push(name.clone());
+                    }
+                    Err(message) => report.refused.push(DeployError {
+                        file: file.clone(),
+                        message,
+                    }),
+                }
             }
         }
-        for app in &self.apps {
+        for app in deployed.iter() {
             let Some((_, file)) = files.iter().find(|(n, _)| n == app.name) else {
-                report.need_restart.push(app.name.to_string());
                 continue;
             };
             let unchanged = cache::read_module(file)
@@ -287,4 +328,17 @@ impl Deployed {
         }
         report
     }
+}
+
+/// Loads the module of app `name` from `file`, as a new app (its name kept for the node's
+/// life: each app added while it runs leaks its few bytes, once).
+fn load_app(loader: &Loader, name: String, file: &Path) -> Result<Arc<WasmApp>, String> {
+    let name: &'static str = Box::leak(name.into_boxed_str());
+    let v = loader.load(name, file)?;
+    Ok(Arc::new(WasmApp {
+        name,
+        current: RwLock::new(Arc::new(v)),
+        reloads: AtomicU64::new(0),
+        reloads_refused: AtomicU64::new(0),
+    }))
 }

@@ -46,9 +46,11 @@ use std::sync::Arc;
 use crate::http::Response;
 
 mod cx;
+mod registry;
 use crate::limit::Limit;
 pub use crate::stats::Deployment;
 pub use cx::{limit_error, CallBudget, Cx};
+pub use registry::{Apps, Changes};
 
 /// A session: one WebSocket attached to an object, on the shard that holds its connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -323,46 +325,6 @@ pub trait App: Send + Sync + 'static {
     /// [`App::handle`] for each.
     fn handle_batch(&self, cx: &mut Cx<'_>, inputs: &[Input<'_>]) -> Result<Vec<Output>, AppError> {
         inputs.iter().map(|i| self.handle(cx, i)).collect()
-    }
-}
-
-/// The apps of a node, by name.
-#[derive(Clone, Default)]
-pub struct Apps {
-    apps: Vec<Arc<dyn App>>,
-}
-
-impl Apps {
-    /// No apps.
-    pub fn new() -> Apps {
-        Apps::default()
-    }
-
-    /// Adds an app; a second app of the same name is refused.
-    pub fn register(&mut self, app: Arc<dyn App>) -> Result<(), String> {
-        if self.get(app.name()).is_some() {
-            return Err(format!("app {:?} registered twice", app.name()));
-        }
-        if !valid_object_name(app.name()) {
-            return Err(format!("app name {:?} is not a valid name", app.name()));
-        }
-        self.apps.push(app);
-        Ok(())
-    }
-
-    /// The app of this name.
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn App>> {
-        self.apps.iter().find(|a| a.name() == name)
-    }
-
-    /// Every app's page: (path, HTML).
-    pub fn pages(&self) -> Vec<(&'static str, &'static str)> {
-        self.apps.iter().filter_map(|a| a.page()).collect()
-    }
-
-    /// The names of every app.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.apps.iter().map(|a| a.name()).collect()
     }
 }
 

@@ -266,10 +266,15 @@ impl Cells {
     }
 
     /// Gives the mail of a cell let go to a fresh cell of the object, in order: on the app's
-    /// version in force (the registry's app; `app` is the retired version the cell ran).
+    /// version in force (the registry's app; `app` is the retired version the cell ran). An
+    /// app removed meanwhile answers it `no such app`.
     fn hand_over(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, mail: Vec<object::Queued>) {
-        let current = self.state.node().apps.get(app.name()).cloned();
-        let current = current.unwrap_or_else(|| app.clone());
+        let Some(current) = self.state.node().apps.get(app.name()) else {
+            for queued in mail {
+                self.refuse(queued.job, Refusal::NoSuchApp);
+            }
+            return;
+        };
         for queued in mail {
             self.submit_local(&current, name, queued.job);
         }
@@ -348,7 +353,7 @@ impl Cells {
     /// budget, so this may take several turns.
     pub async fn receive(self: &Rc<Self>, msg: ShardMsg, fanout: &mut Turn<'_>) {
         match msg {
-            ShardMsg::Job { app, name, job } => match self.state.node().apps.get(&app).cloned() {
+            ShardMsg::Job { app, name, job } => match self.state.node().apps.get(&app) {
                 Some(app) => self.submit_local(&app, &name, job),
                 None => self.refuse(job, Refusal::NoSuchApp),
             },

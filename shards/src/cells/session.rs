@@ -29,6 +29,8 @@ pub(crate) enum CloseWhy {
     Slow,
     /// The frame would take the shard past its outbound budget.
     OutboundBudget,
+    /// Its app was removed (its module left the apps directory, and SIGHUP reloaded it).
+    AppRemoved,
 }
 
 /// What to do with a frame for a session.
@@ -231,6 +233,28 @@ impl Sessions {
         self.state.wake_slot(slot);
     }
 
+    /// Closes every session whose app `registered` no longer has (1001, `app removed`):
+    /// their mail is dropped and each connection closes when it next runs. Returns how many.
+    pub fn close_removed_apps(&self, registered: impl Fn(&str) -> bool) -> u64 {
+        let mut slots = Vec::new();
+        for s in self.map.borrow_mut().values_mut() {
+            let app = s.key.split('/').next().unwrap_or("");
+            if s.closing.is_none() && !registered(app) {
+                self.drop_mail(s);
+                s.closing = Some(CloseWhy::AppRemoved);
+                slots.push(s.slot);
+            }
+        }
+        for &slot in &slots {
+            self.state.wake_slot(slot);
+        }
+        ShardStats::add(
+            &self.state.stats().ws_app_removed_closed,
+            slots.len() as u64,
+        );
+        slots.len() as u64
+    }
+
     /// The local sessions of object `key` subscribed to `topic`, now.
     fn subscribers(&self, key: &str, topic: &str) -> Vec<u64> {
         self.topics
@@ -308,6 +332,7 @@ impl Sessions {
                         match why {
                             CloseWhy::Slow => &stats.ws_slow_closed,
                             CloseWhy::OutboundBudget => &stats.outbound_budget_closed,
+                            CloseWhy::AppRemoved => &stats.ws_app_removed_closed,
                         },
                         1,
                     );

@@ -124,15 +124,19 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         .map(|_| fleet_wal_path(&cell.store_config(&state).0));
     let mut wal_len = 0;
     loop {
-        // A module's version replaced (a reload) with nothing queued: go now, so the next mail
-        // restores the object on the version in force; else wait for mail.
+        // A module's version replaced (a reload): go now, so what waits and the next mail
+        // restore the object on the version in force; else wait for mail.
         // An absent object keeps nothing either: it goes as soon as nothing waits, its scratch
         // database with it, so a spray of names holds only the objects being answered at once
         // (each idle scratch database kept its second cost ~57 KB: 10,000 names took a 1 GB
         // node to 588 MB).
         let absent = matches!(db, Some(Store::Absent(_)));
         let retired = cell.app.retired();
-        let go = retired || (absent && mail_is_empty(&cell)) || !wait_for_mail(&state, &cell).await;
+        // A version retired with no successor (its app removed) finishes what waits first.
+        let succeeded = retired && state.node().apps.contains(cell.app.name());
+        let go = (retired && (succeeded || mail_is_empty(&cell)))
+            || (absent && mail_is_empty(&cell))
+            || !wait_for_mail(&state, &cell).await;
         // In a fleet a failed shipment (or a sync) lets the object go: the next mail claims it
         // again and restores it from the bucket, or finds its new owner.
         let failed_in_fleet = fleet.is_some() && pipeline.failed();
