@@ -4,7 +4,8 @@
 //! every unsynced change undone, newest first) while the node goes on writing: that image is
 //! what a disk that dropped everything not synced would hold after the cut.
 //!
-//! A sync covers the changes that completed before it began: when an `xSync` starts, the
+//! A sync covers the changes that completed before it began: when an `xSync` (or the node's own
+//! WAL sync, seen through `combd_shards::testing::WAL_SYNC_OBSERVER`) starts, the
 //! file's undo log length is noted; when it returns, that many oldest entries are dropped.
 //! Writes, truncations and the images take one lock, so an image never sees half a change.
 //! Not modelled: directory entries (a file created and never synced is imaged empty, not
@@ -79,6 +80,10 @@ fn real_vfs() -> *mut ffi::sqlite3_vfs {
 pub fn register() {
     REGISTER.call_once(|| {
         *UNDO.lock().unwrap() = Some(HashMap::new());
+        let observer: combd_shards::testing::WalSyncObserver = node_wal_sync;
+        assert!(combd_shards::testing::WAL_SYNC_OBSERVER
+            .set(observer)
+            .is_ok());
         // SAFETY: the unix VFS is built in; the copy lives for the whole process (leaked).
         unsafe {
             let real = ffi::sqlite3_vfs_find(c"unix".as_ptr());
@@ -292,29 +297,60 @@ unsafe extern "C" fn x_truncate(f: *mut ffi::sqlite3_file, size: i64) -> c_int {
     }
 }
 
+/// A sync of the file at `path`, run by `sync` (true when it succeeded): held or failed as
+/// the test asks, and once it succeeded the changes that existed when it began are covered.
+fn sync_covering(path: &Path, sync: impl FnOnce() -> bool) -> bool {
+    wait_if_held(path);
+    let failing = FAIL.lock().unwrap().clone();
+    if failing.is_some_and(|d| path.starts_with(d)) {
+        return false;
+    }
+    let covered = UNDO
+        .lock()
+        .unwrap()
+        .as_ref()
+        .unwrap()
+        .get(path)
+        .map_or(0, Vec::len);
+    let ok = sync();
+    if ok && covered > 0 {
+        let mut g = UNDO.lock().unwrap();
+        if let Some(v) = g.as_mut().unwrap().get_mut(path) {
+            v.drain(..covered.min(v.len()));
+        }
+    }
+    ok
+}
+
+/// The node's own WAL syncs (on its descriptor), seen like SQLite's.
+fn node_wal_sync(path: &Path, sync: &dyn Fn() -> std::io::Result<()>) -> std::io::Result<()> {
+    let mut result = Ok(());
+    let ok = sync_covering(path, || {
+        result = sync();
+        result.is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        result.and(Err(std::io::Error::other(
+            "the simulated disk failed the sync",
+        )))
+    }
+}
+
 unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
-    // SAFETY: forwarded; the undo entries that existed when the sync began are dropped once
-    // it returned.
+    // SAFETY: forwarded to the real file, which is open while SQLite holds ours.
     unsafe {
         let me = shim(f);
-        let covered = if me.path.is_null() {
-            0
-        } else {
-            wait_if_held(&*me.path);
-            let failing = FAIL.lock().unwrap().clone();
-            if failing.is_some_and(|d| (*me.path).starts_with(d)) {
-                return ffi::SQLITE_IOERR_FSYNC;
-            }
-            let g = UNDO.lock().unwrap();
-            g.as_ref().unwrap().get(&*me.path).map_or(0, Vec::len)
-        };
-        let rc = methods(me.real).xSync.unwrap()(me.real, flags);
-        if rc == ffi::SQLITE_OK && covered > 0 {
-            let mut g = UNDO.lock().unwrap();
-            if let Some(v) = g.as_mut().unwrap().get_mut(&*me.path) {
-                v.drain(..covered.min(v.len()));
-            }
+        let sync = || methods(me.real).xSync.unwrap()(me.real, flags);
+        if me.path.is_null() {
+            return sync();
         }
+        let mut rc = ffi::SQLITE_IOERR_FSYNC;
+        sync_covering(&*me.path, || {
+            rc = sync();
+            rc == ffi::SQLITE_OK
+        });
         rc
     }
 }

@@ -94,15 +94,15 @@ pub const FD_RESERVE: u64 = 256;
 /// [`FD_RESERVE`], so the localhost listener can never make accept fail with `EMFILE`.
 pub const LOCAL_CONNS_MAX: u64 = 1024;
 
-/// Default of `COMBD_MAX_OPEN_OBJECTS`: live objects on the node at once (each holds its
-/// database, its WAL and their shared memory open: 3 descriptors, held back from
-/// `COMBD_MAX_CONNS` so that SQLite never fails with `EMFILE` under a connection flood). An
-/// object is live while it has work and a second after; a thousand objects busy within the same
-/// second is past what one node's syncs carry (each batch one `fdatasync`), and costs 3,072
-/// descriptors of the process's limit.
+/// Default of `COMBD_MAX_OPEN_OBJECTS`: live objects on the node at once (each holds up to
+/// [`OBJECT_FDS`] descriptors, held back from `COMBD_MAX_CONNS` so that SQLite never fails
+/// with `EMFILE` under a connection flood). An object is live while it has work and a second
+/// after; a thousand objects busy within the same second is past what one node's syncs carry
+/// (each batch one `fdatasync`), and costs 4,096 descriptors of the process's limit.
 pub const MAX_OPEN_OBJECTS_DEFAULT: u64 = 1024;
-/// Descriptors one live object holds: its database, its WAL, and their shared memory.
-pub const OBJECT_FDS: u64 = 3;
+/// Descriptors one live object holds: SQLite's three (its database, its WAL, and their shared
+/// memory) and the node's own descriptor of the WAL while a sync of it waits.
+pub const OBJECT_FDS: u64 = 4;
 
 /// The `RLIMIT_NOFILE` soft limit assumed when the node cannot read or raise it: Linux's
 /// default soft limit. The connection cap is then clamped to it less [`FD_RESERVE`].

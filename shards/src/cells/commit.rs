@@ -56,6 +56,24 @@ enum Durability {
     AnswerFirst,
 }
 
+impl Durability {
+    /// What the node's settings (and the test-only switch) ask for.
+    fn of(state: &crate::state::ShardState) -> Durability {
+        if crate::testing::ACK_BEFORE_SYNC.load(Ordering::Relaxed) {
+            Durability::AnswerFirst
+        } else if state.settings().sqlite_sync_full {
+            Durability::SyncFirst
+        } else {
+            Durability::NoSync
+        }
+    }
+}
+
+/// Whether the node syncs WALs itself: a batch then opens its [`Wal`] to hand it over.
+pub(crate) fn syncs_wal(state: &crate::state::ShardState) -> bool {
+    Durability::of(state) != Durability::NoSync
+}
+
 /// Committed batches between the object's task (the giver) and its commit task (the taker).
 #[derive(Default)]
 struct Pipe {
@@ -126,13 +144,7 @@ pub(super) struct Pipeline {
 impl Pipeline {
     /// Starts the commit task of the object `key` (in a fleet, with what it ships from).
     pub fn start(cells: &Rc<Cells>, key: &str, shipping: Option<Shipping>) -> Pipeline {
-        let durability = if crate::testing::ACK_BEFORE_SYNC.load(Ordering::Relaxed) {
-            Durability::AnswerFirst
-        } else if cells.state.settings().sqlite_sync_full {
-            Durability::SyncFirst
-        } else {
-            Durability::NoSync
-        };
+        let durability = Durability::of(&cells.state);
         let pipe = Rc::new(Pipe::default());
         *pipe.shipping.borrow_mut() = shipping;
         let key: Rc<str> = key.into();
@@ -316,7 +328,7 @@ async fn start(
     group: Vec<Committed>,
     durability: Durability,
 ) -> Started {
-    let wal = group.iter().rev().find_map(|c| c.wal);
+    let wal = group.iter().rev().find_map(|c| c.wal.clone());
     let answers = group.iter().map(|c| c.replies.len()).sum();
     let mut started = Started {
         refusal: None,
@@ -457,7 +469,7 @@ async fn answer_group(
 ) -> bool {
     let state = &cells.state;
     let stats = state.stats();
-    let wal = group.iter().rev().find_map(|c| c.wal);
+    let wal = group.iter().rev().find_map(|c| c.wal.clone());
     let synced = refusal.is_none();
     let refusal = refusal.unwrap_or(Refusal::StorageUnavailable);
     let permit = state.acquire_awake().await;
@@ -517,8 +529,8 @@ async fn sync(
         .fetch_max(batches as u64, Ordering::Relaxed);
     match r {
         Ok(()) => true,
-        Err(code) => {
-            warn!(object = %key, "cannot sync the WAL: SQLite error {code}");
+        Err(e) => {
+            warn!(object = %key, "cannot sync the WAL: {e}");
             false
         }
     }

@@ -8,7 +8,7 @@
 //! but does not wait for them to reach the disk; a checkpoint syncs the WAL before it copies
 //! frames into the database and syncs the database before the WAL may be reused (so NORMAL
 //! never corrupts). With `COMBD_SQLITE_SYNC=full` the object then syncs the WAL itself
-//! ([`Wal::sync`], the same `xSync` call SQLite makes at a FULL commit) before anything of a
+//! ([`Wal::sync`], the `fdatasync` SQLite makes at a FULL commit) before anything of a
 //! committed batch is answered or sent: several batches that committed while one sync ran share
 //! the next one (group commit), and the next batch runs while a sync is in flight.
 
@@ -34,60 +34,48 @@ impl fmt::Display for StoreError {
     }
 }
 
-/// The write-ahead log of an open connection, to sync from another thread while the
-/// connection goes on committing.
+/// The write-ahead log of an object's connection, on a descriptor of the node's own, to sync
+/// from another thread while the connection goes on committing.
 ///
-/// It points into the connection (`SQLITE_FCNTL_JOURNAL_POINTER`): it is valid while the
-/// connection is open and its WAL file stays open, so the object closes its connection only
-/// after every sync it started has returned, and app SQL can neither leave WAL mode nor end the
-/// call's transaction to do so (`COMMIT; PRAGMA journal_mode=DELETE` closed the WAL under a
-/// sync in flight: both are denied apps, `cells/sandbox.rs`). Syncing through SQLite's VFS, not
-/// a descriptor of the node's own, is what lets the power-cut tests see every sync. A sync only reads the file's descriptor and flags; `fdatasync` covers every
-/// write that completed before it began, so a commit running beside it is merely not covered.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Wal(*mut rusqlite::ffi::sqlite3_file);
-
-// SAFETY: see above: the pointer is used only while its connection is open, and only for
-// `xSync`, which the unix VFS allows beside the connection's own writes.
-unsafe impl Send for Wal {}
+/// Opened (`O_NOFOLLOW`) after a batch committed, from the database's path: `fdatasync` on
+/// any descriptor of a file covers every write to it that completed before the call began,
+/// so a commit running beside the sync is merely not covered. Owning the descriptor means no
+/// pointer into SQLite's pager is held across threads: if the WAL were closed or replaced
+/// under a sync in flight (apps cannot leave WAL mode, `cells/sandbox.rs`, but the node must
+/// not depend on it for memory safety), the sync would reach the old file, never freed memory.
+/// While a sync waits the object holds this fourth descriptor
+/// ([`OBJECT_FDS`](combd_kernel::limits::OBJECT_FDS)).
+#[derive(Debug, Clone)]
+pub(crate) struct Wal {
+    file: std::sync::Arc<std::fs::File>,
+    path: std::sync::Arc<Path>,
+}
 
 impl Wal {
-    /// The connection's WAL, once it has been opened (after the first transaction).
+    /// The WAL of a connection's database, if it has one (after its first transaction that
+    /// wrote).
     pub fn of(db: &rusqlite::Connection) -> Option<Wal> {
-        use rusqlite::ffi;
-        let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
-        // SAFETY: the handle is open; JOURNAL_POINTER writes one pointer to `file`.
-        let rc = unsafe {
-            ffi::sqlite3_file_control(
-                db.handle(),
-                c"main".as_ptr(),
-                ffi::SQLITE_FCNTL_JOURNAL_POINTER,
-                (&mut file as *mut *mut ffi::sqlite3_file).cast(),
-            )
-        };
-        // SAFETY: a non-null journal pointer points to the pager's file object.
-        let open =
-            rc == ffi::SQLITE_OK && !file.is_null() && unsafe { !(*file).pMethods.is_null() };
-        open.then_some(Wal(file))
+        use std::os::unix::fs::OpenOptionsExt;
+        let db_path = db.path().filter(|p| !p.is_empty())?;
+        let path = PathBuf::from(format!("{db_path}-wal"));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .ok()?;
+        Some(Wal {
+            file: std::sync::Arc::new(file),
+            path: path.into(),
+        })
     }
 
-    /// Makes every write to the WAL that completed before this call durable (`fdatasync`,
-    /// through the VFS, as SQLite does at a FULL commit). Blocks: call it on a blocking thread.
-    pub fn sync(self) -> Result<(), i32> {
-        use rusqlite::ffi;
-        // SAFETY: the connection is open (see the type's invariant), so the file and its
-        // methods are valid.
-        let rc = unsafe {
-            let methods = (*self.0).pMethods;
-            match (*methods).xSync {
-                Some(sync) => sync(self.0, ffi::SQLITE_SYNC_NORMAL),
-                None => ffi::SQLITE_MISUSE,
-            }
-        };
-        if rc == ffi::SQLITE_OK {
-            Ok(())
-        } else {
-            Err(rc)
+    /// Makes every write to the WAL that completed before this call durable (`fdatasync`).
+    /// Blocks: call it on a blocking thread.
+    pub fn sync(&self) -> std::io::Result<()> {
+        let sync = || self.file.sync_data();
+        match crate::testing::WAL_SYNC_OBSERVER.get() {
+            Some(observe) => observe(&self.path, &sync),
+            None => sync(),
         }
     }
 }
@@ -311,5 +299,37 @@ pub(crate) mod watch {
             return true;
         }
         false
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// The WAL leaving under a sync (what `COMMIT; PRAGMA journal_mode=DELETE` did while a
+    /// sync was in flight) cannot reach freed memory: the sync holds its own descriptor.
+    #[test]
+    fn a_wal_synced_after_sqlite_closed_it_is_still_a_valid_file() {
+        let dir = std::env::temp_dir().join(format!("combd-wal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = rusqlite::Connection::open(dir.join("o.sqlite")).unwrap();
+        db.pragma_update(None, "journal_mode", "WAL").unwrap();
+        assert!(Wal::of(&db).is_none(), "no WAL before a write");
+        db.execute_batch("CREATE TABLE t(v); INSERT INTO t VALUES (1);")
+            .unwrap();
+        let wal = Wal::of(&db).unwrap();
+        wal.sync().unwrap();
+        let syncing = std::thread::spawn({
+            let wal = wal.clone();
+            move || (0..200).try_for_each(|_| wal.sync())
+        });
+        db.pragma_update(None, "journal_mode", "DELETE").unwrap();
+        assert!(!dir.join("o.sqlite-wal").exists(), "SQLite removed its WAL");
+        drop(db);
+        syncing.join().unwrap().unwrap();
+        wal.sync().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -167,14 +167,15 @@ async fn run_on(
         ticks: state.settings().cpu_limit_ticks,
         memory_bytes: app.memory_kb().map(|kb| kb * 1024),
     };
+    let syncs = crate::cells::commit::syncs_wal(state);
     glommio::executor()
         .spawn_blocking(move || {
             let mut db = db;
             let result = run_batch(app.as_ref(), &mut db, &inputs, limits, &on);
             // A scratch database has nothing to make durable: it is answered without a sync.
             let wal = match on {
-                On::Db => Wal::of(&db),
-                On::Scratch | On::ScratchRefusing(_) => None,
+                On::Db if syncs => Wal::of(&db),
+                On::Db | On::Scratch | On::ScratchRefusing(_) => None,
             };
             // In a fleet, the WAL's length once the batch committed bounds what its shipment
             // reads.
