@@ -59,7 +59,9 @@ impl From<combd_shards::tls::TlsError> for Failure {
 impl From<StartError> for Failure {
     fn from(e: StartError) -> Failure {
         match e {
-            StartError::Setting { .. } => Failure::Config(e.to_string()),
+            StartError::Setting { .. } | StartError::Unsupported(_) => {
+                Failure::Config(e.to_string())
+            }
             StartError::Runtime(message) => Failure::Software(message),
         }
     }
@@ -128,6 +130,11 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
 
+    // Where io_uring is refused nothing else matters: say so first, and in a check of the
+    // configuration too, which would otherwise call a node that cannot start valid.
+    if let Err(refused) = combd_kernel::uring::probe() {
+        fail(Failure::Config(refused.to_string()));
+    }
     let nofile = sys::raise_nofile_limit().unwrap_or_else(|e| {
         warn!("cannot raise RLIMIT_NOFILE: {e}");
         limits::NOFILE_FALLBACK

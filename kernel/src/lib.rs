@@ -21,6 +21,9 @@
 //! - [`sys`] is what combd asks the Linux kernel: the CPUs it may run on, its file-descriptor
 //!   limit, listener sockets (`SO_REUSEPORT`, the listen backlog, stop and resume listening),
 //!   TCP keepalive, and the data disk's free space.
+//! - [`uring`] asks once, before the shards start, whether io_uring serves this process with
+//!   every opcode the shards need, and says why not in one line (seccomp, the sysctl, an old
+//!   kernel).
 //! - [`admission`] makes the decisions: the memory pressure level, whether the node is full
 //!   and why, the hold that keeps that state from flapping, and whether the disk is low.
 //!
@@ -53,3 +56,4 @@ pub mod limits;
 pub mod memory;
 pub mod settings;
 pub mod sys;
+pub mod uring;

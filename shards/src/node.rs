@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::os::fd::{IntoRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use combd_kernel::limits;
 use combd_kernel::settings::Settings;
@@ -29,6 +30,9 @@ pub enum StartError {
         /// What is wrong.
         message: String,
     },
+    /// The machine cannot run the shards as they are built (io_uring refused, an old kernel):
+    /// the operator must change the machine or the container.
+    Unsupported(String),
     /// Anything else (a shard could not start).
     Runtime(String),
 }
@@ -37,7 +41,7 @@ impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StartError::Setting { setting, message } => write!(f, "{setting}: {message}"),
-            StartError::Runtime(message) => f.write_str(message),
+            StartError::Unsupported(message) | StartError::Runtime(message) => f.write_str(message),
         }
     }
 }
@@ -59,6 +63,35 @@ impl DrainHandle {
 enum ShardEvent {
     Ready,
     Exited,
+    /// The shard's thread panicked (before its loop started, or at any time after).
+    Failed,
+}
+
+/// Reports how a shard's thread ended: `Exited` when its loop returned, `Failed` when the
+/// thread ended any other way. glommio does not drop a panicked shard's tasks, so the report
+/// cannot ride in the shard's future: it is dropped with the closure glommio runs if glommio
+/// panics before running it (setting up the shard's rings), and from then on it sits in a
+/// thread-local, which the thread drops as it ends, however it ends.
+struct ShardEnd {
+    id: usize,
+    tx: mpsc::Sender<(usize, ShardEvent)>,
+    /// Set when the shard's loop returned.
+    clean: bool,
+}
+
+impl Drop for ShardEnd {
+    fn drop(&mut self) {
+        let event = if self.clean {
+            ShardEvent::Exited
+        } else {
+            ShardEvent::Failed
+        };
+        let _ = self.tx.send((self.id, event));
+    }
+}
+
+thread_local! {
+    static SHARD_END: std::cell::RefCell<Option<ShardEnd>> = const { std::cell::RefCell::new(None) };
 }
 
 /// A running node.
@@ -111,6 +144,8 @@ impl Node {
             tls,
         } = config;
         let n = settings.shards;
+        // Where io_uring is refused glommio panics in every shard: say why, before binding.
+        combd_kernel::uring::probe().map_err(|r| StartError::Unsupported(r.to_string()))?;
         if cpus.len() < n {
             return Err(StartError::Setting {
                 setting: "COMBD_SHARDS",
@@ -147,19 +182,29 @@ impl Node {
         for (id, ((listener_fds, wake_fd), inbox)) in per_shard.enumerate() {
             let tx = tx.clone();
             let for_shard = shared.clone();
+            let ready = tx.clone();
+            let end = ShardEnd {
+                id,
+                tx,
+                clean: false,
+            };
             let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
                 .name(&format!("combd-shard{id}"))
                 .io_memory(limits::SHARD_IO_MEMORY_BYTES)
                 .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(
                     limits::BLOCKING_THREADS_PER_SHARD,
                 ))
-                .spawn(move || async move {
-                    let ready = tx.clone();
-                    shard::run(id, for_shard, listener_fds, wake_fd, inbox, move || {
-                        let _ = ready.send((id, ShardEvent::Ready));
-                    })
-                    .await;
-                    let _ = tx.send((id, ShardEvent::Exited));
+                .spawn(move || {
+                    SHARD_END.with(|e| *e.borrow_mut() = Some(end));
+                    async move {
+                        shard::run(id, for_shard, listener_fds, wake_fd, inbox, move || {
+                            let _ = ready.send((id, ShardEvent::Ready));
+                        })
+                        .await;
+                        if let Some(mut end) = SHARD_END.with(|e| e.borrow_mut().take()) {
+                            end.clean = true;
+                        }
+                    }
                 });
             if let Err(e) = spawned {
                 shared.start_drain();
@@ -187,11 +232,16 @@ impl Node {
         while ready < n {
             match self.events.recv() {
                 Ok((_, ShardEvent::Ready)) => ready += 1,
-                Ok((id, ShardEvent::Exited)) => {
+                Ok((id, end @ (ShardEvent::Exited | ShardEvent::Failed))) => {
                     self.running -= 1;
                     self.drain_handle().drain();
+                    let how = if matches!(end, ShardEvent::Failed) {
+                        "failed (panicked)"
+                    } else {
+                        "stopped"
+                    };
                     return Err(StartError::Runtime(format!(
-                        "shard {id} stopped while starting"
+                        "shard {id} {how} while starting"
                     )));
                 }
                 Err(_) => {
@@ -229,19 +279,38 @@ impl Node {
         DrainHandle(self.shared.clone())
     }
 
-    /// Waits until every shard has exited. A shard that panicked starts the drain of the
-    /// others and is reported.
+    /// Waits until every shard has exited. A shard that fails (its thread panicked) at any
+    /// time starts the drain of the others, which get `COMBD_SHUTDOWN_TIMEOUT` and a second to
+    /// finish; then the failure is reported, and the process ends: a node never lives on with a
+    /// shard that answers nothing.
     pub fn wait(mut self) -> Result<(), String> {
+        let mut failed: Option<(usize, Instant)> = None;
         while self.running > 0 {
-            match self.events.recv() {
+            let event = match failed {
+                None => self.events.recv().map_err(|_| None),
+                Some((_, since)) => {
+                    let bound = self.shared.settings.shutdown_timeout + Duration::from_secs(1);
+                    let left = bound.saturating_sub(since.elapsed());
+                    self.events.recv_timeout(left).map_err(Some)
+                }
+            };
+            match event {
                 Ok((_, ShardEvent::Exited)) => self.running -= 1,
                 Ok((_, ShardEvent::Ready)) => {}
-                Err(_) => {
-                    // A shard thread ended without reporting: it panicked.
+                Ok((id, ShardEvent::Failed)) => {
+                    self.running -= 1;
                     self.drain_handle().drain();
-                    return Err("a shard panicked".to_string());
+                    failed.get_or_insert((id, Instant::now()));
                 }
+                // Every shard's end reports (`ShardEnd`): none is left to report, or the
+                // others did not finish draining in time.
+                Err(_) => break,
             }
+        }
+        if let Some((id, _)) = failed {
+            return Err(format!(
+                "shard {id} failed (panicked: see the message above); the node stopped"
+            ));
         }
         // Every object was let go (and, in a fleet, snapshotted): give the lease back so other
         // nodes can claim them now rather than after its TTL.

@@ -1,7 +1,8 @@
 //! `stall` (test app, served only with `COMBD_TEST_APPS=on`): a stateless app that holds its
 //! shard's loop. `POST /o/stall/<name>?ms=N` spins for `N` milliseconds (at most 1,000) right
 //! on the loop, as a native app with a bug would, so tests can watch the shard's stall
-//! detector (`turn_overruns`) see it.
+//! detector (`turn_overruns`) see it. `?panic=1` panics right there instead, as a bug in a
+//! native app or in the node would, so tests can watch a failed shard end the process (70).
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,9 @@ impl App for Stall {
         let Input::Http { query, .. } = input else {
             return Ok(Output::None);
         };
+        if super::query_param(*query, "panic") == Some("1") {
+            panic!("stall: asked to panic on the shard's loop");
+        }
         let ms: u64 = super::query_param(*query, "ms")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
