@@ -241,7 +241,7 @@ fn prepare_data_dir(dir: &Path) -> Result<(), Failure> {
 
 /// Takes `<data>/combd.lock` for the node's life: two nodes on one data directory would open
 /// the same objects' databases, each believing it is their only writer.
-fn lock_data_dir(dir: &Path) -> Result<std::fs::File, Failure> {
+fn lock_data_dir(dir: &Path) -> Result<sys::FileLock, Failure> {
     let path = dir.join("combd.lock");
     sys::lock_file(&path).map_err(|e| {
         Failure::Config(if e.kind() == std::io::ErrorKind::WouldBlock {
