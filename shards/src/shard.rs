@@ -5,7 +5,7 @@
 //! drains on shutdown.
 
 use std::cell::Cell;
-use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -317,19 +317,13 @@ impl Shard {
         };
         let l = &self.listeners[idx];
         for _ in 0..limits::ACCEPT_DRAIN_MAX {
-            // SAFETY: accept4 on our listening socket; a returned fd is owned by the stream.
-            let fd = unsafe {
-                libc::accept4(
-                    l.fd,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                )
-            };
-            if fd < 0 {
+            use nix::sys::socket::{accept4, SockFlag};
+            let Ok(fd) = accept4(l.fd(), SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK) else {
                 break;
-            }
-            let stream = unsafe { TcpStream::from_raw_fd(fd) };
+            };
+            // SAFETY: `into_raw_fd` gives up the just-accepted socket's only owner, so the
+            // stream becomes its one owner (glommio's `TcpStream` is made only from a raw fd).
+            let stream = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
             let (slot, _) = ConnSlot::reserve(&self.state, l.kind());
             self.refuse_late(slot, stream, l.tls);
         }
