@@ -5,6 +5,8 @@
 //! machine's files). Every failure is a [`Failure`]; [`exit_status`] is the one place that maps
 //! it to a status, and [`fail`] the one place that reports it and exits.
 
+#![forbid(unsafe_code)]
+
 use std::io::{IsTerminal as _, Write};
 use std::path::Path;
 
