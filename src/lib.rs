@@ -18,6 +18,11 @@
 //! `notify` speaks systemd's notify protocol (ready, stopping, watchdog); `top` is the
 //! `combd top` subcommand, a live view of the localhost `/stats`. Dependencies run one way:
 //! `combd-kernel` ← `combd-shards` ← this crate.
+//!
+//! No `unsafe` code here but one `pre_exec` hook in [`fuzz`] (allowed where it stands, with
+//! its invariant); the system calls go through `nix`.
+
+#![deny(unsafe_code)]
 
 pub mod apps;
 pub mod fuzz;

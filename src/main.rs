@@ -5,6 +5,8 @@
 //! machine's files). Every failure is a [`Failure`]; [`exit_status`] is the one place that maps
 //! it to a status, and [`fail`] the one place that reports it and exits.
 
+#![forbid(unsafe_code)]
+
 use std::io::{IsTerminal as _, Write};
 use std::path::Path;
 
@@ -248,7 +250,7 @@ fn prepare_data_dir(dir: &Path) -> Result<(), Failure> {
 
 /// Takes `<data>/combd.lock` for the node's life: two nodes on one data directory would open
 /// the same objects' databases, each believing it is their only writer.
-fn lock_data_dir(dir: &Path) -> Result<std::fs::File, Failure> {
+fn lock_data_dir(dir: &Path) -> Result<sys::FileLock, Failure> {
     let path = dir.join("combd.lock");
     sys::lock_file(&path).map_err(|e| {
         Failure::Config(if e.kind() == std::io::ErrorKind::WouldBlock {

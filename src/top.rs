@@ -8,6 +8,8 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use nix::sys::termios::{self, LocalFlags, SetArg, SpecialCharacterIndices, Termios};
+
 fn fetch(port: u16) -> Result<serde_json::Value, String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))
         .map_err(|e| format!("cannot reach 127.0.0.1:{port}: {e}"))?;
@@ -139,36 +141,30 @@ pub fn render(s: &serde_json::Value, color: bool) -> String {
 /// Ctrl-C, which then arrives as a byte) is read at once; the saved mode is restored when this
 /// is dropped.
 struct RawStdin {
-    saved: libc::termios,
+    saved: Termios,
 }
 
 impl RawStdin {
     /// Switches stdin's terminal, or None when stdin is not one (or cannot be switched).
     fn enter() -> Option<RawStdin> {
-        if !std::io::stdin().is_terminal() {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
             return None;
         }
-        // SAFETY: termios is plain data, filled by tcgetattr on fd 0.
-        let mut mode: libc::termios = unsafe { std::mem::zeroed() };
-        if unsafe { libc::tcgetattr(libc::STDIN_FILENO, &mut mode) } != 0 {
-            return None;
-        }
-        let saved = mode;
-        mode.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG);
-        mode.c_cc[libc::VMIN] = 1;
-        mode.c_cc[libc::VTIME] = 0;
-        // SAFETY: sets fd 0's mode from a termios tcgetattr filled.
-        if unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &mode) } != 0 {
-            return None;
-        }
+        let saved = termios::tcgetattr(&stdin).ok()?;
+        let mut mode = saved.clone();
+        mode.local_flags
+            .remove(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG);
+        mode.control_chars[SpecialCharacterIndices::VMIN as usize] = 1;
+        mode.control_chars[SpecialCharacterIndices::VTIME as usize] = 0;
+        termios::tcsetattr(&stdin, SetArg::TCSANOW, &mode).ok()?;
         Some(RawStdin { saved })
     }
 }
 
 impl Drop for RawStdin {
     fn drop(&mut self) {
-        // SAFETY: restores fd 0's mode saved by `enter`.
-        unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &self.saved) };
+        let _ = termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &self.saved);
     }
 }
 

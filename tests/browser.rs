@@ -323,8 +323,9 @@ impl Drop for Browser {
 
 /// Ends Chromium and its helpers: SIGKILL to the process group it leads.
 fn kill_group(child: &mut Child) {
-    // SAFETY: a signal to the process group of our own child, which leads it.
-    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    // The process group of our own child, which leads it.
+    let pgrp = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::killpg(pgrp, nix::sys::signal::Signal::SIGKILL);
     let _ = child.wait();
 }
 

@@ -17,6 +17,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 use serde_json::Value;
 
 /// The whole run's bound: set-up, 5 phases, 6 clients, tear-down.
@@ -35,8 +38,7 @@ fn have(cmd: &str, arg: &str) -> bool {
 /// Whether this machine can run the tool (root, `ip netns` allowed, python3); one line saying
 /// why not otherwise.
 fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: not root (network namespaces need root)");
         return false;
     }
@@ -96,8 +98,7 @@ fn run_tool(name: &str, args: &[&str]) -> Value {
         }
         if started.elapsed() > DEADLINE {
             // SIGTERM: the tool removes its namespaces and processes on it.
-            // SAFETY: kill on our own child's pid.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
             let _ = child.wait();
             panic!("timed out waiting for tools/fleet-netns/run ({DEADLINE:?})");
         }

@@ -10,6 +10,9 @@ use std::collections::HashMap;
 use std::os::unix::net::UnixDatagram;
 use std::process::Command;
 
+use nix::fcntl::OFlag;
+use nix::sys::termios::LocalFlags;
+
 use support::*;
 
 fn combd() -> Command {
@@ -326,11 +329,7 @@ fn check_config_prints_every_limit_and_its_source() {
 
 /// A pipe whose reading end is already closed: every write to it fails with EPIPE.
 fn closed_pipe() -> std::process::Stdio {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors, which we own from here on.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).expect("pipe2");
     drop(read);
     write.into()
 }
@@ -425,33 +424,20 @@ fn top_watches_a_restart() {
 
 /// A pseudo-terminal: the master end, and the path of the terminal end.
 fn open_pty() -> (std::fs::File, std::path::PathBuf) {
-    use std::os::fd::FromRawFd;
-    // SAFETY: posix_openpt returns a descriptor we own; grantpt, unlockpt and ptsname_r act on
-    // it; ptsname_r writes a NUL-terminated path into the buffer.
-    unsafe {
-        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(fd >= 0, "posix_openpt");
-        assert_eq!(libc::grantpt(fd), 0);
-        assert_eq!(libc::unlockpt(fd), 0);
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
-        let path = std::ffi::CStr::from_ptr(name.as_ptr())
-            .to_str()
-            .unwrap()
-            .to_string();
-        (std::fs::File::from_raw_fd(fd), path.into())
-    }
+    use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+    let master =
+        posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC).expect("posix_openpt");
+    grantpt(&master).expect("grantpt");
+    unlockpt(&master).expect("unlockpt");
+    let path = ptsname_r(&master).expect("ptsname_r");
+    let fd = std::os::fd::OwnedFd::from(master);
+    (std::fs::File::from(fd), path.into())
 }
 
-fn lflag(terminal: &std::fs::File) -> libc::tcflag_t {
-    use std::os::fd::AsRawFd;
-    // SAFETY: tcgetattr fills one termios.
-    let mut mode: libc::termios = unsafe { std::mem::zeroed() };
-    assert_eq!(
-        unsafe { libc::tcgetattr(terminal.as_raw_fd(), &mut mode) },
-        0
-    );
-    mode.c_lflag
+fn lflag(terminal: &std::fs::File) -> LocalFlags {
+    nix::sys::termios::tcgetattr(terminal)
+        .expect("tcgetattr")
+        .local_flags
 }
 
 #[test]
@@ -462,9 +448,8 @@ fn q_quits_top_and_restores_the_terminal() {
         .write(true)
         .open(&path)
         .unwrap();
-    assert_ne!(
-        lflag(&terminal) & libc::ICANON,
-        0,
+    assert!(
+        lflag(&terminal).contains(LocalFlags::ICANON),
         "a new terminal is canonical"
     );
     let port = free_port().to_string();
@@ -478,14 +463,15 @@ fn q_quits_top_and_restores_the_terminal() {
     wait_line(&out, "node unreachable");
     // Raw before its first line: keys arrive one by one, unechoed.
     let raw = lflag(&terminal);
-    assert_eq!(
-        raw & (libc::ICANON | libc::ECHO),
-        0,
+    assert!(
+        !raw.intersects(LocalFlags::ICANON | LocalFlags::ECHO),
         "stdin not in raw mode"
     );
     std::io::Write::write_all(&mut master, b"q").unwrap();
     assert_eq!(exit_within(top).code(), Some(0));
     let restored = lflag(&terminal);
-    assert_ne!(restored & libc::ICANON, 0, "the terminal was not restored");
-    assert_ne!(restored & libc::ECHO, 0, "the terminal was not restored");
+    assert!(
+        restored.contains(LocalFlags::ICANON | LocalFlags::ECHO),
+        "the terminal was not restored"
+    );
 }

@@ -11,6 +11,7 @@ use std::io::{BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 
+use nix::sys::signal::Signal;
 use rustls::pki_types::CertificateDer;
 use support::tls::*;
 use support::*;
@@ -154,7 +155,7 @@ fn sighup_reloads_the_certificate_and_keeps_open_sessions() {
 
     let b = make_pair();
     write_pair(&dir, &b);
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     wait_stats(&node, "the reload", |s| s["tls_reloads"] == 1);
     // New connections get the new certificate.
     assert!(tls_connect(&node, &b.der).is_ok());
@@ -172,7 +173,7 @@ fn sighup_reloads_the_certificate_and_keeps_open_sessions() {
         "-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n",
     )
     .unwrap();
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     wait_stats(&node, "the refused reload", |s| {
         s["tls_reload_failures"] == 1
     });

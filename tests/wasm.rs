@@ -10,6 +10,9 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Stdio;
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 use support::*;
 use tungstenite::{Message, WebSocket};
 
@@ -172,8 +175,8 @@ fn one_mib_of_stdout_is_kept_as_64_kib() {
     }
     // 64 KiB of 1,024-byte lines (1,023 x's and a newline): 64 lines, then the marker.
     assert_eq!(kept, 64);
-    // SAFETY: our own child, not yet reaped.
-    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    // Our own child, not yet reaped.
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
     let _ = child.wait();
 }
 
@@ -217,7 +220,7 @@ fn sighup_serves_new_objects_on_a_new_version_and_keeps_the_old_for_a_broken_one
     let first = node.stats()["apps"]["ver"]["hash"].clone();
 
     std::fs::write(dir.join("ver.wat"), versioned(2)).unwrap();
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     wait_stats(&node, "the reload", |s| s["apps"]["ver"]["reloads"] == 1);
     assert_eq!(post(&node, "/o/ver/b", "").json()["v"], 2);
     // A live object finishes at most the batch it has on the old version, then is let go and
@@ -227,7 +230,7 @@ fn sighup_serves_new_objects_on_a_new_version_and_keeps_the_old_for_a_broken_one
     assert_ne!(node.stats()["apps"]["ver"]["hash"], first);
 
     std::fs::write(dir.join("ver.wat"), "(module (func $broken").unwrap();
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     wait_stats(&node, "the refused reload", |s| {
         s["wasm_reloads_refused"] == 1
     });
@@ -351,7 +354,7 @@ fn sighup_reaches_an_object_whose_mailbox_never_empties() {
         s["requests"].as_u64().unwrap_or(0) > 2_000
     });
     std::fs::write(dir.join("ver.wat"), versioned(2)).unwrap();
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     wait_stats(&node, "the reload", |s| s["apps"]["ver"]["reloads"] == 1);
     stop.store(true, Ordering::Relaxed);
     for c in clients {

@@ -5,6 +5,8 @@
 //!
 //! Usage: `peer-mio PORT` (listens on 0.0.0.0:PORT; prints `peer ready pid=N`).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;

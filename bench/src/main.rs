@@ -16,6 +16,8 @@
 //! Usage: `combd-bench idle|flood|click|mailbox --port P [--target 127.0.0.2] [--conns N]
 //! [--out FILE] [--pages N] [--board NAME] [--interval-ms MS] [--duration-s S]`
 
+#![forbid(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
@@ -186,8 +188,12 @@ pub(crate) fn cpu_seconds(pid: u64) -> f64 {
     // Fields 14 and 15 (utime, stime) are the 12th and 13th after the ")".
     let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
         + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    use nix::unistd::{sysconf, SysconfVar};
+    let hz = sysconf(SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(1)
+        .max(1) as f64;
     ticks as f64 / hz
 }
 

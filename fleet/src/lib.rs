@@ -51,6 +51,8 @@
 //!   the object; an error refuses them (503, retry-after) and marks the pipeline failed. Then
 //!   checkpoint, and now and then [`ship::ship_snapshot`] and delete the segments it covers.
 
+#![forbid(unsafe_code)]
+
 pub mod bucket;
 pub mod config;
 pub mod coordinator;

@@ -49,7 +49,10 @@
 //! (a head's size, a mailbox's length) is only a constant in [`limits`].
 //!
 //! Parsers take `&str` and decisions take values, so everything here is unit-tested on fixture
-//! text; the file read or system call around a parser is one line.
+//! text; the file read or system call around a parser is one line. The system calls go through
+//! `nix` and `socket2`: this crate has no `unsafe` code, and forbids it.
+
+#![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod limits;

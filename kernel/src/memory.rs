@@ -344,8 +344,10 @@ impl MemoryProbe {
             found.as_ref().map(|(v, _, l)| (*v, *l)),
             mem.total_bytes,
         );
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(0);
         Ok(MemoryProbe {
             cgroup_limit: found.as_ref().map(|(_, _, l)| *l),
             cgroup: found.map(|(v, d, _)| (v, d)),

@@ -1,51 +1,35 @@
 //! What combd asks the Linux kernel: allowed CPUs, the file-descriptor limit, listener sockets.
 //!
-//! Each function is a thin wrapper over one or two system calls; the decisions built on them
-//! live elsewhere and take plain values.
+//! Each function is a thin wrapper over one or two system calls (through `nix` and `socket2`,
+//! so no `unsafe` here); the decisions built on them live elsewhere and take plain values.
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 
+use nix::sys::socket::{self as nixsock, sockopt, Backlog};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// The CPUs this process may run on (`sched_getaffinity`), in ascending order. `taskset -c 0`
 /// gives `[0]`, so the node runs one shard.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let max = libc::CPU_SETSIZE as usize;
-    Ok((0..max)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+    use nix::sched::{sched_getaffinity, CpuSet};
+    let set = sched_getaffinity(nix::unistd::Pid::from_raw(0))?;
+    // is_set fails only for an index past the set's size, which the range never reaches.
+    Ok((0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
         .collect())
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the new soft limit.
 pub fn raise_nofile_limit() -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit read and write one rlimit struct.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+        return Ok(hard);
     }
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        lim = raised;
-    }
-    Ok(lim.rlim_cur)
+    Ok(soft)
 }
 
 fn reuseport_socket(addr: SocketAddr) -> io::Result<Socket> {
@@ -81,7 +65,10 @@ pub fn bind_listener(addr: SocketAddr, backlog: i32) -> io::Result<Socket> {
     };
     let sock = reuseport_socket(addr)?;
     sock.bind(&addr.into())?;
-    sock.listen(backlog)?;
+    // The backlog through the same check as [`resume_listening`]'s, so one it would refuse fails
+    // here, at start-up, and not at the first resume after the node was full. (socket2 0.4's
+    // `Socket` has no `AsFd`, so this listen is socket2's.)
+    sock.listen(i32::from(Backlog::new(backlog)?))?;
     // Non-blocking, so a shard can empty the accept queue before it stops listening without
     // ever blocking its loop (io_uring's accept works on non-blocking sockets too).
     sock.set_nonblocking(true)?;
@@ -91,87 +78,60 @@ pub fn bind_listener(addr: SocketAddr, backlog: i32) -> io::Result<Socket> {
 /// Stops a listening socket from taking new connections: after `shutdown(fd, SHUT_RD)` the
 /// kernel answers new SYNs with a reset, and a pending accept on it fails. The socket stays
 /// bound; [`resume_listening`] turns it back on.
-pub fn stop_listening(sock: &impl AsRawFd) -> io::Result<()> {
-    // SAFETY: shutdown on a descriptor we own.
-    if unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RD) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+pub fn stop_listening(sock: &impl AsFd) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    Ok(nixsock::shutdown(
+        sock.as_fd().as_raw_fd(),
+        nixsock::Shutdown::Read,
+    )?)
 }
 
-/// Makes a socket stopped by [`stop_listening`] listen again with `backlog`.
-pub fn resume_listening(sock: &impl AsRawFd, backlog: i32) -> io::Result<()> {
-    // SAFETY: listen on a descriptor we own.
-    if unsafe { libc::listen(sock.as_raw_fd(), backlog) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+/// Makes a socket stopped by [`stop_listening`] listen again with `backlog`. A backlog over
+/// `SOMAXCONN` (4096 with glibc) is refused with `EINVAL` (nix's `Backlog`; the kernel itself
+/// would cap it at `net.core.somaxconn`); [`bind_listener`] refuses it the same way.
+pub fn resume_listening(sock: &impl AsFd, backlog: i32) -> io::Result<()> {
+    Ok(nixsock::listen(sock, Backlog::new(backlog)?)?)
 }
 
 /// Sets a socket's kernel send buffer (`SO_SNDBUF`; Linux doubles the value for its own
 /// bookkeeping). A fixed buffer also stops the kernel from growing it towards `tcp_wmem`'s
 /// maximum for a peer that does not read.
-pub fn set_send_buffer(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
-    let value = i32::try_from(bytes).unwrap_or(i32::MAX);
-    // SAFETY: setsockopt with a pointer to an i32 and its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            &value as *const i32 as *const libc::c_void,
-            std::mem::size_of::<i32>() as u32,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+pub fn set_send_buffer(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
+    // The option is a C int (nix casts, which would wrap a larger value): saturate instead.
+    let value = bytes.min(i32::MAX as usize);
+    Ok(nixsock::setsockopt(sock, sockopt::SndBuf, &value)?)
 }
 
 /// Turns on TCP keepalive on a connected socket with the given idle time, probe interval and
 /// probe count, so the kernel resets a connection whose peer vanished without a FIN.
 pub fn set_keepalive(
-    sock: &impl AsRawFd,
-    idle_secs: i32,
-    interval_secs: i32,
-    count: i32,
+    sock: &impl AsFd,
+    idle_secs: u32,
+    interval_secs: u32,
+    count: u32,
 ) -> io::Result<()> {
-    let fd = sock.as_raw_fd();
-    let set = |level: i32, name: i32, value: i32| -> io::Result<()> {
-        // SAFETY: setsockopt with a pointer to an i32 and its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                level,
-                name,
-                &value as *const i32 as *const libc::c_void,
-                std::mem::size_of::<i32>() as u32,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    };
-    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle_secs)?;
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, interval_secs)?;
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, count)
+    nixsock::setsockopt(sock, sockopt::KeepAlive, &true)?;
+    nixsock::setsockopt(sock, sockopt::TcpKeepIdle, &idle_secs)?;
+    nixsock::setsockopt(sock, sockopt::TcpKeepInterval, &interval_secs)?;
+    Ok(nixsock::setsockopt(sock, sockopt::TcpKeepCount, &count)?)
 }
 
 /// Free bytes (for unprivileged users) and total bytes of the filesystem holding `path`.
 pub fn disk_space(path: &std::path::Path) -> io::Result<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path has a NUL byte"))?;
-    // SAFETY: statvfs writes one struct; c is a valid C string.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
+    // nix would say EINVAL; this says which.
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path has a NUL byte",
+        ));
     }
-    let frsize = st.f_frsize as u64;
-    Ok((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
+    let st = nix::sys::statvfs::statvfs(path)?;
+    let frsize = st.fragment_size() as u64;
+    Ok((
+        st.blocks_available() as u64 * frsize,
+        st.blocks() as u64 * frsize,
+    ))
 }
 
 /// A TCP port held by this process among combd processes, for the node's life: an
@@ -192,25 +152,29 @@ pub fn lock_port(port: u16) -> io::Result<PortLock> {
     std::os::unix::net::UnixDatagram::bind_addr(&addr).map(|held| PortLock { _held: held })
 }
 
+/// An exclusive `flock` on a file, held by this process while this lives (see [`lock_file`]).
+#[derive(Debug)]
+pub struct FileLock {
+    _held: nix::fcntl::Flock<std::fs::File>,
+}
+
 /// Opens (creating) `path` and takes an exclusive `flock` on it without waiting, then writes
-/// this process's id in it. The lock lasts while the returned file is open, and the kernel
-/// drops it when the process dies. Another process holding it gives `ErrorKind::WouldBlock`;
-/// [`lock_holder`] reads its id.
-pub fn lock_file(path: &std::path::Path) -> io::Result<std::fs::File> {
+/// this process's id in it. The lock lasts while the returned [`FileLock`] lives, and the
+/// kernel drops it when the process dies. Another process holding it gives
+/// `ErrorKind::WouldBlock`; [`lock_holder`] reads its id.
+pub fn lock_file(path: &std::path::Path) -> io::Result<FileLock> {
+    use nix::fcntl::{Flock, FlockArg};
     use std::io::Write as _;
-    let mut file = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut file = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e)?;
     file.set_len(0)?;
     writeln!(file, "{}", std::process::id())?;
-    Ok(file)
+    Ok(FileLock { _held: file })
 }
 
 /// The process id written in a lock file by [`lock_file`], if it can be read.
@@ -233,19 +197,18 @@ mod tests {
 
     #[test]
     fn raise_nofile_reaches_the_hard_limit() {
+        use nix::sys::resource::{getrlimit, Resource};
         let soft = raise_nofile_limit().expect("setrlimit");
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-        assert_eq!(soft, lim.rlim_max);
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+        assert_eq!(soft, hard);
     }
 
     #[test]
     fn stop_refuses_and_resume_accepts_again() {
-        let l = bind_listener("127.0.0.2:0".parse().unwrap(), 16).expect("bind");
-        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        let l = std::net::TcpListener::from(
+            bind_listener("127.0.0.2:0".parse().unwrap(), 16).expect("bind"),
+        );
+        let addr = l.local_addr().unwrap();
         TcpStream::connect(addr).expect("listening: connect succeeds");
         stop_listening(&l).expect("shutdown");
         let e = TcpStream::connect(addr).expect_err("stopped: connect refused");
@@ -261,6 +224,40 @@ mod tests {
         set_keepalive(&c, 60, 10, 3).unwrap();
         let s = socket2::SockRef::from(&c);
         assert!(s.keepalive().unwrap());
+        assert_eq!(s.keepalive_time().unwrap().as_secs(), 60);
+        assert_eq!(s.keepalive_interval().unwrap().as_secs(), 10);
+        assert_eq!(s.keepalive_retries().unwrap(), 3);
+    }
+
+    #[test]
+    fn send_buffer_is_set_and_saturates() {
+        let l = bind_listener("127.0.0.2:0".parse().unwrap(), 16).unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap().as_socket().unwrap()).unwrap();
+        set_send_buffer(&c, 64 * 1024).unwrap();
+        // Linux doubles the value for its bookkeeping.
+        let s = socket2::SockRef::from(&c);
+        assert_eq!(s.send_buffer_size().unwrap(), 2 * 64 * 1024);
+        // More than a C int holds is the most it holds (the kernel caps it at wmem_max).
+        set_send_buffer(&c, usize::MAX).expect("saturated, not wrapped");
+        assert!(s.send_buffer_size().unwrap() >= 2 * 64 * 1024);
+    }
+
+    #[test]
+    fn a_backlog_over_somaxconn_is_refused_at_bind() {
+        let e = bind_listener("127.0.0.2:0".parse().unwrap(), nix::libc::SOMAXCONN + 1)
+            .expect_err("nix's Backlog refuses it");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        bind_listener("127.0.0.2:0".parse().unwrap(), nix::libc::SOMAXCONN).expect("at the max");
+    }
+
+    #[test]
+    fn disk_space_of_a_directory() {
+        let (free, total) = disk_space(&std::env::temp_dir()).expect("statvfs");
+        assert!(total > 0 && free <= total, "free {free} of {total}");
+        let e = disk_space(std::path::Path::new("a\0b")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        let e = disk_space(std::path::Path::new("/no/such/combd/dir")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

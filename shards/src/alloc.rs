@@ -28,21 +28,25 @@ fn add(delta: i64) {
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         add(layout.size() as i64);
+        // SAFETY: the caller's guarantees for this method are `System`'s, passed on unchanged.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         add(-(layout.size() as i64));
+        // SAFETY: the caller's guarantees for this method are `System`'s, passed on unchanged.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         add(layout.size() as i64);
+        // SAFETY: the caller's guarantees for this method are `System`'s, passed on unchanged.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         add(new_size as i64 - layout.size() as i64);
+        // SAFETY: the caller's guarantees for this method are `System`'s, passed on unchanged.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }

@@ -5,7 +5,7 @@
 //! drains on shutdown.
 
 use std::cell::Cell;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,6 +42,7 @@ pub(crate) struct ListenerFd {
 /// loop (or a queue drain) left over from before a stop or restart ends instead of acting.
 struct Listener {
     socket: Rc<TcpListener>,
+    /// `socket`'s descriptor (glommio's `TcpListener` does not expose it): see [`Listener::fd`].
     fd: RawFd,
     local: bool,
     tls: bool,
@@ -51,6 +52,13 @@ struct Listener {
 }
 
 impl Listener {
+    /// The listening socket's descriptor, borrowed for one system call.
+    fn fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: `socket` owns `fd` (it was made from it in `run`) and closes it only when
+        // the last `Rc` is dropped; `self` holds one, so the descriptor outlives the borrow.
+        unsafe { BorrowedFd::borrow_raw(self.fd) }
+    }
+
     /// The localhost and fleet listeners serve whatever the admission state.
     fn never_refuses(&self) -> bool {
         self.local || self.fleet
@@ -94,16 +102,6 @@ fn conn_kind(local: bool, fleet: bool, peer: std::net::IpAddr) -> ConnKind {
     }
 }
 
-/// A raw fd borrowed for one system call (glommio's `TcpListener` does not expose its fd, so
-/// the shard keeps it beside the socket).
-struct FdRef(RawFd);
-
-impl AsRawFd for FdRef {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
 /// The run loop's own state: the shard's state, its cells, its listeners.
 struct Shard {
     state: Rc<ShardState>,
@@ -120,11 +118,11 @@ pub(crate) async fn run(
     inbox: async_channel::Receiver<ShardMsg>,
     ready: impl FnOnce(),
 ) {
-    // SAFETY: the fds were made by `Node::start` for this shard alone; the listeners and the
-    // wake stream own and close them.
     let listeners = listener_fds
         .into_iter()
         .map(|l| Listener {
+            // SAFETY: the fd was made by `Node::start` for this shard alone and handed over
+            // with its ownership; the listener owns and closes it.
             socket: Rc::new(unsafe { TcpListener::from_raw_fd(l.fd) }),
             fd: l.fd,
             local: l.local,
@@ -134,6 +132,8 @@ pub(crate) async fn run(
             generation: Cell::new(0),
         })
         .collect();
+    // SAFETY: as the listeners': `Node::start` made this end of the wake socket pair for this
+    // shard alone; the stream owns and closes it.
     let wake = unsafe { UnixStream::from_raw_fd(wake_fd) };
     let state = Rc::new(ShardState::new(id, node));
     let shard = Rc::new(Shard {
@@ -325,24 +325,18 @@ impl Shard {
         };
         let l = &self.listeners[idx];
         for _ in 0..limits::ACCEPT_DRAIN_MAX {
-            // SAFETY: accept4 on our listening socket; a returned fd is owned by the stream.
-            let fd = unsafe {
-                libc::accept4(
-                    l.fd,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                )
-            };
-            if fd < 0 {
+            use nix::sys::socket::{accept4, SockFlag};
+            let Ok(fd) = accept4(l.fd(), SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK) else {
                 break;
-            }
-            let stream = unsafe { TcpStream::from_raw_fd(fd) };
+            };
+            // SAFETY: `into_raw_fd` gives up the just-accepted socket's only owner, so the
+            // stream becomes its one owner (glommio's `TcpStream` is made only from a raw fd).
+            let stream = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
             let (slot, _) = ConnSlot::reserve(&self.state, l.kind());
             self.refuse_late(slot, stream, l.tls);
         }
         debug_assert_eq!(l.generation.get(), generation);
-        if let Err(e) = sys::stop_listening(&FdRef(l.fd)) {
+        if let Err(e) = sys::stop_listening(&l.fd()) {
             warn!(
                 shard = self.state.id(),
                 local = l.local,
@@ -366,7 +360,7 @@ impl Shard {
         if l.listening.get() {
             return;
         }
-        match sys::resume_listening(&FdRef(l.fd), limits::LISTEN_BACKLOG) {
+        match sys::resume_listening(&l.fd(), limits::LISTEN_BACKLOG) {
             Ok(()) => self.start_accepting(idx),
             Err(e) => warn!(
                 shard = self.state.id(),

@@ -161,13 +161,19 @@ impl Stream {
     }
 }
 
-impl std::os::fd::AsRawFd for Stream {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        match self {
-            Stream::Plain(s) => s.as_raw_fd(),
-            Stream::Tls(s) => s.get_ref().0.as_raw_fd(),
-        }
+impl std::os::fd::AsFd for Stream {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        tcp_fd(self.tcp())
     }
+}
+
+/// A TCP stream's descriptor, borrowed for a system call on it (glommio's `TcpStream` has
+/// `AsRawFd` but not `AsFd`, which `nix` and so `combd_kernel::sys` take).
+pub(crate) fn tcp_fd(stream: &TcpStream) -> std::os::fd::BorrowedFd<'_> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the stream owns its descriptor and closes it only when dropped; the borrow is
+    // tied to `stream`'s, so the descriptor stays open while it lives.
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(stream.as_raw_fd()) }
 }
 
 impl AsyncRead for Stream {

@@ -18,7 +18,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -124,11 +124,14 @@ impl Harness {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        // SAFETY: prctl is async-signal-safe; the node dies with the harness (a fuzzer that
-        // stops at a crash leaves no node behind).
+        // The node dies with the harness (a fuzzer that stops at a crash leaves no node behind).
+        // SAFETY: the closure runs in the forked child before exec, where only
+        // async-signal-safe calls are sound: it makes one prctl system call (nix's wrapper
+        // neither allocates nor locks) and touches no state of the parent's.
+        #[allow(unsafe_code)]
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
                 Ok(())
             });
         }
@@ -401,13 +404,9 @@ impl Client {
     /// Reads up to `n` bytes of what the node sent, waiting up to `wait_ms` for the first.
     fn read(&mut self, n: usize, wait_ms: u16, buf: &mut [u8]) -> usize {
         if wait_ms > 0 {
-            let mut fd = libc::pollfd {
-                fd: self.sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd, valid for the call.
-            unsafe { libc::poll(&mut fd, 1, i32::from(wait_ms)) };
+            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(&mut fds, PollTimeout::from(wait_ms));
         }
         let mut got = 0;
         while got < n {

@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+
 use super::{get, limit_ms, open_ws, post, stat, until_200, value, Fleet};
 
 /// Longer than the forward timeout (2 s), so the owner's lease still holds when the first
@@ -26,7 +28,7 @@ fn an_owner_that_stops_answering_is_waited_for_once_and_its_objects_move_when_it
     assert!(stat(&b, "fleet_forwarded") >= 1);
 
     let forward_timeout = limit_ms(&b, "fleet_forward_timeout_ms");
-    a.signal(libc::SIGSTOP);
+    a.signal(Signal::SIGSTOP);
     let paused = Instant::now();
     // The first request waits for A (its connection kept from the last one, or a new one the
     // paused node's kernel still accepts) until the forward timeout, then 503.
@@ -61,7 +63,7 @@ fn an_owner_that_stops_answering_is_waited_for_once_and_its_objects_move_when_it
     // A wakes: its lease is gone, so what it is asked goes to B (or is refused while it takes
     // a new lease); it never acknowledges a write of its own on the old lease (that would
     // answer 4, from its own copy).
-    a.signal(libc::SIGCONT);
+    a.signal(Signal::SIGCONT);
     let woke = until_200("A to pass the object's requests on", || post(&a, "p"));
     assert_eq!(value(&woke), 5, "A's write went to B, the owner");
     assert_eq!(value(&get(&b, "p")), 5);

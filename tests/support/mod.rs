@@ -14,6 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 /// How long any single wait in a test may take before it fails.
 pub const WAIT: Duration = Duration::from_secs(10);
 
@@ -119,15 +122,13 @@ impl TestNode {
     }
 
     /// Sends a signal.
-    pub fn signal(&self, sig: i32) {
-        // SAFETY: kill on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
+    pub fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.pid()), sig).unwrap_or_else(|e| panic!("kill {sig}: {e}"));
     }
 
     /// Sends SIGTERM.
     pub fn sigterm(&self) {
-        // SAFETY: kill on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGTERM) }, 0);
+        self.signal(Signal::SIGTERM);
     }
 
     /// Waits for the process to exit.
@@ -187,8 +188,8 @@ pub fn run_to_exit(cmd: &mut Command) -> std::process::Output {
     match rx.recv_timeout(WAIT) {
         Ok(out) => out.expect("wait"),
         Err(_) => {
-            // SAFETY: kill on our own child's pid, which has not been reaped (the waiter holds it).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // Our own child's pid, which has not been reaped (the waiter holds it).
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             let out = rx.recv_timeout(WAIT).expect("the killed process's output");
             let out = out.expect("wait");
             panic!(
@@ -219,8 +220,8 @@ pub fn exit_within(mut child: Child) -> ExitStatus {
     match rx.recv_timeout(WAIT) {
         Ok(status) => status.expect("wait"),
         Err(_) => {
-            // SAFETY: kill on our own child's pid, which has not been reaped (the waiter holds it).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // Our own child's pid, which has not been reaped (the waiter holds it).
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             panic!("timed out waiting for the process to exit");
         }
     }

@@ -217,7 +217,8 @@ unsafe extern "C" fn x_delete(
     name: *const c_char,
     sync_dir: c_int,
 ) -> c_int {
-    // SAFETY: forwarded as given.
+    // SAFETY: SQLite passes a NUL-terminated name; the call goes to the real VFS with SQLite's
+    // own arguments.
     unsafe {
         let path = PathBuf::from(CStr::from_ptr(name).to_string_lossy().into_owned());
         let mut g = UNDO.lock().unwrap();
@@ -245,7 +246,8 @@ unsafe extern "C" fn x_read(
     amt: c_int,
     off: i64,
 ) -> c_int {
-    // SAFETY: forwarded.
+    // SAFETY: SQLite calls this only on a file `x_open` made, whose real file opened; `buf`
+    // and `amt` are SQLite's, valid for the real file's method as they are for ours.
     unsafe {
         let me = shim(f);
         methods(me.real).xRead.unwrap()(me.real, buf, amt, off)
@@ -358,7 +360,8 @@ unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
 macro_rules! forward {
     ($name:ident, $field:ident, ($($a:ident: $t:ty),*), $ret:ty) => {
         unsafe extern "C" fn $name(f: *mut ffi::sqlite3_file $(, $a: $t)*) -> $ret {
-            // SAFETY: forwarded to the real file.
+            // SAFETY: SQLite calls this only on a file `x_open` made, whose real file opened;
+            // the arguments are SQLite's, valid for the real file's method as for ours.
             unsafe {
                 let me = shim(f);
                 methods(me.real).$field.unwrap()(me.real $(, $a)*)
@@ -379,7 +382,7 @@ forward!(x_shm_lock, xShmLock, (o: c_int, n: c_int, fl: c_int), c_int);
 forward!(x_shm_unmap, xShmUnmap, (del: c_int), c_int);
 
 unsafe extern "C" fn x_shm_barrier(f: *mut ffi::sqlite3_file) {
-    // SAFETY: forwarded.
+    // SAFETY: SQLite calls this only on a file `x_open` made, whose real file opened.
     unsafe {
         let me = shim(f);
         methods(me.real).xShmBarrier.unwrap()(me.real)

@@ -131,12 +131,12 @@ pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// TCP keepalive on every accepted connection, so the kernel finds half-open connections (a
 /// peer that vanished without a FIN) on its own: first probe after this much silence...
-pub const TCP_KEEPIDLE_SECS: i32 = 60;
+pub const TCP_KEEPIDLE_SECS: u32 = 60;
 /// ...then a probe this often...
-pub const TCP_KEEPINTVL_SECS: i32 = 10;
+pub const TCP_KEEPINTVL_SECS: u32 = 10;
 /// ...and the connection is reset after this many unanswered probes: a vanished peer is found
 /// within 90 s and its connection slot given back.
-pub const TCP_KEEPCNT: i32 = 3;
+pub const TCP_KEEPCNT: u32 = 3;
 
 /// Pause after an accept that failed (`EMFILE`, `ENFILE`, `ENOBUFS`): the failed connection
 /// stays queued, so accepting again at once would fail again and spin the shard's loop. 10 ms
@@ -460,6 +460,9 @@ const _: () = assert!(CLOSE_LINGER.as_nanos() < SHUTDOWN_TIMEOUT_DEFAULT.as_nano
 const _: () = assert!(FANOUT_PER_TURN > 0 && INBOX_PER_TURN > 0 && PING_SWEEP_PER_TURN > 0);
 // ACCEPT_DRAIN_MAX is the backlog cast to usize: a negative backlog would wrap.
 const _: () = assert!(LISTEN_BACKLOG > 0);
+// `sys::bind_listener` and `sys::resume_listening` pass it through nix's `Backlog`, which refuses
+// more than SOMAXCONN with EINVAL (the kernel itself caps it at `net.core.somaxconn`).
+const _: () = assert!(LISTEN_BACKLOG <= nix::libc::SOMAXCONN);
 // A message limit at or under a control frame's payload would refuse ordinary messages.
 const _: () = assert!(WS_CONTROL_PAYLOAD_MAX_BYTES < WS_MAX_MESSAGE_DEFAULT_BYTES);
 // A host call must cost less than a whole call's CPU limit, or no call could make one.

@@ -93,7 +93,7 @@ impl Drop for Conn {
 fn set_socket_options(stream: &TcpStream) {
     let _ = stream.set_nodelay(true);
     let _ = combd_kernel::sys::set_keepalive(
-        stream,
+        &crate::tls::tcp_fd(stream),
         limits::TCP_KEEPIDLE_SECS,
         limits::TCP_KEEPINTVL_SECS,
         limits::TCP_KEEPCNT,
