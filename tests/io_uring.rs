@@ -25,8 +25,8 @@ const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xC000_00B7;
 
-fn stmt(code: u32, k: u32) -> libc::sock_filter {
-    libc::sock_filter {
+fn stmt(code: u32, k: u32) -> nix::libc::sock_filter {
+    nix::libc::sock_filter {
         code: code as u16,
         jt: 0,
         jf: 0,
@@ -34,8 +34,8 @@ fn stmt(code: u32, k: u32) -> libc::sock_filter {
     }
 }
 
-fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter {
+fn jump(code: u32, k: u32, jt: u8, jf: u8) -> nix::libc::sock_filter {
+    nix::libc::sock_filter {
         code: code as u16,
         jt,
         jf,
@@ -45,36 +45,36 @@ fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 
 /// Makes the command's process fail `io_uring_setup` with `errno`, everything else allowed.
 fn block_io_uring(cmd: &mut Command, errno: i32) {
-    use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    use nix::libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let filter = [
         // seccomp_data.arch, at offset 4: another architecture's numbers mean other calls.
         stmt(BPF_LD | BPF_W | BPF_ABS, 4),
         jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH, 1, 0),
-        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW),
+        stmt(BPF_RET | BPF_K, nix::libc::SECCOMP_RET_ALLOW),
         // seccomp_data.nr, at offset 0.
         stmt(BPF_LD | BPF_W | BPF_ABS, 0),
         jump(
             BPF_JMP | BPF_JEQ | BPF_K,
-            libc::SYS_io_uring_setup as u32,
+            nix::libc::SYS_io_uring_setup as u32,
             0,
             1,
         ),
-        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ERRNO | errno as u32),
-        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW),
+        stmt(BPF_RET | BPF_K, nix::libc::SECCOMP_RET_ERRNO | errno as u32),
+        stmt(BPF_RET | BPF_K, nix::libc::SECCOMP_RET_ALLOW),
     ];
     // SAFETY: runs in the child between fork and exec, and makes only two prctl calls (async-
     // signal-safe system calls) on a program that outlives them (`filter` is moved in).
     unsafe {
         cmd.pre_exec(move || {
-            let prog = libc::sock_fprog {
+            let prog = nix::libc::sock_fprog {
                 len: filter.len() as u16,
-                filter: filter.as_ptr() as *mut libc::sock_filter,
+                filter: filter.as_ptr() as *mut nix::libc::sock_filter,
             };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(
-                    libc::PR_SET_SECCOMP,
-                    libc::SECCOMP_MODE_FILTER,
-                    &prog as *const libc::sock_fprog,
+            if nix::libc::prctl(nix::libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || nix::libc::prctl(
+                    nix::libc::PR_SET_SECCOMP,
+                    nix::libc::SECCOMP_MODE_FILTER,
+                    &prog as *const nix::libc::sock_fprog,
                 ) != 0
             {
                 return Err(std::io::Error::last_os_error());
@@ -99,7 +99,7 @@ fn gone_within_bound(cmd: &mut Command) -> Output {
         Ok(out) => out.unwrap(),
         Err(_) => {
             // SAFETY: kill on our own child's pid, not yet reaped (the waiter holds it).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { nix::libc::kill(pid, nix::libc::SIGKILL) };
             panic!("the node still runs {GONE_WITHIN:?} after starting where io_uring is blocked");
         }
     }
@@ -119,7 +119,7 @@ fn data_dir(tag: &str) -> std::path::PathBuf {
 fn blocked_by_seccomp_the_node_exits_78_naming_io_uring() {
     let data = data_dir("eperm");
     let mut cmd = combd_command(&data, &[]);
-    block_io_uring(&mut cmd, libc::EPERM);
+    block_io_uring(&mut cmd, nix::libc::EPERM);
     let out = gone_within_bound(&mut cmd);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(78), "stderr: {err}");
@@ -134,7 +134,7 @@ fn blocked_by_seccomp_the_node_exits_78_naming_io_uring() {
 fn without_io_uring_in_the_kernel_the_node_exits_78_naming_the_kernel() {
     let data = data_dir("enosys");
     let mut cmd = combd_command(&data, &[]);
-    block_io_uring(&mut cmd, libc::ENOSYS);
+    block_io_uring(&mut cmd, nix::libc::ENOSYS);
     let out = gone_within_bound(&mut cmd);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(78), "stderr: {err}");
@@ -147,7 +147,7 @@ fn check_config_fails_where_io_uring_is_blocked() {
     let data = data_dir("check");
     let mut cmd = combd_command(&data, &[]);
     cmd.arg("--check-config");
-    block_io_uring(&mut cmd, libc::EPERM);
+    block_io_uring(&mut cmd, nix::libc::EPERM);
     let out = gone_within_bound(&mut cmd);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(78), "stderr: {err}");

@@ -389,13 +389,13 @@ fn sighup_adds_and_removes_modules() {
     let mut other = open_ws(&node, "/o/counter/stays");
 
     std::fs::write(dir.join("fresh.wat"), versioned(7)).unwrap();
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     wait_stats(&node, "the module added", |s| s["wasm_apps_added"] == 1);
     assert_eq!(post(&node, "/o/fresh/x", "").json()["v"], 7);
     assert_eq!(node.stats()["apps"]["fresh"]["kind"], "wasm");
 
     std::fs::remove_file(dir.join("ver.wat")).unwrap();
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     wait_stats(&node, "the module removed", |s| s["wasm_apps_removed"] == 1);
     assert_eq!(close_of(&mut ws), (1001, "app removed".into()));
     let r = post(&node, "/o/ver/a", "");
@@ -412,7 +412,7 @@ fn sighup_adds_and_removes_modules() {
 
     std::fs::write(dir.join("counter.wat"), versioned(9)).unwrap();
     std::fs::write(dir.join("broken.wat"), "(module (func").unwrap();
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     wait_stats(&node, "the refusals", |s| s["wasm_apps_add_refused"] == 2);
     assert_eq!(node.stats()["apps"]["counter"]["kind"], "native");
     assert!(node.stats()["apps"].get("broken").is_none());
@@ -420,7 +420,7 @@ fn sighup_adds_and_removes_modules() {
     std::fs::remove_file(dir.join("broken.wat")).unwrap();
 
     std::fs::write(dir.join("ver.wat"), versioned(3)).unwrap();
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     wait_stats(&node, "the module added back", |s| {
         s["wasm_apps_added"] == 2
     });
@@ -476,7 +476,7 @@ fn a_removed_module_answers_what_waits_for_its_objects() {
         s["requests"].as_u64().unwrap_or(0) > 1_000
     });
     std::fs::remove_file(dir.join("ver.wat")).unwrap();
-    node.signal(libc::SIGHUP);
+    node.signal(Signal::SIGHUP);
     let ok: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
     let s = node.stats();
     assert_eq!(s["wasm_apps_removed"], 1);

@@ -71,7 +71,7 @@ impl fmt::Display for Refused {
         let errno = |e: i32| std::io::Error::from_raw_os_error(e);
         match self {
             Refused::Setup {
-                errno: libc::EPERM,
+                errno: nix::libc::EPERM,
                 disabled: Some(d @ 1..),
             } => write!(
                 f,
@@ -84,7 +84,8 @@ impl fmt::Display for Refused {
                 }
             ),
             Refused::Setup {
-                errno: libc::EPERM, ..
+                errno: nix::libc::EPERM,
+                ..
             } => f.write_str(
                 "io_uring is blocked (io_uring_setup: EPERM), most likely by a seccomp filter: \
                  Docker's and podman's default profiles block it; run the container with a \
@@ -92,7 +93,7 @@ impl fmt::Display for Refused {
                  (--security-opt seccomp=<profile.json>, or seccomp=unconfined)",
             ),
             Refused::Setup {
-                errno: libc::ENOSYS,
+                errno: nix::libc::ENOSYS,
                 ..
             } => f.write_str(
                 "io_uring is not available (io_uring_setup: ENOSYS): the kernel is older than \
@@ -100,7 +101,7 @@ impl fmt::Display for Refused {
                  implement it; combd needs Linux 5.8 or later with io_uring",
             ),
             Refused::Setup {
-                errno: libc::ENOMEM,
+                errno: nix::libc::ENOMEM,
                 ..
             } => f.write_str(
                 "io_uring cannot set up a ring (io_uring_setup: ENOMEM): raise the \
@@ -164,7 +165,8 @@ pub fn probe() -> Result<(), Refused> {
     // struct io_uring_params: 120 bytes, zeroed (no flags).
     let mut params = [0u32; 30];
     // SAFETY: io_uring_setup reads and writes the 120-byte params buffer it is given.
-    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 2u32, params.as_mut_ptr()) };
+    let fd =
+        unsafe { nix::libc::syscall(nix::libc::SYS_io_uring_setup, 2u32, params.as_mut_ptr()) };
     if fd < 0 {
         return Err(Refused::Setup {
             errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
@@ -178,8 +180,8 @@ pub fn probe() -> Result<(), Refused> {
     let mut probe = vec![0u8; 16 + PROBE_OPS * 8];
     // SAFETY: the probe buffer has room for its header and PROBE_OPS entries, as nr_args says.
     let rc = unsafe {
-        libc::syscall(
-            libc::SYS_io_uring_register,
+        nix::libc::syscall(
+            nix::libc::SYS_io_uring_register,
             std::os::fd::AsRawFd::as_raw_fd(&ring),
             IORING_REGISTER_PROBE,
             probe.as_mut_ptr(),
@@ -236,13 +238,13 @@ mod tests {
     #[test]
     fn each_cause_says_what_to_do() {
         let setup = |errno, disabled| Refused::Setup { errno, disabled }.to_string();
-        assert!(setup(libc::EPERM, None).contains("seccomp"));
-        assert!(setup(libc::EPERM, Some(0)).contains("seccomp"));
-        assert!(setup(libc::EPERM, Some(2)).contains("kernel.io_uring_disabled=0"));
-        assert!(setup(libc::EPERM, Some(1)).contains("io_uring_group"));
-        assert!(setup(libc::ENOSYS, None).contains("5.8"));
-        assert!(setup(libc::ENOMEM, None).contains("ulimit -l"));
-        assert!(setup(libc::EINVAL, None).contains("io_uring_setup"));
+        assert!(setup(nix::libc::EPERM, None).contains("seccomp"));
+        assert!(setup(nix::libc::EPERM, Some(0)).contains("seccomp"));
+        assert!(setup(nix::libc::EPERM, Some(2)).contains("kernel.io_uring_disabled=0"));
+        assert!(setup(nix::libc::EPERM, Some(1)).contains("io_uring_group"));
+        assert!(setup(nix::libc::ENOSYS, None).contains("5.8"));
+        assert!(setup(nix::libc::ENOMEM, None).contains("ulimit -l"));
+        assert!(setup(nix::libc::EINVAL, None).contains("io_uring_setup"));
         assert!(Refused::MissingOps(vec!["SEND"])
             .to_string()
             .contains("lacks SEND"));

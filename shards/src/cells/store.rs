@@ -60,7 +60,7 @@ impl Wal {
         let path = PathBuf::from(format!("{db_path}-wal"));
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&path)
             .ok()?;
         Some(Wal {
