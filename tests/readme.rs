@@ -439,3 +439,42 @@ fn anchors_are_githubs() {
         "what-a-client-sees-and-what-it-should-do"
     );
 }
+
+/// combd is MIT or Apache-2.0, and every crate of it says so: the workspace's (which inherit
+/// `[workspace.package]`'s license) and the fuzz crate (a workspace of its own).
+#[test]
+fn every_crate_is_mit_or_apache() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    assert!(CARGO.contains("[workspace.package]"));
+    assert!(CARGO.contains("\nlicense = \"MIT OR Apache-2.0\"\n"));
+    let members = CARGO
+        .split_once("members = [")
+        .unwrap()
+        .1
+        .split_once(']')
+        .unwrap()
+        .0
+        .split(',')
+        .map(|m| m.trim().trim_matches('"'))
+        .filter(|m| !m.is_empty());
+    for member in members.filter(|m| *m != ".") {
+        let toml = std::fs::read_to_string(format!("{root}/{member}/Cargo.toml")).unwrap();
+        assert!(
+            toml.contains("\nlicense.workspace = true\n"),
+            "{member}/Cargo.toml"
+        );
+    }
+    assert!(CARGO.contains("[package]") && CARGO.contains("\nlicense.workspace = true\n"));
+    let fuzz = std::fs::read_to_string(format!("{root}/fuzz/Cargo.toml")).unwrap();
+    assert!(
+        fuzz.contains("\nlicense = \"MIT OR Apache-2.0\"\n"),
+        "fuzz/Cargo.toml"
+    );
+    let mit = std::fs::read_to_string(format!("{root}/LICENSE-MIT")).unwrap();
+    assert!(mit.contains("Copyright (c) 2026 The combd developers"));
+    let apache = std::fs::read_to_string(format!("{root}/LICENSE-APACHE")).unwrap();
+    assert!(apache.contains("Apache License\n                           Version 2.0, January 2004"));
+    let license = section("License");
+    assert!(license.contains("(LICENSE-APACHE)") && license.contains("(LICENSE-MIT)"));
+    assert!(license.contains("cargo deny --workspace check licenses"));
+}
