@@ -194,18 +194,23 @@ fn installed(program: &str) -> bool {
 }
 
 /// Runs `line` with `sh -c` and returns its stdout; fails if it does not end within the wait.
+/// Its stderr (curl's progress meter, when its output is not a terminal) is shown only if it
+/// fails.
 fn run_shell(line: &str) -> String {
     let mut child = Command::new("sh")
         .args(["-c", line])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
     let out = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
+    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
     let status = exit_within(child);
-    assert!(status.success(), "{line:?} exited with {status}");
+    let err = err.join().unwrap();
+    assert!(status.success(), "{line:?} exited with {status}: {err}");
     out.join().unwrap()
 }
 
