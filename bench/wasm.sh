@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The million app deployed as a module against the native million, on the emulated droplet
 # (bench/scenario.sh), and a neighbour's click echo while a module spins to its CPU limit.
-# Usage: /work/quiet bench/wasm.sh click|heavy|spin
+# Usage: tools/quiet bench/wasm.sh click|heavy|spin
 #   click: 5,000 viewers, a click every 10 s each, 30 s, native then module
 #   heavy: 2,000 viewers, a click every 1 s each, 30 s, native then module
 #   spin:  the click profile on the native million while tests/wasm/probe.wat spins on the same

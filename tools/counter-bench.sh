@@ -7,7 +7,7 @@
 # NODE_BIN=path runs that node binary instead of target/release/combd (an A/B against an older build).
 # Usage: [NODE_ENV="COMBD_X=1 ..."] [NODE_BIN=path] [CONNS=64] [DEPTH=16] [SECS=10] [PERF=out.data] tools/counter-bench.sh
 # (PERF records a perf profile of the node for the run.)
-# Run it through /work/quiet. Needs `wrk` and a release build (target/release/combd).
+# Run it through tools/quiet. Needs `wrk` and a release build (target/release/combd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 port=${PORT:-18083}
