@@ -23,6 +23,7 @@ use combd::apps;
 /// Counts what a call of a cell allocates, for apps with a `memory_kb` limit.
 #[global_allocator]
 static ALLOC: combd_shards::alloc::CountingAlloc = combd_shards::alloc::CountingAlloc;
+mod check;
 mod coordinator;
 mod notify;
 mod top;
@@ -142,7 +143,9 @@ fn main() {
         limits::NOFILE_FALLBACK
     });
     let max_conns = settings.max_conns_effective(nofile);
-    if max_conns < settings.max_conns {
+    // A check of the configuration reports these itself, and creates nothing.
+    let running = command == Command::Run;
+    if running && max_conns < settings.max_conns {
         info!(
             configured = settings.max_conns,
             effective = max_conns,
@@ -150,16 +153,22 @@ fn main() {
             "COMBD_MAX_CONNS clamped to the file-descriptor limit"
         );
     }
-    prepare_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
+    if running {
+        prepare_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
+    } else {
+        check::data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
+    }
 
     let probe = MemoryProbe::discover(settings.memory_budget_bytes)
         .unwrap_or_else(|e| fail(Failure::Software(format!("cannot read /proc/meminfo: {e}"))));
-    info!(
-        budget_bytes = probe.budget_bytes,
-        source = probe.budget_source.as_str(),
-        cgroup = ?probe.cgroup.as_ref().map(|(v, d)| format!("{v:?} {}", d.display())),
-        "memory budget"
-    );
+    if running {
+        info!(
+            budget_bytes = probe.budget_bytes,
+            source = probe.budget_source.as_str(),
+            cgroup = ?probe.cgroup.as_ref().map(|(v, d)| format!("{v:?} {}", d.display())),
+            "memory budget"
+        );
+    }
 
     let shards = settings.shards;
     let outbound_budget = limits::outbound_budget_per_shard(
@@ -173,11 +182,11 @@ fn main() {
         combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
             .unwrap_or_else(|e| fail(e.into()))
     });
-    let deployed = deploy(&settings).unwrap_or_else(|f| fail(f));
+    let deployed = deploy(&settings, running).unwrap_or_else(|f| fail(f));
     if command == Command::CheckConfig {
         // Every check of a start has run but those a running node would fail (its data
         // directory's lock, its ports). The report stops quietly on a closed stdout.
-        let _ = check_config(&mut stdout, &settings, &probe, nofile, max_conns, shards)
+        let _ = check::report(&mut stdout, &settings, &probe, nofile, max_conns, shards)
             .and_then(|()| stdout.flush());
         return;
     }
@@ -269,8 +278,13 @@ fn lock_data_dir(dir: &Path) -> Result<sys::FileLock, Failure> {
 }
 
 /// The apps: the built-in ones, then those deployed as modules in `COMBD_APPS_DIR`. A module
-/// that does not load, or takes a built-in app's name, stops the start naming its file.
-fn deploy(settings: &Settings) -> Result<(combd_wasm::Deployed, combd_shards::app::Apps), Failure> {
+/// that does not load, or takes a built-in app's name, stops the start naming its file. Not
+/// `running` (`--check-config`): every module is checked the same way, but nothing is written
+/// (the compiled-code cache) or logged.
+fn deploy(
+    settings: &Settings,
+    running: bool,
+) -> Result<(combd_wasm::Deployed, combd_shards::app::Apps), Failure> {
     let config = |m: String| Failure::Config(format!("COMBD_APPS_DIR: {m}"));
     // The default directory may be missing (no modules); one set explicitly must exist, as a
     // typo would otherwise deploy nothing without a word.
@@ -284,7 +298,12 @@ fn deploy(settings: &Settings) -> Result<(combd_wasm::Deployed, combd_shards::ap
             settings.apps_dir.display()
         )));
     }
-    let deployed = combd_wasm::Deployed::load(
+    let load = if running {
+        combd_wasm::Deployed::load
+    } else {
+        combd_wasm::Deployed::check
+    };
+    let deployed = load(
         &settings.apps_dir,
         &settings.data_dir,
         settings.cpu_limit_ticks,
@@ -298,7 +317,9 @@ fn deploy(settings: &Settings) -> Result<(combd_wasm::Deployed, combd_shards::ap
             .map_err(|e| config(format!("{file}: {e}")))?;
     }
     for d in deployed.apps().iter().filter_map(|a| a.deployment()) {
-        info!(file = %d.file, hash = %d.hash, from_cache = d.from_cache, "module deployed");
+        if running {
+            info!(file = %d.file, hash = %d.hash, from_cache = d.from_cache, "module deployed");
+        }
     }
     Ok((deployed, apps))
 }
@@ -351,82 +372,6 @@ fn handle_signals(node: &Node, deployed: combd_wasm::Deployed) {
             }
         }
     });
-}
-
-/// `--check-config`: every setting's effective value and where it came from, then what was
-/// derived from the machine, then the fixed limits. Stops at the first write that fails (a
-/// reader that went away).
-fn check_config(
-    out: &mut impl Write,
-    settings: &Settings,
-    probe: &MemoryProbe,
-    nofile: u64,
-    max_conns: u64,
-    shards: usize,
-) -> std::io::Result<()> {
-    use combd_kernel::settings::Source;
-    writeln!(
-        out,
-        "combd {}: the settings are valid.\n",
-        env!("CARGO_PKG_VERSION")
-    )?;
-    writeln!(out, "{:<24} {:<28} source", "setting", "value")?;
-    for (name, value, source) in settings.describe() {
-        let source = match source {
-            Source::Default => "default",
-            Source::Env => "env",
-            Source::Flag => "flag",
-        };
-        writeln!(out, "{name:<24} {value:<28} {source}")?;
-    }
-    writeln!(out, "\nin force:")?;
-    let clamp = if max_conns < settings.max_conns {
-        format!(
-            "clamped to RLIMIT_NOFILE {nofile} less {}",
-            limits::FD_RESERVE
-        )
-    } else {
-        "COMBD_MAX_CONNS".to_string()
-    };
-    writeln!(out, "{:<24} {:<28} {clamp}", "max_conns", max_conns)?;
-    writeln!(
-        out,
-        "{:<24} {:<28} {}",
-        "memory_budget_bytes",
-        probe.budget_bytes,
-        probe.budget_source.as_str()
-    )?;
-    let outbound = limits::outbound_budget_per_shard(
-        settings.outbound_budget_bytes,
-        probe.budget_bytes,
-        shards,
-    );
-    let from = if settings.outbound_budget_bytes.is_some() {
-        "COMBD_OUTBOUND_BUDGET"
-    } else {
-        "memory budget / 4 / shards"
-    };
-    writeln!(
-        out,
-        "{:<24} {:<28} {from}",
-        "outbound_budget_bytes", outbound
-    )?;
-    let inbound =
-        limits::inbound_budget_per_shard(settings.inbound_budget_bytes, probe.budget_bytes, shards);
-    let from = if settings.inbound_budget_bytes.is_some() {
-        "COMBD_INBOUND_BUDGET"
-    } else {
-        "memory budget / 4 / shards"
-    };
-    writeln!(out, "{:<24} {:<28} {from}", "inbound_budget_bytes", inbound)?;
-    writeln!(
-        out,
-        "\nfixed limits (kernel/src/limits/, each with its reason there; durations in ms, or µs for a name ending in _us):"
-    )?;
-    for f in limits::FIXED {
-        writeln!(out, "{:<40} {}", f.name, f.value)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

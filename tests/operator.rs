@@ -475,3 +475,74 @@ fn q_quits_top_and_restores_the_terminal() {
         "the terminal was not restored"
     );
 }
+
+/// `--check-config` creates nothing and logs nothing of its own: not the data directory, not
+/// the compiled-module cache, not a "module deployed" line; it still checks each module. Its
+/// columns line up, whatever the names' lengths.
+#[test]
+fn check_config_is_dry_and_aligned() {
+    let base = std::env::temp_dir().join(format!("combd-check-dry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let apps = base.join("apps");
+    std::fs::create_dir_all(&apps).unwrap();
+    std::fs::write(
+        apps.join("hi.wat"),
+        r#"(module (memory (export "memory") 1) (func (export "handle") (result i32) (i32.const 0)))"#,
+    )
+    .unwrap();
+    let data = base.join("data");
+    let run = || {
+        combd()
+            .arg("--check-config")
+            .current_dir(&base)
+            .env("COMBD_LOG", "info")
+            .env("COMBD_DATA", &data)
+            .env("COMBD_APPS_DIR", &apps)
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.is_empty(), "logged: {stderr}");
+    assert!(!data.exists(), "the data directory was created");
+    let mut made: Vec<_> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    made.sort();
+    assert_eq!(made, ["apps"], "created beside the apps");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let settings: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("setting"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let value_at = |l: &str| {
+        l.find(char::is_whitespace)
+            .map(|i| i + l[i..].find(|c: char| !c.is_whitespace()).unwrap())
+    };
+    let first = value_at(settings[0]);
+    assert!(settings.len() > 30);
+    for l in &settings {
+        assert_eq!(value_at(l), first, "misaligned: {l:?}");
+    }
+    assert!(
+        settings.iter().any(|l| l.split_whitespace().eq([
+            "COMBD_FLEET_BUCKET_REGION",
+            "garage",
+            "default"
+        ])),
+        "the region's default"
+    );
+    assert!(
+        !text.contains("kernel/src/limits.rs"),
+        "a file that does not exist"
+    );
+    // A module that does not load fails the check, as it fails a start.
+    std::fs::write(apps.join("bad.wat"), "(module (func").unwrap();
+    let out = run();
+    assert_eq!(out.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.wat"));
+    let _ = std::fs::remove_dir_all(&base);
+}

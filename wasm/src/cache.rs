@@ -49,10 +49,12 @@ fn engine_hash(engine: &Engine) -> String {
 }
 
 /// The module compiled: from the cache if an entry for this module and engine is there (and
-/// loads), else compiled now and written to the cache. Returns whether it came from the cache.
+/// loads), else compiled now and written to the cache (unless `write` is false: a dry check).
+/// Returns whether it came from the cache.
 pub(crate) fn compile(
     engine: &Engine,
     cache_dir: &Path,
+    write: bool,
     bytes: &[u8],
     hash: &str,
 ) -> Result<(Module, bool), String> {
@@ -76,6 +78,9 @@ pub(crate) fn compile(
             e.split_whitespace().collect::<Vec<_>>().join(" ")
         )
     })?;
+    if !write {
+        return Ok((module, false));
+    }
     if let Err(e) = store(&module, cache_dir, &entry) {
         tracing::warn!(entry = %entry.display(), "cannot write the compiled-module cache: {e}");
     }

@@ -207,6 +207,27 @@ impl Deployed {
         cpu_limit_ticks: u64,
         memory_max_bytes: u64,
     ) -> Result<Deployed, DeployError> {
+        Self::load_with(dir, data_dir, cpu_limit_ticks, memory_max_bytes, true)
+    }
+
+    /// Checks every module of `dir` as [`Deployed::load`] would load it, writing nothing (the
+    /// cache is read, not written): what `--check-config` runs.
+    pub fn check(
+        dir: &Path,
+        data_dir: &Path,
+        cpu_limit_ticks: u64,
+        memory_max_bytes: u64,
+    ) -> Result<Deployed, DeployError> {
+        Self::load_with(dir, data_dir, cpu_limit_ticks, memory_max_bytes, false)
+    }
+
+    fn load_with(
+        dir: &Path,
+        data_dir: &Path,
+        cpu_limit_ticks: u64,
+        memory_max_bytes: u64,
+        write_cache: bool,
+    ) -> Result<Deployed, DeployError> {
         let files = module_files(dir)?;
         let fail = |file: &Path, message: String| DeployError {
             file: file.to_path_buf(),
@@ -221,6 +242,7 @@ impl Deployed {
             engine,
             linker,
             cache_dir: data_dir.join("wasm-cache"),
+            write_cache,
             ticks: cpu_limit_ticks,
             memory_max_kb: memory_max_bytes / 1024,
         };

@@ -45,6 +45,9 @@ pub(crate) struct Loader {
     pub engine: Engine,
     pub linker: Linker<Host>,
     pub cache_dir: PathBuf,
+    /// Whether compiled code is written to the cache (not by `--check-config`, which creates
+    /// nothing).
+    pub write_cache: bool,
     pub ticks: u64,
     /// `COMBD_MODULE_MEMORY_MAX` in KiB: the most `memory_kb()` may answer.
     pub memory_max_kb: u64,
@@ -106,7 +109,13 @@ impl Loader {
     pub fn load(&self, name: &'static str, file: &Path) -> Result<Version, String> {
         let bytes = cache::read_module(file)?;
         let hash = cache::sha256_hex(&bytes);
-        let (module, cached) = cache::compile(&self.engine, &self.cache_dir, &bytes, &hash)?;
+        let (module, cached) = cache::compile(
+            &self.engine,
+            &self.cache_dir,
+            self.write_cache,
+            &bytes,
+            &hash,
+        )?;
         check_abi(&module)?;
         let mut linker = self.linker.clone();
         wasi::stub_the_rest(&mut linker, &module)?;

@@ -440,7 +440,10 @@ settings_table! {
                 default: DefaultValue::Value(|| limits::FLEET_BUCKET_REGION_DEFAULT.to_string()),
                 unit: Text,
                 limit: none,
-                value: |s| s.fleet.as_ref().map_or("none".into(), |f| f.bucket_region.clone()),
+                value: |s| s.fleet.as_ref().map_or_else(
+                    || limits::FLEET_BUCKET_REGION_DEFAULT.to_string(),
+                    |f| f.bucket_region.clone(),
+                ),
                 meaning: "the region the bucket's S3 signatures name: the server's own (Garage's s3_region)",
             }
             {
