@@ -546,3 +546,35 @@ fn check_config_is_dry_and_aligned() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.wat"));
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// The release binary ships without debug info (140 MB with line tables, 25 MB without), and a
+/// profiling profile keeps them for `perf`: both as the README says.
+#[test]
+fn the_release_profile_strips_debug_info_and_the_profiling_one_keeps_it() {
+    let cargo = include_str!("../Cargo.toml");
+    let profile = |name: &str| -> Vec<String> {
+        cargo
+            .split(&format!("[profile.{name}]\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no [profile.{name}]"))
+            .lines()
+            .take_while(|l| !l.starts_with('['))
+            .map(|l| l.replace(' ', ""))
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    };
+    let release = profile("release");
+    assert!(release.contains(&"debug=false".to_string()), "{release:?}");
+    assert!(
+        release.contains(&"strip=\"debuginfo\"".to_string()),
+        "{release:?}"
+    );
+    let profiling = profile("profiling");
+    assert!(
+        profiling.contains(&"inherits=\"release\"".to_string()),
+        "{profiling:?}"
+    );
+    assert!(profiling.contains(&"debug=1".to_string()), "{profiling:?}");
+    let readme = include_str!("../README.md");
+    assert!(readme.contains("cargo build --profile profiling"));
+}

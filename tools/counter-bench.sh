@@ -6,16 +6,20 @@
 # batch and sync counters from /stats.
 # NODE_BIN=path runs that node binary instead of target/release/combd (an A/B against an older build).
 # Usage: [NODE_ENV="COMBD_X=1 ..."] [NODE_BIN=path] [CONNS=64] [DEPTH=16] [SECS=10] [PERF=out.data] tools/counter-bench.sh
-# (PERF records a perf profile of the node for the run.)
+# (PERF records a perf profile of the node for the run, of target/profiling/combd unless NODE_BIN
+# names another: `cargo build --profile profiling` keeps the line tables the release build strips.)
 # Run it through tools/quiet. Needs `wrk` and a release build (target/release/combd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 port=${PORT:-18083}
 conns=${CONNS:-64}; secs=${SECS:-10}
 export DEPTH=${DEPTH:-16}
+# A profile needs the line tables the release build strips: PERF defaults to the profiling build.
+bin=${NODE_BIN:-target/release/combd}
+if [ -n "${PERF:-}" ] && [ -z "${NODE_BIN:-}" ]; then bin=target/profiling/combd; fi
 data=$(mktemp -d)
 env COMBD_LISTEN=0.0.0.0:$port COMBD_DATA=$data COMBD_LOG=warn ${NODE_ENV:-} \
-  tools/droplet --cpu 0 --memory 1G -- "${NODE_BIN:-target/release/combd}" > "$data/stdout" 2> "$data/stderr" &
+  tools/droplet --cpu 0 --memory 1G -- "$bin" > "$data/stdout" 2> "$data/stderr" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 100); do grep -q "combd ready" "$data/stdout" 2>/dev/null && break; sleep 0.1; done
