@@ -141,9 +141,16 @@ pub const FIXED: &[Fixed] = &[
     fixed!("access_log_method_max_bytes", ACCESS_LOG_METHOD_MAX_BYTES),
     fixed!("access_log_path_max_bytes", ACCESS_LOG_PATH_MAX_BYTES),
     fixed!("access_log_fields_max_bytes", ACCESS_LOG_FIELDS_MAX_BYTES),
-    fixed!("access_log_stderr_write_bytes", ACCESS_LOG_STDERR_WRITE_BYTES),
+    fixed!(
+        "access_log_stderr_write_bytes",
+        ACCESS_LOG_STDERR_WRITE_BYTES
+    ),
     fixed!("access_log_writer_wait_ms", ACCESS_LOG_WRITER_WAIT, ms),
-    fixed!("access_log_error_log_every_ms", ACCESS_LOG_ERROR_LOG_EVERY, ms),
+    fixed!(
+        "access_log_error_log_every_ms",
+        ACCESS_LOG_ERROR_LOG_EVERY,
+        ms
+    ),
     fixed!("app_error_log_window_ms", APP_ERROR_LOG_WINDOW, ms),
     fixed!("app_error_logs_per_window", APP_ERROR_LOGS_PER_WINDOW),
     fixed!("app_error_detail_max_bytes", APP_ERROR_DETAIL_MAX_BYTES),

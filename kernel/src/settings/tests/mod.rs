@@ -342,7 +342,10 @@ fn the_access_log_is_off_stderr_or_a_path() {
     for (text, sink) in [
         ("off", AccessLogSink::Off),
         ("stderr", AccessLogSink::Stderr),
-        ("/var/log/combd/access.log", AccessLogSink::File("/var/log/combd/access.log".into())),
+        (
+            "/var/log/combd/access.log",
+            AccessLogSink::File("/var/log/combd/access.log".into()),
+        ),
         ("access.log", AccessLogSink::File("access.log".into())),
     ] {
         let s = load(&[("COMBD_ACCESS_LOG", text)], &[]).unwrap();
