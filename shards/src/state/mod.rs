@@ -15,7 +15,8 @@
 //! - the wake queue ([`wake_queue`]): the awake and restore slots with their ready lines;
 //! - connection slots ([`slot`]): reserve → open → release, once;
 //! - the per-turn budget ([`turn`]) every loop that grows with load spends;
-//! - the shard's outbound bytes, TLS handshakes in progress and ping epoch.
+//! - the shard's outbound bytes, TLS handshakes in progress and ping epoch;
+//! - the shard's end of the access log, when it is on.
 
 pub(crate) mod slot;
 pub(crate) mod turn;
@@ -33,6 +34,7 @@ use combd_kernel::settings::Settings;
 use glommio::sync::Gate;
 use slab::Slab;
 
+use crate::access_log::ShardLog;
 use crate::http::{http_date, HttpDate};
 use crate::shared::NodeShared;
 use crate::stats::ShardStats;
@@ -90,12 +92,16 @@ pub(crate) struct ShardState {
     admission_changed: Signal,
     /// The `Date` of responses, formatted once a second by the housekeeping tick.
     date: Cell<(u64, HttpDate)>,
+    /// The shard's end of the access log, when `COMBD_ACCESS_LOG` is not off.
+    access_log: Option<ShardLog>,
 }
 
 impl ShardState {
     pub fn new(id: usize, node: Arc<NodeShared>) -> ShardState {
         let wake_queue = WakeQueue::new(&node.settings, node.max_conns_effective);
+        let access_log = node.access_log.as_ref().map(|l| l.shard(id));
         ShardState {
+            access_log,
             id,
             node,
             draining: Cell::new(false),
@@ -152,6 +158,19 @@ impl ShardState {
 
     pub fn draining(&self) -> bool {
         self.draining.get()
+    }
+
+    /// The shard's end of the access log, when it is on.
+    pub fn access_log(&self) -> Option<&ShardLog> {
+        self.access_log.as_ref()
+    }
+
+    /// The housekeeping tick's part of the shard's logs: hands the access log's chunk to its
+    /// writer (a line is written within a tick).
+    pub fn tick_logs(&self) {
+        if let Some(log) = &self.access_log {
+            log.hand_over();
+        }
     }
 
     /// Marks the shard draining and wakes every waiting task to see it.
