@@ -250,6 +250,24 @@ fn sighup_after_a_rename_writes_to_a_new_file_at_the_path() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What the node logged just before a SIGTERM is in the file once it has exited: the shards
+/// hand their last lines over as they end, and the writer writes them before the exit.
+#[test]
+fn the_last_lines_are_written_before_the_node_exits() {
+    let dir = log_dir("exit");
+    let path = dir.join("access.log");
+    let mut node = node_logging_to(&path, &[]);
+    for _ in 0..20 {
+        assert_eq!(get(&node, "/healthz").status, 200);
+    }
+    node.sigterm();
+    assert_eq!(node.wait_exit().code(), Some(0));
+    let lines = lines_of(&path);
+    let healthz = lines.iter().filter(|l| l["path"] == "/healthz").count();
+    assert_eq!(healthz, 20, "{lines:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_path_that_cannot_be_opened_stops_the_start_naming_the_setting() {
     let dir = log_dir("refused");

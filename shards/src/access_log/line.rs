@@ -155,9 +155,15 @@ fn push_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
 
 /// The method and the path of the request line at the start of `raw` (a request the node
 /// answers before, or instead of, parsing it: a malformed one, one too large): each `None`
-/// when it is not there. The method is a token followed by a space; the path runs to a
-/// space, a `?` (the query is never logged) or a line's end.
+/// when it is not there. Empty lines before it are skipped; the method is a token followed by
+/// a space; the path runs to a space, a `?` (the query is never logged) or a line's end.
 pub(crate) fn request_line(raw: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+    // Empty lines before a request line are allowed, and skipped (RFC 9112, 2.2).
+    let blank = raw
+        .iter()
+        .take_while(|b| matches!(b, b'\r' | b'\n'))
+        .count();
+    let raw = &raw[blank..];
     let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
     let Some(sp) = raw.iter().position(|b| !tchar(b)) else {
         return (None, None);
@@ -281,6 +287,7 @@ mod tests {
             (s(b"GET"), s(b"/o/a/b"))
         );
         assert_eq!(line(b"POST /x HTTP/1.1\r\n"), (s(b"POST"), s(b"/x")));
+        assert_eq!(line(b"\r\n\r\nPUT /y HTTP/1.1\r\n"), (s(b"PUT"), s(b"/y")));
         assert_eq!(line(b"GET /partial"), (s(b"GET"), s(b"/partial")));
         assert_eq!(line(b"GET "), (s(b"GET"), None));
         assert_eq!(line(b"GET"), (None, None));

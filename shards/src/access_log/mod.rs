@@ -67,12 +67,16 @@ impl Sink {
         })
     }
 
-    /// Opens a file's path again (SIGHUP); on failure the file open now is kept.
-    fn reopen(&mut self) -> io::Result<()> {
-        if let Sink::File { path, file } = self {
-            *file = open_append(path)?;
+    /// Opens a file's path again (SIGHUP): `Ok(false)` for stderr, which has no path; on
+    /// failure the file open now is kept.
+    fn reopen(&mut self) -> io::Result<bool> {
+        match self {
+            Sink::File { path, file } => {
+                *file = open_append(path)?;
+                Ok(true)
+            }
+            Sink::Stderr => Ok(false),
         }
-        Ok(())
     }
 
     /// Writes a chunk of whole lines.
@@ -258,7 +262,8 @@ impl AccessLog {
             }
             if self.reopen.swap(false, Ordering::AcqRel) {
                 match sink.reopen() {
-                    Ok(()) => {
+                    Ok(false) => {}
+                    Ok(true) => {
                         self.reopens.fetch_add(1, Ordering::Relaxed);
                         tracing::info!("SIGHUP: access log opened again");
                     }

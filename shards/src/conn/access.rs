@@ -3,8 +3,9 @@
 //! it closes. Off, a connection holds no [`ConnLog`] and each hook is one branch on an
 //! `Option`.
 //!
-//! A request is known by its request line, read from the start of `inbuf` while it is there
-//! ([`Asked::Inbuf`]); a request answered after it left `inbuf` keeps what the log needs of it
+//! A request is known by its parse ([`Asked::Parsed`]) or, refused before it was parsed, by
+//! its request line read from the start of `inbuf` ([`Asked::Inbuf`]); a request answered
+//! after it left `inbuf` keeps what the log needs of it
 //! in an [`Entry`]: an object's request in its place in the pipeline ([`Asked::Kept`]), an
 //! upgrade in the connection's [`ConnLog`] ([`Asked::Upgrade`]), where its WebSocket's lines
 //! find it too. Its duration
@@ -71,7 +72,10 @@ impl Entry {
 /// Which request a response answers.
 #[derive(Clone, Copy)]
 pub(super) enum Asked<'a> {
-    /// The request at the start of `inbuf`, of which this many bytes were read.
+    /// A request parsed and routed: its method, its path and its bytes (head and body).
+    Parsed(&'a str, &'a str, u64),
+    /// The request at the start of `inbuf` (one refused before it was parsed, or whole), of
+    /// which this many bytes were read.
     Inbuf(u64),
     /// A request kept when it left `inbuf` (none while the log is off).
     Kept(Option<&'a Entry>),
@@ -184,6 +188,12 @@ impl Conn {
             other => other,
         };
         let (method, path, bytes_in, started) = match asked {
+            Asked::Parsed(method, path, bytes) => (
+                Some(method.as_bytes()),
+                Some(path.as_bytes()),
+                bytes,
+                log.started.get(),
+            ),
             Asked::Inbuf(bytes) => {
                 let (method, path) = request_line(&self.inbuf);
                 (method, path, bytes, log.started.get())

@@ -373,7 +373,8 @@ impl Conn {
         let bytes_in = head.len as u64 + head.body_len;
         match self.route(req, head) {
             Routed::Respond(resp) => {
-                self.respond(out, &resp, keep_alive, head_only, Asked::Inbuf(bytes_in));
+                let asked = Asked::Parsed(req.method, req.path, bytes_in);
+                self.respond(out, &resp, keep_alive, head_only, asked);
                 Next::Continue
             }
             Routed::Upgrade(up) => Next::Upgrade(up),

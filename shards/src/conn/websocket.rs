@@ -277,9 +277,6 @@ impl Conn {
         ws.partial = None;
         // Boxed: a rare path whose state would otherwise size every idle WebSocket's task.
         Box::pin(self.close_with(&ws, close, out)).await;
-        if self.log.is_some() {
-            self.log_ws_close(close.end());
-        }
     }
 
     /// Holds what the connection has of an incomplete frame or message (its `inbuf` and the
@@ -534,8 +531,9 @@ impl Conn {
     }
 
     /// Ends the WebSocket: tells the object the session left, then closes the connection the
-    /// way `close` says. The close frame gets [`CLOSE_LINGER`](limits::CLOSE_LINGER) to be
-    /// written and answered: a client that does not read cannot hold the connection longer.
+    /// way `close` says, and logs the close (while the access log is on). The close frame gets
+    /// [`CLOSE_LINGER`](limits::CLOSE_LINGER) to be written and answered: a client that does
+    /// not read cannot hold the connection longer.
     async fn close_with(&mut self, ws: &Ws, close: Close, mut out: Vec<u8>) {
         if let Some(s) = ws.to.session {
             self.cells.submit(&ws.to.app, &ws.to.object, Job::detach(s));
@@ -554,6 +552,9 @@ impl Conn {
                 Ok(())
             })
             .await;
+        }
+        if self.log.is_some() {
+            self.log_ws_close(close.end());
         }
     }
 
