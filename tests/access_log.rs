@@ -321,6 +321,10 @@ fn under_a_burst_every_line_is_written_or_counted_and_the_node_keeps_answering()
     );
     assert_eq!(logged + dropped, (CLIENTS * EACH) as u64, "{s}");
     assert_eq!(s["requests"], logged + dropped);
+    assert!(
+        s["access_log_chunks_waiting_max"].as_u64().unwrap() <= 8,
+        "{s}"
+    );
     // The /stats request's own line comes after its figures.
     let lines = wait_lines(&path, logged as usize + 1);
     assert_eq!(lines.len(), logged as usize + 1);

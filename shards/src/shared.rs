@@ -359,6 +359,8 @@ impl NodeShared {
         let log = self.access_log.as_deref();
         figures.push(("access_log_write_errors", "combd_access_log_write_errors_total", Counter, "Access-log writes that failed (their lines lost).", log.map_or(0, |l| g(&l.write_errors))));
         figures.push(("access_log_reopens", "combd_access_log_reopens_total", Counter, "Times SIGHUP opened the access log's file again.", log.map_or(0, |l| g(&l.reopens))));
+        figures.push(("access_log_chunks_waiting", "combd_access_log_chunks_waiting", Gauge, "Access-log chunks waiting for the writer, every shard together.", log.map_or(0, |l| l.waiting())));
+        figures.push(("access_log_chunks_waiting_max", "combd_access_log_chunks_waiting_max", Gauge, "The most access-log chunks one shard had waiting for the writer.", log.map_or(0, |l| g(&l.waiting_max))));
         figures.extend(Fleet::figures(self.fleet.as_deref()));
         figures
     }

@@ -147,6 +147,10 @@ pub struct AccessLog {
     pub write_errors: AtomicU64,
     /// Times SIGHUP opened the file again (`access_log_reopens`).
     pub reopens: AtomicU64,
+    /// The most chunks one shard had waiting for the writer when it looked
+    /// (`access_log_chunks_waiting_max`): at `ACCESS_LOG_CHUNKS_PER_SHARD` that shard was
+    /// dropping lines.
+    pub waiting_max: AtomicU64,
 }
 
 impl AccessLog {
@@ -175,6 +179,7 @@ impl AccessLog {
             stop: AtomicBool::new(false),
             write_errors: AtomicU64::new(0),
             reopens: AtomicU64::new(0),
+            waiting_max: AtomicU64::new(0),
         }
     }
 
@@ -213,6 +218,12 @@ impl AccessLog {
         }
     }
 
+    /// Chunks handed to the writer and not yet written, every shard together
+    /// (`access_log_chunks_waiting`).
+    pub fn waiting(&self) -> u64 {
+        self.shards.iter().map(|c| c.full.1.len() as u64).sum()
+    }
+
     /// Shard `id`'s end of the log.
     pub(crate) fn shard(self: &Arc<Self>, id: usize) -> ShardLog {
         ShardLog {
@@ -228,6 +239,8 @@ impl AccessLog {
     fn write_queued(&self, write: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> (usize, usize) {
         let (mut written, mut failed) = (0, 0);
         for chunks in self.shards.iter() {
+            let waiting = chunks.full.1.len() as u64;
+            self.waiting_max.fetch_max(waiting, Ordering::Relaxed);
             while let Ok(mut chunk) = chunks.full.1.try_recv() {
                 match write(&chunk) {
                     Ok(()) => written += 1,
@@ -382,6 +395,13 @@ mod tests {
             Ok(())
         });
         assert_eq!((written, failed), (limits::ACCESS_LOG_CHUNKS_PER_SHARD, 0));
+        let max = log.waiting_max.load(Ordering::Relaxed);
+        assert_eq!(
+            max,
+            limits::ACCESS_LOG_CHUNKS_PER_SHARD as u64,
+            "every chunk waited"
+        );
+        assert_eq!(log.waiting(), 0);
         shard.record(&stats, line);
         assert_eq!(figures(&stats), (fits as u64 + 1, 11));
         shard.hand_over();
