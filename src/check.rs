@@ -8,7 +8,7 @@ use std::path::Path;
 
 use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
-use combd_kernel::settings::{Settings, Source};
+use combd_kernel::settings::{AccessLogSink, Settings, Source};
 
 use crate::Failure;
 
@@ -16,9 +16,7 @@ use crate::Failure;
 /// existing one must be a directory whose `objects/` (or, missing, itself) the process may
 /// write; a missing one needs its nearest existing parent to be a writable directory.
 pub fn data_dir(dir: &Path) -> Result<(), Failure> {
-    use nix::unistd::{access, AccessFlags};
     let config = |m: String| Failure::Config(format!("COMBD_DATA: {m}"));
-    let writable = |d: &Path| access(d, AccessFlags::W_OK | AccessFlags::X_OK).is_ok();
     if let Ok(meta) = std::fs::metadata(dir) {
         if !meta.is_dir() {
             return Err(config(format!("{} is not a directory", dir.display())));
@@ -57,6 +55,45 @@ pub fn data_dir(dir: &Path) -> Result<(), Failure> {
         parent = p.parent();
     }
     Err(config(format!("cannot create {}", dir.display())))
+}
+
+/// Checks that the node could open `COMBD_ACCESS_LOG` for append without creating it: an
+/// existing file is opened (and closed, unchanged); a missing one needs its directory to be
+/// writable.
+pub fn access_log(sink: &AccessLogSink) -> Result<(), Failure> {
+    let AccessLogSink::File(path) = sink else {
+        return Ok(());
+    };
+    let fail = |e: String| {
+        Failure::Config(format!(
+            "COMBD_ACCESS_LOG: cannot open {} for append: {e}",
+            path.display()
+        ))
+    };
+    if path.exists() {
+        return std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| fail(e.to_string()));
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if dir.is_dir() && writable(dir) {
+        Ok(())
+    } else {
+        Err(fail(format!(
+            "{} is not a writable directory",
+            dir.display()
+        )))
+    }
+}
+
+fn writable(d: &Path) -> bool {
+    use nix::unistd::{access, AccessFlags};
+    access(d, AccessFlags::W_OK | AccessFlags::X_OK).is_ok()
 }
 
 /// Writes rows of columns, each column as wide as its widest cell (a last column unpadded).

@@ -12,8 +12,11 @@ use std::path::Path;
 
 use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
-use combd_kernel::settings::{check_env_names, help_text, Command, ConfigError, Settings, Source};
+use combd_kernel::settings::{
+    check_env_names, help_text, Command, ConfigError, Settings, Show as _, Source,
+};
 use combd_kernel::sys;
+use combd_shards::access_log::{AccessLog, Sink};
 use combd_shards::{Node, NodeConfig, StartError};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tracing::{error, info, warn};
@@ -183,6 +186,12 @@ fn main() {
             .unwrap_or_else(|e| fail(e.into()))
     });
     let deployed = deploy(&settings, running).unwrap_or_else(|f| fail(f));
+    let access_log = if running {
+        open_access_log(&settings).unwrap_or_else(|f| fail(f))
+    } else {
+        check::access_log(&settings.access_log).unwrap_or_else(|f| fail(f));
+        None
+    };
     if command == Command::CheckConfig {
         // Every check of a start has run but those a running node would fail (its data
         // directory's lock, its ports). The report stops quietly on a closed stdout.
@@ -191,6 +200,13 @@ fn main() {
         return;
     }
     let _data_lock = lock_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
+    let access_log = access_log.map(|sink| {
+        AccessLog::start(sink, shards).unwrap_or_else(|e| {
+            fail(Failure::Software(format!(
+                "cannot start the access log's writer: {e}"
+            )))
+        })
+    });
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
     let config = NodeConfig {
         settings,
@@ -202,6 +218,7 @@ fn main() {
         inbound_budget_bytes: inbound_budget,
         coordinator: wake_coordinator,
         tls,
+        access_log: access_log.clone(),
     };
     let node = Node::start(config, &cpus).unwrap_or_else(|e: StartError| fail(e.into()));
     let shared = node.shared().clone();
@@ -234,6 +251,10 @@ fn main() {
 
     let result = node.wait();
     let _ = coordinator.join();
+    // The shards handed over their last lines as they ended: written before the exit.
+    if let Some(log) = &access_log {
+        log.finish();
+    }
     match result {
         Ok(()) => info!("stopped"),
         Err(e) => fail(Failure::Software(e)),
@@ -324,6 +345,17 @@ fn deploy(
     Ok((deployed, apps))
 }
 
+/// Opens the access log where `COMBD_ACCESS_LOG` says (`None` when off): a file that cannot
+/// be opened for append stops the start, naming the setting.
+fn open_access_log(settings: &Settings) -> Result<Option<Sink>, Failure> {
+    Sink::open(&settings.access_log).map_err(|e| {
+        Failure::Config(format!(
+            "COMBD_ACCESS_LOG: cannot open {} for append: {e}",
+            settings.access_log.show()
+        ))
+    })
+}
+
 /// SIGHUP's reload of the deployed modules, logged: what changed, what was refused.
 fn reload_modules(deployed: &combd_wasm::Deployed, apps: &combd_shards::app::Apps) {
     let r = deployed.reload(apps);
@@ -342,7 +374,8 @@ fn reload_modules(deployed: &combd_wasm::Deployed, apps: &combd_shards::app::App
 }
 
 /// SIGTERM and SIGINT start the drain (a second one exits at once); SIGHUP reloads the TLS
-/// certificate and key, keeping the old pair if the new one is bad, and the deployed modules.
+/// certificate and key, keeping the old pair if the new one is bad, and the deployed modules,
+/// and opens the access log's file again (its writer says how that went).
 fn handle_signals(node: &Node, deployed: combd_wasm::Deployed) {
     let drain = node.drain_handle();
     let shared = node.shared().clone();
@@ -360,6 +393,9 @@ fn handle_signals(node: &Node, deployed: combd_wasm::Deployed) {
                     None => info!("SIGHUP: TLS is off, nothing to reload"),
                 }
                 reload_modules(&deployed, &shared.apps);
+                if let Some(log) = &shared.access_log {
+                    log.reopen();
+                }
             } else if !draining {
                 draining = true;
                 info!(signal = sig, "draining");

@@ -477,7 +477,8 @@ fn q_quits_top_and_restores_the_terminal() {
 }
 
 /// `--check-config` creates nothing and logs nothing of its own: not the data directory, not
-/// the compiled-module cache, not a "module deployed" line; it still checks each module. Its
+/// the compiled-module cache, not the access log's file, not a "module deployed" line; it
+/// still checks each module. Its
 /// columns line up, whatever the names' lengths.
 #[test]
 fn check_config_is_dry_and_aligned() {
@@ -498,6 +499,7 @@ fn check_config_is_dry_and_aligned() {
             .env("COMBD_LOG", "info")
             .env("COMBD_DATA", &data)
             .env("COMBD_APPS_DIR", &apps)
+            .env("COMBD_ACCESS_LOG", base.join("access.log"))
             .output()
             .unwrap()
     };

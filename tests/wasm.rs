@@ -180,6 +180,146 @@ fn one_mib_of_stdout_is_kept_as_64_kib() {
     let _ = child.wait();
 }
 
+/// A failed call of a module (a trap, a limit) is logged at WARN with its app and object and
+/// what stopped it, at most `APP_ERROR_LOGS_PER_WINDOW` (10) a window on a shard; the rest are
+/// counted (`app_errors_log_suppressed`) and summed up in one line once the window is over.
+#[test]
+fn a_failed_call_is_logged_at_warn_with_its_app_and_object_within_a_rate() {
+    const BURST: usize = 30;
+    // A module whose SQL fails and which then gives up: answers 1.
+    let bad_sql = r#"(module
+  (import "combd" "sql" (func $sql (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "CREATE TABLE IF NOT EXISTS t (v);\00")
+  (data (i32.const 64) "SELECT v FROM nope")
+  (func (export "schema") (result i32) (i32.const 0))
+  (func (export "handle") (result i32)
+    (drop (call $sql (i32.const 64) (i32.const 18)))
+    (i32.const 1)))"#;
+    let dir = apps_dir(&[("probe.wat", PROBE), ("badsql.wat", bad_sql)]);
+    let data = std::env::temp_dir().join(format!("combd-test-warn-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let env = [
+        ("COMBD_APPS_DIR", dir.to_str().unwrap()),
+        ("COMBD_SHARDS", "1"),
+    ];
+    let mut child = combd_command(&data, &env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines(child.stdout.take().unwrap());
+    let err = lines(child.stderr.take().unwrap());
+    let ready = wait_line(&out, "combd ready");
+    let port: u16 = ready
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
+    let post_to = move |object: &str, body: &str| {
+        let raw = format!(
+            "POST /o/{object} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        request(addr, raw.as_bytes())
+    };
+
+    // A trap: its app, its object, its status and the trap itself.
+    assert_eq!(
+        error(&post_to("probe/trapped", "u")),
+        (500, "the module trapped on this input".into())
+    );
+    let line = wait_line(&err, "call failed");
+    assert!(line.contains("WARN"), "{line}");
+    for part in ["app=probe", "object=trapped", "status=500", "unreachable"] {
+        assert!(line.contains(part), "{part:?} in {line}");
+    }
+    // A limit.
+    assert_eq!(
+        error(&post_to("probe/grown", "g")),
+        (500, "memory_limit".into())
+    );
+    let line = wait_line(&err, "call failed");
+    assert!(
+        line.contains("object=grown") && line.contains("memory_limit"),
+        "{line}"
+    );
+    // A SQL error the module gave up on: the statement's error is the detail.
+    let r = post_to("badsql/q", "");
+    assert_eq!(
+        error(&r),
+        (500, "the module answered 1 for this input".into())
+    );
+    let line = wait_line(&err, "call failed");
+    for part in [
+        "app=badsql",
+        "object=q",
+        "last SQL error",
+        "no such table: nope",
+    ] {
+        assert!(line.contains(part), "{part:?} in {line}");
+    }
+    assert!(
+        !r.text().contains("nope"),
+        "the detail is the log's, not the client's"
+    );
+    // An answer is no failure.
+    assert_eq!(post_to("probe/fine", "w").status, 200);
+
+    // A burst: at most ten lines a window, the rest counted, then summed up.
+    let started = std::time::Instant::now();
+    let burst: Vec<_> = (0..BURST)
+        .map(|i| std::thread::spawn(move || post_to(&format!("probe/b{i}"), "u").status))
+        .collect();
+    for b in burst {
+        assert_eq!(b.join().unwrap(), 500);
+    }
+    let within_a_window = started.elapsed() < std::time::Duration::from_secs(1);
+    let stats = request(
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .json();
+    let suppressed = stats["app_errors_log_suppressed"].as_u64().unwrap() as usize;
+    // The warnings were written before the answers left; the summary comes once the window is
+    // over (a housekeeping tick after it, at the latest).
+    let mut logged = 0;
+    let mut summed = 0;
+    let deadline = std::time::Instant::now() + WAIT;
+    while summed < suppressed {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = err
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("timed out waiting for the summary of {suppressed}: {e}"));
+        logged += line.contains("call failed") as usize;
+        if let Some(n) = line.split("suppressed=").nth(1) {
+            summed += n
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<usize>()
+                .unwrap();
+        }
+    }
+    assert_eq!(summed, suppressed);
+    assert_eq!(
+        logged + suppressed,
+        BURST,
+        "every failure logged or counted"
+    );
+    if within_a_window {
+        // A burst within a second spans two windows at most.
+        assert!(logged <= 20 && suppressed >= BURST - 20, "{logged} logged");
+    }
+    // Our own child, not yet reaped.
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 #[test]
 fn no_file_or_socket_can_be_opened() {
     let node = probe_node(&[]);

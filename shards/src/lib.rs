@@ -20,7 +20,8 @@
 //!    configuration and streams ([`tls`]), and the allocator ([`alloc`]).
 //! 2. **Node-wide state** (`shared`): settings, apps, every shard's stats, the admission
 //!    state, the connection count, the shards' inboxes and wake sockets, the drain flag, and
-//!    each app's count of object databases (`object_counts`).
+//!    each app's count of object databases (`object_counts`); and the access log
+//!    ([`access_log`]): every shard's chunks of lines, and the thread that writes them.
 //! 3. **A shard's own state** (`state`): waker slots (each with the deadline of its wait, on
 //!    the shard's clock read once a tick, so no request reads a clock or arms a timer), the
 //!    scratch buffer, the task gate, the wake queue (awake and restore slots with their ready lines), connection slots
@@ -63,6 +64,7 @@
 //! - The wake queue tells the run loop to re-apply admission through a signal in the shard's
 //!   state, instead of calling up into the listeners.
 
+pub mod access_log;
 pub mod addresses;
 pub mod admission;
 pub mod alloc;

@@ -126,6 +126,9 @@ pub struct NodeConfig {
     pub coordinator: mpsc::SyncSender<()>,
     /// The TLS configuration, when TLS is on.
     pub tls: Option<Tls>,
+    /// The access log, when `COMBD_ACCESS_LOG` is not off (started by the caller, who
+    /// finishes it once the node has stopped).
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
 }
 
 impl Node {
@@ -142,6 +145,7 @@ impl Node {
             inbound_budget_bytes,
             coordinator,
             tls,
+            access_log,
         } = config;
         let n = settings.shards;
         // Where io_uring is refused glommio panics in every shard: say why, before binding.
@@ -176,6 +180,7 @@ impl Node {
             inboxes,
             tls,
             fleet,
+            access_log,
         }));
         let (tx, events) = mpsc::channel();
         let per_shard = bound.per_shard.into_iter().zip(wake_fds).zip(inbox_rx);

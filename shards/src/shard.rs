@@ -159,6 +159,8 @@ pub(crate) async fn run(
         shard.apply_admission();
     }
     shard.drain().await;
+    // What the shard's connections logged last goes to the writer with it.
+    shard.state.tick_logs();
 }
 
 /// Reads the coordinator's wake socket and raises the shard's admission signal for each
@@ -207,9 +209,9 @@ async fn carry_inbox(cells: Rc<Cells>, inbox: async_channel::Receiver<ShardMsg>)
 /// The housekeeping tick: measures how late the shard's timer fires (a loop that is busy or
 /// blocked shows lag; past [`TURN_OVERRUN`](limits::TURN_OVERRUN) it counts as an overrun),
 /// beats the heartbeat the watchdog checks, reads the shard's clock and wakes the waits whose
-/// deadline passed (every connection timeout), refreshes the `Date` of responses, resyncs the
-/// sessions other shards could not reach, closes the sessions of apps a reload removed, and
-/// runs the ping sweep.
+/// deadline passed (every connection timeout), refreshes the `Date` of responses, hands the
+/// access log's lines to its writer, resyncs the sessions other shards could not reach, closes
+/// the sessions of apps a reload removed, and runs the ping sweep.
 async fn tick(cells: Rc<Cells>) {
     let state = cells.state().clone();
     let mut last_ping = Instant::now();
@@ -232,6 +234,7 @@ async fn tick(cells: Rc<Cells>) {
         state.refresh_clock();
         state.expire_deadlines();
         state.refresh_date();
+        state.tick_logs();
         let stats = state.stats();
         stats
             .lag_ms

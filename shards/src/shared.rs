@@ -12,6 +12,7 @@ use std::time::Instant;
 use combd_kernel::limits;
 use combd_kernel::settings::{InForce, Settings};
 
+use crate::access_log::AccessLog;
 use crate::addresses::{AddressLimits, Addresses};
 use crate::admission::Admission;
 use crate::app::Apps;
@@ -67,6 +68,8 @@ pub struct NodeShared {
     pub(crate) missed: Vec<Missed>,
     /// Each app's object databases, against `COMBD_MAX_OBJECTS_PER_APP`.
     pub(crate) objects: ObjectCounts,
+    /// The access log, when `COMBD_ACCESS_LOG` is not off.
+    pub access_log: Option<Arc<AccessLog>>,
 }
 
 /// Which cap a connection counts against: where it came in, and from where.
@@ -139,6 +142,7 @@ pub(crate) struct SharedParts {
     pub inboxes: Vec<async_channel::Sender<ShardMsg>>,
     pub tls: Option<Tls>,
     pub fleet: Option<Arc<Fleet>>,
+    pub access_log: Option<Arc<AccessLog>>,
 }
 
 impl NodeShared {
@@ -182,6 +186,7 @@ impl NodeShared {
             inboxes: p.inboxes,
             tls: p.tls,
             fleet: p.fleet,
+            access_log: p.access_log,
         }
     }
 
@@ -351,6 +356,11 @@ impl NodeShared {
             ("wasm_apps_removed", "combd_wasm_apps_removed_total", Counter, "Modules removed by a reload (their file gone).", self.apps.changes().removed),
             ("wasm_apps_add_refused", "combd_wasm_apps_add_refused_total", Counter, "New modules a reload refused to deploy.", self.apps.changes().add_refused),
         ];
+        let log = self.access_log.as_deref();
+        figures.push(("access_log_write_errors", "combd_access_log_write_errors_total", Counter, "Access-log writes that failed (their lines lost).", log.map_or(0, |l| g(&l.write_errors))));
+        figures.push(("access_log_reopens", "combd_access_log_reopens_total", Counter, "Times SIGHUP opened the access log's file again.", log.map_or(0, |l| g(&l.reopens))));
+        figures.push(("access_log_chunks_waiting", "combd_access_log_chunks_waiting", Gauge, "Access-log chunks waiting for the writer, every shard together.", log.map_or(0, |l| l.waiting())));
+        figures.push(("access_log_chunks_waiting_max", "combd_access_log_chunks_waiting_max", Gauge, "The most access-log chunks one shard had waiting for the writer.", log.map_or(0, |l| g(&l.waiting_max))));
         figures.extend(Fleet::figures(self.fleet.as_deref()));
         figures
     }

@@ -236,20 +236,19 @@ impl Version {
             Ok(code) => code,
             Err(e) => {
                 let err = trap_error(&e, &host);
+                let what = describe(&e, &host);
                 if err.limit().is_none() {
-                    cx.log(&format!("trap: {}", describe(&e, &host)));
+                    cx.log(&format!("trap: {what}"));
                 }
-                return Err(err);
+                return Err(err.with_detail(with_sql(what, &host)));
             }
         };
         if let Some((status, message)) = host.answers.iter().find_map(|a| a.failure.clone()) {
-            return Err(AppError::new(status, message));
+            return Err(sql_detail(AppError::new(status, message), &host));
         }
         if code != 0 {
-            return Err(AppError::new(
-                500,
-                format!("the module answered {code} for this input"),
-            ));
+            let e = AppError::new(500, format!("the module answered {code} for this input"));
+            return Err(sql_detail(e, &host));
         }
         Ok(host
             .answers
@@ -283,6 +282,24 @@ fn trap_error(e: &wasmtime::Error, host: &Host) -> AppError {
         return a.clone();
     }
     AppError::new(500, "the module trapped on this input")
+}
+
+/// What the node's warning of a failed call says besides its message: `what` stopped it, and
+/// the last SQL error of the call, if a statement failed.
+fn with_sql(what: String, host: &Host) -> String {
+    match host.sql.last_failure() {
+        Some(sql) => format!("{what}; last SQL error: {sql}"),
+        None => what,
+    }
+}
+
+/// An error the module answered with, with the last SQL error of its call for the node's
+/// warning, if a statement failed.
+fn sql_detail(e: AppError, host: &Host) -> AppError {
+    match host.sql.last_failure() {
+        Some(sql) => e.with_detail(format!("last SQL error: {sql}")),
+        None => e,
+    }
 }
 
 /// A one-line account of an error from a module.

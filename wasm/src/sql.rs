@@ -16,9 +16,17 @@ pub(crate) struct Sql {
     columns: usize,
     changes: i64,
     error: String,
+    /// The error of the call's last statement that failed, kept past the statements after it:
+    /// what the node's warning says when the call then fails.
+    failed: Option<String>,
 }
 
 impl Sql {
+    /// The error of the call's last statement that failed, if one did.
+    pub(crate) fn last_failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
     fn value(&self, row: i32, col: i32) -> Option<&Value> {
         self.rows
             .get(usize::try_from(row).ok()?)?
@@ -70,6 +78,7 @@ impl Host {
             }
             Err(e) => {
                 self.sql.error = e.to_string();
+                self.sql.failed = Some(self.sql.error.clone());
                 if let Some(l) = AppError::from(e).limit() {
                     return Err(self.stop(limit_error(l)));
                 }

@@ -12,10 +12,12 @@ use std::time::Duration;
 
 mod defaults;
 mod fleet;
+mod logs;
 mod table;
 
 pub use defaults::*;
 pub use fleet::*;
+pub use logs::*;
 pub use table::{Fixed, FIXED, SETTING_DEFAULTS};
 
 // ---------------------------------------------------------------------------------------------
@@ -500,6 +502,20 @@ const _: () = assert!(
 );
 // The localhost listener needs a connection at least, or the operator could not ask anything.
 const _: () = assert!(LOCAL_CONNS_MAX > 0);
+// A line is written into a chunk only with this much free in it: a longer bound could never
+// be met, and a line past it would make the chunk grow.
+const _: () = assert!(ACCESS_LOG_LINE_MAX_BYTES <= ACCESS_LOG_CHUNK_BYTES);
+// Each line fits one write to stderr that a pipe takes whole.
+const _: () = assert!(ACCESS_LOG_LINE_MAX_BYTES <= ACCESS_LOG_STDERR_WRITE_BYTES);
+// The method and the path, each byte escaped as \u00XX at worst, and the other fields fit a line.
+const _: () = assert!(
+    6 * (ACCESS_LOG_METHOD_MAX_BYTES + ACCESS_LOG_PATH_MAX_BYTES) + ACCESS_LOG_FIELDS_MAX_BYTES
+        <= ACCESS_LOG_LINE_MAX_BYTES
+);
+// One chunk in the shard's hand and one being written, at least.
+const _: () = assert!(ACCESS_LOG_CHUNKS_PER_SHARD >= 2);
+// A window that shows no warning would hide every failed call.
+const _: () = assert!(APP_ERROR_LOGS_PER_WINDOW > 0 && APP_ERROR_DETAIL_MAX_BYTES > 0);
 
 #[cfg(test)]
 mod tests {

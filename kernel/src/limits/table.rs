@@ -134,6 +134,26 @@ pub const FIXED: &[Fixed] = &[
     fixed!("address_idle_entries_max", ADDRESS_IDLE_ENTRIES_MAX),
     fixed!("object_create_burst_seconds", OBJECT_CREATE_BURST_SECONDS),
     fixed!("ws_send_buffer_bytes", WS_SEND_BUFFER_BYTES),
+    fixed!("access_log_chunk_bytes", ACCESS_LOG_CHUNK_BYTES),
+    fixed!("access_log_chunks_per_shard", ACCESS_LOG_CHUNKS_PER_SHARD),
+    fixed!("access_log_shard_bytes", ACCESS_LOG_SHARD_BYTES),
+    fixed!("access_log_line_max_bytes", ACCESS_LOG_LINE_MAX_BYTES),
+    fixed!("access_log_method_max_bytes", ACCESS_LOG_METHOD_MAX_BYTES),
+    fixed!("access_log_path_max_bytes", ACCESS_LOG_PATH_MAX_BYTES),
+    fixed!("access_log_fields_max_bytes", ACCESS_LOG_FIELDS_MAX_BYTES),
+    fixed!(
+        "access_log_stderr_write_bytes",
+        ACCESS_LOG_STDERR_WRITE_BYTES
+    ),
+    fixed!("access_log_writer_wait_ms", ACCESS_LOG_WRITER_WAIT, ms),
+    fixed!(
+        "access_log_error_log_every_ms",
+        ACCESS_LOG_ERROR_LOG_EVERY,
+        ms
+    ),
+    fixed!("app_error_log_window_ms", APP_ERROR_LOG_WINDOW, ms),
+    fixed!("app_error_logs_per_window", APP_ERROR_LOGS_PER_WINDOW),
+    fixed!("app_error_detail_max_bytes", APP_ERROR_DETAIL_MAX_BYTES),
     fixed!("fleet_lease_ttl_min_ms", FLEET_LEASE_TTL_MIN, ms),
     fixed!("fleet_lease_ttl_max_ms", FLEET_LEASE_TTL_MAX, ms),
     fixed!("fleet_keepalive_divisor", FLEET_KEEPALIVE_DIVISOR),
@@ -233,6 +253,7 @@ mod tests {
             include_str!("mod.rs"),
             include_str!("defaults.rs"),
             include_str!("fleet.rs"),
+            include_str!("logs.rs"),
         ]
         .into_iter()
         .flat_map(str::lines)

@@ -7,7 +7,7 @@
 //! - `spec`: what the table says of one setting ([`SettingSpec`]), and how a value is printed
 //!   ([`Show`]) and shown as a limit ([`AsLimit`]);
 //! - `values`: the parsers of each kind of value (sizes, durations, counts, switches,
-//!   addresses, the log filter);
+//!   addresses, the log filter, the access log's sink);
 //! - `fleet`: the fleet's settings (coordinator, bucket, this node's fleet address and lease),
 //!   all or none;
 //! - `names`: refusing an unknown `COMBD_*` variable or flag, naming the closest setting;
@@ -47,8 +47,8 @@ use table::spec_by_flag;
 pub use table::{help_text, Settings, DERIVED_LIMITS, SETTINGS};
 use values::{optional_bytes, parse_count_usize, parse_dir, parse_sqlite_sync, resolve_shards};
 pub use values::{
-    parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen, parse_log,
-    parse_switch, LOG_LEVELS,
+    parse_access_log, parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen,
+    parse_log, parse_switch, AccessLogSink, LOG_LEVELS,
 };
 
 /// A setting that failed validation. Its `Display` is the one line printed at start-up.

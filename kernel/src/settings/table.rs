@@ -63,6 +63,18 @@ settings_table! {
             meaning: "log filter: comma-separated directives, each a level (error, warn, info, debug, \
                       trace, off) or target=level",
         }
+        /// `COMBD_ACCESS_LOG`.
+        access_log: AccessLogSink {
+            env: "COMBD_ACCESS_LOG",
+            flag: "--access-log",
+            text: "off",
+            parse: parse_access_log,
+            unit: Text,
+            limit: none,
+            meaning: "access log: off, stderr, or a file (opened for append at start, created 0640, \
+                      reopened on SIGHUP); one JSON line per HTTP request and per WebSocket open and \
+                      close, written off the event loop (lines past its queue are dropped and counted)",
+        }
         /// `COMBD_MAX_BODY`.
         max_body_bytes: u64 {
             env: "COMBD_MAX_BODY",

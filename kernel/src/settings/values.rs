@@ -100,6 +100,42 @@ pub fn parse_switch(text: &str) -> Result<bool, String> {
     }
 }
 
+/// Where the access log goes (`COMBD_ACCESS_LOG`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogSink {
+    /// No access log (the default): the hot path pays one branch.
+    Off,
+    /// Standard error, beside the node's own log lines.
+    Stderr,
+    /// A file, opened for append at start-up and again on SIGHUP.
+    File(PathBuf),
+}
+
+impl Show for AccessLogSink {
+    fn show(&self) -> String {
+        match self {
+            AccessLogSink::Off => "off".to_string(),
+            AccessLogSink::Stderr => "stderr".to_string(),
+            AccessLogSink::File(path) => path.display().to_string(),
+        }
+    }
+}
+
+/// Parses `COMBD_ACCESS_LOG`: `off`, `stderr`, or the path of a file (absolute, or relative
+/// to the node's working directory). Whether the file can be opened is checked at start-up,
+/// where it is opened.
+pub fn parse_access_log(text: &str) -> Result<AccessLogSink, String> {
+    match text {
+        "off" => Ok(AccessLogSink::Off),
+        "stderr" => Ok(AccessLogSink::Stderr),
+        "" => Err("must not be empty: use off, stderr or a file's path".to_string()),
+        path if path.trim() != path => Err(format!(
+            "{path:?} begins or ends with a blank: use off, stderr or a file's path"
+        )),
+        path => Ok(AccessLogSink::File(PathBuf::from(path))),
+    }
+}
+
 /// Parses a listen address `ip:port`. The localhost listener owns `127.0.0.1`, so the public
 /// address may not be it.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {

@@ -132,6 +132,9 @@ pub struct AppError {
     allow: Option<&'static str>,
     /// A refusal the client may try again after a second (the `retry-after` header).
     retry_after: bool,
+    /// What the node's log says of it besides its message, never sent to the client (a
+    /// module's trap, the last SQL error of its call).
+    detail: Option<String>,
 }
 
 impl AppError {
@@ -143,6 +146,7 @@ impl AppError {
             limit: None,
             allow: None,
             retry_after: false,
+            detail: None,
         }
     }
 
@@ -181,6 +185,35 @@ impl AppError {
     /// `SQL_VALUE_MAX_BYTES` or a write past `COMBD_DB_MAX` with such an error).
     pub fn limit(&self) -> Option<Limit> {
         self.limit
+    }
+
+    /// The same error with `detail` for the node's log (its first
+    /// [`APP_ERROR_DETAIL_MAX_BYTES`](combd_kernel::limits::APP_ERROR_DETAIL_MAX_BYTES)); the
+    /// client still sees only the message.
+    pub fn with_detail(self, detail: impl Into<String>) -> AppError {
+        let mut detail = detail.into();
+        let mut cut = detail
+            .len()
+            .min(combd_kernel::limits::APP_ERROR_DETAIL_MAX_BYTES);
+        while !detail.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        detail.truncate(cut);
+        AppError {
+            detail: Some(detail),
+            ..self
+        }
+    }
+
+    /// What the node's log says of it besides its message, if anything.
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
+    }
+
+    /// Whether the call failed (a 5xx, or a limit's answer), as opposed to a refusal its app
+    /// chose (a 4xx): what the node warns about.
+    pub fn is_failure(&self) -> bool {
+        self.status >= 500 || self.limit.is_some()
     }
 }
 

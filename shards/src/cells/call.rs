@@ -42,6 +42,9 @@ pub(super) struct BatchResult {
     pub wrote: bool,
     /// On [`On::ScratchRefusing`]: the inputs refused because they wrote.
     pub refused: u64,
+    /// The outputs (by index) of calls that failed ([`AppError::is_failure`]): what the node
+    /// warns about. The node's own refusals are not among them.
+    pub failed: Vec<usize>,
 }
 
 /// What [`call`] tells the object about a call besides its result.
@@ -83,6 +86,7 @@ pub(super) fn run_batch(
         limits: Vec::new(),
         wrote: false,
         refused: 0,
+        failed: Vec::new(),
     };
     let scratch = !matches!(on, On::Db);
     if inputs.len() > 1 && !matches!(on, On::ScratchRefusing(_)) {
@@ -147,6 +151,9 @@ pub(super) fn run_batch(
         if let Some(l) = st.limit {
             result.killed |= l.kills();
             result.limits.push(l);
+        }
+        if r.as_ref().is_err_and(AppError::is_failure) {
+            result.failed.push(result.outputs.len());
         }
         result.outputs.push(r);
     }
@@ -314,6 +321,10 @@ mod tests {
         assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
         assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
         assert!(r.outputs[2].is_ok());
+        assert!(
+            r.failed.is_empty(),
+            "a 4xx is the app's refusal, not a failure"
+        );
         let rows: Vec<String> = db
             .prepare("SELECT v FROM log ORDER BY rowid")
             .unwrap()
@@ -462,6 +473,10 @@ mod tests {
         let r = run_batch(&Notes, &mut db, &inputs, NO_LIMITS, &on);
         assert!(!r.wrote);
         assert_eq!(r.refused, 1);
+        assert!(
+            r.failed.is_empty(),
+            "the node's own refusal is no failure of the app"
+        );
         assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
         assert_eq!(r.outputs[1].as_ref().unwrap_err(), &refusal);
         assert_eq!(r.effects.len(), 2, "the refused write sends nothing");
@@ -501,6 +516,7 @@ mod tests {
         let r = run_batch(&Panics, &mut db, &inputs, NO_LIMITS, &On::Db);
         assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
         assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 500);
+        assert_eq!(r.failed, [1], "the panic is a failure the node warns about");
         let n: i64 = db
             .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
             .unwrap();
@@ -518,6 +534,7 @@ mod tests {
         let r = run_batch(&Panics, &mut db, &[http("ok")], limits, &On::Db);
         assert_eq!(r.outputs[0].as_ref().unwrap_err().message, "cpu_limit");
         assert_eq!(r.limits, [Limit::Cpu]);
+        assert_eq!(r.failed, [0]);
         assert!(r.killed);
     }
 

@@ -14,9 +14,10 @@ use crate::http::{self, Head, ParsedRequest, Request, Response};
 use crate::job::Job;
 use crate::stats::ShardStats;
 
+use super::access::Entry;
 use super::routes::Routed;
 use super::websocket::Upgrade;
-use super::{Conn, Input};
+use super::{Asked, Conn, Input};
 
 /// What the loop does after a request was answered (or handed on).
 enum Next {
@@ -41,6 +42,8 @@ struct ObjectRequest {
     head_only: bool,
     /// Passed on by another node of the fleet.
     forwarded: bool,
+    /// What the access log keeps of it, while the log is on.
+    entry: Option<Box<Entry>>,
 }
 
 /// Answers owed on this connection, in request order: the answers of requests sent to objects
@@ -60,6 +63,7 @@ enum Owed {
         answer: async_channel::Receiver<Response>,
         keep_alive: bool,
         head_only: bool,
+        entry: Option<Box<Entry>>,
     },
     Written(Vec<u8>),
 }
@@ -109,6 +113,9 @@ impl Conn {
             // A pipelined request's head timeout runs from now; else the connection is idle
             // once this request is answered.
             let pipelined = !self.inbuf.is_empty();
+            if let Some(log) = &self.log {
+                log.request_done(pipelined);
+            }
             if pipelined {
                 clock = Clock::Request(self.state().now_ms());
             } else {
@@ -194,7 +201,8 @@ impl Conn {
                     Ok(None) => {}
                     Err(e) => {
                         self.settle(pipeline, out).await;
-                        self.fail(out, e.status, e.message).await;
+                        let asked = self.asked_inbuf();
+                        self.fail(out, e.status, e.message, asked).await;
                         return None;
                     }
                 }
@@ -224,7 +232,8 @@ impl Conn {
                         ShardStats::add(&self.stats().idle_closed, 1);
                     } else {
                         ShardStats::add(&self.stats().request_timeouts, 1);
-                        self.fail(out, 408, "request head not received in time")
+                        let asked = self.asked_inbuf();
+                        self.fail(out, 408, "request head not received in time", asked)
                             .await;
                     }
                     return None;
@@ -239,7 +248,8 @@ impl Conn {
         let settings = self.state().settings();
         let (max_body, body_timeout) = (settings.max_body_bytes, settings.body_timeout);
         if head.body_len > max_body {
-            self.fail(out, 413, "request body too large").await;
+            let asked = self.asked_inbuf();
+            self.fail(out, 413, "request body too large", asked).await;
             return false;
         }
         let total = head.len + head.body_len as usize;
@@ -251,7 +261,7 @@ impl Conn {
         // 503 and close, nothing read of it.
         let Some(_reading) = self.hold_reading(head.body_len) else {
             let busy = Response::error(503, "overloaded").with_header("retry-after", "1");
-            self.respond(out, &busy, false, false);
+            self.respond(out, &busy, false, false, self.asked_inbuf());
             self.flush_and_close(out).await;
             return false;
         };
@@ -276,7 +286,8 @@ impl Conn {
                 Input::Eof | Input::Failed | Input::Drain => return false,
                 Input::Timeout => {
                     ShardStats::add(&self.stats().request_timeouts, 1);
-                    self.fail(out, 408, "request body not received in time")
+                    let asked = self.asked_inbuf();
+                    self.fail(out, 408, "request body not received in time", asked)
                         .await;
                     return false;
                 }
@@ -343,6 +354,7 @@ impl Conn {
                 &Response::error(400, "malformed request"),
                 false,
                 false,
+                self.asked_inbuf(),
             );
             return Next::Close;
         };
@@ -358,9 +370,11 @@ impl Conn {
         out: &mut Vec<u8>,
     ) -> Next {
         let head_only = req.method == "HEAD";
+        let bytes_in = head.len as u64 + head.body_len;
         match self.route(req, head) {
             Routed::Respond(resp) => {
-                self.respond(out, &resp, keep_alive, head_only);
+                let asked = Asked::Parsed(req.method, req.path, bytes_in);
+                self.respond(out, &resp, keep_alive, head_only, asked);
                 Next::Continue
             }
             Routed::Upgrade(up) => Next::Upgrade(up),
@@ -374,6 +388,7 @@ impl Conn {
                 // Only a fleet node looks for it: no header scan per request on a node alone.
                 forwarded: self.state().node().fleet.is_some()
                     && req.header(combd_fleet::forward::FORWARDED_HEADER).is_some(),
+                entry: self.kept(req.method, req.path, bytes_in),
             })),
         }
     }
@@ -397,6 +412,7 @@ impl Conn {
             answer,
             keep_alive,
             head_only: req.head_only,
+            entry: req.entry,
         });
         pipeline.objects += 1;
     }
@@ -414,12 +430,14 @@ impl Conn {
                     answer,
                     keep_alive,
                     head_only,
+                    entry,
                 } => {
                     let resp = answer
                         .recv()
                         .await
                         .unwrap_or_else(|_| Response::error(503, "overloaded"));
-                    self.respond(out, &resp, keep_alive, head_only);
+                    let asked = Asked::Kept(entry.as_deref());
+                    self.respond(out, &resp, keep_alive, head_only, asked);
                 }
             }
         }

@@ -2,13 +2,14 @@
 //! are in their own rooms: the HTTP/1.1 loop ([`http_loop`]) and its route table
 //! ([`routes`]), the WebSocket loop ([`websocket`]) after an upgrade, the TLS hand-off
 //! ([`tls_handoff`]) before either, and the late refusal ([`refuse`]) of a connection that got
-//! in while the node is full.
+//! in while the node is full; what each tells the access log is in [`access`].
 //!
 //! Memory: a connection waiting for input holds no buffer. Reads go into the shard's scratch
 //! buffer inside a poll; only the bytes of an incomplete request or frame are copied into the
 //! connection's own `inbuf`, which is freed as soon as it is consumed. Responses are built in a
 //! `Vec` that is dropped once written.
 
+mod access;
 mod http_loop;
 mod pass_through;
 mod refuse;
@@ -36,6 +37,7 @@ use crate::state::ShardState;
 use crate::stats::ShardStats;
 use crate::tls::Stream;
 
+use access::{Asked, ConnLog};
 pub(crate) use refuse::refuse;
 use websocket::Upgrade;
 
@@ -78,6 +80,8 @@ struct Conn {
     ping_epoch: Option<u64>,
     /// Its input waiting in mailboxes and inboxes, made at its first job.
     inbound: std::cell::OnceCell<Arc<ConnInbound>>,
+    /// Its figures for the access log, only while the log is on.
+    log: Option<Box<ConnLog>>,
 }
 
 impl Drop for Conn {
@@ -151,7 +155,12 @@ impl Conn {
     }
 
     fn new(cells: Rc<Cells>, slot: ConnSlot, stream: Stream, local: bool) -> Conn {
+        let log = cells.state().access_log().map(|_| {
+            let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+            ConnLog::new(stream.tcp().peer_addr().unwrap_or(unknown))
+        });
         Conn {
+            log,
             waker: WakerSlot::new(cells.state()),
             cells,
             stream,
@@ -259,6 +268,9 @@ impl Conn {
             match Pin::new(&mut self.stream).poll_read(cx, &mut scratch[..]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Input::Eof),
                 Poll::Ready(Ok(n)) => {
+                    if let Some(log) = &self.log {
+                        log.on_read(n, self.inbuf.is_empty());
+                    }
                     self.inbuf.extend_from_slice(&scratch[..n]);
                     ShardStats::add(&state.stats().bytes_in, n as u64);
                     return Poll::Ready(Input::Data);
@@ -286,6 +298,9 @@ impl Conn {
         }
         if r.is_ok() {
             ShardStats::add(&self.stats().bytes_out, out.len() as u64);
+            if let Some(log) = &self.log {
+                log.on_written(out.len());
+            }
         }
         *out = Vec::new();
         r
@@ -327,16 +342,33 @@ impl Conn {
         }
     }
 
-    /// Writes a final response and closes the connection.
-    async fn fail(&mut self, out: &mut Vec<u8>, status: u16, message: &str) {
-        self.respond(out, &Response::error(status, message), false, false);
+    /// Writes a final response to the request `asked` and closes the connection.
+    async fn fail(&mut self, out: &mut Vec<u8>, status: u16, message: &str, asked: Asked<'_>) {
+        self.respond(out, &Response::error(status, message), false, false, asked);
         self.flush_and_close(out).await;
     }
 
-    /// Appends a response to `out`, counted.
-    fn respond(&self, out: &mut Vec<u8>, resp: &Response, keep_alive: bool, head_only: bool) {
+    /// Appends the response to the request `asked` to `out`, counted (and logged, while the
+    /// access log is on).
+    fn respond(
+        &self,
+        out: &mut Vec<u8>,
+        resp: &Response,
+        keep_alive: bool,
+        head_only: bool,
+        asked: Asked<'_>,
+    ) {
         self.count_status(resp.status);
+        let before = out.len();
         http::write_response(out, resp, keep_alive, head_only, &self.state().date());
+        if self.log.is_some() {
+            self.log_http(asked, resp.status, (out.len() - before) as u64);
+        }
+    }
+
+    /// The bytes of `inbuf`, as the request whose response is being written read them.
+    fn asked_inbuf(&self) -> Asked<'static> {
+        Asked::Inbuf(self.inbuf.len() as u64)
     }
 
     fn count_status(&self, status: u16) {

@@ -138,7 +138,7 @@ impl Conn {
     async fn owner_unreachable(&mut self) {
         let resp = crate::fleet::owner_unreachable();
         let mut out = Vec::new();
-        self.respond(&mut out, &resp, false, false);
+        self.respond(&mut out, &resp, false, false, super::Asked::Upgrade);
         self.flush_and_close(&mut out).await;
     }
 

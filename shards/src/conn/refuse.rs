@@ -12,7 +12,7 @@ use crate::http::Response;
 use crate::state::slot::ConnSlot;
 use crate::tls::Stream;
 
-use super::Conn;
+use super::{Asked, Conn};
 
 /// Answers a plain connection that got in while the node is full. `slot` is its place in the
 /// connection count, already open.
@@ -21,6 +21,6 @@ pub(crate) async fn refuse(cells: Rc<Cells>, slot: ConnSlot, stream: TcpStream) 
     let mut conn = Conn::new(cells, slot, Stream::Plain(stream), false);
     let mut out = Vec::new();
     let overloaded = Response::error(503, "overloaded").with_header("retry-after", "1");
-    conn.respond(&mut out, &overloaded, false, false);
+    conn.respond(&mut out, &overloaded, false, false, Asked::Nothing);
     conn.flush_and_close(&mut out).await;
 }

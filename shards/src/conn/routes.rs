@@ -104,13 +104,16 @@ impl Conn {
                 && req.header(combd_fleet::forward::FORWARDED_HEADER).is_none())
             .then(|| replay_head(req));
             return match websocket_accept(req, head) {
-                Ok(accept) => Routed::Upgrade(Upgrade {
-                    app: app.clone(),
-                    object: object.to_string(),
-                    accept,
-                    query: req.query.map(str::to_string),
-                    replay,
-                }),
+                Ok(accept) => {
+                    self.keep_upgrade(req.method, req.path, head.len as u64);
+                    Routed::Upgrade(Upgrade {
+                        app: app.clone(),
+                        object: object.to_string(),
+                        accept,
+                        query: req.query.map(str::to_string),
+                        replay,
+                    })
+                }
                 Err(resp) => Routed::Respond(resp),
             };
         }

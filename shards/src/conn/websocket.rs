@@ -19,7 +19,8 @@ use crate::state::Defer;
 use crate::stats::ShardStats;
 use crate::ws::{self, close, Decoder, WsEvent};
 
-use super::{Conn, Input};
+use super::access::WsEnd;
+use super::{Asked, Conn, Input};
 
 /// A WebSocket upgrade that passed its checks.
 pub(super) struct Upgrade {
@@ -51,10 +52,36 @@ fn closing(why: CloseWhy) -> Close {
 /// How the node ends a WebSocket.
 #[derive(Debug, Clone, Copy)]
 enum Close {
-    /// With a close frame (no code: an empty close, echoing the client's), then a linger.
+    /// With a close frame of its own, then a linger.
     Frame(Option<u16>, &'static str),
+    /// Answering the client's close frame with its code (none: an empty close), then a linger.
+    Answer(Option<u16>),
     /// Without one: the client is gone, or it is not reading.
     Drop,
+}
+
+impl Close {
+    /// The close as the access log records it: a close without a code as 1005, one without
+    /// a close frame as 1006 (RFC 6455, 7.1.5).
+    fn end(self) -> WsEnd {
+        match self {
+            Close::Frame(code, reason) => WsEnd {
+                code: code.unwrap_or(1005),
+                by: "node",
+                reason: Some(reason),
+            },
+            Close::Answer(code) => WsEnd {
+                code: code.unwrap_or(1005),
+                by: "client",
+                reason: None,
+            },
+            Close::Drop => WsEnd {
+                code: 1006,
+                by: "connection",
+                reason: None,
+            },
+        }
+    }
 }
 
 /// Where a WebSocket's messages go.
@@ -115,7 +142,8 @@ impl Conn {
             let topic = match up.app.topic(up.query.as_deref()) {
                 Ok(t) => t,
                 Err(e) => {
-                    self.fail(&mut out, e.status, &e.message).await;
+                    self.fail(&mut out, e.status, &e.message, Asked::Upgrade)
+                        .await;
                     return None;
                 }
             };
@@ -133,7 +161,7 @@ impl Conn {
                 Ok(Attached::Yes) => {}
                 Ok(Attached::Refused(resp)) => {
                     self.end_session();
-                    self.respond(&mut out, &resp, false, false);
+                    self.respond(&mut out, &resp, false, false, Asked::Upgrade);
                     self.flush_and_close(&mut out).await;
                     return None;
                 }
@@ -161,6 +189,7 @@ impl Conn {
         if self.flush(&mut out).await.is_err() {
             return None;
         }
+        self.log_ws_open();
         Some(up)
     }
 
@@ -322,7 +351,7 @@ impl Conn {
         }
         if let Some(code) = client_close {
             // Answer the close with the client's code (RFC 6455, 5.5.1), then close.
-            return Some(Close::Frame(code, ""));
+            return Some(Close::Answer(code));
         }
         let e = error?;
         ShardStats::add(&stats.ws_protocol_closed, 1);
@@ -333,6 +362,9 @@ impl Conn {
     /// (its sends and errors go straight back into `out`).
     fn on_message(&self, to: &Target, text: bool, payload: &[u8], out: &mut Vec<u8>) {
         ShardStats::add(&self.stats().ws_messages_in, 1);
+        if let Some(log) = &self.log {
+            log.on_message(true);
+        }
         if let Some(s) = to.session {
             // Its bytes are held against the connection's and the shard's inbound budget
             // until the object has run it; past the shard's, refused like a full mailbox.
@@ -362,6 +394,9 @@ impl Conn {
         for e in effects {
             if let Effect::Send { text, payload, .. } = e {
                 ShardStats::add(&self.stats().ws_messages_out, 1);
+                if let Some(log) = &self.log {
+                    log.on_message(false);
+                }
                 ws::encode_message(out, text, &payload);
             }
         }
@@ -413,6 +448,9 @@ impl Conn {
         let mut out = Vec::new();
         for frame in self.cells.sessions().take_mail(id) {
             ShardStats::add(&state.stats().ws_messages_out, 1);
+            if let Some(log) = &self.log {
+                log.on_message(false);
+            }
             out.extend_from_slice(&frame);
         }
         let written = self.write_session(&mut out).await;
@@ -472,6 +510,9 @@ impl Conn {
                     let stats = self.waker.state().stats();
                     ShardStats::add(&stats.ws_sends, 1);
                     ShardStats::add(&stats.bytes_out, n as u64);
+                    if let Some(log) = &self.log {
+                        log.on_written(n);
+                    }
                     if let Some(id) = self.session {
                         self.cells.sessions().written(id, n as u64);
                     }
@@ -490,14 +531,20 @@ impl Conn {
     }
 
     /// Ends the WebSocket: tells the object the session left, then closes the connection the
-    /// way `close` says. The close frame gets [`CLOSE_LINGER`](limits::CLOSE_LINGER) to be
-    /// written and answered: a client that does not read cannot hold the connection longer.
+    /// way `close` says, and logs the close (while the access log is on). The close frame gets
+    /// [`CLOSE_LINGER`](limits::CLOSE_LINGER) to be written and answered: a client that does
+    /// not read cannot hold the connection longer.
     async fn close_with(&mut self, ws: &Ws, close: Close, mut out: Vec<u8>) {
         if let Some(s) = ws.to.session {
             self.cells.submit(&ws.to.app, &ws.to.object, Job::detach(s));
         }
         self.end_session();
-        if let Close::Frame(code, reason) = close {
+        let frame = match close {
+            Close::Frame(code, reason) => Some((code, reason)),
+            Close::Answer(code) => Some((code, "")),
+            Close::Drop => None,
+        };
+        if let Some((code, reason)) = frame {
             ws::encode_close(&mut out, code, reason);
             let bound = 2 * limits::CLOSE_LINGER;
             let _ = glommio::timer::timeout(bound, async {
@@ -505,6 +552,9 @@ impl Conn {
                 Ok(())
             })
             .await;
+        }
+        if self.log.is_some() {
+            self.log_ws_close(close.end());
         }
     }
 

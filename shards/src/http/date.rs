@@ -12,16 +12,7 @@ pub fn http_date(unix_secs: u64) -> HttpDate {
     ];
     let days = unix_secs / 86_400;
     let secs = unix_secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's days_from_civil, inverted).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = civil_date(days);
     let text = format!(
         "{}, {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
         DAYS[(days % 7) as usize],
@@ -34,6 +25,20 @@ pub fn http_date(unix_secs: u64) -> HttpDate {
     let n = text.len().min(29);
     out[..n].copy_from_slice(&text.as_bytes()[..n]);
     out
+}
+
+/// The civil date (year, month 1–12, day 1–31) of a day counted from 1970-01-01 (Howard
+/// Hinnant's `days_from_civil`, inverted).
+pub(crate) fn civil_date(days: u64) -> (i64, i64, i64) {
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
 }
 
 #[cfg(test)]

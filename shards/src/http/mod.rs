@@ -8,6 +8,7 @@ mod date;
 mod fields;
 mod response;
 
+pub(crate) use date::civil_date;
 pub use date::{http_date, HttpDate};
 pub use fields::valid_host;
 use fields::{content_length, split_target};

@@ -15,8 +15,11 @@
 //! - the wake queue ([`wake_queue`]): the awake and restore slots with their ready lines;
 //! - connection slots ([`slot`]): reserve → open → release, once;
 //! - the per-turn budget ([`turn`]) every loop that grows with load spends;
-//! - the shard's outbound bytes, TLS handshakes in progress and ping epoch.
+//! - the shard's outbound bytes, TLS handshakes in progress and ping epoch;
+//! - the shard's end of the access log, when it is on, and the budget of its warnings about
+//!   apps' failed calls ([`log_budget`]).
 
+pub(crate) mod log_budget;
 pub(crate) mod slot;
 pub(crate) mod turn;
 pub(crate) mod wake_queue;
@@ -33,9 +36,11 @@ use combd_kernel::settings::Settings;
 use glommio::sync::Gate;
 use slab::Slab;
 
+use crate::access_log::ShardLog;
 use crate::http::{http_date, HttpDate};
 use crate::shared::NodeShared;
 use crate::stats::ShardStats;
+use log_budget::LogBudget;
 use wake_queue::WakeQueue;
 
 pin_project_lite::pin_project! {
@@ -90,12 +95,20 @@ pub(crate) struct ShardState {
     admission_changed: Signal,
     /// The `Date` of responses, formatted once a second by the housekeeping tick.
     date: Cell<(u64, HttpDate)>,
+    /// The shard's end of the access log, when `COMBD_ACCESS_LOG` is not off.
+    access_log: Option<ShardLog>,
+    /// The warnings about apps' failed calls this window.
+    app_errors: LogBudget,
 }
 
 impl ShardState {
     pub fn new(id: usize, node: Arc<NodeShared>) -> ShardState {
         let wake_queue = WakeQueue::new(&node.settings, node.max_conns_effective);
+        let access_log = node.access_log.as_ref().map(|l| l.shard(id));
+        let window_ms = limits::APP_ERROR_LOG_WINDOW.as_millis() as u64;
         ShardState {
+            access_log,
+            app_errors: LogBudget::new(limits::APP_ERROR_LOGS_PER_WINDOW, window_ms),
             id,
             node,
             draining: Cell::new(false),
@@ -152,6 +165,29 @@ impl ShardState {
 
     pub fn draining(&self) -> bool {
         self.draining.get()
+    }
+
+    /// The shard's end of the access log, when it is on.
+    pub fn access_log(&self) -> Option<&ShardLog> {
+        self.access_log.as_ref()
+    }
+
+    /// The budget of the shard's warnings about apps' failed calls.
+    pub fn app_errors(&self) -> &LogBudget {
+        &self.app_errors
+    }
+
+    /// The housekeeping tick's part of the shard's logs: hands the access log's chunk to its
+    /// writer (a line is written within a tick), and says how many warnings the last window
+    /// did not log, if it is over.
+    pub fn tick_logs(&self) {
+        if let Some(log) = &self.access_log {
+            log.hand_over();
+        }
+        let suppressed = self.app_errors.roll(self.now_ms());
+        if suppressed > 0 {
+            log_budget::warn_app_errors_suppressed(self.id, suppressed);
+        }
     }
 
     /// Marks the shard draining and wakes every waiting task to see it.

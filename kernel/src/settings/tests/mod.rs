@@ -337,6 +337,28 @@ fn log_takes_levels_and_target_level_directives_only() {
 }
 
 #[test]
+fn the_access_log_is_off_stderr_or_a_path() {
+    assert_eq!(load(&[], &[]).unwrap().access_log, AccessLogSink::Off);
+    for (text, sink) in [
+        ("off", AccessLogSink::Off),
+        ("stderr", AccessLogSink::Stderr),
+        (
+            "/var/log/combd/access.log",
+            AccessLogSink::File("/var/log/combd/access.log".into()),
+        ),
+        ("access.log", AccessLogSink::File("access.log".into())),
+    ] {
+        let s = load(&[("COMBD_ACCESS_LOG", text)], &[]).unwrap();
+        assert_eq!(s.access_log, sink, "{text}");
+        assert_eq!(s.access_log.show(), text);
+    }
+    for bad in ["", " access.log", "access.log\n"] {
+        let e = load(&[("COMBD_ACCESS_LOG", bad)], &[]).unwrap_err();
+        assert_eq!(e.setting, "COMBD_ACCESS_LOG", "{bad:?}");
+    }
+}
+
+#[test]
 fn an_unknown_setting_names_the_closest_known_one() {
     let known = ["PATH", "HOME", "COMBD_MAX_AWAKE", "COMBD_LISTEN", "COMBDX"];
     check_env_names(known).expect("settings and other variables pass");

@@ -13,8 +13,10 @@
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
+use crate::app::AppError;
 use crate::inbound::Hold;
 use crate::job::{Owned, Reply};
+use crate::state::log_budget::warn_app_errors_suppressed;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 
@@ -69,7 +71,7 @@ pub(super) async fn run_one(
     };
     // The inputs' bytes were held against their connections' inbound budgets until they ran.
     drop(holds);
-    file_result(state, &cell.key, &ran.result);
+    file_result(state, cell, &ran.result);
     ShardStats::add(&stats.batches, 1);
     stats.batch_max.fetch_max(count, Ordering::Relaxed);
     let killed = ran.result.killed;
@@ -193,8 +195,10 @@ async fn run_on(
         .await
 }
 
-/// Logs a batch's output and counts its slow calls and tripped limits.
-fn file_result(state: &ShardState, key: &str, result: &BatchResult) {
+/// Logs a batch's output, warns of its failed calls, and counts its slow calls and tripped
+/// limits.
+fn file_result(state: &ShardState, cell: &ObjectCell, result: &BatchResult) {
+    let key = &cell.key;
     for line in result.logs.lines() {
         tracing::info!(object = %key, "{line}");
     }
@@ -203,4 +207,32 @@ fn file_result(state: &ShardState, key: &str, result: &BatchResult) {
     for l in &result.limits {
         ShardStats::add(l.counter(stats), 1);
     }
+    let object = key.split_once('/').map_or(key.as_str(), |(_, name)| name);
+    for &i in &result.failed {
+        if let Some(Err(e)) = result.outputs.get(i) {
+            warn_failed(state, cell.app.name(), object, e);
+        }
+    }
+}
+
+/// Warns of a call that failed (a trap, a SQL error, a limit), within the shard's budget of
+/// such warnings (past it counted in `app_errors_log_suppressed`, and summed up once its
+/// window is over).
+fn warn_failed(state: &ShardState, app: &str, object: &str, e: &AppError) {
+    let (log, suppressed) = state.app_errors().take(state.now_ms());
+    if suppressed > 0 {
+        warn_app_errors_suppressed(state.id(), suppressed);
+    }
+    if !log {
+        return ShardStats::add(&state.stats().app_errors_log_suppressed, 1);
+    }
+    tracing::warn!(
+        shard = state.id(),
+        app = %app,
+        object = %object,
+        status = e.status,
+        error = %e.message,
+        detail = e.detail().map(tracing::field::display),
+        "call failed"
+    );
 }
