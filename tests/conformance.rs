@@ -134,6 +134,35 @@ fn every_response_has_a_date_and_426_names_the_upgrade() {
     assert_eq!(r.status, 426);
     assert_eq!(r.header("upgrade"), Some("websocket"));
     assert_eq!(r.header("sec-websocket-version"), Some("13"));
+    // RFC 9110, 7.8: a server that sends Upgrade sends Connection: upgrade with it.
+    let connection = r
+        .header("connection")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        connection.split(',').any(|o| o.trim() == "upgrade"),
+        "{connection:?}"
+    );
+}
+
+/// An absolute-form target is served only with the http(s) scheme and no userinfo (RFC 9110,
+/// 4.2.4); another scheme, userinfo, or a target of no form is a 400.
+#[test]
+fn a_target_with_userinfo_or_another_scheme_is_a_400() {
+    let node = TestNode::start(&[]);
+    for target in [
+        "http://user@x/o/echo/a",
+        "http://u:p@x/healthz",
+        "ftp://x/healthz",
+        "ws://x/o/echo/a",
+        "x:80",
+        "healthz",
+    ] {
+        let raw = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+        let (r, _) = exchange(&node, raw.as_bytes());
+        assert_eq!(r.status, 400, "{target}: {}", r.text());
+        assert_eq!(r.json()["error"], "invalid request target", "{target}");
+    }
 }
 
 #[test]

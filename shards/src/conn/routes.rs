@@ -217,8 +217,11 @@ fn websocket_accept(req: &Request<'_>, head: &Head) -> Result<String, Response> 
         ));
     }
     if req.header("sec-websocket-version").map(|v| v.trim_ascii()) != Some(b"13") {
+        // RFC 9110, 15.5.22 and 7.8: a 426 names the protocol in `Upgrade`, and a server that
+        // sends `Upgrade` sends `Connection: upgrade` with it.
         return Err(Response::error(426, "websocket version 13 required")
             .with_header("upgrade", "websocket")
+            .with_header("connection", "upgrade")
             .with_header("sec-websocket-version", "13"));
     }
     match req.header("sec-websocket-key").map(|v| v.trim_ascii()) {

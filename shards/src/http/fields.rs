@@ -66,6 +66,24 @@ pub fn valid_host(value: &[u8]) -> bool {
     name_ok && port.is_none_or(|p| p.iter().all(u8::is_ascii_digit))
 }
 
+/// Whether a request target has a form the node serves (RFC 9112, 3.2): origin-form (`/p?q`),
+/// asterisk-form (`*`), or absolute-form with the `http` or `https` scheme, a host, and no
+/// userinfo (RFC 9110, 4.2.4: a recipient treats `user@` as an error). Anything else (another
+/// scheme, authority-form, a bare word) is a 400.
+pub(super) fn target_ok(target: &str) -> bool {
+    if target.starts_with('/') || target == "*" {
+        return true;
+    }
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return false;
+    };
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return false;
+    }
+    let authority = rest.find(['/', '?', '#']).map_or(rest, |i| &rest[..i]);
+    !authority.is_empty() && !authority.contains('@')
+}
+
 /// The path and query of a request target: origin-form (`/p?q`) as it is, absolute-form
 /// (`http://host/p?q`, RFC 9112, 3.2.2) with its scheme and authority removed (an empty path
 /// is `/`).
@@ -91,6 +109,25 @@ pub(super) fn split_target(target: &str) -> (&str, Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn targets_of_another_scheme_or_with_userinfo_are_refused() {
+        for ok in ["/", "/a?b", "*", "http://h/x", "HTTPS://h:1", "http://h?q"] {
+            assert!(target_ok(ok), "{ok}");
+        }
+        for bad in [
+            "http://user@h/x",
+            "http://u:p@h",
+            "ftp://h/x",
+            "ws://h/o/echo/a",
+            "h:80",
+            "x",
+            "http:///x",
+            "",
+        ] {
+            assert!(!target_ok(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn absolute_form_targets_are_served_by_their_path() {

@@ -11,7 +11,7 @@ mod response;
 pub(crate) use date::civil_date;
 pub use date::{http_date, HttpDate};
 pub use fields::valid_host;
-use fields::{content_length, split_target};
+use fields::{content_length, split_target, target_ok};
 pub use response::{carries_body, push_decimal, reason, write_response, Response};
 
 /// What the connection loop learns from a complete request head. Owned scalars only, so the
@@ -130,6 +130,9 @@ pub fn parse_request<'a>(
             status: 414,
             message: "request target too long",
         });
+    }
+    if !target_ok(target) {
+        return Err(bad("invalid request target"));
     }
     let http11 = req.version == Some(1);
     let f = read_fields(req.headers, http11)?;

@@ -146,13 +146,19 @@ pub fn write_response(
     out.extend_from_slice(b"\r\ndate: ");
     out.extend_from_slice(date);
     out.extend_from_slice(b"\r\n");
+    let mut closing = !keep_alive;
     for (name, value) in &resp.headers {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
+        if closing && *name == "connection" {
+            // One `connection` field: the response's own options, then `close`.
+            out.extend_from_slice(b", close");
+            closing = false;
+        }
         out.extend_from_slice(b"\r\n");
     }
-    if !keep_alive {
+    if closing {
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
@@ -184,6 +190,12 @@ mod tests {
         assert!(text.contains("content-length: 21\r\n"));
         assert!(text.contains("connection: close\r\n"));
         assert!(text.ends_with("\r\n\r\n{\"error\":\"not found\"}"));
+        let mut out = Vec::new();
+        let upgrade = Response::error(426, "x").with_header("connection", "upgrade");
+        write_response(&mut out, &upgrade, false, false, &http_date(0));
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches("connection").count(), 1, "{text}");
+        assert!(text.contains("connection: upgrade, close\r\n"), "{text}");
     }
 
     #[test]
