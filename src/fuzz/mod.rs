@@ -7,6 +7,7 @@
 //! `tests/http_conn_fuzz.rs` replays its corpus.
 
 pub mod conn;
+pub mod node;
 pub mod script;
 
 use std::collections::BTreeMap;
