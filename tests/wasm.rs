@@ -239,6 +239,54 @@ fn sighup_serves_new_objects_on_a_new_version_and_keeps_the_old_for_a_broken_one
     );
 }
 
+/// A module answering `{"v": <version>}` that writes a row first, so its objects keep their
+/// database and stay live between requests.
+fn versioned_writing(v: u32) -> String {
+    format!(
+        r#"(module
+  (import "combd" "sql" (func $sql (param i32 i32) (result i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "{{\"v\":{v}}}")
+  (data (i32.const 64) "CREATE TABLE IF NOT EXISTS k (x);\00")
+  (data (i32.const 128) "INSERT INTO k VALUES (1)")
+  (func (export "schema") (result i32) (i32.const 64))
+  (func (export "handle") (result i32)
+    (drop (call $sql (i32.const 128) (i32.const 24)))
+    (call $respond (i32.const 200) (i32.const 0) (i32.const {len}))
+    (i32.const 0)))"#,
+        len = format!("{{\"v\":{v}}}").len()
+    )
+}
+
+/// A reload reaches a live object that waits for mail: the next input runs on the new
+/// version (found by the `host_imports` fuzz target: a live object ran one more batch on the
+/// version it was restored on, so a request sent after the reload was answered by the old).
+#[test]
+fn sighup_reaches_a_live_object_waiting_for_mail() {
+    let dir = apps_dir(&[("ver.wat", &versioned_writing(1))]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    assert_eq!(post(&node, "/o/ver/a", "").json()["v"], 1);
+    assert_eq!(node.stats()["objects_live"], 1, "the object waits for mail");
+    for v in 2..=4 {
+        std::fs::write(dir.join("ver.wat"), versioned_writing(v)).unwrap();
+        node.signal(libc::SIGHUP);
+        wait_stats(&node, "the reload", |s| {
+            s["apps"]["ver"]["reloads"] == u64::from(v - 1)
+        });
+        assert_eq!(post(&node, "/o/ver/a", "").json()["v"], v);
+    }
+    let db = rusqlite::Connection::open_with_flags(
+        node.data_dir.join("objects/ver/a.sqlite"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let n: i64 = db
+        .query_row("SELECT count(*) FROM k", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 4, "every request's row kept");
+}
+
 fn refused_with(modules: &[(&str, &str)]) -> (String, PathBuf) {
     let dir = apps_dir(modules);
     let data = std::env::temp_dir().join(format!("combd-test-refused-{}", std::process::id()));

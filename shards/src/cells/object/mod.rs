@@ -131,8 +131,14 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         // (each idle scratch database kept its second cost ~57 KB: 10,000 names took a 1 GB
         // node to 588 MB).
         let absent = matches!(db, Some(Store::Absent(_)));
+        let go = cell.app.retired()
+            || (absent && mail_is_empty(&cell))
+            || !wait_for_mail(&state, &cell).await;
+        // Read again once the mail is here: a reload while the object waited for it reaches
+        // that mail too (it goes to a fresh cell on the new version), instead of one more
+        // batch on the old (found by the `host_imports` fuzz target).
         let retired = cell.app.retired();
-        let go = retired || (absent && mail_is_empty(&cell)) || !wait_for_mail(&state, &cell).await;
+        let go = go || retired;
         // In a fleet a failed shipment (or a sync) lets the object go: the next mail claims it
         // again and restores it from the bucket, or finds its new owner.
         let failed_in_fleet = fleet.is_some() && pipeline.failed();
