@@ -131,6 +131,32 @@ fn memory_past_memory_kb_fails_with_memory_limit() {
     );
 }
 
+/// A growth past the memory's own declared maximum fails (`memory.grow` answers -1) and is
+/// not counted against `memory_kb`: a module of 1 MiB whose memory may reach 2 pages asks for
+/// 8 more three times, then grows by one page and answers (found while reading what the
+/// `host_imports` fuzz corpus was answered: each refused growth was counted, and the second
+/// one killed the call with `memory_limit`).
+#[test]
+fn growing_past_the_memorys_own_maximum_answers_minus_one_and_is_not_counted() {
+    let module = r#"(module
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1 2)
+  (data (i32.const 0) "{}")
+  (func (export "memory_kb") (result i32) (i32.const 1024))
+  (func (export "handle") (result i32)
+    (if (i32.ne (memory.grow (i32.const 8)) (i32.const -1)) (then unreachable))
+    (if (i32.ne (memory.grow (i32.const 8)) (i32.const -1)) (then unreachable))
+    (if (i32.ne (memory.grow (i32.const 8)) (i32.const -1)) (then unreachable))
+    (if (i32.ne (memory.grow (i32.const 1)) (i32.const 1)) (then unreachable))
+    (call $respond (i32.const 200) (i32.const 0) (i32.const 2))
+    (i32.const 0)))"#;
+    let dir = apps_dir(&[("capped.wat", module)]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    let r = post(&node, "/o/capped/a", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(node.stats()["memory_limit_killed"], 0);
+}
+
 #[test]
 fn one_mib_of_stdout_is_kept_as_64_kib() {
     let dir = apps_dir(&[("probe.wat", PROBE)]);
