@@ -102,11 +102,10 @@ impl Harness {
         let node = Node::start(
             bin,
             Start {
-                tag: "conn",
+                dir: Node::fresh_dir("conn"),
                 env: env.into_iter().map(|(k, v)| (k, v.into())).collect(),
                 log: ("error", false),
                 cwd: None,
-                dirs: &[],
             },
         );
         let mut h = Harness {

@@ -39,32 +39,33 @@ struct Log {
 
 /// How the node is started.
 pub struct Start<'a> {
-    /// Names the directory: `combd-fuzz-<tag>-<pid>-<n>` under the temporary directory.
-    pub tag: &'a str,
+    /// Its own directory ([`Node::fresh_dir`]).
+    pub dir: PathBuf,
     /// Settings beside `COMBD_LISTEN`, `COMBD_DATA`, `COMBD_SHARDS` and `COMBD_LOG`.
     pub env: Vec<(&'a str, OsString)>,
     /// `COMBD_LOG`, and whether its stderr is read by the harness (else inherited).
     pub log: (&'a str, bool),
     /// Its working directory (by default the harness's).
     pub cwd: Option<PathBuf>,
-    /// Directories to make under its own before it starts.
-    pub dirs: &'a [&'a str],
 }
 
 impl Node {
+    /// A new empty directory for a node, `combd-fuzz-<tag>-<pid>-<n>` under the temporary
+    /// directory: one per node, as two in one process (the tests run in parallel) would
+    /// share the node's lock, and the second node would refuse to start.
+    pub fn fresh_dir(tag: &str) -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("combd-fuzz-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("make the node's directory");
+        dir
+    }
+
     /// Starts `bin` (a built `combd`) and waits for its ready line. Panics if it does not
     /// start.
     pub fn start(bin: &Path, how: Start<'_>) -> Node {
-        // One directory per node: two in one process (the tests run in parallel) would share
-        // the node's lock, and the second node would refuse to start.
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("combd-fuzz-{}-{}-{n}", how.tag, std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        for d in how.dirs {
-            std::fs::create_dir_all(dir.join(d)).expect("make the node's directories");
-        }
+        let dir = how.dir;
         let mut cmd = Command::new(bin);
         // The node's settings are these alone (and it refuses unknown COMBD_ names, such as
         // the harness's own COMBD_BIN).
