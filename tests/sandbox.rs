@@ -62,6 +62,18 @@ const BINDER: &str = r#"(module
     (i32.const 0))
 )"#;
 
+/// A module whose schema is a statement that never ends (a count of endless rows).
+const FOREVER: &str = r#"(module
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "SELECT count(*) FROM (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT i FROM c);\00")
+  (data (i32.const 200) "{}")
+  (func (export "schema") (result i32) (i32.const 0))
+  (func (export "handle") (result i32)
+    (call $respond (i32.const 200) (i32.const 200) (i32.const 2))
+    (i32.const 0))
+)"#;
+
 fn apps_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("combd-sandbox-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -69,6 +81,7 @@ fn apps_dir(tag: &str) -> PathBuf {
     std::fs::write(dir.join("sqlrun.wat"), SQLRUN).unwrap();
     std::fs::write(dir.join("spray.wat"), SPRAY).unwrap();
     std::fs::write(dir.join("binder.wat"), BINDER).unwrap();
+    std::fs::write(dir.join("forever.wat"), FOREVER).unwrap();
     dir
 }
 
@@ -335,4 +348,35 @@ fn parameters_bound_past_the_modules_memory_stop_the_call() {
     let grew = peak(node.pid()).saturating_sub(base);
     assert!(grew < 32 << 20, "the node's peak grew by {grew} bytes");
     assert!(node.stats()["memory_limit_killed"].as_u64().unwrap() >= 2);
+}
+
+/// A schema is app SQL under the calls' watch: a statement of it that never ends is stopped
+/// (`sql_timeout`), the object's open fails, and the node goes on opening objects (found by
+/// the `host_imports` fuzz target: unwatched, such a schema held each open for ever, and with
+/// the four restores a shard runs at once taken, no object of any app opened again).
+#[test]
+fn a_schema_that_never_ends_is_stopped_and_objects_still_open() {
+    let node = node("forever");
+    let opens: Vec<_> = (0..6)
+        .map(|i| {
+            let addr = node.public();
+            std::thread::spawn(move || {
+                let r = request_from(
+                    client_address(i),
+                    addr,
+                    format!(
+                        "POST /o/forever/o{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\
+                         Connection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                );
+                r.status
+            })
+        })
+        .collect();
+    for o in opens {
+        assert_eq!(o.join().unwrap(), 500, "an open of the endless schema");
+    }
+    assert_eq!(post(&node, "/o/counter/after", "").status, 200);
+    assert_eq!(node.stats()["restores_active"], 0);
 }
