@@ -182,6 +182,25 @@ fn seeds() -> Vec<(&'static str, Script)> {
                 vec![post(0), post(1)],
             ),
         ),
+        // A schema whose statement computes for longer than a statement may: the objects
+        // do not open, and the node goes on answering.
+        (
+            "schema_past_its_time",
+            script(
+                Module {
+                    schema: Some(find("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT 10000000) SELECT sum(i) FROM c")),
+                    ..module(Some(1024), vec![ok()])
+                },
+                vec![
+                    post(0),
+                    request(1, Method::Post, 1, Body::Empty),
+                    Step::Attach {
+                        object: 2,
+                        query: None,
+                    },
+                ],
+            ),
+        ),
         // Endless rows for a module of 256 KiB: stopped at its memory.
         (
             "endless_rows",
@@ -641,7 +660,8 @@ fn corpus() -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
-/// Every corpus file against one node: its checks hold after each, and the corpus reaches
+/// Every corpus file against one node (`COMBD_FUZZ_ONLY=name,...`: those alone, for a look
+/// at them with `COMBD_FUZZ_VERBOSE`; the reach checks then fail): its checks hold after each, and the corpus reaches
 /// what the node refuses (a denied statement, the memory, CPU and send limits, a send to
 /// another object's session, a module refused at load) and what it serves (answers,
 /// batches, messages to sessions).

@@ -135,7 +135,7 @@ impl Harness {
             clients: 0,
         };
         for (method, path) in [("POST", "/o/fz/sibling"), ("POST", "/o/counter/victim")] {
-            let a = h.honest(method, path);
+            let a = h.honest(method, path).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(
                 a.status,
                 200,
@@ -144,33 +144,33 @@ impl Harness {
             );
         }
         h.deploys = deploys(&h.node.stats());
-        h.wait_for("the warm-up's objects to close", |s| s["objects_open"] == 0);
+        h.wait_for("the warm-up's objects to close", |s| s["objects_open"] == 0)
+            .unwrap_or_else(|e| panic!("{e}"));
         h
     }
 
     /// One request from [`HONEST_FROM`] on a new connection; its answer.
-    fn honest(&self, method: &str, path: &str) -> Answer {
+    fn honest(&self, method: &str, path: &str) -> Result<Answer, String> {
         let mut c = HttpConn::open(HONEST_FROM, self.node.public())
-            .unwrap_or_else(|e| panic!("a fresh client cannot connect: {e}"));
+            .map_err(|e| format!("a fresh client cannot connect: {e}"))?;
         c.queue(method, path, b"");
         let mut a = c
             .answers()
-            .unwrap_or_else(|e| panic!("a fresh client's {method} {path}: {e}"));
-        a.pop().expect("one answer")
+            .map_err(|e| format!("a fresh client's {method} {path}: {e}"))?;
+        a.pop().ok_or_else(|| "no answer".to_string())
     }
 
     /// Polls `/stats` until `done` holds (nothing to wait on but the node's figures).
-    fn wait_for(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    fn wait_for(&self, what: &str, done: impl Fn(&Value) -> bool) -> Result<Value, String> {
         let deadline = Instant::now() + WAIT;
         loop {
             let s = self.node.stats();
             if done(&s) {
-                return s;
+                return Ok(s);
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {s}"
-            );
+            if Instant::now() >= deadline {
+                return Err(format!("timed out waiting for {what}: {s}"));
+            }
             std::thread::sleep(Duration::from_millis(2));
         }
     }
@@ -188,16 +188,28 @@ impl Harness {
             ..Outcome::default()
         };
         let mut broken = Vec::new();
+        let (_, earlier) = self.node.take_log();
+        if !earlier.is_empty() {
+            broken.push(format!(
+                "a thread of the node panicked before the script: {earlier:?}"
+            ));
+        }
         self.serial += 1;
         let text = wat::wat(&script, self.serial, &self.dict);
         if std::env::var_os("COMBD_FUZZ_VERBOSE").is_some_and(|v| v == "wat") {
             eprintln!("{text}");
         }
-        let (loaded, mut log) = self.deploy(&text);
+        let (loaded, mut log) = match self.deploy(&text) {
+            Ok(r) => r,
+            Err(e) => {
+                broken.push(e);
+                (false, Vec::new())
+            }
+        };
         out.loaded = loaded;
         if loaded {
             self.play(&script, &mut out, &mut broken);
-        } else {
+        } else if broken.is_empty() {
             let refusal = log.iter().find(|l| l.contains("module refused"));
             let expected = ["memory_kb()", "schema()", "resync()"];
             if !refusal.is_some_and(|l| expected.iter().any(|e| l.contains(e))) {
@@ -209,9 +221,10 @@ impl Harness {
         if let Some(status) = self.node.exited() {
             broken.push(format!("the node exited ({status})"));
         } else {
-            let a = self.honest("GET", "/healthz");
-            if a.status != 200 {
-                broken.push(format!("a fresh client was answered {}", a.status));
+            match self.honest("GET", "/healthz") {
+                Ok(a) if a.status == 200 => {}
+                Ok(a) => broken.push(format!("a fresh client was answered {}", a.status)),
+                Err(e) => broken.push(e),
             }
         }
         let (lines, panics) = self.node.take_log();
@@ -231,16 +244,15 @@ impl Harness {
 
     /// Deploys `text` as the app's module (written whole, then SIGHUP): whether the node
     /// loaded it, and its log meanwhile.
-    fn deploy(&mut self, text: &str) -> (bool, Vec<String>) {
+    fn deploy(&mut self, text: &str) -> Result<(bool, Vec<String>), String> {
         let apps = self.node.dir.join("apps");
-        let _ = self.node.take_log();
         std::fs::write(apps.join("fz.wat.new"), text).expect("write the module");
         std::fs::rename(apps.join("fz.wat.new"), apps.join("fz.wat")).expect("deploy the module");
         let before = self.node.stats()["apps"][APP]["reloads"]
             .as_u64()
             .unwrap_or(0);
         self.node.signal(libc::SIGHUP);
-        let s = self.wait_for("the module's reload", |s| deploys(s) > self.deploys);
+        let s = self.wait_for("the module's reload", |s| deploys(s) > self.deploys)?;
         self.deploys = deploys(&s);
         let loaded = s["apps"][APP]["reloads"].as_u64().unwrap_or(0) > before;
         let mut log = Vec::new();
@@ -248,15 +260,18 @@ impl Harness {
             // The refusal is logged just after it is counted.
             let deadline = Instant::now() + WAIT;
             while !log.iter().any(|l: &String| l.contains("module refused")) {
-                assert!(
-                    Instant::now() < deadline,
-                    "timed out waiting for the refusal's log line"
-                );
-                log.extend(self.node.take_log().0);
+                if Instant::now() >= deadline {
+                    return Err("timed out waiting for the refusal's log line".into());
+                }
+                let (lines, panics) = self.node.take_log();
+                log.extend(lines);
+                if !panics.is_empty() {
+                    return Err(format!("a thread of the node panicked: {panics:?}"));
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        (loaded, log)
+        Ok((loaded, log))
     }
 
     /// Plays the steps of a loaded script and checks what they left.
@@ -289,21 +304,31 @@ impl Harness {
                 );
             }
             out.ok += usize::from((200..300).contains(&status));
-            if body.contains("escaped: dictionary entry")
-                || body.contains("the app failed on this input")
-            {
-                broken.push(format!("answered {status} {body}"));
-            }
+            // The node's errors are `{"error": message}` (a module's answer may hold any
+            // bytes of its memory, the escape messages among them: only errors count).
             let error = serde_json::from_str::<Value>(&body).ok();
             match error.as_ref().and_then(|v| v["error"].as_str()) {
                 Some("sql_denied") => out.denied += 1,
                 Some(e) if e.ends_with("_limit") => out.limits += 1,
+                Some(e)
+                    if e.starts_with("escaped: dictionary entry")
+                        || e == "the app failed on this input" =>
+                {
+                    broken.push(format!("answered {status} {body}"));
+                }
                 _ => {}
             }
         }
-        let s = self.wait_for("the node to come back to rest after the script", |s| {
+        let rest = self.wait_for("the node to come back to rest after the script", |s| {
             s["conns"] == 1 && s["sessions"] == 0 && s["inbound_bytes"] == 0
         });
+        let s = match rest {
+            Ok(s) => s,
+            Err(e) => {
+                broken.push(e);
+                self.node.stats()
+            }
+        };
         let denied = s["sql_denied"].as_u64().unwrap_or(0) - denied_before;
         if denied < out.denied as u64 {
             broken.push(format!(
