@@ -382,45 +382,6 @@ fn the_corpus_keeps_the_nodes_byte_bounds() {
     );
 }
 
-/// splitmix64: the random scripts' bytes, the same on every run.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// `seed`'s input: a corpus file mutated a few times (bytes changed, inserted, deleted, a
-/// range repeated, another file spliced in), as a fuzzer would, the same on every run.
-fn mutant(seed: u64, corpus: &[Vec<u8>]) -> Vec<u8> {
-    let mut state = seed;
-    let mut r = |n: usize| (next(&mut state) % n.max(1) as u64) as usize;
-    let mut data = corpus[r(corpus.len())].clone();
-    for _ in 0..1 + r(6) {
-        let at = r(data.len() + 1);
-        match r(5) {
-            0 if at < data.len() => data[at] = r(256) as u8,
-            1 => data.insert(at, r(256) as u8),
-            2 if at < data.len() => {
-                let end = (at + 1 + r(8)).min(data.len());
-                data.drain(at..end);
-            }
-            3 if at < data.len() => {
-                let end = (at + 1 + r(16)).min(data.len());
-                let piece = data[at..end].to_vec();
-                data.splice(at..at, piece);
-            }
-            _ => {
-                let other = &corpus[r(corpus.len())];
-                let from = r(other.len());
-                data.splice(at..at, other[from..].iter().copied());
-            }
-        }
-    }
-    data
-}
-
 /// Mutants of the corpus from fixed seeds (`COMBD_FUZZ_SCRIPTS` of them, default 30): the
 /// stable toolchain's fuzz loop, without cargo-fuzz. A failure names its seed and saves its
 /// input, which `cargo fuzz run http_conn <file>` or the corpus replays.
@@ -443,7 +404,7 @@ fn mutated_scripts_keep_the_nodes_byte_bounds() {
     let mut h = Harness::start(Path::new(env!("CARGO_BIN_EXE_combd")));
     let (mut clients, mut sent) = (0, 0);
     for seed in first..first + n {
-        let data = mutant(seed, &corpus);
+        let data = combd::fuzz::mutant(seed, &corpus);
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(&data)))
             .unwrap_or_else(|e| {
                 let path = std::env::temp_dir().join(format!("http_conn-seed-{seed}"));

@@ -44,12 +44,44 @@ const SPRAY: &str = r#"(module
     (i32.const 0))
 )"#;
 
+/// A module of 1 MiB that binds a 64 KiB parameter 4,096 times (256 MiB) and runs no
+/// statement, then answers `{}`.
+const BINDER: &str = r#"(module
+  (import "combd" "sql_bind_blob" (func $blob (param i32 i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 0) "{}")
+  (func (export "memory_kb") (result i32) (i32.const 1024))
+  (func (export "handle") (result i32)
+    (local $i i32)
+    (local.set $i (i32.const 4096))
+    (loop $bind
+      (call $blob (i32.const 0) (i32.const 65536))
+      (br_if $bind (local.tee $i (i32.sub (local.get $i) (i32.const 1)))))
+    (call $respond (i32.const 200) (i32.const 0) (i32.const 2))
+    (i32.const 0))
+)"#;
+
+/// A module whose schema is a statement that never ends (a count of endless rows).
+const FOREVER: &str = r#"(module
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "SELECT count(*) FROM (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT i FROM c);\00")
+  (data (i32.const 200) "{}")
+  (func (export "schema") (result i32) (i32.const 0))
+  (func (export "handle") (result i32)
+    (call $respond (i32.const 200) (i32.const 200) (i32.const 2))
+    (i32.const 0))
+)"#;
+
 fn apps_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("combd-sandbox-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("sqlrun.wat"), SQLRUN).unwrap();
     std::fs::write(dir.join("spray.wat"), SPRAY).unwrap();
+    std::fs::write(dir.join("binder.wat"), BINDER).unwrap();
+    std::fs::write(dir.join("forever.wat"), FOREVER).unwrap();
     dir
 }
 
@@ -283,4 +315,68 @@ fn a_module_asking_more_memory_than_the_node_allows_is_refused() {
     assert!(stderr.contains("COMBD_MODULE_MEMORY_MAX"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Parameters a module binds are held for it like its rows: binding past its memory limit
+/// stops the call with 500 `memory_limit` while it binds, and the node's peak memory grows by
+/// about the module's limit, not by the 256 MiB it asked to hold (found by the
+/// `host_imports` fuzz target: a 1 MiB module held 1.6 GB until its fuel ran out).
+#[test]
+fn parameters_bound_past_the_modules_memory_stop_the_call() {
+    let node = node("binds");
+    let peak = |pid: i32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kb * 1024
+    };
+    // Warm: the module compiled and an object of it opened once.
+    assert_eq!(post(&node, "/o/binder/warm", "").status, 500);
+    // The peak starts again from what the node holds now.
+    std::fs::write(format!("/proc/{}/clear_refs", node.pid()), "5").unwrap();
+    let base = rss(node.pid());
+    let r = post(&node, "/o/binder/a", "");
+    assert_eq!(
+        (r.status, r.json()["error"].as_str().unwrap_or("")),
+        (500, "memory_limit"),
+        "{}",
+        r.text()
+    );
+    let grew = peak(node.pid()).saturating_sub(base);
+    assert!(grew < 32 << 20, "the node's peak grew by {grew} bytes");
+    assert!(node.stats()["memory_limit_killed"].as_u64().unwrap() >= 2);
+}
+
+/// A schema is app SQL under the calls' watch: a statement of it that never ends is stopped
+/// (`sql_timeout`), the object's open fails, and the node goes on opening objects (found by
+/// the `host_imports` fuzz target: unwatched, such a schema held each open for ever, and with
+/// the four restores a shard runs at once taken, no object of any app opened again).
+#[test]
+fn a_schema_that_never_ends_is_stopped_and_objects_still_open() {
+    let node = node("forever");
+    let opens: Vec<_> = (0..6)
+        .map(|i| {
+            let addr = node.public();
+            std::thread::spawn(move || {
+                let r = request_from(
+                    client_address(i),
+                    addr,
+                    format!(
+                        "POST /o/forever/o{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\
+                         Connection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                );
+                r.status
+            })
+        })
+        .collect();
+    for o in opens {
+        assert_eq!(o.join().unwrap(), 500, "an open of the endless schema");
+    }
+    assert_eq!(post(&node, "/o/counter/after", "").status, 200);
+    assert_eq!(node.stats()["restores_active"], 0);
 }

@@ -134,6 +134,32 @@ fn memory_past_memory_kb_fails_with_memory_limit() {
     );
 }
 
+/// A growth past the memory's own declared maximum fails (`memory.grow` answers -1) and is
+/// not counted against `memory_kb`: a module of 1 MiB whose memory may reach 2 pages asks for
+/// 8 more three times, then grows by one page and answers (found while reading what the
+/// `host_imports` fuzz corpus was answered: each refused growth was counted, and the second
+/// one killed the call with `memory_limit`).
+#[test]
+fn growing_past_the_memorys_own_maximum_answers_minus_one_and_is_not_counted() {
+    let module = r#"(module
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1 2)
+  (data (i32.const 0) "{}")
+  (func (export "memory_kb") (result i32) (i32.const 1024))
+  (func (export "handle") (result i32)
+    (if (i32.ne (memory.grow (i32.const 8)) (i32.const -1)) (then unreachable))
+    (if (i32.ne (memory.grow (i32.const 8)) (i32.const -1)) (then unreachable))
+    (if (i32.ne (memory.grow (i32.const 8)) (i32.const -1)) (then unreachable))
+    (if (i32.ne (memory.grow (i32.const 1)) (i32.const 1)) (then unreachable))
+    (call $respond (i32.const 200) (i32.const 0) (i32.const 2))
+    (i32.const 0)))"#;
+    let dir = apps_dir(&[("capped.wat", module)]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    let r = post(&node, "/o/capped/a", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(node.stats()["memory_limit_killed"], 0);
+}
+
 #[test]
 fn one_mib_of_stdout_is_kept_as_64_kib() {
     let dir = apps_dir(&[("probe.wat", PROBE)]);
@@ -380,6 +406,54 @@ fn sighup_serves_new_objects_on_a_new_version_and_keeps_the_old_for_a_broken_one
         2,
         "the old version kept"
     );
+}
+
+/// A module answering `{"v": <version>}` that writes a row first, so its objects keep their
+/// database and stay live between requests.
+fn versioned_writing(v: u32) -> String {
+    format!(
+        r#"(module
+  (import "combd" "sql" (func $sql (param i32 i32) (result i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "{{\"v\":{v}}}")
+  (data (i32.const 64) "CREATE TABLE IF NOT EXISTS k (x);\00")
+  (data (i32.const 128) "INSERT INTO k VALUES (1)")
+  (func (export "schema") (result i32) (i32.const 64))
+  (func (export "handle") (result i32)
+    (drop (call $sql (i32.const 128) (i32.const 24)))
+    (call $respond (i32.const 200) (i32.const 0) (i32.const {len}))
+    (i32.const 0)))"#,
+        len = format!("{{\"v\":{v}}}").len()
+    )
+}
+
+/// A reload reaches a live object that waits for mail: the next input runs on the new
+/// version (found by the `host_imports` fuzz target: a live object ran one more batch on the
+/// version it was restored on, so a request sent after the reload was answered by the old).
+#[test]
+fn sighup_reaches_a_live_object_waiting_for_mail() {
+    let dir = apps_dir(&[("ver.wat", &versioned_writing(1))]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    assert_eq!(post(&node, "/o/ver/a", "").json()["v"], 1);
+    assert_eq!(node.stats()["objects_live"], 1, "the object waits for mail");
+    for v in 2..=4 {
+        std::fs::write(dir.join("ver.wat"), versioned_writing(v)).unwrap();
+        node.signal(Signal::SIGHUP);
+        wait_stats(&node, "the reload", |s| {
+            s["apps"]["ver"]["reloads"] == u64::from(v - 1)
+        });
+        assert_eq!(post(&node, "/o/ver/a", "").json()["v"], v);
+    }
+    let db = rusqlite::Connection::open_with_flags(
+        node.data_dir.join("objects/ver/a.sqlite"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let n: i64 = db
+        .query_row("SELECT count(*) FROM k", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 4, "every request's row kept");
 }
 
 fn refused_with(modules: &[(&str, &str)]) -> (String, PathBuf) {

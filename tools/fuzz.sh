@@ -4,12 +4,12 @@
 # under fuzz/artifacts/<target> and fails the script.
 # Usage: tools/fuzz.sh [SECONDS_PER_TARGET]   (default 600)
 # Needs cargo-fuzz (cargo install cargo-fuzz); RUSTC_BOOTSTRAP=1 lets the stable toolchain
-# build with the sanitizer flags cargo-fuzz passes. http_conn plays its scripts against a real
-# node: the release binary, built first (COMBD_BIN names it).
+# build with the sanitizer flags cargo-fuzz passes. http_conn and host_imports play their scripts
+# against a real node: the release binary, built first (COMBD_BIN names it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-600}
-targets=(http_head ws_frames settings_text proc_files object_name million_messages http_conn)
+targets=(http_head ws_frames settings_text proc_files object_name million_messages http_conn host_imports)
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O >&2 || exit 1
 cargo build --release --bin combd >&2 || exit 1

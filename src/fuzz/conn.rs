@@ -16,17 +16,16 @@
 //! at rest), so a mark that rose rose in it, and is held to the bound for its clients.
 //! A broken bound panics with the script and the node's figures.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use combd_kernel::limits;
 use serde_json::Value;
 
+use super::node::{Node, Start, WAIT};
 use super::script::{self, Op, CONNS_MAX, QUEUED_MAX_BYTES};
 
 /// `COMBD_INBOUND_BUDGET` of the node under test: a few clients' bodies pass it, one client
@@ -39,8 +38,6 @@ pub const WS_MAX_MESSAGE_BYTES: u64 = 64 * 1024;
 /// How much the node's resident memory may grow over its first measure, at rest after any
 /// script: eight clients' worth of bounds is a few MiB; this is room for the allocator.
 pub const RSS_GROWTH_MAX_BYTES: u64 = 64 << 20;
-/// How long any one wait on the node may take.
-const WAIT: Duration = Duration::from_secs(10);
 /// The address the fresh client after each script comes from (the scripts' are 127.0.1.x).
 const HONEST_FROM: [u8; 4] = [127, 0, 2, 1];
 
@@ -74,9 +71,7 @@ pub struct Outcome {
 
 /// A running node and the marks seen so far.
 pub struct Harness {
-    child: Child,
-    port: u16,
-    data_dir: PathBuf,
+    node: Node,
     /// The largest response a script can get: the page, or an echo of the largest body.
     response_max_bytes: u64,
     rss_base_bytes: u64,
@@ -96,68 +91,25 @@ impl Harness {
     /// Starts `bin` (a built `combd`) on 127.0.0.2 with one shard and the test apps, and waits
     /// for its ready line. Panics if it does not start.
     pub fn start(bin: &Path) -> Harness {
-        // One directory per harness: two in one process (the tests run in parallel) would
-        // share the node's lock, and the second node would refuse to start.
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let data_dir =
-            std::env::temp_dir().join(format!("combd-fuzz-conn-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data_dir);
-        let mut cmd = Command::new(bin);
-        // The node's settings are these alone (and it refuses unknown COMBD_ names, such as
-        // the harness's own COMBD_BIN).
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("COMBD_") {
-                cmd.env_remove(name);
-            }
-        }
-        cmd.env("COMBD_LISTEN", "127.0.0.2:0")
-            .env("COMBD_DATA", &data_dir)
-            .env("COMBD_LOG", "error")
-            .env("COMBD_SHARDS", "1")
-            .env("COMBD_TEST_APPS", "on")
-            .env("COMBD_INBOUND_BUDGET", INBOUND_BUDGET_BYTES.to_string())
-            .env("COMBD_MAX_BODY", MAX_BODY_BYTES.to_string())
-            .env("COMBD_WS_MAX_MESSAGE", WS_MAX_MESSAGE_BYTES.to_string())
+        let env = [
+            ("COMBD_TEST_APPS", "on".to_string()),
+            ("COMBD_INBOUND_BUDGET", INBOUND_BUDGET_BYTES.to_string()),
+            ("COMBD_MAX_BODY", MAX_BODY_BYTES.to_string()),
+            ("COMBD_WS_MAX_MESSAGE", WS_MAX_MESSAGE_BYTES.to_string()),
             // Thousands of scripts a minute from 250 addresses: the accept rate is not fuzzed.
-            .env("COMBD_ACCEPT_RATE_PER_ADDRESS", "1000000")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        // The node dies with the harness (a fuzzer that stops at a crash leaves no node behind).
-        // SAFETY: the closure runs in the forked child before exec, where only
-        // async-signal-safe calls are sound: it makes one prctl system call (nix's wrapper
-        // neither allocates nor locks) and touches no state of the parent's.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-                Ok(())
-            });
-        }
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-        let stdout = child.stdout.take().expect("the node's stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx
-            .recv_timeout(WAIT)
-            .expect("timed out waiting for the node's ready line");
-        let port = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+            ("COMBD_ACCEPT_RATE_PER_ADDRESS", "1000000".to_string()),
+        ];
+        let node = Node::start(
+            bin,
+            Start {
+                dir: Node::fresh_dir("conn"),
+                env: env.into_iter().map(|(k, v)| (k, v.into())).collect(),
+                log: ("error", false),
+                cwd: None,
+            },
+        );
         let mut h = Harness {
-            child,
-            port,
-            data_dir,
+            node,
             response_max_bytes: 0,
             rss_base_bytes: 0,
             inbound_max_seen: 0,
@@ -168,7 +120,7 @@ impl Harness {
     }
 
     fn public(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 2], self.port))
+        self.node.public()
     }
 
     /// Touches what scripts touch (the page, the counter, an echo, the hold object), so the
@@ -291,7 +243,7 @@ impl Harness {
     /// After a script: a fresh client is answered, the node comes back to rest, and its marks
     /// are within their bounds for `clients` clients at once.
     fn check(&mut self, ops: &[Op], clients: usize) {
-        if let Ok(Some(status)) = self.child.try_wait() {
+        if let Some(status) = self.node.exited() {
             panic!("the node exited ({status}) during the script {ops:?}");
         }
         self.honest("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
@@ -346,43 +298,13 @@ impl Harness {
         }
     }
 
-    /// The node's `/stats` (from the localhost listener).
+    /// The node's `/stats`.
     pub fn stats(&self) -> Value {
-        let mut s =
-            TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], self.port)), WAIT)
-                .expect("connect to the localhost listener");
-        s.set_read_timeout(Some(WAIT)).expect("read timeout");
-        s.write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .expect("ask for /stats");
-        let mut got = Vec::new();
-        s.read_to_end(&mut got)
-            .expect("timed out waiting for /stats");
-        let at = got
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .expect("a response head");
-        assert!(got.starts_with(b"HTTP/1.1 200"), "/stats answered {got:?}");
-        serde_json::from_slice(&got[at + 4..]).expect("/stats is JSON")
+        self.node.stats()
     }
 
-    /// The node's resident memory, in bytes.
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("the node's /proc/<pid>/status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("VmRSS")
-            * 1024
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        self.node.rss()
     }
 }
 

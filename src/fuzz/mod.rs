@@ -2,12 +2,22 @@
 //! parses from outside. Each must return for any input, never panic, and keep its invariants
 //! (asserted here). `tests/fuzz_corpus.rs` runs every committed corpus file through them.
 //!
-//! One target is not a parser: `http_conn` ([`conn`]) plays a script of clients
-//! ([`script`]) against a real node and checks the node's byte bounds after each;
-//! `tests/http_conn_fuzz.rs` replays its corpus.
+//! Two targets are not parsers but scripts played against a real node ([`node`]), and
+//! `tests/<target>_fuzz.rs` replays each one's corpus and [`mutant`]s of it:
+//! - `http_conn` ([`conn`]) plays a script of clients ([`script`]) and checks the node's byte
+//!   bounds after each;
+//! - `host_imports` ([`host`]) deploys a module calling the WebAssembly host imports in any
+//!   order with any arguments ([`imports`], [`steps`], written by [`wat`]), plays its
+//!   clients ([`clients`]), and checks the node stayed whole and its object alone was touched.
 
+pub mod clients;
 pub mod conn;
+pub mod host;
+pub mod imports;
+pub mod node;
 pub mod script;
+pub mod steps;
+pub mod wat;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -139,4 +149,43 @@ pub fn object_name(data: &[u8]) {
 /// The million app's protocol: client messages (clicks) and page queries.
 pub fn million_messages(data: &[u8]) {
     crate::apps::million::fuzz_entry(data);
+}
+
+/// splitmix64: the random scripts' bytes, the same on every run.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `seed`'s input: a corpus file mutated a few times (bytes changed, inserted, deleted, a
+/// range repeated, another file spliced in), as a fuzzer would, the same on every run.
+pub fn mutant(seed: u64, corpus: &[Vec<u8>]) -> Vec<u8> {
+    let mut state = seed;
+    let mut r = |n: usize| (next(&mut state) % n.max(1) as u64) as usize;
+    let mut data = corpus[r(corpus.len())].clone();
+    for _ in 0..1 + r(6) {
+        let at = r(data.len() + 1);
+        match r(5) {
+            0 if at < data.len() => data[at] = r(256) as u8,
+            1 => data.insert(at, r(256) as u8),
+            2 if at < data.len() => {
+                let end = (at + 1 + r(8)).min(data.len());
+                data.drain(at..end);
+            }
+            3 if at < data.len() => {
+                let end = (at + 1 + r(16)).min(data.len());
+                let piece = data[at..end].to_vec();
+                data.splice(at..at, piece);
+            }
+            _ => {
+                let other = &corpus[r(corpus.len())];
+                let from = r(other.len());
+                data.splice(at..at, other[from..].iter().copied());
+            }
+        }
+    }
+    data
 }

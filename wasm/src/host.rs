@@ -114,8 +114,15 @@ impl ResourceLimiter for Limiter {
         &mut self,
         current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        // Past the memory's own maximum the growth fails whatever this answers (wasmtime asks
+        // all the same): `memory.grow` answers -1, and nothing is counted (each such growth
+        // was, so a module probing past its maximum was soon killed with `memory_limit`
+        // holding a fraction of it).
+        if maximum.is_some_and(|m| desired > m) {
+            return Ok(false);
+        }
         let after = self.memory + desired.saturating_sub(current);
         if after + self.tables > self.max_bytes {
             self.tripped = true;
@@ -129,8 +136,11 @@ impl ResourceLimiter for Limiter {
         &mut self,
         current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        if maximum.is_some_and(|m| desired > m) {
+            return Ok(false);
+        }
         let grow = desired.saturating_sub(current) * WASM_TABLE_ELEMENT_BYTES;
         if self.memory + self.tables + grow > self.max_bytes {
             self.tripped = true;

@@ -199,14 +199,27 @@ fn configure(
     db.progress_handler(SQL_PROGRESS_STEPS, Some(watch::check));
     sandbox::lock_down(&db).map_err(|e| err("configure", path, &e))?;
     if !config.schema.is_empty() {
-        // The app's schema is app SQL: it runs under the same authorizer as its calls.
+        // The app's schema is app SQL: it runs under the same authorizer as its calls, and
+        // the same watch (a statement at most `SQL_STATEMENT_LIMIT`, all of it at most
+        // `HOST_TIME_LIMIT`). Unwatched, a module's schema whose statement never ends held
+        // the open, a blocking thread and a restore slot for ever, and four such objects every
+        // object's open on the shard (found by the `host_imports` fuzz target).
         let _app = sandbox::AppSql::enter();
+        watch::begin();
         let r = db.execute_batch(config.schema);
+        let interrupted = watch::end();
         if sandbox::take_denied() {
             return Err(err(
                 "schema of",
                 path,
                 &"a statement the node does not allow apps",
+            ));
+        }
+        if let Some(limit) = interrupted {
+            return Err(err(
+                "schema of",
+                path,
+                &format_args!("a statement stopped by {}", limit.as_str()),
             ));
         }
         r.map_err(|e| err("schema of", path, &e))?;

@@ -123,7 +123,8 @@ pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
 }
 
 /// Appends a response to `out`, with `date` (see [`http_date`]). `keep_alive == false` adds
-/// `connection: close`; a `HEAD` request gets the headers without the body. Written piece by
+/// `connection: close`; a `HEAD` request gets the headers without the body, and a 204 has
+/// neither body nor length. Written piece by
 /// piece, without `fmt` (a per-request cost the profile showed).
 pub fn write_response(
     out: &mut Vec<u8>,
@@ -138,11 +139,16 @@ pub fn write_response(
         .map(|(n, v)| n.len() + v.len() + 4)
         .sum();
     out.reserve(160 + extra + if head_only { 0 } else { resp.body.len() });
+    // A 204 (or a 1xx) has no content, and no content-length (RFC 9110, 8.6): one there would
+    // say the client is owed a body, even of 0 bytes.
+    let content = resp.status >= 200 && resp.status != 204;
     status_line(out, resp.status);
     out.extend_from_slice(b"content-type: ");
     out.extend_from_slice(resp.content_type.as_bytes());
-    out.extend_from_slice(b"\r\ncontent-length: ");
-    push_decimal(out, resp.body.len() as u64);
+    if content {
+        out.extend_from_slice(b"\r\ncontent-length: ");
+        push_decimal(out, resp.body.len() as u64);
+    }
     out.extend_from_slice(b"\r\ndate: ");
     out.extend_from_slice(date);
     out.extend_from_slice(b"\r\n");
@@ -162,7 +168,7 @@ pub fn write_response(
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    if !head_only {
+    if !head_only && content {
         out.extend_from_slice(&resp.body);
     }
 }
@@ -225,5 +231,21 @@ mod tests {
             "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\
              date: Thu, 01 Jan 1970 00:00:00 GMT\r\nx-a: b\r\n\r\n"
         );
+    }
+
+    /// What a module that answers nothing gets (found by the `host_imports` fuzz target: a
+    /// `content-length: 0` on every 204).
+    #[test]
+    fn a_204_has_no_content_length_and_no_body() {
+        for head_only in [false, true] {
+            let mut out = Vec::new();
+            let resp = Response::bytes(204, "application/json", b"ignored".to_vec());
+            write_response(&mut out, &resp, true, head_only, &http_date(0));
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                "HTTP/1.1 204 No Content\r\ncontent-type: application/json\r\n\
+                 date: Thu, 01 Jan 1970 00:00:00 GMT\r\n\r\n"
+            );
+        }
     }
 }
