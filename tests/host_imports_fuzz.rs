@@ -710,19 +710,13 @@ fn the_corpus_keeps_the_node_whole() {
 /// input, which `cargo fuzz run host_imports <file>` or the corpus replays.
 #[test]
 fn mutated_scripts_keep_the_node_whole() {
-    let n = std::env::var("COMBD_FUZZ_SCRIPTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(RANDOM_SCRIPTS);
-    let first: u64 = std::env::var("COMBD_FUZZ_FIRST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
     let corpus: Vec<Vec<u8>> = corpus().into_iter().map(|(_, b)| b).collect();
     let mut h = Harness::start(Path::new(env!("CARGO_BIN_EXE_combd")));
     let (mut loaded, mut calls, mut answers) = (0, 0, 0);
     let started = Instant::now();
-    for seed in first..first + n {
+    let seeds = combd::fuzz::mutant_seeds(RANDOM_SCRIPTS);
+    let n = seeds.end - seeds.start;
+    for seed in seeds {
         let data = combd::fuzz::mutant(seed, &corpus);
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(&data)))
             .unwrap_or_else(|e| {

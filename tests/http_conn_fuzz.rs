@@ -387,14 +387,6 @@ fn the_corpus_keeps_the_nodes_byte_bounds() {
 /// input, which `cargo fuzz run http_conn <file>` or the corpus replays.
 #[test]
 fn mutated_scripts_keep_the_nodes_byte_bounds() {
-    let n = std::env::var("COMBD_FUZZ_SCRIPTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(RANDOM_SCRIPTS);
-    let first: u64 = std::env::var("COMBD_FUZZ_FIRST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
     let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -403,7 +395,9 @@ fn mutated_scripts_keep_the_nodes_byte_bounds() {
     let corpus: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
     let mut h = Harness::start(Path::new(env!("CARGO_BIN_EXE_combd")));
     let (mut clients, mut sent) = (0, 0);
-    for seed in first..first + n {
+    let seeds = combd::fuzz::mutant_seeds(RANDOM_SCRIPTS);
+    let n = seeds.end - seeds.start;
+    for seed in seeds {
         let data = combd::fuzz::mutant(seed, &corpus);
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(&data)))
             .unwrap_or_else(|e| {

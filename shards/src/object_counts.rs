@@ -112,18 +112,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::app::{App, AppError, Cx, Input, Output};
-
-    struct Named(&'static str);
-
-    impl App for Named {
-        fn name(&self) -> &'static str {
-            self.0
-        }
-        fn handle(&self, _: &mut Cx<'_>, _: &Input<'_>) -> Result<Output, AppError> {
-            Ok(Output::None)
-        }
-    }
+    use crate::app::registry::tests::Named;
 
     #[test]
     fn counts_databases_at_start_and_reserves_up_to_the_most() {

@@ -160,6 +160,15 @@ fn next(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The seeds of a stable mutant run: `COMBD_FUZZ_SCRIPTS` of them (else `default`), from
+/// `COMBD_FUZZ_FIRST_SEED` (else 0).
+pub fn mutant_seeds(default: u64) -> std::ops::Range<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    let n = var("COMBD_FUZZ_SCRIPTS").unwrap_or(default);
+    let first = var("COMBD_FUZZ_FIRST_SEED").unwrap_or(0);
+    first..first + n
+}
+
 /// `seed`'s input: a corpus file mutated a few times (bytes changed, inserted, deleted, a
 /// range repeated, another file spliced in), as a fuzzer would, the same on every run.
 pub fn mutant(seed: u64, corpus: &[Vec<u8>]) -> Vec<u8> {

@@ -46,7 +46,7 @@ use std::sync::Arc;
 use crate::http::Response;
 
 mod cx;
-mod registry;
+pub(crate) mod registry;
 use crate::limit::Limit;
 pub use crate::stats::Deployment;
 pub use cx::{limit_error, CallBudget, Cx};

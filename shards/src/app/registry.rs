@@ -134,18 +134,19 @@ impl Apps {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::app::{AppError, Cx, Input, Output};
 
-    struct Named(&'static str);
+    /// An app that is only a name, for the tests of what registers apps.
+    pub(crate) struct Named(pub &'static str);
 
     impl App for Named {
         fn name(&self) -> &'static str {
             self.0
         }
         fn handle(&self, _: &mut Cx<'_>, _: &Input<'_>) -> Result<Output, AppError> {
-            Err(AppError::new(500, "unused"))
+            Ok(Output::None)
         }
     }
 
