@@ -342,20 +342,12 @@ fn off_by_default_and_stderr_is_a_sink() {
     drop(node);
     // stderr: the lines come between the node's own.
     let data = log_dir("stderr").join("data");
-    let mut child = combd_command(&data, &[("COMBD_ACCESS_LOG", "stderr")])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = lines(child.stdout.take().unwrap());
-    let err = lines(child.stderr.take().unwrap());
-    let ready = wait_line(&out, "combd ready");
-    let port: u16 = ready
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
-        .and_then(|p| p.parse().ok())
-        .unwrap();
+    let Captured {
+        mut child,
+        err,
+        port,
+        ..
+    } = start_captured(&data, &[("COMBD_ACCESS_LOG", "stderr")]);
     let addr = SocketAddr::from(([127, 0, 0, 2], port));
     let answer = exchange(
         addr,

@@ -8,7 +8,6 @@ mod support;
 
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::Stdio;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -169,21 +168,12 @@ fn one_mib_of_stdout_is_kept_as_64_kib() {
         ("COMBD_APPS_DIR", dir.to_str().unwrap()),
         ("COMBD_LOG", "info"),
     ];
-    let mut cmd = combd_command(&data, &env);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = lines(child.stdout.take().unwrap());
-    let err = lines(child.stderr.take().unwrap());
-    let ready = wait_line(&out, "combd ready");
-    let port: u16 = ready
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
-        .and_then(|p| p.parse().ok())
-        .unwrap();
+    let Captured {
+        mut child,
+        err,
+        port,
+        ..
+    } = start_captured(&data, &env);
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let r = request(
         addr,
@@ -229,20 +219,12 @@ fn a_failed_call_is_logged_at_warn_with_its_app_and_object_within_a_rate() {
         ("COMBD_APPS_DIR", dir.to_str().unwrap()),
         ("COMBD_SHARDS", "1"),
     ];
-    let mut child = combd_command(&data, &env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = lines(child.stdout.take().unwrap());
-    let err = lines(child.stderr.take().unwrap());
-    let ready = wait_line(&out, "combd ready");
-    let port: u16 = ready
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
-        .and_then(|p| p.parse().ok())
-        .unwrap();
+    let Captured {
+        mut child,
+        err,
+        port,
+        ..
+    } = start_captured(&data, &env);
     let addr: std::net::SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
     let post_to = move |object: &str, body: &str| {
         let raw = format!(

@@ -71,11 +71,7 @@ impl TestNode {
         let line = rx
             .recv_timeout(WAIT)
             .expect("timed out waiting for the node's ready line");
-        let port: u16 = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+        let port = ready_port(&line);
         let tls_port = line
             .split_whitespace()
             .find_map(|w| w.strip_prefix("tls="))
@@ -251,6 +247,42 @@ pub fn wait_line(lines: &mpsc::Receiver<String>, text: &str) -> String {
             Ok(_) => {}
             Err(e) => panic!("timed out waiting for a line with {text:?}: {e}"),
         }
+    }
+}
+
+/// The localhost port a node's ready line names (`combd ready: … local=127.0.0.1:<port> …`).
+pub fn ready_port(line: &str) -> u16 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
+}
+
+/// A node whose stdout and stderr the test reads line by line: started, and its ready line
+/// waited for.
+pub struct Captured {
+    pub child: Child,
+    pub out: mpsc::Receiver<String>,
+    pub err: mpsc::Receiver<String>,
+    pub port: u16,
+}
+
+/// Starts the node on `data` with `env`, both its outputs captured; waits until it is ready.
+pub fn start_captured(data: &std::path::Path, env: &[(&str, &str)]) -> Captured {
+    let mut child = combd_command(data, env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn combd");
+    let out = lines(child.stdout.take().expect("stdout"));
+    let err = lines(child.stderr.take().expect("stderr"));
+    let port = ready_port(&wait_line(&out, "combd ready"));
+    Captured {
+        child,
+        out,
+        err,
+        port,
     }
 }
 
