@@ -196,6 +196,7 @@ impl Node {
             let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
                 .name(&format!("combd-shard{id}"))
                 .io_memory(limits::SHARD_IO_MEMORY_BYTES)
+                .ring_depth(limits::SHARD_RING_DEPTH)
                 .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(
                     limits::BLOCKING_THREADS_PER_SHARD,
                 ))

@@ -80,6 +80,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("ping_sweep_per_turn", PING_SWEEP_PER_TURN),
     fixed!("accept_drain_max", ACCEPT_DRAIN_MAX),
     fixed!("shard_io_memory_bytes", SHARD_IO_MEMORY_BYTES),
+    fixed!("shard_ring_depth", SHARD_RING_DEPTH),
     fixed!("cross_shard_queue", CROSS_SHARD_QUEUE),
     fixed!("blocking_threads_per_shard", BLOCKING_THREADS_PER_SHARD),
     fixed!("object_name_max_bytes", OBJECT_NAME_MAX_BYTES),
