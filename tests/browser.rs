@@ -448,6 +448,11 @@ fn million_page_recovers_by_itself_in_chromium() {
     b.wait_for(&one, "the click to come back", &box_checked(BOX), WAIT);
     let count = b.eval(&one, "document.getElementById('count').textContent");
     assert_eq!(count, "1 of 4096 boxes checked on page 3");
+    // Chromium offers permessage-deflate: both tabs' WebSockets took it, and the page's state
+    // (4,096 boxes in hex) came compressed.
+    let stats = node.stats();
+    assert!(stats["ws_deflate_opened"].as_u64() >= Some(2), "{}", stats["ws_deflate_opened"]);
+    assert!(stats["ws_deflated_out"].as_u64() >= Some(2), "{}", stats["ws_deflated_out"]);
     assert!(shots.take(&mut b, &one, "live"));
 
     // On a phone's screen the page is laid out for it (the viewport tag), with boxes big

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::app::{AppError, Input, Message, SessionId};
 use crate::http::Response;
 use crate::inbound::Hold;
+use crate::ws::OutFrame;
 
 /// Work for an object: what to handle, where its answer goes, and the bytes of its input held
 /// against its connection's and its shard's inbound budget (released when the job is dropped:
@@ -205,12 +206,12 @@ pub(crate) enum ShardMsg {
         /// to); `None` for the node's own message.
         from: Option<String>,
         session: u64,
-        frame: Arc<[u8]>,
+        frame: Arc<OutFrame>,
     },
     /// A framed message for every session of `key` subscribed to `topic` on the receiving shard.
     Broadcast {
         key: String,
         topic: String,
-        frame: Arc<[u8]>,
+        frame: Arc<OutFrame>,
     },
 }

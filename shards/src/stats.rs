@@ -43,6 +43,12 @@ pub struct ShardStats {
     /// Writes of WebSocket output to a socket: one write carries every frame waiting, so
     /// `ws_messages_out / ws_sends` is how many frames a send coalesced.
     pub ws_sends: AtomicU64,
+    /// WebSockets opened with permessage-deflate negotiated.
+    pub ws_deflate_opened: AtomicU64,
+    /// Compressed messages received and decompressed.
+    pub ws_inflated_in: AtomicU64,
+    /// Messages sent compressed (a broadcast counts once per session it went to).
+    pub ws_deflated_out: AtomicU64,
     /// WebSockets the node closed for a protocol error (1002), bad UTF-8 (1007) or size (1009).
     pub ws_protocol_closed: AtomicU64,
     /// Bytes read from clients.
@@ -248,6 +254,9 @@ impl ShardStats {
             ("ws_messages_in", "combd_ws_messages_in_total", Counter, "WebSocket messages received.", g(&self.ws_messages_in)),
             ("ws_messages_out", "combd_ws_messages_out_total", Counter, "WebSocket messages sent.", g(&self.ws_messages_out)),
             ("ws_sends", "combd_ws_sends_total", Counter, "Writes of WebSocket output to a socket (each carries every frame waiting).", g(&self.ws_sends)),
+            ("ws_deflate_opened", "combd_ws_deflate_opened_total", Counter, "WebSockets opened with permessage-deflate.", g(&self.ws_deflate_opened)),
+            ("ws_inflated_in", "combd_ws_inflated_in_total", Counter, "Compressed WebSocket messages received.", g(&self.ws_inflated_in)),
+            ("ws_deflated_out", "combd_ws_deflated_out_total", Counter, "WebSocket messages sent compressed.", g(&self.ws_deflated_out)),
             ("ws_protocol_closed", "combd_ws_protocol_closed_total", Counter, "WebSockets closed for a protocol, UTF-8 or size error.", g(&self.ws_protocol_closed)),
             ("bytes_in", "combd_received_bytes_total", Counter, "Bytes read from clients.", g(&self.bytes_in)),
             ("bytes_out", "combd_sent_bytes_total", Counter, "Bytes written to clients.", g(&self.bytes_out)),

@@ -1,8 +1,8 @@
 //! `fanout` (test app, served only with `COMBD_TEST_APPS=on`): a session of an object subscribes
 //! to topic `t<T>` (`?topic=T` on the upgrade, 0–999; topic 0 without it), and
-//! `POST /o/fanout/<name>?n=N&topics=K` broadcasts N small text frames (`{"f":<seq>}` padded to
-//! 40 bytes) to each of topics 0..K (K 1–1,000, default 1) in one call, answering
-//! `{"sent": N}`.
+//! `POST /o/fanout/<name>?n=N&topics=K&size=B` broadcasts N text frames (`{"f":<seq>}` padded
+//! to B bytes, 40 by default, 24–16,384) to each of topics 0..K (K 1–1,000, default 1) in one
+//! call, answering `{"sent": N}`.
 //! It measures the node's fan-out (frames and sends a second to many viewers; `bench/fanout.sh`)
 //! without SQL in the way: the object's database holds nothing.
 
@@ -13,8 +13,9 @@ use combd_shards::http::Response;
 const FRAMES_MAX: usize = 64;
 /// Most topics (and the topics a session may pick from).
 const TOPICS_MAX: usize = 1000;
-/// The size of each frame's payload, in bytes.
+/// The size of each frame's payload, in bytes, unless the call says (`size`), and its range.
 const FRAME_BYTES: usize = 40;
+const FRAME_BYTES_RANGE: std::ops::Range<usize> = 24..16_385;
 
 /// The fanout app.
 pub struct Fanout;
@@ -35,9 +36,10 @@ impl App for Fanout {
         };
         let n = number(*query, "n", 1, 1..FRAMES_MAX + 1)?;
         let topics = number(*query, "topics", 1, 1..TOPICS_MAX + 1)?;
+        let size = number(*query, "size", FRAME_BYTES, FRAME_BYTES_RANGE)?;
         for i in 0..n {
             let digits = i.to_string().len();
-            let pad = "x".repeat(FRAME_BYTES - 13 - digits);
+            let pad = "x".repeat(size - 13 - digits);
             let frame = format!("{{\"f\":{i},\"p\":\"{pad}\"}}");
             for t in 0..topics {
                 cx.broadcast(&format!("t{t}"), &frame)?;

@@ -45,14 +45,17 @@ pub fn http_head(data: &[u8]) {
 }
 
 /// WebSocket frames and message reassembly with a small limit, fed in uneven pieces as reads
-/// would bring them. The first byte picks the piece size.
+/// would bring them. The first byte picks the piece size (its low six bits) and whether
+/// permessage-deflate was negotiated (its seventh: compressed messages are decompressed within
+/// the limit). The input is also read as a `Sec-WebSocket-Extensions` offer.
 pub fn ws_frames(data: &[u8]) {
-    let Some((&step, rest)) = data.split_first() else {
+    let Some((&first, rest)) = data.split_first() else {
         return;
     };
-    let step = usize::from(step % 64) + 1;
+    let _ = combd_shards::ws::deflate::offered([rest]);
+    let step = usize::from(first % 64) + 1;
     let max = 300u64;
-    let mut decoder = Decoder::new(max);
+    let mut decoder = Decoder::new(max).with_deflate(first & 64 != 0);
     let mut buf = Vec::new();
     for piece in rest.chunks(step) {
         buf.extend_from_slice(piece);

@@ -174,6 +174,13 @@ pub const TLS_SEND_BUFFER_MAX_BYTES: usize = 64 * 1024;
 /// Largest payload of a WebSocket control frame (RFC 6455, 5.5).
 pub const WS_CONTROL_PAYLOAD_MAX_BYTES: u64 = 125;
 
+/// A message the node sends goes compressed to a WebSocket that negotiated permessage-deflate
+/// only from this many payload bytes, and only if compressing made it smaller. Each message is
+/// compressed on its own (no context carried between messages, so a broadcast is compressed
+/// once for all), and below this a short JSON message saves a few bytes at best for a pass of
+/// the compressor.
+pub const WS_DEFLATE_MIN_BYTES: usize = 128;
+
 /// A WebSocket client with this many bytes waiting for it (queued in its session mailbox and
 /// not yet taken by the kernel) is closed: it reads too slowly (`ws_slow_closed`). This is the
 /// most one slow reader can make the node hold: 8 MiB, eight default-sized messages.
@@ -233,7 +240,6 @@ pub const SHARD_IO_MEMORY_BYTES: usize = 1 << 20;
 /// of the shard's time (`io_poll_find`, heavy click benchmark); at 4,096 it is 32 times
 /// shorter. The rings' cost: about 1.1 MiB per shard.
 pub const SHARD_RING_DEPTH: usize = 4096;
-
 
 /// Messages waiting in a shard's inbox from the other shards. Past it a cross-shard request
 /// is refused (503 `overloaded`) and a delivery dropped and counted. The channel's slots are

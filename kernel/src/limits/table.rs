@@ -71,6 +71,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("tls_handshakes_max", TLS_HANDSHAKES_MAX),
     fixed!("tls_send_buffer_max_bytes", TLS_SEND_BUFFER_MAX_BYTES),
     fixed!("ws_control_payload_max_bytes", WS_CONTROL_PAYLOAD_MAX_BYTES),
+    fixed!("ws_deflate_min_bytes", WS_DEFLATE_MIN_BYTES),
     fixed!("ws_slow_close_bytes", WS_SLOW_CLOSE_BYTES),
     fixed!("shard_tick_ms", SHARD_TICK, ms),
     fixed!("turn_overrun_ms", TURN_OVERRUN, ms),

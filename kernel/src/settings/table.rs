@@ -126,6 +126,18 @@ settings_table! {
             limit: "ws_max_message_bytes",
             meaning: "largest WebSocket message (after reassembly of fragments); larger closes with 1009",
         }
+        /// `COMBD_WS_DEFLATE`.
+        ws_deflate: bool {
+            env: "COMBD_WS_DEFLATE",
+            flag: "--ws-deflate",
+            text: "on",
+            parse: parse_switch,
+            unit: Text,
+            limit: none,
+            show: |on: &bool| (if *on { "on" } else { "off" }).to_string(),
+            meaning: "on: WebSockets negotiate permessage-deflate (RFC 7692) when the client offers it; \
+                      off: never",
+        }
         /// `COMBD_SHUTDOWN_TIMEOUT`.
         shutdown_timeout: Duration {
             env: "COMBD_SHUTDOWN_TIMEOUT",

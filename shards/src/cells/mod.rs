@@ -37,7 +37,7 @@ use crate::job::{Attached, Job, Reply, ShardMsg};
 use crate::state::turn::Turn;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
-use crate::ws;
+use crate::ws::{self, OutFrame};
 use object::ObjectCell;
 use session::Sessions;
 
@@ -327,9 +327,9 @@ impl Cells {
                 let _ = reply.try_send(Attached::Refused(refusal.response()));
             }
             Reply::Session(session) => {
-                let mut frame = Vec::new();
-                ws::encode_error(&mut frame, refusal.message());
-                self.sessions.deliver(None, session, frame.into());
+                let text = ws::error_text(refusal.message());
+                let frame = OutFrame::message(true, text.as_bytes());
+                self.sessions.deliver(None, session, frame);
             }
             Reply::None => {}
         }
@@ -386,13 +386,13 @@ impl Cells {
                 Effect::Send { to, text, payload } => {
                     self.broadcast_run(key, &mut run).await;
                     self.sessions
-                        .deliver(Some(key), to, message_frame(text, &payload))
+                        .deliver(Some(key), to, OutFrame::message(text, &payload))
                 }
                 Effect::Broadcast {
                     topic,
                     text,
                     payload,
-                } => run.push(topic, message_frame(text, &payload)),
+                } => run.push(topic, OutFrame::message(text, &payload)),
             }
         }
         self.broadcast_run(key, &mut run).await;
@@ -410,7 +410,13 @@ impl Cells {
 
     /// Sends `frames` to every session of object `key` subscribed to `topic`: through the
     /// other shards' inboxes, and here.
-    async fn broadcast(&self, key: &str, topic: &str, frames: &[Arc<[u8]>], turn: &mut Turn<'_>) {
+    async fn broadcast(
+        &self,
+        key: &str,
+        topic: &str,
+        frames: &[Arc<OutFrame>],
+        turn: &mut Turn<'_>,
+    ) {
         let node = self.state.node();
         for (shard, inbox) in node.inboxes.iter().enumerate() {
             if shard == self.state.id() {
@@ -435,12 +441,12 @@ impl Cells {
 /// Broadcasts waiting to go out, by topic in the order topics first appeared.
 #[derive(Default)]
 struct TopicRun {
-    topics: Vec<(String, Vec<Arc<[u8]>>)>,
+    topics: Vec<(String, Vec<Arc<OutFrame>>)>,
     index: HashMap<String, usize>,
 }
 
 impl TopicRun {
-    fn push(&mut self, topic: String, frame: Arc<[u8]>) {
+    fn push(&mut self, topic: String, frame: Arc<OutFrame>) {
         match self.index.get(&topic) {
             Some(&i) => self.topics[i].1.push(frame),
             None => {
@@ -451,20 +457,13 @@ impl TopicRun {
     }
 }
 
-/// A message as a WebSocket frame, ready for any number of sessions.
-fn message_frame(text: bool, payload: &[u8]) -> Arc<[u8]> {
-    let mut frame = Vec::with_capacity(payload.len() + 10);
-    ws::encode_message(&mut frame, text, payload);
-    frame.into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_run_keeps_each_topics_frames_in_order_and_topics_in_first_order() {
-        let f = |b: u8| -> Arc<[u8]> { Arc::from(vec![b]) };
+        let f = |b: u8| OutFrame::message(false, &[b]);
         let mut run = TopicRun::default();
         for (topic, b) in [("p1", 1), ("p2", 2), ("p1", 3), ("p3", 4), ("p2", 5)] {
             run.push(topic.to_string(), f(b));
@@ -472,7 +471,7 @@ mod tests {
         let got: Vec<(&str, Vec<u8>)> = run
             .topics
             .iter()
-            .map(|(t, frames)| (t.as_str(), frames.iter().map(|x| x[0]).collect()))
+            .map(|(t, frames)| (t.as_str(), frames.iter().map(|x| x.plain()[2]).collect()))
             .collect();
         assert_eq!(
             got,

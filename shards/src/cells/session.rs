@@ -20,6 +20,7 @@ use crate::job::ShardMsg;
 use crate::state::turn::Turn;
 use crate::state::{Defer, ShardState};
 use crate::stats::ShardStats;
+use crate::ws::OutFrame;
 
 /// Why the node closes a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +82,7 @@ pub(crate) fn decide(w: Waiting, len: u64) -> Delivery {
 struct SessionCell {
     /// The connection's waker slot: a delivery wakes it.
     slot: usize,
-    mail: VecDeque<Arc<[u8]>>,
+    mail: VecDeque<Arc<OutFrame>>,
     key: String,
     topic: String,
     /// The query it attached with (a resync attaches with it again).
@@ -199,7 +200,7 @@ impl Sessions {
 
     /// Takes a session's mail; its bytes stay counted as waiting until [`Sessions::written`]
     /// says the kernel took them.
-    pub fn take_mail(&self, id: u64) -> VecDeque<Arc<[u8]>> {
+    pub fn take_mail(&self, id: u64) -> VecDeque<Arc<OutFrame>> {
         self.map
             .borrow_mut()
             .get_mut(&id)
@@ -275,7 +276,7 @@ impl Sessions {
     /// connection writes it or closes. Returns how many frames were dropped.
     fn drop_mail(&self, s: &mut SessionCell) -> u64 {
         let dropped = s.mail.len() as u64;
-        let queued: u64 = s.mail.drain(..).map(|f| f.len() as u64).sum();
+        let queued: u64 = s.mail.drain(..).map(|f| f.plain().len() as u64).sum();
         s.waiting_bytes -= queued.min(s.waiting_bytes);
         self.state.release_outbound(queued);
         dropped
@@ -284,8 +285,8 @@ impl Sessions {
     /// Puts a frame in a local session's mailbox and wakes its connection, as [`decide`]
     /// says.
     /// `from`: the object whose app sent the frame (`None`: the node's own message).
-    pub fn deliver_local(&self, from: Option<&str>, id: u64, frame: Arc<[u8]>) {
-        let len = frame.len() as u64;
+    pub fn deliver_local(&self, from: Option<&str>, id: u64, frame: Arc<OutFrame>) {
+        let len = frame.plain().len() as u64;
         let stats = self.state.stats();
         let slot = {
             let mut map = self.map.borrow_mut();
@@ -346,7 +347,7 @@ impl Sessions {
     }
 
     /// Delivers a frame to a session on any shard.
-    pub fn deliver(&self, from: Option<&str>, to: SessionId, frame: Arc<[u8]>) {
+    pub fn deliver(&self, from: Option<&str>, to: SessionId, frame: Arc<OutFrame>) {
         if to.shard as usize == self.state.id() {
             self.deliver_local(from, to.id, frame);
             return;
@@ -371,7 +372,13 @@ impl Sessions {
     /// every topic of a run of broadcasts (a budget per topic would never be spent when a run
     /// goes to many small topics: 245 pages of 41 viewers each held the shard for a whole
     /// 10,000-viewer fan-out, measured).
-    pub async fn fan_out(&self, key: &str, topic: &str, frames: &[Arc<[u8]>], turn: &mut Turn<'_>) {
+    pub async fn fan_out(
+        &self,
+        key: &str,
+        topic: &str,
+        frames: &[Arc<OutFrame>],
+        turn: &mut Turn<'_>,
+    ) {
         let ids = self.subscribers(key, topic);
         if ids.is_empty() {
             return;

@@ -106,10 +106,26 @@ impl Conn {
             return match websocket_accept(req, head) {
                 Ok(accept) => {
                     self.keep_upgrade(req.method, req.path, head.len as u64);
+                    let deflate = self
+                        .state()
+                        .settings()
+                        .ws_deflate
+                        .then(|| {
+                            crate::ws::deflate::offered(
+                                req.headers
+                                    .iter()
+                                    .filter(|h| {
+                                        h.name.eq_ignore_ascii_case("sec-websocket-extensions")
+                                    })
+                                    .map(|h| h.value),
+                            )
+                        })
+                        .flatten();
                     Routed::Upgrade(Upgrade {
                         app: app.clone(),
                         object: object.to_string(),
                         accept,
+                        deflate,
                         query: req.query.map(str::to_string),
                         replay,
                     })

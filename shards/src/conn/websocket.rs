@@ -27,6 +27,8 @@ pub(super) struct Upgrade {
     pub app: Arc<dyn App>,
     pub object: String,
     pub accept: String,
+    /// permessage-deflate as negotiated: offered, acceptably, and `COMBD_WS_DEFLATE` is on.
+    pub deflate: Option<ws::deflate::Negotiated>,
     pub query: Option<String>,
     /// In a fleet: the request as it is sent on to the object's owner, if the object turns
     /// out to be another node's (none when another node passed it on here).
@@ -90,6 +92,8 @@ struct Target {
     object: String,
     /// The session, for a stateful app.
     session: Option<SessionId>,
+    /// permessage-deflate as negotiated.
+    deflate: Option<ws::deflate::Negotiated>,
 }
 
 /// What the loop knows of its WebSocket.
@@ -181,11 +185,17 @@ impl Conn {
         out.extend_from_slice(&self.state().date());
         out.extend_from_slice(
             format!(
-                "\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n\r\n",
+                "\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n",
                 up.accept
             )
             .as_bytes(),
         );
+        if let Some(negotiated) = up.deflate {
+            out.extend_from_slice(b"sec-websocket-extensions: ");
+            out.extend_from_slice(negotiated.response().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
         if self.flush(&mut out).await.is_err() {
             return None;
         }
@@ -197,11 +207,19 @@ impl Conn {
     pub(super) async fn websocket(&mut self, up: Box<Upgrade>) {
         // Boxed until here, then taken apart: an upgrade held by value would be kept twice in
         // every idle WebSocket's task (an argument and its local), 176 bytes.
-        let Upgrade { app, object, .. } = *up;
+        let Upgrade {
+            app,
+            object,
+            deflate,
+            ..
+        } = *up;
         let state = self.state().clone();
         let stats = state.stats();
         ShardStats::add(&stats.ws_open, 1);
         let _open = Defer(|| ShardStats::sub(&stats.ws_open, 1));
+        if deflate.is_some() {
+            ShardStats::add(&stats.ws_deflate_opened, 1);
+        }
         let settings = state.settings();
         // The app's own bound on its inputs, within the node's.
         let max_message = app
@@ -217,8 +235,9 @@ impl Conn {
                 }),
                 app,
                 object,
+                deflate,
             },
-            decoder: Decoder::new(max_message),
+            decoder: Decoder::new(max_message).with_deflate(deflate.is_some()),
             awaiting_pong: false,
             partial: None,
         };
@@ -335,6 +354,7 @@ impl Conn {
                 false
             }
         });
+        ShardStats::add(&stats.ws_inflated_in, u64::from(ws.decoder.take_inflated()));
         let error = match decoded {
             Ok(used) => {
                 inbuf.drain(..used);
@@ -397,7 +417,9 @@ impl Conn {
                 if let Some(log) = &self.log {
                     log.on_message(false);
                 }
-                ws::encode_message(out, text, &payload);
+                if ws::deflate::encode_message(out, text, &payload, to.deflate) {
+                    ShardStats::add(&self.stats().ws_deflated_out, 1);
+                }
             }
         }
     }
@@ -446,12 +468,22 @@ impl Conn {
         }
         let permit = state.acquire_awake().await;
         let mut out = Vec::new();
+        // Counted as waiting at their plain size; a compressed frame owes less.
+        let mut saved = 0;
         for frame in self.cells.sessions().take_mail(id) {
             ShardStats::add(&state.stats().ws_messages_out, 1);
             if let Some(log) = &self.log {
                 log.on_message(false);
             }
-            out.extend_from_slice(&frame);
+            let (bytes, deflated) = frame.for_session(to.deflate);
+            if deflated {
+                ShardStats::add(&state.stats().ws_deflated_out, 1);
+                saved += frame.plain().len() - bytes.len();
+            }
+            out.extend_from_slice(bytes);
+        }
+        if saved > 0 {
+            self.cells.sessions().written(id, saved as u64);
         }
         let written = self.write_session(&mut out).await;
         drop(permit);

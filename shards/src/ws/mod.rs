@@ -9,7 +9,10 @@ use combd_kernel::limits::WS_CONTROL_PAYLOAD_MAX_BYTES;
 use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 use tungstenite::protocol::frame::FrameHeader;
 
+pub mod deflate;
 mod utf8;
+
+pub use deflate::OutFrame;
 
 use utf8::Utf8Check;
 
@@ -39,8 +42,10 @@ pub enum WsError {
     Protocol(&'static str),
     /// Text that is not UTF-8 (close 1007).
     InvalidUtf8,
-    /// A message over the size limit (close 1009).
+    /// A message over the size limit (close 1009), compressed or once decompressed.
     TooBig,
+    /// A compressed message that does not decompress (close 1007).
+    BadDeflate,
 }
 
 impl WsError {
@@ -48,7 +53,7 @@ impl WsError {
     pub fn code(self) -> u16 {
         match self {
             WsError::Protocol(_) => close::PROTOCOL,
-            WsError::InvalidUtf8 => close::INVALID_DATA,
+            WsError::InvalidUtf8 | WsError::BadDeflate => close::INVALID_DATA,
             WsError::TooBig => close::TOO_BIG,
         }
     }
@@ -59,6 +64,7 @@ impl WsError {
             WsError::Protocol(why) => why,
             WsError::InvalidUtf8 => "invalid utf-8 in text message",
             WsError::TooBig => "message too big",
+            WsError::BadDeflate => "invalid compressed message",
         }
     }
 }
@@ -90,6 +96,13 @@ pub struct Decoder {
     utf8: Utf8Check,
     /// Payload bytes of the incomplete text frame at the start of the buffer already checked.
     checked: usize,
+    /// permessage-deflate was negotiated: a message's first frame may set RSV1.
+    deflate: bool,
+    /// The message being received is compressed (its first frame set RSV1): its text is
+    /// checked once decompressed, not as its bytes arrive.
+    compressed: bool,
+    /// Compressed messages decompressed since [`Decoder::take_inflated`] was last called.
+    inflated: u32,
 }
 
 /// Whether a received close code may appear on the wire (RFC 6455, 7.4).
@@ -105,7 +118,21 @@ impl Decoder {
             partial: None,
             utf8: Utf8Check::default(),
             checked: 0,
+            deflate: false,
+            compressed: false,
+            inflated: 0,
         }
+    }
+
+    /// Compressed messages decompressed since the last call (for the shard's stats).
+    pub fn take_inflated(&mut self) -> u32 {
+        std::mem::take(&mut self.inflated)
+    }
+
+    /// The same decoder, for a WebSocket that negotiated permessage-deflate.
+    pub fn with_deflate(mut self, deflate: bool) -> Decoder {
+        self.deflate = deflate;
+        self
     }
 
     /// Whether a fragmented message is being reassembled (the connection is not idle).
@@ -165,7 +192,9 @@ impl Decoder {
                     on(close_event(payload)?);
                     return Ok(pos);
                 }
-                OpCode::Data(data) => self.data(data, header.is_final, payload, &mut on)?,
+                OpCode::Data(data) => {
+                    self.data(data, header.is_final, header.rsv1, payload, &mut on)?
+                }
             };
             if !go_on {
                 return Ok(pos);
@@ -180,7 +209,9 @@ impl Decoder {
             // The most significant bit of a 64-bit length must be 0.
             return Err(WsError::Protocol("frame length with its top bit set"));
         }
-        if header.rsv1 || header.rsv2 || header.rsv3 {
+        // RSV1 marks a compressed message, on its first frame only (RFC 7692, 6).
+        let first_frame = matches!(header.opcode, OpCode::Data(Data::Text | Data::Binary));
+        if (header.rsv1 && !(self.deflate && first_frame)) || header.rsv2 || header.rsv3 {
             return Err(WsError::Protocol("reserved bits set"));
         }
         let Some(mask) = header.mask else {
@@ -220,15 +251,19 @@ impl Decoder {
 
     /// Whether a frame carries text (a text frame, or a continuation of a text message); a
     /// new text message starts its UTF-8 check afresh.
+    /// A compressed message's text is checked once decompressed, not here.
     fn starts_text(&mut self, header: &FrameHeader) -> bool {
         match header.opcode {
+            OpCode::Data(Data::Text) if header.rsv1 => false,
             OpCode::Data(Data::Text) => {
                 if self.checked == 0 {
                     self.utf8 = Utf8Check::default();
                 }
                 true
             }
-            OpCode::Data(Data::Continue) => self.partial.as_ref().is_some_and(|(t, _)| *t),
+            OpCode::Data(Data::Continue) => {
+                !self.compressed && self.partial.as_ref().is_some_and(|(t, _)| *t)
+            }
             _ => false,
         }
     }
@@ -250,10 +285,12 @@ impl Decoder {
     }
 
     /// A complete data frame: delivered as a message, or added to the one under reassembly.
+    /// `rsv1`: the frame is a message's first and compressed.
     fn data(
         &mut self,
         data: Data,
         is_final: bool,
+        rsv1: bool,
         payload: &[u8],
         on: &mut impl FnMut(WsEvent<'_>) -> bool,
     ) -> Result<bool, WsError> {
@@ -262,8 +299,11 @@ impl Decoder {
             Data::Binary => false,
             _ => self.partial.as_ref().is_some_and(|(t, _)| *t),
         };
+        if matches!(data, Data::Text | Data::Binary) {
+            self.compressed = rsv1;
+        }
         if is_final && self.partial.is_none() {
-            return deliver(text, payload, on);
+            return self.deliver_message(text, payload, on);
         }
         let (_, bytes) = self.partial.get_or_insert_with(|| (text, Vec::new()));
         bytes.extend_from_slice(payload);
@@ -271,7 +311,22 @@ impl Decoder {
             return Ok(true);
         }
         let (text, bytes) = self.partial.take().unwrap_or_default();
-        deliver(text, &bytes, on)
+        self.deliver_message(text, &bytes, on)
+    }
+
+    /// Delivers a whole message, decompressed first if it is compressed.
+    fn deliver_message(
+        &mut self,
+        text: bool,
+        payload: &[u8],
+        on: &mut impl FnMut(WsEvent<'_>) -> bool,
+    ) -> Result<bool, WsError> {
+        if !std::mem::take(&mut self.compressed) {
+            return deliver(text, payload, on);
+        }
+        let plain = deflate::inflate(payload, self.max_message_bytes)?;
+        self.inflated += 1;
+        deliver(text, &plain, on)
     }
 }
 

@@ -216,3 +216,74 @@ fn a_length_with_its_top_bit_set_is_a_protocol_error() {
     let mut d = Decoder::new(1024);
     assert!(matches!(events(&mut d, &bytes), Err(WsError::Protocol(_))));
 }
+
+/// A frame with RSV1 set (a compressed message's first frame).
+fn compressed(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = frame(fin, opcode, payload);
+    f[0] |= 0x40;
+    f
+}
+
+#[test]
+fn compressed_messages_decompress_whole_or_in_fragments() {
+    let text = "{\"t\":\"say\",\"text\":\"hello hello hello hello\"}";
+    let z = deflate::deflate(text.as_bytes()).unwrap();
+    let mut d = Decoder::new(1024).with_deflate(true);
+    let mut bytes = compressed(true, 1, &z);
+    // Fragmented: RSV1 on the first frame only, a ping between the fragments.
+    let (a, b) = z.split_at(z.len() / 2);
+    bytes.extend(compressed(false, 2, a));
+    bytes.extend(frame(true, 9, b""));
+    bytes.extend(frame(true, 0, b));
+    // A plain message after them: compression is per message.
+    bytes.extend(frame(true, 1, b"plain"));
+    let (used, seen) = events(&mut d, &bytes).unwrap();
+    assert_eq!(used, bytes.len());
+    let bin = format!("Binary({:?})", text.as_bytes());
+    assert_eq!(
+        seen,
+        [
+            format!("Text({text:?})"),
+            "Ping([])".into(),
+            bin,
+            "Text(\"plain\")".into()
+        ]
+    );
+    assert_eq!(d.take_inflated(), 2);
+    assert_eq!(d.take_inflated(), 0);
+}
+
+#[test]
+fn compression_rules_are_enforced() {
+    let z = deflate::deflate(b"hello").unwrap();
+    let err = |d: Decoder, bytes: &[u8]| events(&mut { d }, bytes).unwrap_err();
+    // Not negotiated: RSV1 is a protocol error.
+    assert_eq!(
+        err(Decoder::new(1024), &compressed(true, 1, &z)),
+        WsError::Protocol("reserved bits set")
+    );
+    let on = || Decoder::new(1024).with_deflate(true);
+    // RSV1 on a continuation or a control frame.
+    let mut bytes = compressed(false, 1, &z);
+    bytes.extend(compressed(true, 0, b""));
+    assert_eq!(err(on(), &bytes), WsError::Protocol("reserved bits set"));
+    assert_eq!(
+        err(on(), &compressed(true, 9, b"")),
+        WsError::Protocol("reserved bits set")
+    );
+    // Invalid UTF-8 once decompressed, data that does not decompress, and a bomb: 1007, 1007,
+    // 1009, whatever the compressed size.
+    let bad_text = deflate::deflate(&[b'a', 0xff, b'b']).unwrap();
+    assert_eq!(
+        err(on(), &compressed(true, 1, &bad_text)),
+        WsError::InvalidUtf8
+    );
+    assert_eq!(
+        err(on(), &compressed(true, 2, &[0xff; 8])),
+        WsError::BadDeflate
+    );
+    let bomb = deflate::deflate(&[b'x'; 100_000]).unwrap();
+    assert!(bomb.len() < 1024);
+    assert_eq!(err(on(), &compressed(true, 1, &bomb)), WsError::TooBig);
+    assert_eq!(WsError::BadDeflate.code(), close::INVALID_DATA);
+}

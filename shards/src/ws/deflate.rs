@@ -1,0 +1,455 @@
+//! permessage-deflate (RFC 7692): its negotiation, and compressing and decompressing whole
+//! messages.
+//!
+//! The node always answers `server_no_context_takeover; client_no_context_takeover`: each
+//! message is compressed on its own, in both directions. That is what lets one broadcast be
+//! compressed once and the same bytes go to every viewer that negotiated it ([`OutFrame`]),
+//! and it keeps no compression state in a connection: a shard has one compressor and one
+//! decompressor, reset for each message, and a message is decompressed only once all of it has
+//! arrived (its compressed bytes are held like any message under reassembly, within
+//! `COMBD_WS_MAX_MESSAGE`, and its decompressed size is bounded by the same limit).
+
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
+
+use combd_kernel::limits::WS_DEFLATE_MIN_BYTES;
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+use tungstenite::protocol::frame::coding::{Data, OpCode};
+use tungstenite::protocol::frame::FrameHeader;
+
+use super::WsError;
+
+/// The extension as the node accepts it, in its 101 (with `; server_max_window_bits=N` after
+/// it when the offer asked for a window: see [`Negotiated`]).
+pub const RESPONSE: &str =
+    "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+
+/// permessage-deflate as a WebSocket negotiated it: the largest window the node may compress
+/// with, in bits (8 to 15; 15, 32 KiB, unless the offer asked for less). The node's compressor
+/// always uses 32 KiB; with no context carried between messages a compressed message refers
+/// back at most its own length, so under a smaller window a message of at most 2^bits bytes
+/// still fits it, and a longer one goes plain (an uncompressed message is always allowed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Negotiated {
+    /// The window the node may compress with, in bits.
+    pub server_max_window_bits: u8,
+    /// The offer named `server_max_window_bits` (the response must then name it too).
+    pub window_asked: bool,
+}
+
+impl Negotiated {
+    /// The `Sec-WebSocket-Extensions` value of the 101.
+    pub fn response(self) -> String {
+        if self.window_asked {
+            format!(
+                "{RESPONSE}; server_max_window_bits={}",
+                self.server_max_window_bits
+            )
+        } else {
+            RESPONSE.to_string()
+        }
+    }
+
+    /// The largest message it sends compressed: any at 15 bits, the compressor's own window.
+    pub fn max_compressed_bytes(self) -> usize {
+        if self.server_max_window_bits >= 15 {
+            usize::MAX
+        } else {
+            1 << self.server_max_window_bits
+        }
+    }
+}
+
+/// The four bytes a sync flush ends with, which a message's compressed payload leaves out
+/// (RFC 7692, 7.2.1) and its receiver adds back (7.2.2).
+const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
+
+/// What the `Sec-WebSocket-Extensions` values of an upgrade offer of permessage-deflate the
+/// node accepts (RFC 7692, 7.1): the first acceptable offer. Offers of other extensions, and
+/// permessage-deflate offers that must be declined (an unknown or repeated parameter, an
+/// invalid value), are passed over.
+pub fn offered<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Option<Negotiated> {
+    values.into_iter().find_map(|value| {
+        value
+            .split(|&b| b == b',')
+            .find_map(|offer| std::str::from_utf8(offer).ok().and_then(acceptable))
+    })
+}
+
+/// One offer (`permessage-deflate; param; param=value`), if it can be accepted.
+fn acceptable(offer: &str) -> Option<Negotiated> {
+    let mut parts = offer.split(';').map(str::trim);
+    if !parts
+        .next()
+        .is_some_and(|name| name.eq_ignore_ascii_case("permessage-deflate"))
+    {
+        return None;
+    }
+    let mut negotiated = Negotiated {
+        server_max_window_bits: 15,
+        window_asked: false,
+    };
+    let mut seen: Vec<String> = Vec::new();
+    for param in parts {
+        let (name, value) = match param.split_once('=') {
+            Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
+            None => (param, None),
+        };
+        let name = name.to_ascii_lowercase();
+        if seen.contains(&name) {
+            return None;
+        }
+        match (name.as_str(), value) {
+            ("server_no_context_takeover" | "client_no_context_takeover", None) => {}
+            // The window the client compresses with: any is fine to decompress.
+            ("client_max_window_bits", None) => {}
+            ("client_max_window_bits", Some(v)) => {
+                window_bits(v)?;
+            }
+            ("server_max_window_bits", Some(v)) => {
+                negotiated.server_max_window_bits = window_bits(v)?;
+                negotiated.window_asked = true;
+            }
+            _ => return None,
+        }
+        seen.push(name);
+    }
+    Some(negotiated)
+}
+
+/// A window size parameter's value: 8 to 15, in decimal without leading zeros.
+fn window_bits(v: &str) -> Option<u8> {
+    if v.starts_with('0') {
+        return None;
+    }
+    v.parse::<u8>().ok().filter(|b| (8..=15).contains(b))
+}
+
+thread_local! {
+    /// The shard's compressor and decompressor (raw deflate, no zlib header), reset for each
+    /// message.
+    static COMPRESS: RefCell<Compress> = RefCell::new(Compress::new(Compression::fast(), false));
+    static DECOMPRESS: RefCell<Decompress> = RefCell::new(Decompress::new(false));
+}
+
+/// Decompresses a whole message's payload; more than `max` bytes out is [`WsError::TooBig`]
+/// (what was decompressed is dropped at once), data that does not decompress is
+/// [`WsError::BadDeflate`].
+pub fn inflate(payload: &[u8], max: u64) -> Result<Vec<u8>, WsError> {
+    DECOMPRESS.with(|d| {
+        let mut d = d.borrow_mut();
+        d.reset(false);
+        let mut out = Vec::with_capacity((payload.len() * 3).clamp(64, 64 * 1024));
+        for input in [payload, &TAIL[..]] {
+            let mut at = 0;
+            loop {
+                if out.len() == out.capacity() {
+                    // Grown by doubling, never past one byte over the limit.
+                    let room = (max as usize).saturating_add(1).saturating_sub(out.len());
+                    out.reserve(out.len().max(1024).min(room).max(1));
+                }
+                let (was_in, was_out) = (d.total_in(), d.total_out());
+                let status = d
+                    .decompress_vec(&input[at..], &mut out, FlushDecompress::Sync)
+                    .map_err(|_| WsError::BadDeflate)?;
+                at += (d.total_in() - was_in) as usize;
+                if out.len() as u64 > max {
+                    return Err(WsError::TooBig);
+                }
+                if status == Status::StreamEnd {
+                    break;
+                }
+                // Done once a call with room to write takes and gives nothing: the
+                // decompressor may hold output back after taking the last input.
+                let idle = d.total_in() == was_in && d.total_out() == was_out;
+                if idle && out.len() < out.capacity() {
+                    if at < input.len() {
+                        // Input left that it will not take.
+                        return Err(WsError::BadDeflate);
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Compresses a whole message's payload, without the sync flush's four last bytes; `None` if
+/// the compressor failed (it does not, writing into memory with room).
+pub fn deflate(payload: &[u8]) -> Option<Vec<u8>> {
+    COMPRESS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.reset();
+        // One call, with room for the worst case (stored blocks: 5 bytes of header for each
+        // 16 KiB or less, and the flush's empty block): the compressor holds output back when a
+        // call runs out of room, and a 64 KiB message came out 4 KiB short when it was
+        // compressed in pieces.
+        let mut out = Vec::with_capacity(payload.len() + payload.len() / 1024 * 5 + 64);
+        c.compress_vec(payload, &mut out, FlushCompress::Sync)
+            .ok()?;
+        if c.total_in() != payload.len() as u64 || out.len() == out.capacity() {
+            return None;
+        }
+        if out.ends_with(&TAIL) {
+            out.truncate(out.len() - TAIL.len());
+        }
+        Some(out)
+    })
+}
+
+/// A message frame as the node sends it, made once for every session it goes to: plain, and
+/// (at most once, by the first session that negotiated permessage-deflate and writes it)
+/// compressed, when its payload is at least [`WS_DEFLATE_MIN_BYTES`] and compressing makes it
+/// smaller.
+#[derive(Debug)]
+pub struct OutFrame {
+    plain: Box<[u8]>,
+    /// Where the payload starts in `plain`.
+    header_len: usize,
+    text: bool,
+    deflated: OnceLock<Option<Box<[u8]>>>,
+}
+
+impl OutFrame {
+    /// A final text (`text`) or binary message frame.
+    pub fn message(text: bool, payload: &[u8]) -> Arc<OutFrame> {
+        let mut plain = Vec::with_capacity(payload.len() + 10);
+        super::encode_message(&mut plain, text, payload);
+        Arc::new(OutFrame {
+            header_len: plain.len() - payload.len(),
+            plain: plain.into_boxed_slice(),
+            text,
+            deflated: OnceLock::new(),
+        })
+    }
+
+    /// The frame's bytes as written on the wire, plain.
+    pub fn plain(&self) -> &[u8] {
+        &self.plain
+    }
+
+    /// The bytes for a session: compressed if it negotiated permessage-deflate (`deflate`), the
+    /// message fits the window it allowed and compressing is worth it; and whether they are.
+    pub fn for_session(&self, deflate: Option<Negotiated>) -> (&[u8], bool) {
+        let fits =
+            deflate.is_some_and(|n| self.plain.len() - self.header_len <= n.max_compressed_bytes());
+        if !fits {
+            return (&self.plain, false);
+        }
+        match self.deflated.get_or_init(|| self.compress()) {
+            Some(d) => (d, true),
+            None => (&self.plain, false),
+        }
+    }
+
+    fn compress(&self) -> Option<Box<[u8]>> {
+        compressed_frame(self.text, &self.plain[self.header_len..]).map(Vec::into_boxed_slice)
+    }
+}
+
+/// A message's frame compressed (RSV1 set), if its payload is at least
+/// [`WS_DEFLATE_MIN_BYTES`] and the frame comes out smaller than the plain one.
+fn compressed_frame(text: bool, payload: &[u8]) -> Option<Vec<u8>> {
+    if payload.len() < WS_DEFLATE_MIN_BYTES {
+        return None;
+    }
+    let compressed = deflate(payload)?;
+    let header = FrameHeader {
+        is_final: true,
+        rsv1: true,
+        opcode: OpCode::Data(if text { Data::Text } else { Data::Binary }),
+        ..FrameHeader::default()
+    };
+    let mut out = Vec::with_capacity(compressed.len() + 10);
+    // Writing into a Vec cannot fail.
+    let _ = header.format(compressed.len() as u64, &mut out);
+    out.extend_from_slice(&compressed);
+    let plain_len = payload.len() + FrameHeader::default().len(payload.len() as u64);
+    (out.len() < plain_len).then_some(out)
+}
+
+/// Appends a message for one session: compressed if it negotiated permessage-deflate
+/// (`deflate`) and it fits and is worth it (as [`OutFrame::for_session`]), else plain.
+/// Returns whether it went compressed.
+pub fn encode_message(
+    out: &mut Vec<u8>,
+    text: bool,
+    payload: &[u8],
+    deflate: Option<Negotiated>,
+) -> bool {
+    let fits = deflate.is_some_and(|n| payload.len() <= n.max_compressed_bytes());
+    match fits.then(|| compressed_frame(text, payload)).flatten() {
+        Some(frame) => {
+            out.extend_from_slice(&frame);
+            true
+        }
+        None => {
+            super::encode_message(out, text, payload);
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offers_are_accepted_or_declined_by_their_parameters() {
+        let ok = |v: &str| offered([v.as_bytes()]).is_some();
+        assert!(ok("permessage-deflate"));
+        assert!(ok("permessage-deflate; client_max_window_bits"));
+        assert!(ok(
+            "Permessage-Deflate; client_max_window_bits=10; server_no_context_takeover"
+        ));
+        assert!(ok(
+            "permessage-deflate; server_max_window_bits=15; client_no_context_takeover"
+        ));
+        assert!(ok("x-webkit-deflate-frame, permessage-deflate"));
+        let plain = offered([&b"permessage-deflate"[..]]).unwrap();
+        assert_eq!(plain.response(), RESPONSE);
+        assert_eq!(plain.max_compressed_bytes(), usize::MAX);
+        let small = offered([&b"permessage-deflate; server_max_window_bits=8"[..]]).unwrap();
+        assert_eq!(
+            small.response(),
+            format!("{RESPONSE}; server_max_window_bits=8")
+        );
+        assert_eq!(small.max_compressed_bytes(), 256);
+        // Declined: a window without its value, a bad value, a repeat, an unknown parameter.
+        assert!(!ok("permessage-deflate; server_max_window_bits"));
+        assert!(!ok("permessage-deflate; server_max_window_bits=7"));
+        assert!(!ok("permessage-deflate; client_max_window_bits=16"));
+        assert!(!ok("permessage-deflate; client_max_window_bits=08"));
+        assert!(!ok(
+            "permessage-deflate; server_no_context_takeover; server_no_context_takeover"
+        ));
+        assert!(!ok("permessage-deflate; mystery"));
+        assert!(!ok("permessage-deflate; server_no_context_takeover=1"));
+        assert!(!ok("x-webkit-deflate-frame"));
+        // A declined offer before an acceptable one: the second is taken.
+        let second = offered([
+            &b"permessage-deflate; mystery, permessage-deflate; server_max_window_bits=9"[..],
+        ]);
+        assert_eq!(second.map(|n| n.server_max_window_bits), Some(9));
+        assert!(offered([&b"foo"[..], &b"permessage-deflate"[..]]).is_some());
+    }
+
+    #[test]
+    fn a_message_round_trips_and_the_tail_is_left_out() {
+        let text = "{\"t\":\"set\",\"u\":[[1,1,2,3]]} ".repeat(50);
+        let compressed = deflate(text.as_bytes()).unwrap();
+        assert!(compressed.len() < text.len() / 5, "{}", compressed.len());
+        assert!(!compressed.ends_with(&TAIL));
+        let back = inflate(&compressed, 1 << 20).unwrap();
+        assert_eq!(back, text.as_bytes());
+        // The empty message (RFC 7692, 7.2.3.6) and a large incompressible one.
+        assert_eq!(inflate(&deflate(b"").unwrap(), 10).unwrap(), b"");
+        let noise: Vec<u8> = (0..200_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        assert_eq!(inflate(&deflate(&noise).unwrap(), 1 << 20).unwrap(), noise);
+    }
+
+    /// Data like a bitmap's: runs, repeats and noise, in a mix that changes along it.
+    fn structured(len: usize, seed: u32) -> Vec<u8> {
+        let mut x = seed;
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            let run = (x >> 20) as usize % 300;
+            match x >> 30 {
+                0 => out.extend(std::iter::repeat_n((x >> 8) as u8, run)),
+                1 if out.len() > 1000 => {
+                    let from = out.len() - 1 - (x >> 10) as usize % 1000;
+                    for k in 0..run {
+                        out.push(out[from + k % (out.len() - from)]);
+                    }
+                }
+                _ => out.extend((0..run).map(|k| (x >> (k % 24)) as u8)),
+            }
+        }
+        out.truncate(len);
+        out
+    }
+
+    #[test]
+    fn each_side_agrees_with_flate2s_own_streams() {
+        use std::io::{Read, Write};
+        for (len, seed) in [
+            (65_536, 1),
+            (131_072, 2),
+            (40_000, 3),
+            (200_000, 4),
+            (1, 5),
+            (777, 6),
+        ] {
+            let data = structured(len, seed);
+            // Ours compressed, flate2's reader decompressing.
+            let mut ours = deflate(&data).unwrap();
+            ours.extend_from_slice(&TAIL);
+            let mut back = Vec::new();
+            flate2::read::DeflateDecoder::new(&ours[..])
+                .read_to_end(&mut back)
+                .unwrap_or_default();
+            assert!(back == data, "{len} bytes: {} back", back.len());
+            // flate2's writer compressing (another level, in pieces), ours decompressing.
+            let mut w = flate2::write::DeflateEncoder::new(Vec::new(), Compression::default());
+            for piece in data.chunks(1000) {
+                w.write_all(piece).unwrap();
+            }
+            w.flush().unwrap();
+            let mut theirs = w.get_ref().clone();
+            assert!(theirs.ends_with(&TAIL));
+            theirs.truncate(theirs.len() - TAIL.len());
+            assert!(inflate(&theirs, 1 << 20).unwrap() == data, "{len} bytes");
+        }
+    }
+
+    #[test]
+    fn rfc_7692_examples_decompress() {
+        // 7.2.3.1: "Hello" compressed.
+        let hello = [0xf2, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00];
+        assert_eq!(inflate(&hello, 100).unwrap(), b"Hello");
+        // 7.2.3.3: "Hello" in a block with no compression.
+        let stored = [
+            0x00, 0x05, 0x00, 0xfa, 0xff, 0x48, 0x65, 0x6c, 0x6c, 0x6f, 0x00,
+        ];
+        assert_eq!(inflate(&stored, 100).unwrap(), b"Hello");
+    }
+
+    #[test]
+    fn a_bomb_stops_at_the_limit_and_garbage_fails() {
+        let zeros = vec![0u8; 10 << 20];
+        let bomb = deflate(&zeros).unwrap();
+        assert!(bomb.len() < (10 << 20) / 100, "{}", bomb.len());
+        assert_eq!(inflate(&bomb, 1 << 20), Err(WsError::TooBig));
+        assert_eq!(inflate(&bomb, 10 << 20).unwrap().len(), 10 << 20);
+        assert_eq!(
+            inflate(&[0xff, 0xff, 0xff, 0xff], 100),
+            Err(WsError::BadDeflate)
+        );
+    }
+
+    #[test]
+    fn a_frame_is_compressed_once_and_only_when_it_pays() {
+        let big = "{\"t\":\"page\",\"bits\":\"".to_string() + &"0".repeat(1024) + "\"}";
+        let f = OutFrame::message(true, big.as_bytes());
+        let (plain, deflated) = f.for_session(None);
+        assert!(!deflated);
+        assert_eq!(plain, f.plain());
+        let on = offered([&b"permessage-deflate"[..]]);
+        let (bytes, deflated) = f.for_session(on);
+        assert!(deflated && bytes.len() < 100, "{}", bytes.len());
+        assert_eq!(bytes[0], 0xc1, "FIN, RSV1, text");
+        let again = f.for_session(on).0.as_ptr();
+        assert_eq!(again, bytes.as_ptr(), "made once");
+        // Longer than the window a session allowed (2^9 = 512 bytes): plain to it.
+        let window_9 = offered([&b"permessage-deflate; server_max_window_bits=9"[..]]);
+        assert_eq!(f.for_session(window_9), (f.plain(), false));
+        // A payload under the threshold goes plain to everyone.
+        let small = OutFrame::message(true, b"{\"t\":\"set\"}");
+        assert_eq!(small.for_session(on), (small.plain(), false));
+    }
+}

@@ -1,0 +1,280 @@
+//! permessage-deflate (RFC 7692) on real sockets: the node's negotiation, what it decompresses
+//! and refuses, and what it sends compressed, against a client that compresses and
+//! decompresses with flate2 (raw deflate, a sync flush's four last bytes left out, as 7.2.1
+//! says), frame by frame on a raw socket, so every bit on the wire is the test's to check.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
+use support::*;
+
+/// The 101's extension header when the node accepts.
+const ACCEPTED: &str =
+    "sec-websocket-extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+
+/// Upgrades `s` at `path` offering `extensions` (none: no header); returns the 101's head.
+fn upgrade(s: &mut TcpStream, path: &str, extensions: Option<&str>) -> String {
+    let ext = extensions.map_or(String::new(), |e| {
+        format!("Sec-WebSocket-Extensions: {e}\r\n")
+    });
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{ext}\r\n"
+    )
+    .unwrap();
+    let head = String::from_utf8(read_head(s)).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    head.to_ascii_lowercase()
+}
+
+/// A final, masked client frame; `rsv1`: compressed.
+fn client_frame(opcode: u8, rsv1: bool, payload: &[u8]) -> Vec<u8> {
+    let mask = [7u8, 1, 9, 3];
+    let mut out = vec![0x80 | if rsv1 { 0x40 } else { 0 } | opcode];
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n < 65536 => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&mask);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    out
+}
+
+/// The next server frame: its first byte (FIN, RSV bits, opcode) and payload.
+fn next_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).expect("a frame");
+    assert_eq!(h[1] & 0x80, 0, "server frames are not masked");
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            s.read_exact(&mut l).unwrap();
+            u16::from_be_bytes(l) as usize
+        }
+        127 => {
+            let mut l = [0u8; 8];
+            s.read_exact(&mut l).unwrap();
+            u64::from_be_bytes(l) as usize
+        }
+        n => n as usize,
+    };
+    let mut p = vec![0; len];
+    s.read_exact(&mut p).unwrap();
+    (h[0], p)
+}
+
+/// A message's payload compressed as a permessage-deflate sender does.
+fn compress(data: &[u8]) -> Vec<u8> {
+    let mut c = Compress::new(Compression::default(), false);
+    let mut out = Vec::with_capacity(data.len() + 64);
+    c.compress_vec(data, &mut out, FlushCompress::Sync).unwrap();
+    assert!(out.ends_with(&[0, 0, 0xff, 0xff]) && out.len() < out.capacity());
+    out.truncate(out.len() - 4);
+    out
+}
+
+/// A compressed message's payload decompressed as a permessage-deflate receiver does.
+fn decompress(data: &[u8]) -> Vec<u8> {
+    let mut d = Decompress::new(false);
+    let mut input = data.to_vec();
+    input.extend_from_slice(&[0, 0, 0xff, 0xff]);
+    let mut out = Vec::with_capacity(1 << 20);
+    d.decompress_vec(&input, &mut out, FlushDecompress::Sync)
+        .unwrap();
+    assert_eq!(d.total_in() as usize, input.len());
+    out
+}
+
+/// A close frame's code.
+fn close_code(s: &mut TcpStream) -> u16 {
+    loop {
+        let (b0, p) = next_frame(s);
+        if b0 & 0x0f == 8 {
+            return u16::from_be_bytes([p[0], p[1]]);
+        }
+    }
+}
+
+fn counter(stats: &serde_json::Value, name: &str) -> u64 {
+    stats[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name} in /stats"))
+}
+
+#[test]
+fn echo_negotiates_and_compresses_both_ways() {
+    let node = TestNode::start(&[]);
+    let mut s = connect(node.public());
+    // As Chrome and Firefox offer it.
+    let head = upgrade(
+        &mut s,
+        "/o/echo/z",
+        Some("permessage-deflate; client_max_window_bits"),
+    );
+    assert!(head.contains(ACCEPTED), "{head}");
+    let big = format!("{{\"text\":\"{}\"}}", "all work and no play ".repeat(40));
+    // Compressed in, compressed out (FIN, RSV1, text).
+    s.write_all(&client_frame(1, true, &compress(big.as_bytes())))
+        .unwrap();
+    let (b0, p) = next_frame(&mut s);
+    assert_eq!(b0, 0xc1);
+    assert!(p.len() < big.len() / 4, "{} bytes", p.len());
+    assert_eq!(decompress(&p), big.as_bytes());
+    // Compressed in, plain out: too short to be worth compressing.
+    s.write_all(&client_frame(1, true, &compress(b"hi")))
+        .unwrap();
+    assert_eq!(next_frame(&mut s), (0x81, b"hi".to_vec()));
+    // Plain in (compression is per message), compressed out; binary too.
+    let bytes = vec![42u8; 5000];
+    s.write_all(&client_frame(2, false, &bytes)).unwrap();
+    let (b0, p) = next_frame(&mut s);
+    assert_eq!(b0, 0xc2);
+    assert_eq!(decompress(&p), bytes);
+    // The empty message compressed (RFC 7692, 7.2.3.6).
+    s.write_all(&client_frame(1, true, &[0x00])).unwrap();
+    assert_eq!(next_frame(&mut s), (0x81, Vec::new()));
+    let stats = node.stats();
+    assert_eq!(counter(&stats, "ws_deflate_opened"), 1);
+    assert_eq!(counter(&stats, "ws_inflated_in"), 3);
+    assert_eq!(counter(&stats, "ws_deflated_out"), 2);
+}
+
+#[test]
+fn offers_the_node_cannot_take_and_the_switch_off_give_plain_websockets() {
+    let node = TestNode::start(&[]);
+    // An offer with a parameter RFC 7692 does not define, then no offer at all: no extension,
+    // and a compressed frame is then a protocol error.
+    for offer in [Some("permessage-deflate; mystery=1"), None] {
+        let mut s = connect(node.public());
+        let head = upgrade(&mut s, "/o/echo/z", offer);
+        assert!(!head.contains("sec-websocket-extensions"), "{head}");
+        s.write_all(&client_frame(1, true, &compress(b"hello")))
+            .unwrap();
+        assert_eq!(close_code(&mut s), 1002);
+    }
+    // A declined offer, then one it takes: the second.
+    let mut s = connect(node.public());
+    let head = upgrade(
+        &mut s,
+        "/o/echo/z",
+        Some("permessage-deflate; server_no_context_takeover=1, permessage-deflate"),
+    );
+    assert!(head.contains(ACCEPTED), "{head}");
+    assert!(!head.contains("server_max_window_bits"), "{head}");
+    // A smaller window asked for: named in the answer, and a message longer than the window
+    // (2^9 = 512 bytes) goes plain while a shorter one goes compressed.
+    let mut s = connect(node.public());
+    let head = upgrade(
+        &mut s,
+        "/o/echo/z",
+        Some("permessage-deflate; server_max_window_bits=9"),
+    );
+    assert!(
+        head.contains(&format!("{ACCEPTED}; server_max_window_bits=9")),
+        "{head}"
+    );
+    for (len, compressed) in [(300, true), (1000, false)] {
+        let text = "z".repeat(len);
+        s.write_all(&client_frame(1, false, text.as_bytes()))
+            .unwrap();
+        let (b0, p) = next_frame(&mut s);
+        assert_eq!(b0 == 0xc1, compressed, "{len} bytes");
+        let got = if compressed { decompress(&p) } else { p };
+        assert_eq!(got, text.as_bytes());
+    }
+
+    let off = TestNode::start(&[("COMBD_WS_DEFLATE", "off")]);
+    let mut s = connect(off.public());
+    let head = upgrade(&mut s, "/o/echo/z", Some("permessage-deflate"));
+    assert!(!head.contains("sec-websocket-extensions"), "{head}");
+    s.write_all(&client_frame(1, false, b"plain")).unwrap();
+    assert_eq!(next_frame(&mut s), (0x81, b"plain".to_vec()));
+    assert_eq!(counter(&off.stats(), "ws_deflate_opened"), 0);
+}
+
+#[test]
+fn a_compression_bomb_closes_with_1009_and_garbage_with_1007() {
+    let node = TestNode::start(&[]);
+    let limit = node.stats()["limits"]["ws_max_message_bytes"]
+        .as_u64()
+        .unwrap();
+    // 16 MiB of zeros compress to about 16 KiB: under the limit on the wire, far over it once
+    // decompressed. The node stops at the limit.
+    let bomb = compress(&vec![0u8; 16 << 20]);
+    assert!((bomb.len() as u64) < limit / 8, "{}", bomb.len());
+    let rss_before = rss(node.pid());
+    let mut s = connect(node.public());
+    upgrade(&mut s, "/o/echo/z", Some("permessage-deflate"));
+    s.write_all(&client_frame(2, true, &bomb)).unwrap();
+    assert_eq!(close_code(&mut s), 1009);
+    assert!(
+        rss(node.pid()) < rss_before + 16 * limit,
+        "the node held what it decompressed"
+    );
+    // Bytes that are not deflate data, and text that is not UTF-8 once decompressed.
+    for payload in [vec![0xffu8; 16], compress(&[b'a', 0xc3, 0x28])] {
+        let mut s = connect(node.public());
+        upgrade(&mut s, "/o/echo/z", Some("permessage-deflate"));
+        s.write_all(&client_frame(1, true, &payload)).unwrap();
+        assert_eq!(close_code(&mut s), 1007);
+    }
+    assert_eq!(counter(&node.stats(), "ws_protocol_closed"), 3);
+}
+
+#[test]
+fn a_broadcast_goes_compressed_to_viewers_that_asked_and_plain_to_the_rest() {
+    let node = TestNode::start(&[("COMBD_TEST_APPS", "on")]);
+    let mut viewers: Vec<(TcpStream, bool)> = (0..4)
+        .map(|i| {
+            let deflate = i % 2 == 0;
+            let mut s = connect(node.public());
+            let head = upgrade(
+                &mut s,
+                "/o/fanout/d",
+                deflate.then_some("permessage-deflate"),
+            );
+            assert_eq!(head.contains(ACCEPTED), deflate);
+            (s, deflate)
+        })
+        .collect();
+    // The sessions are attached once the upgrade is answered: 3 frames of 2,000 bytes.
+    let r = post(&node, "/o/fanout/d?n=3&size=2000", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut seen = Vec::new();
+    for (s, deflate) in &mut viewers {
+        let frames: Vec<Vec<u8>> = (0..3)
+            .map(|_| {
+                let (b0, p) = next_frame(s);
+                if *deflate {
+                    assert_eq!(b0, 0xc1);
+                    assert!(p.len() < 200, "{} bytes", p.len());
+                    decompress(&p)
+                } else {
+                    assert_eq!(b0, 0x81);
+                    p
+                }
+            })
+            .collect();
+        seen.push(frames);
+    }
+    assert!(
+        seen.iter().all(|f| f == &seen[0]),
+        "every viewer got the same messages"
+    );
+    assert_eq!(seen[0][0].len(), 2000);
+    // Each frame compressed for the two viewers that asked: counted per session it went to.
+    assert_eq!(counter(&node.stats(), "ws_deflated_out"), 6);
+}
