@@ -54,7 +54,8 @@ fn masked_text(out: &mut Vec<u8>, payload: &[u8]) {
     out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
 }
 
-/// Splits complete server frames off `buf`; returns (opcode, payload) pairs.
+/// Splits complete server frames off `buf`; returns (opcode, payload) pairs, a compressed
+/// message's payload decompressed (`--deflate`).
 fn frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
     let mut out = Vec::new();
     let mut pos = 0;
@@ -75,7 +76,13 @@ fn frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
         if b.len() < hdr + len {
             break;
         }
-        out.push((b[0] & 0x0f, b[hdr..hdr + len].to_vec()));
+        let payload = &b[hdr..hdr + len];
+        let payload = if b[0] & 0x40 != 0 {
+            crate::inflate(payload)
+        } else {
+            payload.to_vec()
+        };
+        out.push((b[0] & 0x0f, payload));
         pos += hdr + len;
     }
     buf.drain(..pos);
@@ -178,6 +185,8 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut sent = 0u64;
     let mut errors = 0u64;
+    // Bytes read from the node once every viewer is in: what the clicks' echoes cost on the wire.
+    let mut bytes_received = 0u64;
     let mut events = Events::with_capacity(4096);
     let run_until = t0 + a.duration;
     let drain_until = run_until + Duration::from_secs(10);
@@ -238,7 +247,10 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
                         v.closed = true;
                         break;
                     }
-                    Ok(n) => v.inbuf.extend_from_slice(&tmp[..n]),
+                    Ok(n) => {
+                        bytes_received += n as u64;
+                        v.inbuf.extend_from_slice(&tmp[..n]);
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                     Err(_) => {
                         v.closed = true;
@@ -373,6 +385,9 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
         "node_batch_max": after["batch_max"],
         "node_session_mailbox_dropped": after["session_mailbox_dropped"],
         "node_mailbox_refused": after["mailbox_refused"],
+        "deflate": crate::DEFLATE.load(std::sync::atomic::Ordering::Relaxed),
+        "bytes_received_after_connect": bytes_received,
+        "node_ws_deflated_out": after["ws_deflated_out"],
     }))
 }
 

@@ -14,12 +14,15 @@
 //! `click` and `mailbox`: see `click.rs`; `http`: `http.rs`; `fanout`: `fanout.rs`.
 //!
 //! Usage: `combd-bench idle|flood|click|mailbox --port P [--target 127.0.0.2] [--conns N]
-//! [--out FILE] [--pages N] [--board NAME] [--interval-ms MS] [--duration-s S]`
+//! [--out FILE] [--pages N] [--board NAME] [--interval-ms MS] [--duration-s S] [--deflate on]`
+//! `--deflate on`: every WebSocket offers permessage-deflate (as browsers do) and decompresses
+//! what comes compressed.
 
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -53,6 +56,38 @@ pub(crate) struct Args {
     frames: usize,
 }
 
+/// `--deflate on`: the WebSockets offer permessage-deflate.
+pub(crate) static DEFLATE: AtomicBool = AtomicBool::new(false);
+
+/// A permessage-deflate message's payload decompressed (RFC 7692, 7.2.2: the sync flush's
+/// four bytes added back); what does not decompress comes back empty.
+pub(crate) fn inflate(payload: &[u8]) -> Vec<u8> {
+    let mut d = flate2::Decompress::new(false);
+    let mut input = payload.to_vec();
+    input.extend_from_slice(&[0, 0, 0xff, 0xff]);
+    let mut out = Vec::with_capacity(payload.len() * 8 + 1024);
+    loop {
+        let before = d.total_in();
+        if d.decompress_vec(
+            &input[d.total_in() as usize..],
+            &mut out,
+            flate2::FlushDecompress::Sync,
+        )
+        .is_err()
+        {
+            return Vec::new();
+        }
+        if d.total_in() as usize == input.len() && out.len() < out.capacity() {
+            return out;
+        }
+        if out.len() == out.capacity() {
+            out.reserve(out.len());
+        } else if d.total_in() == before {
+            return Vec::new();
+        }
+    }
+}
+
 fn parse_args() -> Result<(String, Args), String> {
     let mut it = std::env::args().skip(1);
     let scenario = it
@@ -82,6 +117,7 @@ fn parse_args() -> Result<(String, Args), String> {
             "--conns" => a.conns = v.parse().map_err(|_| format!("--conns {v:?}"))?,
             "--out" => a.out = Some(v),
             "--frames" => a.frames = v.parse().map_err(|_| format!("--frames {v:?}"))?,
+            "--deflate" => DEFLATE.store(v == "on", Ordering::Relaxed),
             "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
             "--board" => {
                 a.idle_board = Some(v.clone());
@@ -214,9 +250,14 @@ pub(crate) fn connect_from(target: Ipv4Addr, port: u16, i: usize) -> Result<TcpS
 /// Sends a WebSocket upgrade for `path` on `s` and reads the 101; returns any bytes read past
 /// the handshake (the first frames).
 pub(crate) fn upgrade(s: &mut (impl Read + Write), path: &str) -> Result<Vec<u8>, String> {
+    let ext = if DEFLATE.load(Ordering::Relaxed) {
+        "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+    } else {
+        ""
+    };
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{ext}\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
