@@ -346,6 +346,8 @@ fn idle(a: &Args) -> Result<serde_json::Value, String> {
     let rss_before = rss_bytes(pid);
     let tcp_before = tcp_mem_bytes();
     let slab_before = slab_bytes();
+    let cpu_before = cpu_seconds(pid);
+    let out_before = stats_or_null(a)["bytes_out"].as_u64().unwrap_or(0);
     let started = Instant::now();
     let mut socks = Vec::with_capacity(a.conns);
     let mut failed = 0usize;
@@ -368,6 +370,7 @@ fn idle(a: &Args) -> Result<serde_json::Value, String> {
         }
     }
     let open_secs = started.elapsed().as_secs_f64();
+    let open_cpu = cpu_seconds(pid) - cpu_before;
     // Let the node settle: the last handshakes' buffers are freed and the allocator is quiet.
     std::thread::sleep(Duration::from_secs(2));
     let rss_after = rss_bytes(pid);
@@ -404,6 +407,10 @@ fn idle(a: &Args) -> Result<serde_json::Value, String> {
         "ping_samples": rtts.len(),
         "ping_p50_ms": percentile(&rtts, 0.50),
         "ping_p99_ms": percentile(&rtts, 0.99),
+        "deflate": DEFLATE.load(Ordering::Relaxed),
+        "node_cpu_seconds_to_open": open_cpu,
+        "node_bytes_out_per_conn": (stats["bytes_out"].as_u64().unwrap_or(0).saturating_sub(out_before)) as f64 / n,
+        "node_ws_deflated_out": stats["ws_deflated_out"],
     }))
 }
 
