@@ -418,7 +418,7 @@ fn box_checked(i: usize) -> String {
 #[test]
 fn million_page_recovers_by_itself_in_chromium() {
     let Some(bin) = find_chromium() else {
-        eprintln!("skipped: no Chromium found (apt-get install chromium, or set COMBD_CHROMIUM)");
+        support::skipped("no Chromium found (apt-get install chromium, or set COMBD_CHROMIUM)");
         return;
     };
     let started = Instant::now();
@@ -451,8 +451,16 @@ fn million_page_recovers_by_itself_in_chromium() {
     // Chromium offers permessage-deflate: both tabs' WebSockets took it, and the page's state
     // (4,096 boxes in hex) came compressed.
     let stats = node.stats();
-    assert!(stats["ws_deflate_opened"].as_u64() >= Some(2), "{}", stats["ws_deflate_opened"]);
-    assert!(stats["ws_deflated_out"].as_u64() >= Some(2), "{}", stats["ws_deflated_out"]);
+    assert!(
+        stats["ws_deflate_opened"].as_u64() >= Some(2),
+        "{}",
+        stats["ws_deflate_opened"]
+    );
+    assert!(
+        stats["ws_deflated_out"].as_u64() >= Some(2),
+        "{}",
+        stats["ws_deflated_out"]
+    );
     assert!(shots.take(&mut b, &one, "live"));
 
     // On a phone's screen the page is laid out for it (the viewport tag), with boxes big

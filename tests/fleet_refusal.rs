@@ -13,6 +13,9 @@
 //! without python3 (the DNS server
 //! and the tool); a client not installed (curl, node, Chromium) is left out with one line.
 
+#[path = "support/skip.rs"]
+mod skip;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,11 +42,11 @@ fn have(cmd: &str, arg: &str) -> bool {
 /// why not otherwise.
 fn can_run() -> bool {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: not root (network namespaces need root)");
+        skip::skipped("not root (network namespaces need root)");
         return false;
     }
     if !have("ip", "-V") || !have("ip", "netns") {
-        eprintln!("skipped: no `ip netns` (apt-get install iproute2)");
+        skip::skipped("no `ip netns` (apt-get install iproute2)");
         return false;
     }
     // Root without the right to make namespaces (a container without CAP_SYS_ADMIN): skip.
@@ -54,14 +57,14 @@ fn can_run() -> bool {
         .status()
         .is_ok_and(|s| s.success())
     {
-        eprintln!("skipped: `ip netns add` is not allowed here");
+        skip::skipped("`ip netns add` is not allowed here");
         return false;
     }
     let _ = Command::new("ip")
         .args(["netns", "delete", &probe])
         .status();
     if !have("python3", "--version") {
-        eprintln!("skipped: no python3 (the DNS server and tools/fleet-netns/run)");
+        skip::skipped("no python3 (the DNS server and tools/fleet-netns/run)");
         return false;
     }
     true
@@ -205,7 +208,7 @@ fn fleet_nodes_pass_requests_to_a_full_owner_and_take_over_when_it_is_cut_off() 
         .unwrap_or_else(|_| Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cargo"))
         .join("bin/garage");
     if !have("etcd", "--version") || !(have("garage", "--version") || garage.exists()) {
-        eprintln!("skipped: no etcd or Garage (tools/fleet-env/install)");
+        skip::skipped("no etcd or Garage (tools/fleet-env/install)");
         return;
     }
     let requests = 10u64;

@@ -129,7 +129,7 @@ fn metrics_parse_and_agree_with_stats() {
 /// The unit's text, if `systemd-analyze` is installed (else the test says it skips).
 fn unit_if_analyzable() -> Option<String> {
     let Ok(which) = Command::new("systemd-analyze").arg("--version").output() else {
-        eprintln!("skipped: systemd-analyze is not installed");
+        support::skipped("systemd-analyze is not installed");
         return None;
     };
     assert!(which.status.success());
@@ -211,7 +211,9 @@ fn the_systemd_unit_runs_unprivileged_and_confined() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     if stderr.contains("unrecognized option") || stderr.contains("Unknown command") {
         // `--offline` came with systemd 250.
-        eprintln!("skipped: this systemd-analyze cannot rate a unit file offline: {stderr}");
+        support::skipped(&format!(
+            "this systemd-analyze cannot rate a unit file offline: {stderr}"
+        ));
         return;
     }
     let text = String::from_utf8_lossy(&out.stdout);

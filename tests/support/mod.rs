@@ -7,6 +7,9 @@ pub mod powercut;
 pub mod proxy;
 pub mod tls;
 
+mod skip;
+pub use skip::skipped;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -336,7 +339,7 @@ impl SmallDisk {
             Some(SmallDisk(dir))
         } else {
             let _ = std::fs::remove_dir(&dir);
-            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            skipped("cannot mount a tmpfs here (needs root)");
             None
         }
     }

@@ -1,0 +1,23 @@
+//! A test that cannot run here says so: one line on stderr (which `cargo test` shows only for a
+//! failing test) and, when `SKIPPED_TESTS_FILE` names a file (`.ci/run` sets it), the same line
+//! appended to that file with the test's name, so the run's closing line counts the skips and
+//! names them: a test that returns early is never taken for one that passed.
+
+/// Reports that the running test is skipped, and why.
+pub fn skipped(why: &str) {
+    eprintln!("skipped: {why}");
+    if let Some(path) = std::env::var_os("SKIPPED_TESTS_FILE") {
+        use std::io::Write;
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("a test")
+            .to_string();
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{test}: {why}");
+        }
+    }
+}
