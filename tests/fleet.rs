@@ -9,7 +9,11 @@
 
 #[path = "../fleet/tests/support/mod.rs"]
 mod fleet_support;
+#[path = "fleet/no_work.rs"]
+mod no_work;
 mod support;
+#[path = "fleet/trust.rs"]
+mod trust;
 #[path = "fleet/unreachable.rs"]
 mod unreachable;
 #[path = "fleet/unshipped.rs"]
@@ -31,7 +35,12 @@ struct Fleet {
     etcd: fleet_support::Etcd,
     s3: fleet_support::S3,
     secret: std::path::PathBuf,
+    /// The fleet key's file (every node of the fleet reads the same).
+    key: std::path::PathBuf,
 }
+
+/// The fleet key the tests' fleets sign with.
+const FLEET_KEY: &str = "combd-test-fleet-key-0123456789abcdef";
 
 impl Fleet {
     fn start(test: &str) -> Option<Fleet> {
@@ -39,7 +48,14 @@ impl Fleet {
         let s3 = fleet_support::S3::start(test)?;
         let secret = fleet_support::temp_dir("secret").join("secret");
         std::fs::write(&secret, format!("{}\n", s3.bucket.secret_key)).unwrap();
-        Some(Fleet { etcd, s3, secret })
+        let key = secret.with_file_name("fleet.key");
+        std::fs::write(&key, format!("{FLEET_KEY}\n")).unwrap();
+        Some(Fleet {
+            etcd,
+            s3,
+            secret,
+            key,
+        })
     }
 
     /// A node of this fleet, its fleet listener on a port of its own.
@@ -53,9 +69,36 @@ impl Fleet {
 
     /// A node of this fleet that reaches the bucket at `bucket_url`, with `more` settings.
     fn node_on(&self, ttl: &str, bucket_url: &str, more: &[(&str, &str)]) -> TestNode {
+        let address = format!("127.0.0.1:{}", fleet_support::free_port());
+        self.node_at(&address, ttl, bucket_url, more)
+    }
+
+    /// A node of this fleet and its fleet address.
+    fn node_and_address(&self) -> (TestNode, String) {
+        let address = format!("127.0.0.1:{}", fleet_support::free_port());
+        let node = self.node_at(&address, LEASE_TTL, &self.s3.bucket.endpoint, &[]);
+        (node, address)
+    }
+
+    /// The fleet key's signature of `method target` (no body) to the node at `to`: what a
+    /// node passing the request on sends.
+    fn sign(&self, to: &str, method: &str, target: &str) -> String {
+        combd_fleet::auth::parse_fleet_key(FLEET_KEY)
+            .unwrap()
+            .sign(to, method, target, b"")
+    }
+
+    /// A node of this fleet at fleet address `address`.
+    fn node_at(
+        &self,
+        address: &str,
+        ttl: &str,
+        bucket_url: &str,
+        more: &[(&str, &str)],
+    ) -> TestNode {
         let b = &self.s3.bucket;
         let secret = self.secret.display().to_string();
-        let address = format!("127.0.0.1:{}", fleet_support::free_port());
+        let key = self.key.display().to_string();
         let mut env: Vec<(&str, &str)> = vec![
             ("COMBD_FLEET_ETCD", &self.etcd.endpoint),
             ("COMBD_FLEET_BUCKET_URL", bucket_url),
@@ -63,7 +106,8 @@ impl Fleet {
             ("COMBD_FLEET_BUCKET_REGION", &b.region),
             ("COMBD_FLEET_ACCESS_KEY", &b.access_key),
             ("COMBD_FLEET_SECRET_KEY_FILE", &secret),
-            ("COMBD_FLEET_NODE", &address),
+            ("COMBD_FLEET_KEY_FILE", &key),
+            ("COMBD_FLEET_NODE", address),
             ("COMBD_FLEET_LEASE_TTL", ttl),
         ];
         env.extend_from_slice(more);
@@ -229,7 +273,7 @@ fn a_dead_owners_object_answers_from_another_node_with_every_acknowledged_write(
         return;
     };
     let a = fleet.node();
-    let b = fleet.node();
+    let (b, b_at) = fleet.node_and_address();
     const WRITES: u64 = 30;
     for i in 1..=WRITES {
         assert_eq!(post_acked(&a, "x"), i);
@@ -241,10 +285,15 @@ fn a_dead_owners_object_answers_from_another_node_with_every_acknowledged_write(
     assert_eq!(post_acked(&b, "x"), WRITES + 1);
     assert!(stat(&b, "fleet_claims_lost") >= 1);
     assert!(stat(&b, "fleet_forwarded") >= 2);
-    // A request another node already passed on is not passed on again.
+    // A request another node already passed on (signed by it) is not passed on again.
+    let signed = fleet.sign(&b_at, "GET", "/o/counter/x");
     let r = request(
         b.public(),
-        b"GET /o/counter/x HTTP/1.1\r\nHost: x\r\ncombd-forwarded: 1\r\n\r\n",
+        format!(
+            "GET /o/counter/x HTTP/1.1\r\nHost: x\r\ncombd-forwarded: 1\r\n\
+             combd-fleet-auth: {signed}\r\n\r\n"
+        )
+        .as_bytes(),
     );
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"], "object owned by another node");
@@ -378,7 +427,7 @@ fn a_websocket_to_a_node_that_does_not_own_the_object_reaches_the_owner() {
         return;
     };
     let a = fleet.node();
-    let b = fleet.node();
+    let (b, b_at) = fleet.node_and_address();
     for i in 1..=3 {
         assert_eq!(post_acked(&a, "w"), i);
     }
@@ -394,12 +443,16 @@ fn a_websocket_to_a_node_that_does_not_own_the_object_reaches_the_owner() {
     // The client's close reaches the owner, and the node in between lets go.
     close_passed_through(ws, &b, &a);
 
-    // An upgrade another node already passed on is not passed on again.
+    // An upgrade another node already passed on (signed by it) is not passed on again.
+    let signed = fleet.sign(&b_at, "GET", "/o/counter/w");
     let r = request(
         b.public(),
-        b"GET /o/counter/w HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-          combd-forwarded: 1\r\n\r\n",
+        format!(
+            "GET /o/counter/w HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             combd-forwarded: 1\r\ncombd-fleet-auth: {signed}\r\n\r\n"
+        )
+        .as_bytes(),
     );
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"], "object owned by another node");

@@ -49,7 +49,7 @@ fn main() {
     let token = 1;
     let snap = Head { seq: 1, token };
     let snapshot = owner.snapshot();
-    ship_snapshot(&bucket, &object, snap, &snapshot).unwrap();
+    ship_snapshot(&bucket, &object, snap, snapshot.clone()).unwrap();
     let mut cursor = WalCursor::new();
     let mut head = snap;
     for i in 0..SEGMENTS {

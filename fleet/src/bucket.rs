@@ -18,12 +18,18 @@ use rusty_s3::actions::{
 };
 use rusty_s3::{Credentials, UrlStyle};
 
+use crate::auth::FleetKey;
 use crate::http::{self, Failure};
 
 /// How long a signed URL stays valid: longer than any call may take, short enough that a
 /// captured URL is soon useless.
 const SIGNATURE_VALID: Duration = Duration::from_secs(60);
 const _: () = assert!(FLEET_BUCKET_TIMEOUT.as_secs() < SIGNATURE_VALID.as_secs());
+
+/// What the MAC of an object stored sealed covers first ([`Bucket::put_sealed`]).
+const SEAL_LABEL: &[u8] = b"combd fleet bucket object v1\n";
+/// Bytes of the MAC after a sealed object's body.
+pub const SEAL_BYTES: usize = 32;
 
 /// The region S3 signatures name when none is given: Garage's default `s3_region`.
 pub const DEFAULT_REGION: &str = "garage";
@@ -103,6 +109,8 @@ pub struct Bucket {
     agent: ureq::Agent,
     /// Calls tried again after a server error, by this client and its clones.
     retries: Arc<AtomicU64>,
+    /// The fleet key, which seals what the fleet stores ([`Bucket::put_sealed`]).
+    fleet_key: Option<Arc<FleetKey>>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -137,7 +145,55 @@ impl Bucket {
             credentials: Credentials::new(config.access_key.clone(), config.secret_key.clone()),
             agent: http::agent(FLEET_BUCKET_TIMEOUT),
             retries: Arc::new(AtomicU64::new(0)),
+            fleet_key: None,
         })
+    }
+
+    /// The client, sealing and checking with `key` ([`Bucket::put_sealed`],
+    /// [`Bucket::get_sealed`]).
+    pub fn with_fleet_key(mut self, key: Arc<FleetKey>) -> Bucket {
+        self.fleet_key = Some(key);
+        self
+    }
+
+    fn fleet_key(&self, op: &'static str, key: &str) -> Result<&FleetKey, BucketError> {
+        self.fleet_key.as_deref().ok_or_else(|| {
+            Self::error(
+                op,
+                key,
+                Failure::BadAnswer("this bucket client has no fleet key to seal with".into()),
+            )
+        })
+    }
+
+    /// Stores `body` under `key` sealed: followed by the fleet key's MAC of the key and the
+    /// body ([`SEAL_BYTES`]), so that [`Bucket::get_sealed`] takes it back only as this
+    /// fleet's nodes stored it, and only under this key (a segment or snapshot copied to
+    /// another object's or another number's key does not pass).
+    pub fn put_sealed(&self, key: &str, mut body: Vec<u8>) -> Result<(), BucketError> {
+        let mac = self
+            .fleet_key("put", key)?
+            .seal(SEAL_LABEL, &[key.as_bytes(), &body]);
+        body.extend_from_slice(&mac);
+        self.put(key, &body)
+    }
+
+    /// What [`Bucket::put_sealed`] stored under `key` (at most `max_bytes` of it), `None` if
+    /// there is nothing; [`Failure::NotSealed`] if what is there is not sealed with the fleet
+    /// key for this key.
+    pub fn get_sealed(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, BucketError> {
+        let fleet = self.fleet_key("get", key)?;
+        let Some(mut bytes) = self.get(key, max_bytes.saturating_add(SEAL_BYTES as u64))? else {
+            return Ok(None);
+        };
+        let body = bytes.len().checked_sub(SEAL_BYTES);
+        match body {
+            Some(n) if fleet.check(SEAL_LABEL, &[key.as_bytes(), &bytes[..n]], &bytes[n..]) => {
+                bytes.truncate(n);
+                Ok(Some(bytes))
+            }
+            _ => Err(Self::error("get", key, Failure::NotSealed)),
+        }
     }
 
     /// Calls tried again after a server error so far, by this client and its clones.
@@ -268,6 +324,23 @@ impl Bucket {
         let body = http::body(&mut resp, FLEET_LIST_ANSWER_MAX_BYTES)
             .map_err(|f| Self::error(op, key, f))?;
         Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// Whether any key starts with `prefix` (one listing of one key).
+    pub fn any(&self, prefix: &str) -> Result<bool, BucketError> {
+        let mut action = ListObjectsV2::new(&self.bucket, Some(&self.credentials));
+        action.with_prefix(prefix);
+        action.with_max_keys(1);
+        let url = action.sign(SIGNATURE_VALID);
+        let text = Self::answer("list", prefix, self.agent.get(url.as_str()).call())?;
+        let page = ListObjectsV2::parse_response(&text).map_err(|e| {
+            Self::error(
+                "list",
+                prefix,
+                Failure::BadAnswer(format!("listing XML: {e}")),
+            )
+        })?;
+        Ok(!page.contents.is_empty())
     }
 
     /// The keys that start with `prefix`, in order, at most `max_keys` of them (a listing

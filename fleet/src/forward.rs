@@ -3,8 +3,13 @@
 //! (`COMBD_FLEET_NODE`, a listener that is never refused) and answers with the owner's answer.
 //! The request carries [`FORWARDED_HEADER`], and a node never forwards such a request again:
 //! two nodes that each believe the other owns an object answer 503 instead of bouncing it.
+//! It is signed with the fleet key ([`crate::auth`]): the owner takes it only so.
+
+use std::sync::Arc;
 
 use combd_kernel::limits::FLEET_FORWARD_TIMEOUT;
+
+use crate::auth::{FleetKey, AUTH_HEADER};
 
 use crate::http::{self, Failure};
 
@@ -30,19 +35,16 @@ pub struct Forwarded {
 #[derive(Debug)]
 pub struct Forwarder {
     agent: ureq::Agent,
-}
-
-impl Default for Forwarder {
-    fn default() -> Self {
-        Forwarder::new()
-    }
+    key: Arc<FleetKey>,
 }
 
 impl Forwarder {
-    /// A forwarder whose every call is over within [`FLEET_FORWARD_TIMEOUT`].
-    pub fn new() -> Forwarder {
+    /// A forwarder signing with `key`, whose every call is over within
+    /// [`FLEET_FORWARD_TIMEOUT`].
+    pub fn new(key: Arc<FleetKey>) -> Forwarder {
         Forwarder {
             agent: http::agent(FLEET_FORWARD_TIMEOUT),
+            key,
         }
     }
 
@@ -60,6 +62,7 @@ impl Forwarder {
             .method(method)
             .uri(format!("http://{owner}{target}"))
             .header(FORWARDED_HEADER, "1")
+            .header(AUTH_HEADER, self.key.sign(owner, method, target, body))
             .body(body.to_vec())
             .map_err(|e| Failure::BadAnswer(format!("request: {e}")))?;
         let mut resp = self.agent.run(request).map_err(http::failure)?;

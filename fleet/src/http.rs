@@ -29,6 +29,9 @@ pub enum Failure {
     },
     /// The answer could not be understood (the message says why).
     BadAnswer(String),
+    /// What the bucket holds under a key is not sealed with the fleet key for that key:
+    /// stored by something other than this fleet's nodes, or changed since.
+    NotSealed,
 }
 
 impl std::fmt::Display for Failure {
@@ -39,6 +42,10 @@ impl std::fmt::Display for Failure {
             Failure::Status { code, body } => write!(f, "status {code}: {body}"),
             Failure::TooLarge { limit } => write!(f, "answer over its limit of {limit}"),
             Failure::BadAnswer(m) => write!(f, "bad answer: {m}"),
+            Failure::NotSealed => write!(
+                f,
+                "not sealed with the fleet key for its key (stored by another, or changed)"
+            ),
         }
     }
 }

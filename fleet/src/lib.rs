@@ -20,6 +20,9 @@
 //! - [`restore`]: an object's database back from the bucket, following the chain of segments
 //!   from the head the coordinator records.
 //!
+//! - [`auth`]: the fleet key, and the signature every request one node passes on to another
+//!   carries (an HMAC under the key, checked before the request is taken).
+//!
 //! [`config`] turns the node's validated `COMBD_FLEET_*` settings into the clients'
 //! configurations (and reads the bucket's secret key from its file).
 //!
@@ -53,6 +56,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod bucket;
 pub mod config;
 pub mod coordinator;

@@ -5,7 +5,9 @@
 //! (`seq`, `token`) exists, it is the start; else segment (`seq`, `token`) is read, and the walk
 //! goes on from (`seq - 1`, its `prev_token`); segment 0 does not exist (an object's first
 //! segment is 1 and names token 0 before it), so reaching it means starting from an empty
-//! database. Then [`segment::restore`] applies the chain forward.
+//! database. Then [`segment::restore`] applies the chain forward. Every segment and snapshot
+//! is read sealed ([`Bucket::get_sealed`]): what the fleet key did not seal for its key is
+//! never applied.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -136,7 +138,7 @@ pub fn restore_object_within(
         let bytes = match fetched.remove(&(seq, token)) {
             Some(bytes) => bytes,
             None => bucket
-                .get(&key, FLEET_SEGMENT_MAX_BYTES as u64)?
+                .get_sealed(&key, FLEET_SEGMENT_MAX_BYTES as u64)?
                 .ok_or(RestoreError::Missing { seq, token })?,
         };
         held += bytes.len() as u64;
@@ -159,7 +161,7 @@ pub fn restore_object_within(
         None => None,
         Some((s, t)) => Some(
             bucket
-                .get(&keys::snapshot(object, s, t), FLEET_SNAPSHOT_MAX_BYTES)?
+                .get_sealed(&keys::snapshot(object, s, t), FLEET_SNAPSHOT_MAX_BYTES)?
                 .ok_or(RestoreError::Missing { seq: s, token: t })?,
         ),
     };
@@ -219,7 +221,7 @@ fn prefetch(
                     return;
                 }
                 let key = keys::segment(object, seq, token);
-                match bucket.get(&key, FLEET_SEGMENT_MAX_BYTES as u64) {
+                match bucket.get_sealed(&key, FLEET_SEGMENT_MAX_BYTES as u64) {
                     Ok(Some(bytes)) => {
                         held.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                         lock(&found).insert((seq, token), bytes);

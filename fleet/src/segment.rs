@@ -15,7 +15,8 @@
 //! frames u32 | name_len u16 | name | frames (24 + page_size bytes each) | crc32 u32
 //! ```
 //!
-//! (little-endian; the CRC-32 covers every byte before it). `seq` is the object's segment
+//! (little-endian; the CRC-32 covers every byte before it; in the bucket the segment is
+//! sealed as well, `Bucket::put_sealed`, with the fleet key's MAC of its key and bytes). `seq` is the object's segment
 //! number: the snapshot a restore starts from covers segments up to some `seq`, and each
 //! segment after it is the next number. `token` is the fencing token of the owner that wrote
 //! it and `prev_token` the token of the segment before it, so a restore follows the chain back
@@ -34,7 +35,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use combd_kernel::limits::FLEET_SEGMENT_MAX_BYTES;
+use combd_kernel::limits::{FLEET_SEGMENT_MAX_BYTES, FLEET_SNAPSHOT_MAX_BYTES};
 
 /// Bytes of the WAL file's header.
 pub const WAL_HEADER_BYTES: u64 = 32;
@@ -508,9 +509,19 @@ pub fn restore(
             )));
         }
         let page = u64::from(seg.page_size);
+        // No page past the largest database a fleet node keeps: a forged number would make a
+        // sparse file at a huge offset.
+        let pages_max = FLEET_SNAPSHOT_MAX_BYTES / page;
         for (pgno, db_pages, data) in seg.frames() {
             if pgno == 0 {
                 return Err(malformed(format!("segment {} writes page 0", seg.seq)));
+            }
+            if u64::from(pgno) > pages_max || u64::from(db_pages) > pages_max {
+                return Err(malformed(format!(
+                    "segment {} writes page {pgno} of a database of {db_pages} pages: past the \
+                     {pages_max} pages of {page} bytes a fleet database may have",
+                    seg.seq
+                )));
             }
             file.seek(SeekFrom::Start((u64::from(pgno) - 1) * page))
                 .map_err(io("seek in the restored database"))?;

@@ -34,12 +34,12 @@ impl std::fmt::Display for ShipError {
 
 impl std::error::Error for ShipError {}
 
-/// Uploads `segment` under its (seq, token) key. It is not part of the object until a head
+/// Uploads `segment` under its (seq, token) key, sealed. It is not part of the object until a head
 /// advance names it (or a later segment of its chain).
 pub fn upload_segment(bucket: &Bucket, segment: &Segment) -> Result<(), ShipError> {
     let key = keys::segment(&segment.object, segment.seq, segment.token);
     bucket
-        .put(&key, &segment.encode())
+        .put_sealed(&key, segment.encode())
         .map_err(ShipError::Bucket)
 }
 
@@ -63,17 +63,17 @@ pub fn ship_segment(
         .map_err(ShipError::Coordinator)
 }
 
-/// Uploads `database` (a checkpointed database file) as `object`'s snapshot as of `head`:
-/// restores start from it instead of walking the segments before it, which may then be
-/// deleted.
+/// Uploads `database` (a checkpointed database file) as `object`'s snapshot as of `head`,
+/// sealed: restores start from it instead of walking the segments before it, which may then
+/// be deleted.
 pub fn ship_snapshot(
     bucket: &Bucket,
     object: &str,
     head: Head,
-    database: &[u8],
+    database: Vec<u8>,
 ) -> Result<(), ShipError> {
     bucket
-        .put(&keys::snapshot(object, head.seq, head.token), database)
+        .put_sealed(&keys::snapshot(object, head.seq, head.token), database)
         .map_err(ShipError::Bucket)
 }
 

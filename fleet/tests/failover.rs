@@ -64,7 +64,9 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         return;
     };
     let Some(s3) = S3::start(test) else { return };
-    let bucket = Bucket::new(&s3.bucket).unwrap();
+    let bucket = Bucket::new(&s3.bucket)
+        .unwrap()
+        .with_fleet_key(support::fleet_key());
     let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
     let object = format!("{}room", s3.unique_prefix().trim_end_matches('/'));
     let ttl = Duration::from_secs(30);
@@ -92,7 +94,7 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         seq: a.head.0,
         token: a.head.1,
     };
-    ship_snapshot(&bucket, &object, snap_head, &a.db.snapshot()).unwrap();
+    ship_snapshot(&bucket, &object, snap_head, a.db.snapshot()).unwrap();
     assert_eq!(
         a.commit_and_ship("UPDATE t SET v = v || '+' WHERE v = 'a1'", &bucket, &c),
         Advance::Done
@@ -146,7 +148,8 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         .iter()
         .map(|&seq| {
             let key = keys::segment(&object, seq, a.token);
-            bucket.get(&key, u64::MAX).unwrap().unwrap().len() as u64
+            // What a restore holds of it: its bytes without their seal.
+            bucket.get_sealed(&key, u64::MAX).unwrap().unwrap().len() as u64
         })
         .sum();
     let path_at = dir_b.join("at-bound.sqlite");
@@ -218,7 +221,7 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         seq: 5,
         token: b.token,
     };
-    ship_snapshot(&bucket, &object, head_b, &b.db.snapshot()).unwrap();
+    ship_snapshot(&bucket, &object, head_b, b.db.snapshot()).unwrap();
     let before = bucket
         .list(&keys::object_prefix(&object), FLEET_LIST_KEYS_MAX)
         .unwrap();
@@ -277,7 +280,8 @@ fn shipping_fails_when_the_bucket_is_unreachable_and_nothing_advances() {
         access_key: "GK".into(),
         secret_key: "s".into(),
     })
-    .unwrap();
+    .unwrap()
+    .with_fleet_key(support::fleet_key());
     let dir = temp_dir("no-bucket");
     let db = Db::create(&dir);
     let seg = WalCursor::new()
@@ -292,5 +296,95 @@ fn shipping_fails_when_the_bucket_is_unreachable_and_nothing_advances() {
     }
     // The head did not move: the batch is not in the fleet and must not be acknowledged.
     assert_eq!(c.head("room").unwrap(), None);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn what_the_fleet_key_did_not_seal_for_its_key_is_never_restored() {
+    let test = "what_the_fleet_key_did_not_seal_is_never_restored";
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let Some(s3) = S3::start(test) else { return };
+    let bucket = Bucket::new(&s3.bucket)
+        .unwrap()
+        .with_fleet_key(support::fleet_key());
+    let other_fleet = Bucket::new(&s3.bucket)
+        .unwrap()
+        .with_fleet_key(std::sync::Arc::new(
+            combd_fleet::auth::parse_fleet_key("some-other-fleet-key-0123456789abcdef").unwrap(),
+        ));
+    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
+    let object = format!("{}sealed", s3.unique_prefix().trim_end_matches('/'));
+    let lease = c.grant_lease(Duration::from_secs(30)).unwrap();
+    let Claim::Won(claim) = c.claim(&object, "127.0.0.2:8080", &lease).unwrap() else {
+        panic!("first claim");
+    };
+    let dir = temp_dir("sealed");
+    let mut a = Owner {
+        db: Db::create(&dir),
+        cursor: WalCursor::new(),
+        object: object.clone(),
+        token: claim.token,
+        head: (0, 0),
+    };
+    assert_eq!(a.ship(&bucket, &c), Advance::Done);
+    assert_eq!(
+        a.commit_and_ship("INSERT INTO t(v) VALUES ('a1')", &bucket, &c),
+        Advance::Done
+    );
+    let head = c.head(&object).unwrap();
+    let good = dir.join("good.sqlite");
+    restore_object(&bucket, &object, head, &good).unwrap();
+    assert_eq!(rows(&open_checked(&good)), rows(&a.db.conn));
+
+    let seg2 = keys::segment(&object, 2, a.token);
+    let sealed = bucket.get(&seg2, 1 << 20).unwrap().unwrap();
+    let not_sealed = |what: &str| {
+        let e = restore_object(&bucket, &object, head, &dir.join("bad.sqlite")).unwrap_err();
+        assert!(
+            matches!(&e, RestoreError::Bucket(b) if b.failure == Failure::NotSealed && b.key == seg2),
+            "{what}: {e}"
+        );
+    };
+    // One byte of the segment changed (its own CRC-32 made right again would not help: the
+    // MAC covers it).
+    let mut changed = sealed.clone();
+    changed[40] ^= 1;
+    bucket.put(&seg2, &changed).unwrap();
+    not_sealed("a changed byte");
+    // A segment as a node without the key would write it: no MAC at all.
+    bucket.put(&seg2, &sealed[..sealed.len() - 32]).unwrap();
+    not_sealed("unsealed");
+    // Sealed by another fleet's key.
+    other_fleet
+        .put_sealed(&seg2, sealed[..sealed.len() - 32].to_vec())
+        .unwrap();
+    not_sealed("another fleet's key");
+    // This fleet's sealed segment 1, copied to segment 2's key.
+    let seg1 = bucket
+        .get(&keys::segment(&object, 1, a.token), 1 << 20)
+        .unwrap()
+        .unwrap();
+    bucket.put(&seg2, &seg1).unwrap();
+    not_sealed("sealed for another key");
+    // Put back, it restores again.
+    bucket.put(&seg2, &sealed).unwrap();
+    restore_object(&bucket, &object, head, &dir.join("again.sqlite")).unwrap();
+
+    // A snapshot at the head that is not sealed: refused, not restored.
+    let (hs, ht) = (head.unwrap().seq, head.unwrap().token);
+    let snap = keys::snapshot(&object, hs, ht);
+    bucket.put(&snap, &a.db.snapshot()).unwrap();
+    let e = restore_object(&bucket, &object, head, &dir.join("snap.sqlite")).unwrap_err();
+    assert!(
+        matches!(&e, RestoreError::Bucket(b) if b.failure == Failure::NotSealed && b.key == snap),
+        "{e}"
+    );
+    ship_snapshot(&bucket, &object, head.unwrap(), a.db.snapshot()).unwrap();
+    let from_snapshot = dir.join("from-snapshot.sqlite");
+    let restored = restore_object(&bucket, &object, head, &from_snapshot).unwrap();
+    assert_eq!(restored.snapshot, Some((hs, ht)));
+    assert_eq!(rows(&open_checked(&from_snapshot)), rows(&a.db.conn));
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -17,4 +17,7 @@ pub fn bucket() -> Bucket {
         secret_key: f[4].into(),
     })
     .unwrap()
+    .with_fleet_key(std::sync::Arc::new(
+        combd_fleet::auth::parse_fleet_key("combd-fleet-examples-key-0123456789abcdef").unwrap(),
+    ))
 }

@@ -6,6 +6,12 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+// The node's tests load this file and their own support, which has it too.
+#[allow(clippy::duplicate_mod)]
+#[path = "../../../tests/support/skip.rs"]
+mod skip;
+pub use skip::skipped;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -29,6 +35,13 @@ pub const BUCKET: &str = "combd-test";
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 /// A fresh directory under the system's temporary directory.
+/// The fleet key the tests seal with.
+pub fn fleet_key() -> std::sync::Arc<combd_fleet::auth::FleetKey> {
+    std::sync::Arc::new(
+        combd_fleet::auth::parse_fleet_key("combd-fleet-tests-key-0123456789abcdef").unwrap(),
+    )
+}
+
 pub fn temp_dir(what: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "combd-fleet-{what}-{}-{}",
@@ -106,10 +119,10 @@ impl Etcd {
     /// installed.
     pub fn start(test: &str) -> Option<Etcd> {
         let Some(bin) = find_binary("etcd") else {
-            eprintln!(
-                "skipped {test}: etcd is not installed (tools/fleet-env/install, or apt-get \
-                 install etcd-server)"
-            );
+            skipped(&format!(
+                "{test}: etcd is not installed (tools/fleet-env/install, or apt-get install \
+                 etcd-server)"
+            ));
             return None;
         };
         let dir = temp_dir("etcd");
@@ -125,7 +138,12 @@ impl Etcd {
                 .arg(format!("--listen-peer-urls={peer_url}"))
                 .arg(format!("--initial-advertise-peer-urls={peer_url}"))
                 .arg(format!("--initial-cluster=test={peer_url}"))
-                .arg("--log-level=warn"),
+                .arg("--log-level=warn")
+                // As tools/fleet-env/up runs it (README, "The fleet": etcd kept small).
+                .args([
+                    "--auto-compaction-mode=periodic",
+                    "--auto-compaction-retention=5m",
+                ]),
             &dir,
             "etcd.log",
         );
@@ -211,10 +229,10 @@ impl Garage {
     /// one printed line) if it is not installed.
     pub fn start(test: &str) -> Option<Garage> {
         let Some(bin) = find_binary("garage") else {
-            eprintln!(
-                "skipped {test}: garage is not installed (tools/fleet-env/install builds it \
-                 into ~/.cargo/bin)"
-            );
+            skipped(&format!(
+                "{test}: garage is not installed (tools/fleet-env/install builds it into \
+                 ~/.cargo/bin)"
+            ));
             return None;
         };
         let dir = temp_dir("garage");

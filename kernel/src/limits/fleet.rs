@@ -65,9 +65,17 @@ pub const FLEET_SEGMENT_MAX_BYTES: usize = 64 << 20;
 /// most `COMBD_RESTORES_AT_ONCE` (4) at once per shard.
 pub const FLEET_RESTORE_SEGMENTS_MAX_BYTES: u64 = 256 << 20;
 
-/// Largest snapshot a restore reads: the largest database (`COMBD_DB_MAX`'s default) and a
-/// margin for its last pages.
-pub const FLEET_SNAPSHOT_MAX_BYTES: u64 = DB_MAX_BYTES + (DB_MAX_BYTES >> 4);
+/// Largest `COMBD_DB_MAX` a fleet node starts with (a larger one fails start-up naming it): a
+/// snapshot is read and uploaded whole, in memory, and restored whole, so a database past
+/// what a restore reads could be snapshotted (its segments then pruned) and never restored.
+/// `COMBD_DB_MAX`'s default.
+pub const FLEET_DB_MAX_BYTES: u64 = DB_MAX_BYTES;
+
+/// Largest snapshot a restore reads, and a node uploads: the largest fleet database
+/// ([`FLEET_DB_MAX_BYTES`]) and a margin for its last pages. A restore also refuses a segment
+/// that writes a page past it (a forged page number would make a sparse file at a huge
+/// offset).
+pub const FLEET_SNAPSHOT_MAX_BYTES: u64 = FLEET_DB_MAX_BYTES + (FLEET_DB_MAX_BYTES >> 4);
 
 /// Most keys a listing of one object's segments or snapshots may return before the restore
 /// gives up (a sign that old segments are not being deleted).
@@ -186,3 +194,25 @@ const _: () = assert!(
 );
 // An owner found unreachable is tried again well before the shortest lease lapses.
 const _: () = assert!(FLEET_OWNER_RETRY_INTERVAL.as_nanos() < FLEET_LEASE_TTL_MIN.as_nanos() / 2);
+
+/// Fewest bytes of the fleet key (`COMBD_FLEET_KEY_FILE`): HMAC-SHA-256 keys shorter than its
+/// 32-byte output weaken it (RFC 2104, 3), and `openssl rand -hex 32`, the command README gives,
+/// makes 64.
+pub const FLEET_KEY_MIN_BYTES: usize = 32;
+
+/// How far a signed fleet request's time may be from the receiver's clock, either way: a
+/// request older than this is refused, so one captured on the network can be replayed only
+/// within it, and within it the receiver remembers what it took ([`FLEET_AUTH_REPLAYS_MAX`]).
+/// Fleet nodes run NTP (milliseconds apart); 30 s also rides out a clock stepped by a few
+/// seconds at boot.
+pub const FLEET_AUTH_SKEW: Duration = Duration::from_secs(30);
+
+/// Signed fleet requests a node remembers (their time and nonce, 24 bytes each plus the
+/// B-tree's) to refuse one seen again within [`FLEET_AUTH_SKEW`]: about 5 MB at most, and
+/// 4,369 requests a second from the other nodes sustained (a request is remembered until its
+/// time is [`FLEET_AUTH_SKEW`] past; 2,184 a second if every sender's clock ran the whole skew
+/// ahead). The node's own forwards run on its SQLite threads, a few thousand a second at most. Past it a
+/// signed request is answered 503 (retry-after 1) and counted in `fleet_auth_busy`, never
+/// taken unremembered. Only requests whose MAC is good are remembered, so a client without the
+/// key cannot fill it.
+pub const FLEET_AUTH_REPLAYS_MAX: usize = 131_072;

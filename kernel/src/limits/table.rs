@@ -177,6 +177,7 @@ pub const FIXED: &[Fixed] = &[
         "fleet_restore_segments_max_bytes",
         FLEET_RESTORE_SEGMENTS_MAX_BYTES
     ),
+    fixed!("fleet_db_max_bytes", FLEET_DB_MAX_BYTES),
     fixed!("fleet_snapshot_max_bytes", FLEET_SNAPSHOT_MAX_BYTES),
     fixed!("fleet_list_keys_max", FLEET_LIST_KEYS_MAX),
     fixed!(
@@ -194,6 +195,9 @@ pub const FIXED: &[Fixed] = &[
         ms
     ),
     fixed!("fleet_unreachable_max", FLEET_UNREACHABLE_MAX),
+    fixed!("fleet_key_min_bytes", FLEET_KEY_MIN_BYTES),
+    fixed!("fleet_auth_skew_ms", FLEET_AUTH_SKEW, ms),
+    fixed!("fleet_auth_replays_max", FLEET_AUTH_REPLAYS_MAX),
     fixed!(
         "fleet_forward_answer_max_bytes",
         FLEET_FORWARD_ANSWER_MAX_BYTES

@@ -24,9 +24,15 @@ pub struct FleetSettings {
     /// `COMBD_FLEET_SECRET_KEY_FILE`: the file holding the bucket's secret key, read at start-up
     /// (a secret in the environment or on the command line is visible in `/proc`).
     pub secret_key_file: PathBuf,
+    /// `COMBD_FLEET_KEY_FILE`: the file holding the fleet key, which signs every request one
+    /// node passes on to another (`combd_fleet::auth`), read at start-up.
+    pub key_file: PathBuf,
     /// `COMBD_FLEET_NODE`: the address other nodes reach this node at, recorded as the owner of
     /// the objects it claims.
     pub node: SocketAddr,
+    /// `COMBD_FLEET_NODE_PUBLIC`: whether the fleet address (this node's, and every owner's it
+    /// dials) may be a public one.
+    pub node_public: bool,
     /// `COMBD_FLEET_LEASE_TTL`: how long this node's lease outlives its last renewal.
     pub lease_ttl: Duration,
 }
@@ -38,12 +44,16 @@ pub(super) const REQUIRED_WITH_ETCD: &[&str] = &[
     "COMBD_FLEET_BUCKET",
     "COMBD_FLEET_ACCESS_KEY",
     "COMBD_FLEET_SECRET_KEY_FILE",
+    "COMBD_FLEET_KEY_FILE",
     "COMBD_FLEET_NODE",
 ];
 
 /// The fleet settings that need `COMBD_FLEET_ETCD` but have a default.
-pub(super) const OPTIONAL_WITH_ETCD: &[&str] =
-    &["COMBD_FLEET_LEASE_TTL", "COMBD_FLEET_BUCKET_REGION"];
+pub(super) const OPTIONAL_WITH_ETCD: &[&str] = &[
+    "COMBD_FLEET_LEASE_TTL",
+    "COMBD_FLEET_BUCKET_REGION",
+    "COMBD_FLEET_NODE_PUBLIC",
+];
 
 /// Reads the fleet's settings: `None` when `COMBD_FLEET_ETCD` is not set (and no other fleet
 /// setting is either).
@@ -79,8 +89,15 @@ pub(super) fn fleet_settings(
         ));
     }
     let secret_key_file = PathBuf::from(required("COMBD_FLEET_SECRET_KEY_FILE")?.trim());
-    let node =
-        parse_fleet_node(&required("COMBD_FLEET_NODE")?).map_err(|m| err("COMBD_FLEET_NODE", m))?;
+    let key_file = PathBuf::from(required("COMBD_FLEET_KEY_FILE")?.trim());
+    let node_public = match get("COMBD_FLEET_NODE_PUBLIC") {
+        Some(text) => {
+            super::values::parse_switch(&text).map_err(|m| err("COMBD_FLEET_NODE_PUBLIC", m))?
+        }
+        None => false,
+    };
+    let node = parse_fleet_address(&required("COMBD_FLEET_NODE")?, node_public)
+        .map_err(|m| err("COMBD_FLEET_NODE", m))?;
     let lease_ttl = match get("COMBD_FLEET_LEASE_TTL") {
         Some(text) => parse_lease_ttl(&text).map_err(|m| err("COMBD_FLEET_LEASE_TTL", m))?,
         None => limits::FLEET_LEASE_TTL_DEFAULT,
@@ -99,7 +116,9 @@ pub(super) fn fleet_settings(
         bucket_region,
         access_key,
         secret_key_file,
+        key_file,
         node,
+        node_public,
         lease_ttl,
     }))
 }
@@ -222,6 +241,49 @@ pub fn parse_fleet_node(text: &str) -> Result<SocketAddr, String> {
         ));
     }
     Ok(addr)
+}
+
+/// Parses a fleet address (`COMBD_FLEET_NODE`, or an owner's recorded in the coordinator) as
+/// [`parse_fleet_node`] does, and refuses a public address unless `public` is allowed
+/// (`COMBD_FLEET_NODE_PUBLIC`): the fleet port serves what other nodes pass on, past admission,
+/// and belongs on a network of the fleet's own.
+pub fn parse_fleet_address(text: &str, public: bool) -> Result<SocketAddr, String> {
+    let addr = parse_fleet_node(text)?;
+    if !public && !is_private(addr.ip()) {
+        return Err(format!(
+            "{addr} is a public address: the fleet port takes what other nodes pass on, past \
+             admission, so it belongs on the fleet's own network (loopback, 10/8, 172.16/12, \
+             192.168/16, 100.64/10, 169.254/16, 198.18/15, fc00::/7, fe80::/10); set \
+             COMBD_FLEET_NODE_PUBLIC=on to use it anyway"
+        ));
+    }
+    Ok(addr)
+}
+
+/// Whether `ip` is an address of a private network, never routed on the internet: loopback,
+/// RFC 1918, shared (RFC 6598), link-local, the benchmarking range (RFC 2544, 198.18/15: what
+/// `tools/fleet-netns` runs its fleet on), IPv6 unique local or link-local (an IPv4-mapped IPv6
+/// address as its IPv4).
+pub fn is_private(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    let v4 = |a: std::net::Ipv4Addr| {
+        let o = a.octets();
+        a.is_loopback()
+            || a.is_private()
+            || a.is_link_local()
+            || (o[0] == 100 && (o[1] & 0xc0) == 64)
+            || (o[0] == 198 && (o[1] & 0xfe) == 18)
+    };
+    match ip {
+        IpAddr::V4(a) => v4(a),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(m) => v4(m),
+            None => {
+                let s = a.segments();
+                a.is_loopback() || (s[0] & 0xfe00) == 0xfc00 || (s[0] & 0xffc0) == 0xfe80
+            }
+        },
+    }
 }
 
 /// Parses an S3 region name: 1 to 64 of `a-z 0-9 -`.

@@ -38,8 +38,8 @@ mod table;
 mod values;
 
 pub use fleet::{
-    parse_bucket_name, parse_etcd_endpoints, parse_fleet_node, parse_http_endpoint,
-    parse_lease_ttl, parse_region, FleetSettings,
+    is_private, parse_bucket_name, parse_etcd_endpoints, parse_fleet_address, parse_fleet_node,
+    parse_http_endpoint, parse_lease_ttl, parse_region, FleetSettings,
 };
 pub use names::{check_env_names, closest};
 pub use spec::{AsLimit, Context, DefaultValue, InForce, Limit, SettingSpec, Show, Unit};
@@ -228,8 +228,8 @@ impl Settings {
     }
 
     /// The checks between settings, once each parsed: the TLS listener and the fleet's
-    /// address each need a port other than `COMBD_LISTEN`'s, and the ClientHello's timeout may
-    /// not exceed the handshake's.
+    /// address each need a port other than `COMBD_LISTEN`'s, a fleet node's `COMBD_DB_MAX` is
+    /// at most what it restores, and the ClientHello's timeout may not exceed the handshake's.
     fn check_relations(&self) -> Result<(), ConfigError> {
         let listen = self.listen;
         if let Some(t) = self.tls.as_ref().filter(|t| t.listen.port() != 0) {
@@ -257,6 +257,18 @@ impl Settings {
                      of its own (on the same port, that address's public connections would be \
                      served past admission)",
                     f.node
+                ),
+            ));
+        }
+        if self.fleet.is_some() && self.db_max_bytes > limits::FLEET_DB_MAX_BYTES {
+            return Err(err(
+                "COMBD_DB_MAX",
+                format!(
+                    "{} bytes is more than a fleet node restores ({} bytes, \
+                     fleet_db_max_bytes): an object's snapshot is read whole, and a database \
+                     past it could be snapshotted but never restored",
+                    self.db_max_bytes,
+                    limits::FLEET_DB_MAX_BYTES
                 ),
             ));
         }

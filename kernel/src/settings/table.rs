@@ -489,6 +489,26 @@ settings_table! {
                 meaning: "file holding the bucket's secret key (one line), read at start-up",
             }
             {
+                env: "COMBD_FLEET_KEY_FILE",
+                flag: "--fleet-key-file",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().map_or("none".into(), |f| f.key_file.show()),
+                meaning: "file holding the fleet key (one line, at least 32 bytes: openssl rand -hex 32), the \
+                          same on every node, read at start-up: it signs what one node passes on to another",
+            }
+            {
+                env: "COMBD_FLEET_NODE_PUBLIC",
+                flag: "--fleet-node-public",
+                default: DefaultValue::Described("off"),
+                unit: Text,
+                limit: none,
+                value: |s| (if s.fleet.as_ref().is_some_and(|f| f.node_public) { "on" } else { "off" }).to_string(),
+                meaning: "on: the fleet address (this node's, and each owner's it dials) may be a public one; \
+                          off: only loopback and private networks",
+            }
+            {
                 env: "COMBD_FLEET_NODE",
                 flag: "--fleet-node",
                 default: DefaultValue::Described("none"),

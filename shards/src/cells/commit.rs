@@ -222,14 +222,19 @@ impl Pipeline {
     }
 
     /// Answers everything handed over and ends the commit task: after this no sync is in
-    /// flight, so the connection may close. Returns what the object ships from.
-    pub async fn finish(mut self) -> Option<Shipping> {
+    /// flight, so the connection may close. Returns what the object ships from, and whether a
+    /// sync or a shipment failed (read once the last one is over: one still on its way when
+    /// this was called may have failed since).
+    pub async fn finish(mut self) -> (Option<Shipping>, bool) {
         self.pipe.closed.set(true);
         Pipe::wake(&self.pipe.taker);
         if let Some(task) = self.task.take() {
             task.await;
         }
-        self.pipe.shipping.borrow_mut().take()
+        (
+            self.pipe.shipping.borrow_mut().take(),
+            self.pipe.failed.get(),
+        )
     }
 }
 

@@ -371,6 +371,25 @@ impl Conn {
     ) -> Next {
         let head_only = req.method == "HEAD";
         let bytes_in = head.len as u64 + head.body_len;
+        // What comes from the fleet (the fleet listener takes nothing else, and the mark that
+        // a request was passed on is believed only so) is signed with the fleet key.
+        let from_fleet = match &self.state().node().fleet {
+            Some(fleet)
+                if self.on_fleet_listener()
+                    || req.header(combd_fleet::forward::FORWARDED_HEADER).is_some() =>
+            {
+                let signature = req.header(combd_fleet::auth::AUTH_HEADER);
+                let target = req.target();
+                if let Err(e) = fleet.authenticate(signature, req.method, &target, req.body) {
+                    let resp = crate::fleet::auth_refused(e);
+                    let asked = Asked::Parsed(req.method, req.path, bytes_in);
+                    self.respond(out, &resp, keep_alive, head_only, asked);
+                    return Next::Continue;
+                }
+                true
+            }
+            _ => false,
+        };
         match self.route(req, head) {
             Routed::Respond(resp) => {
                 let asked = Asked::Parsed(req.method, req.path, bytes_in);
@@ -385,9 +404,7 @@ impl Conn {
                 query: req.query.map(str::to_string),
                 body: req.body.to_vec(),
                 head_only,
-                // Only a fleet node looks for it: no header scan per request on a node alone.
-                forwarded: self.state().node().fleet.is_some()
-                    && req.header(combd_fleet::forward::FORWARDED_HEADER).is_some(),
+                forwarded: from_fleet,
                 entry: self.kept(req.method, req.path, bytes_in),
             })),
         }

@@ -70,7 +70,7 @@ struct Conn {
     /// Where the task parks while it waits.
     waker: WakerSlot,
     /// The connection's place in the node's count, released when the connection is dropped.
-    _slot: ConnSlot,
+    slot: ConnSlot,
     local: bool,
     /// The session id while this connection is a session attached to an object.
     session: Option<u64>,
@@ -165,7 +165,7 @@ impl Conn {
             cells,
             stream,
             inbuf: Vec::new(),
-            _slot: slot,
+            slot,
             local,
             session: None,
             upgraded: None,
@@ -197,6 +197,12 @@ impl Conn {
 
     fn state(&self) -> &Rc<ShardState> {
         self.waker.state()
+    }
+
+    /// Whether the connection came in on the fleet listener (from another node, or claiming
+    /// to be one).
+    fn on_fleet_listener(&self) -> bool {
+        self.slot.kind() == crate::shared::ConnKind::Fleet
     }
 
     fn stats(&self) -> &ShardStats {

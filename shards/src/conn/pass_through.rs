@@ -159,10 +159,16 @@ impl Conn {
         self.owner_unreachable().await;
     }
 
-    /// Passes this connection through to `owner` (a fleet address), starting with `head`
-    /// (the client's upgrade request, marked forwarded) and what the client sent after it.
+    /// Passes this connection through to `owner` (a fleet address), starting with `replay`
+    /// (the client's upgrade request, marked forwarded and signed for the owner) and what the
+    /// client sent after it.
     /// Answers 503 (retry-after 1) if the owner cannot be reached.
-    pub(super) async fn pass_through(&mut self, owner: &str, head: Vec<u8>, object: &str) {
+    pub(super) async fn pass_through(
+        &mut self,
+        owner: &str,
+        replay: super::routes::Replay,
+        object: &str,
+    ) {
         let Some(fleet) = self.state().node().fleet.clone() else {
             return;
         };
@@ -198,7 +204,7 @@ impl Conn {
         super::set_socket_options(&upstream);
         let _passing = fleet.stats.ws_passing();
         // What the client sent after its request (frames it did not wait to send) follows it.
-        let mut first = head;
+        let mut first = replay.signed(&fleet, owner);
         first.append(&mut self.inbuf);
         self.inbuf = Vec::new();
         if let Err(e) = upstream.write_all(&first).await {

@@ -173,28 +173,52 @@ impl Conn {
     }
 }
 
-/// An upgrade request as it is sent on to the object's owner: its request line and every
-/// header field as the client sent them, and the fleet's forwarded header (so the owner never
-/// passes it on again).
-fn replay_head(req: &Request<'_>) -> Vec<u8> {
+/// An upgrade request as it is sent on to the object's owner, but for its signature: its
+/// request line and every header field as the client sent them but the fleet's own (a client
+/// cannot speak for the fleet), and the fleet's forwarded header (so the owner never passes it
+/// on again). The signature and the blank line that ends the head are added once the owner
+/// is known ([`Replay::signed`]).
+pub(super) struct Replay {
+    head: Vec<u8>,
+    /// The request target, as the signature covers it.
+    target: String,
+}
+
+impl Replay {
+    /// The head to send to `owner`, signed for it.
+    pub(super) fn signed(mut self, fleet: &crate::fleet::Fleet, owner: &str) -> Vec<u8> {
+        let signature = fleet.sign(owner, "GET", &self.target, b"");
+        self.head
+            .extend_from_slice(combd_fleet::auth::AUTH_HEADER.as_bytes());
+        self.head.extend_from_slice(b": ");
+        self.head.extend_from_slice(signature.as_bytes());
+        self.head.extend_from_slice(b"\r\n\r\n");
+        self.head
+    }
+}
+
+fn replay_head(req: &Request<'_>) -> Replay {
     let mut out = Vec::with_capacity(256);
+    let target = req.target();
     out.extend_from_slice(req.method.as_bytes());
     out.push(b' ');
-    out.extend_from_slice(req.path.as_bytes());
-    if let Some(q) = req.query {
-        out.push(b'?');
-        out.extend_from_slice(q.as_bytes());
-    }
+    out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     for h in req.headers {
+        if h.name
+            .eq_ignore_ascii_case(combd_fleet::forward::FORWARDED_HEADER)
+            || h.name.eq_ignore_ascii_case(combd_fleet::auth::AUTH_HEADER)
+        {
+            continue;
+        }
         out.extend_from_slice(h.name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(h.value);
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(combd_fleet::forward::FORWARDED_HEADER.as_bytes());
-    out.extend_from_slice(b": 1\r\n\r\n");
-    out
+    out.extend_from_slice(b": 1\r\n");
+    Replay { head: out, target }
 }
 
 /// Checks a WebSocket upgrade request (RFC 6455, 4.2.1) and computes `Sec-WebSocket-Accept`.

@@ -32,7 +32,7 @@ pub(super) struct Upgrade {
     pub query: Option<String>,
     /// In a fleet: the request as it is sent on to the object's owner, if the object turns
     /// out to be another node's (none when another node passed it on here).
-    pub replay: Option<Vec<u8>>,
+    pub replay: Option<super::routes::Replay>,
 }
 
 /// A failed write of a session's output, and whether it cut a frame short (some of it was
@@ -172,8 +172,8 @@ impl Conn {
                 Ok(Attached::Owner(owner)) => {
                     // Another node owns the object: the whole WebSocket goes through to it.
                     self.end_session();
-                    if let Some(head) = up.replay {
-                        Box::pin(self.pass_through(&owner, head, &up.object)).await;
+                    if let Some(replay) = up.replay {
+                        Box::pin(self.pass_through(&owner, replay, &up.object)).await;
                     }
                     return None;
                 }

@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use combd_fleet::auth::{self, AuthError, FleetKey, Replays};
 use combd_fleet::bucket::Bucket;
 use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper};
 use combd_fleet::forward::Forwarder;
@@ -32,10 +33,11 @@ use combd_fleet::{config, restore, ship};
 use combd_kernel::limits::{
     FLEET_LEASE_REGRANT_INTERVAL, FLEET_SNAPSHOT_AFTER_SEGMENTS, FLEET_UPLOAD_THREADS,
 };
-use combd_kernel::settings::FleetSettings;
+use combd_kernel::settings::{parse_fleet_address, FleetSettings};
 
 use crate::http::Response;
 
+mod at_head;
 mod stats;
 mod unreachable;
 mod upload;
@@ -60,6 +62,13 @@ pub struct Fleet {
     /// When a new lease was last asked for.
     last_grant: Mutex<Instant>,
     forwarder: Forwarder,
+    /// The fleet key: what this node passes on is signed with it, and what another node passes
+    /// on is taken only signed with it.
+    key: Arc<FleetKey>,
+    /// The signed requests taken lately (a replay is refused).
+    replays: Replays,
+    /// Whether a fleet address may be public (`COMBD_FLEET_NODE_PUBLIC`).
+    node_public: bool,
     /// Owners that could not be reached a moment ago.
     unreachable: Unreachable,
     /// Segments to upload, taken by the node's upload threads.
@@ -104,6 +113,9 @@ pub struct Shipping {
     /// The last segment cut from the WAL (at or past the head: those after it are on their
     /// way).
     cut: Head,
+    /// The head of the newest snapshot of the object in the bucket that this node knows of:
+    /// a snapshot at the head again would upload the same database.
+    snapshot_at: Option<Head>,
 }
 
 /// What a shipment came to.
@@ -123,8 +135,13 @@ impl Fleet {
     pub fn start(settings: &FleetSettings) -> Result<Fleet, (&'static str, String)> {
         let secret = config::read_secret_key(&settings.secret_key_file)
             .map_err(|e| ("COMBD_FLEET_SECRET_KEY_FILE", e.message))?;
+        let key = Arc::new(
+            auth::read_fleet_key(&settings.key_file)
+                .map_err(|e| ("COMBD_FLEET_KEY_FILE", e.message))?,
+        );
         let bucket = Bucket::new(&config::bucket_config(settings, secret))
-            .map_err(|e| ("COMBD_FLEET_BUCKET_URL", e.to_string()))?;
+            .map_err(|e| ("COMBD_FLEET_BUCKET_URL", e.to_string()))?
+            .with_fleet_key(key.clone());
         let coordinator = Arc::new(Coordinator::new(&settings.etcd, KEY_PREFIX));
         let sent = Instant::now();
         let keeper =
@@ -150,7 +167,10 @@ impl Fleet {
             keeper: Mutex::new(keeper),
             ttl: settings.lease_ttl,
             last_grant: Mutex::new(sent),
-            forwarder: Forwarder::new(),
+            forwarder: Forwarder::new(key.clone()),
+            key,
+            replays: Replays::default(),
+            node_public: settings.node_public,
             unreachable: Unreachable::default(),
             uploads,
             node: settings.node.to_string(),
@@ -238,6 +258,15 @@ impl Fleet {
             Claim::Won(owner) => owner,
             Claim::Held(owner) => {
                 self.stats.claims_lost.fetch_add(1, Ordering::Relaxed);
+                // Whoever can write the coordinator names the owner: an address that is not a
+                // fleet address is never dialled.
+                if let Err(e) = parse_fleet_address(&owner.node, self.node_public) {
+                    self.stats.owner_invalid.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(object = %key, "the owner the coordinator records is refused: {e}");
+                    return Err(OpenError::Unavailable(
+                        "the owner recorded for it is not a fleet address".into(),
+                    ));
+                }
                 return Err(OpenError::Elsewhere(owner.node));
             }
         };
@@ -248,14 +277,54 @@ impl Fleet {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| unavailable(&e))?;
         }
-        // Written beside the database, then renamed over it: a node killed while restoring
-        // leaves the old files or the new one, never a database half written (or none).
-        let fresh = sidecar(path, "-restore");
+        if head.is_none()
+            && self
+                .bucket
+                .any(&combd_fleet::keys::object_prefix(key))
+                .map_err(|e| unavailable(&e))?
+        {
+            // etcd lost what it knew (a member re-initialised, the wrong endpoints): starting
+            // empty would answer as if nothing was ever written, and the first snapshot would
+            // prune the bucket's history of it.
+            self.stats.head_missing.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                object = %key,
+                "etcd records no head for it but the bucket holds its segments or snapshots: \
+                 refused, not started empty (is COMBD_FLEET_ETCD the fleet's etcd?)"
+            );
+            return Err(OpenError::Unavailable(
+                "no head in etcd for an object the bucket holds".into(),
+            ));
+        }
         let remove = |file: &Path| match std::fs::remove_file(file) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(unavailable(&format!("{}: {e}", file.display()))),
         };
+        // The head the local file was left at by a clean close, if it was: read, and its mark
+        // gone durably before anything here can change the file.
+        let left_at = at_head::take(path).map_err(|e| unavailable(&e))?;
+        if let Some(head) = head.filter(|h| left_at == Some(*h) && path.is_file()) {
+            // Nothing moved since: the file is the head's database (what the WAL may hold
+            // after it was never shipped, so never acknowledged: it goes).
+            remove(&wal)?;
+            remove(&sidecar(path, "-shm"))?;
+            self.stats.restores_skipped.fetch_add(1, Ordering::Relaxed);
+            self.stats.objects_owned.fetch_add(1, Ordering::Relaxed);
+            return Ok(Shipping {
+                key: key.to_string(),
+                wal,
+                cursor: WalCursor::new(),
+                token: owner.token,
+                lease: lease.id,
+                head,
+                cut: head,
+                snapshot_at: Some(head),
+            });
+        }
+        // Written beside the database, then renamed over it: a node killed while restoring
+        // leaves the old files or the new one, never a database half written (or none).
+        let fresh = sidecar(path, "-restore");
         remove(&fresh)?;
         let restored = restore::restore_object(&self.bucket, key, head, &fresh)
             .map_err(|e| unavailable(&e))?;
@@ -267,17 +336,20 @@ impl Fleet {
             // Never shipped: the object starts empty.
             remove(path)?;
         }
+        let mut snapshot_at = restored
+            .snapshot
+            .map(|(seq, token)| Head { seq, token })
+            .filter(|&at| Some(at) == head);
         if let Some(head) = head.filter(|_| restored.segments >= FLEET_SNAPSHOT_AFTER_SEGMENTS) {
             // A long chain: snapshot it now, so the next restore does not walk it again (an
             // owner that dies before its WAL grows or it idles would never snapshot).
-            let snapshot = std::fs::read(path)
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| {
-                    ship::ship_snapshot(&self.bucket, key, head, &bytes).map_err(|e| e.to_string())
-                });
+            let snapshot = read_snapshot(path).and_then(|bytes| {
+                ship::ship_snapshot(&self.bucket, key, head, bytes).map_err(|e| e.to_string())
+            });
             match snapshot {
                 Ok(()) => {
                     self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
+                    snapshot_at = Some(head);
                     self.prune(key, head);
                 }
                 Err(e) => {
@@ -302,6 +374,7 @@ impl Fleet {
             lease: lease.id,
             head,
             cut: head,
+            snapshot_at,
         })
     }
 
@@ -419,15 +492,46 @@ impl Fleet {
         if s.head.seq == 0 {
             return Ok(());
         }
+        // Only shipped state: every segment cut from the WAL is the head or before it (one
+        // cut and never advanced holds writes that were refused), and the lease still holds
+        // (past it another node may own the object).
+        if s.cut != s.head {
+            return Err(format!(
+                "segment {} was cut but the head is {}: not everything committed was shipped",
+                s.cut.seq, s.head.seq
+            ));
+        }
+        if !self.holds_lease(s.lease) {
+            return Err("this node's lease is gone".into());
+        }
         db.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
             .map_err(|e| format!("checkpoint: {e}"))?;
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        ship::ship_snapshot(&self.bucket, &s.key, s.head, &bytes).map_err(|e| e.to_string())?;
         // The WAL starts over: the cursor starts over with it.
         s.cursor = WalCursor::new();
+        if s.snapshot_at == Some(s.head) {
+            // Nothing shipped since the snapshot the bucket has: the same bytes again.
+            self.stats.snapshots_skipped.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let bytes = read_snapshot(path)?;
+        ship::ship_snapshot(&self.bucket, &s.key, s.head, bytes).map_err(|e| e.to_string())?;
+        s.snapshot_at = Some(s.head);
         self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
         self.prune(&s.key, s.head);
         Ok(())
+    }
+
+    /// After a clean close (everything committed shipped, snapshotted at the head, the
+    /// database closed): marks the local file as the head's database, so the next open here
+    /// at the same head restores nothing. Blocking; a mark that cannot be written only costs
+    /// that open a restore.
+    pub fn left_at_head(&self, s: &Shipping, path: &Path) {
+        if s.head.seq == 0 || s.snapshot_at != Some(s.head) {
+            return;
+        }
+        if let Err(e) = at_head::mark(path, s.head) {
+            tracing::warn!(object = %s.key, "cannot mark the closed database at its head: {e}");
+        }
     }
 
     /// Has the upload threads delete what `object`'s snapshot at `head` replaced.
@@ -436,6 +540,45 @@ impl Fleet {
             object: object.to_string(),
             head,
         });
+    }
+
+    /// Checks a request that came from the fleet (on the fleet listener, or marked forwarded):
+    /// its [`auth::AUTH_HEADER`] (`signature`) must be the fleet key's over what arrived, to
+    /// this node, lately, and not taken before. Refusals are counted.
+    pub fn authenticate(
+        &self,
+        signature: Option<&[u8]>,
+        method: &str,
+        target: &str,
+        body: &[u8],
+    ) -> Result<(), AuthError> {
+        let now = auth::now_ms();
+        let taken = self
+            .key
+            .verify(signature, &self.node, method, target, body, now)
+            .and_then(|stamp| self.replays.admit(stamp, now));
+        match taken {
+            Ok(()) => {}
+            Err(AuthError::Busy) => {
+                self.stats.auth_busy.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.stats.auth_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("a request from the fleet was refused: {e}");
+            }
+        }
+        taken
+    }
+
+    /// The [`auth::AUTH_HEADER`] value of a request to `owner` (a WebSocket's upgrade passed
+    /// through).
+    pub fn sign(&self, owner: &str, method: &str, target: &str, body: &[u8]) -> String {
+        self.key.sign(owner, method, target, body)
+    }
+
+    /// Signed requests remembered now (`fleet_auth_replays_held`).
+    pub(crate) fn replays_held(&self) -> usize {
+        self.replays.held()
     }
 
     /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address);
@@ -516,6 +659,16 @@ impl Fleet {
     }
 }
 
+/// The answer to a request from the fleet that `authenticate` refused: 401 (503 with
+/// retry-after 1 when the node remembers too many to take one more).
+pub fn auth_refused(e: AuthError) -> Response {
+    match e {
+        AuthError::Busy => Response::error(503, "overloaded").with_header("retry-after", "1"),
+        e => Response::error(401, &format!("fleet authentication failed: {e}"))
+            .with_header("www-authenticate", "combd-fleet"),
+    }
+}
+
 /// The answer to a request whose object's owner cannot be reached.
 pub fn owner_unreachable() -> Response {
     Response::error(503, "object owner unreachable").with_header("retry-after", "1")
@@ -532,6 +685,22 @@ fn content_type(ct: Option<&str>) -> &'static str {
     ct.and_then(|c| KNOWN.iter().find(|k| k.eq_ignore_ascii_case(c)))
         .copied()
         .unwrap_or("application/octet-stream")
+}
+
+/// The database at `path`, to upload as a snapshot: at most `fleet_snapshot_max_bytes` (a
+/// larger one could never be restored, so it is not uploaded, and nothing is pruned for it).
+fn read_snapshot(path: &Path) -> Result<Vec<u8>, String> {
+    let limit = combd_kernel::limits::FLEET_SNAPSHOT_MAX_BYTES;
+    let len = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    if len > limit {
+        return Err(format!(
+            "{}: {len} bytes, past the {limit} a restore reads: not uploaded",
+            path.display()
+        ));
+    }
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// `path` with `suffix` appended (`x.sqlite` → `x.sqlite-wal`).

@@ -18,6 +18,8 @@ pub struct FleetStats {
     pub(super) ship_failed: AtomicU64,
     pub(super) acks_waiting_upload: AtomicU64,
     pub(super) restores: AtomicU64,
+    pub(super) restores_skipped: AtomicU64,
+    pub(super) snapshots_skipped: AtomicU64,
     pub(super) restore_max_ms: AtomicU64,
     pub(super) snapshots: AtomicU64,
     pub(super) forwarded: AtomicU64,
@@ -31,6 +33,10 @@ pub struct FleetStats {
     pub(super) prune_failed: AtomicU64,
     pub(super) lease_grants: AtomicU64,
     pub(super) lease_grant_failed: AtomicU64,
+    pub(super) auth_refused: AtomicU64,
+    pub(super) auth_busy: AtomicU64,
+    pub(super) owner_invalid: AtomicU64,
+    pub(super) head_missing: AtomicU64,
     /// Uploads by how long they took, in [`upload_bucket`]s.
     upload_times: UploadTimes,
 }
@@ -171,6 +177,49 @@ impl Fleet {
                 g(|s| &s.lease_grant_failed),
             ),
             (
+                "fleet_auth_refused",
+                "combd_fleet_auth_refused_total",
+                Counter,
+                "Requests from the fleet (on the fleet listener, or marked forwarded) refused 401: \
+                 unsigned, signed with another key or for another request or node, out of date \
+                 by more than fleet_auth_skew_ms, or replayed.",
+                g(|s| &s.auth_refused),
+            ),
+            (
+                "fleet_auth_busy",
+                "combd_fleet_auth_busy_total",
+                Counter,
+                "Signed requests from the fleet answered 503 because fleet_auth_replays_max were \
+                 remembered already.",
+                g(|s| &s.auth_busy),
+            ),
+            (
+                "fleet_auth_replays_held",
+                "combd_fleet_auth_replays_held",
+                Gauge,
+                "Signed requests from the fleet remembered to refuse a replay (at most \
+                 fleet_auth_replays_max).",
+                fleet.map_or(0, |f| f.replays_held() as u64),
+            ),
+            (
+                "fleet_owner_invalid",
+                "combd_fleet_owner_invalid_total",
+                Counter,
+                "Objects whose owner the coordinator records as something not a fleet address \
+                 (not ip:port, or public without COMBD_FLEET_NODE_PUBLIC=on): answered 503, \
+                 never dialled.",
+                g(|s| &s.owner_invalid),
+            ),
+            (
+                "fleet_head_missing",
+                "combd_fleet_head_missing_total",
+                Counter,
+                "Objects refused (503) because etcd records no head for them while the bucket \
+                 holds their segments or snapshots (etcd lost its keys, or is another fleet's): \
+                 never started empty.",
+                g(|s| &s.head_missing),
+            ),
+            (
                 "fleet_objects_owned",
                 "combd_fleet_objects_owned",
                 Gauge,
@@ -249,6 +298,14 @@ impl Fleet {
                 g(|s| &s.restores),
             ),
             (
+                "fleet_restores_skipped",
+                "combd_fleet_restores_skipped_total",
+                Counter,
+                "Objects claimed whose local file a clean close here left at the head etcd \
+                 records: opened as they were, nothing read from the bucket.",
+                g(|s| &s.restores_skipped),
+            ),
+            (
                 "fleet_restore_max_ms",
                 "combd_fleet_restore_max_milliseconds",
                 Gauge,
@@ -261,6 +318,14 @@ impl Fleet {
                 Counter,
                 "Snapshots uploaded.",
                 g(|s| &s.snapshots),
+            ),
+            (
+                "fleet_snapshots_skipped",
+                "combd_fleet_snapshots_skipped_total",
+                Counter,
+                "Snapshots not uploaded because the bucket has one at the same head (nothing \
+                 shipped since).",
+                g(|s| &s.snapshots_skipped),
             ),
             (
                 "fleet_bucket_retried",

@@ -245,6 +245,14 @@ impl Request<'_> {
             .find(|h| h.name.eq_ignore_ascii_case(name))
             .map(|h| h.value)
     }
+
+    /// The request target as it came: the path, and `?` and the query if there is one.
+    pub fn target(&self) -> String {
+        match self.query {
+            Some(q) => format!("{}?{q}", self.path),
+            None => self.path.to_string(),
+        }
+    }
 }
 
 /// Re-borrows a head that [`parse_head`] accepted, once its body is here. `headers` is the

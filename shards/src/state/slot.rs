@@ -35,6 +35,11 @@ impl ConnSlot {
         )
     }
 
+    /// The cap it counts against.
+    pub fn kind(&self) -> ConnKind {
+        self.kind
+    }
+
     /// Counts the connection under its client address's share, given back when the slot is
     /// dropped.
     pub fn count_address(&mut self, key: AddressKey) {

@@ -174,3 +174,68 @@ fn etcd_endpoints_are_bounded() {
         .unwrap_err()
         .contains(&format!("at most {max}")));
 }
+
+#[test]
+fn a_public_fleet_address_is_refused_unless_asked_for() {
+    for public in [
+        "8.8.8.8:7946",
+        "[2001:db8::1]:7946",
+        "[::ffff:8.8.8.8]:7946",
+        "100.128.0.1:7946",
+        "198.20.0.1:7946",
+    ] {
+        let e = load(&fleet_with(&[("COMBD_FLEET_NODE", Some(public))]), &[]).unwrap_err();
+        assert_eq!(e.setting, "COMBD_FLEET_NODE", "{public}: {e}");
+        assert!(e.message.contains("COMBD_FLEET_NODE_PUBLIC=on"), "{e}");
+        let on = fleet_with(&[
+            ("COMBD_FLEET_NODE", Some(public)),
+            ("COMBD_FLEET_NODE_PUBLIC", Some("on")),
+        ]);
+        let f = load(&on, &[]).unwrap().fleet.unwrap();
+        assert!(f.node_public, "{public}");
+    }
+    for private in [
+        "127.0.0.2:7946",
+        "10.1.2.3:7946",
+        "172.31.0.1:7946",
+        "192.168.1.1:7946",
+        "100.64.0.1:7946",
+        "169.254.1.1:7946",
+        "198.19.255.1:7946",
+        "[::1]:7946",
+        "[fd00::1]:7946",
+        "[fe80::1]:7946",
+        "[::ffff:10.0.0.1]:7946",
+    ] {
+        let f = load(&fleet_with(&[("COMBD_FLEET_NODE", Some(private))]), &[]);
+        assert!(!f.unwrap().fleet.unwrap().node_public, "{private}");
+    }
+    let e = load(
+        &fleet_with(&[("COMBD_FLEET_NODE_PUBLIC", Some("yes please"))]),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.setting, "COMBD_FLEET_NODE_PUBLIC", "{e}");
+}
+
+#[test]
+fn a_fleet_node_refuses_a_database_bound_past_what_it_restores() {
+    let past = (limits::FLEET_DB_MAX_BYTES + 1).to_string();
+    let env: Vec<(&str, &str)> = FLEET
+        .iter()
+        .copied()
+        .chain([("COMBD_DB_MAX", past.as_str())])
+        .collect();
+    let e = load(&env, &[]).unwrap_err();
+    assert_eq!(e.setting, "COMBD_DB_MAX", "{e}");
+    assert!(e.message.contains("fleet_db_max_bytes"), "{e}");
+    // Alone, the same bound is fine; in a fleet, the most it restores is.
+    assert!(load(&[("COMBD_DB_MAX", past.as_str())], &[]).is_ok());
+    let at = limits::FLEET_DB_MAX_BYTES.to_string();
+    let env: Vec<(&str, &str)> = FLEET
+        .iter()
+        .copied()
+        .chain([("COMBD_DB_MAX", at.as_str())])
+        .collect();
+    assert!(load(&env, &[]).is_ok());
+}

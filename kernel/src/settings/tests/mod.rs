@@ -465,6 +465,7 @@ const FLEET: &[(&str, &str)] = &[
     ("COMBD_FLEET_BUCKET", "combd-objects"),
     ("COMBD_FLEET_ACCESS_KEY", "GK0123"),
     ("COMBD_FLEET_SECRET_KEY_FILE", "/etc/combd/bucket.secret"),
+    ("COMBD_FLEET_KEY_FILE", "/etc/combd/fleet.key"),
     ("COMBD_FLEET_NODE", "10.0.0.2:7946"),
 ];
 

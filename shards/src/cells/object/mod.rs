@@ -164,13 +164,16 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
                 // version after its current batch, not never.
                 cells.hand_over(&cell.app, &cell.name, cell.take_mail());
             }
-            let shipping = pipeline.finish().await;
+            // Whether a shipment failed is known only once the last one is over: one still on
+            // its way may fail now, and then the database holds writes answered 503, which no
+            // snapshot may bring back.
+            let (shipping, failed_since) = pipeline.finish().await;
             close(
                 &state,
                 &cell,
                 db.take().map(Store::into_conn),
                 shipping,
-                failed_in_fleet,
+                failed_in_fleet || (fleet.is_some() && failed_since),
             )
             .await;
             drop(closing);
@@ -284,7 +287,8 @@ fn mail_is_empty(cell: &ObjectCell) -> bool {
 }
 
 /// Closes a let-go object's database on a blocking thread; in a fleet, first checkpoints it
-/// and uploads it as its snapshot (unless its shipments failed), and stops counting it owned.
+/// and uploads it as its snapshot (unless its shipments failed, or the bucket has a snapshot
+/// at its head already), marks the closed file as the head's, and stops counting it owned.
 async fn close(
     state: &ShardState,
     cell: &ObjectCell,
@@ -298,14 +302,21 @@ async fn close(
     glommio::executor()
         .spawn_blocking(move || {
             if let (Some(fleet), Some(mut shipping)) = (fleet, shipping) {
+                let mut clean = false;
                 if let (Some(conn), false) = (&db, failed) {
-                    if let Err(e) = fleet.snapshot(&mut shipping, conn, &path) {
-                        warn!(object = %key, "cannot upload a snapshot: {e}");
+                    match fleet.snapshot(&mut shipping, conn, &path) {
+                        Ok(()) => clean = true,
+                        Err(e) => warn!(object = %key, "cannot upload a snapshot: {e}"),
                     }
                 }
+                drop(db);
+                if clean {
+                    fleet.left_at_head(&shipping, &path);
+                }
                 fleet.closed();
+            } else {
+                drop(db);
             }
-            drop(db);
         })
         .await;
 }
@@ -324,6 +335,11 @@ async fn checkpoint(
     let Some(fleet) = state.node().fleet.clone() else {
         return conn;
     };
+    if pipeline.failed() {
+        // A shipment failed while it waited: the WAL holds writes answered 503, which the
+        // checkpoint would put in a snapshot. The object is let go after this batch instead.
+        return conn;
+    }
     let Some(mut shipping) = pipeline.shipping().take() else {
         return conn;
     };
@@ -354,7 +370,7 @@ async fn reload(
     store: Option<Store>,
 ) -> Option<Store> {
     let old = std::mem::replace(pipeline, Pipeline::start(cells, &cell.key, None));
-    let shipping = old.finish().await;
+    let (shipping, _) = old.finish().await;
     *pipeline.shipping() = shipping;
     match store {
         Some(store) => reopen(&cells.state, cell, store).await,

@@ -1,0 +1,490 @@
+//! The fleet's trust zone: what one node sends another is signed with the fleet key, and a
+//! node takes from the fleet only what is signed.
+//!
+//! Every node of a fleet reads the same secret from `COMBD_FLEET_KEY_FILE` at start-up. A
+//! request one node passes on to another (an HTTP request for an object the other owns, or a
+//! WebSocket's upgrade) carries [`AUTH_HEADER`]:
+//!
+//! ```text
+//! combd-fleet-auth: v1 <unix ms> <nonce, 32 hex digits> <HMAC-SHA-256, 64 hex digits>
+//! ```
+//!
+//! The MAC (`ring`'s HMAC-SHA-256, compared in constant time by `subtle`) covers a label of the format, the
+//! receiving node's fleet address (`COMBD_FLEET_NODE` as it is recorded in the coordinator),
+//! the method, the request target, the time, the nonce and the SHA-256 of the body. The
+//! receiver ([`FleetKey::verify`], then [`Replays::admit`]) refuses a request whose MAC does not
+//! match what it received, whose time is more than [`FLEET_AUTH_SKEW`] from its own clock, or
+//! whose time and nonce it has taken before: a request captured on the fleet's network cannot
+//! be replayed later, nor to another node, nor with another body.
+//!
+//! **Why an HMAC and not mutual TLS.** One secret file to hand to every node (and to change
+//! by restarting them), instead of a certificate authority, a certificate and key per node,
+//! and their expiry to watch; the fleet's HTTP client and the WebSocket pass-through (plain
+//! sockets on the shard's io_uring) carry it as one header, with no TLS handshake per
+//! connection to another node. What mutual TLS would add is privacy of the fleet's traffic;
+//! run the fleet network where that is given (a private network, WireGuard) — README, "The
+//! fleet", says so.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use combd_kernel::limits::{FLEET_AUTH_REPLAYS_MAX, FLEET_AUTH_SKEW, FLEET_KEY_MIN_BYTES};
+use combd_kernel::settings::ConfigError;
+use ring::{digest, hmac, rand::SecureRandom};
+
+/// The header a signed fleet request carries.
+pub const AUTH_HEADER: &str = "combd-fleet-auth";
+/// The first word of [`AUTH_HEADER`]'s value: the format of what follows.
+const VERSION: &str = "v1";
+/// What the MAC of a request starts with, so a MAC made for anything else the fleet key signs
+/// can never pass for a request's.
+const REQUEST_LABEL: &[u8] = b"combd fleet request v1\n";
+/// Bytes of a request's nonce.
+const NONCE_BYTES: usize = 16;
+
+/// The fleet key.
+pub struct FleetKey {
+    key: hmac::Key,
+}
+
+impl fmt::Debug for FleetKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FleetKey(..)")
+    }
+}
+
+/// The fleet key in a key file's text: its one line, trimmed, printable ASCII without spaces,
+/// at least [`FLEET_KEY_MIN_BYTES`] long. The error never shows the key.
+pub fn parse_fleet_key(text: &str) -> Result<FleetKey, String> {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let key = lines.next().ok_or_else(|| {
+        "is empty: it must hold the fleet key on one line (make one with `openssl rand -hex 32`)"
+            .to_string()
+    })?;
+    if lines.next().is_some() {
+        return Err("holds more than one line: only the fleet key".to_string());
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("the fleet key must be printable ASCII without spaces".to_string());
+    }
+    if key.len() < FLEET_KEY_MIN_BYTES {
+        return Err(format!(
+            "the fleet key is {} bytes: at least {FLEET_KEY_MIN_BYTES} (make one with \
+             `openssl rand -hex 32`)",
+            key.len()
+        ));
+    }
+    Ok(FleetKey {
+        key: hmac::Key::new(hmac::HMAC_SHA256, key.as_bytes()),
+    })
+}
+
+/// Reads the fleet key from `path`; the error names `COMBD_FLEET_KEY_FILE` and the file,
+/// never the key.
+pub fn read_fleet_key(path: &Path) -> Result<FleetKey, ConfigError> {
+    let error = |m: String| ConfigError {
+        setting: "COMBD_FLEET_KEY_FILE".to_string(),
+        message: format!("{}: {m}", path.display()),
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+    parse_fleet_key(&text).map_err(error)
+}
+
+/// Why a request from the fleet was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthError {
+    /// It carries no [`AUTH_HEADER`].
+    Missing,
+    /// Its [`AUTH_HEADER`] is not in the format.
+    Malformed,
+    /// Its time is more than [`FLEET_AUTH_SKEW`] from the receiver's clock.
+    Stale,
+    /// Its MAC is not the fleet key's over what was received.
+    BadMac,
+    /// It was taken before.
+    Replayed,
+    /// The receiver remembers [`FLEET_AUTH_REPLAYS_MAX`] requests already: try again.
+    Busy,
+}
+
+impl fmt::Display for AuthError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AuthError::Missing => "no fleet signature",
+            AuthError::Malformed => "malformed fleet signature",
+            AuthError::Stale => "fleet signature out of date (clocks apart?)",
+            AuthError::BadMac => "bad fleet signature",
+            AuthError::Replayed => "fleet request replayed",
+            AuthError::Busy => "too many fleet requests to remember",
+        })
+    }
+}
+
+/// A good signature's time and nonce: what [`Replays`] remembers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Stamp {
+    at_ms: u64,
+    nonce: [u8; NONCE_BYTES],
+}
+
+/// Milliseconds since the Unix epoch now (0 for a clock before it).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl FleetKey {
+    /// The fleet key's MAC of `parts` after `label` (each part's length before it, so no two
+    /// different lists of parts have the same MAC). Every label the fleet signs under is its
+    /// own: a MAC made for one kind of thing never passes for another's.
+    pub fn seal(&self, label: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+        let mut ctx = hmac::Context::with_key(&self.key);
+        ctx.update(label);
+        for part in parts {
+            ctx.update(&(part.len() as u64).to_le_bytes());
+            ctx.update(part);
+        }
+        let mut out = [0; 32];
+        out.copy_from_slice(ctx.sign().as_ref());
+        out
+    }
+
+    /// Whether `mac` is [`FleetKey::seal`]'s of `parts` after `label`, compared in constant
+    /// time.
+    pub fn check(&self, label: &[u8], parts: &[&[u8]], mac: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        mac.len() == 32 && bool::from(self.seal(label, parts)[..].ct_eq(mac))
+    }
+
+    /// The [`AUTH_HEADER`] value of `method target` with `body`, to the node at `to`, signed
+    /// now with a fresh random nonce.
+    pub fn sign(&self, to: &str, method: &str, target: &str, body: &[u8]) -> String {
+        let mut nonce = [0u8; NONCE_BYTES];
+        // The system's random source does not fail on Linux once the kernel's pool is
+        // initialised (getrandom(2) blocks until then); a zero nonce would still be refused
+        // only as a replay, never taken twice.
+        let _ = ring::rand::SystemRandom::new().fill(&mut nonce);
+        self.sign_at(to, method, target, body, now_ms(), nonce)
+    }
+
+    /// [`FleetKey::sign`] at a given time and nonce (for tests of the receiver).
+    pub fn sign_at(
+        &self,
+        to: &str,
+        method: &str,
+        target: &str,
+        body: &[u8],
+        at_ms: u64,
+        nonce: [u8; NONCE_BYTES],
+    ) -> String {
+        let stamp = Stamp { at_ms, nonce };
+        let mac = request_parts(to, method, target, &stamp, body, |p| {
+            self.seal(REQUEST_LABEL, p)
+        });
+        format!("{VERSION} {at_ms} {} {}", hex(&nonce), hex(&mac))
+    }
+
+    /// Checks `value` (the request's [`AUTH_HEADER`], if any) against the request this node,
+    /// at fleet address `me`, received, at `now_ms`; its stamp, for [`Replays::admit`].
+    pub fn verify(
+        &self,
+        value: Option<&[u8]>,
+        me: &str,
+        method: &str,
+        target: &str,
+        body: &[u8],
+        now_ms: u64,
+    ) -> Result<Stamp, AuthError> {
+        let value = value.ok_or(AuthError::Missing)?;
+        let text = std::str::from_utf8(value).map_err(|_| AuthError::Malformed)?;
+        let mut words = text.trim().split(' ');
+        let (Some(VERSION), Some(at), Some(nonce), Some(mac), None) = (
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+        ) else {
+            return Err(AuthError::Malformed);
+        };
+        let at_ms: u64 = at
+            .parse()
+            .ok()
+            .filter(|_| at.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or(AuthError::Malformed)?;
+        let nonce: [u8; NONCE_BYTES] = unhex(nonce)
+            .and_then(|n| n.try_into().ok())
+            .ok_or(AuthError::Malformed)?;
+        let mac = unhex(mac)
+            .filter(|m| m.len() == 32)
+            .ok_or(AuthError::Malformed)?;
+        let stamp = Stamp { at_ms, nonce };
+        if !request_parts(me, method, target, &stamp, body, |p| {
+            self.check(REQUEST_LABEL, p, &mac)
+        }) {
+            return Err(AuthError::BadMac);
+        }
+        if at_ms.abs_diff(now_ms) > FLEET_AUTH_SKEW.as_millis() as u64 {
+            return Err(AuthError::Stale);
+        }
+        Ok(stamp)
+    }
+}
+
+/// What a request's MAC covers (after [`REQUEST_LABEL`]), handed to `f`: the receiving node's
+/// fleet address, the method, the target, the time, the nonce and the body's SHA-256.
+fn request_parts<R>(
+    to: &str,
+    method: &str,
+    target: &str,
+    stamp: &Stamp,
+    body: &[u8],
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> R {
+    let at = stamp.at_ms.to_le_bytes();
+    let body = digest::digest(&digest::SHA256, body);
+    f(&[
+        to.as_bytes(),
+        method.as_bytes(),
+        target.as_bytes(),
+        &at,
+        &stamp.nonce,
+        body.as_ref(),
+    ])
+}
+
+/// The signed requests a node has taken lately: each refused if seen again while its time is
+/// within [`FLEET_AUTH_SKEW`] of the clock (an older one is refused as stale anyway).
+#[derive(Debug, Default)]
+pub struct Replays {
+    seen: Mutex<BTreeSet<Stamp>>,
+}
+
+impl Replays {
+    /// Takes `stamp` (a good signature's) at `now_ms`: refused if taken before, or if
+    /// [`FLEET_AUTH_REPLAYS_MAX`] are remembered already.
+    pub fn admit(&self, stamp: Stamp, now_ms: u64) -> Result<(), AuthError> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let oldest = now_ms.saturating_sub(FLEET_AUTH_SKEW.as_millis() as u64);
+        if seen.first().is_some_and(|s| s.at_ms < oldest) {
+            *seen = seen.split_off(&Stamp {
+                at_ms: oldest,
+                nonce: [0; NONCE_BYTES],
+            });
+        }
+        if seen.contains(&stamp) {
+            return Err(AuthError::Replayed);
+        }
+        if seen.len() >= FLEET_AUTH_REPLAYS_MAX {
+            return Err(AuthError::Busy);
+        }
+        seen.insert(stamp);
+        Ok(())
+    }
+
+    /// How many are remembered now.
+    pub fn held(&self) -> usize {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// The bytes of hex text (either case); `None` if it is not.
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    let t = text.as_bytes();
+    if !t.len().is_multiple_of(2) {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    t.chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "0123456789abcdef0123456789abcdef";
+    const ME: &str = "10.0.0.2:7946";
+
+    fn key() -> FleetKey {
+        parse_fleet_key(KEY).unwrap()
+    }
+
+    #[test]
+    fn a_key_file_holds_one_long_enough_key_on_one_line() {
+        assert!(parse_fleet_key(&format!("\n {KEY} \n")).is_ok());
+        assert!(parse_fleet_key("").unwrap_err().contains("empty"));
+        assert!(parse_fleet_key(&format!("{KEY}\n{KEY}"))
+            .unwrap_err()
+            .contains("more than one line"));
+        assert!(parse_fleet_key(&format!("{KEY} x"))
+            .unwrap_err()
+            .contains("printable"));
+        let short = parse_fleet_key(&KEY[..31]).unwrap_err();
+        assert!(short.contains("31 bytes: at least 32"), "{short}");
+        assert!(
+            !short.contains(&KEY[..31]),
+            "the error shows the key: {short}"
+        );
+        let e = read_fleet_key(Path::new("/nonexistent/combd-fleet-key")).unwrap_err();
+        assert_eq!(e.setting, "COMBD_FLEET_KEY_FILE");
+    }
+
+    #[test]
+    fn a_signed_request_verifies_and_any_change_to_it_does_not() {
+        let k = key();
+        let now = 1_800_000_000_000;
+        let nonce = [7; NONCE_BYTES];
+        let v = k.sign_at(ME, "POST", "/o/counter/a", b"{}", now, nonce);
+        let ok = k.verify(
+            Some(v.as_bytes()),
+            ME,
+            "POST",
+            "/o/counter/a",
+            b"{}",
+            now + 5,
+        );
+        assert_eq!(ok.unwrap(), Stamp { at_ms: now, nonce });
+        let check = |value: &str, me: &str, method: &str, target: &str, body: &[u8], at: u64| {
+            k.verify(Some(value.as_bytes()), me, method, target, body, at)
+        };
+        let bad = Err(AuthError::BadMac);
+        assert_eq!(
+            check(&v, "10.0.0.3:7946", "POST", "/o/counter/a", b"{}", now),
+            bad
+        );
+        assert_eq!(check(&v, ME, "GET", "/o/counter/a", b"{}", now), bad);
+        assert_eq!(check(&v, ME, "POST", "/o/counter/b", b"{}", now), bad);
+        assert_eq!(check(&v, ME, "POST", "/o/counter/a", b"{ }", now), bad);
+        // The parts are length-prefixed: moving a byte from one to the next changes the MAC.
+        let moved = k.sign_at(ME, "POS", "T/o/counter/a", b"{}", now, nonce);
+        assert_eq!(check(&moved, ME, "POST", "/o/counter/a", b"{}", now), bad);
+        // Another key's signature.
+        let other = parse_fleet_key(&KEY.replace('0', "1")).unwrap();
+        let forged = other.sign_at(ME, "POST", "/o/counter/a", b"{}", now, nonce);
+        assert_eq!(check(&forged, ME, "POST", "/o/counter/a", b"{}", now), bad);
+        // The time or the nonce changed after signing.
+        let words: Vec<&str> = v.split(' ').collect();
+        let later = format!("v1 {} {} {}", now + 1, words[2], words[3]);
+        assert_eq!(check(&later, ME, "POST", "/o/counter/a", b"{}", now), bad);
+        let renonced = format!("v1 {now} {} {}", hex(&[8; NONCE_BYTES]), words[3]);
+        assert_eq!(
+            check(&renonced, ME, "POST", "/o/counter/a", b"{}", now),
+            bad
+        );
+    }
+
+    #[test]
+    fn a_signature_out_of_the_skew_or_out_of_format_is_refused() {
+        let k = key();
+        let now = 1_800_000_000_000;
+        let skew = FLEET_AUTH_SKEW.as_millis() as u64;
+        for (at, ok) in [
+            (now - skew, true),
+            (now + skew, true),
+            (now - skew - 1, false),
+            (now + skew + 1, false),
+        ] {
+            let v = k.sign_at(ME, "GET", "/o/x/y", b"", at, [1; NONCE_BYTES]);
+            let r = k.verify(Some(v.as_bytes()), ME, "GET", "/o/x/y", b"", now);
+            assert_eq!(r.is_ok(), ok, "signed at now{:+}", at as i64 - now as i64);
+            if !ok {
+                assert_eq!(r, Err(AuthError::Stale));
+            }
+        }
+        assert_eq!(
+            k.verify(None, ME, "GET", "/", b"", now),
+            Err(AuthError::Missing)
+        );
+        let good = k.sign_at(ME, "GET", "/", b"", now, [1; NONCE_BYTES]);
+        let w: Vec<&str> = good.split(' ').collect();
+        for bad in [
+            String::new(),
+            "v1".into(),
+            format!("v2 {} {} {}", w[1], w[2], w[3]),
+            format!("v1 +{} {} {}", w[1], w[2], w[3]),
+            format!("v1 {} {} {}", w[1], &w[2][..30], w[3]),
+            format!("v1 {} {} {}", w[1], w[2], &w[3][..62]),
+            format!("v1 {} {}x {}", w[1], &w[2][..31], w[3]),
+            format!("{good} extra"),
+            format!("v1  {} {} {}", w[1], w[2], w[3]),
+        ] {
+            assert_eq!(
+                k.verify(Some(bad.as_bytes()), ME, "GET", "/", b"", now),
+                Err(AuthError::Malformed),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            k.verify(Some(&[0xff, 0xfe]), ME, "GET", "/", b"", now),
+            Err(AuthError::Malformed)
+        );
+    }
+
+    #[test]
+    fn a_request_is_taken_once_and_forgotten_once_out_of_date() {
+        let r = Replays::default();
+        let now = 1_800_000_000_000;
+        let a = Stamp {
+            at_ms: now,
+            nonce: [1; NONCE_BYTES],
+        };
+        let b = Stamp {
+            at_ms: now,
+            nonce: [2; NONCE_BYTES],
+        };
+        assert_eq!(r.admit(a, now), Ok(()));
+        assert_eq!(r.admit(a, now + 1), Err(AuthError::Replayed));
+        assert_eq!(r.admit(b, now + 1), Ok(()));
+        assert_eq!(r.held(), 2);
+        let later = now + FLEET_AUTH_SKEW.as_millis() as u64 + 1;
+        let c = Stamp {
+            at_ms: later,
+            nonce: [1; NONCE_BYTES],
+        };
+        assert_eq!(r.admit(c, later), Ok(()));
+        assert_eq!(r.held(), 1, "the out-of-date ones are forgotten");
+    }
+
+    #[test]
+    fn past_the_bound_a_request_is_refused_busy_not_taken_unremembered() {
+        let r = Replays::default();
+        let now = 1_800_000_000_000;
+        for i in 0..FLEET_AUTH_REPLAYS_MAX as u64 {
+            let mut nonce = [0; NONCE_BYTES];
+            nonce[..8].copy_from_slice(&i.to_le_bytes());
+            r.admit(Stamp { at_ms: now, nonce }, now).unwrap();
+        }
+        let one_more = Stamp {
+            at_ms: now,
+            nonce: [0xff; NONCE_BYTES],
+        };
+        assert_eq!(r.admit(one_more, now), Err(AuthError::Busy));
+        assert_eq!(r.held(), FLEET_AUTH_REPLAYS_MAX);
+    }
+
+    #[test]
+    fn hex_goes_both_ways() {
+        assert_eq!(hex(&[0, 0xab, 0xff]), "00abff");
+        assert_eq!(unhex("00abFF"), Some(vec![0, 0xab, 0xff]));
+        assert_eq!(unhex("0"), None);
+        assert_eq!(unhex("zz"), None);
+    }
+}

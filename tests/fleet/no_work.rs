@@ -1,0 +1,96 @@
+//! No work for nothing: an object opened again at the head its last clean close left it at
+//! restores nothing from the bucket, and closed with nothing shipped since its snapshot
+//! uploads nothing (issue 27: eight GETs of an unchanged counter, each after it idled out, made
+//! 8 restores and 9 full snapshots).
+
+use std::time::{Duration, Instant};
+
+use super::support::TestNode;
+use super::{get, post_acked, stat, value, Fleet};
+
+/// Waits until `node` has let every object go (`fleet_objects_owned` 0: each object idles out
+/// after `object_idle_ms`, 1 s).
+fn until_let_go(node: &TestNode) {
+    let t0 = Instant::now();
+    while stat(node, "fleet_objects_owned") != 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the object was not let go"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_unchanged_object_opened_again_restores_nothing_and_closed_again_uploads_nothing() {
+    let Some(fleet) = Fleet::start("an_unchanged_object_restores_nothing") else {
+        return;
+    };
+    let a = fleet.node();
+    for i in 1..=3 {
+        assert_eq!(post_acked(&a, "n"), i);
+    }
+    until_let_go(&a);
+    let (restores, snapshots) = (stat(&a, "fleet_restores"), stat(&a, "fleet_snapshots"));
+    assert_eq!(snapshots, 1, "its close snapshotted the three writes");
+    for round in 1..=4 {
+        assert_eq!(value(&get(&a, "n")), 3, "round {round}");
+        until_let_go(&a);
+        assert_eq!(
+            stat(&a, "fleet_restores"),
+            restores,
+            "round {round}: restored again"
+        );
+        assert_eq!(
+            stat(&a, "fleet_snapshots"),
+            snapshots,
+            "round {round}: uploaded again"
+        );
+        assert_eq!(stat(&a, "fleet_restores_skipped"), round);
+        assert_eq!(stat(&a, "fleet_snapshots_skipped"), round);
+    }
+    // A write moves the head: the next close uploads one snapshot, and the open after it
+    // still restores nothing (the file was left at the new head).
+    assert_eq!(post_acked(&a, "n"), 4);
+    until_let_go(&a);
+    assert_eq!(stat(&a, "fleet_snapshots"), snapshots + 1);
+    assert_eq!(value(&get(&a, "n")), 4);
+    assert_eq!(stat(&a, "fleet_restores"), restores);
+    until_let_go(&a);
+    drop(a);
+
+    // Another node that takes the object over has no mark of its own: it restores, with
+    // every write.
+    let b = fleet.node();
+    assert_eq!(
+        value(&super::until_200("B to serve it", || get(&b, "n"))),
+        4
+    );
+    assert_eq!(stat(&b, "fleet_restores"), 1);
+    assert_eq!(stat(&b, "fleet_restores_skipped"), 0);
+}
+
+#[test]
+fn an_object_etcd_has_no_head_for_but_the_bucket_holds_is_refused_not_started_empty() {
+    let Some(fleet) = Fleet::start("an_object_etcd_has_no_head_for") else {
+        return;
+    };
+    let a = fleet.node();
+    for i in 1..=2 {
+        assert_eq!(post_acked(&a, "lost"), i);
+    }
+    until_let_go(&a);
+    // etcd loses the head (as a re-initialised member would).
+    let key = super::base64_like::encode(b"combd/head/counter/lost");
+    fleet.etcd_call("/v3/kv/deleterange", serde_json::json!({ "key": key }));
+    let r = get(&a, "lost");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"], "fleet unavailable");
+    assert_eq!(stat(&a, "fleet_head_missing"), 1);
+    // A write is refused too: nothing starts the object over empty.
+    let w = super::post(&a, "lost");
+    assert_eq!(w.status, 503, "{}", w.text());
+    assert!(stat(&a, "fleet_head_missing") >= 2);
+    // A new object, of which the bucket holds nothing, starts empty as before.
+    assert_eq!(post_acked(&a, "fresh"), 1);
+}

@@ -1,0 +1,137 @@
+//! The fleet's trust zone, attacked: the fleet listener (never refused, past admission) takes
+//! only requests signed with the fleet key, for this node, lately, once; a client cannot pass
+//! for a node on the public listener either; and an owner the coordinator records that is not
+//! a fleet address is never dialled.
+
+use std::net::SocketAddr;
+
+use combd_fleet::auth::{now_ms, parse_fleet_key, AUTH_HEADER};
+use combd_kernel::limits::FLEET_AUTH_SKEW;
+
+use super::support::{request, Resp};
+use super::{fleet_support, get, post_acked, stat, value, Fleet, FLEET_KEY, LEASE_TTL};
+
+/// `POST /o/counter/<object>` as a node passes it on, with `auth` as its signature header (if
+/// any), sent to `to`.
+fn forwarded_post(to: SocketAddr, object: &str, body: &str, auth: Option<&str>) -> Resp {
+    let auth = auth.map_or(String::new(), |a| format!("{AUTH_HEADER}: {a}\r\n"));
+    request(
+        to,
+        format!(
+            "POST /o/counter/{object} HTTP/1.1\r\nHost: x\r\ncombd-forwarded: 1\r\n{auth}\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+}
+
+fn refused(r: &Resp, why: &str) {
+    assert_eq!(r.status, 401, "{why}: {}", r.text());
+    let error = r.json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        error.starts_with("fleet authentication failed"),
+        "{why}: {error}"
+    );
+    assert_eq!(r.header("www-authenticate"), Some("combd-fleet"), "{why}");
+}
+
+#[test]
+fn the_fleet_listener_takes_only_what_the_fleet_key_signed_for_this_node_lately_and_once() {
+    let Some(fleet) = Fleet::start("the_fleet_listener_takes_only_signed") else {
+        return;
+    };
+    let me = format!("127.0.0.1:{}", fleet_support::free_port());
+    let a = fleet.node_at(&me, LEASE_TTL, &fleet.s3.bucket.endpoint, &[]);
+    let at: SocketAddr = me.parse().unwrap();
+    assert_eq!(post_acked(&a, "t"), 1);
+    let key = parse_fleet_key(FLEET_KEY).unwrap();
+    let other_key = parse_fleet_key("another-fleet-entirely-0123456789abcdef").unwrap();
+    let target = "/o/counter/t";
+
+    let mut refusals = 0;
+    let mut attack = |r: Resp, why: &str| {
+        refused(&r, why);
+        refusals += 1;
+    };
+    // The finding: a plain request marked forwarded, with no credentials at all.
+    attack(forwarded_post(at, "t", "", None), "unsigned");
+    // On the public listener too: a client cannot pass for a node.
+    attack(
+        forwarded_post(a.public(), "t", "", None),
+        "unsigned, public listener",
+    );
+    // Everything on the fleet listener, not only objects.
+    attack(
+        request(at, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "unsigned healthz on the fleet listener",
+    );
+    // Signed with another key.
+    let forged = other_key.sign(&me, "POST", target, b"");
+    attack(forwarded_post(at, "t", "", Some(&forged)), "another key");
+    // Signed for another node, another object, another body, another method.
+    let elsewhere = key.sign("127.0.0.1:1", "POST", target, b"");
+    attack(
+        forwarded_post(at, "t", "", Some(&elsewhere)),
+        "for another node",
+    );
+    let other_object = key.sign(&me, "POST", "/o/counter/u", b"");
+    attack(
+        forwarded_post(at, "t", "", Some(&other_object)),
+        "for another object",
+    );
+    let other_body = key.sign(&me, "POST", target, b"");
+    attack(
+        forwarded_post(at, "t", "{}", Some(&other_body)),
+        "with another body",
+    );
+    let other_method = key.sign(&me, "GET", target, b"");
+    attack(
+        forwarded_post(at, "t", "", Some(&other_method)),
+        "for another method",
+    );
+    // Out of date: signed more than the skew ago.
+    let old = now_ms() - FLEET_AUTH_SKEW.as_millis() as u64 - 1_000;
+    let stale = key.sign_at(&me, "POST", target, b"", old, [3; 16]);
+    attack(forwarded_post(at, "t", "", Some(&stale)), "out of date");
+    attack(forwarded_post(at, "t", "", Some("v1 garbage")), "malformed");
+    assert_eq!(value(&get(&a, "t")), 1, "no refused request was applied");
+    assert_eq!(stat(&a, "fleet_auth_refused"), refusals);
+
+    // Signed by the fleet for this node: taken, once.
+    let good = key.sign(&me, "POST", target, b"");
+    let taken = forwarded_post(at, "t", "", Some(&good));
+    assert_eq!(taken.status, 200, "{}", taken.text());
+    assert_eq!(value(&taken), 2);
+    let again = forwarded_post(at, "t", "", Some(&good));
+    refused(&again, "replayed");
+    assert_eq!(
+        again.json()["error"],
+        "fleet authentication failed: fleet request replayed"
+    );
+    assert_eq!(value(&get(&a, "t")), 2, "the replay was not applied");
+    assert_eq!(stat(&a, "fleet_auth_refused"), refusals + 1);
+    assert!(stat(&a, "fleet_auth_replays_held") >= 1);
+}
+
+#[test]
+fn an_owner_the_coordinator_records_that_is_not_a_fleet_address_is_never_dialled() {
+    let Some(fleet) = Fleet::start("an_owner_that_is_not_a_fleet_address") else {
+        return;
+    };
+    let a = fleet.node();
+    // Whoever writes the coordinator names the owner: values no node could have written.
+    for (object, owner) in [
+        ("bad1", "0.0.0.0:9"),
+        ("bad2", "[not-an-address"),
+        ("bad3", "127.0.0.1:0"),
+    ] {
+        fleet.claim_for(&format!("counter/{object}"), owner, 60);
+        let r = get(&a, object);
+        assert_eq!(r.status, 503, "{owner}: {}", r.text());
+        assert_eq!(r.header("retry-after"), Some("1"), "{owner}");
+    }
+    assert_eq!(stat(&a, "fleet_owner_invalid"), 3);
+    assert_eq!(stat(&a, "fleet_forwarded"), 0);
+    assert_eq!(stat(&a, "fleet_forward_failed"), 0, "none was dialled");
+}
