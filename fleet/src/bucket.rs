@@ -326,21 +326,34 @@ impl Bucket {
         Ok(String::from_utf8_lossy(&body).into_owned())
     }
 
-    /// Whether any key starts with `prefix` (one listing of one key).
-    pub fn any(&self, prefix: &str) -> Result<bool, BucketError> {
+    /// One page of the keys that start with `prefix`: at most `page_keys`, after `token`
+    /// (the previous page's continuation), if any.
+    fn list_page(
+        &self,
+        prefix: &str,
+        page_keys: usize,
+        token: Option<&str>,
+    ) -> Result<rusty_s3::actions::ListObjectsV2Response, BucketError> {
         let mut action = ListObjectsV2::new(&self.bucket, Some(&self.credentials));
         action.with_prefix(prefix);
-        action.with_max_keys(1);
+        action.with_max_keys(page_keys);
+        if let Some(t) = token {
+            action.with_continuation_token(t.to_string());
+        }
         let url = action.sign(SIGNATURE_VALID);
         let text = Self::answer("list", prefix, self.agent.get(url.as_str()).call())?;
-        let page = ListObjectsV2::parse_response(&text).map_err(|e| {
+        ListObjectsV2::parse_response(&text).map_err(|e| {
             Self::error(
                 "list",
                 prefix,
                 Failure::BadAnswer(format!("listing XML: {e}")),
             )
-        })?;
-        Ok(!page.contents.is_empty())
+        })
+    }
+
+    /// Whether any key starts with `prefix` (one listing of one key).
+    pub fn any(&self, prefix: &str) -> Result<bool, BucketError> {
+        Ok(!self.list_page(prefix, 1, None)?.contents.is_empty())
     }
 
     /// The keys that start with `prefix`, in order, at most `max_keys` of them (a listing
@@ -349,21 +362,7 @@ impl Bucket {
         let mut keys = Vec::new();
         let mut token: Option<String> = None;
         loop {
-            let mut action = ListObjectsV2::new(&self.bucket, Some(&self.credentials));
-            action.with_prefix(prefix);
-            action.with_max_keys(FLEET_LIST_PAGE_KEYS);
-            if let Some(t) = &token {
-                action.with_continuation_token(t.clone());
-            }
-            let url = action.sign(SIGNATURE_VALID);
-            let text = Self::answer("list", prefix, self.agent.get(url.as_str()).call())?;
-            let page = ListObjectsV2::parse_response(&text).map_err(|e| {
-                Self::error(
-                    "list",
-                    prefix,
-                    Failure::BadAnswer(format!("listing XML: {e}")),
-                )
-            })?;
+            let page = self.list_page(prefix, FLEET_LIST_PAGE_KEYS, token.as_deref())?;
             keys.extend(page.contents.into_iter().map(|c| c.key));
             if keys.len() > max_keys {
                 return Err(Self::error(

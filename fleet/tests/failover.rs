@@ -30,6 +30,17 @@ struct Owner {
 }
 
 impl Owner {
+    /// The owner of `object` that won its claim (made `token`), its database new in `dir`.
+    fn new(dir: &std::path::Path, object: &str, token: i64) -> Owner {
+        Owner {
+            db: Db::create(dir),
+            cursor: WalCursor::new(),
+            object: object.to_string(),
+            token,
+            head: (0, 0),
+        }
+    }
+
     /// Packs what committed since the last call and ships it; the coordinator's answer.
     fn ship(&mut self, bucket: &Bucket, c: &Coordinator) -> Advance {
         let seq = self.head.0 + 1;
@@ -78,13 +89,7 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         panic!("A's first claim must win");
     };
     let dir_a = temp_dir("node-a");
-    let mut a = Owner {
-        db: Db::create(&dir_a),
-        cursor: WalCursor::new(),
-        object: object.clone(),
-        token: claim.token,
-        head: (0, 0),
-    };
+    let mut a = Owner::new(&dir_a, &object, claim.token);
     assert_eq!(a.ship(&bucket, &c), Advance::Done);
     assert_eq!(
         a.commit_and_ship("INSERT INTO t(v) VALUES ('a1'), ('a2')", &bucket, &c),
@@ -321,13 +326,7 @@ fn what_the_fleet_key_did_not_seal_for_its_key_is_never_restored() {
         panic!("first claim");
     };
     let dir = temp_dir("sealed");
-    let mut a = Owner {
-        db: Db::create(&dir),
-        cursor: WalCursor::new(),
-        object: object.clone(),
-        token: claim.token,
-        head: (0, 0),
-    };
+    let mut a = Owner::new(&dir, &object, claim.token);
     assert_eq!(a.ship(&bucket, &c), Advance::Done);
     assert_eq!(
         a.commit_and_ship("INSERT INTO t(v) VALUES ('a1')", &bucket, &c),

@@ -23,26 +23,27 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use combd_fleet::auth::{self, AuthError, FleetKey, Replays};
+use combd_fleet::auth::{self, FleetKey, Replays};
 use combd_fleet::bucket::Bucket;
 use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper};
 use combd_fleet::forward::Forwarder;
 use combd_fleet::segment::{Segment, WalCursor};
-use combd_fleet::Failure;
 use combd_fleet::{config, restore, ship};
 use combd_kernel::limits::{
     FLEET_LEASE_REGRANT_INTERVAL, FLEET_SNAPSHOT_AFTER_SEGMENTS, FLEET_UPLOAD_THREADS,
 };
 use combd_kernel::settings::{parse_fleet_address, FleetSettings};
 
-use crate::http::Response;
-
 mod at_head;
+mod pass_on;
 mod stats;
+mod trust;
 mod unreachable;
 mod upload;
 
+pub use pass_on::owner_unreachable;
 pub use stats::FleetStats;
+pub use trust::auth_refused;
 use unreachable::Unreachable;
 pub use unreachable::{Attempt, Failed};
 use upload::{upload_thread, Upload};
@@ -116,6 +117,30 @@ pub struct Shipping {
     /// The head of the newest snapshot of the object in the bucket that this node knows of:
     /// a snapshot at the head again would upload the same database.
     snapshot_at: Option<Head>,
+}
+
+impl Shipping {
+    /// An object opened at `head`, claimed with fencing token `token` under lease `lease`, its
+    /// WAL at `wal` starting over, and the newest snapshot known at `snapshot_at`.
+    fn from(
+        key: &str,
+        wal: PathBuf,
+        token: i64,
+        lease: i64,
+        head: Head,
+        snapshot_at: Option<Head>,
+    ) -> Shipping {
+        Shipping {
+            key: key.to_string(),
+            wal,
+            cursor: WalCursor::new(),
+            token,
+            lease,
+            head,
+            cut: head,
+            snapshot_at,
+        }
+    }
 }
 
 /// What a shipment came to.
@@ -311,16 +336,14 @@ impl Fleet {
             remove(&sidecar(path, "-shm"))?;
             self.stats.restores_skipped.fetch_add(1, Ordering::Relaxed);
             self.stats.objects_owned.fetch_add(1, Ordering::Relaxed);
-            return Ok(Shipping {
-                key: key.to_string(),
+            return Ok(Shipping::from(
+                key,
                 wal,
-                cursor: WalCursor::new(),
-                token: owner.token,
-                lease: lease.id,
+                owner.token,
+                lease.id,
                 head,
-                cut: head,
-                snapshot_at: Some(head),
-            });
+                Some(head),
+            ));
         }
         // Written beside the database, then renamed over it: a node killed while restoring
         // leaves the old files or the new one, never a database half written (or none).
@@ -366,16 +389,14 @@ impl Fleet {
             seq: 0,
             token: owner.token,
         });
-        Ok(Shipping {
-            key: key.to_string(),
+        Ok(Shipping::from(
+            key,
             wal,
-            cursor: WalCursor::new(),
-            token: owner.token,
-            lease: lease.id,
+            owner.token,
+            lease.id,
             head,
-            cut: head,
             snapshot_at,
-        })
+        ))
     }
 
     /// The object is let go (closed here): it no longer counts as owned. Its claim lapses with
@@ -541,150 +562,6 @@ impl Fleet {
             head,
         });
     }
-
-    /// Checks a request that came from the fleet (on the fleet listener, or marked forwarded):
-    /// its [`auth::AUTH_HEADER`] (`signature`) must be the fleet key's over what arrived, to
-    /// this node, lately, and not taken before. Refusals are counted.
-    pub fn authenticate(
-        &self,
-        signature: Option<&[u8]>,
-        method: &str,
-        target: &str,
-        body: &[u8],
-    ) -> Result<(), AuthError> {
-        let now = auth::now_ms();
-        let taken = self
-            .key
-            .verify(signature, &self.node, method, target, body, now)
-            .and_then(|stamp| self.replays.admit(stamp, now));
-        match taken {
-            Ok(()) => {}
-            Err(AuthError::Busy) => {
-                self.stats.auth_busy.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                self.stats.auth_refused.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!("a request from the fleet was refused: {e}");
-            }
-        }
-        taken
-    }
-
-    /// The [`auth::AUTH_HEADER`] value of a request to `owner` (a WebSocket's upgrade passed
-    /// through).
-    pub fn sign(&self, owner: &str, method: &str, target: &str, body: &[u8]) -> String {
-        self.key.sign(owner, method, target, body)
-    }
-
-    /// Signed requests remembered now (`fleet_auth_replays_held`).
-    pub(crate) fn replays_held(&self) -> usize {
-        self.replays.held()
-    }
-
-    /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address);
-    /// the owner's answer (at most `max_body` bytes), or 503 if the owner cannot be reached.
-    /// Blocking.
-    pub fn forward(
-        &self,
-        owner: &str,
-        key: &str,
-        method: &str,
-        query: Option<&str>,
-        body: &[u8],
-        max_body: u64,
-    ) -> Response {
-        let target = match query {
-            Some(q) => format!("/o/{key}?{q}"),
-            None => format!("/o/{key}"),
-        };
-        let Some(attempt) = self.may_try(owner) else {
-            return owner_unreachable();
-        };
-        match self
-            .forwarder
-            .forward(owner, method, &target, body, max_body)
-        {
-            Ok(f) if !crate::http::carries_body(f.status) => {
-                // A peer is untrusted input: a status that cannot carry the body it came with
-                // would desynchronise this connection's next response.
-                self.owner_reached(owner);
-                Response::error(502, "the owner answered an invalid status")
-            }
-            Ok(f) => {
-                self.owner_reached(owner);
-                self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-                let mut resp =
-                    Response::bytes(f.status, content_type(f.content_type.as_deref()), f.body);
-                for (name, value) in [("retry-after", f.retry_after), ("allow", f.allow)] {
-                    if let Some(v) = value {
-                        resp = resp.with_header(name, v);
-                    }
-                }
-                resp
-            }
-            Err(e) => {
-                match e {
-                    Failure::Timeout => self.owner_failed(owner, attempt, Failed::Waited),
-                    Failure::Unreachable(_) => self.owner_failed(owner, attempt, Failed::AtOnce),
-                    // It answered, but not with what can be passed back (too long, not HTTP).
-                    _ => self.owner_reached(owner),
-                }
-                self.stats.forward_failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(object = %key, %owner, "cannot pass the request on to the owner: {e}");
-                owner_unreachable()
-            }
-        }
-    }
-
-    /// Whether to try reaching `owner` now: not if it made a request wait in vain less than
-    /// `FLEET_OWNER_RETRY_INTERVAL` ago, or another request is trying it again (counted in
-    /// `fleet_owner_skipped`; the caller answers 503). An attempt is reported with
-    /// [`Fleet::owner_reached`] or [`Fleet::owner_failed`].
-    pub fn may_try(&self, owner: &str) -> Option<Attempt> {
-        let attempt = self.unreachable.may_try(owner, Instant::now());
-        if attempt.is_none() {
-            self.stats.owner_skipped.fetch_add(1, Ordering::Relaxed);
-        }
-        attempt
-    }
-
-    /// `owner` answered.
-    pub fn owner_reached(&self, owner: &str) {
-        self.unreachable.reached(owner, Instant::now());
-    }
-
-    /// `attempt` of `owner` failed `how`.
-    pub fn owner_failed(&self, owner: &str, attempt: Attempt, how: Failed) {
-        self.unreachable.failed(owner, attempt, how, Instant::now());
-    }
-}
-
-/// The answer to a request from the fleet that `authenticate` refused: 401 (503 with
-/// retry-after 1 when the node remembers too many to take one more).
-pub fn auth_refused(e: AuthError) -> Response {
-    match e {
-        AuthError::Busy => Response::error(503, "overloaded").with_header("retry-after", "1"),
-        e => Response::error(401, &format!("fleet authentication failed: {e}"))
-            .with_header("www-authenticate", "combd-fleet"),
-    }
-}
-
-/// The answer to a request whose object's owner cannot be reached.
-pub fn owner_unreachable() -> Response {
-    Response::error(503, "object owner unreachable").with_header("retry-after", "1")
-}
-
-/// A forwarded answer's content type, as one of the node's own (else an octet stream).
-fn content_type(ct: Option<&str>) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "application/json",
-        "text/plain; charset=utf-8",
-        "text/html; charset=utf-8",
-        "application/octet-stream",
-    ];
-    ct.and_then(|c| KNOWN.iter().find(|k| k.eq_ignore_ascii_case(c)))
-        .copied()
-        .unwrap_or("application/octet-stream")
 }
 
 /// The database at `path`, to upload as a snapshot: at most `fleet_snapshot_max_bytes` (a

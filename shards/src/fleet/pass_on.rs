@@ -1,0 +1,108 @@
+//! Passing requests on to an object's owner, and remembering owners that made a request wait
+//! in vain (`unreachable`).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use combd_fleet::Failure;
+
+use crate::http::Response;
+
+use super::{Attempt, Failed, Fleet};
+
+impl Fleet {
+    /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address);
+    /// the owner's answer (at most `max_body` bytes), or 503 if the owner cannot be reached.
+    /// Blocking.
+    pub fn forward(
+        &self,
+        owner: &str,
+        key: &str,
+        method: &str,
+        query: Option<&str>,
+        body: &[u8],
+        max_body: u64,
+    ) -> Response {
+        let target = match query {
+            Some(q) => format!("/o/{key}?{q}"),
+            None => format!("/o/{key}"),
+        };
+        let Some(attempt) = self.may_try(owner) else {
+            return owner_unreachable();
+        };
+        match self
+            .forwarder
+            .forward(owner, method, &target, body, max_body)
+        {
+            Ok(f) if !crate::http::carries_body(f.status) => {
+                // A peer is untrusted input: a status that cannot carry the body it came with
+                // would desynchronise this connection's next response.
+                self.owner_reached(owner);
+                Response::error(502, "the owner answered an invalid status")
+            }
+            Ok(f) => {
+                self.owner_reached(owner);
+                self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+                let mut resp =
+                    Response::bytes(f.status, content_type(f.content_type.as_deref()), f.body);
+                for (name, value) in [("retry-after", f.retry_after), ("allow", f.allow)] {
+                    if let Some(v) = value {
+                        resp = resp.with_header(name, v);
+                    }
+                }
+                resp
+            }
+            Err(e) => {
+                match e {
+                    Failure::Timeout => self.owner_failed(owner, attempt, Failed::Waited),
+                    Failure::Unreachable(_) => self.owner_failed(owner, attempt, Failed::AtOnce),
+                    // It answered, but not with what can be passed back (too long, not HTTP).
+                    _ => self.owner_reached(owner),
+                }
+                self.stats.forward_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(object = %key, %owner, "cannot pass the request on to the owner: {e}");
+                owner_unreachable()
+            }
+        }
+    }
+
+    /// Whether to try reaching `owner` now: not if it made a request wait in vain less than
+    /// `FLEET_OWNER_RETRY_INTERVAL` ago, or another request is trying it again (counted in
+    /// `fleet_owner_skipped`; the caller answers 503). An attempt is reported with
+    /// [`Fleet::owner_reached`] or [`Fleet::owner_failed`].
+    pub fn may_try(&self, owner: &str) -> Option<Attempt> {
+        let attempt = self.unreachable.may_try(owner, Instant::now());
+        if attempt.is_none() {
+            self.stats.owner_skipped.fetch_add(1, Ordering::Relaxed);
+        }
+        attempt
+    }
+
+    /// `owner` answered.
+    pub fn owner_reached(&self, owner: &str) {
+        self.unreachable.reached(owner, Instant::now());
+    }
+
+    /// `attempt` of `owner` failed `how`.
+    pub fn owner_failed(&self, owner: &str, attempt: Attempt, how: Failed) {
+        self.unreachable.failed(owner, attempt, how, Instant::now());
+    }
+}
+
+/// The answer to a request whose object's owner cannot be reached.
+pub fn owner_unreachable() -> Response {
+    Response::error(503, "object owner unreachable").with_header("retry-after", "1")
+}
+
+/// A forwarded answer's content type, as one of the node's own (else an octet stream).
+fn content_type(ct: Option<&str>) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "application/json",
+        "text/plain; charset=utf-8",
+        "text/html; charset=utf-8",
+        "application/octet-stream",
+    ];
+    ct.and_then(|c| KNOWN.iter().find(|k| k.eq_ignore_ascii_case(c)))
+        .copied()
+        .unwrap_or("application/octet-stream")
+}

@@ -1,0 +1,60 @@
+//! The fleet's trust zone on this node: what another node passes on is taken only signed with
+//! the fleet key, and what this node passes on is signed (`combd_fleet::auth`).
+
+use combd_fleet::auth::{self, AuthError};
+use std::sync::atomic::Ordering;
+
+use crate::http::Response;
+
+use super::Fleet;
+
+impl Fleet {
+    /// Checks a request that came from the fleet (on the fleet listener, or marked forwarded):
+    /// its [`auth::AUTH_HEADER`] (`signature`) must be the fleet key's over what arrived, to
+    /// this node, lately, and not taken before. Refusals are counted.
+    pub fn authenticate(
+        &self,
+        signature: Option<&[u8]>,
+        method: &str,
+        target: &str,
+        body: &[u8],
+    ) -> Result<(), AuthError> {
+        let now = auth::now_ms();
+        let taken = self
+            .key
+            .verify(signature, &self.node, method, target, body, now)
+            .and_then(|stamp| self.replays.admit(stamp, now));
+        match taken {
+            Ok(()) => {}
+            Err(AuthError::Busy) => {
+                self.stats.auth_busy.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.stats.auth_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("a request from the fleet was refused: {e}");
+            }
+        }
+        taken
+    }
+
+    /// The [`auth::AUTH_HEADER`] value of a request to `owner` (a WebSocket's upgrade passed
+    /// through).
+    pub fn sign(&self, owner: &str, method: &str, target: &str, body: &[u8]) -> String {
+        self.key.sign(owner, method, target, body)
+    }
+
+    /// Signed requests remembered now (`fleet_auth_replays_held`).
+    pub(crate) fn replays_held(&self) -> usize {
+        self.replays.held()
+    }
+}
+
+/// The answer to a request from the fleet that `authenticate` refused: 401 (503 with
+/// retry-after 1 when the node remembers too many to take one more).
+pub fn auth_refused(e: AuthError) -> Response {
+    match e {
+        AuthError::Busy => Response::error(503, "overloaded").with_header("retry-after", "1"),
+        e => Response::error(401, &format!("fleet authentication failed: {e}"))
+            .with_header("www-authenticate", "combd-fleet"),
+    }
+}
