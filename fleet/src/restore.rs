@@ -43,6 +43,9 @@ pub enum RestoreError {
         /// The bound ([`FLEET_RESTORE_SEGMENTS_MAX_BYTES`] in a node).
         limit: u64,
     },
+    /// The database written is not a sound SQLite database (`PRAGMA quick_check`'s first
+    /// complaint, or why it could not be checked).
+    Corrupt(String),
 }
 
 impl std::fmt::Display for RestoreError {
@@ -60,6 +63,9 @@ impl std::fmt::Display for RestoreError {
                 f,
                 "the segments since the last snapshot take more than {limit} bytes"
             ),
+            RestoreError::Corrupt(why) => {
+                write!(f, "the restored database fails its check: {why}")
+            }
         }
     }
 }
@@ -171,6 +177,7 @@ pub fn restore_object_within(
         start.map_or(0, |(s, _)| s),
         &chain,
     )?;
+    check(out)?;
     Ok(Restored {
         snapshot: start,
         segments: chain.len(),
@@ -239,6 +246,25 @@ fn prefetch(
         return Err(e.into());
     }
     Ok(found.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// `PRAGMA quick_check` of the database restored at `out` (the page structure, the records'
+/// shape, the indexes' order: everything `integrity_check` looks at but that indexes match
+/// their tables, in time linear in the file): a restore that wrote what is not a sound
+/// database fails, and the object is not served from it.
+fn check(out: &Path) -> Result<(), RestoreError> {
+    let corrupt = |e: rusqlite::Error| RestoreError::Corrupt(e.to_string());
+    // Read-write as the node opens it: a read-only open of a database in WAL mode would need
+    // its -shm file to exist already.
+    let db = rusqlite::Connection::open(out).map_err(corrupt)?;
+    let first: String = db
+        .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+        .map_err(corrupt)?;
+    if first == "ok" {
+        Ok(())
+    } else {
+        Err(RestoreError::Corrupt(first))
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

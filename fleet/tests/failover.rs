@@ -387,3 +387,49 @@ fn what_the_fleet_key_did_not_seal_for_its_key_is_never_restored() {
     assert_eq!(rows(&open_checked(&from_snapshot)), rows(&a.db.conn));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_restored_database_that_fails_its_check_is_refused() {
+    let test = "a_restored_database_that_fails_its_check_is_refused";
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let Some(s3) = S3::start(test) else { return };
+    let bucket = Bucket::new(&s3.bucket)
+        .unwrap()
+        .with_fleet_key(support::fleet_key());
+    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
+    let object = format!("{}corrupt", s3.unique_prefix().trim_end_matches('/'));
+    let lease = c.grant_lease(Duration::from_secs(30)).unwrap();
+    let Claim::Won(claim) = c.claim(&object, "127.0.0.2:8080", &lease).unwrap() else {
+        panic!("first claim");
+    };
+    let dir = temp_dir("corrupt");
+    let mut a = Owner::new(&dir, &object, claim.token);
+    assert_eq!(a.ship(&bucket, &c), Advance::Done);
+    assert_eq!(
+        a.commit_and_ship(
+            "INSERT INTO t(v, b) VALUES ('a1', randomblob(20000))",
+            &bucket,
+            &c
+        ),
+        Advance::Done
+    );
+    let head = c.head(&object).unwrap().unwrap();
+    // A snapshot at the head, sealed by this fleet (so only the check can find it wrong), whose
+    // second page is garbage: the schema's root page is fine, the table's is not.
+    let mut bad = a.db.snapshot();
+    let page = u16::from_be_bytes([bad[16], bad[17]]) as usize;
+    for b in &mut bad[page..2 * page] {
+        *b = 0xA5;
+    }
+    ship_snapshot(&bucket, &object, head, bad).unwrap();
+    let out = dir.join("restored.sqlite");
+    let e = restore_object(&bucket, &object, Some(head), &out).unwrap_err();
+    assert!(matches!(e, RestoreError::Corrupt(_)), "{e}");
+    // The good snapshot restores and passes.
+    ship_snapshot(&bucket, &object, head, a.db.snapshot()).unwrap();
+    restore_object(&bucket, &object, Some(head), &out).unwrap();
+    assert_eq!(rows(&open_checked(&out)), rows(&a.db.conn));
+    let _ = std::fs::remove_dir_all(dir);
+}

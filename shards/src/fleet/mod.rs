@@ -349,8 +349,19 @@ impl Fleet {
         // leaves the old files or the new one, never a database half written (or none).
         let fresh = sidecar(path, "-restore");
         remove(&fresh)?;
-        let restored = restore::restore_object(&self.bucket, key, head, &fresh)
-            .map_err(|e| unavailable(&e))?;
+        let restored = match restore::restore_object(&self.bucket, key, head, &fresh) {
+            Ok(r) => r,
+            Err(e) => {
+                if matches!(e, restore::RestoreError::Corrupt(_)) {
+                    // What the bucket holds (sealed by this fleet) does not make a sound
+                    // database: refused until someone looks (nothing is served from it).
+                    self.stats.restore_corrupt.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(object = %key, "{e}: refused");
+                }
+                let _ = std::fs::remove_file(&fresh);
+                return Err(unavailable(&e));
+            }
+        };
         remove(&wal)?;
         remove(&sidecar(path, "-shm"))?;
         if head.is_some() {

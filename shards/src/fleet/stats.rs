@@ -37,6 +37,7 @@ pub struct FleetStats {
     pub(super) auth_busy: AtomicU64,
     pub(super) owner_invalid: AtomicU64,
     pub(super) head_missing: AtomicU64,
+    pub(super) restore_corrupt: AtomicU64,
     /// Uploads by how long they took, in [`upload_bucket`]s.
     upload_times: UploadTimes,
 }
@@ -296,6 +297,14 @@ impl Fleet {
                 Counter,
                 "Objects written from the bucket when claimed.",
                 g(|s| &s.restores),
+            ),
+            (
+                "fleet_restore_corrupt",
+                "combd_fleet_restore_corrupt_total",
+                Counter,
+                "Restores whose database failed PRAGMA quick_check: the object refused (503), an \
+                 error logged.",
+                g(|s| &s.restore_corrupt),
             ),
             (
                 "fleet_restores_skipped",
