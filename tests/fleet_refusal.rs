@@ -50,7 +50,10 @@ fn can_run() -> bool {
         return false;
     }
     // Root without the right to make namespaces (a container without CAP_SYS_ADMIN): skip.
-    let probe = format!("combd-probe-{}", std::process::id());
+    // One name a test: the two tests probe at once, and a second `add` of one name fails.
+    static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = format!("combd-probe-{}-{n}", std::process::id());
     if !Command::new("ip")
         .args(["netns", "add", &probe])
         .stderr(Stdio::null())
