@@ -109,6 +109,9 @@ impl Fleet {
             ("COMBD_FLEET_KEY_FILE", &key),
             ("COMBD_FLEET_NODE", address),
             ("COMBD_FLEET_LEASE_TTL", ttl),
+            // The tests watch objects being let go and opened again: a second, as a node
+            // alone, not the fleet's default 30 s (crossed in no_work.rs).
+            ("COMBD_FLEET_OBJECT_IDLE", "1s"),
         ];
         env.extend_from_slice(more);
         TestNode::start(&env)

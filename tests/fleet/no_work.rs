@@ -94,3 +94,31 @@ fn an_object_etcd_has_no_head_for_but_the_bucket_holds_is_refused_not_started_em
     // A new object, of which the bucket holds nothing, starts empty as before.
     assert_eq!(post_acked(&a, "fresh"), 1);
 }
+
+#[test]
+fn a_fleet_object_waits_its_own_idle_time_before_it_is_let_go() {
+    let Some(fleet) = Fleet::start("a_fleet_object_waits_its_own_idle_time") else {
+        return;
+    };
+    let address = format!("127.0.0.1:{}", super::fleet_support::free_port());
+    let a = fleet.node_at(
+        &address,
+        super::LEASE_TTL,
+        &fleet.s3.bucket.endpoint,
+        &[("COMBD_FLEET_OBJECT_IDLE", "4s")],
+    );
+    assert_eq!(a.stats()["limits"]["fleet_object_idle_ms"], 4000);
+    let asked = Instant::now();
+    assert_eq!(value(&get(&a, "idle")), 0);
+    // A node alone lets an object go after 1 s; this one keeps it past that.
+    std::thread::sleep(Duration::from_millis(2_000));
+    if asked.elapsed() < Duration::from_millis(3_500) {
+        assert_eq!(stat(&a, "fleet_objects_owned"), 1, "let go before its 4 s");
+    }
+    until_let_go(&a);
+    assert!(
+        asked.elapsed() >= Duration::from_secs(4),
+        "let go after {:?}",
+        asked.elapsed()
+    );
+}

@@ -11,6 +11,20 @@ use super::DB_MAX_BYTES;
 /// live node losing its objects.
 pub const FLEET_LEASE_TTL_DEFAULT: Duration = Duration::from_secs(10);
 
+/// Default of `COMBD_FLEET_OBJECT_IDLE`: how long a fleet object waits for mail before it is
+/// let go. An object alone is let go after `OBJECT_IDLE` (1 s): reopening it costs a file open.
+/// In a fleet a reopen also claims the object in etcd and reads its head (two round trips, and
+/// a restore when the file was not left at the head), and a close snapshots it: 30 s keeps an
+/// object asked for every few seconds open, and still gives back an idle one's memory.
+pub const FLEET_OBJECT_IDLE_DEFAULT: Duration = Duration::from_secs(30);
+
+/// Shortest `COMBD_FLEET_OBJECT_IDLE`: the node alone's own idle time.
+pub const FLEET_OBJECT_IDLE_MIN: Duration = Duration::from_secs(1);
+
+/// Longest `COMBD_FLEET_OBJECT_IDLE`: an object kept open holds its database's cache and its
+/// place in `COMBD_MAX_AWAKE`; past an hour it is not idle, it is resident.
+pub const FLEET_OBJECT_IDLE_MAX: Duration = Duration::from_secs(3600);
+
 /// Default of `COMBD_FLEET_BUCKET_REGION`: the region Garage, the bucket server the fleet is
 /// tested with, names in its S3 signatures unless configured otherwise.
 pub const FLEET_BUCKET_REGION_DEFAULT: &str = "garage";

@@ -158,6 +158,8 @@ pub const FIXED: &[Fixed] = &[
     fixed!("app_error_detail_max_bytes", APP_ERROR_DETAIL_MAX_BYTES),
     fixed!("fleet_lease_ttl_min_ms", FLEET_LEASE_TTL_MIN, ms),
     fixed!("fleet_lease_ttl_max_ms", FLEET_LEASE_TTL_MAX, ms),
+    fixed!("fleet_object_idle_min_ms", FLEET_OBJECT_IDLE_MIN, ms),
+    fixed!("fleet_object_idle_max_ms", FLEET_OBJECT_IDLE_MAX, ms),
     fixed!("fleet_keepalive_divisor", FLEET_KEEPALIVE_DIVISOR),
     fixed!(
         "fleet_lease_regrant_interval_ms",
@@ -246,6 +248,7 @@ pub const SETTING_DEFAULTS: &[&str] = &[
     "WS_PING_INTERVAL_DEFAULT",
     "WS_SLOW_TIMEOUT_DEFAULT",
     "FLEET_LEASE_TTL_DEFAULT",
+    "FLEET_OBJECT_IDLE_DEFAULT",
     "FLEET_BUCKET_REGION_DEFAULT",
 ];
 

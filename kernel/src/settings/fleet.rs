@@ -35,6 +35,8 @@ pub struct FleetSettings {
     pub node_public: bool,
     /// `COMBD_FLEET_LEASE_TTL`: how long this node's lease outlives its last renewal.
     pub lease_ttl: Duration,
+    /// `COMBD_FLEET_OBJECT_IDLE`: how long an object waits for mail before it is let go.
+    pub object_idle: Duration,
 }
 
 /// The fleet settings that need `COMBD_FLEET_ETCD`, and are required with it (the lease's TTL
@@ -53,6 +55,7 @@ pub(super) const OPTIONAL_WITH_ETCD: &[&str] = &[
     "COMBD_FLEET_LEASE_TTL",
     "COMBD_FLEET_BUCKET_REGION",
     "COMBD_FLEET_NODE_PUBLIC",
+    "COMBD_FLEET_OBJECT_IDLE",
 ];
 
 /// Reads the fleet's settings: `None` when `COMBD_FLEET_ETCD` is not set (and no other fleet
@@ -102,6 +105,10 @@ pub(super) fn fleet_settings(
         Some(text) => parse_lease_ttl(&text).map_err(|m| err("COMBD_FLEET_LEASE_TTL", m))?,
         None => limits::FLEET_LEASE_TTL_DEFAULT,
     };
+    let object_idle = match get("COMBD_FLEET_OBJECT_IDLE") {
+        Some(text) => parse_object_idle(&text).map_err(|m| err("COMBD_FLEET_OBJECT_IDLE", m))?,
+        None => limits::FLEET_OBJECT_IDLE_DEFAULT,
+    };
     let region = get("COMBD_FLEET_BUCKET_REGION");
     let bucket_region = parse_region(
         region
@@ -120,6 +127,7 @@ pub(super) fn fleet_settings(
         node,
         node_public,
         lease_ttl,
+        object_idle,
     }))
 }
 
@@ -137,6 +145,21 @@ pub fn parse_lease_ttl(text: &str) -> Result<Duration, String> {
         return Err(format!(
             "{text:?} is out of range: from {}s (etcd's shortest lease) to {}s (a dead owner's \
              objects are unreachable this long)",
+            min.as_secs(),
+            max.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
+/// Parses `COMBD_FLEET_OBJECT_IDLE`: a duration from [`limits::FLEET_OBJECT_IDLE_MIN`] to
+/// [`limits::FLEET_OBJECT_IDLE_MAX`].
+pub fn parse_object_idle(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    let (min, max) = (limits::FLEET_OBJECT_IDLE_MIN, limits::FLEET_OBJECT_IDLE_MAX);
+    if d < min || d > max {
+        return Err(format!(
+            "{text:?} is out of range: from {}s (a node alone's own idle time) to {}s",
             min.as_secs(),
             max.as_secs()
         ));

@@ -39,7 +39,7 @@ mod values;
 
 pub use fleet::{
     is_private, parse_bucket_name, parse_etcd_endpoints, parse_fleet_address, parse_fleet_node,
-    parse_http_endpoint, parse_lease_ttl, parse_region, FleetSettings,
+    parse_http_endpoint, parse_lease_ttl, parse_object_idle, parse_region, FleetSettings,
 };
 pub use names::{check_env_names, closest};
 pub use spec::{AsLimit, Context, DefaultValue, InForce, Limit, SettingSpec, Show, Unit};

@@ -530,6 +530,18 @@ settings_table! {
                 meaning: "how long the node's lease outlives its last renewal (renewed every third of it): \
                           a dead owner's objects move after this long; whole seconds, 2s to 60s",
             }
+            {
+                env: "COMBD_FLEET_OBJECT_IDLE",
+                flag: "--fleet-object-idle",
+                default: DefaultValue::Value(|| {
+                    Unit::Duration.human(limits::FLEET_OBJECT_IDLE_DEFAULT.as_limit())
+                }),
+                unit: Duration,
+                limit: "fleet_object_idle_ms" = |s, _| fleet_object_idle(s).as_limit(),
+                value: |s| fleet_object_idle(s).show(),
+                meaning: "how long a fleet object waits for mail before it is let go (a reopen claims it in \
+                          etcd again); 1s to 1h",
+            }
         }
     }
 }
@@ -553,6 +565,12 @@ fn lease_ttl(s: &Settings) -> Duration {
     s.fleet
         .as_ref()
         .map_or(limits::FLEET_LEASE_TTL_DEFAULT, |f| f.lease_ttl)
+}
+
+fn fleet_object_idle(s: &Settings) -> Duration {
+    s.fleet
+        .as_ref()
+        .map_or(limits::FLEET_OBJECT_IDLE_DEFAULT, |f| f.object_idle)
 }
 
 pub(super) fn spec_by_flag(flag: &str) -> Option<&'static SettingSpec> {

@@ -42,6 +42,16 @@ fn the_fleet_is_off_by_default_and_its_ttl_default_is_the_limits_file() {
     );
     let on = load(FLEET, &[]).unwrap().fleet.unwrap();
     assert_eq!(on.lease_ttl, limits::FLEET_LEASE_TTL_DEFAULT);
+    assert_eq!(on.object_idle, limits::FLEET_OBJECT_IDLE_DEFAULT);
+    let idle = SETTINGS
+        .iter()
+        .find(|s| s.env == "COMBD_FLEET_OBJECT_IDLE")
+        .unwrap()
+        .default_text();
+    assert_eq!(
+        parse_object_idle(&idle),
+        Ok(limits::FLEET_OBJECT_IDLE_DEFAULT)
+    );
 }
 
 #[test]
@@ -127,6 +137,10 @@ fn fleet_values_are_validated_naming_the_setting() {
         ("COMBD_FLEET_LEASE_TTL", "0s"),
         ("COMBD_FLEET_LEASE_TTL", "1500ms"),
         ("COMBD_FLEET_LEASE_TTL", "soon"),
+        ("COMBD_FLEET_OBJECT_IDLE", "0s"),
+        ("COMBD_FLEET_OBJECT_IDLE", "999ms"),
+        ("COMBD_FLEET_OBJECT_IDLE", "2h"),
+        ("COMBD_FLEET_OBJECT_IDLE", "a while"),
         ("COMBD_FLEET_BUCKET_REGION", "US East"),
         ("COMBD_FLEET_BUCKET_REGION", ""),
     ] {

@@ -445,12 +445,17 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell) -> Opened {
 }
 
 /// Waits for mail; false when the object has been idle long enough (longer under memory
-/// pressure) or the node drains with nothing queued.
+/// pressure, and in a fleet `COMBD_FLEET_OBJECT_IDLE`) or the node drains with nothing queued.
 async fn wait_for_mail(state: &ShardState, cell: &ObjectCell) -> bool {
     let idle = if state.node().admission.pressure.load(Ordering::Relaxed) >= 1 {
         OBJECT_IDLE_UNDER_PRESSURE
     } else {
         OBJECT_IDLE
+    };
+    // In a fleet a reopen costs a claim in etcd (and a close a snapshot): it waits longer.
+    let idle = match &state.settings().fleet {
+        Some(f) => idle.max(f.object_idle),
+        None => idle,
     };
     let mut timer = Timer::new(idle);
     futures_lite::future::poll_fn(|cx| {
