@@ -11,6 +11,7 @@
 //! - `fleet`: the fleet's settings (coordinator, bucket, this node's fleet address and lease),
 //!   all or none;
 //! - `names`: refusing an unknown `COMBD_*` variable or flag, naming the closest setting;
+//! - `help`: a flag's setting, and the `--help` text, read off the table;
 //! - this file: reading the environment and the flags, the TLS group, and the checks between
 //!   settings.
 //!
@@ -32,6 +33,7 @@ use crate::limits;
 #[macro_use]
 mod declare;
 mod fleet;
+mod help;
 mod names;
 mod spec;
 mod table;
@@ -41,10 +43,11 @@ pub use fleet::{
     is_private, parse_bucket_name, parse_etcd_endpoints, parse_fleet_address, parse_fleet_node,
     parse_http_endpoint, parse_lease_ttl, parse_object_idle, parse_region, FleetSettings,
 };
+pub use help::help_text;
+use help::spec_by_flag;
 pub use names::{check_env_names, closest};
 pub use spec::{AsLimit, Context, DefaultValue, InForce, Limit, SettingSpec, Show, Unit};
-use table::spec_by_flag;
-pub use table::{help_text, Settings, DERIVED_LIMITS, SETTINGS};
+pub use table::{Settings, DERIVED_LIMITS, SETTINGS};
 use values::{optional_bytes, parse_count_usize, parse_dir, parse_sqlite_sync, resolve_shards};
 pub use values::{
     parse_access_log, parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen,

@@ -1,0 +1,34 @@
+//! What is read off the settings table for the command line: a flag's setting, and the
+//! `--help` text.
+
+use super::table::SETTINGS;
+use super::*;
+
+/// The setting whose flag is `flag`.
+pub(super) fn spec_by_flag(flag: &str) -> Option<&'static SettingSpec> {
+    SETTINGS.iter().find(|s| s.flag == flag)
+}
+
+/// The `--help` text, written from [`SETTINGS`].
+pub fn help_text() -> String {
+    let mut out = String::from(
+        "combd: a realtime application server (HTTP/1.1 and WebSocket on io_uring)\n\n\
+         Usage: combd [--flag value]...\n\n\
+         Every setting is an environment variable with a matching flag; a flag wins.\n\n",
+    );
+    for s in SETTINGS {
+        out.push_str(&format!(
+            "  {:<22} {:<22} default: {}\n      {}\n",
+            s.flag,
+            s.env,
+            s.default_text(),
+            s.meaning
+        ));
+    }
+    out.push_str(
+        "\n  --check-config         validate the settings, print every effective limit and where it came from\n  \
+         -h, --help             this text\n  -V, --version          the version\n\n\
+         Subcommand: combd top [--port P] [--once] [--json]   a live per-shard view of /stats (q quits)\n",
+    );
+    out
+}
