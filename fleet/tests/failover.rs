@@ -304,34 +304,49 @@ fn shipping_fails_when_the_bucket_is_unreachable_and_nothing_advances() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn what_the_fleet_key_did_not_seal_for_its_key_is_never_restored() {
-    let test = "what_the_fleet_key_did_not_seal_is_never_restored";
-    let Some(etcd) = Etcd::start(test) else {
-        return;
-    };
-    let Some(s3) = S3::start(test) else { return };
+/// A fleet of one owner for `test`: the bucket (sealing with the tests' key), the coordinator,
+/// the servers (kept alive by the caller), and an owner that claimed object `<prefix>name`
+/// and shipped its schema and one batch with a 20 KB blob; `None` where etcd or Garage is not
+/// installed.
+fn one_shipped_owner(test: &str, name: &str) -> Option<(Bucket, Coordinator, Owner, (Etcd, S3))> {
+    let etcd = Etcd::start(test)?;
+    let s3 = S3::start(test)?;
     let bucket = Bucket::new(&s3.bucket)
         .unwrap()
         .with_fleet_key(support::fleet_key());
+    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
+    let object = format!("{}{name}", s3.unique_prefix().trim_end_matches('/'));
+    let lease = c.grant_lease(Duration::from_secs(30)).unwrap();
+    let Claim::Won(claim) = c.claim(&object, "127.0.0.2:8080", &lease).unwrap() else {
+        panic!("first claim");
+    };
+    let mut a = Owner::new(&temp_dir(name), &object, claim.token);
+    assert_eq!(a.ship(&bucket, &c), Advance::Done);
+    assert_eq!(
+        a.commit_and_ship(
+            "INSERT INTO t(v, b) VALUES ('a1', randomblob(20000))",
+            &bucket,
+            &c
+        ),
+        Advance::Done
+    );
+    Some((bucket, c, a, (etcd, s3)))
+}
+
+#[test]
+fn what_the_fleet_key_did_not_seal_for_its_key_is_never_restored() {
+    let Some((bucket, c, a, (_etcd, s3))) = one_shipped_owner(
+        "what_the_fleet_key_did_not_seal_is_never_restored",
+        "sealed",
+    ) else {
+        return;
+    };
     let other_fleet = Bucket::new(&s3.bucket)
         .unwrap()
         .with_fleet_key(std::sync::Arc::new(
             combd_fleet::auth::parse_fleet_key("some-other-fleet-key-0123456789abcdef").unwrap(),
         ));
-    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
-    let object = format!("{}sealed", s3.unique_prefix().trim_end_matches('/'));
-    let lease = c.grant_lease(Duration::from_secs(30)).unwrap();
-    let Claim::Won(claim) = c.claim(&object, "127.0.0.2:8080", &lease).unwrap() else {
-        panic!("first claim");
-    };
-    let dir = temp_dir("sealed");
-    let mut a = Owner::new(&dir, &object, claim.token);
-    assert_eq!(a.ship(&bucket, &c), Advance::Done);
-    assert_eq!(
-        a.commit_and_ship("INSERT INTO t(v) VALUES ('a1')", &bucket, &c),
-        Advance::Done
-    );
+    let (object, dir) = (a.object.clone(), temp_dir("sealed-restores"));
     let head = c.head(&object).unwrap();
     let good = dir.join("good.sqlite");
     restore_object(&bucket, &object, head, &good).unwrap();
@@ -390,31 +405,13 @@ fn what_the_fleet_key_did_not_seal_for_its_key_is_never_restored() {
 
 #[test]
 fn a_restored_database_that_fails_its_check_is_refused() {
-    let test = "a_restored_database_that_fails_its_check_is_refused";
-    let Some(etcd) = Etcd::start(test) else {
+    let Some((bucket, c, a, _servers)) = one_shipped_owner(
+        "a_restored_database_that_fails_its_check_is_refused",
+        "corrupt",
+    ) else {
         return;
     };
-    let Some(s3) = S3::start(test) else { return };
-    let bucket = Bucket::new(&s3.bucket)
-        .unwrap()
-        .with_fleet_key(support::fleet_key());
-    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
-    let object = format!("{}corrupt", s3.unique_prefix().trim_end_matches('/'));
-    let lease = c.grant_lease(Duration::from_secs(30)).unwrap();
-    let Claim::Won(claim) = c.claim(&object, "127.0.0.2:8080", &lease).unwrap() else {
-        panic!("first claim");
-    };
-    let dir = temp_dir("corrupt");
-    let mut a = Owner::new(&dir, &object, claim.token);
-    assert_eq!(a.ship(&bucket, &c), Advance::Done);
-    assert_eq!(
-        a.commit_and_ship(
-            "INSERT INTO t(v, b) VALUES ('a1', randomblob(20000))",
-            &bucket,
-            &c
-        ),
-        Advance::Done
-    );
+    let (object, dir) = (a.object.clone(), temp_dir("corrupt-restores"));
     let head = c.head(&object).unwrap().unwrap();
     // A snapshot at the head, sealed by this fleet (so only the check can find it wrong), whose
     // second page is garbage: the schema's root page is fine, the table's is not.
