@@ -292,6 +292,15 @@ impl Replays {
     }
 }
 
+/// A new random id: 16 bytes from the system's random source, in hex.
+pub fn random_id() -> Result<String, String> {
+    let mut raw = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut raw)
+        .map_err(|_| "the system's random source failed".to_string())?;
+    Ok(hex(&raw))
+}
+
 /// Lower-case hex of `bytes`.
 fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

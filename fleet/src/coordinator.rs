@@ -401,6 +401,46 @@ impl Coordinator {
         })
     }
 
+    /// The fleet's id, if one was ever recorded (see `combd_shards::fleet`'s start).
+    pub fn fleet_id(&self) -> Result<Option<String>, CoordinatorError> {
+        let v = self.call(
+            "fleet id",
+            "",
+            "/v3/kv/range",
+            &json!({ "key": b64(&format!("{}fleet-id", self.prefix)) }),
+        )?;
+        let kv = first_kv(&v).map_err(|failure| CoordinatorError {
+            op: "fleet id",
+            object: String::new(),
+            failure,
+        })?;
+        Ok(kv.map(|(id, _, _)| id))
+    }
+
+    /// Records `id` as the fleet's id unless one is recorded already; the id in force (this one,
+    /// or the one another node recorded first).
+    pub fn create_fleet_id(&self, id: &str) -> Result<String, CoordinatorError> {
+        let key = b64(&format!("{}fleet-id", self.prefix));
+        let txn = json!({
+            "compare": [{ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+            "success": [{ "request_put": { "key": key, "value": b64(id) } }],
+            "failure": [{ "request_range": { "key": key } }],
+        });
+        let v = self.call("fleet id", "", "/v3/kv/txn", &txn)?;
+        if v["succeeded"].as_bool().unwrap_or(false) {
+            return Ok(id.to_string());
+        }
+        let err = |failure| CoordinatorError {
+            op: "fleet id",
+            object: String::new(),
+            failure,
+        };
+        first_kv(&v["responses"][0]["response_range"])
+            .map_err(err)?
+            .map(|(id, _, _)| id)
+            .ok_or_else(|| err(bad("fleet id refused but absent")))
+    }
+
     /// `object`'s head, if a segment of it was ever shipped.
     pub fn head(&self, object: &str) -> Result<Option<Head>, CoordinatorError> {
         let v = self.call(

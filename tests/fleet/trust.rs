@@ -135,3 +135,47 @@ fn an_owner_the_coordinator_records_that_is_not_a_fleet_address_is_never_dialled
     assert_eq!(stat(&a, "fleet_forwarded"), 0);
     assert_eq!(stat(&a, "fleet_forward_failed"), 0, "none was dialled");
 }
+
+#[test]
+fn a_node_whose_etcd_lost_the_fleet_refuses_to_start_rather_than_serve_its_objects_empty() {
+    let Some(fleet) = Fleet::start("a_node_whose_etcd_lost_the_fleet") else {
+        return;
+    };
+    let a = fleet.node();
+    assert_eq!(post_acked(&a, "kept"), 1);
+    drop(a);
+    // An empty etcd (as a member re-initialised, or the wrong endpoints), the same bucket.
+    let Some(empty) = fleet_support::Etcd::start("a_node_whose_etcd_lost_the_fleet, etcd 2") else {
+        return;
+    };
+    let b = &fleet.s3.bucket;
+    let (secret, key) = (
+        fleet.secret.display().to_string(),
+        fleet.key.display().to_string(),
+    );
+    let node = format!("127.0.0.1:{}", fleet_support::free_port());
+    let data = fleet_support::temp_dir("lost-etcd-node");
+    let out = super::support::run_to_exit(&mut super::support::combd_command(
+        &data,
+        &[
+            ("COMBD_FLEET_ETCD", &empty.endpoint),
+            ("COMBD_FLEET_BUCKET_URL", &b.endpoint),
+            ("COMBD_FLEET_BUCKET", &b.bucket),
+            ("COMBD_FLEET_BUCKET_REGION", &b.region),
+            ("COMBD_FLEET_ACCESS_KEY", &b.access_key),
+            ("COMBD_FLEET_SECRET_KEY_FILE", &secret),
+            ("COMBD_FLEET_KEY_FILE", &key),
+            ("COMBD_FLEET_NODE", &node),
+        ],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it started: {stderr}");
+    assert!(stderr.contains("COMBD_FLEET_ETCD"), "{stderr}");
+    assert!(stderr.contains("etcd records no fleet"), "{stderr}");
+    // The fleet's own etcd still starts a node, and the write is there (once the killed
+    // node's lease lapsed).
+    let c = fleet.node();
+    let kept = super::until_200("the next node to serve it", || get(&c, "kept"));
+    assert_eq!(value(&kept), 1);
+    let _ = std::fs::remove_dir_all(data);
+}

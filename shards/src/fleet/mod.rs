@@ -35,6 +35,7 @@ use combd_kernel::limits::{
 use combd_kernel::settings::{parse_fleet_address, FleetSettings};
 
 mod at_head;
+mod identity;
 mod pass_on;
 mod stats;
 mod trust;
@@ -168,6 +169,8 @@ impl Fleet {
             .map_err(|e| ("COMBD_FLEET_BUCKET_URL", e.to_string()))?
             .with_fleet_key(key.clone());
         let coordinator = Arc::new(Coordinator::new(&settings.etcd, KEY_PREFIX));
+        let id = identity::check(&coordinator, &bucket)?;
+        tracing::info!(fleet = %id, "this node is of fleet {id}");
         let sent = Instant::now();
         let keeper =
             grant(&coordinator, settings.lease_ttl).map_err(|e| ("COMBD_FLEET_ETCD", e))?;
