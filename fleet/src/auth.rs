@@ -85,12 +85,7 @@ pub fn parse_fleet_key(text: &str) -> Result<FleetKey, String> {
 /// Reads the fleet key from `path`; the error names `COMBD_FLEET_KEY_FILE` and the file,
 /// never the key.
 pub fn read_fleet_key(path: &Path) -> Result<FleetKey, ConfigError> {
-    let error = |m: String| ConfigError {
-        setting: "COMBD_FLEET_KEY_FILE".to_string(),
-        message: format!("{}: {m}", path.display()),
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-    parse_fleet_key(&text).map_err(error)
+    crate::config::read_key_file("COMBD_FLEET_KEY_FILE", path, parse_fleet_key)
 }
 
 /// Why a request from the fleet was refused.

@@ -29,12 +29,22 @@ pub fn parse_secret_key(text: &str) -> Result<String, String> {
 /// Reads the secret key from `path`; the error names `COMBD_FLEET_SECRET_KEY_FILE` and the
 /// file, never the key.
 pub fn read_secret_key(path: &Path) -> Result<String, ConfigError> {
+    read_key_file("COMBD_FLEET_SECRET_KEY_FILE", path, parse_secret_key)
+}
+
+/// Reads the key file at `path` that `setting` names and parses its text with `parse`; the
+/// error names the setting and the file, never what the file holds.
+pub(crate) fn read_key_file<T>(
+    setting: &str,
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, ConfigError> {
     let error = |m: String| ConfigError {
-        setting: "COMBD_FLEET_SECRET_KEY_FILE".to_string(),
+        setting: setting.to_string(),
         message: format!("{}: {m}", path.display()),
     };
     let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-    parse_secret_key(&text).map_err(error)
+    parse(&text).map_err(error)
 }
 
 /// The bucket client's configuration from the settings and the secret key.
