@@ -8,10 +8,20 @@ use super::*;
 /// The fleet's settings, when the fleet is on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetSettings {
-    /// `COMBD_FLEET_ETCD`: the coordinator's endpoints, each `http://host:port`, in the order
-    /// given (a client tries them in turn).
+    /// `COMBD_FLEET_ETCD`: the coordinator's endpoints, each `http://host:port` or all
+    /// `https://host:port`, in the order given (a client tries them in turn).
     pub etcd: Vec<String>,
-    /// `COMBD_FLEET_BUCKET_URL`: the S3 endpoint, `http://host:port` (no path).
+    /// `COMBD_FLEET_ETCD_CERT_FILE` and `COMBD_FLEET_ETCD_KEY_FILE`: the client certificate
+    /// (PEM chain) and its key this node shows etcd over https (etcd's `--client-cert-auth`).
+    pub etcd_client_cert: Option<(PathBuf, PathBuf)>,
+    /// `COMBD_FLEET_ETCD_USER` and `COMBD_FLEET_ETCD_PASSWORD_FILE`: the etcd user (RBAC) this
+    /// node authenticates as, and the file holding its password, read at start-up.
+    pub etcd_user: Option<(String, PathBuf)>,
+    /// `COMBD_FLEET_CA_FILE`: the PEM certificates of the authorities trusted for the https
+    /// endpoints (etcd's and the bucket's); `None`: the built-in Mozilla roots.
+    pub ca_file: Option<PathBuf>,
+    /// `COMBD_FLEET_BUCKET_URL`: the S3 endpoint, `http://host:port` or `https://host:port`
+    /// (no path).
     pub bucket_url: String,
     /// `COMBD_FLEET_BUCKET`: the bucket's name.
     pub bucket: String,
@@ -56,6 +66,11 @@ pub(super) const OPTIONAL_WITH_ETCD: &[&str] = &[
     "COMBD_FLEET_BUCKET_REGION",
     "COMBD_FLEET_NODE_PUBLIC",
     "COMBD_FLEET_OBJECT_IDLE",
+    "COMBD_FLEET_CA_FILE",
+    "COMBD_FLEET_ETCD_CERT_FILE",
+    "COMBD_FLEET_ETCD_KEY_FILE",
+    "COMBD_FLEET_ETCD_USER",
+    "COMBD_FLEET_ETCD_PASSWORD_FILE",
 ];
 
 /// Reads the fleet's settings: `None` when `COMBD_FLEET_ETCD` is not set (and no other fleet
@@ -82,6 +97,7 @@ pub(super) fn fleet_settings(
     };
     let bucket_url = parse_http_endpoint(&required("COMBD_FLEET_BUCKET_URL")?)
         .map_err(|m| err("COMBD_FLEET_BUCKET_URL", m))?;
+    let (etcd_client_cert, etcd_user, ca_file) = fleet_tls_settings(&get, &etcd, &bucket_url)?;
     let bucket = parse_bucket_name(&required("COMBD_FLEET_BUCKET")?)
         .map_err(|m| err("COMBD_FLEET_BUCKET", m))?;
     let access_key = required("COMBD_FLEET_ACCESS_KEY")?.trim().to_string();
@@ -118,6 +134,9 @@ pub(super) fn fleet_settings(
     .map_err(|m| err("COMBD_FLEET_BUCKET_REGION", m))?;
     Ok(Some(FleetSettings {
         etcd,
+        etcd_client_cert,
+        etcd_user,
+        ca_file,
         bucket_url,
         bucket,
         bucket_region,
@@ -167,24 +186,22 @@ pub fn parse_object_idle(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Parses an HTTP endpoint `http://host:port` (a trailing `/` is dropped; no path). Only plain
-/// HTTP: the fleet's clients speak it on the fleet network (TLS to the bucket is not built yet).
+/// Parses an HTTP endpoint `http://host:port` or `https://host:port` (a trailing `/` is
+/// dropped; no path).
 pub fn parse_http_endpoint(text: &str) -> Result<String, String> {
     let t = text.trim();
-    let rest = if let Some(rest) = t.strip_prefix("http://") {
-        rest
-    } else if t.starts_with("https://") {
-        return Err(format!(
-            "{t:?}: https is not supported yet; reach the server over http on the fleet network"
-        ));
+    let (scheme, rest) = if let Some(rest) = t.strip_prefix("http://") {
+        ("http", rest)
+    } else if let Some(rest) = t.strip_prefix("https://") {
+        ("https", rest)
     } else {
         return Err(format!(
-            "{t:?} is not an endpoint: expected http://host:port"
+            "{t:?} is not an endpoint: expected http://host:port or https://host:port"
         ));
     };
     let hostport = rest.strip_suffix('/').unwrap_or(rest);
     let Some((host, port)) = hostport.rsplit_once(':') else {
-        return Err(format!("{t:?} has no port: expected http://host:port"));
+        return Err(format!("{t:?} has no port: expected {scheme}://host:port"));
     };
     let host_ok = !host.is_empty()
         && (host
@@ -197,13 +214,14 @@ pub fn parse_http_endpoint(text: &str) -> Result<String, String> {
         ));
     }
     match port.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(format!("http://{host}:{p}")),
+        Ok(p) if p > 0 => Ok(format!("{scheme}://{host}:{p}")),
         _ => Err(format!("{t:?}: the port must be 1 to 65535")),
     }
 }
 
 /// Parses `COMBD_FLEET_ETCD`: comma-separated endpoints, each `http://host:port` or
-/// `host:port`, at most [`limits::FLEET_ETCD_ENDPOINTS_MAX`], no repeats.
+/// `host:port`, or each `https://host:port` (one scheme for all: a cluster half over TLS would
+/// be half open), at most [`limits::FLEET_ETCD_ENDPOINTS_MAX`], no repeats.
 pub fn parse_etcd_endpoints(text: &str) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::new();
     for item in text.split(',').map(str::trim) {
@@ -219,6 +237,12 @@ pub fn parse_etcd_endpoints(text: &str) -> Result<Vec<String>, String> {
         if out.contains(&e) {
             return Err(format!("{e} is listed twice"));
         }
+        if out.first().is_some_and(|f| is_https(f) != is_https(&e)) {
+            return Err(format!(
+                "{text:?} mixes http and https endpoints: the members are reached all over TLS \
+                 or none"
+            ));
+        }
         out.push(e);
     }
     if out.len() > limits::FLEET_ETCD_ENDPOINTS_MAX {
@@ -229,6 +253,74 @@ pub fn parse_etcd_endpoints(text: &str) -> Result<Vec<String>, String> {
         ));
     }
     Ok(out)
+}
+
+/// Whether an endpoint [`parse_http_endpoint`] returned is reached over TLS.
+pub fn is_https(endpoint: &str) -> bool {
+    endpoint.starts_with("https://")
+}
+
+/// The settings of the fleet's TLS and of etcd's authentication: a client certificate for etcd
+/// (both files or neither), an etcd user (with its password file, or neither) and the
+/// authorities trusted; each needs an https endpoint to be of use (a password sent over plain
+/// HTTP would be readable on the network), and is refused without one.
+#[allow(clippy::type_complexity)]
+fn fleet_tls_settings(
+    get: &impl Fn(&str) -> Option<String>,
+    etcd: &[String],
+    bucket_url: &str,
+) -> Result<
+    (
+        Option<(PathBuf, PathBuf)>,
+        Option<(String, PathBuf)>,
+        Option<PathBuf>,
+    ),
+    ConfigError,
+> {
+    let etcd_tls = etcd.first().is_some_and(|e| is_https(e));
+    let text = |name: &str| get(name).map(|v| v.trim().to_string());
+    let pair = |a: &'static str, b: &'static str| match (text(a), text(b)) {
+        (Some(x), Some(y)) if !x.is_empty() && !y.is_empty() => {
+            if etcd_tls {
+                Ok(Some((x, y)))
+            } else {
+                Err(err(
+                    a,
+                    "needs COMBD_FLEET_ETCD's endpoints to be https:// (over plain HTTP it \
+                     would be of no use, or readable on the network)",
+                ))
+            }
+        }
+        (None, None) => Ok(None),
+        (Some(x), _) if x.is_empty() => Err(err(a, "is empty")),
+        (_, Some(y)) if y.is_empty() => Err(err(b, "is empty")),
+        (Some(_), None) => Err(err(b, format!("required with {a}"))),
+        _ => Err(err(a, format!("required with {b}"))),
+    };
+    let cert = pair("COMBD_FLEET_ETCD_CERT_FILE", "COMBD_FLEET_ETCD_KEY_FILE")?
+        .map(|(c, k)| (PathBuf::from(c), PathBuf::from(k)));
+    let user = pair("COMBD_FLEET_ETCD_USER", "COMBD_FLEET_ETCD_PASSWORD_FILE")?;
+    if let Some((name, _)) = &user {
+        if name.len() > 128 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(err(
+                "COMBD_FLEET_ETCD_USER",
+                "must be 1 to 128 printable ASCII characters without spaces",
+            ));
+        }
+    }
+    let user = user.map(|(u, p)| (u, PathBuf::from(p)));
+    let ca = match text("COMBD_FLEET_CA_FILE") {
+        None => None,
+        Some(p) if p.is_empty() => return Err(err("COMBD_FLEET_CA_FILE", "is empty")),
+        Some(_) if !etcd_tls && !is_https(bucket_url) => {
+            return Err(err(
+                "COMBD_FLEET_CA_FILE",
+                "is set but neither COMBD_FLEET_ETCD nor COMBD_FLEET_BUCKET_URL is https://",
+            ))
+        }
+        Some(p) => Some(PathBuf::from(p)),
+    };
+    Ok((cert, user, ca))
 }
 
 /// Parses a bucket name by S3's rules: 3 to 63 characters, lower-case letters, digits, `.` and

@@ -436,8 +436,62 @@ settings_table! {
                 unit: Text,
                 limit: none,
                 value: |s| s.fleet.as_ref().map_or("off".into(), |f| f.etcd.join(",")),
-                meaning: "the fleet's coordinator: comma-separated etcd endpoints (http://host:port, at most 7); \
-                          setting it turns the fleet on and requires the other COMBD_FLEET_* settings",
+                meaning: "the fleet's coordinator: comma-separated etcd endpoints (http://host:port, or all \
+                          https://host:port; at most 7); setting it turns the fleet on and requires the other \
+                          COMBD_FLEET_* settings",
+            }
+            {
+                env: "COMBD_FLEET_ETCD_CERT_FILE",
+                flag: "--fleet-etcd-cert-file",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().and_then(|f| f.etcd_client_cert.as_ref())
+                    .map_or("none".into(), |(c, _)| c.show()),
+                meaning: "PEM client certificate chain shown to etcd over https (its --client-cert-auth), \
+                          read at start-up; needs COMBD_FLEET_ETCD_KEY_FILE",
+            }
+            {
+                env: "COMBD_FLEET_ETCD_KEY_FILE",
+                flag: "--fleet-etcd-key-file",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().and_then(|f| f.etcd_client_cert.as_ref())
+                    .map_or("none".into(), |(_, k)| k.show()),
+                meaning: "PEM private key of COMBD_FLEET_ETCD_CERT_FILE, read at start-up",
+            }
+            {
+                env: "COMBD_FLEET_ETCD_USER",
+                flag: "--fleet-etcd-user",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().and_then(|f| f.etcd_user.as_ref())
+                    .map_or("none".into(), |(u, _)| u.clone()),
+                meaning: "the etcd user (RBAC) the node authenticates as over https; needs \
+                          COMBD_FLEET_ETCD_PASSWORD_FILE",
+            }
+            {
+                env: "COMBD_FLEET_ETCD_PASSWORD_FILE",
+                flag: "--fleet-etcd-password-file",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().and_then(|f| f.etcd_user.as_ref())
+                    .map_or("none".into(), |(_, p)| p.show()),
+                meaning: "file holding COMBD_FLEET_ETCD_USER's password (one line), read at start-up",
+            }
+            {
+                env: "COMBD_FLEET_CA_FILE",
+                flag: "--fleet-ca-file",
+                default: DefaultValue::Described("the built-in Mozilla roots"),
+                unit: Text,
+                limit: none,
+                value: |s| s.fleet.as_ref().and_then(|f| f.ca_file.as_ref())
+                    .map_or("none".into(), |p| p.show()),
+                meaning: "PEM certificates of the authorities trusted for the https endpoints of etcd and the \
+                          bucket (instead of the built-in Mozilla roots), read at start-up",
             }
             {
                 env: "COMBD_FLEET_BUCKET_URL",
@@ -446,7 +500,8 @@ settings_table! {
                 unit: Text,
                 limit: none,
                 value: |s| s.fleet.as_ref().map_or("none".into(), |f| f.bucket_url.clone()),
-                meaning: "the fleet's bucket: an S3 endpoint, http://host:port (required with COMBD_FLEET_ETCD)",
+                meaning: "the fleet's bucket: an S3 endpoint, http://host:port or https://host:port (required \
+                          with COMBD_FLEET_ETCD)",
             }
             {
                 env: "COMBD_FLEET_BUCKET",

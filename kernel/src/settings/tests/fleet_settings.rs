@@ -122,7 +122,8 @@ fn fleet_values_are_validated_naming_the_setting() {
         ("COMBD_FLEET_ETCD", "127.0.0.1"),
         ("COMBD_FLEET_ETCD", "127.0.0.1:0"),
         ("COMBD_FLEET_ETCD", "unix:///run/etcd.sock"),
-        ("COMBD_FLEET_BUCKET_URL", "https://s3.example:443"),
+        ("COMBD_FLEET_BUCKET_URL", "ftp://s3.example:21"),
+        ("COMBD_FLEET_ETCD", "https://127.0.0.1:2379,http://127.0.0.2:2379"),
         ("COMBD_FLEET_BUCKET_URL", "http://127.0.0.1:3900/path"),
         ("COMBD_FLEET_BUCKET_URL", "127.0.0.1:3900"),
         ("COMBD_FLEET_BUCKET_URL", "http://127.0.0.1:99999"),
@@ -147,6 +148,98 @@ fn fleet_values_are_validated_naming_the_setting() {
         let e = load(&fleet_with(&[(name, Some(bad))]), &[]).unwrap_err();
         assert_eq!(e.setting, name, "{bad:?}: {e}");
     }
+}
+
+#[test]
+fn tls_and_etcd_users_need_https_and_come_in_pairs() {
+    let https: &[(&str, Option<&str>)] = &[
+        (
+            "COMBD_FLEET_ETCD",
+            Some("https://127.0.0.1:2379,https://127.0.0.2:2379"),
+        ),
+        ("COMBD_FLEET_BUCKET_URL", Some("https://s3.example:443")),
+    ];
+    let with = |more: &[(&'static str, Option<&'static str>)]| {
+        let mut all = https.to_vec();
+        all.extend_from_slice(more);
+        load(&fleet_with(&all), &[])
+    };
+    // Plain HTTP with none of them, as before.
+    let plain = load(FLEET, &[]).unwrap().fleet.unwrap();
+    assert_eq!(
+        (plain.etcd_client_cert, plain.etcd_user, plain.ca_file),
+        (None, None, None)
+    );
+    let f = with(&[
+        ("COMBD_FLEET_ETCD_CERT_FILE", Some("/etc/combd/etcd.pem")),
+        ("COMBD_FLEET_ETCD_KEY_FILE", Some("/etc/combd/etcd.key")),
+        ("COMBD_FLEET_ETCD_USER", Some("combd")),
+        ("COMBD_FLEET_ETCD_PASSWORD_FILE", Some("/etc/combd/etcd.password")),
+        ("COMBD_FLEET_CA_FILE", Some("/etc/combd/ca.pem")),
+    ])
+    .unwrap()
+    .fleet
+    .unwrap();
+    assert_eq!(f.etcd, ["https://127.0.0.1:2379", "https://127.0.0.2:2379"]);
+    assert_eq!(f.bucket_url, "https://s3.example:443");
+    assert_eq!(
+        f.etcd_client_cert,
+        Some(("/etc/combd/etcd.pem".into(), "/etc/combd/etcd.key".into()))
+    );
+    assert_eq!(
+        f.etcd_user,
+        Some(("combd".into(), "/etc/combd/etcd.password".into()))
+    );
+    assert_eq!(f.ca_file, Some("/etc/combd/ca.pem".into()));
+    // One of a pair without the other names the missing one.
+    for (given, missing) in [
+        ("COMBD_FLEET_ETCD_CERT_FILE", "COMBD_FLEET_ETCD_KEY_FILE"),
+        ("COMBD_FLEET_ETCD_KEY_FILE", "COMBD_FLEET_ETCD_CERT_FILE"),
+        ("COMBD_FLEET_ETCD_USER", "COMBD_FLEET_ETCD_PASSWORD_FILE"),
+        ("COMBD_FLEET_ETCD_PASSWORD_FILE", "COMBD_FLEET_ETCD_USER"),
+    ] {
+        let e = with(&[(given, Some("x"))]).unwrap_err();
+        assert_eq!(e.setting, missing, "{e}");
+        assert!(e.message.contains("required with"), "{e}");
+    }
+    // Over plain HTTP a password would cross the network readable, a client certificate
+    // would never be shown: refused, not ignored.
+    let e = load(
+        &fleet_with(&[
+            ("COMBD_FLEET_ETCD_USER", Some("combd")),
+            ("COMBD_FLEET_ETCD_PASSWORD_FILE", Some("/p")),
+        ]),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.setting, "COMBD_FLEET_ETCD_USER", "{e}");
+    assert!(e.message.contains("https://"), "{e}");
+    let e = load(
+        &fleet_with(&[
+            ("COMBD_FLEET_ETCD_CERT_FILE", Some("/c")),
+            ("COMBD_FLEET_ETCD_KEY_FILE", Some("/k")),
+        ]),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(e.setting, "COMBD_FLEET_ETCD_CERT_FILE", "{e}");
+    let e = load(&fleet_with(&[("COMBD_FLEET_CA_FILE", Some("/ca"))]), &[]).unwrap_err();
+    assert_eq!(e.setting, "COMBD_FLEET_CA_FILE", "{e}");
+    // A bucket over https alone is reason enough for a CA file.
+    let bucket_only = load(
+        &fleet_with(&[
+            ("COMBD_FLEET_BUCKET_URL", Some("https://127.0.0.1:3901")),
+            ("COMBD_FLEET_CA_FILE", Some("/ca")),
+        ]),
+        &[],
+    );
+    assert_eq!(bucket_only.unwrap().fleet.unwrap().ca_file, Some("/ca".into()));
+    let e = with(&[
+        ("COMBD_FLEET_ETCD_USER", Some("com bd")),
+        ("COMBD_FLEET_ETCD_PASSWORD_FILE", Some("/p")),
+    ])
+    .unwrap_err();
+    assert_eq!(e.setting, "COMBD_FLEET_ETCD_USER", "{e}");
 }
 
 #[test]
