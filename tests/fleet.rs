@@ -12,6 +12,8 @@ mod fleet_support;
 #[path = "fleet/no_work.rs"]
 mod no_work;
 mod support;
+#[path = "fleet/tls.rs"]
+mod tls;
 #[path = "fleet/trust.rs"]
 mod trust;
 #[path = "fleet/unreachable.rs"]
@@ -44,7 +46,11 @@ const FLEET_KEY: &str = "combd-test-fleet-key-0123456789abcdef";
 
 impl Fleet {
     fn start(test: &str) -> Option<Fleet> {
-        let etcd = fleet_support::Etcd::start(test)?;
+        Fleet::with_etcd(test, fleet_support::Etcd::start(test)?)
+    }
+
+    /// A fleet whose coordinator is `etcd`, started by the caller.
+    fn with_etcd(test: &str, etcd: fleet_support::Etcd) -> Option<Fleet> {
         let s3 = fleet_support::S3::start(test)?;
         let secret = fleet_support::temp_dir("secret").join("secret");
         std::fs::write(&secret, format!("{}\n", s3.bucket.secret_key)).unwrap();
@@ -96,25 +102,29 @@ impl Fleet {
         bucket_url: &str,
         more: &[(&str, &str)],
     ) -> TestNode {
-        let b = &self.s3.bucket;
-        let secret = self.secret.display().to_string();
-        let key = self.key.display().to_string();
-        let mut env: Vec<(&str, &str)> = vec![
-            ("COMBD_FLEET_ETCD", &self.etcd.endpoint),
-            ("COMBD_FLEET_BUCKET_URL", bucket_url),
-            ("COMBD_FLEET_BUCKET", &b.bucket),
-            ("COMBD_FLEET_BUCKET_REGION", &b.region),
-            ("COMBD_FLEET_ACCESS_KEY", &b.access_key),
-            ("COMBD_FLEET_SECRET_KEY_FILE", &secret),
-            ("COMBD_FLEET_KEY_FILE", &key),
-            ("COMBD_FLEET_NODE", address),
-            ("COMBD_FLEET_LEASE_TTL", ttl),
-            // The tests watch objects being let go and opened again: a second, as a node
-            // alone, not the fleet's default 30 s (crossed in no_work.rs).
-            ("COMBD_FLEET_OBJECT_IDLE", "1s"),
-        ];
+        let env = self.settings(address, ttl, bucket_url);
+        let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         env.extend_from_slice(more);
         TestNode::start(&env)
+    }
+
+    /// The settings of a node of this fleet at fleet address `address`.
+    fn settings(&self, address: &str, ttl: &str, bucket_url: &str) -> Vec<(&'static str, String)> {
+        let b = &self.s3.bucket;
+        vec![
+            ("COMBD_FLEET_ETCD", self.etcd.endpoint.clone()),
+            ("COMBD_FLEET_BUCKET_URL", bucket_url.to_string()),
+            ("COMBD_FLEET_BUCKET", b.bucket.clone()),
+            ("COMBD_FLEET_BUCKET_REGION", b.region.clone()),
+            ("COMBD_FLEET_ACCESS_KEY", b.access_key.clone()),
+            ("COMBD_FLEET_SECRET_KEY_FILE", self.secret.display().to_string()),
+            ("COMBD_FLEET_KEY_FILE", self.key.display().to_string()),
+            ("COMBD_FLEET_NODE", address.to_string()),
+            ("COMBD_FLEET_LEASE_TTL", ttl.to_string()),
+            // The tests watch objects being let go and opened again: a second, as a node
+            // alone, not the fleet's default 30 s (crossed in no_work.rs).
+            ("COMBD_FLEET_OBJECT_IDLE", "1s".to_string()),
+        ]
     }
 
     /// A call to etcd's JSON gateway; its answer.

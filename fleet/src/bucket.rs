@@ -20,6 +20,7 @@ use rusty_s3::{Credentials, UrlStyle};
 
 use crate::auth::FleetKey;
 use crate::http::{self, Failure};
+use crate::tls::FleetTls;
 
 /// How long a signed URL stays valid: longer than any call may take, short enough that a
 /// captured URL is soon useless.
@@ -143,10 +144,17 @@ impl Bucket {
         Ok(Bucket {
             bucket,
             credentials: Credentials::new(config.access_key.clone(), config.secret_key.clone()),
-            agent: http::agent(FLEET_BUCKET_TIMEOUT),
+            agent: http::agent(FLEET_BUCKET_TIMEOUT, &FleetTls::default()),
             retries: Arc::new(AtomicU64::new(0)),
             fleet_key: None,
         })
+    }
+
+    /// The client, reaching an `https://` endpoint with `tls` (the authorities it trusts)
+    /// rather than with the Mozilla roots.
+    pub fn with_tls(mut self, tls: &FleetTls) -> Bucket {
+        self.agent = http::agent(FLEET_BUCKET_TIMEOUT, tls);
+        self
     }
 
     /// The client, sealing and checking with `key` ([`Bucket::put_sealed`],

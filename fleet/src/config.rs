@@ -13,17 +13,31 @@ use crate::bucket::BucketConfig;
 /// The secret key in a key file's text: its first line, trimmed; it must be printable ASCII
 /// without spaces, and the only line.
 pub fn parse_secret_key(text: &str) -> Result<String, String> {
+    one_line(text, "the bucket's secret key")
+}
+
+/// The one line of a secret file's text (`what` it must hold), trimmed: printable ASCII
+/// without spaces, and the only line.
+fn one_line(text: &str, what: &str) -> Result<String, String> {
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let key = lines
         .next()
-        .ok_or_else(|| "is empty: it must hold the bucket's secret key on one line".to_string())?;
+        .ok_or_else(|| format!("is empty: it must hold {what} on one line"))?;
     if lines.next().is_some() {
-        return Err("holds more than one line: only the secret key".to_string());
+        return Err(format!("holds more than one line: only {what}"));
     }
     if !key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("the secret key must be printable ASCII without spaces".to_string());
+        return Err(format!("{what} must be printable ASCII without spaces"));
     }
     Ok(key.to_string())
+}
+
+/// Reads the etcd user's password from `path` (`COMBD_FLEET_ETCD_PASSWORD_FILE`), one line as
+/// the bucket's secret key.
+pub fn read_etcd_password(path: &Path) -> Result<String, ConfigError> {
+    read_key_file("COMBD_FLEET_ETCD_PASSWORD_FILE", path, |t| {
+        one_line(t, "the etcd user's password")
+    })
 }
 
 /// Reads the secret key from `path`; the error names `COMBD_FLEET_SECRET_KEY_FILE` and the
@@ -73,6 +87,7 @@ mod tests {
             .unwrap_err()
             .contains("more than one line"));
         assert!(parse_secret_key("a b").unwrap_err().contains("printable"));
+        assert!(parse_secret_key("").unwrap_err().contains("secret key"));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use combd_kernel::limits::FLEET_FORWARD_TIMEOUT;
 
 use crate::auth::{FleetKey, AUTH_HEADER};
 
+use crate::tls::FleetTls;
 use crate::http::{self, Failure};
 
 /// The header a forwarded request carries.
@@ -43,7 +44,7 @@ impl Forwarder {
     /// [`FLEET_FORWARD_TIMEOUT`].
     pub fn new(key: Arc<FleetKey>) -> Forwarder {
         Forwarder {
-            agent: http::agent(FLEET_FORWARD_TIMEOUT),
+            agent: http::agent(FLEET_FORWARD_TIMEOUT, &FleetTls::default()),
             key,
         }
     }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::tls::FleetTls;
 use combd_kernel::limits::{
     FLEET_CONNECT_TIMEOUT, FLEET_ERROR_BODY_MAX_BYTES, FLEET_IDLE_CONNECTIONS,
 };
@@ -53,9 +54,11 @@ impl std::fmt::Display for Failure {
 /// An agent whose every call is over within `timeout` (connect to last byte) and connected
 /// within [`FLEET_CONNECT_TIMEOUT`] (or `timeout` if shorter), with no proxy (the fleet's
 /// servers are on its own network), no redirects, errors statuses returned as answers (so their
-/// bodies can be read), Nagle off and at most [`FLEET_IDLE_CONNECTIONS`] kept for reuse.
-pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
+/// bodies can be read), Nagle off, at most [`FLEET_IDLE_CONNECTIONS`] kept for reuse, and
+/// `tls` for an `https://` endpoint.
+pub(crate) fn agent(timeout: Duration, tls: &FleetTls) -> ureq::Agent {
     ureq::Agent::config_builder()
+        .tls_config(tls.config.clone())
         .timeout_global(Some(timeout))
         .timeout_connect(Some(timeout.min(FLEET_CONNECT_TIMEOUT)))
         .http_status_as_error(false)

@@ -23,6 +23,9 @@
 //! - [`auth`]: the fleet key, and the signature every request one node passes on to another
 //!   carries (an HMAC under the key, checked before the request is taken).
 //!
+//! [`tls`] holds what an `https://` endpoint of etcd or the bucket is trusted by, and etcd's
+//! client certificate.
+//!
 //! [`config`] turns the node's validated `COMBD_FLEET_*` settings into the clients'
 //! configurations (and reads the bucket's secret key from its file).
 //!
@@ -66,5 +69,6 @@ pub mod keys;
 pub mod restore;
 pub mod segment;
 pub mod ship;
+pub mod tls;
 
 pub use http::Failure;

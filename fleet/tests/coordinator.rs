@@ -250,3 +250,57 @@ fn an_unreachable_coordinator_fails_fast_naming_the_call() {
     assert!(e.to_string().contains("\"room\""), "{e}");
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+#[test]
+fn an_etcd_user_is_authenticated_again_when_its_token_lapses_and_kept_to_its_keys() {
+    // Tokens that lapse a second after their last use, so the test sees one lapse.
+    let Some(etcd) = Etcd::start_with(
+        "an_etcd_user_is_authenticated_again",
+        "http",
+        &["--auth-token-ttl=1".to_string()],
+        &ureq::Agent::new_with_defaults(),
+    ) else {
+        return;
+    };
+    etcd.enable_auth(
+        &ureq::Agent::new_with_defaults(),
+        "node",
+        "node-password",
+        "combd-test/",
+    );
+    let endpoints = std::slice::from_ref(&etcd.endpoint);
+    // Without a user, etcd refuses every call.
+    let e = coordinator(&etcd).fleet_id().unwrap_err();
+    assert!(
+        matches!(&e.failure, Failure::Status { code: 400, body } if body.contains("user name is empty")),
+        "{e}"
+    );
+    // A wrong password fails at once, on its own call, and says so (not the password).
+    let wrong = Coordinator::new(endpoints, "combd-test/").with_user("node", "not-it");
+    let e = wrong.authenticate().unwrap_err();
+    assert_eq!(e.op, "authenticate");
+    assert!(e.to_string().contains("authentication failed"), "{e}");
+    assert!(!e.to_string().contains("not-it"), "{e}");
+    assert!(!format!("{wrong:?}").contains("not-it"), "the password is never shown");
+    // The right one works, token and all.
+    let c = Coordinator::new(endpoints, "combd-test/").with_user("node", "node-password");
+    c.authenticate().unwrap();
+    assert_eq!(c.fleet_id().unwrap(), None);
+    let lease = c.grant_lease(Duration::from_secs(30)).unwrap();
+    let token = won(c.claim("room", NODE_A, &lease).unwrap());
+    // The token lapses (etcd checks its TTL each second): the next call is refused 401 and
+    // made again with a new token, unseen by the caller.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(c.owner("room").unwrap().unwrap().token, token);
+    assert_eq!(
+        c.advance_head("room", token, Head { seq: 1, token }).unwrap(),
+        Advance::Done
+    );
+    // The user's role covers its prefix only: a client of another prefix is refused.
+    let outside = Coordinator::new(endpoints, "other/").with_user("node", "node-password");
+    let e = outside.owner("room").unwrap_err();
+    assert!(
+        matches!(&e.failure, Failure::Status { code: 403, body } if body.contains("permission denied")),
+        "{e}"
+    );
+}

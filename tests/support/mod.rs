@@ -6,6 +6,7 @@
 pub mod powercut;
 pub mod proxy;
 pub mod tls;
+pub mod tls_front;
 
 mod skip;
 pub use skip::skipped;

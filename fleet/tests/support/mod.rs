@@ -118,6 +118,18 @@ impl Etcd {
     /// Starts etcd and waits until it answers; `None` (and one printed line) if it is not
     /// installed.
     pub fn start(test: &str) -> Option<Etcd> {
+        Etcd::start_with(test, "http", &[], &ureq::Agent::new_with_defaults())
+    }
+
+    /// Starts etcd with its client URL's `scheme` (`https` needs `args` naming its certificate
+    /// files) and `args` more, and waits until it answers `agent` (which shows it what it
+    /// asks a client for); `None` (and one printed line) if it is not installed.
+    pub fn start_with(
+        test: &str,
+        scheme: &str,
+        args: &[String],
+        agent: &ureq::Agent,
+    ) -> Option<Etcd> {
         let Some(bin) = find_binary("etcd") else {
             skipped(&format!(
                 "{test}: etcd is not installed (tools/fleet-env/install, or apt-get install \
@@ -127,7 +139,7 @@ impl Etcd {
         };
         let dir = temp_dir("etcd");
         let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
+        let endpoint = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let child = spawn(
             Command::new(bin)
@@ -143,7 +155,8 @@ impl Etcd {
                 .args([
                     "--auto-compaction-mode=periodic",
                     "--auto-compaction-retention=5m",
-                ]),
+                ])
+                .args(args),
             &dir,
             "etcd.log",
         );
@@ -153,13 +166,44 @@ impl Etcd {
         };
         let health = format!("{}/health", etcd.endpoint);
         wait_until("etcd to answer /health", START_WAIT, || {
-            ureq::get(&health)
+            agent
+                .get(&health)
                 .call()
                 .ok()
                 .and_then(|mut r| r.body_mut().read_to_string().ok())
                 .is_some_and(|b| b.contains("true"))
         });
         Some(etcd)
+    }
+
+    /// Turns etcd's authentication on (RBAC): a `root` user, and `user` with `password`,
+    /// allowed to read and write the keys under `prefix` and nothing else. Through `agent`.
+    pub fn enable_auth(&self, agent: &ureq::Agent, user: &str, password: &str, prefix: &str) {
+        use base64::Engine as _;
+        let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+        let mut end = prefix.as_bytes().to_vec();
+        *end.last_mut().unwrap() += 1;
+        let call = |path: &str, body: serde_json::Value| {
+            let mut r = agent
+                .post(&format!("{}/v3/auth/{path}", self.endpoint))
+                .header("content-type", "application/json")
+                .send(body.to_string())
+                .unwrap();
+            let text = r.body_mut().read_to_string().unwrap();
+            assert!(r.status().is_success(), "{path}: {text}");
+        };
+        use serde_json::json;
+        call("user/add", json!({ "name": "root", "password": "root-password" }));
+        call("user/grant", json!({ "user": "root", "role": "root" }));
+        call("user/add", json!({ "name": user, "password": password }));
+        call("role/add", json!({ "name": "combd-node" }));
+        call(
+            "role/grant",
+            json!({ "name": "combd-node", "perm": {
+                "permType": "READWRITE", "key": b64(prefix.as_bytes()), "range_end": b64(&end) } }),
+        );
+        call("user/grant", json!({ "user": user, "role": "combd-node" }));
+        call("enable", json!({}));
     }
 }
 

@@ -51,6 +51,13 @@ pub const FLEET_LEASE_REGRANT_INTERVAL: Duration = Duration::from_secs(1);
 /// etcd answers a claim in about 3 ms on loopback and a few ms on a LAN; 500 ms is a partition.
 pub const FLEET_COORDINATOR_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Longest wait for etcd to authenticate the node's user (`COMBD_FLEET_ETCD_USER`): etcd checks
+/// a password with bcrypt (cost 10: ~70 ms on a quiet core here, several times that on a loaded
+/// one), and the first call to a member over TLS has a handshake too. Asked at start-up, and
+/// again only when the member a call goes to changes or its token lapsed (the renewals, every
+/// third of the lease, keep it in use).
+pub const FLEET_AUTHENTICATE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Longest wait for one call to the bucket (S3), connect to last byte, including the body of
 /// the largest segment. An object waits for its segment's upload before it answers, so this is
 /// also the longest a write waits for a bucket that stopped answering before it fails (503).

@@ -171,6 +171,11 @@ pub const FIXED: &[Fixed] = &[
         FLEET_COORDINATOR_TIMEOUT,
         ms
     ),
+    fixed!(
+        "fleet_authenticate_timeout_ms",
+        FLEET_AUTHENTICATE_TIMEOUT,
+        ms
+    ),
     fixed!("fleet_bucket_timeout_ms", FLEET_BUCKET_TIMEOUT, ms),
     fixed!("fleet_bucket_retries", FLEET_BUCKET_RETRIES),
     fixed!("fleet_bucket_retry_wait_ms", FLEET_BUCKET_RETRY_WAIT, ms),

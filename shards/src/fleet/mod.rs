@@ -27,6 +27,7 @@ use combd_fleet::auth::{self, FleetKey, Replays};
 use combd_fleet::bucket::Bucket;
 use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper};
 use combd_fleet::forward::Forwarder;
+use combd_fleet::tls::FleetTls;
 use combd_fleet::segment::{Segment, WalCursor};
 use combd_fleet::{config, restore, ship};
 use combd_kernel::limits::{
@@ -156,6 +157,25 @@ pub enum Shipped {
     Failed(String),
 }
 
+/// The coordinator's client: over TLS with the client certificate where configured, as the
+/// etcd user where there is one (authenticated now, so a wrong password fails start-up).
+fn coordinator(settings: &FleetSettings) -> Result<Coordinator, (&'static str, String)> {
+    let client = settings
+        .etcd_client_cert
+        .as_ref()
+        .map(|(c, k)| (c.as_path(), k.as_path()));
+    let mut c = Coordinator::new(&settings.etcd, KEY_PREFIX)
+        .with_tls(&FleetTls::from_files(settings.ca_file.as_deref(), client)?);
+    if let Some((name, file)) = &settings.etcd_user {
+        let password = config::read_etcd_password(file)
+            .map_err(|e| ("COMBD_FLEET_ETCD_PASSWORD_FILE", e.message))?;
+        c = c.with_user(name, &password);
+        c.authenticate()
+            .map_err(|e| ("COMBD_FLEET_ETCD_USER", format!("{name:?}: {e}")))?;
+    }
+    Ok(c)
+}
+
 impl Fleet {
     /// Reads the secret, grants this node's lease and starts keeping it. Errors name the
     /// setting to look at.
@@ -168,8 +188,9 @@ impl Fleet {
         );
         let bucket = Bucket::new(&config::bucket_config(settings, secret))
             .map_err(|e| ("COMBD_FLEET_BUCKET_URL", e.to_string()))?
+            .with_tls(&FleetTls::from_files(settings.ca_file.as_deref(), None)?)
             .with_fleet_key(key.clone());
-        let coordinator = Arc::new(Coordinator::new(&settings.etcd, KEY_PREFIX));
+        let coordinator = Arc::new(coordinator(settings)?);
         let id = identity::check(&coordinator, &bucket)?;
         tracing::info!(fleet = %id, "this node is of fleet {id}");
         let sent = Instant::now();
