@@ -19,10 +19,11 @@ mod db;
 
 use std::time::Instant;
 
-use combd_fleet::coordinator::Head;
+use combd_fleet::coordinator::{Head, Snapshot};
+use combd_fleet::keys;
 use combd_fleet::restore::restore_object;
 use combd_fleet::segment::WalCursor;
-use combd_fleet::ship::{prune, ship_snapshot, upload_segment};
+use combd_fleet::ship::{prune, upload_segment};
 
 /// Segments after the snapshot.
 const SEGMENTS: u64 = 64;
@@ -47,11 +48,19 @@ fn main() {
         snapshot_blob / 64
     ));
     let token = 1;
-    let snap = Head { seq: 1, token };
+    // The snapshot as an owner ships it, but with no coordinator to record it in: the restores
+    // are told of it as a node reads it from etcd.
+    let snap = Snapshot {
+        seq: 1,
+        token,
+        writer: token,
+    };
     let snapshot = owner.snapshot();
-    ship_snapshot(&bucket, &object, snap, snapshot.clone()).unwrap();
+    bucket
+        .put_sealed(&keys::snapshot(&object, &snap), snapshot.clone())
+        .unwrap();
     let mut cursor = WalCursor::new();
-    let mut head = snap;
+    let mut head = snap.head();
     for i in 0..SEGMENTS {
         owner.commit(&format!(
             "INSERT INTO t(v, b) VALUES ('batch {i}', randomblob({SEGMENT_BLOB}))"
@@ -76,7 +85,7 @@ fn main() {
     for r in 0..rounds {
         let out = dir.join(format!("restored-{r}.sqlite"));
         let started = Instant::now();
-        let restored = restore_object(&bucket, &object, Some(head), &out).unwrap();
+        let restored = restore_object(&bucket, &object, Some(head), Some(snap), &out).unwrap();
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         assert_eq!(restored.segments, SEGMENTS as usize);
         assert_eq!(
@@ -99,10 +108,11 @@ fn main() {
         times[times.len() - 1]
     );
     // Everything this run put in the bucket goes.
-    let last = Head {
+    let past = Snapshot {
         seq: head.seq + 1,
         token,
+        writer: token,
     };
-    prune(&bucket, &object, last).unwrap();
+    prune(&bucket, &object, past).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,7 +3,7 @@
 //!
 //! ## Keys
 //!
-//! Under a prefix (one per fleet), each object has two keys:
+//! Under a prefix (one per fleet), each object has three keys:
 //!
 //! - `<prefix>owner/<object>`: the owning node's fleet address, attached to that node's lease,
 //!   so it vanishes when the lease lapses. Its `create_revision` is the owner's **fencing
@@ -14,6 +14,8 @@
 //!   transaction that first checks the owner key's `create_revision` against the caller's
 //!   token: an owner whose lease lapsed (its key deleted, or re-created by another node's
 //!   claim) cannot move the head.
+//! - `<prefix>snap/<object>`: the snapshot restores start from ([`Snapshot`]), written only by
+//!   [`Coordinator::record_snapshot`], fenced the same way.
 //!
 //! ## Leases
 //!
@@ -114,6 +116,44 @@ impl Head {
             seq: seq.parse().ok()?,
             token: token.parse().ok()?,
         })
+    }
+}
+
+/// The snapshot an object's restores start from, as its owner recorded it after uploading it:
+/// the state it holds (the head it was taken at: `seq`, `token`) and the owner that wrote it
+/// (`writer`, its fencing token, in the snapshot's key too), so no two owners ever write the
+/// same snapshot key, and a snapshot not recorded (its writer fenced) is never read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The segment number it is the database as of.
+    pub seq: u64,
+    /// The token of that segment's writer.
+    pub token: i64,
+    /// The token of the owner that took and uploaded it.
+    pub writer: i64,
+}
+
+impl Snapshot {
+    /// The head it stands for.
+    pub fn head(&self) -> Head {
+        Head {
+            seq: self.seq,
+            token: self.token,
+        }
+    }
+
+    fn encode(&self) -> String {
+        format!("{} {} {}", self.seq, self.token, self.writer)
+    }
+
+    fn decode(text: &str) -> Option<Snapshot> {
+        let mut parts = text.split(' ');
+        let s = Snapshot {
+            seq: parts.next()?.parse().ok()?,
+            token: parts.next()?.parse().ok()?,
+            writer: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(s)
     }
 }
 
@@ -366,6 +406,10 @@ impl Coordinator {
         format!("{}head/{object}", self.prefix)
     }
 
+    fn snapshot_key(&self, object: &str) -> String {
+        format!("{}snap/{object}", self.prefix)
+    }
+
     /// Posts `body` to `path` on the first endpoint that answers, starting from the one that
     /// answered last; the answer's JSON.
     fn call(
@@ -565,6 +609,69 @@ impl Coordinator {
         } else {
             Advance::Fenced
         })
+    }
+
+    /// Records `snapshot` (uploaded already) as the one `object`'s restores start from, if
+    /// `writer` still owns the object: the same fence as [`Coordinator::advance_head`], so a
+    /// stale owner's snapshot is never recorded, and so never read.
+    pub fn record_snapshot(
+        &self,
+        object: &str,
+        snapshot: Snapshot,
+    ) -> Result<Advance, CoordinatorError> {
+        if snapshot.writer <= 0 {
+            return Ok(Advance::Fenced);
+        }
+        let txn = json!({
+            "compare": [{
+                "key": b64(&self.owner_key(object)),
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": snapshot.writer.to_string(),
+            }],
+            "success": [{ "request_put": {
+                "key": b64(&self.snapshot_key(object)), "value": b64(&snapshot.encode()) } }],
+            "failure": [],
+        });
+        let v = self.call("record snapshot", object, "/v3/kv/txn", &txn)?;
+        Ok(if v["succeeded"].as_bool().unwrap_or(false) {
+            Advance::Done
+        } else {
+            Advance::Fenced
+        })
+    }
+
+    /// `object`'s head and its recorded snapshot, read together (one transaction, so at one
+    /// revision).
+    pub fn state(&self, object: &str) -> Result<(Option<Head>, Option<Snapshot>), CoordinatorError> {
+        let txn = json!({
+            "compare": [],
+            "success": [
+                { "request_range": { "key": b64(&self.head_key(object)) } },
+                { "request_range": { "key": b64(&self.snapshot_key(object)) } },
+            ],
+            "failure": [],
+        });
+        let v = self.call("state", object, "/v3/kv/txn", &txn)?;
+        let err = |failure| CoordinatorError {
+            op: "state",
+            object: object.to_string(),
+            failure,
+        };
+        let range = |i: usize| first_kv(&v["responses"][i]["response_range"]).map_err(err);
+        let head = match range(0)? {
+            None => None,
+            Some((text, _, _)) => {
+                Some(Head::decode(&text).ok_or_else(|| err(bad(format!("head {text:?}"))))?)
+            }
+        };
+        let snapshot = match range(1)? {
+            None => None,
+            Some((text, _, _)) => Some(
+                Snapshot::decode(&text).ok_or_else(|| err(bad(format!("snapshot {text:?}"))))?,
+            ),
+        };
+        Ok((head, snapshot))
     }
 
     /// The fleet's id, if one was ever recorded (see `combd_shards::fleet`'s start).

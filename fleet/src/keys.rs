@@ -18,9 +18,19 @@ pub fn segment_prefix(object: &str) -> String {
     format!("{object}/seg/")
 }
 
-/// The key of `object`'s snapshot as of segment `seq`, written by the owner whose token is
-/// `token` (that of segment `seq`'s writer: the snapshot stands for the same state).
-pub fn snapshot(object: &str, seq: u64, token: i64) -> String {
+/// The key of `object`'s snapshot `s`: as of segment `s.seq` (written by token `s.token`),
+/// taken by the owner whose token is `s.writer`, so two owners never write the same key.
+pub fn snapshot(object: &str, s: &Snapshot) -> String {
+    format!(
+        "{object}/snap/{:020}-{:020}-{:020}",
+        s.seq, s.token, s.writer
+    )
+}
+
+/// The key of a snapshot as nodes before the snapshot's writer was recorded named it: as of
+/// segment `seq` of token `token`, with no writer. Restores still read one when etcd records
+/// no snapshot for the object.
+pub fn legacy_snapshot(object: &str, seq: u64, token: i64) -> String {
     format!("{object}/snap/{seq:020}-{token:020}")
 }
 
@@ -35,14 +45,25 @@ fn parse(key: &str, kind: &str) -> Option<(u64, i64)> {
     Some((seq.parse().ok()?, token.parse().ok()?))
 }
 
+use crate::coordinator::Snapshot;
+
 /// The (seq, token) a segment key names, if it is one.
 pub fn parse_segment(key: &str) -> Option<(u64, i64)> {
     parse(key, "/seg/")
 }
 
-/// The (seq, token) a snapshot key names, if it is one.
-pub fn parse_snapshot(key: &str) -> Option<(u64, i64)> {
-    parse(key, "/snap/")
+/// The snapshot a key names, if it is one: its (seq, token), and its writer unless it is a
+/// [`legacy_snapshot`] key.
+pub fn parse_snapshot(key: &str) -> Option<(u64, i64, Option<i64>)> {
+    let tail = key.rsplit_once("/snap/")?.1;
+    let mut parts = tail.split('-');
+    let seq = parts.next()?.parse().ok()?;
+    let token = parts.next()?.parse().ok()?;
+    let writer = match parts.next() {
+        None => None,
+        Some(w) => Some(w.parse().ok()?),
+    };
+    parts.next().is_none().then_some((seq, token, writer))
 }
 
 #[cfg(test)]
@@ -56,9 +77,20 @@ mod tests {
         assert!(a < b, "{a} sorts before {b}");
         assert_eq!(parse_segment(&b), Some((10, 3)));
         assert!(a.starts_with(&segment_prefix("room")));
-        assert_eq!(parse_snapshot(&snapshot("room", 42, 7)), Some((42, 7)));
-        assert_eq!(parse_segment(&snapshot("room", 42, 7)), None);
+        let s = Snapshot {
+            seq: 42,
+            token: 7,
+            writer: 9,
+        };
+        assert_eq!(parse_snapshot(&snapshot("room", &s)), Some((42, 7, Some(9))));
+        assert_eq!(
+            parse_snapshot(&legacy_snapshot("room", 42, 7)),
+            Some((42, 7, None))
+        );
+        assert_eq!(parse_segment(&snapshot("room", &s)), None);
         assert_eq!(parse_snapshot("room/snap/x-1"), None);
-        assert!(snapshot("room", 1, 1).starts_with(&object_prefix("room")));
+        assert_eq!(parse_snapshot("room/snap/1-2-3-4"), None);
+        assert!(snapshot("room", &s).starts_with(&snapshot_prefix("room")));
+        assert!(snapshot("room", &s).starts_with(&object_prefix("room")));
     }
 }

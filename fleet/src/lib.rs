@@ -36,8 +36,10 @@
 //! ## Where an object lives in the bucket
 //!
 //! [`keys`] names them: `<object>/seg/<seq>-<token>` is segment `seq` written by the owner whose
-//! fencing token is `token`; `<object>/snap/<seq>-<token>` is a snapshot of the database as of
-//! that segment. Putting the token in the key means a stale owner's upload can never overwrite
+//! fencing token is `token`; `<object>/snap/<seq>-<token>-<writer>` is a snapshot of the
+//! database as of that segment, taken by the owner whose token is `writer`, and read only once
+//! the coordinator records it (`coordinator::Coordinator::record_snapshot`, fenced like a head
+//! advance). Putting the token in the key means a stale owner's upload can never overwrite
 //! the real owner's object of the same number (S3 buckets such as Garage have no conditional
 //! put). The head in the coordinator names the last segment and its token, each segment names
 //! the token of the one before it, and [`restore`] follows that chain back from the head to a

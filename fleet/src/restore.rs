@@ -1,15 +1,15 @@
 //! An object's database back from the bucket: the snapshot and segments the head's chain
 //! names, written to a file SQLite opens as it is.
 //!
-//! The walk goes backward from the head (`seq`, `token`): if a snapshot of exactly that
-//! (`seq`, `token`) exists, it is the start; else segment (`seq`, `token`) is read, and the walk
+//! The walk goes backward from the head (`seq`, `token`): if the snapshot the coordinator
+//! records is of exactly that (`seq`, `token`), it is the start; else segment (`seq`, `token`) is read, and the walk
 //! goes on from (`seq - 1`, its `prev_token`); segment 0 does not exist (an object's first
 //! segment is 1 and names token 0 before it), so reaching it means starting from an empty
 //! database. Then [`segment::restore`] applies the chain forward. Every segment and snapshot
 //! is read sealed ([`Bucket::get_sealed`]): what the fleet key did not seal for its key is
 //! never applied.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -20,7 +20,7 @@ use combd_kernel::limits::{
 };
 
 use crate::bucket::{Bucket, BucketError};
-use crate::coordinator::Head;
+use crate::coordinator::{Head, Snapshot};
 use crate::keys;
 use crate::segment::{self, Segment, SegmentError};
 
@@ -96,15 +96,46 @@ pub struct Restored {
 }
 
 /// Writes `object`'s database as of `head` (from the coordinator; `None` for an object never
-/// shipped, which restores as no file at all) to `out`, holding at most
+/// shipped, which restores as no file at all) to `out`, starting from `snapshot` (the one the
+/// coordinator records) if the chain from the head reaches it, holding at most
 /// [`FLEET_RESTORE_SEGMENTS_MAX_BYTES`] of segments.
 pub fn restore_object(
     bucket: &Bucket,
     object: &str,
     head: Option<Head>,
+    snapshot: Option<Snapshot>,
     out: &Path,
 ) -> Result<Restored, RestoreError> {
-    restore_object_within(bucket, object, head, out, FLEET_RESTORE_SEGMENTS_MAX_BYTES)
+    restore_object_within(
+        bucket,
+        object,
+        head,
+        snapshot,
+        out,
+        FLEET_RESTORE_SEGMENTS_MAX_BYTES,
+    )
+}
+
+/// The snapshots a restore may start from, by the (seq, token) they stand for: the one the
+/// coordinator records; or, where it records none (an object snapshotted only by nodes from
+/// before snapshots were recorded), the bucket's [`keys::legacy_snapshot`]s. A snapshot with a
+/// writer that the coordinator does not record (its writer was fenced) is never among them.
+fn starts(
+    bucket: &Bucket,
+    object: &str,
+    recorded: Option<Snapshot>,
+) -> Result<HashMap<(u64, i64), String>, RestoreError> {
+    if let Some(s) = recorded {
+        return Ok(HashMap::from([((s.seq, s.token), keys::snapshot(object, &s))]));
+    }
+    Ok(bucket
+        .list(&keys::snapshot_prefix(object), FLEET_LIST_KEYS_MAX)?
+        .into_iter()
+        .filter_map(|k| match keys::parse_snapshot(&k) {
+            Some((seq, token, None)) => Some(((seq, token), k)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// [`restore_object`], holding at most `held_max` bytes of segments: past it the restore fails
@@ -114,6 +145,7 @@ pub fn restore_object_within(
     bucket: &Bucket,
     object: &str,
     head: Option<Head>,
+    snapshot: Option<Snapshot>,
     out: &Path,
     held_max: u64,
 ) -> Result<Restored, RestoreError> {
@@ -124,11 +156,7 @@ pub fn restore_object_within(
             seq: 0,
         });
     };
-    let snapshots: HashSet<(u64, i64)> = bucket
-        .list(&keys::snapshot_prefix(object), FLEET_LIST_KEYS_MAX)?
-        .iter()
-        .filter_map(|k| keys::parse_snapshot(k))
-        .collect();
+    let snapshots = starts(bucket, object, snapshot)?;
     let mut fetched = prefetch(bucket, object, head, &snapshots, held_max)?;
     let mut chain: Vec<Segment> = Vec::new();
     let mut held = 0u64;
@@ -137,7 +165,7 @@ pub fn restore_object_within(
         if seq == 0 {
             break None;
         }
-        if snapshots.contains(&(seq, token)) {
+        if snapshots.contains_key(&(seq, token)) {
             break Some((seq, token));
         }
         let key = keys::segment(object, seq, token);
@@ -167,7 +195,7 @@ pub fn restore_object_within(
         None => None,
         Some((s, t)) => Some(
             bucket
-                .get_sealed(&keys::snapshot(object, s, t), FLEET_SNAPSHOT_MAX_BYTES)?
+                .get_sealed(&snapshots[&(s, t)], FLEET_SNAPSHOT_MAX_BYTES)?
                 .ok_or(RestoreError::Missing { seq: s, token: t })?,
         ),
     };
@@ -196,11 +224,11 @@ fn prefetch(
     bucket: &Bucket,
     object: &str,
     head: Head,
-    snapshots: &HashSet<(u64, i64)>,
+    snapshots: &HashMap<(u64, i64), String>,
     held_max: u64,
 ) -> Result<HashMap<(u64, i64), Vec<u8>>, RestoreError> {
     let after = snapshots
-        .iter()
+        .keys()
         .map(|&(s, _)| s)
         .filter(|&s| s <= head.seq)
         .max()

@@ -10,7 +10,7 @@
 use combd_kernel::limits::FLEET_LIST_KEYS_MAX;
 
 use crate::bucket::{Bucket, BucketError};
-use crate::coordinator::{Advance, Coordinator, CoordinatorError, Head};
+use crate::coordinator::{Advance, Coordinator, CoordinatorError, Head, Snapshot};
 use crate::keys;
 use crate::segment::Segment;
 
@@ -63,31 +63,36 @@ pub fn ship_segment(
         .map_err(ShipError::Coordinator)
 }
 
-/// Uploads `database` (a checkpointed database file) as `object`'s snapshot as of `head`,
-/// sealed: restores start from it instead of walking the segments before it, which may then
-/// be deleted.
+/// Uploads `database` (a checkpointed database file) as `object`'s snapshot `snapshot`,
+/// sealed, then records it in the coordinator if its writer still owns the object: restores
+/// start from it instead of walking the segments before it, which may then be deleted
+/// ([`prune`], only after [`Advance::Done`]). Fenced, the upload is an orphan no restore reads.
 pub fn ship_snapshot(
     bucket: &Bucket,
+    coordinator: &Coordinator,
     object: &str,
-    head: Head,
+    snapshot: Snapshot,
     database: Vec<u8>,
-) -> Result<(), ShipError> {
+) -> Result<Advance, ShipError> {
     bucket
-        .put_sealed(&keys::snapshot(object, head.seq, head.token), database)
-        .map_err(ShipError::Bucket)
+        .put_sealed(&keys::snapshot(object, &snapshot), database)
+        .map_err(ShipError::Bucket)?;
+    coordinator
+        .record_snapshot(object, snapshot)
+        .map_err(ShipError::Coordinator)
 }
 
-/// Deletes what no restore reads once `object`'s snapshot at `head` is in the bucket: every
-/// segment numbered at or before it, and every other snapshot at or before it. Returns how
-/// many keys it deleted. (A restore that listed the snapshots before this one was uploaded
-/// may then miss a segment it wanted: it fails, and the next request restores from this
-/// snapshot.)
-pub fn prune(bucket: &Bucket, object: &str, head: Head) -> Result<usize, ShipError> {
+/// Deletes what no restore reads once `object`'s snapshot `kept` is recorded: every segment
+/// numbered at or before it, and every other snapshot at or before it. Returns how many keys
+/// it deleted. (A restore that read the state before `kept` was recorded may then miss a
+/// segment it wanted: it fails, and the next request restores from `kept`.)
+pub fn prune(bucket: &Bucket, object: &str, kept: Snapshot) -> Result<usize, ShipError> {
+    let keep = keys::snapshot(object, &kept);
     let mut old: Vec<String> = bucket
         .list(&keys::segment_prefix(object), FLEET_LIST_KEYS_MAX)
         .map_err(ShipError::Bucket)?
         .into_iter()
-        .filter(|k| keys::parse_segment(k).is_some_and(|(seq, _)| seq <= head.seq))
+        .filter(|k| keys::parse_segment(k).is_some_and(|(seq, _)| seq <= kept.seq))
         .collect();
     old.extend(
         bucket
@@ -95,9 +100,7 @@ pub fn prune(bucket: &Bucket, object: &str, head: Head) -> Result<usize, ShipErr
             .map_err(ShipError::Bucket)?
             .into_iter()
             .filter(|k| {
-                keys::parse_snapshot(k).is_some_and(|(seq, token)| {
-                    seq <= head.seq && (seq, token) != (head.seq, head.token)
-                })
+                *k != keep && keys::parse_snapshot(k).is_some_and(|(seq, _, _)| seq <= kept.seq)
             }),
     );
     bucket.delete_many(&old).map_err(ShipError::Bucket)?;

@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use combd_fleet::bucket::Bucket;
-use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head};
+use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Snapshot};
 use combd_fleet::restore::{restore_object, restore_object_within, RestoreError, Restored};
 use combd_fleet::segment::WalCursor;
 use combd_fleet::ship::{prune, ship_segment, ship_snapshot};
@@ -66,6 +66,32 @@ impl Owner {
         self.db.commit(sql);
         self.ship(bucket, c)
     }
+
+    /// The snapshot this owner takes at its head.
+    fn snapshot_at_head(&self) -> Snapshot {
+        Snapshot {
+            seq: self.head.0,
+            token: self.head.1,
+            writer: self.token,
+        }
+    }
+
+    /// Ships its database as the snapshot at its head; the coordinator's answer.
+    fn ship_snapshot(&self, bucket: &Bucket, c: &Coordinator) -> Advance {
+        ship_snapshot(bucket, c, &self.object, self.snapshot_at_head(), self.db.snapshot()).unwrap()
+    }
+}
+
+/// `object` restored to `out` as a node does: from the head and the snapshot the coordinator
+/// records now.
+fn restore_now(
+    bucket: &Bucket,
+    c: &Coordinator,
+    object: &str,
+    out: &std::path::Path,
+) -> Result<Restored, RestoreError> {
+    let (head, recorded) = c.state(object).unwrap();
+    restore_object(bucket, object, head, recorded, out)
 }
 
 #[test]
@@ -95,11 +121,8 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         a.commit_and_ship("INSERT INTO t(v) VALUES ('a1'), ('a2')", &bucket, &c),
         Advance::Done
     );
-    let snap_head = Head {
-        seq: a.head.0,
-        token: a.head.1,
-    };
-    ship_snapshot(&bucket, &object, snap_head, a.db.snapshot()).unwrap();
+    let snap_head = a.snapshot_at_head();
+    assert_eq!(a.ship_snapshot(&bucket, &c), Advance::Done);
     assert_eq!(
         a.commit_and_ship("UPDATE t SET v = v || '+' WHERE v = 'a1'", &bucket, &c),
         Advance::Done
@@ -131,8 +154,9 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
     // B restores from the bucket: the snapshot and the two segments after it.
     let dir_b = temp_dir("node-b");
     let path_b = dir_b.join("object.sqlite");
-    let head = c.head(&object).unwrap();
-    let restored = restore_object(&bucket, &object, head, &path_b).unwrap();
+    let (head, recorded) = c.state(&object).unwrap();
+    assert_eq!(recorded, Some(snap_head));
+    let restored = restore_object(&bucket, &object, head, recorded, &path_b).unwrap();
     assert_eq!(
         restored,
         Restored {
@@ -158,12 +182,13 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         })
         .sum();
     let path_at = dir_b.join("at-bound.sqlite");
-    let at = restore_object_within(&bucket, &object, head, &path_at, segment_bytes).unwrap();
+    let at = restore_object_within(&bucket, &object, head, recorded, &path_at, segment_bytes).unwrap();
     assert_eq!(at, restored);
     assert_eq!(rows(&open_checked(&path_at)), acknowledged_by_a);
     let path_past = dir_b.join("past-bound.sqlite");
     let e =
-        restore_object_within(&bucket, &object, head, &path_past, segment_bytes - 1).unwrap_err();
+        restore_object_within(&bucket, &object, head, recorded, &path_past, segment_bytes - 1)
+            .unwrap_err();
     assert!(
         matches!(e, RestoreError::TooLarge { limit } if limit == segment_bytes - 1),
         "{e}"
@@ -207,7 +232,7 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
     // A third node restores: B's write is there, A's stale one is not.
     let dir_c = temp_dir("node-c");
     let path_c = dir_c.join("object.sqlite");
-    let restored = restore_object(&bucket, &object, c.head(&object).unwrap(), &path_c).unwrap();
+    let restored = restore_now(&bucket, &c, &object, &path_c).unwrap();
     assert_eq!(restored.seq, 5);
     let rows_c = rows(&open_checked(&path_c));
     assert_eq!(rows_c, rows(&b.db.conn));
@@ -217,31 +242,29 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
     // A segment the chain needs, gone from the bucket, fails the restore naming it.
     bucket.delete(&keys::segment(&object, 5, b.token)).unwrap();
     let path_d = dir_c.join("missing.sqlite");
-    let e = restore_object(&bucket, &object, c.head(&object).unwrap(), &path_d).unwrap_err();
+    let e = restore_now(&bucket, &c, &object, &path_d).unwrap_err();
     assert!(e.to_string().contains("segment 5"), "{e}");
 
     // B snapshots at its head: pruning then deletes every segment at or before it (the stale
     // segment 5 of A too) and the older snapshot, and a restore reads the snapshot alone.
-    let head_b = Head {
-        seq: 5,
-        token: b.token,
-    };
-    ship_snapshot(&bucket, &object, head_b, b.db.snapshot()).unwrap();
+    let snap_b = b.snapshot_at_head();
+    assert_eq!((snap_b.seq, snap_b.token), (5, b.token));
+    assert_eq!(b.ship_snapshot(&bucket, &c), Advance::Done);
     let before = bucket
         .list(&keys::object_prefix(&object), FLEET_LIST_KEYS_MAX)
         .unwrap();
-    let pruned = prune(&bucket, &object, head_b).unwrap();
+    let pruned = prune(&bucket, &object, snap_b).unwrap();
     let left = bucket
         .list(&keys::object_prefix(&object), FLEET_LIST_KEYS_MAX)
         .unwrap();
     assert_eq!(
         left,
-        [keys::snapshot(&object, 5, b.token)],
+        [keys::snapshot(&object, &snap_b)],
         "before: {before:?}"
     );
     assert_eq!(pruned, before.len() - 1);
     let path_e = dir_c.join("pruned.sqlite");
-    let restored = restore_object(&bucket, &object, Some(head_b), &path_e).unwrap();
+    let restored = restore_now(&bucket, &c, &object, &path_e).unwrap();
     assert_eq!(
         restored,
         Restored {
@@ -257,7 +280,7 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         Advance::Done
     );
     let path_f = dir_c.join("after-prune.sqlite");
-    let restored = restore_object(&bucket, &object, c.head(&object).unwrap(), &path_f).unwrap();
+    let restored = restore_now(&bucket, &c, &object, &path_f).unwrap();
     assert_eq!((restored.segments, restored.seq), (1, 6));
     assert_eq!(rows(&open_checked(&path_f)), rows(&b.db.conn));
 
@@ -349,13 +372,13 @@ fn what_the_fleet_key_did_not_seal_for_its_key_is_never_restored() {
     let (object, dir) = (a.object.clone(), temp_dir("sealed-restores"));
     let head = c.head(&object).unwrap();
     let good = dir.join("good.sqlite");
-    restore_object(&bucket, &object, head, &good).unwrap();
+    restore_now(&bucket, &c, &object, &good).unwrap();
     assert_eq!(rows(&open_checked(&good)), rows(&a.db.conn));
 
     let seg2 = keys::segment(&object, 2, a.token);
     let sealed = bucket.get(&seg2, 1 << 20).unwrap().unwrap();
     let not_sealed = |what: &str| {
-        let e = restore_object(&bucket, &object, head, &dir.join("bad.sqlite")).unwrap_err();
+        let e = restore_now(&bucket, &c, &object, &dir.join("bad.sqlite")).unwrap_err();
         assert!(
             matches!(&e, RestoreError::Bucket(b) if b.failure == Failure::NotSealed && b.key == seg2),
             "{what}: {e}"
@@ -384,20 +407,22 @@ fn what_the_fleet_key_did_not_seal_for_its_key_is_never_restored() {
     not_sealed("sealed for another key");
     // Put back, it restores again.
     bucket.put(&seg2, &sealed).unwrap();
-    restore_object(&bucket, &object, head, &dir.join("again.sqlite")).unwrap();
+    restore_now(&bucket, &c, &object, &dir.join("again.sqlite")).unwrap();
 
-    // A snapshot at the head that is not sealed: refused, not restored.
+    // A snapshot at the head that is not sealed, recorded: refused, not restored.
     let (hs, ht) = (head.unwrap().seq, head.unwrap().token);
-    let snap = keys::snapshot(&object, hs, ht);
+    let recorded = a.snapshot_at_head();
+    let snap = keys::snapshot(&object, &recorded);
     bucket.put(&snap, &a.db.snapshot()).unwrap();
-    let e = restore_object(&bucket, &object, head, &dir.join("snap.sqlite")).unwrap_err();
+    assert_eq!(c.record_snapshot(&object, recorded).unwrap(), Advance::Done);
+    let e = restore_now(&bucket, &c, &object, &dir.join("snap.sqlite")).unwrap_err();
     assert!(
         matches!(&e, RestoreError::Bucket(b) if b.failure == Failure::NotSealed && b.key == snap),
         "{e}"
     );
-    ship_snapshot(&bucket, &object, head.unwrap(), a.db.snapshot()).unwrap();
+    assert_eq!(a.ship_snapshot(&bucket, &c), Advance::Done);
     let from_snapshot = dir.join("from-snapshot.sqlite");
-    let restored = restore_object(&bucket, &object, head, &from_snapshot).unwrap();
+    let restored = restore_now(&bucket, &c, &object, &from_snapshot).unwrap();
     assert_eq!(restored.snapshot, Some((hs, ht)));
     assert_eq!(rows(&open_checked(&from_snapshot)), rows(&a.db.conn));
     let _ = std::fs::remove_dir_all(dir);
@@ -420,13 +445,98 @@ fn a_restored_database_that_fails_its_check_is_refused() {
     for b in &mut bad[page..2 * page] {
         *b = 0xA5;
     }
-    ship_snapshot(&bucket, &object, head, bad).unwrap();
+    let snap = a.snapshot_at_head();
+    assert_eq!(snap.head(), head);
+    assert_eq!(
+        ship_snapshot(&bucket, &c, &object, snap, bad).unwrap(),
+        Advance::Done
+    );
     let out = dir.join("restored.sqlite");
-    let e = restore_object(&bucket, &object, Some(head), &out).unwrap_err();
+    let e = restore_now(&bucket, &c, &object, &out).unwrap_err();
     assert!(matches!(e, RestoreError::Corrupt(_)), "{e}");
     // The good snapshot restores and passes.
-    ship_snapshot(&bucket, &object, head, a.db.snapshot()).unwrap();
-    restore_object(&bucket, &object, Some(head), &out).unwrap();
+    assert_eq!(a.ship_snapshot(&bucket, &c), Advance::Done);
+    restore_now(&bucket, &c, &object, &out).unwrap();
     assert_eq!(rows(&open_checked(&out)), rows(&a.db.conn));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_snapshot_is_read_only_as_etcd_records_it_and_a_fenced_owner_records_none() {
+    let test = "a_snapshot_is_read_only_as_etcd_records_it";
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let Some(s3) = S3::start(test) else { return };
+    let bucket = Bucket::new(&s3.bucket)
+        .unwrap()
+        .with_fleet_key(support::fleet_key());
+    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
+    let object = format!("{}snaps", s3.unique_prefix().trim_end_matches('/'));
+    let ttl = Duration::from_secs(30);
+    let (lease_a, lease_b) = (c.grant_lease(ttl).unwrap(), c.grant_lease(ttl).unwrap());
+    let Claim::Won(claim_a) = c.claim(&object, "127.0.0.2:8080", &lease_a).unwrap() else {
+        panic!("A's claim");
+    };
+    let mut a = Owner::new(&temp_dir("snaps-a"), &object, claim_a.token);
+    assert_eq!(a.ship(&bucket, &c), Advance::Done);
+    assert_eq!(
+        a.commit_and_ship("INSERT INTO t(v) VALUES ('a1')", &bucket, &c),
+        Advance::Done
+    );
+    // Snapshots nobody recorded are never read: one of a writer etcd does not name (its
+    // database wrong on purpose, so reading it would show), while the object has no record.
+    let unrecorded = a.snapshot_at_head();
+    bucket
+        .put_sealed(&keys::snapshot(&object, &unrecorded), b"not a database".to_vec())
+        .unwrap();
+    let dir = temp_dir("snaps-restores");
+    let restored = restore_now(&bucket, &c, &object, &dir.join("1.sqlite")).unwrap();
+    assert_eq!((restored.snapshot, restored.segments), (None, 2));
+    bucket
+        .delete(&keys::snapshot(&object, &unrecorded))
+        .unwrap();
+    // A snapshot under the key nodes used before snapshots were recorded is still read where
+    // etcd records none.
+    let (hs, ht) = a.head;
+    bucket
+        .put_sealed(&keys::legacy_snapshot(&object, hs, ht), a.db.snapshot())
+        .unwrap();
+    let restored = restore_now(&bucket, &c, &object, &dir.join("2.sqlite")).unwrap();
+    assert_eq!((restored.snapshot, restored.segments), (Some((hs, ht)), 0));
+
+    // A's lease ends; B claims, restores, and snapshots the same state: its own key.
+    c.revoke(&lease_a).unwrap();
+    let Claim::Won(claim_b) = c.claim(&object, "127.0.0.3:8080", &lease_b).unwrap() else {
+        panic!("B's claim");
+    };
+    let path_b = dir.join("b.sqlite");
+    restore_now(&bucket, &c, &object, &path_b).unwrap();
+    let b = Owner {
+        db: Db::open(&path_b),
+        cursor: WalCursor::new(),
+        object: object.clone(),
+        token: claim_b.token,
+        head: a.head,
+    };
+    assert_eq!(b.ship_snapshot(&bucket, &c), Advance::Done);
+    let snap_b = b.snapshot_at_head();
+    // A, not knowing, snapshots too, at the same head: it lands under its own key, and etcd
+    // does not record it.
+    a.db.commit("INSERT INTO t(v) VALUES ('never shipped')");
+    assert_eq!(a.ship_snapshot(&bucket, &c), Advance::Fenced);
+    let snap_a = a.snapshot_at_head();
+    assert_ne!(keys::snapshot(&object, &snap_a), keys::snapshot(&object, &snap_b));
+    assert_eq!(c.state(&object).unwrap().1, Some(snap_b));
+    // So a restore reads B's, and never A's unshipped write.
+    let path_c = dir.join("c.sqlite");
+    let restored = restore_now(&bucket, &c, &object, &path_c).unwrap();
+    assert_eq!(restored.snapshot, Some((hs, ht)));
+    let rows_c = rows(&open_checked(&path_c));
+    assert_eq!(rows_c, rows(&b.db.conn));
+    assert!(!rows_c.iter().any(|r| r.contains("never shipped")));
+    // A fenced owner cannot record a snapshot directly either.
+    assert_eq!(c.record_snapshot(&object, snap_a).unwrap(), Advance::Fenced);
+    assert_eq!(c.state(&object).unwrap().1, Some(snap_b));
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -29,7 +29,7 @@ use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKe
 use combd_fleet::forward::Forwarder;
 use combd_fleet::tls::FleetTls;
 use combd_fleet::segment::{Segment, WalCursor};
-use combd_fleet::{config, restore, ship};
+use combd_fleet::{config, restore};
 use combd_kernel::limits::{
     FLEET_LEASE_REGRANT_INTERVAL, FLEET_SNAPSHOT_AFTER_SEGMENTS, FLEET_UPLOAD_THREADS,
 };
@@ -322,7 +322,7 @@ impl Fleet {
         };
         self.stats.claims_won.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let head = self.coordinator.head(key).map_err(|e| unavailable(&e))?;
+        let (head, recorded) = self.coordinator.state(key).map_err(|e| unavailable(&e))?;
         let wal = sidecar(path, "-wal");
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| unavailable(&e))?;
@@ -374,7 +374,7 @@ impl Fleet {
         // leaves the old files or the new one, never a database half written (or none).
         let fresh = sidecar(path, "-restore");
         remove(&fresh)?;
-        let restored = match restore::restore_object(&self.bucket, key, head, &fresh) {
+        let restored = match restore::restore_object(&self.bucket, key, head, recorded, &fresh) {
             Ok(r) => r,
             Err(e) => {
                 if matches!(e, restore::RestoreError::Corrupt(_)) {
@@ -402,15 +402,10 @@ impl Fleet {
         if let Some(head) = head.filter(|_| restored.segments >= FLEET_SNAPSHOT_AFTER_SEGMENTS) {
             // A long chain: snapshot it now, so the next restore does not walk it again (an
             // owner that dies before its WAL grows or it idles would never snapshot).
-            let snapshot = snapshot::read_snapshot(path).and_then(|bytes| {
-                ship::ship_snapshot(&self.bucket, key, head, bytes).map_err(|e| e.to_string())
-            });
+            let snapshot = snapshot::read_snapshot(path)
+                .and_then(|bytes| self.ship_snapshot(key, owner.token, head, bytes));
             match snapshot {
-                Ok(()) => {
-                    self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
-                    snapshot_at = Some(head);
-                    self.prune(key, head);
-                }
+                Ok(()) => snapshot_at = Some(head),
                 Err(e) => {
                     tracing::warn!(object = %key, "cannot upload a snapshot after a restore: {e}")
                 }

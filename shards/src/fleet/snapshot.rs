@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use combd_fleet::coordinator::Head;
+use combd_fleet::coordinator::{Advance, Head, Snapshot};
 use combd_fleet::segment::WalCursor;
 use combd_fleet::ship;
 
@@ -45,12 +45,37 @@ impl Fleet {
             self.stats.snapshots_skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        let bytes = read_snapshot(path)?;
-        ship::ship_snapshot(&self.bucket, &s.key, s.head, bytes).map_err(|e| e.to_string())?;
+        self.ship_snapshot(&s.key, s.token, s.head, read_snapshot(path)?)?;
         s.snapshot_at = Some(s.head);
-        self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
-        self.prune(&s.key, s.head);
         Ok(())
+    }
+
+    /// Uploads `bytes` as `object`'s snapshot at `head`, taken by the owner with token
+    /// `writer`, and records it in etcd if `writer` still owns the object (then deletes what it
+    /// replaced). Blocking.
+    pub(super) fn ship_snapshot(
+        &self,
+        object: &str,
+        writer: i64,
+        head: Head,
+        bytes: Vec<u8>,
+    ) -> Result<(), String> {
+        let kept = Snapshot {
+            seq: head.seq,
+            token: head.token,
+            writer,
+        };
+        match ship::ship_snapshot(&self.bucket, &self.coordinator, object, kept, bytes) {
+            Ok(Advance::Done) => {
+                self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
+                self.prune(object, kept);
+                Ok(())
+            }
+            Ok(Advance::Fenced) => {
+                Err("another node owns it now: the snapshot is not recorded".into())
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// After a clean close (everything committed shipped, snapshotted at the head, the
@@ -66,11 +91,11 @@ impl Fleet {
         }
     }
 
-    /// Has the upload threads delete what `object`'s snapshot at `head` replaced.
-    pub(super) fn prune(&self, object: &str, head: Head) {
+    /// Has the upload threads delete what `object`'s snapshot `kept` replaced.
+    fn prune(&self, object: &str, kept: Snapshot) {
         let _ = self.uploads.try_send(Upload::Prune {
             object: object.to_string(),
-            head,
+            kept,
         });
     }
 }

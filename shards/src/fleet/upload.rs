@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use combd_fleet::bucket::Bucket;
-use combd_fleet::coordinator::Head;
+use combd_fleet::coordinator::Snapshot;
 use combd_fleet::segment::Segment;
 use combd_fleet::ship;
 
@@ -20,8 +20,8 @@ pub(super) enum Upload {
         segments: Vec<Segment>,
         done: async_channel::Sender<Result<Vec<Segment>, String>>,
     },
-    /// An object's snapshot at `head` is in the bucket: delete what it replaces.
-    Prune { object: String, head: Head },
+    /// An object's snapshot `kept` is in the bucket and recorded: delete what it replaces.
+    Prune { object: String, kept: Snapshot },
 }
 
 /// An upload thread: uploads (and prunes) what it is given until the node's fleet is dropped.
@@ -33,8 +33,8 @@ pub(super) fn upload_thread(
     while let Ok(job) = jobs.recv_blocking() {
         let (segments, done) = match job {
             Upload::Segments { segments, done } => (segments, done),
-            Upload::Prune { object, head } => {
-                match ship::prune(&bucket, &object, head) {
+            Upload::Prune { object, kept } => {
+                match ship::prune(&bucket, &object, kept) {
                     Ok(n) => {
                         stats.pruned_keys.fetch_add(n as u64, Ordering::Relaxed);
                     }
