@@ -132,6 +132,29 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// A seal being computed over a body that comes in pieces ([`FleetKey::sealer`]).
+pub struct Sealer(hmac::Context);
+
+impl Sealer {
+    /// The next piece of the body.
+    pub fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+
+    /// The seal, once every byte of the body was fed.
+    pub fn finish(self) -> [u8; 32] {
+        let mut out = [0; 32];
+        out.copy_from_slice(self.0.sign().as_ref());
+        out
+    }
+
+    /// Whether `mac` is the seal, compared in constant time.
+    pub fn check(self, mac: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        mac.len() == 32 && bool::from(self.finish()[..].ct_eq(mac))
+    }
+}
+
 impl FleetKey {
     /// The fleet key's MAC of `parts` after `label` (each part's length before it, so no two
     /// different lists of parts have the same MAC). Every label the fleet signs under is its
@@ -146,6 +169,20 @@ impl FleetKey {
         let mut out = [0; 32];
         out.copy_from_slice(ctx.sign().as_ref());
         out
+    }
+
+    /// [`FleetKey::seal`] of `parts` and then a last part of `body_len` bytes, the last part
+    /// fed piece by piece ([`Sealer::update`]): a body sealed as it is read or written, never
+    /// held whole.
+    pub fn sealer(&self, label: &[u8], parts: &[&[u8]], body_len: u64) -> Sealer {
+        let mut ctx = hmac::Context::with_key(&self.key);
+        ctx.update(label);
+        for part in parts {
+            ctx.update(&(part.len() as u64).to_le_bytes());
+            ctx.update(part);
+        }
+        ctx.update(&body_len.to_le_bytes());
+        Sealer(ctx)
     }
 
     /// Whether `mac` is [`FleetKey::seal`]'s of `parts` after `label`, compared in constant
@@ -329,6 +366,24 @@ mod tests {
 
     fn key() -> FleetKey {
         parse_fleet_key(KEY).unwrap()
+    }
+
+    #[test]
+    fn a_body_sealed_in_pieces_has_the_seal_of_the_whole() {
+        let body: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let whole = key().seal(b"label", &[b"the key", &body]);
+        let mut sealer = key().sealer(b"label", &[b"the key"], body.len() as u64);
+        for piece in body.chunks(777) {
+            sealer.update(piece);
+        }
+        assert_eq!(sealer.finish(), whole);
+        // The body's length is sealed too: the same bytes announced one short do not pass.
+        let mut short = key().sealer(b"label", &[b"the key"], body.len() as u64 - 1);
+        short.update(&body);
+        assert!(!short.check(&whole));
+        let mut again = key().sealer(b"label", &[b"the key"], body.len() as u64);
+        again.update(&body);
+        assert!(again.check(&whole));
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! bytes its caller accepts; failures say which operation on which key failed and why
 //! ([`BucketError`]).
 
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +21,7 @@ use rusty_s3::actions::{
 };
 use rusty_s3::{Credentials, UrlStyle};
 
-use crate::auth::FleetKey;
+use crate::auth::{FleetKey, Sealer};
 use crate::http::{self, Failure};
 use crate::tls::FleetTls;
 
@@ -98,6 +101,45 @@ fn retried<T>(
             }
             r => return r,
         }
+    }
+}
+
+/// A file's bytes and then their seal: the body [`Bucket::put_sealed_file`] sends.
+struct SealingReader {
+    file: std::io::Take<File>,
+    /// The file's bytes not read yet.
+    left: u64,
+    /// Fed each byte read; taken when the last one was.
+    sealer: Option<Sealer>,
+    seal: [u8; SEAL_BYTES],
+    /// How much of `seal` was read (all of it until it is computed).
+    sent: usize,
+}
+
+impl Read for SealingReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left > 0 {
+            let n = self.file.read(buf)?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the file shrank while it was sent",
+                ));
+            }
+            self.left -= n as u64;
+            if let Some(s) = self.sealer.as_mut() {
+                s.update(&buf[..n]);
+            }
+            return Ok(n);
+        }
+        if let Some(s) = self.sealer.take() {
+            self.seal = s.finish();
+            self.sent = 0;
+        }
+        let n = buf.len().min(SEAL_BYTES - self.sent);
+        buf[..n].copy_from_slice(&self.seal[self.sent..self.sent + n]);
+        self.sent += n;
+        Ok(n)
     }
 }
 
@@ -202,6 +244,116 @@ impl Bucket {
             }
             _ => Err(Self::error("get", key, Failure::NotSealed)),
         }
+    }
+
+    /// [`Bucket::put_sealed`] of the file at `path` (at most `max_bytes`, else
+    /// [`Failure::TooLarge`]), read as it is sent: the node never holds it whole. The file must
+    /// not change meanwhile (a snapshot's database file does not: its object writes to its WAL
+    /// only, and only the snapshot checkpoints). Returns the file's length.
+    pub fn put_sealed_file(&self, key: &str, path: &Path, max_bytes: u64) -> Result<u64, BucketError> {
+        let fleet = self.fleet_key("put", key)?;
+        retried(&self.retries, || {
+            let io = |e: std::io::Error| {
+                Self::error("put", key, Failure::BadAnswer(format!("{}: {e}", path.display())))
+            };
+            let file = File::open(path).map_err(io)?;
+            let len = file.metadata().map_err(io)?.len();
+            if len > max_bytes {
+                return Err(Self::error("put", key, Failure::TooLarge { limit: max_bytes }));
+            }
+            let body = SealingReader {
+                file: file.take(len),
+                left: len,
+                sealer: Some(fleet.sealer(SEAL_LABEL, &[key.as_bytes()], len)),
+                seal: [0; SEAL_BYTES],
+                sent: SEAL_BYTES,
+            };
+            let url = self
+                .bucket
+                .put_object(Some(&self.credentials), key)
+                .sign(SIGNATURE_VALID);
+            let mut resp = self
+                .agent
+                .put(url.as_str())
+                // Sized, not chunked: S3 wants the length of a plain PUT.
+                .header("content-length", (len + SEAL_BYTES as u64).to_string())
+                .send(ureq::SendBody::from_owned_reader(body))
+                .map_err(|e| Self::error("put", key, http::failure(e)))?;
+            if !resp.status().is_success() {
+                return Err(Self::error("put", key, http::status(&mut resp)));
+            }
+            Ok(len)
+        })
+    }
+
+    /// [`Bucket::get_sealed`] written to a new file at `out` as it arrives (never held whole):
+    /// `None` if there is nothing under `key` (and no file); its length otherwise. What is not
+    /// sealed with the fleet key for this key fails, [`Failure::NotSealed`], and leaves no file.
+    pub fn get_sealed_to_file(
+        &self,
+        key: &str,
+        out: &Path,
+        max_bytes: u64,
+    ) -> Result<Option<u64>, BucketError> {
+        let fleet = self.fleet_key("get", key)?;
+        let got = retried(&self.retries, || {
+            let url = self
+                .bucket
+                .get_object(Some(&self.credentials), key)
+                .sign(SIGNATURE_VALID);
+            let mut resp = self
+                .agent
+                .get(url.as_str())
+                .call()
+                .map_err(|e| Self::error("get", key, http::failure(e)))?;
+            match resp.status().as_u16() {
+                404 => return Ok(None),
+                s if (200..300).contains(&s) => {}
+                _ => return Err(Self::error("get", key, http::status(&mut resp))),
+            }
+            let total = resp.body().content_length().ok_or_else(|| {
+                Self::error("get", key, Failure::BadAnswer("no content-length".into()))
+            })?;
+            let len = total
+                .checked_sub(SEAL_BYTES as u64)
+                .ok_or_else(|| Self::error("get", key, Failure::NotSealed))?;
+            if len > max_bytes {
+                return Err(Self::error("get", key, Failure::TooLarge { limit: max_bytes }));
+            }
+            let mut sealer = fleet.sealer(SEAL_LABEL, &[key.as_bytes()], len);
+            let mut body = resp.body_mut().with_config().limit(total).reader();
+            let io = |e: std::io::Error| {
+                Self::error("get", key, Failure::BadAnswer(format!("{}: {e}", out.display())))
+            };
+            let mut file = File::create(out).map_err(io)?;
+            let mut buf = vec![0u8; 256 * 1024];
+            let mut left = len;
+            while left > 0 {
+                let want = buf.len().min(left as usize);
+                let n = body
+                    .read(&mut buf[..want])
+                    .map_err(|e| Self::error("get", key, Failure::Unreachable(e.to_string())))?;
+                if n == 0 {
+                    return Err(Self::error("get", key, Failure::BadAnswer("cut short".into())));
+                }
+                sealer.update(&buf[..n]);
+                file.write_all(&buf[..n]).map_err(io)?;
+                left -= n as u64;
+            }
+            let mut seal = [0u8; SEAL_BYTES];
+            body.read_exact(&mut seal)
+                .map_err(|e| Self::error("get", key, Failure::Unreachable(e.to_string())))?;
+            if !sealer.check(&seal) {
+                return Err(Self::error("get", key, Failure::NotSealed));
+            }
+            file.sync_all().map_err(io)?;
+            Ok(Some(len))
+        });
+        if got.is_err() {
+            // Nothing of what failed is left to be taken for the object.
+            let _ = std::fs::remove_file(out);
+        }
+        got
     }
 
     /// Calls tried again after a server error so far, by this client and its clones.

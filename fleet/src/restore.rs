@@ -5,7 +5,8 @@
 //! records is of exactly that (`seq`, `token`), it is the start; else segment (`seq`, `token`) is read, and the walk
 //! goes on from (`seq - 1`, its `prev_token`); segment 0 does not exist (an object's first
 //! segment is 1 and names token 0 before it), so reaching it means starting from an empty
-//! database. Then [`segment::restore`] applies the chain forward. Every segment and snapshot
+//! database. Then the snapshot is streamed to the file and [`segment::restore_onto`] applies the
+//! chain forward on it. Every segment and snapshot
 //! is read sealed ([`Bucket::get_sealed`]): what the fleet key did not seal for its key is
 //! never applied.
 
@@ -191,20 +192,13 @@ pub fn restore_object_within(
         chain.push(seg);
     };
     chain.reverse();
-    let snapshot = match start {
-        None => None,
-        Some((s, t)) => Some(
-            bucket
-                .get_sealed(&snapshots[&(s, t)], FLEET_SNAPSHOT_MAX_BYTES)?
-                .ok_or(RestoreError::Missing { seq: s, token: t })?,
-        ),
-    };
-    let at = segment::restore(
-        out,
-        snapshot.as_deref(),
-        start.map_or(0, |(s, _)| s),
-        &chain,
-    )?;
+    if let Some((s, t)) = start {
+        // Streamed to the file, checked as it comes: never held whole.
+        bucket
+            .get_sealed_to_file(&snapshots[&(s, t)], out, FLEET_SNAPSHOT_MAX_BYTES)?
+            .ok_or(RestoreError::Missing { seq: s, token: t })?;
+    }
+    let at = segment::restore_onto(out, start.is_some(), start.map_or(0, |(s, _)| s), &chain)?;
     check(out)?;
     Ok(Restored {
         snapshot: start,

@@ -476,12 +476,39 @@ pub fn restore(
     snapshot_seq: u64,
     segments: &[Segment],
 ) -> Result<u64, SegmentError> {
-    let mut expected_page_size = match snapshot {
-        Some(s) if !s.is_empty() => Some(
-            db_page_size(s).ok_or_else(|| malformed("the snapshot is not a SQLite database"))?,
-        ),
-        _ => None,
-    };
+    let mut file = File::create(out).map_err(io("create the restored database"))?;
+    if let Some(s) = snapshot {
+        file.write_all(s).map_err(io("write the snapshot"))?;
+    }
+    drop(file);
+    restore_onto(out, snapshot.is_some(), snapshot_seq, segments)
+}
+
+/// [`restore`] onto the snapshot already written at `out` (streamed there from the bucket) if
+/// `on_snapshot`, else onto a new empty file.
+pub fn restore_onto(
+    out: &Path,
+    on_snapshot: bool,
+    snapshot_seq: u64,
+    segments: &[Segment],
+) -> Result<u64, SegmentError> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(!on_snapshot)
+        .open(out)
+        .map_err(io("open the restored database"))?;
+    let mut expected_page_size = None;
+    if on_snapshot && file.metadata().map_err(io("read the snapshot"))?.len() > 0 {
+        let mut header = [0u8; 100];
+        file.read_exact(&mut header)
+            .map_err(|_| malformed("the snapshot is not a SQLite database"))?;
+        expected_page_size = Some(
+            db_page_size(&header)
+                .ok_or_else(|| malformed("the snapshot is not a SQLite database"))?,
+        );
+    }
     let mut seq = snapshot_seq;
     for pair in segments.windows(2) {
         if pair[1].prev_token != pair[0].token {
@@ -490,10 +517,6 @@ pub fn restore(
                 pair[1].seq, pair[1].prev_token, pair[0].seq, pair[0].token
             )));
         }
-    }
-    let mut file = File::create(out).map_err(io("create the restored database"))?;
-    if let Some(s) = snapshot {
-        file.write_all(s).map_err(io("write the snapshot"))?;
     }
     for seg in segments {
         if seg.seq != seq + 1 {

@@ -7,7 +7,9 @@
 //! another node owns the object now; the uploaded segment is an orphan no restore reads (the
 //! chain goes through the head), and the batch must not be acknowledged.
 
-use combd_kernel::limits::FLEET_LIST_KEYS_MAX;
+use std::path::Path;
+
+use combd_kernel::limits::{FLEET_LIST_KEYS_MAX, FLEET_SNAPSHOT_MAX_BYTES};
 
 use crate::bucket::{Bucket, BucketError};
 use crate::coordinator::{Advance, Coordinator, CoordinatorError, Head, Snapshot};
@@ -63,19 +65,20 @@ pub fn ship_segment(
         .map_err(ShipError::Coordinator)
 }
 
-/// Uploads `database` (a checkpointed database file) as `object`'s snapshot `snapshot`,
-/// sealed, then records it in the coordinator if its writer still owns the object: restores
-/// start from it instead of walking the segments before it, which may then be deleted
+/// Uploads the checkpointed database file at `database` (streamed, at most
+/// [`FLEET_SNAPSHOT_MAX_BYTES`]: a larger one could never be restored) as `object`'s snapshot
+/// `snapshot`, sealed, then records it in the coordinator if its writer still owns the object:
+/// restores start from it instead of walking the segments before it, which may then be deleted
 /// ([`prune`], only after [`Advance::Done`]). Fenced, the upload is an orphan no restore reads.
 pub fn ship_snapshot(
     bucket: &Bucket,
     coordinator: &Coordinator,
     object: &str,
     snapshot: Snapshot,
-    database: Vec<u8>,
+    database: &Path,
 ) -> Result<Advance, ShipError> {
     bucket
-        .put_sealed(&keys::snapshot(object, &snapshot), database)
+        .put_sealed_file(&keys::snapshot(object, &snapshot), database, FLEET_SNAPSHOT_MAX_BYTES)
         .map_err(ShipError::Bucket)?;
     coordinator
         .record_snapshot(object, snapshot)

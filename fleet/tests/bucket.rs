@@ -250,3 +250,87 @@ fn a_busy_bucket_is_tried_again_up_to_the_retries() {
         "nothing stored"
     );
 }
+
+/// The process's peak resident memory so far (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+#[test]
+fn a_sealed_file_goes_up_and_comes_down_streamed_and_checked() {
+    let Some(s3) = S3::start("a_sealed_file_goes_up_and_comes_down_streamed") else {
+        return;
+    };
+    let bucket = Bucket::new(&s3.bucket)
+        .unwrap()
+        .with_fleet_key(support::fleet_key());
+    let key = format!("{}snapshot", s3.unique_prefix());
+    let dir = support::temp_dir("streamed");
+    // 64 MiB, of a pattern (so a misplaced piece shows) the size of a database worth holding.
+    const LEN: usize = 64 << 20;
+    let source = dir.join("up.sqlite");
+    {
+        use std::io::Write;
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&source).unwrap());
+        let block: Vec<u8> = (0..1024 * 1024u32).map(|i| (i * 31 % 253) as u8).collect();
+        for i in 0..(LEN >> 20) {
+            f.write_all(&[i as u8]).unwrap();
+            f.write_all(&block[1..]).unwrap();
+        }
+    }
+    let before = peak_rss();
+    assert_eq!(
+        bucket.put_sealed_file(&key, &source, LEN as u64).unwrap(),
+        LEN as u64
+    );
+    let out = dir.join("down.sqlite");
+    assert_eq!(
+        bucket.get_sealed_to_file(&key, &out, LEN as u64).unwrap(),
+        Some(LEN as u64)
+    );
+    let grew = peak_rss().saturating_sub(before);
+    assert!(
+        grew < 16 << 20,
+        "a 64 MiB round trip raised the peak by {grew} bytes: it was held whole"
+    );
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&source).unwrap());
+    // The same seal as the whole-body form, either way.
+    let small = format!("{}small", s3.unique_prefix());
+    bucket.put_sealed(&small, b"sealed whole".to_vec()).unwrap();
+    let small_out = dir.join("small");
+    assert_eq!(
+        bucket.get_sealed_to_file(&small, &small_out, 100).unwrap(),
+        Some(12)
+    );
+    assert_eq!(std::fs::read(&small_out).unwrap(), b"sealed whole");
+    std::fs::write(&small_out, b"sent streamed").unwrap();
+    bucket.put_sealed_file(&small, &small_out, 100).unwrap();
+    assert_eq!(
+        bucket.get_sealed(&small, 100).unwrap().unwrap(),
+        b"sent streamed"
+    );
+    // Bounds: at the bound it passes (above), one byte under it fails, either way.
+    let e = bucket.put_sealed_file(&key, &source, LEN as u64 - 1).unwrap_err();
+    assert!(matches!(e.failure, Failure::TooLarge { .. }), "{e}");
+    let past = dir.join("past.sqlite");
+    let e = bucket.get_sealed_to_file(&key, &past, LEN as u64 - 1).unwrap_err();
+    assert!(matches!(e.failure, Failure::TooLarge { .. }), "{e}");
+    assert!(!past.exists());
+    // A changed byte fails the check, and leaves no file behind.
+    let mut stored = bucket.get(&small, 100).unwrap().unwrap();
+    stored[3] ^= 1;
+    bucket.put(&small, &stored).unwrap();
+    let bad = dir.join("bad");
+    let e = bucket.get_sealed_to_file(&small, &bad, 100).unwrap_err();
+    assert_eq!(e.failure, Failure::NotSealed, "{e}");
+    assert!(!bad.exists(), "nothing of what failed is left");
+    // Nothing there: none, and no file.
+    let none = dir.join("none");
+    let missing = format!("{}missing", s3.unique_prefix());
+    assert_eq!(bucket.get_sealed_to_file(&missing, &none, 100).unwrap(), None);
+    assert!(!none.exists());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -78,8 +78,16 @@ impl Owner {
 
     /// Ships its database as the snapshot at its head; the coordinator's answer.
     fn ship_snapshot(&self, bucket: &Bucket, c: &Coordinator) -> Advance {
-        ship_snapshot(bucket, c, &self.object, self.snapshot_at_head(), self.db.snapshot()).unwrap()
+        let file = file_of(&self.db.snapshot());
+        ship_snapshot(bucket, c, &self.object, self.snapshot_at_head(), &file).unwrap()
     }
+}
+
+/// A new file holding `bytes` (a snapshot is shipped from a file, streamed).
+fn file_of(bytes: &[u8]) -> std::path::PathBuf {
+    let path = temp_dir("snapshot-file").join("snapshot.sqlite");
+    std::fs::write(&path, bytes).unwrap();
+    path
 }
 
 /// `object` restored to `out` as a node does: from the head and the snapshot the coordinator
@@ -448,7 +456,7 @@ fn a_restored_database_that_fails_its_check_is_refused() {
     let snap = a.snapshot_at_head();
     assert_eq!(snap.head(), head);
     assert_eq!(
-        ship_snapshot(&bucket, &c, &object, snap, bad).unwrap(),
+        ship_snapshot(&bucket, &c, &object, snap, &file_of(&bad)).unwrap(),
         Advance::Done
     );
     let out = dir.join("restored.sqlite");

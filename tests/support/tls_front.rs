@@ -72,6 +72,19 @@ fn pass(
     let mut server = TcpStream::connect(to)?;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
+        // What rustls decrypted already (the request can come in the same read as the
+        // handshake's last message) goes first: the socket may have nothing more to say.
+        loop {
+            match tls.reader().read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => server.write_all(&buf[..n])?,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        while tls.wants_write() {
+            tls.write_tls(&mut client)?;
+        }
         let (from_client, from_server) = {
             let mut fds = [
                 PollFd::new(client.as_fd(), PollFlags::POLLIN),
@@ -86,31 +99,17 @@ fn pass(
                 return Ok(());
             }
             tls.process_new_packets().map_err(std::io::Error::other)?;
-            loop {
-                match tls.reader().read(&mut buf) {
-                    Ok(0) => return Ok(()),
-                    Ok(n) => server.write_all(&buf[..n])?,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(e),
-                }
-            }
         }
         if from_server {
             let n = server.read(&mut buf)?;
             if n == 0 {
                 tls.send_close_notify();
-            } else {
-                tls.writer().write_all(&buf[..n])?;
-            }
-            while tls.wants_write() {
-                tls.write_tls(&mut client)?;
-            }
-            if n == 0 {
+                while tls.wants_write() {
+                    tls.write_tls(&mut client)?;
+                }
                 return Ok(());
             }
-        }
-        while tls.wants_write() {
-            tls.write_tls(&mut client)?;
+            tls.writer().write_all(&buf[..n])?;
         }
     }
 }

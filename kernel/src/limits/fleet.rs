@@ -87,8 +87,9 @@ pub const FLEET_SEGMENT_MAX_BYTES: usize = 64 << 20;
 pub const FLEET_RESTORE_SEGMENTS_MAX_BYTES: u64 = 256 << 20;
 
 /// Largest `COMBD_DB_MAX` a fleet node starts with (a larger one fails start-up naming it): a
-/// snapshot is read and uploaded whole, in memory, and restored whole, so a database past
-/// what a restore reads could be snapshotted (its segments then pruned) and never restored.
+/// snapshot is streamed up in one call and down in one call (never held in memory), each within
+/// [`FLEET_BUCKET_TIMEOUT`] (1 GiB in 10 s is ~100 MB/s), and a database past what a restore
+/// reads could be snapshotted (its segments then pruned) and never restored.
 /// `COMBD_DB_MAX`'s default.
 pub const FLEET_DB_MAX_BYTES: u64 = DB_MAX_BYTES;
 

@@ -268,8 +268,9 @@ impl Settings {
                 "COMBD_DB_MAX",
                 format!(
                     "{} bytes is more than a fleet node restores ({} bytes, \
-                     fleet_db_max_bytes): an object's snapshot is read whole, and a database \
-                     past it could be snapshotted but never restored",
+                     fleet_db_max_bytes): an object's snapshot goes up and comes down in one \
+                     call each within the bucket's timeout, and a database past it could be \
+                     snapshotted but never restored",
                     self.db_max_bytes,
                     limits::FLEET_DB_MAX_BYTES
                 ),

@@ -402,9 +402,7 @@ impl Fleet {
         if let Some(head) = head.filter(|_| restored.segments >= FLEET_SNAPSHOT_AFTER_SEGMENTS) {
             // A long chain: snapshot it now, so the next restore does not walk it again (an
             // owner that dies before its WAL grows or it idles would never snapshot).
-            let snapshot = snapshot::read_snapshot(path)
-                .and_then(|bytes| self.ship_snapshot(key, owner.token, head, bytes));
-            match snapshot {
+            match self.ship_snapshot(key, owner.token, head, path) {
                 Ok(()) => snapshot_at = Some(head),
                 Err(e) => {
                     tracing::warn!(object = %key, "cannot upload a snapshot after a restore: {e}")

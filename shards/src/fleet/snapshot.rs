@@ -45,27 +45,27 @@ impl Fleet {
             self.stats.snapshots_skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        self.ship_snapshot(&s.key, s.token, s.head, read_snapshot(path)?)?;
+        self.ship_snapshot(&s.key, s.token, s.head, path)?;
         s.snapshot_at = Some(s.head);
         Ok(())
     }
 
-    /// Uploads `bytes` as `object`'s snapshot at `head`, taken by the owner with token
-    /// `writer`, and records it in etcd if `writer` still owns the object (then deletes what it
-    /// replaced). Blocking.
+    /// Uploads the database at `path` (checkpointed) as `object`'s snapshot at `head`, taken by
+    /// the owner with token `writer`, and records it in etcd if `writer` still owns the object
+    /// (then deletes what it replaced). Blocking.
     pub(super) fn ship_snapshot(
         &self,
         object: &str,
         writer: i64,
         head: Head,
-        bytes: Vec<u8>,
+        path: &Path,
     ) -> Result<(), String> {
         let kept = Snapshot {
             seq: head.seq,
             token: head.token,
             writer,
         };
-        match ship::ship_snapshot(&self.bucket, &self.coordinator, object, kept, bytes) {
+        match ship::ship_snapshot(&self.bucket, &self.coordinator, object, kept, path) {
             Ok(Advance::Done) => {
                 self.stats.snapshots.fetch_add(1, Ordering::Relaxed);
                 self.prune(object, kept);
@@ -98,20 +98,4 @@ impl Fleet {
             kept,
         });
     }
-}
-
-/// The database at `path`, to upload as a snapshot: at most `fleet_snapshot_max_bytes` (a
-/// larger one could never be restored, so it is not uploaded, and nothing is pruned for it).
-pub(super) fn read_snapshot(path: &Path) -> Result<Vec<u8>, String> {
-    let limit = combd_kernel::limits::FLEET_SNAPSHOT_MAX_BYTES;
-    let len = std::fs::metadata(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .len();
-    if len > limit {
-        return Err(format!(
-            "{}: {len} bytes, past the {limit} a restore reads: not uploaded",
-            path.display()
-        ));
-    }
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
 }
