@@ -611,6 +611,30 @@ impl Coordinator {
         })
     }
 
+    /// Gives back `object`'s claim made with `token` (its owner key deleted, if it is still
+    /// that claim's): for an object never written, so nothing of it stays. [`Advance::Fenced`]
+    /// when another claim holds it.
+    pub fn release(&self, object: &str, token: i64) -> Result<Advance, CoordinatorError> {
+        if token <= 0 {
+            return Ok(Advance::Fenced);
+        }
+        let key = b64(&self.owner_key(object));
+        let txn = json!({
+            "compare": [{
+                "key": key, "target": "CREATE", "result": "EQUAL",
+                "create_revision": token.to_string(),
+            }],
+            "success": [{ "request_delete_range": { "key": key } }],
+            "failure": [],
+        });
+        let v = self.call("release", object, "/v3/kv/txn", &txn)?;
+        Ok(if v["succeeded"].as_bool().unwrap_or(false) {
+            Advance::Done
+        } else {
+            Advance::Fenced
+        })
+    }
+
     /// Records `snapshot` (uploaded already) as the one `object`'s restores start from, if
     /// `writer` still owns the object: the same fence as [`Coordinator::advance_head`], so a
     /// stale owner's snapshot is never recorded, and so never read.

@@ -109,7 +109,8 @@ fn a_fleet_object_waits_its_own_idle_time_before_it_is_let_go() {
     );
     assert_eq!(a.stats()["limits"]["fleet_object_idle_ms"], 4000);
     let asked = Instant::now();
-    assert_eq!(value(&get(&a, "idle")), 0);
+    // Written (an object never written goes as soon as nothing waits for it).
+    assert_eq!(post_acked(&a, "idle"), 1);
     // A node alone lets an object go after 1 s; this one keeps it past that.
     std::thread::sleep(Duration::from_millis(2_000));
     if asked.elapsed() < Duration::from_millis(3_500) {
@@ -121,4 +122,46 @@ fn a_fleet_object_waits_its_own_idle_time_before_it_is_let_go() {
         "let go after {:?}",
         asked.elapsed()
     );
+}
+
+/// The number of etcd keys under `prefix`.
+fn etcd_keys(fleet: &Fleet, prefix: &str) -> u64 {
+    use base64::Engine as _;
+    let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+    let mut end = prefix.as_bytes().to_vec();
+    *end.last_mut().unwrap() += 1;
+    let v = fleet.etcd_call(
+        "/v3/kv/range",
+        serde_json::json!({ "key": b64(prefix.as_bytes()), "range_end": b64(&end), "count_only": true }),
+    );
+    v["count"].as_str().map_or(0, |c| c.parse().unwrap())
+}
+
+#[test]
+fn a_spray_of_names_only_read_leaves_nothing_in_etcd_or_the_bucket() {
+    let Some(fleet) = Fleet::start("a_spray_of_names_only_read_leaves_nothing") else {
+        return;
+    };
+    let a = fleet.node();
+    const NAMES: u64 = 200;
+    for i in 0..NAMES {
+        assert_eq!(value(&get(&a, &format!("spray-{i}"))), 0);
+    }
+    // Each is let go once nothing waits for it, and its claim given back: etcd holds no key
+    // of any of them (the finding: a head and an owner key for every name ever asked).
+    until_let_go(&a);
+    assert_eq!(stat(&a, "fleet_claims_released"), NAMES);
+    for prefix in ["combd/owner/", "combd/head/", "combd/snap/"] {
+        assert_eq!(etcd_keys(&fleet, prefix), 0, "{prefix}");
+    }
+    let bucket = combd_fleet::bucket::Bucket::new(&fleet.s3.bucket).unwrap();
+    assert!(!bucket.any("counter/").unwrap(), "nothing in the bucket");
+    // A name written is an object like any other: claimed, shipped, kept.
+    assert_eq!(post_acked(&a, "spray-7"), 1);
+    assert_eq!(etcd_keys(&fleet, "combd/head/"), 1);
+    assert!(bucket.any("counter/spray-7/").unwrap());
+    until_let_go(&a);
+    assert_eq!(etcd_keys(&fleet, "combd/head/"), 1, "a written object's head stays");
+    assert_eq!(stat(&a, "fleet_claims_released"), NAMES, "a written one keeps its claim");
+    assert_eq!(value(&get(&a, "spray-7")), 1);
 }

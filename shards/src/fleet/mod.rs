@@ -428,6 +428,27 @@ impl Fleet {
         ))
     }
 
+    /// Gives back the claim of `s`'s object if it was never written: nothing shipped (no
+    /// head, nothing cut) and no database file made at `path` (its reads ran on a scratch
+    /// database). Then nothing of it stays in etcd (its owner key deleted, fenced on this
+    /// node's token), so a spray of names leaves nothing behind. Returns whether the object was
+    /// unwritten. Blocking.
+    pub fn release_if_unwritten(&self, s: &Shipping, path: &Path) -> bool {
+        if s.head.seq != 0 || s.cut.seq != 0 || path.exists() {
+            return false;
+        }
+        match self.coordinator.release(&s.key, s.token) {
+            Ok(Advance::Done) => {
+                self.stats.claims_released.fetch_add(1, Ordering::Relaxed);
+            }
+            // Another node owns it already: nothing of this node's is left.
+            Ok(Advance::Fenced) => {}
+            // The claim lapses with this node's lease instead.
+            Err(e) => tracing::warn!(object = %s.key, "cannot give the claim back: {e}"),
+        }
+        true
+    }
+
     /// The object is let go (closed here): it no longer counts as owned. Its claim lapses with
     /// this node's lease, or stays this node's while the lease lives.
     pub fn closed(&self) {

@@ -12,6 +12,7 @@ pub struct FleetStats {
     pub(super) objects_owned: AtomicU64,
     pub(super) claims_won: AtomicU64,
     pub(super) claims_lost: AtomicU64,
+    pub(super) claims_released: AtomicU64,
     pub(super) segments_uploaded: AtomicU64,
     pub(super) upload_max_us: AtomicU64,
     pub(super) ship_fenced: AtomicU64,
@@ -240,6 +241,13 @@ impl Fleet {
                 Counter,
                 "Objects asked for here that another node owned.",
                 g(|s| &s.claims_lost),
+            ),
+            (
+                "fleet_claims_released",
+                "combd_fleet_claims_released_total",
+                Counter,
+                "Claims given back when an object never written was let go.",
+                g(|s| &s.claims_released),
             ),
             (
                 "fleet_segments_uploaded",

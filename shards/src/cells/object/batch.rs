@@ -63,7 +63,7 @@ pub(super) async fn run_one(
                 run_on(state, cell, scratch, inputs, On::Scratch, None).await;
             drop(permit);
             if ran.result.wrote {
-                write_absent(cells, cell, scratch, inputs).await
+                write_absent(cells, cell, scratch, inputs, fleet_wal).await
             } else {
                 (Store::Absent(scratch), ran)
             }
@@ -117,13 +117,15 @@ fn take_batch(state: &ShardState, cell: &ObjectCell) -> (Vec<Owned>, Vec<Reply>,
 }
 
 /// A batch that wrote on an absent object's scratch database (that run is dropped): creates
-/// the object's database and runs the batch on it; if creating is refused, runs it one input
+/// the object's database and runs the batch on it (in a fleet, noting the WAL's length at
+/// `fleet_wal`, so the schema and the batch ship as the object's first segments); if creating is refused, runs it one input
 /// at a time on the scratch database, each input that writes refused (and counted).
 async fn write_absent(
     cells: &Rc<Cells>,
     cell: &Rc<ObjectCell>,
     scratch: rusqlite::Connection,
     inputs: Vec<Owned>,
+    fleet_wal: Option<std::path::PathBuf>,
 ) -> (Store, Ran) {
     let state = &cells.state;
     let (path, config) = cell.store_config(state);
@@ -131,7 +133,7 @@ async fn write_absent(
         Ok(db) => {
             drop(scratch);
             let permit = state.acquire_awake().await;
-            let (db, _, ran) = run_on(state, cell, db, inputs, On::Db, None).await;
+            let (db, _, ran) = run_on(state, cell, db, inputs, On::Db, fleet_wal).await;
             drop(permit);
             (Store::Present(db), ran)
         }

@@ -302,6 +302,13 @@ async fn close(
     glommio::executor()
         .spawn_blocking(move || {
             if let (Some(fleet), Some(mut shipping)) = (fleet, shipping) {
+                if fleet.release_if_unwritten(&shipping, &path) {
+                    // Never written (its reads ran on a scratch database): nothing to snapshot,
+                    // and its claim is given back.
+                    drop(db);
+                    fleet.closed();
+                    return;
+                }
                 let mut clean = false;
                 if let (Some(conn), false) = (&db, failed) {
                     match fleet.snapshot(&mut shipping, conn, &path) {
@@ -405,9 +412,10 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell) -> Opened {
                 },
                 None => None,
             };
-            // In a fleet an object is claimed in etcd at open, and its database is restored or
-            // created then, as before: its reads still create it (to be revisited).
-            let absent = fleet.is_none() && matches!(path.try_exists(), Ok(false));
+            // No database here: on a node alone, none was ever written; in a fleet, none was
+            // ever shipped (the open restored nothing, and removed any stale local file). Its
+            // reads run on a scratch database and create nothing, in etcd or the bucket either.
+            let absent = matches!(path.try_exists(), Ok(false));
             let opened = if absent {
                 store::open_scratch(&path, config).map(Store::Absent)
             } else {
