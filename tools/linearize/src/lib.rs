@@ -318,7 +318,7 @@ pub fn reduce(rec: &Recorded, assign: Assign) -> Reduced {
         .filter(|v| !acked.contains(v))
         .collect();
     // Each gap's deadline: the earliest completion among operations keyed at or above it.
-    observers.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    observers.sort_unstable_by_key(|o| std::cmp::Reverse(o.0));
     let mut deadlines = vec![u64::MAX; gaps.len()];
     let mut k = 0;
     let mut min_ret = u64::MAX;
@@ -506,18 +506,23 @@ pub struct Outcome {
     pub largest: usize,
     /// The first piece found not linearizable, if any.
     pub failed: Option<Chunk>,
+    /// The piece before it (what led to it), if any.
+    pub before: Option<Chunk>,
 }
 
 /// Checks `red` piece by piece.
 pub fn check_reduced(red: Reduced) -> Outcome {
     let pieces = chunks(&red);
     let largest = pieces.iter().map(|c| c.ops.len()).max().unwrap_or(0);
-    let failed = pieces.iter().find(|c| !check_chunk(c)).cloned();
+    let at = pieces.iter().position(|c| !check_chunk(c));
+    let failed = at.map(|i| pieces[i].clone());
+    let before = at.and_then(|i| i.checked_sub(1)).map(|i| pieces[i].clone());
     Outcome {
         linearizable: failed.is_none(),
         chunks: pieces.len(),
         largest,
         failed,
+        before,
         reduced: red,
     }
 }
@@ -536,9 +541,18 @@ pub fn check(rec: &Recorded) -> Vec<Outcome> {
 
 /// An HTML page of a piece of history: one row per operation, a bar from its invocation to its
 /// completion, what it answered, and the recorded operation it came from.
-pub fn html(rec: &Recorded, chunk: &Chunk, title: &str) -> String {
+pub fn html(rec: &Recorded, chunk: &Chunk, before: Option<&Chunk>, title: &str) -> String {
     let max_rows = 4000;
-    let ops: Vec<&Checked> = chunk.ops.iter().take(max_rows).collect();
+    // The piece before the failing one first (grey labels), for what led to it.
+    let context: Vec<&Checked> = before.map_or(Vec::new(), |b| b.ops.iter().collect());
+    let skip = context.len().saturating_sub(max_rows / 2);
+    let context_rows = context.len() - skip;
+    let ops: Vec<&Checked> = context
+        .into_iter()
+        .skip(skip)
+        .chain(chunk.ops.iter())
+        .take(max_rows)
+        .collect();
     let t0 = ops.iter().map(|o| o.call).min().unwrap_or(0);
     let t1 = ops
         .iter()
@@ -559,7 +573,12 @@ pub fn html(rec: &Recorded, chunk: &Chunk, title: &str) -> String {
             (CounterOp::Init(v), _) => (format!("init {v}"), "#999"),
         };
         let end = if o.ret == u64::MAX { t1 } else { o.ret };
-        let y = k * 16;
+        let y = k * 16 + if k >= context_rows { 16 } else { 0 };
+        let label = if k < context_rows {
+            format!("{label} [the piece before]")
+        } else {
+            label
+        };
         rows.push_str(&format!(
             "<rect x=\"{:.1}\" y=\"{y}\" width=\"{:.1}\" height=\"12\" fill=\"{colour}\"><title>op {} process {} {label}: {} .. {} ns{}</title></rect>\
              <text x=\"{:.1}\" y=\"{}\" font-size=\"11\">{label} (op {}, process {})</text>\n",
@@ -580,14 +599,15 @@ pub fn html(rec: &Recorded, chunk: &Chunk, title: &str) -> String {
         "<!doctype html><meta charset=\"utf-8\"><title>{title}</title>\
          <h1>{title}</h1><p>The first piece of the history (operations between two instants at \
          which none was open) that todc-utils' WGL checker found not linearizable: {} operations \
-         from counter value {}, {:.3} ms. Green: an add that answered; blue: a read; orange: an \
-         add of unknown outcome given a missing value. Hover for times.</p>\
+         from counter value {}, below the last {context_rows} operations of the piece before it \
+         (which is linearizable), {:.3} ms in all. Green: an add that answered; blue: a read; \
+         orange: an add of unknown outcome given a missing value. Hover for times.</p>\
          <svg width=\"{}\" height=\"{}\">\n{rows}</svg>\n",
         chunk.ops.len(),
         chunk.initial,
         (t1 - t0) as f64 / 1e6,
         width + 400.0,
-        ops.len() * 16 + 20,
+        ops.len() * 16 + 36,
     )
 }
 

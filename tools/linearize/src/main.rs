@@ -160,7 +160,12 @@ fn main() -> ExitCode {
             t0
         );
         if let Some(out) = &html_out {
-            let page = html(&rec, chunk, &format!("{path}: not linearizable"));
+            let page = html(
+                &rec,
+                chunk,
+                last.before.as_ref(),
+                &format!("{path}: not linearizable"),
+            );
             match std::fs::write(out, page) {
                 Ok(()) => println!("drawn in {out}"),
                 Err(e) => eprintln!("linearize: {out}: {e}"),
