@@ -119,7 +119,9 @@ pub fn parse(text: &str) -> Result<Recorded, String> {
                     .ok_or_else(|| at(&format!("operation {id} completed but not open")))?;
                 let op = &mut rec.ops[i];
                 if time < op.call {
-                    return Err(at(&format!("operation {id} completed before its invocation")));
+                    return Err(at(&format!(
+                        "operation {id} completed before its invocation"
+                    )));
                 }
                 op.ret = time;
                 op.error = v["error"].as_str().map(str::to_string);
@@ -488,7 +490,14 @@ pub fn check_chunk(chunk: &Chunk) -> bool {
     actions.push((n, Action::Response(CounterOp::Init(chunk.initial))));
     for (_, end, i) in events {
         let op = chunk.ops[i].op.clone();
-        actions.push((i, if end == 0 { Action::Call(op) } else { Action::Response(op) }));
+        actions.push((
+            i,
+            if end == 0 {
+                Action::Call(op)
+            } else {
+                Action::Response(op)
+            },
+        ));
     }
     WGLChecker::<Counter>::is_linearizable(History::from_actions(actions))
 }

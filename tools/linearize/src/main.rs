@@ -104,13 +104,10 @@ fn main() -> ExitCode {
         };
         let _ = tx.send(outcomes);
     });
-    let outcomes: Vec<Outcome> = match rx.recv_timeout(Duration::from_secs_f64(timeout.max(0.0)))
-    {
+    let outcomes: Vec<Outcome> = match rx.recv_timeout(Duration::from_secs_f64(timeout.max(0.0))) {
         Ok(o) => o,
         Err(_) => {
-            println!(
-                "verdict: unknown (the check did not finish within {timeout} s; --timeout)"
-            );
+            println!("verdict: unknown (the check did not finish within {timeout} s; --timeout)");
             return ExitCode::from(2);
         }
     };
@@ -148,7 +145,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     if last.linearizable {
-        println!("verdict: linearizable ({} operations, {took:.2} s)", rec.ops.len());
+        println!(
+            "verdict: linearizable ({} operations, {took:.2} s)",
+            rec.ops.len()
+        );
         return ExitCode::SUCCESS;
     }
     if let Some(chunk) = &last.failed {
@@ -172,6 +172,9 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!("verdict: NOT linearizable ({} operations, {took:.2} s)", rec.ops.len());
+    println!(
+        "verdict: NOT linearizable ({} operations, {took:.2} s)",
+        rec.ops.len()
+    );
     ExitCode::from(1)
 }

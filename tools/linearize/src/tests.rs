@@ -66,14 +66,7 @@ fn concurrent_adds_and_unknown_ones_are_linearizable() {
 
 #[test]
 fn a_read_below_an_add_answered_before_it_is_not() {
-    let rec = h(
-        0,
-        &[
-            (0, 1, "add", 1),
-            (2, 3, "add", 2),
-            (4, 5, "read", 1),
-        ],
-    );
+    let rec = h(0, &[(0, 1, "add", 1), (2, 3, "add", 2), (4, 5, "read", 1)]);
     assert!(!verdict(&rec));
     assert!(!raw_verdict(&rec));
 }
@@ -152,7 +145,10 @@ fn pieces_are_cut_where_nothing_is_open() {
     let pieces = chunks(&red);
     // The read and the add touch at 6 (concurrent): one piece.
     assert_eq!(
-        pieces.iter().map(|c| (c.initial, c.ops.len())).collect::<Vec<_>>(),
+        pieces
+            .iter()
+            .map(|c| (c.initial, c.ops.len()))
+            .collect::<Vec<_>>(),
         vec![(5, 2), (7, 2), (8, 1)]
     );
     assert!(pieces.iter().all(check_chunk));
@@ -173,7 +169,10 @@ fn parse_reads_the_recorded_format() {
     assert_eq!(rec.initial, 3);
     assert_eq!(rec.ops.len(), 4);
     let c = rec.counts();
-    assert_eq!((c.add_ok, c.add_info, c.read_fail, c.read_info), (1, 1, 1, 1));
+    assert_eq!(
+        (c.add_ok, c.add_info, c.read_fail, c.read_info),
+        (1, 1, 1, 1)
+    );
     assert_eq!(rec.ops[3].ret, u64::MAX);
     assert!(verdict(&rec));
     assert!(parse("{\"type\":\"ok\",\"id\":9,\"time\":1,\"value\":1}").is_err());
@@ -239,7 +238,10 @@ fn random_history(rng: &mut Lcg, n: usize, max_info: usize) -> Recorded {
             error: None,
         });
     }
-    Recorded { ops: out, initial: 0 }
+    Recorded {
+        ops: out,
+        initial: 0,
+    }
 }
 
 #[test]
@@ -254,7 +256,10 @@ fn the_reductions_keep_the_verdict_of_the_raw_check() {
         let mut rec = random_history(&mut rng, n, 5);
         assert!(raw_verdict(&rec), "a real counter's history: {rec:?}");
         assert!(verdict(&rec), "a real counter's history, reduced: {rec:?}");
-        assert!(check_reduced(reduce(&rec, Assign::Earliest)).linearizable, "{rec:?}");
+        assert!(
+            check_reduced(reduce(&rec, Assign::Earliest)).linearizable,
+            "{rec:?}"
+        );
         agree_ok += 1;
         let answered: Vec<usize> = (0..rec.ops.len())
             .filter(|&i| rec.ops[i].kind == Kind::Ok)
@@ -275,5 +280,8 @@ fn the_reductions_keep_the_verdict_of_the_raw_check() {
             agree_bad += 1;
         }
     }
-    assert!(agree_ok == 20000 && agree_bad > 5000, "{agree_ok} {agree_bad}");
+    assert!(
+        agree_ok == 20000 && agree_bad > 5000,
+        "{agree_ok} {agree_bad}"
+    );
 }
