@@ -117,7 +117,10 @@ impl Fleet {
             ("COMBD_FLEET_BUCKET", b.bucket.clone()),
             ("COMBD_FLEET_BUCKET_REGION", b.region.clone()),
             ("COMBD_FLEET_ACCESS_KEY", b.access_key.clone()),
-            ("COMBD_FLEET_SECRET_KEY_FILE", self.secret.display().to_string()),
+            (
+                "COMBD_FLEET_SECRET_KEY_FILE",
+                self.secret.display().to_string(),
+            ),
             ("COMBD_FLEET_KEY_FILE", self.key.display().to_string()),
             ("COMBD_FLEET_NODE", address.to_string()),
             ("COMBD_FLEET_LEASE_TTL", ttl.to_string()),

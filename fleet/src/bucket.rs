@@ -250,16 +250,29 @@ impl Bucket {
     /// [`Failure::TooLarge`]), read as it is sent: the node never holds it whole. The file must
     /// not change meanwhile (a snapshot's database file does not: its object writes to its WAL
     /// only, and only the snapshot checkpoints). Returns the file's length.
-    pub fn put_sealed_file(&self, key: &str, path: &Path, max_bytes: u64) -> Result<u64, BucketError> {
+    pub fn put_sealed_file(
+        &self,
+        key: &str,
+        path: &Path,
+        max_bytes: u64,
+    ) -> Result<u64, BucketError> {
         let fleet = self.fleet_key("put", key)?;
         retried(&self.retries, || {
             let io = |e: std::io::Error| {
-                Self::error("put", key, Failure::BadAnswer(format!("{}: {e}", path.display())))
+                Self::error(
+                    "put",
+                    key,
+                    Failure::BadAnswer(format!("{}: {e}", path.display())),
+                )
             };
             let file = File::open(path).map_err(io)?;
             let len = file.metadata().map_err(io)?.len();
             if len > max_bytes {
-                return Err(Self::error("put", key, Failure::TooLarge { limit: max_bytes }));
+                return Err(Self::error(
+                    "put",
+                    key,
+                    Failure::TooLarge { limit: max_bytes },
+                ));
             }
             let body = SealingReader {
                 file: file.take(len),
@@ -318,12 +331,20 @@ impl Bucket {
                 .checked_sub(SEAL_BYTES as u64)
                 .ok_or_else(|| Self::error("get", key, Failure::NotSealed))?;
             if len > max_bytes {
-                return Err(Self::error("get", key, Failure::TooLarge { limit: max_bytes }));
+                return Err(Self::error(
+                    "get",
+                    key,
+                    Failure::TooLarge { limit: max_bytes },
+                ));
             }
             let mut sealer = fleet.sealer(SEAL_LABEL, &[key.as_bytes()], len);
             let mut body = resp.body_mut().with_config().limit(total).reader();
             let io = |e: std::io::Error| {
-                Self::error("get", key, Failure::BadAnswer(format!("{}: {e}", out.display())))
+                Self::error(
+                    "get",
+                    key,
+                    Failure::BadAnswer(format!("{}: {e}", out.display())),
+                )
             };
             let mut file = File::create(out).map_err(io)?;
             let mut buf = vec![0u8; 256 * 1024];
@@ -334,7 +355,11 @@ impl Bucket {
                     .read(&mut buf[..want])
                     .map_err(|e| Self::error("get", key, Failure::Unreachable(e.to_string())))?;
                 if n == 0 {
-                    return Err(Self::error("get", key, Failure::BadAnswer("cut short".into())));
+                    return Err(Self::error(
+                        "get",
+                        key,
+                        Failure::BadAnswer("cut short".into()),
+                    ));
                 }
                 sealer.update(&buf[..n]);
                 file.write_all(&buf[..n]).map_err(io)?;

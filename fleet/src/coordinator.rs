@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use combd_kernel::limits::{
-    FLEET_AUTHENTICATE_TIMEOUT, FLEET_COORDINATOR_ANSWER_MAX_BYTES, FLEET_COORDINATOR_TIMEOUT, FLEET_KEEPALIVE_DIVISOR,
+    FLEET_AUTHENTICATE_TIMEOUT, FLEET_COORDINATOR_ANSWER_MAX_BYTES, FLEET_COORDINATOR_TIMEOUT,
+    FLEET_KEEPALIVE_DIVISOR,
 };
 use serde_json::{json, Value};
 
@@ -203,7 +204,9 @@ impl std::fmt::Debug for EtcdUser {
 impl EtcdUser {
     fn token_for(&self, at: usize) -> Option<String> {
         let held = self.token.lock().unwrap_or_else(|p| p.into_inner());
-        held.as_ref().filter(|(e, _)| *e == at).map(|(_, t)| t.clone())
+        held.as_ref()
+            .filter(|(e, _)| *e == at)
+            .map(|(_, t)| t.clone())
     }
 
     fn hold(&self, at: usize, token: &str) {
@@ -361,12 +364,13 @@ impl Coordinator {
             return Err(http::status(&mut resp));
         }
         let bytes = http::body(&mut resp, FLEET_COORDINATOR_ANSWER_MAX_BYTES)?;
-        let v: Value =
-            serde_json::from_slice(&bytes).map_err(|e| bad(format!("JSON: {e}")))?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| bad(format!("JSON: {e}")))?;
         let token = v["token"]
             .as_str()
             .filter(|t| {
-                !t.is_empty() && t.len() <= TOKEN_MAX_BYTES && t.bytes().all(|b| b.is_ascii_graphic())
+                !t.is_empty()
+                    && t.len() <= TOKEN_MAX_BYTES
+                    && t.bytes().all(|b| b.is_ascii_graphic())
             })
             .ok_or_else(|| bad("authenticate: no token (is authentication on in etcd?)"))?
             .to_string();
@@ -667,7 +671,10 @@ impl Coordinator {
 
     /// `object`'s head and its recorded snapshot, read together (one transaction, so at one
     /// revision).
-    pub fn state(&self, object: &str) -> Result<(Option<Head>, Option<Snapshot>), CoordinatorError> {
+    pub fn state(
+        &self,
+        object: &str,
+    ) -> Result<(Option<Head>, Option<Snapshot>), CoordinatorError> {
         let txn = json!({
             "compare": [],
             "success": [

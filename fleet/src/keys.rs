@@ -82,7 +82,10 @@ mod tests {
             token: 7,
             writer: 9,
         };
-        assert_eq!(parse_snapshot(&snapshot("room", &s)), Some((42, 7, Some(9))));
+        assert_eq!(
+            parse_snapshot(&snapshot("room", &s)),
+            Some((42, 7, Some(9)))
+        );
         assert_eq!(
             parse_snapshot(&legacy_snapshot("room", 42, 7)),
             Some((42, 7, None))

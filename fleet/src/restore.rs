@@ -127,7 +127,10 @@ fn starts(
     recorded: Option<Snapshot>,
 ) -> Result<HashMap<(u64, i64), String>, RestoreError> {
     if let Some(s) = recorded {
-        return Ok(HashMap::from([((s.seq, s.token), keys::snapshot(object, &s))]));
+        return Ok(HashMap::from([(
+            (s.seq, s.token),
+            keys::snapshot(object, &s),
+        )]));
     }
     Ok(bucket
         .list(&keys::snapshot_prefix(object), FLEET_LIST_KEYS_MAX)?

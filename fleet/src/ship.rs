@@ -78,7 +78,11 @@ pub fn ship_snapshot(
     database: &Path,
 ) -> Result<Advance, ShipError> {
     bucket
-        .put_sealed_file(&keys::snapshot(object, &snapshot), database, FLEET_SNAPSHOT_MAX_BYTES)
+        .put_sealed_file(
+            &keys::snapshot(object, &snapshot),
+            database,
+            FLEET_SNAPSHOT_MAX_BYTES,
+        )
         .map_err(ShipError::Bucket)?;
     coordinator
         .record_snapshot(object, snapshot)

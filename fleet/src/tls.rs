@@ -78,7 +78,11 @@ fn certificates(text: &str, what: &str) -> Result<Vec<Certificate<'static>>, Str
     for item in ureq::tls::parse_pem(text.as_bytes()) {
         match item.map_err(|e| format!("not PEM: {e}"))? {
             PemItem::Certificate(c) => out.push(c),
-            _ => return Err(format!("holds something other than {what} (PEM CERTIFICATE)")),
+            _ => {
+                return Err(format!(
+                    "holds something other than {what} (PEM CERTIFICATE)"
+                ))
+            }
         }
     }
     if out.is_empty() {
@@ -108,7 +112,8 @@ fn private_key(text: &str) -> Result<PrivateKey<'static>, String> {
 mod tests {
     use super::*;
 
-    const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBajCCARGgAwIBAgIUY2VydA==\n-----END CERTIFICATE-----\n";
+    const CERT: &str =
+        "-----BEGIN CERTIFICATE-----\nMIIBajCCARGgAwIBAgIUY2VydA==\n-----END CERTIFICATE-----\n";
     const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n";
 
     #[test]
@@ -118,7 +123,9 @@ mod tests {
             certificates(&format!("{CERT}{CERT}"), "x").unwrap().len(),
             2
         );
-        assert!(certificates("", "x").unwrap_err().contains("no certificate"));
+        assert!(certificates("", "x")
+            .unwrap_err()
+            .contains("no certificate"));
         assert!(certificates("just text\n", "x")
             .unwrap_err()
             .contains("no certificate"));
@@ -143,7 +150,10 @@ mod tests {
         assert!(e.1.starts_with("/nonexistent/ca.pem: "), "{e:?}");
         let e = FleetTls::from_files(
             None,
-            Some((Path::new("/nonexistent/c.pem"), Path::new("/nonexistent/k.pem"))),
+            Some((
+                Path::new("/nonexistent/c.pem"),
+                Path::new("/nonexistent/k.pem"),
+            )),
         )
         .unwrap_err();
         assert_eq!(e.0, "COMBD_FLEET_ETCD_CERT_FILE");

@@ -313,10 +313,14 @@ fn a_sealed_file_goes_up_and_comes_down_streamed_and_checked() {
         b"sent streamed"
     );
     // Bounds: at the bound it passes (above), one byte under it fails, either way.
-    let e = bucket.put_sealed_file(&key, &source, LEN as u64 - 1).unwrap_err();
+    let e = bucket
+        .put_sealed_file(&key, &source, LEN as u64 - 1)
+        .unwrap_err();
     assert!(matches!(e.failure, Failure::TooLarge { .. }), "{e}");
     let past = dir.join("past.sqlite");
-    let e = bucket.get_sealed_to_file(&key, &past, LEN as u64 - 1).unwrap_err();
+    let e = bucket
+        .get_sealed_to_file(&key, &past, LEN as u64 - 1)
+        .unwrap_err();
     assert!(matches!(e.failure, Failure::TooLarge { .. }), "{e}");
     assert!(!past.exists());
     // A changed byte fails the check, and leaves no file behind.
@@ -330,7 +334,10 @@ fn a_sealed_file_goes_up_and_comes_down_streamed_and_checked() {
     // Nothing there: none, and no file.
     let none = dir.join("none");
     let missing = format!("{}missing", s3.unique_prefix());
-    assert_eq!(bucket.get_sealed_to_file(&missing, &none, 100).unwrap(), None);
+    assert_eq!(
+        bucket.get_sealed_to_file(&missing, &none, 100).unwrap(),
+        None
+    );
     assert!(!none.exists());
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -281,7 +281,10 @@ fn an_etcd_user_is_authenticated_again_when_its_token_lapses_and_kept_to_its_key
     assert_eq!(e.op, "authenticate");
     assert!(e.to_string().contains("authentication failed"), "{e}");
     assert!(!e.to_string().contains("not-it"), "{e}");
-    assert!(!format!("{wrong:?}").contains("not-it"), "the password is never shown");
+    assert!(
+        !format!("{wrong:?}").contains("not-it"),
+        "the password is never shown"
+    );
     // The right one works, token and all.
     let c = Coordinator::new(endpoints, "combd-test/").with_user("node", "node-password");
     c.authenticate().unwrap();
@@ -293,7 +296,8 @@ fn an_etcd_user_is_authenticated_again_when_its_token_lapses_and_kept_to_its_key
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(c.owner("room").unwrap().unwrap().token, token);
     assert_eq!(
-        c.advance_head("room", token, Head { seq: 1, token }).unwrap(),
+        c.advance_head("room", token, Head { seq: 1, token })
+            .unwrap(),
         Advance::Done
     );
     // The user's role covers its prefix only: a client of another prefix is refused.

@@ -190,13 +190,20 @@ fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
         })
         .sum();
     let path_at = dir_b.join("at-bound.sqlite");
-    let at = restore_object_within(&bucket, &object, head, recorded, &path_at, segment_bytes).unwrap();
+    let at =
+        restore_object_within(&bucket, &object, head, recorded, &path_at, segment_bytes).unwrap();
     assert_eq!(at, restored);
     assert_eq!(rows(&open_checked(&path_at)), acknowledged_by_a);
     let path_past = dir_b.join("past-bound.sqlite");
-    let e =
-        restore_object_within(&bucket, &object, head, recorded, &path_past, segment_bytes - 1)
-            .unwrap_err();
+    let e = restore_object_within(
+        &bucket,
+        &object,
+        head,
+        recorded,
+        &path_past,
+        segment_bytes - 1,
+    )
+    .unwrap_err();
     assert!(
         matches!(e, RestoreError::TooLarge { limit } if limit == segment_bytes - 1),
         "{e}"
@@ -496,7 +503,10 @@ fn a_snapshot_is_read_only_as_etcd_records_it_and_a_fenced_owner_records_none() 
     // database wrong on purpose, so reading it would show), while the object has no record.
     let unrecorded = a.snapshot_at_head();
     bucket
-        .put_sealed(&keys::snapshot(&object, &unrecorded), b"not a database".to_vec())
+        .put_sealed(
+            &keys::snapshot(&object, &unrecorded),
+            b"not a database".to_vec(),
+        )
         .unwrap();
     let dir = temp_dir("snaps-restores");
     let restored = restore_now(&bucket, &c, &object, &dir.join("1.sqlite")).unwrap();
@@ -534,7 +544,10 @@ fn a_snapshot_is_read_only_as_etcd_records_it_and_a_fenced_owner_records_none() 
     a.db.commit("INSERT INTO t(v) VALUES ('never shipped')");
     assert_eq!(a.ship_snapshot(&bucket, &c), Advance::Fenced);
     let snap_a = a.snapshot_at_head();
-    assert_ne!(keys::snapshot(&object, &snap_a), keys::snapshot(&object, &snap_b));
+    assert_ne!(
+        keys::snapshot(&object, &snap_a),
+        keys::snapshot(&object, &snap_b)
+    );
     assert_eq!(c.state(&object).unwrap().1, Some(snap_b));
     // So a restore reads B's, and never A's unshipped write.
     let path_c = dir.join("c.sqlite");

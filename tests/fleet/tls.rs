@@ -22,10 +22,7 @@ fn agent(ca: &Authority, client: &Pair) -> ureq::Agent {
         .root_certs(RootCerts::Specific(Arc::new(vec![root])))
         .client_cert(Some(ClientCert::new_with_certs(&[cert], key)))
         .build();
-    ureq::Agent::config_builder()
-        .tls_config(tls)
-        .build()
-        .into()
+    ureq::Agent::config_builder().tls_config(tls).build().into()
 }
 
 #[test]
@@ -128,7 +125,10 @@ fn a_node_reaches_etcd_and_the_bucket_over_tls_as_an_etcd_user_and_not_without_e
         assert!(!out.status.success(), "{change:?}: it started: {stderr}");
         assert!(stderr.contains(setting), "{change:?}: {stderr}");
         assert!(stderr.contains(says), "{change:?}: {stderr}");
-        assert!(!stderr.contains("not-the-password"), "a password is never shown: {stderr}");
+        assert!(
+            !stderr.contains("not-the-password"),
+            "a password is never shown: {stderr}"
+        );
     };
     let wrong = show(&wrong_password);
     refused(

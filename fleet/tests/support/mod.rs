@@ -193,7 +193,10 @@ impl Etcd {
             assert!(r.status().is_success(), "{path}: {text}");
         };
         use serde_json::json;
-        call("user/add", json!({ "name": "root", "password": "root-password" }));
+        call(
+            "user/add",
+            json!({ "name": "root", "password": "root-password" }),
+        );
         call("user/grant", json!({ "user": "root", "role": "root" }));
         call("user/add", json!({ "name": user, "password": password }));
         call("role/add", json!({ "name": "combd-node" }));

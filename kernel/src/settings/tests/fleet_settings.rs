@@ -123,7 +123,10 @@ fn fleet_values_are_validated_naming_the_setting() {
         ("COMBD_FLEET_ETCD", "127.0.0.1:0"),
         ("COMBD_FLEET_ETCD", "unix:///run/etcd.sock"),
         ("COMBD_FLEET_BUCKET_URL", "ftp://s3.example:21"),
-        ("COMBD_FLEET_ETCD", "https://127.0.0.1:2379,http://127.0.0.2:2379"),
+        (
+            "COMBD_FLEET_ETCD",
+            "https://127.0.0.1:2379,http://127.0.0.2:2379",
+        ),
         ("COMBD_FLEET_BUCKET_URL", "http://127.0.0.1:3900/path"),
         ("COMBD_FLEET_BUCKET_URL", "127.0.0.1:3900"),
         ("COMBD_FLEET_BUCKET_URL", "http://127.0.0.1:99999"),
@@ -174,7 +177,10 @@ fn tls_and_etcd_users_need_https_and_come_in_pairs() {
         ("COMBD_FLEET_ETCD_CERT_FILE", Some("/etc/combd/etcd.pem")),
         ("COMBD_FLEET_ETCD_KEY_FILE", Some("/etc/combd/etcd.key")),
         ("COMBD_FLEET_ETCD_USER", Some("combd")),
-        ("COMBD_FLEET_ETCD_PASSWORD_FILE", Some("/etc/combd/etcd.password")),
+        (
+            "COMBD_FLEET_ETCD_PASSWORD_FILE",
+            Some("/etc/combd/etcd.password"),
+        ),
         ("COMBD_FLEET_CA_FILE", Some("/etc/combd/ca.pem")),
     ])
     .unwrap()
@@ -233,7 +239,10 @@ fn tls_and_etcd_users_need_https_and_come_in_pairs() {
         ]),
         &[],
     );
-    assert_eq!(bucket_only.unwrap().fleet.unwrap().ca_file, Some("/ca".into()));
+    assert_eq!(
+        bucket_only.unwrap().fleet.unwrap().ca_file,
+        Some("/ca".into())
+    );
     let e = with(&[
         ("COMBD_FLEET_ETCD_USER", Some("com bd")),
         ("COMBD_FLEET_ETCD_PASSWORD_FILE", Some("/p")),
