@@ -161,7 +161,58 @@ fn a_spray_of_names_only_read_leaves_nothing_in_etcd_or_the_bucket() {
     assert_eq!(etcd_keys(&fleet, "combd/head/"), 1);
     assert!(bucket.any("counter/spray-7/").unwrap());
     until_let_go(&a);
-    assert_eq!(etcd_keys(&fleet, "combd/head/"), 1, "a written object's head stays");
-    assert_eq!(stat(&a, "fleet_claims_released"), NAMES, "a written one keeps its claim");
+    assert_eq!(
+        etcd_keys(&fleet, "combd/head/"),
+        1,
+        "a written object's head stays"
+    );
+    assert_eq!(
+        stat(&a, "fleet_claims_released"),
+        NAMES,
+        "a written one keeps its claim"
+    );
     assert_eq!(value(&get(&a, "spray-7")), 1);
+}
+
+#[test]
+fn requests_for_an_object_owned_elsewhere_go_there_without_a_cell_or_a_claim() {
+    let Some(fleet) = Fleet::start("requests_for_an_object_owned_elsewhere_go_there") else {
+        return;
+    };
+    let (a, b) = (fleet.node(), fleet.node());
+    assert_eq!(post_acked(&a, "r"), 1);
+    // The first request on B opens a cell, which finds the claim A holds and passes it on;
+    // the next ones go straight to A, many at once.
+    assert_eq!(value(&super::post(&b, "r")), 2);
+    let claims = stat(&b, "fleet_claims_lost");
+    assert_eq!(claims, 1);
+    let answered: Vec<u64> = std::thread::scope(|s| {
+        let asks: Vec<_> = (0..16)
+            .map(|_| s.spawn(|| value(&super::post(&b, "r"))))
+            .collect();
+        asks.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let mut sorted = answered.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (3..=18).collect::<Vec<_>>(),
+        "each answered once, by A"
+    );
+    assert_eq!(
+        stat(&b, "fleet_claims_lost"),
+        claims,
+        "no claim per request"
+    );
+    assert!(
+        stat(&b, "fleet_routed") >= 16,
+        "{}",
+        stat(&b, "fleet_routed")
+    );
+    assert_eq!(stat(&b, "fleet_forward_failed"), 0);
+    // A dies: what B remembers of it does not outlive A's claim; once A's lease lapses, B
+    // claims the object and restores every write A acknowledged.
+    drop(a);
+    let r = super::until_200("B serving it", || super::post(&b, "r"));
+    assert_eq!(value(&r), 19);
 }

@@ -152,6 +152,12 @@ pub const FLEET_OWNER_RETRY_INTERVAL: Duration = Duration::from_millis(500);
 /// forgotten (each is a node's address and three times).
 pub const FLEET_UNREACHABLE_MAX: usize = 1024;
 
+/// Objects whose owner (another node) a shard remembers, so a request for one is passed on
+/// without an object cell or a claim (`combd_shards::cells::route`): each entry is an object's
+/// name and its owner's address (under 200 bytes), so 65,536 hold under 13 MiB per shard at
+/// worst; past it the oldest half is forgotten (those objects go through a cell again, once).
+pub const FLEET_ROUTES_MAX: usize = 65_536;
+
 /// The most bytes of an owner's answer a node passes back (a longer one is answered 503): an
 /// object's answer is JSON built by its app, far below this.
 pub const FLEET_FORWARD_ANSWER_MAX_BYTES: u64 = 16 << 20;

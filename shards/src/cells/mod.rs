@@ -20,6 +20,7 @@ mod call;
 mod commit;
 mod create;
 mod object;
+mod route;
 mod sandbox;
 pub(crate) mod session;
 mod store;
@@ -31,7 +32,7 @@ use std::sync::Arc;
 
 use combd_kernel::limits::{CROSS_SHARD_QUEUE, FANOUT_PER_TURN};
 
-use crate::app::{home_shard, object_path, App, AppError, Effect};
+use crate::app::{home_shard, App, AppError, Effect};
 use crate::http::Response;
 use crate::job::{Attached, Job, Reply, ShardMsg};
 use crate::state::turn::Turn;
@@ -53,6 +54,8 @@ pub(crate) struct Cells {
     sessions: Sessions,
     /// The shard's `COMBD_OBJECT_CREATE_RATE`.
     create_rate: create::CreateRate,
+    /// In a fleet: the owners (other nodes) of objects asked for lately.
+    routes: route::Routes,
 }
 
 /// A live object's place under `COMBD_MAX_OPEN_OBJECTS`, given back when its task ends.
@@ -159,6 +162,7 @@ impl Cells {
             state,
             objects: RefCell::new(HashMap::new()),
             closing: RefCell::new(HashMap::new()),
+            routes: route::Routes::default(),
         }
     }
 
@@ -202,13 +206,19 @@ impl Cells {
     fn submit_local(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, job: Job) {
         let key = format!("{}/{}", app.name(), name);
         let existing = self.objects.borrow().get(&key).cloned();
-        let cell = match existing {
-            Some(c) => c,
+        let (cell, job) = match existing {
+            Some(c) => (c, job),
             None if job.is_detach() => return,
-            None => match self.new_object(app, name, key) {
-                Ok(cell) => cell,
-                Err(refusal) => return self.refuse(job, refusal),
-            },
+            None => {
+                // In a fleet, an object another node owns goes there without a cell.
+                let Some(job) = self.route(&key, job) else {
+                    return;
+                };
+                match self.new_object(app, name, key) {
+                    Ok(cell) => (cell, job),
+                    Err(refusal) => return self.refuse(job, refusal),
+                }
+            }
         };
         if let Err(refused) = cell.post(job) {
             let (job, refusal) = *refused;
@@ -217,12 +227,10 @@ impl Cells {
         }
     }
 
-    /// A new live object and its task. A node alone refuses nothing here: an object whose
-    /// database does not exist runs on a scratch database until a write creates it, and the
-    /// creation is what is bounded (disk low, objects per app, creation rate: see [`create`]).
-    /// In a fleet (objects are claimed in etcd and their database opened, so created, at
-    /// restore; to be revisited) a new object needs disk: it is refused while the disk is low,
-    /// unless its database already exists (existing objects keep working).
+    /// A new live object and its task. Nothing is refused here but the node's cap on live
+    /// objects: an object whose database does not exist (in a fleet: was never shipped) runs on
+    /// a scratch database until a write creates it, and the creation is what is bounded (disk
+    /// low, objects per app, creation rate: see [`create`]).
     fn new_object(
         self: &Rc<Self>,
         app: &Arc<dyn App>,
@@ -230,12 +238,6 @@ impl Cells {
         key: String,
     ) -> Result<Rc<ObjectCell>, Refusal> {
         let node = self.state.node();
-        if node.fleet.is_some()
-            && node.admission.disk_low()
-            && !object_path(&node.settings.data_dir, app.name(), name).exists()
-        {
-            return Err(Refusal::DiskLow);
-        }
         // Its place among the node's live objects (their descriptors are held back from the
         // connection cap), held by its task until it ends.
         if !node.reserve_object() {

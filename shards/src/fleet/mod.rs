@@ -26,9 +26,8 @@ use std::time::{Duration, Instant};
 use combd_fleet::auth::{self, FleetKey, Replays};
 use combd_fleet::bucket::Bucket;
 use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper};
-use combd_fleet::forward::Forwarder;
-use combd_fleet::tls::FleetTls;
 use combd_fleet::segment::{Segment, WalCursor};
+use combd_fleet::tls::FleetTls;
 use combd_fleet::{config, restore};
 use combd_kernel::limits::{
     FLEET_LEASE_REGRANT_INTERVAL, FLEET_SNAPSHOT_AFTER_SEGMENTS, FLEET_UPLOAD_THREADS,
@@ -36,6 +35,7 @@ use combd_kernel::limits::{
 use combd_kernel::settings::{parse_fleet_address, FleetSettings};
 
 mod at_head;
+mod client;
 mod identity;
 mod pass_on;
 mod snapshot;
@@ -65,7 +65,6 @@ pub struct Fleet {
     ttl: Duration,
     /// When a new lease was last asked for.
     last_grant: Mutex<Instant>,
-    forwarder: Forwarder,
     /// The fleet key: what this node passes on is signed with it, and what another node passes
     /// on is taken only signed with it.
     key: Arc<FleetKey>,
@@ -217,7 +216,6 @@ impl Fleet {
             keeper: Mutex::new(keeper),
             ttl: settings.lease_ttl,
             last_grant: Mutex::new(sent),
-            forwarder: Forwarder::new(key.clone()),
             key,
             replays: Replays::default(),
             node_public: settings.node_public,
@@ -447,6 +445,11 @@ impl Fleet {
             Err(e) => tracing::warn!(object = %s.key, "cannot give the claim back: {e}"),
         }
         true
+    }
+
+    /// A request or attach passed on to its object's owner without a cell (`cells::route`).
+    pub fn count_routed(&self) {
+        self.stats.routed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The object is let go (closed here): it no longer counts as owned. Its claim lapses with

@@ -11,10 +11,10 @@ use crate::http::Response;
 use super::{Attempt, Failed, Fleet};
 
 impl Fleet {
-    /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address);
-    /// the owner's answer (at most `max_body` bytes), or 503 if the owner cannot be reached.
-    /// Blocking.
-    pub fn forward(
+    /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address),
+    /// over the shard's own sockets ([`super::client`]); the owner's answer (at most `max_body`
+    /// bytes), or 503 if the owner cannot be reached.
+    pub async fn forward(
         &self,
         owner: &str,
         key: &str,
@@ -30,10 +30,7 @@ impl Fleet {
         let Some(attempt) = self.may_try(owner) else {
             return owner_unreachable();
         };
-        match self
-            .forwarder
-            .forward(owner, method, &target, body, max_body)
-        {
+        match super::client::forward(&self.key, owner, method, &target, body, max_body).await {
             Ok(f) if !crate::http::carries_body(f.status) => {
                 // A peer is untrusted input: a status that cannot carry the body it came with
                 // would desynchronise this connection's next response.

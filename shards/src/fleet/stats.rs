@@ -13,6 +13,7 @@ pub struct FleetStats {
     pub(super) claims_won: AtomicU64,
     pub(super) claims_lost: AtomicU64,
     pub(super) claims_released: AtomicU64,
+    pub(super) routed: AtomicU64,
     pub(super) segments_uploaded: AtomicU64,
     pub(super) upload_max_us: AtomicU64,
     pub(super) ship_fenced: AtomicU64,
@@ -248,6 +249,13 @@ impl Fleet {
                 Counter,
                 "Claims given back when an object never written was let go.",
                 g(|s| &s.claims_released),
+            ),
+            (
+                "fleet_routed",
+                "combd_fleet_routed_total",
+                Counter,
+                "Requests and attaches passed on to their object's known owner without a cell.",
+                g(|s| &s.routed),
             ),
             (
                 "fleet_segments_uploaded",

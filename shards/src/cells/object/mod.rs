@@ -106,7 +106,11 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     // was replaced while mail waited): this one restores only once it has closed.
     cells.wait_closed(&cell.key).await;
     let (mut db, shipping) = match restore(&state, &cell).await {
-        Opened::Db(db, shipping) => (db, shipping.map(|s| *s)),
+        Opened::Db(db, shipping) => {
+            // Served here now: no route sends its requests away once this cell is gone.
+            cells.forget_route(&cell.key);
+            (db, shipping.map(|s| *s))
+        }
         Opened::NotHere(refusal, owner) => {
             // In a fleet: another node owns it, or the fleet is unreachable. Pass what waits
             // on to the owner (HTTP requests not already passed on) or refuse it, and let go:
@@ -257,22 +261,28 @@ async fn pass_on(
     let (Some(owner), Some(fleet), false) = (owner, fleet, passing.is_empty()) else {
         return;
     };
-    let key = cell.key.clone();
-    glommio::executor()
-        .spawn_blocking(move || {
-            for (method, query, body, reply) in passing {
-                let resp = fleet.forward(
+    // The owner is known now: the next requests for the object go to it without a cell.
+    cells.route_to(&cell.key, &owner);
+    // All at once, each on its own connection and within its own deadline.
+    let forwards = passing.into_iter().map(|(method, query, body, reply)| {
+        let (fleet, owner, key) = (fleet.clone(), owner.clone(), cell.key.clone());
+        cells.state.spawn(async move {
+            let resp = fleet
+                .forward(
                     &owner,
                     &key,
                     &method,
                     query.as_deref(),
                     &body,
                     FLEET_FORWARD_ANSWER_MAX_BYTES,
-                );
-                let _ = reply.try_send(resp);
-            }
+                )
+                .await;
+            let _ = reply.try_send(resp);
         })
-        .await;
+    });
+    for task in forwards.collect::<Vec<_>>().into_iter().flatten() {
+        task.await;
+    }
 }
 
 /// Answers everything queued with `refusal`.

@@ -1,0 +1,162 @@
+//! Passing an HTTP request on to an object's owner over the shard's own io_uring sockets (as
+//! the WebSocket pass-through does), so forwards wait on the network without holding a
+//! blocking thread, many at once, each within [`FLEET_FORWARD_TIMEOUT`] (the connect within
+//! [`FLEET_CONNECT_TIMEOUT`]). One connection per request (`connection: close`): on the fleet's
+//! network a connect is well under a millisecond, and nothing is kept open for an owner that
+//! may be gone by the next request.
+//!
+//! The owner is untrusted input like any peer: its header section is parsed by `httparse`
+//! within the node's own request bounds ([`HEADER_SECTION_MAX_BYTES`], [`HEADER_COUNT_MAX`]),
+//! its body must say its length (a combd node always does) and be at most the caller's bound.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use combd_fleet::auth::{FleetKey, AUTH_HEADER};
+use combd_fleet::forward::{Forwarded, FORWARDED_HEADER};
+use combd_fleet::Failure;
+use combd_kernel::limits::{
+    FLEET_CONNECT_TIMEOUT, FLEET_FORWARD_TIMEOUT, HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES,
+};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+
+/// Sends `method target` with `body` to the node at `owner` (`ip:port`), signed with `key`;
+/// its answer, with at most `max_body` bytes of body.
+pub(crate) async fn forward(
+    key: &FleetKey,
+    owner: &str,
+    method: &str,
+    target: &str,
+    body: &[u8],
+    max_body: u64,
+) -> Result<Forwarded, Failure> {
+    within(
+        FLEET_FORWARD_TIMEOUT,
+        exchange(key, owner, method, target, body, max_body),
+    )
+    .await
+}
+
+/// `work`, or [`Failure::Timeout`] once `limit` has passed.
+async fn within<T>(
+    limit: Duration,
+    work: impl std::future::Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    futures_lite::future::or(work, async {
+        glommio::timer::Timer::new(limit).await;
+        Err(Failure::Timeout)
+    })
+    .await
+}
+
+/// What an I/O error on the way means: the time ran out, or the owner is not there.
+fn io_failure(e: std::io::Error) -> Failure {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Failure::Timeout,
+        _ => Failure::Unreachable(format!("io: {e}")),
+    }
+}
+
+async fn exchange(
+    key: &FleetKey,
+    owner: &str,
+    method: &str,
+    target: &str,
+    body: &[u8],
+    max_body: u64,
+) -> Result<Forwarded, Failure> {
+    let addr: SocketAddr = owner
+        .parse()
+        .map_err(|_| Failure::BadAnswer(format!("{owner:?} is not an address")))?;
+    let mut stream = TcpStream::connect_timeout(addr, FLEET_CONNECT_TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            glommio::GlommioError::TimedOut(_) => Failure::Timeout,
+            e => io_failure(e.into()),
+        })?;
+    let _ = stream.set_nodelay(true);
+    let mut request = format!(
+        "{method} {target} HTTP/1.1\r\nhost: {owner}\r\n{FORWARDED_HEADER}: 1\r\n\
+         {AUTH_HEADER}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        key.sign(owner, method, target, body),
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    stream.write_all(&request).await.map_err(io_failure)?;
+    stream.flush().await.map_err(io_failure)?;
+    read_answer(&mut stream, max_body).await
+}
+
+/// The owner's answer on `stream`: the header section, then the body its `content-length`
+/// says.
+async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded, Failure> {
+    let bad = |m: &str| Failure::BadAnswer(m.to_string());
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    let (status, head_len, content_type, retry_after, allow, length) = loop {
+        let n = stream.read(&mut chunk).await.map_err(io_failure)?;
+        if n == 0 {
+            return Err(Failure::Unreachable(
+                "the owner closed the connection before answering".into(),
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; HEADER_COUNT_MAX];
+        let mut resp = httparse::Response::new(&mut headers);
+        match resp.parse(&buf) {
+            Ok(httparse::Status::Complete(head_len)) => {
+                let header = |name: &str| {
+                    resp.headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case(name))
+                        .and_then(|h| std::str::from_utf8(h.value).ok())
+                        .map(str::to_string)
+                };
+                if header("transfer-encoding").is_some() {
+                    return Err(bad("a chunked answer (a node always sends its length)"));
+                }
+                let length: u64 = header("content-length")
+                    .ok_or_else(|| bad("an answer without content-length"))?
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad("a content-length that is not a number"))?;
+                break (
+                    resp.code.ok_or_else(|| bad("no status"))?,
+                    head_len,
+                    header("content-type"),
+                    header("retry-after"),
+                    header("allow"),
+                    length,
+                );
+            }
+            Ok(httparse::Status::Partial) if buf.len() <= HEADER_SECTION_MAX_BYTES => {}
+            Ok(httparse::Status::Partial) => return Err(bad("a header section past its bound")),
+            Err(e) => return Err(Failure::BadAnswer(format!("not HTTP: {e}"))),
+        }
+    };
+    if length > max_body {
+        return Err(Failure::TooLarge { limit: max_body });
+    }
+    let mut body = buf.split_off(head_len);
+    if body.len() as u64 > length {
+        return Err(bad("more bytes than its content-length"));
+    }
+    body.reserve_exact(length as usize - body.len());
+    while (body.len() as u64) < length {
+        let want = (length - body.len() as u64).min(chunk.len() as u64) as usize;
+        let n = stream.read(&mut chunk[..want]).await.map_err(io_failure)?;
+        if n == 0 {
+            return Err(bad("an answer cut short"));
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Ok(Forwarded {
+        status,
+        content_type,
+        retry_after,
+        allow,
+        body,
+    })
+}
