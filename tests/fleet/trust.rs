@@ -179,3 +179,63 @@ fn a_node_whose_etcd_lost_the_fleet_refuses_to_start_rather_than_serve_its_objec
     assert_eq!(value(&kept), 1);
     let _ = std::fs::remove_dir_all(data);
 }
+
+#[test]
+fn an_owner_that_answers_what_is_not_a_bounded_http_answer_gets_its_caller_a_503() {
+    let Some(fleet) = Fleet::start("an_owner_that_answers_badly") else {
+        return;
+    };
+    let a = fleet.node();
+    // Peers on the fleet network are untrusted input: each answer below comes from a node
+    // etcd names as an object's owner, and each is refused whole, the node unharmed.
+    let long_head = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(20 * 1024));
+    let answers: Vec<(&str, String)> = vec![
+        (
+            "a body longer than a node passes back",
+            "HTTP/1.1 200 OK\r\ncontent-length: 99999999999\r\n\r\n".into(),
+        ),
+        (
+            "chunked",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".into(),
+        ),
+        ("no length", "HTTP/1.1 200 OK\r\n\r\n{}".into()),
+        ("not HTTP", "SSH-2.0-OpenSSH\r\n\r\n".into()),
+        ("a header section past its bound", long_head),
+        (
+            "cut short",
+            "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"value\":1".into(),
+        ),
+    ];
+    let mut failed = 0u64;
+    for (i, (what, answer)) in answers.into_iter().enumerate() {
+        let owner = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = owner.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut conn, _) = owner.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(answer.as_bytes());
+            // Then close: an answer is whatever came before the close.
+        });
+        let object = format!("hostile{i}");
+        fleet.claim_for(&format!("counter/{object}"), &addr.to_string(), 60);
+        let r = get(&a, &object);
+        server.join().unwrap();
+        assert!(
+            r.status == 503 || r.status == 502,
+            "{what}: {} {}",
+            r.status,
+            r.text()
+        );
+        failed += 1;
+        assert_eq!(stat(&a, "fleet_forward_failed"), failed, "{what}");
+    }
+    assert_eq!(
+        stat(&a, "fleet_forwarded"),
+        0,
+        "nothing of them was passed back"
+    );
+    // The node still serves its own.
+    assert_eq!(post_acked(&a, "mine"), 1);
+}
