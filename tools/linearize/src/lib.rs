@@ -548,6 +548,49 @@ pub fn check(rec: &Recorded) -> Vec<Outcome> {
     vec![first, exact]
 }
 
+/// `red` as a history in the recorded format (a meta line with the initial value, then every
+/// operation kept as an invocation and an `ok` completion; an unknown add given a gap answers
+/// the gap's value and completes at its deadline), for another checker to read.
+pub fn dump(rec: &Recorded, red: &Reduced) -> String {
+    let mut events: Vec<(u64, u8, String)> = Vec::with_capacity(2 * red.ops.len());
+    for (k, o) in red.ops.iter().enumerate() {
+        let (f, value) = match o.op {
+            CounterOp::Add(v) => ("add", v),
+            CounterOp::Read(v) => ("read", v),
+            CounterOp::AddUnknown | CounterOp::Init(_) => continue,
+        };
+        let src = &rec.ops[o.src];
+        events.push((
+            o.call,
+            0,
+            format!(
+                "{{\"type\":\"invoke\",\"f\":\"{f}\",\"id\":{k},\"process\":{},\"src\":{},\"time\":{}}}",
+                src.process, src.id, o.call
+            ),
+        ));
+        events.push((
+            o.ret,
+            1,
+            format!(
+                "{{\"type\":\"ok\",\"f\":\"{f}\",\"id\":{k},\"process\":{},\"time\":{},\"value\":{value}{}}}",
+                src.process,
+                o.ret,
+                if o.assigned { ",\"assigned\":true" } else { "" }
+            ),
+        ));
+    }
+    events.sort();
+    let mut out = format!(
+        "{{\"type\":\"meta\",\"initial\":{},\"reduced\":true}}\n",
+        red.initial
+    );
+    for (_, _, line) in events {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
 /// An HTML page of a piece of history: one row per operation, a bar from its invocation to its
 /// completion, what it answered, and the recorded operation it came from.
 pub fn html(rec: &Recorded, chunk: &Chunk, before: Option<&Chunk>, title: &str) -> String {

@@ -1,7 +1,8 @@
 //! `linearize HISTORY [--initial N] [--timeout SECONDS] [--html FILE] [--raw | --exact]`:
 //! checks a recorded history of combd's counter for linearizability (README.md). `--exact`
 //! checks only with the gaps given to the unknown adds in invocation order; `--raw` with no
-//! reduction at all.
+//! reduction at all. `--dump-reduced FILE` writes the reduced history (the latest assignment,
+//! or with `--exact` the exact one) in the recorded format, for another checker.
 //!
 //! Exit status: 0 linearizable, 1 not linearizable (with `--html`, the failing piece drawn
 //! there), 2 unknown (the check did not finish within `--timeout`), 3 bad usage or a history
@@ -11,15 +12,16 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use combd_linearize::{check, check_reduced, html, parse, raw, reduce, Assign, Outcome};
+use combd_linearize::{check, check_reduced, dump, html, parse, raw, reduce, Assign, Outcome};
 
 const USAGE: &str = "usage: linearize HISTORY.jsonl [--initial N] [--timeout SECONDS] \
-                     [--html FILE] [--raw | --exact]";
+                     [--html FILE] [--raw | --exact] [--dump-reduced FILE]";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (mut path, mut initial, mut timeout, mut html_out, mut raw_check, mut exact) =
         (None, None, 600.0f64, None, false, false);
+    let mut dump_out = None;
     while let Some(a) = args.next() {
         let mut value = |name: &str| {
             args.next()
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
                     .map_err(|e| format!("--timeout: {e}"))
             }),
             "--html" => value("--html").map(|v| html_out = Some(v)),
+            "--dump-reduced" => value("--dump-reduced").map(|v| dump_out = Some(v)),
             "--raw" => {
                 raw_check = true;
                 Ok(())
@@ -89,6 +92,18 @@ fn main() -> ExitCode {
         rec.initial,
         t_parse.elapsed().as_secs_f64()
     );
+    if let Some(out) = &dump_out {
+        let assign = if exact {
+            Assign::Earliest
+        } else {
+            Assign::Latest
+        };
+        if let Err(e) = std::fs::write(out, dump(&rec, &reduce(&rec, assign))) {
+            eprintln!("linearize: {out}: {e}");
+            return ExitCode::from(3);
+        }
+        println!("reduced history ({assign:?}) written to {out}");
+    }
     // The check runs on a thread of its own, so a search that takes too long ends in
     // "unknown" rather than a hang.
     let (tx, rx) = mpsc::channel();
