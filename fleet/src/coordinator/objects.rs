@@ -1,0 +1,233 @@
+//! The coordinator's calls about one object: its claim, its owner, its head and its snapshot,
+//! each write fenced on the owner's token (the keys: see the module above).
+
+use serde_json::json;
+
+use super::{
+    b64, bad, first_kv, int, Advance, Claim, Coordinator, CoordinatorError, Head, Lease, Owner,
+    Snapshot,
+};
+
+impl Coordinator {
+    pub(super) fn owner_key(&self, object: &str) -> String {
+        format!("{}owner/{object}", self.prefix)
+    }
+
+    pub(super) fn head_key(&self, object: &str) -> String {
+        format!("{}head/{object}", self.prefix)
+    }
+
+    pub(super) fn snapshot_key(&self, object: &str) -> String {
+        format!("{}snap/{object}", self.prefix)
+    }
+
+    /// Claims `object` for `node` under `lease`: if nobody owns it, this node does from now
+    /// on ([`Claim::Won`], with the fencing token); else who does ([`Claim::Held`]).
+    pub fn claim(
+        &self,
+        object: &str,
+        node: &str,
+        lease: &Lease,
+    ) -> Result<Claim, CoordinatorError> {
+        let key = b64(&self.owner_key(object));
+        let txn = json!({
+            "compare": [{ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+            "success": [{ "request_put": { "key": key, "value": b64(node), "lease": lease.id.to_string() } }],
+            "failure": [{ "request_range": { "key": key } }],
+        });
+        let v = self.call("claim", object, "/v3/kv/txn", &txn)?;
+        let err = |failure| CoordinatorError {
+            op: "claim",
+            object: object.to_string(),
+            failure,
+        };
+        if v["succeeded"].as_bool().unwrap_or(false) {
+            // The put is the transaction's only write: the revision it made is the key's
+            // create_revision.
+            let token = int(&v["header"]["revision"])
+                .filter(|r| *r > 0)
+                .ok_or_else(|| err(bad("no header revision")))?;
+            return Ok(Claim::Won(Owner {
+                node: node.to_string(),
+                token,
+                lease: lease.id,
+            }));
+        }
+        let range = &v["responses"][0]["response_range"];
+        match first_kv(range).map_err(err)? {
+            Some((owner, token, held_by)) => {
+                let o = Owner {
+                    node: owner,
+                    token,
+                    lease: held_by,
+                };
+                Ok(if o.node == node && o.lease == lease.id {
+                    Claim::Won(o)
+                } else {
+                    Claim::Held(o)
+                })
+            }
+            // The compare failed, so the key existed when the transaction ran: its range
+            // must show it.
+            None => Err(err(bad("claim refused but the owner key is absent"))),
+        }
+    }
+
+    /// Who owns `object`, if anyone.
+    pub fn owner(&self, object: &str) -> Result<Option<Owner>, CoordinatorError> {
+        let v = self.call(
+            "owner",
+            object,
+            "/v3/kv/range",
+            &json!({ "key": b64(&self.owner_key(object)) }),
+        )?;
+        let kv = first_kv(&v).map_err(|failure| CoordinatorError {
+            op: "owner",
+            object: object.to_string(),
+            failure,
+        })?;
+        Ok(kv.map(|(node, token, lease)| Owner { node, token, lease }))
+    }
+
+    /// Records `head` as `object`'s head if `token` is still its owner's fencing token; else
+    /// changes nothing and answers [`Advance::Fenced`].
+    pub fn advance_head(
+        &self,
+        object: &str,
+        token: i64,
+        head: Head,
+    ) -> Result<Advance, CoordinatorError> {
+        if token <= 0 {
+            // No claim yields it (revisions start at 1), and etcd compares an absent key's
+            // create_revision as 0: such a token would advance the head of an unowned object.
+            return Ok(Advance::Fenced);
+        }
+        let txn = json!({
+            "compare": [{
+                "key": b64(&self.owner_key(object)),
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": token.to_string(),
+            }],
+            "success": [{ "request_put": { "key": b64(&self.head_key(object)), "value": b64(&head.encode()) } }],
+            "failure": [],
+        });
+        let v = self.call("advance head", object, "/v3/kv/txn", &txn)?;
+        Ok(if v["succeeded"].as_bool().unwrap_or(false) {
+            Advance::Done
+        } else {
+            Advance::Fenced
+        })
+    }
+
+    /// Gives back `object`'s claim made with `token` (its owner key deleted, if it is still
+    /// that claim's): for an object never written, so nothing of it stays. [`Advance::Fenced`]
+    /// when another claim holds it.
+    pub fn release(&self, object: &str, token: i64) -> Result<Advance, CoordinatorError> {
+        if token <= 0 {
+            return Ok(Advance::Fenced);
+        }
+        let key = b64(&self.owner_key(object));
+        let txn = json!({
+            "compare": [{
+                "key": key, "target": "CREATE", "result": "EQUAL",
+                "create_revision": token.to_string(),
+            }],
+            "success": [{ "request_delete_range": { "key": key } }],
+            "failure": [],
+        });
+        let v = self.call("release", object, "/v3/kv/txn", &txn)?;
+        Ok(if v["succeeded"].as_bool().unwrap_or(false) {
+            Advance::Done
+        } else {
+            Advance::Fenced
+        })
+    }
+
+    /// Records `snapshot` (uploaded already) as the one `object`'s restores start from, if
+    /// `writer` still owns the object: the same fence as [`Coordinator::advance_head`], so a
+    /// stale owner's snapshot is never recorded, and so never read.
+    pub fn record_snapshot(
+        &self,
+        object: &str,
+        snapshot: Snapshot,
+    ) -> Result<Advance, CoordinatorError> {
+        if snapshot.writer <= 0 {
+            return Ok(Advance::Fenced);
+        }
+        let txn = json!({
+            "compare": [{
+                "key": b64(&self.owner_key(object)),
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": snapshot.writer.to_string(),
+            }],
+            "success": [{ "request_put": {
+                "key": b64(&self.snapshot_key(object)), "value": b64(&snapshot.encode()) } }],
+            "failure": [],
+        });
+        let v = self.call("record snapshot", object, "/v3/kv/txn", &txn)?;
+        Ok(if v["succeeded"].as_bool().unwrap_or(false) {
+            Advance::Done
+        } else {
+            Advance::Fenced
+        })
+    }
+
+    /// `object`'s head and its recorded snapshot, read together (one transaction, so at one
+    /// revision).
+    pub fn state(
+        &self,
+        object: &str,
+    ) -> Result<(Option<Head>, Option<Snapshot>), CoordinatorError> {
+        let txn = json!({
+            "compare": [],
+            "success": [
+                { "request_range": { "key": b64(&self.head_key(object)) } },
+                { "request_range": { "key": b64(&self.snapshot_key(object)) } },
+            ],
+            "failure": [],
+        });
+        let v = self.call("state", object, "/v3/kv/txn", &txn)?;
+        let err = |failure| CoordinatorError {
+            op: "state",
+            object: object.to_string(),
+            failure,
+        };
+        let range = |i: usize| first_kv(&v["responses"][i]["response_range"]).map_err(err);
+        let head = match range(0)? {
+            None => None,
+            Some((text, _, _)) => {
+                Some(Head::decode(&text).ok_or_else(|| err(bad(format!("head {text:?}"))))?)
+            }
+        };
+        let snapshot = match range(1)? {
+            None => None,
+            Some((text, _, _)) => Some(
+                Snapshot::decode(&text).ok_or_else(|| err(bad(format!("snapshot {text:?}"))))?,
+            ),
+        };
+        Ok((head, snapshot))
+    }
+
+    /// `object`'s head, if a segment of it was ever shipped.
+    pub fn head(&self, object: &str) -> Result<Option<Head>, CoordinatorError> {
+        let v = self.call(
+            "head",
+            object,
+            "/v3/kv/range",
+            &json!({ "key": b64(&self.head_key(object)) }),
+        )?;
+        let err = |failure| CoordinatorError {
+            op: "head",
+            object: object.to_string(),
+            failure,
+        };
+        match first_kv(&v).map_err(err)? {
+            None => Ok(None),
+            Some((text, _, _)) => Head::decode(&text)
+                .map(Some)
+                .ok_or_else(|| err(bad(format!("head {text:?}")))),
+        }
+    }
+}
