@@ -81,7 +81,7 @@ fn an_object_etcd_has_no_head_for_but_the_bucket_holds_is_refused_not_started_em
     }
     until_let_go(&a);
     // etcd loses the head (as a re-initialised member would).
-    let key = super::base64_like::encode(b"combd/head/counter/lost");
+    let key = super::b64(b"combd/head/counter/lost");
     fleet.etcd_call("/v3/kv/deleterange", serde_json::json!({ "key": key }));
     let r = get(&a, "lost");
     assert_eq!(r.status, 503, "{}", r.text());
@@ -126,8 +126,7 @@ fn a_fleet_object_waits_its_own_idle_time_before_it_is_let_go() {
 
 /// The number of etcd keys under `prefix`.
 fn etcd_keys(fleet: &Fleet, prefix: &str) -> u64 {
-    use base64::Engine as _;
-    let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+    let b64 = super::b64;
     let mut end = prefix.as_bytes().to_vec();
     *end.last_mut().unwrap() += 1;
     let v = fleet.etcd_call(

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use super::{get, limit_ms, open_ws, post, stat, until_200, value, Fleet};
+use super::websocket::open_ws;
+use super::{get, limit_ms, post, stat, until_200, value, Fleet};
 
 /// Longer than the forward timeout (2 s), so the owner's lease still holds when the first
 /// request's wait ends, and the answers given at once can be seen.
