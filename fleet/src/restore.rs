@@ -118,28 +118,28 @@ pub fn restore_object(
 }
 
 /// The snapshots a restore may start from, by the (seq, token) they stand for: the one the
-/// coordinator records; or, where it records none (an object snapshotted only by nodes from
-/// before snapshots were recorded), the bucket's [`keys::legacy_snapshot`]s. A snapshot with a
-/// writer that the coordinator does not record (its writer was fenced) is never among them.
+/// coordinator records, and the bucket's [`keys::legacy_snapshot`]s (written by nodes from
+/// before snapshots were recorded: in a fleet being upgraded node by node, an older node's
+/// snapshot may be newer than the recorded one, and its pruning may have deleted the segments
+/// between them). A snapshot with a writer that the coordinator does not record (its writer was
+/// fenced) is never among them. The walk back from the head starts from the first it reaches.
 fn starts(
     bucket: &Bucket,
     object: &str,
     recorded: Option<Snapshot>,
 ) -> Result<HashMap<(u64, i64), String>, RestoreError> {
-    if let Some(s) = recorded {
-        return Ok(HashMap::from([(
-            (s.seq, s.token),
-            keys::snapshot(object, &s),
-        )]));
-    }
-    Ok(bucket
+    let mut starts: HashMap<(u64, i64), String> = bucket
         .list(&keys::snapshot_prefix(object), FLEET_LIST_KEYS_MAX)?
         .into_iter()
         .filter_map(|k| match keys::parse_snapshot(&k) {
             Some((seq, token, None)) => Some(((seq, token), k)),
             _ => None,
         })
-        .collect())
+        .collect();
+    if let Some(s) = recorded {
+        starts.insert((s.seq, s.token), keys::snapshot(object, &s));
+    }
+    Ok(starts)
 }
 
 /// [`restore_object`], holding at most `held_max` bytes of segments: past it the restore fails

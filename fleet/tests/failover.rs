@@ -561,3 +561,43 @@ fn a_snapshot_is_read_only_as_etcd_records_it_and_a_fenced_owner_records_none() 
     assert_eq!(c.state(&object).unwrap().1, Some(snap_b));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_node_older_than_recorded_snapshots_can_share_the_fleet() {
+    // A fleet upgraded node by node: a newer node recorded a snapshot; then an older node owned
+    // the object, snapshotted it under the key it knows (not recorded) and pruned the segments
+    // before it, the recorded snapshot's way back included. A restore still reaches a start.
+    let Some((bucket, c, mut a, _servers)) =
+        one_shipped_owner("a_node_older_than_recorded_snapshots", "mixed")
+    else {
+        return;
+    };
+    let object = a.object.clone();
+    assert_eq!(a.ship_snapshot(&bucket, &c), Advance::Done);
+    let recorded = a.snapshot_at_head();
+    for v in ["b1", "b2"] {
+        assert_eq!(
+            a.commit_and_ship(&format!("INSERT INTO t(v) VALUES ('{v}')"), &bucket, &c),
+            Advance::Done
+        );
+    }
+    let (seq, token) = a.head;
+    assert!(seq > recorded.seq);
+    // What the older node does: its snapshot under the legacy key, then its prune.
+    bucket
+        .put_sealed(&keys::legacy_snapshot(&object, seq, token), a.db.snapshot())
+        .unwrap();
+    for s in 1..=seq {
+        bucket.delete(&keys::segment(&object, s, token)).unwrap();
+    }
+    assert_eq!(c.state(&object).unwrap().1, Some(recorded));
+    let dir = temp_dir("mixed-restores");
+    let out = dir.join("restored.sqlite");
+    let restored = restore_now(&bucket, &c, &object, &out).unwrap();
+    assert_eq!(
+        (restored.snapshot, restored.segments),
+        (Some((seq, token)), 0)
+    );
+    assert_eq!(rows(&open_checked(&out)), rows(&a.db.conn));
+    let _ = std::fs::remove_dir_all(dir);
+}
