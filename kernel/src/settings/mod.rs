@@ -35,6 +35,7 @@ mod declare;
 mod fleet;
 mod help;
 mod names;
+mod shown;
 mod spec;
 mod table;
 mod values;
@@ -46,8 +47,9 @@ pub use fleet::{
 pub use help::help_text;
 use help::spec_by_flag;
 pub use names::{check_env_names, closest};
+pub use shown::DERIVED_LIMITS;
 pub use spec::{AsLimit, Context, DefaultValue, InForce, Limit, SettingSpec, Show, Unit};
-pub use table::{Settings, DERIVED_LIMITS, SETTINGS};
+pub use table::{Settings, SETTINGS};
 use values::{optional_bytes, parse_count_usize, parse_dir, parse_sqlite_sync, resolve_shards};
 pub use values::{
     parse_access_log, parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen,

@@ -3,6 +3,7 @@
 //! README.md's table are written or checked from) and the `--help` text. See `declare.rs` for
 //! the rows' form.
 
+use super::shown::{fleet_object_idle, fleet_shown, given_or, lease_ttl};
 use super::*;
 
 settings_table! {
@@ -446,8 +447,7 @@ settings_table! {
                 default: DefaultValue::Described("none"),
                 unit: Text,
                 limit: none,
-                value: |s| s.fleet.as_ref().and_then(|f| f.etcd_client_cert.as_ref())
-                    .map_or("none".into(), |(c, _)| c.show()),
+                value: |s| fleet_shown(s, |f| f.etcd_client_cert.as_ref().map(|(c, _)| c.show())),
                 meaning: "PEM client certificate chain shown to etcd over https (its --client-cert-auth), \
                           read at start-up; needs COMBD_FLEET_ETCD_KEY_FILE",
             }
@@ -457,8 +457,7 @@ settings_table! {
                 default: DefaultValue::Described("none"),
                 unit: Text,
                 limit: none,
-                value: |s| s.fleet.as_ref().and_then(|f| f.etcd_client_cert.as_ref())
-                    .map_or("none".into(), |(_, k)| k.show()),
+                value: |s| fleet_shown(s, |f| f.etcd_client_cert.as_ref().map(|(_, k)| k.show())),
                 meaning: "PEM private key of COMBD_FLEET_ETCD_CERT_FILE, read at start-up",
             }
             {
@@ -467,8 +466,7 @@ settings_table! {
                 default: DefaultValue::Described("none"),
                 unit: Text,
                 limit: none,
-                value: |s| s.fleet.as_ref().and_then(|f| f.etcd_user.as_ref())
-                    .map_or("none".into(), |(u, _)| u.clone()),
+                value: |s| fleet_shown(s, |f| f.etcd_user.as_ref().map(|(u, _)| u.clone())),
                 meaning: "the etcd user (RBAC) the node authenticates as over https; needs \
                           COMBD_FLEET_ETCD_PASSWORD_FILE",
             }
@@ -478,8 +476,7 @@ settings_table! {
                 default: DefaultValue::Described("none"),
                 unit: Text,
                 limit: none,
-                value: |s| s.fleet.as_ref().and_then(|f| f.etcd_user.as_ref())
-                    .map_or("none".into(), |(_, p)| p.show()),
+                value: |s| fleet_shown(s, |f| f.etcd_user.as_ref().map(|(_, p)| p.show())),
                 meaning: "file holding COMBD_FLEET_ETCD_USER's password (one line), read at start-up",
             }
             {
@@ -488,8 +485,7 @@ settings_table! {
                 default: DefaultValue::Described("the built-in Mozilla roots"),
                 unit: Text,
                 limit: none,
-                value: |s| s.fleet.as_ref().and_then(|f| f.ca_file.as_ref())
-                    .map_or("none".into(), |p| p.show()),
+                value: |s| fleet_shown(s, |f| f.ca_file.as_ref().map(|p| p.show())),
                 meaning: "PEM certificates of the authorities trusted for the https endpoints of etcd and the \
                           bucket (instead of the built-in Mozilla roots), read at start-up",
             }
@@ -599,31 +595,4 @@ settings_table! {
             }
         }
     }
-}
-
-/// The limits `/stats` shows that no one setting is, but that are computed from one.
-pub const DERIVED_LIMITS: &[Limit] = &[Limit {
-    name: "object_create_burst",
-    value: |s, _| {
-        s.object_create_rate
-            .saturating_mul(limits::OBJECT_CREATE_BURST_SECONDS)
-    },
-}];
-
-/// A budget's value as `--check-config` prints it: the bytes set, else where it comes from.
-fn given_or(value: &Option<u64>, derived: &str) -> String {
-    value.map_or(derived.to_string(), |b| b.to_string())
-}
-
-/// The fleet's lease TTL in force, or the default when the fleet is off.
-fn lease_ttl(s: &Settings) -> Duration {
-    s.fleet
-        .as_ref()
-        .map_or(limits::FLEET_LEASE_TTL_DEFAULT, |f| f.lease_ttl)
-}
-
-fn fleet_object_idle(s: &Settings) -> Duration {
-    s.fleet
-        .as_ref()
-        .map_or(limits::FLEET_OBJECT_IDLE_DEFAULT, |f| f.object_idle)
 }
