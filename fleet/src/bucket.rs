@@ -310,20 +310,9 @@ impl Bucket {
     ) -> Result<Option<u64>, BucketError> {
         let fleet = self.fleet_key("get", key)?;
         let got = retried(&self.retries, || {
-            let url = self
-                .bucket
-                .get_object(Some(&self.credentials), key)
-                .sign(SIGNATURE_VALID);
-            let mut resp = self
-                .agent
-                .get(url.as_str())
-                .call()
-                .map_err(|e| Self::error("get", key, http::failure(e)))?;
-            match resp.status().as_u16() {
-                404 => return Ok(None),
-                s if (200..300).contains(&s) => {}
-                _ => return Err(Self::error("get", key, http::status(&mut resp))),
-            }
+            let Some(mut resp) = self.get_response(key)? else {
+                return Ok(None);
+            };
             let total = resp.body().content_length().ok_or_else(|| {
                 Self::error("get", key, Failure::BadAnswer("no content-length".into()))
             })?;
@@ -423,6 +412,20 @@ impl Bucket {
     }
 
     fn get_once(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, BucketError> {
+        let Some(mut resp) = self.get_response(key)? else {
+            return Ok(None);
+        };
+        http::body(&mut resp, max_bytes)
+            .map(Some)
+            .map_err(|f| Self::error("get", key, f))
+    }
+
+    /// A signed GET of `key`: the answer if it succeeded (its body not read yet), `None` if
+    /// there is nothing under it, an error for any other status.
+    fn get_response(
+        &self,
+        key: &str,
+    ) -> Result<Option<ureq::http::Response<ureq::Body>>, BucketError> {
         let url = self
             .bucket
             .get_object(Some(&self.credentials), key)
@@ -434,9 +437,7 @@ impl Bucket {
             .map_err(|e| Self::error("get", key, http::failure(e)))?;
         match resp.status().as_u16() {
             404 => Ok(None),
-            s if (200..300).contains(&s) => http::body(&mut resp, max_bytes)
-                .map(Some)
-                .map_err(|f| Self::error("get", key, f)),
+            s if (200..300).contains(&s) => Ok(Some(resp)),
             _ => Err(Self::error("get", key, http::status(&mut resp))),
         }
     }

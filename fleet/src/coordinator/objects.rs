@@ -97,51 +97,17 @@ impl Coordinator {
         token: i64,
         head: Head,
     ) -> Result<Advance, CoordinatorError> {
-        if token <= 0 {
-            // No claim yields it (revisions start at 1), and etcd compares an absent key's
-            // create_revision as 0: such a token would advance the head of an unowned object.
-            return Ok(Advance::Fenced);
-        }
-        let txn = json!({
-            "compare": [{
-                "key": b64(&self.owner_key(object)),
-                "target": "CREATE",
-                "result": "EQUAL",
-                "create_revision": token.to_string(),
-            }],
-            "success": [{ "request_put": { "key": b64(&self.head_key(object)), "value": b64(&head.encode()) } }],
-            "failure": [],
-        });
-        let v = self.call("advance head", object, "/v3/kv/txn", &txn)?;
-        Ok(if v["succeeded"].as_bool().unwrap_or(false) {
-            Advance::Done
-        } else {
-            Advance::Fenced
-        })
+        let put = json!({ "request_put": {
+            "key": b64(&self.head_key(object)), "value": b64(&head.encode()) } });
+        self.fenced("advance head", object, token, put)
     }
 
     /// Gives back `object`'s claim made with `token` (its owner key deleted, if it is still
     /// that claim's): for an object never written, so nothing of it stays. [`Advance::Fenced`]
     /// when another claim holds it.
     pub fn release(&self, object: &str, token: i64) -> Result<Advance, CoordinatorError> {
-        if token <= 0 {
-            return Ok(Advance::Fenced);
-        }
-        let key = b64(&self.owner_key(object));
-        let txn = json!({
-            "compare": [{
-                "key": key, "target": "CREATE", "result": "EQUAL",
-                "create_revision": token.to_string(),
-            }],
-            "success": [{ "request_delete_range": { "key": key } }],
-            "failure": [],
-        });
-        let v = self.call("release", object, "/v3/kv/txn", &txn)?;
-        Ok(if v["succeeded"].as_bool().unwrap_or(false) {
-            Advance::Done
-        } else {
-            Advance::Fenced
-        })
+        let delete = json!({ "request_delete_range": { "key": b64(&self.owner_key(object)) } });
+        self.fenced("release", object, token, delete)
     }
 
     /// Records `snapshot` (uploaded already) as the one `object`'s restores start from, if
@@ -152,7 +118,23 @@ impl Coordinator {
         object: &str,
         snapshot: Snapshot,
     ) -> Result<Advance, CoordinatorError> {
-        if snapshot.writer <= 0 {
+        let put = json!({ "request_put": {
+            "key": b64(&self.snapshot_key(object)), "value": b64(&snapshot.encode()) } });
+        self.fenced("record snapshot", object, snapshot.writer, put)
+    }
+
+    /// Does `request` (one write of a transaction) if `token` is still `object`'s owner's
+    /// fencing token (its owner key's `create_revision`); else nothing, [`Advance::Fenced`].
+    fn fenced(
+        &self,
+        op: &'static str,
+        object: &str,
+        token: i64,
+        request: serde_json::Value,
+    ) -> Result<Advance, CoordinatorError> {
+        if token <= 0 {
+            // No claim yields it (revisions start at 1), and etcd compares an absent key's
+            // create_revision as 0: such a token would pass the fence of an unowned object.
             return Ok(Advance::Fenced);
         }
         let txn = json!({
@@ -160,13 +142,12 @@ impl Coordinator {
                 "key": b64(&self.owner_key(object)),
                 "target": "CREATE",
                 "result": "EQUAL",
-                "create_revision": snapshot.writer.to_string(),
+                "create_revision": token.to_string(),
             }],
-            "success": [{ "request_put": {
-                "key": b64(&self.snapshot_key(object)), "value": b64(&snapshot.encode()) } }],
+            "success": [request],
             "failure": [],
         });
-        let v = self.call("record snapshot", object, "/v3/kv/txn", &txn)?;
+        let v = self.call(op, object, "/v3/kv/txn", &txn)?;
         Ok(if v["succeeded"].as_bool().unwrap_or(false) {
             Advance::Done
         } else {
