@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Instant;
 
-use combd_kernel::limits::{FLEET_FORWARD_ANSWER_MAX_BYTES, FLEET_ROUTES_MAX};
+use combd_kernel::limits::FLEET_ROUTES_MAX;
 
 use crate::job::{Attached, Job, Owned, Reply};
 
@@ -113,14 +113,7 @@ impl Cells {
                 let (cells, key) = (self.clone(), key.to_string());
                 let task = self.state.spawn(async move {
                     let resp = fleet
-                        .forward(
-                            &owner,
-                            &key,
-                            &method,
-                            query.as_deref(),
-                            &body,
-                            FLEET_FORWARD_ANSWER_MAX_BYTES,
-                        )
+                        .forward(&owner, &key, &method, query.as_deref(), &body)
                         .await;
                     drop(hold);
                     if resp.status == 503 {

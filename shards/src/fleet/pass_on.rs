@@ -12,8 +12,8 @@ use super::{Attempt, Failed, Fleet};
 
 impl Fleet {
     /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address),
-    /// over the shard's own sockets ([`super::client`]); the owner's answer (at most `max_body`
-    /// bytes), or 503 if the owner cannot be reached.
+    /// over the shard's own sockets ([`super::client`]); the owner's answer (its body at most
+    /// `fleet_forward_answer_max_bytes`), or 503 if the owner cannot be reached.
     pub async fn forward(
         &self,
         owner: &str,
@@ -21,7 +21,6 @@ impl Fleet {
         method: &str,
         query: Option<&str>,
         body: &[u8],
-        max_body: u64,
     ) -> Response {
         let target = match query {
             Some(q) => format!("/o/{key}?{q}"),
@@ -30,7 +29,16 @@ impl Fleet {
         let Some(attempt) = self.may_try(owner) else {
             return owner_unreachable();
         };
-        match super::client::forward(&self.key, owner, method, &target, body, max_body).await {
+        match super::client::forward(
+            &self.key,
+            owner,
+            method,
+            &target,
+            body,
+            combd_kernel::limits::FLEET_FORWARD_ANSWER_MAX_BYTES,
+        )
+        .await
+        {
             Ok(f) if !crate::http::carries_body(f.status) => {
                 // A peer is untrusted input: a status that cannot carry the body it came with
                 // would desynchronise this connection's next response.

@@ -15,10 +15,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
-use combd_kernel::limits::{
-    FLEET_CHECKPOINT_WAL_BYTES, FLEET_FORWARD_ANSWER_MAX_BYTES, OBJECT_IDLE,
-    OBJECT_IDLE_UNDER_PRESSURE,
-};
+use combd_kernel::limits::{FLEET_CHECKPOINT_WAL_BYTES, OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE};
 use glommio::timer::Timer;
 use tracing::warn;
 
@@ -268,14 +265,7 @@ async fn pass_on(
         let (fleet, owner, key) = (fleet.clone(), owner.clone(), cell.key.clone());
         cells.state.spawn(async move {
             let resp = fleet
-                .forward(
-                    &owner,
-                    &key,
-                    &method,
-                    query.as_deref(),
-                    &body,
-                    FLEET_FORWARD_ANSWER_MAX_BYTES,
-                )
+                .forward(&owner, &key, &method, query.as_deref(), &body)
                 .await;
             let _ = reply.try_send(resp);
         })
