@@ -222,3 +222,29 @@ fn run_killloop(history: &Path, evidence: &Path) -> std::process::Output {
     }
     child.wait_with_output().unwrap()
 }
+
+/// The checker's own unit tests (handmade histories; its reductions against the unreduced
+/// search on 20,000 random ones), run here so the README's test command covers them: the
+/// checker is a Cargo workspace of its own, which `cargo test --workspace` does not reach.
+#[test]
+fn the_checkers_own_tests_pass() {
+    checker(); // built first, so the two cargo runs do not wait on one another's lock
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"))
+        .join("linearize");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["test", "--release", "--locked", "--manifest-path"])
+        .arg(repo().join("tools/linearize/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("run cargo test on tools/linearize");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tools/linearize's tests failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("test result: ok"), "{text}");
+}
