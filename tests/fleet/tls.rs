@@ -174,5 +174,26 @@ fn a_node_reaches_etcd_and_the_bucket_over_tls_as_an_etcd_user_and_not_without_e
         "COMBD_FLEET_ETCD_CERT_FILE",
         "no certificate",
     );
+    // An etcd that takes the node's TLS handshake and then never answers its authentication
+    // (a TLS front before a listener that takes connections and says nothing): past
+    // fleet_authenticate_timeout_ms (2 s) start-up fails, naming the user's setting.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().flatten().collect();
+        drop(held);
+    });
+    let mute = TlsFront::start(silent_addr, &server);
+    let mute_etcd = format!("https://{}", mute.addr);
+    refused(
+        &[("COMBD_FLEET_ETCD", Some(&mute_etcd))],
+        "COMBD_FLEET_ETCD_USER",
+        "timed out",
+    );
+    assert_eq!(
+        mute.handshakes(),
+        1,
+        "the handshake was done: the answer timed out"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
