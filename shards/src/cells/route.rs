@@ -1,5 +1,6 @@
 //! In a fleet: routing before the cell. Once a shard learned that another node owns an object
-//! (its cell found it claimed elsewhere), the next requests for it are passed on to that owner
+//! (its cell found it claimed elsewhere, and the owner answered a request passed on to it), the
+//! next requests for it are passed on to that owner
 //! at once, with no object cell, no restore slot and no claim in etcd; a session's attach is
 //! answered with the owner, for its WebSocket to be passed through.
 //!

@@ -258,8 +258,6 @@ async fn pass_on(
     let (Some(owner), Some(fleet), false) = (owner, fleet, passing.is_empty()) else {
         return;
     };
-    // The owner is known now: the next requests for the object go to it without a cell.
-    cells.route_to(&cell.key, &owner);
     // All at once, each on its own connection and within its own deadline.
     let forwards = passing.into_iter().map(|(method, query, body, reply)| {
         let (fleet, owner, key) = (fleet.clone(), owner.clone(), cell.key.clone());
@@ -267,11 +265,20 @@ async fn pass_on(
             let resp = fleet
                 .forward(&owner, &key, &method, query.as_deref(), &body)
                 .await;
+            let served = resp.status != 503;
             let _ = reply.try_send(resp);
+            served
         })
     });
+    let mut served = false;
     for task in forwards.collect::<Vec<_>>().into_iter().flatten() {
-        task.await;
+        served |= task.await;
+    }
+    if served {
+        // The owner serves it: the next requests for the object go there without a cell (not
+        // an owner that could not be reached: those ask etcd again, so the first one after
+        // its lease lapsed claims the object).
+        cells.route_to(&cell.key, &owner);
     }
 }
 
