@@ -29,15 +29,6 @@ use serde_json::Value;
 const DEADLINE: Duration = Duration::from_secs(240);
 const REQUESTS: u64 = 20;
 
-fn have(cmd: &str, arg: &str) -> bool {
-    Command::new(cmd)
-        .arg(arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Whether this machine can run the tool (root, `ip netns` allowed, python3); one line saying
 /// why not otherwise.
 fn can_run() -> bool {
@@ -45,7 +36,7 @@ fn can_run() -> bool {
         skip::skipped("not root (network namespaces need root)");
         return false;
     }
-    if !have("ip", "-V") || !have("ip", "netns") {
+    if !skip::have("ip", "-V") || !skip::have("ip", "netns") {
         skip::skipped("no `ip netns` (apt-get install iproute2)");
         return false;
     }
@@ -66,7 +57,7 @@ fn can_run() -> bool {
     let _ = Command::new("ip")
         .args(["netns", "delete", &probe])
         .status();
-    if !have("python3", "--version") {
+    if !skip::have("python3", "--version") {
         skip::skipped("no python3 (the DNS server and tools/fleet-netns/run)");
         return false;
     }
@@ -206,11 +197,7 @@ fn fleet_nodes_pass_requests_to_a_full_owner_and_take_over_when_it_is_cut_off() 
     if !can_run() {
         return;
     }
-    let garage = std::env::var("CARGO_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cargo"))
-        .join("bin/garage");
-    if !have("etcd", "--version") || !(have("garage", "--version") || garage.exists()) {
+    if !skip::fleet_servers_installed() {
         skip::skipped("no etcd or Garage (tools/fleet-env/install)");
         return;
     }

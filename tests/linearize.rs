@@ -141,26 +141,13 @@ impl Drop for TempDir {
     }
 }
 
-fn have(cmd: &str, arg: &str) -> bool {
-    Command::new(cmd)
-        .arg(arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 #[test]
 fn a_short_real_kill_loop_history_is_linearizable() {
-    let garage = std::env::var("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cargo"))
-        .join("bin/garage");
-    if !have("etcd", "--version") || !(have("garage", "--version") || garage.exists()) {
+    if !skip::fleet_servers_installed() {
         skip::skipped("no etcd or Garage (tools/fleet-env/install)");
         return;
     }
-    if !have("python3", "--version") {
+    if !skip::have("python3", "--version") {
         skip::skipped("no python3 (tools/fleet-killloop)");
         return;
     }

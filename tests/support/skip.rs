@@ -21,3 +21,27 @@ pub fn skipped(why: &str) {
         }
     }
 }
+
+/// Whether `cmd arg` runs and succeeds here (a tool a test needs is installed).
+#[allow(dead_code)]
+pub fn have(cmd: &str, arg: &str) -> bool {
+    std::process::Command::new(cmd)
+        .arg(arg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether etcd and Garage are installed (`tools/fleet-env/install`: Garage into
+/// `$CARGO_HOME/bin`, which may not be on `PATH`).
+#[allow(dead_code)]
+pub fn fleet_servers_installed() -> bool {
+    let garage = std::env::var("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cargo")
+        })
+        .join("bin/garage");
+    have("etcd", "--version") && (have("garage", "--version") || garage.exists())
+}
