@@ -105,15 +105,9 @@ fn restore_now(
 #[test]
 fn another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced() {
     let test = "another_node_restores_every_shipped_write_and_the_stale_owner_is_fenced";
-    let Some(etcd) = Etcd::start(test) else {
+    let Some((bucket, c, object, _servers)) = fleet_for(test, "room") else {
         return;
     };
-    let Some(s3) = S3::start(test) else { return };
-    let bucket = Bucket::new(&s3.bucket)
-        .unwrap()
-        .with_fleet_key(support::fleet_key());
-    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
-    let object = format!("{}room", s3.unique_prefix().trim_end_matches('/'));
     let ttl = Duration::from_secs(30);
     let (lease_a, lease_b) = (c.grant_lease(ttl).unwrap(), c.grant_lease(ttl).unwrap());
 
@@ -347,13 +341,7 @@ fn shipping_fails_when_the_bucket_is_unreachable_and_nothing_advances() {
 /// and shipped its schema and one batch with a 20 KB blob; `None` where etcd or Garage is not
 /// installed.
 fn one_shipped_owner(test: &str, name: &str) -> Option<(Bucket, Coordinator, Owner, (Etcd, S3))> {
-    let etcd = Etcd::start(test)?;
-    let s3 = S3::start(test)?;
-    let bucket = Bucket::new(&s3.bucket)
-        .unwrap()
-        .with_fleet_key(support::fleet_key());
-    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
-    let object = format!("{}{name}", s3.unique_prefix().trim_end_matches('/'));
+    let (bucket, c, object, servers) = fleet_for(test, name)?;
     let lease = c.grant_lease(Duration::from_secs(30)).unwrap();
     let Claim::Won(claim) = c.claim(&object, "127.0.0.2:8080", &lease).unwrap() else {
         panic!("first claim");
@@ -368,7 +356,21 @@ fn one_shipped_owner(test: &str, name: &str) -> Option<(Bucket, Coordinator, Own
         ),
         Advance::Done
     );
-    Some((bucket, c, a, (etcd, s3)))
+    Some((bucket, c, a, servers))
+}
+
+/// The servers of a fleet for `test` (kept alive by the caller), its bucket (sealing with the
+/// tests' key), its coordinator, and an object `<prefix>name` no other run uses; `None` where
+/// etcd or Garage is not installed.
+fn fleet_for(test: &str, name: &str) -> Option<(Bucket, Coordinator, String, (Etcd, S3))> {
+    let etcd = Etcd::start(test)?;
+    let s3 = S3::start(test)?;
+    let bucket = Bucket::new(&s3.bucket)
+        .unwrap()
+        .with_fleet_key(support::fleet_key());
+    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
+    let object = format!("{}{name}", s3.unique_prefix().trim_end_matches('/'));
+    Some((bucket, c, object, (etcd, s3)))
 }
 
 #[test]
@@ -479,15 +481,9 @@ fn a_restored_database_that_fails_its_check_is_refused() {
 #[test]
 fn a_snapshot_is_read_only_as_etcd_records_it_and_a_fenced_owner_records_none() {
     let test = "a_snapshot_is_read_only_as_etcd_records_it";
-    let Some(etcd) = Etcd::start(test) else {
+    let Some((bucket, c, object, _servers)) = fleet_for(test, "snaps") else {
         return;
     };
-    let Some(s3) = S3::start(test) else { return };
-    let bucket = Bucket::new(&s3.bucket)
-        .unwrap()
-        .with_fleet_key(support::fleet_key());
-    let c = Coordinator::new(std::slice::from_ref(&etcd.endpoint), "combd-test/");
-    let object = format!("{}snaps", s3.unique_prefix().trim_end_matches('/'));
     let ttl = Duration::from_secs(30);
     let (lease_a, lease_b) = (c.grant_lease(ttl).unwrap(), c.grant_lease(ttl).unwrap());
     let Claim::Won(claim_a) = c.claim(&object, "127.0.0.2:8080", &lease_a).unwrap() else {
