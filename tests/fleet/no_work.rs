@@ -180,11 +180,13 @@ fn requests_for_an_object_owned_elsewhere_go_there_without_a_cell_or_a_claim() {
     };
     let (a, b) = (fleet.node(), fleet.node());
     assert_eq!(post_acked(&a, "r"), 1);
-    // The first request on B opens a cell, which finds the claim A holds and passes it on;
-    // the next ones go straight to A, many at once.
+    // The first request on B reads who owns the object (no claim, no cell) and passes it
+    // on; the next ones go straight to A, many at once, without asking again.
     assert_eq!(value(&super::post(&b, "r")), 2);
     let claims = stat(&b, "fleet_claims_lost");
-    assert_eq!(claims, 1);
+    assert_eq!(claims, 0, "a read, not a claim");
+    assert_eq!(stat(&b, "fleet_lookups"), 1);
+    assert_eq!(stat(&b, "objects_live"), 0, "no cell");
     let answered: Vec<u64> = std::thread::scope(|s| {
         let asks: Vec<_> = (0..16)
             .map(|_| s.spawn(|| value(&super::post(&b, "r"))))
@@ -203,6 +205,7 @@ fn requests_for_an_object_owned_elsewhere_go_there_without_a_cell_or_a_claim() {
         claims,
         "no claim per request"
     );
+    assert_eq!(stat(&b, "fleet_lookups"), 1, "the owner read once");
     assert!(
         stat(&b, "fleet_routed") >= 16,
         "{}",

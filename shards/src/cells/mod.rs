@@ -56,6 +56,8 @@ pub(crate) struct Cells {
     create_rate: create::CreateRate,
     /// In a fleet: the owners (other nodes) of objects asked for lately.
     routes: route::Routes,
+    /// In a fleet: the reads of an owner on their way.
+    lookups: route::Lookups,
 }
 
 /// A live object's place under `COMBD_MAX_OPEN_OBJECTS`, given back when its task ends.
@@ -163,6 +165,7 @@ impl Cells {
             objects: RefCell::new(HashMap::new()),
             closing: RefCell::new(HashMap::new()),
             routes: route::Routes::default(),
+            lookups: route::Lookups::default(),
         }
     }
 
@@ -210,8 +213,12 @@ impl Cells {
             Some(c) => (c, job),
             None if job.is_detach() => return,
             None => {
-                // In a fleet, an object another node owns goes there without a cell.
+                // In a fleet, an object another node owns goes there without a cell: at once
+                // to an owner this shard knows, else once the coordinator said who owns it.
                 let Some(job) = self.route(&key, job) else {
+                    return;
+                };
+                let Some(job) = self.look_up(app, name, &key, job) else {
                     return;
                 };
                 match self.new_object(app, name, key) {
@@ -220,6 +227,25 @@ impl Cells {
                 }
             }
         };
+        self.post(cell, job);
+    }
+
+    /// Sends `job` to `key`'s cell, made if there is none (once the coordinator said no other
+    /// node owns the object).
+    fn to_cell(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, key: String, job: Job) {
+        let existing = self.objects.borrow().get(&key).cloned();
+        let cell = match existing {
+            Some(c) => c,
+            None => match self.new_object(app, name, key) {
+                Ok(cell) => cell,
+                Err(refusal) => return self.refuse(job, refusal),
+            },
+        };
+        self.post(cell, job);
+    }
+
+    /// Puts `job` in `cell`'s mailbox, or refuses it.
+    fn post(&self, cell: Rc<ObjectCell>, job: Job) {
         if let Err(refused) = cell.post(job) {
             let (job, refusal) = *refused;
             ShardStats::add(&self.state.stats().mailbox_refused, 1);

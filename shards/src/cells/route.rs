@@ -1,7 +1,10 @@
-//! In a fleet: routing before the cell. Once a shard learned that another node owns an object
-//! (its cell found it claimed elsewhere, and the owner answered a request passed on to it), the
-//! next requests for it are passed on to that owner
-//! at once, with no object cell, no restore slot and no claim in etcd; a session's attach is
+//! In a fleet: routing before the cell. A request (or a WebSocket's attach) for an object with
+//! no cell on this shard and no route first asks the coordinator who owns it: a read, not a
+//! claim ([`Cells::look_up`]; the requests for it that arrive meanwhile wait for the same
+//! read). Owned by another node, it is passed on there with no object cell, no restore slot
+//! and no claim in etcd; unowned (or this node's, or unreadable), it goes to a cell, which
+//! claims it. Once the owner answered a request passed on to it, the next requests for the
+//! object are passed on to that owner at once, without asking again; a session's attach is
 //! answered with the owner, for its WebSocket to be passed through.
 //!
 //! A route is kept for the node's lease TTL (`COMBD_FLEET_LEASE_TTL`) from when it was learned:
@@ -13,13 +16,16 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use combd_kernel::limits::FLEET_ROUTES_MAX;
 
+use crate::app::App;
 use crate::job::{Attached, Job, Owned, Reply};
+use crate::stats::ShardStats;
 
-use super::Cells;
+use super::{Cells, Refusal};
 
 /// The owners a shard knows, by object key.
 #[derive(Default)]
@@ -74,7 +80,170 @@ impl Routes {
     }
 }
 
+/// The reads of an owner on their way, by object key, with the jobs that wait for each.
+#[derive(Default)]
+pub(super) struct Lookups {
+    waiting: RefCell<HashMap<String, Vec<Job>>>,
+}
+
+/// Whether `job` may be passed on to another node: an HTTP request no node passed on yet, or
+/// an attach whose WebSocket may be passed through.
+fn passable(job: &Job) -> bool {
+    matches!(
+        (&job.input, &job.reply),
+        (
+            Owned::Http {
+                forwarded: false,
+                ..
+            },
+            Reply::Http(_)
+        ) | (Owned::Attach { .. }, Reply::Attach { may_pass: true, .. })
+    )
+}
+
 impl Cells {
+    /// In a fleet, a job for an object with no cell here and no fresh route: unless another
+    /// node passed it on (it is for this node to serve or refuse), it waits for a read of the
+    /// object's owner, shared with the jobs for the object that come meanwhile (as many as its
+    /// mailbox holds; past that refused like a full mailbox), then goes to the owner or, if
+    /// there is none, to a cell. The job back when it goes to a cell now.
+    pub(super) fn look_up(
+        self: &Rc<Self>,
+        app: &Arc<dyn App>,
+        name: &str,
+        key: &str,
+        job: Job,
+    ) -> Option<Job> {
+        let Some(fleet) = self.state.node().fleet.clone() else {
+            return Some(job);
+        };
+        if !passable(&job) {
+            return Some(job);
+        }
+        {
+            let mut waiting = self.lookups.waiting.borrow_mut();
+            if let Some(jobs) = waiting.get_mut(key) {
+                if jobs.len() >= app.mailbox() {
+                    drop(waiting);
+                    ShardStats::add(&self.state.stats().mailbox_refused, 1);
+                    self.refuse(job, Refusal::MailboxFull { cap: app.mailbox() });
+                } else {
+                    jobs.push(job);
+                }
+                return None;
+            }
+            waiting.insert(key.to_string(), vec![job]);
+        }
+        let (cells, app, name, object) =
+            (self.clone(), app.clone(), name.to_string(), key.to_string());
+        let task = self.state.spawn(async move {
+            let asked = object.clone();
+            let owner = glommio::executor()
+                .spawn_blocking(move || fleet.lookup(&asked))
+                .await;
+            let jobs = cells
+                .lookups
+                .waiting
+                .borrow_mut()
+                .remove(&object)
+                .unwrap_or_default();
+            match owner {
+                Some(owner) => {
+                    cells
+                        .pass_on(&object, jobs, Refusal::NotOwner, Some(owner))
+                        .await
+                }
+                None => {
+                    for job in jobs {
+                        cells.to_cell(&app, &name, object.clone(), job);
+                    }
+                }
+            }
+        });
+        match task {
+            Ok(t) => {
+                t.detach();
+            }
+            // A shard that drains takes no task: the dropped replies answer the connections.
+            Err(_) => {
+                self.lookups.waiting.borrow_mut().remove(key);
+            }
+        }
+        None
+    }
+
+    /// Passes the HTTP requests of `jobs` on to `owner` (all at once, each on its own
+    /// connection and within its own deadline, answered with the owner's answer), tells a
+    /// WebSocket attaching that its connection is to be passed through to `owner`, and refuses
+    /// the rest with `refusal`: a session's message (its connection is attached here, to an
+    /// object this node no longer serves), or a request or WebSocket another node already
+    /// passed on; with no owner, refuses them all. An owner that answered (not 503) is
+    /// remembered as the object's route.
+    pub(super) async fn pass_on(
+        self: &Rc<Self>,
+        key: &str,
+        jobs: Vec<Job>,
+        refusal: Refusal,
+        owner: Option<String>,
+    ) {
+        let fleet = self.state.node().fleet.clone();
+        let mut passing = Vec::new();
+        for job in jobs {
+            match (job.input, job.reply, &owner, &fleet) {
+                (
+                    Owned::Http {
+                        method,
+                        query,
+                        body,
+                        forwarded: false,
+                    },
+                    Reply::Http(reply),
+                    Some(_),
+                    Some(_),
+                ) => passing.push((method, query, body, reply, job.hold)),
+                (
+                    Owned::Attach { .. },
+                    Reply::Attach {
+                        reply,
+                        may_pass: true,
+                    },
+                    Some(owner),
+                    Some(_),
+                ) => {
+                    let _ = reply.try_send(Attached::Owner(owner.clone()));
+                }
+                (_, reply, _, _) => self.refuse_job_reply(reply, refusal),
+            }
+        }
+        let (Some(owner), Some(fleet), false) = (owner, fleet, passing.is_empty()) else {
+            return;
+        };
+        let forwards = passing
+            .into_iter()
+            .map(|(method, query, body, reply, hold)| {
+                let (fleet, owner, key) = (fleet.clone(), owner.clone(), key.to_string());
+                self.state.spawn(async move {
+                    let resp = fleet
+                        .forward(&owner, &key, &method, query.as_deref(), &body)
+                        .await;
+                    drop(hold);
+                    let served = resp.status != 503;
+                    let _ = reply.try_send(resp);
+                    served
+                })
+            });
+        let mut served = false;
+        for task in forwards.collect::<Vec<_>>().into_iter().flatten() {
+            served |= task.await;
+        }
+        if served {
+            // The owner serves it: the next requests for the object go there without a cell (not
+            // an owner that could not be reached: those ask etcd again, so the first one after
+            // its lease lapsed claims the object).
+            self.route_to(key, &owner);
+        }
+    }
+
     /// Remembers that `owner` (another node's fleet address) owns `key`.
     pub(super) fn route_to(&self, key: &str, owner: &str) {
         self.routes.learn(key, owner, Instant::now());

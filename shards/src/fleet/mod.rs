@@ -447,6 +447,30 @@ impl Fleet {
         true
     }
 
+    /// Who owns `key`, read from the coordinator (a read, no claim): another node's fleet
+    /// address if it holds the object under a live lease (a lapsed lease's claim is gone from
+    /// etcd), else `None` (unowned, this node's, unreadable, or an owner value that is not a
+    /// fleet address): the object's cell claims it then, and meets the same answers. Blocking.
+    /// A node whose lease is gone asks for a new one here too, as at an open (at most once a
+    /// [`FLEET_LEASE_REGRANT_INTERVAL`]).
+    pub fn lookup(&self, key: &str) -> Option<String> {
+        self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        self.regrant_if_lost();
+        match self.coordinator.owner(key) {
+            Ok(Some(owner)) if owner.node != self.node => {
+                match parse_fleet_address(&owner.node, self.node_public) {
+                    Ok(_) => Some(owner.node),
+                    Err(_) => None,
+                }
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(object = %key, "cannot read the owner: {e}");
+                None
+            }
+        }
+    }
+
     /// A request or attach passed on to its object's owner without a cell (`cells::route`).
     pub fn count_routed(&self) {
         self.stats.routed.fetch_add(1, Ordering::Relaxed);

@@ -14,6 +14,7 @@ pub struct FleetStats {
     pub(super) claims_lost: AtomicU64,
     pub(super) claims_released: AtomicU64,
     pub(super) routed: AtomicU64,
+    pub(super) lookups: AtomicU64,
     pub(super) segments_uploaded: AtomicU64,
     pub(super) upload_max_us: AtomicU64,
     pub(super) ship_fenced: AtomicU64,
@@ -256,6 +257,13 @@ impl Fleet {
                 Counter,
                 "Requests and attaches passed on to their object's known owner without a cell.",
                 g(|s| &s.routed),
+            ),
+            (
+                "fleet_lookups",
+                "combd_fleet_lookups_total",
+                Counter,
+                "Owners read from the coordinator before an object had a cell here (no claim).",
+                g(|s| &s.lookups),
             ),
             (
                 "fleet_segments_uploaded",

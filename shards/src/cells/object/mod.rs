@@ -21,7 +21,7 @@ use tracing::warn;
 
 use crate::app::{object_path, App};
 use crate::fleet::{OpenError, Shipping};
-use crate::job::{Attached, Job, Owned, Reply};
+use crate::job::Job;
 use crate::state::slot::WakerSlot;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
@@ -113,7 +113,8 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             // on to the owner (HTTP requests not already passed on) or refuse it, and let go:
             // the next mail makes a fresh cell that asks again.
             cells.let_go(&cell.key);
-            pass_on(&cells, &cell, cell.take_mail(), refusal, owner).await;
+            let mail = cell.take_mail().into_iter().map(|q| q.job).collect();
+            cells.pass_on(&cell.key, mail, refusal, owner).await;
             return;
         }
     };
@@ -211,74 +212,6 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         } else {
             Some(store)
         };
-    }
-}
-
-/// Passes the HTTP requests of `queued` on to `owner` (on a blocking thread, one after
-/// another, each answered with the owner's answer), tells a WebSocket attaching that its
-/// connection is to be passed through to `owner`, and refuses the rest with `refusal`: a
-/// session's message (its connection is attached here, to an object this node no longer
-/// serves), or a request or WebSocket another node already passed on.
-async fn pass_on(
-    cells: &Cells,
-    cell: &ObjectCell,
-    queued: Vec<Queued>,
-    refusal: Refusal,
-    owner: Option<String>,
-) {
-    let fleet = cells.state.node().fleet.clone();
-    let mut passing = Vec::new();
-    for q in queued {
-        match (q.job.input, q.job.reply, &owner, &fleet) {
-            (
-                Owned::Http {
-                    method,
-                    query,
-                    body,
-                    forwarded: false,
-                },
-                Reply::Http(reply),
-                Some(_),
-                Some(_),
-            ) => passing.push((method, query, body, reply)),
-            (
-                Owned::Attach { .. },
-                Reply::Attach {
-                    reply,
-                    may_pass: true,
-                },
-                Some(owner),
-                Some(_),
-            ) => {
-                let _ = reply.try_send(Attached::Owner(owner.clone()));
-            }
-            (_, reply, _, _) => cells.refuse_job_reply(reply, refusal),
-        }
-    }
-    let (Some(owner), Some(fleet), false) = (owner, fleet, passing.is_empty()) else {
-        return;
-    };
-    // All at once, each on its own connection and within its own deadline.
-    let forwards = passing.into_iter().map(|(method, query, body, reply)| {
-        let (fleet, owner, key) = (fleet.clone(), owner.clone(), cell.key.clone());
-        cells.state.spawn(async move {
-            let resp = fleet
-                .forward(&owner, &key, &method, query.as_deref(), &body)
-                .await;
-            let served = resp.status != 503;
-            let _ = reply.try_send(resp);
-            served
-        })
-    });
-    let mut served = false;
-    for task in forwards.collect::<Vec<_>>().into_iter().flatten() {
-        served |= task.await;
-    }
-    if served {
-        // The owner serves it: the next requests for the object go there without a cell (not
-        // an owner that could not be reached: those ask etcd again, so the first one after
-        // its lease lapsed claims the object).
-        cells.route_to(&cell.key, &owner);
     }
 }
 
