@@ -271,7 +271,11 @@ fn a_dead_owners_object_answers_from_another_node_with_every_acknowledged_write(
     assert_eq!(value(&get(&b, "x")), WRITES);
     assert_eq!(post_acked(&b, "x"), WRITES + 1);
     assert!(stat(&b, "fleet_lookups") >= 1);
-    assert_eq!(stat(&b, "fleet_claims_lost"), 0, "B read the owner, it did not claim");
+    assert_eq!(
+        stat(&b, "fleet_claims_lost"),
+        0,
+        "B read the owner, it did not claim"
+    );
     assert!(stat(&b, "fleet_forwarded") >= 2);
     // A request another node already passed on (signed by it) is not passed on again.
     let signed = fleet.sign(&b_at, "GET", "/o/counter/x");
