@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "fleet/etcd_size.rs"]
+mod etcd_size;
 #[path = "../fleet/tests/support/mod.rs"]
 mod fleet_support;
 #[path = "fleet/no_work.rs"]

@@ -125,7 +125,7 @@ fn a_fleet_object_waits_its_own_idle_time_before_it_is_let_go() {
 }
 
 /// The number of etcd keys under `prefix`.
-fn etcd_keys(fleet: &Fleet, prefix: &str) -> u64 {
+pub(super) fn etcd_keys(fleet: &Fleet, prefix: &str) -> u64 {
     let b64 = super::b64;
     let mut end = prefix.as_bytes().to_vec();
     *end.last_mut().unwrap() += 1;
