@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
-use combd_kernel::limits::{FLEET_CHECKPOINT_WAL_BYTES, OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE};
+use combd_kernel::limits::{OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE};
 use glommio::timer::Timer;
 use tracing::warn;
 
@@ -31,6 +31,9 @@ use super::store::{self, Store, StoreConfig};
 use super::{Cells, Refusal};
 
 mod batch;
+mod durability;
+
+use durability::Durability;
 
 /// A job waiting in an object's mailbox, and since when.
 pub(super) struct Queued {
@@ -98,11 +101,11 @@ impl ObjectCell {
 /// The life of one object.
 pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     let state = cells.state.clone();
-    let fleet = state.node().fleet.clone();
+    let durability = Durability::of(&state, &cell);
     // An earlier cell of this object still closing (a fleet's, or one whose module version
     // was replaced while mail waited): this one restores only once it has closed.
     cells.wait_closed(&cell.key).await;
-    let (mut db, shipping) = match restore(&state, &cell).await {
+    let (mut db, shipping) = match restore(&state, &cell, &durability).await {
         Opened::Db(db, shipping) => {
             // Served here now: no route sends its requests away once this cell is gone.
             cells.forget_route(&cell.key);
@@ -119,11 +122,8 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         }
     };
     let mut pipeline = Pipeline::start(&cells, &cell.key, shipping);
-    // In a fleet: the WAL's path, and its length after the last commit (what the next
-    // shipment reads up to, and what decides a checkpoint).
-    let fleet_wal = fleet
-        .as_ref()
-        .map(|_| fleet_wal_path(&cell.store_config(&state).0));
+    // In a fleet: the WAL's length after the last commit (what the next shipment reads up to,
+    // and what decides a checkpoint).
     let mut wal_len = 0;
     loop {
         // A module's version replaced (a reload): go now, so what waits and the next mail
@@ -137,7 +137,7 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         let succeeded = || state.node().apps.contains(cell.app.name());
         let go = (cell.app.retired() && (mail_is_empty(&cell) || succeeded()))
             || (absent && mail_is_empty(&cell))
-            || !wait_for_mail(&state, &cell).await;
+            || !wait_for_mail(&state, &cell, &durability).await;
         // Read again once the mail is here: a reload while the object waited for it reaches
         // that mail too (it goes to a fresh cell on the new version), instead of one more
         // batch on the old (found by the `host_imports` fuzz target).
@@ -145,19 +145,17 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         let go = go || (retired && succeeded());
         // In a fleet a failed shipment (or a sync) lets the object go: the next mail claims it
         // again and restores it from the bucket, or finds its new owner.
-        let failed_in_fleet = fleet.is_some() && pipeline.failed();
+        let failed_in_fleet = durability.lets_go_on_failure() && pipeline.failed();
         if go || failed_in_fleet {
             // Idle (or draining with nothing queued), or a module's version replaced: let the
             // object go. It leaves the map in this turn, so new mail makes a fresh cell. Its
             // connection closes only once every batch is durable and answered; in a fleet the
             // fresh cell waits for that before it restores.
-            let closing = match fleet {
-                Some(_) => Some(cells.let_go_closing(&cell.key)),
-                None if retired => Some(cells.let_go_closing(&cell.key)),
-                None => {
-                    cells.let_go(&cell.key);
-                    None
-                }
+            let closing = if durability.closes_before_reopen(retired) {
+                Some(cells.let_go_closing(&cell.key))
+            } else {
+                cells.let_go(&cell.key);
+                None
             };
             if retired && !failed_in_fleet {
                 // Its version was replaced: what waits goes, in order and in this turn (before
@@ -170,14 +168,16 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             // its way may fail now, and then the database holds writes answered 503, which no
             // snapshot may bring back.
             let (shipping, failed_since) = pipeline.finish().await;
-            close(
-                &state,
-                &cell,
-                db.take().map(Store::into_conn),
-                shipping,
-                failed_in_fleet || (fleet.is_some() && failed_since),
-            )
-            .await;
+            let failed = failed_in_fleet || (durability.lets_go_on_failure() && failed_since);
+            durability
+                .close(
+                    &state,
+                    &cell,
+                    db.take().map(Store::into_conn),
+                    shipping,
+                    failed,
+                )
+                .await;
             drop(closing);
             if failed_in_fleet {
                 refuse_mail(&cells, &cell, Refusal::FleetUnavailable);
@@ -194,19 +194,19 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             refuse_mail(&cells, &cell, Refusal::StorageUnavailable);
             continue;
         };
-        if fleet.is_some() && wal_len >= FLEET_CHECKPOINT_WAL_BYTES {
+        if durability.wants_checkpoint(wal_len) {
             store = match store {
                 Store::Present(conn) => {
-                    Store::Present(checkpoint(&state, &cell, &pipeline, conn).await)
+                    Store::Present(durability.checkpoint(&state, &cell, &pipeline, conn).await)
                 }
                 absent => absent,
             };
         }
         let (store, committed, killed) =
-            batch::run_one(&cells, &cell, store, fleet_wal.clone()).await;
+            batch::run_one(&cells, &cell, store, durability.wal()).await;
         wal_len = committed.wal_len;
         pipeline.push(committed).await;
-        db = if killed || (fleet.is_none() && pipeline.failed()) {
+        db = if killed || (!durability.lets_go_on_failure() && pipeline.failed()) {
             wal_len = 0;
             reload(&cells, &cell, &mut pipeline, Some(store)).await
         } else {
@@ -224,88 +224,6 @@ fn refuse_mail(cells: &Cells, cell: &ObjectCell, refusal: Refusal) {
 
 fn mail_is_empty(cell: &ObjectCell) -> bool {
     cell.mailbox.borrow().is_empty()
-}
-
-/// Closes a let-go object's database on a blocking thread; in a fleet, first checkpoints it
-/// and uploads it as its snapshot (unless its shipments failed, or the bucket has a snapshot
-/// at its head already), marks the closed file as the head's, and stops counting it owned.
-async fn close(
-    state: &ShardState,
-    cell: &ObjectCell,
-    db: Option<rusqlite::Connection>,
-    shipping: Option<Shipping>,
-    failed: bool,
-) {
-    let fleet = state.node().fleet.clone();
-    let (path, _) = cell.store_config(state);
-    let key = cell.key.clone();
-    glommio::executor()
-        .spawn_blocking(move || {
-            if let (Some(fleet), Some(mut shipping)) = (fleet, shipping) {
-                if fleet.release_if_unwritten(&shipping, &path) {
-                    // Never written (its reads ran on a scratch database): nothing to snapshot,
-                    // and its claim is given back.
-                    drop(db);
-                    fleet.closed();
-                    return;
-                }
-                let mut clean = false;
-                if let (Some(conn), false) = (&db, failed) {
-                    match fleet.snapshot(&mut shipping, conn, &path) {
-                        Ok(()) => clean = true,
-                        Err(e) => warn!(object = %key, "cannot upload a snapshot: {e}"),
-                    }
-                }
-                drop(db);
-                if clean {
-                    fleet.left_at_head(&shipping, &path);
-                }
-                fleet.closed();
-            } else {
-                drop(db);
-            }
-        })
-        .await;
-}
-
-/// In a fleet, once the WAL has grown past [`FLEET_CHECKPOINT_WAL_BYTES`]: waits until
-/// everything committed is shipped, then checkpoints and uploads a snapshot (SQLite's own
-/// checkpoints are off, so the WAL is never rewritten under an unshipped frame).
-async fn checkpoint(
-    state: &ShardState,
-    cell: &ObjectCell,
-    pipeline: &Pipeline,
-    conn: rusqlite::Connection,
-) -> rusqlite::Connection {
-    let (path, _) = cell.store_config(state);
-    pipeline.idle().await;
-    let Some(fleet) = state.node().fleet.clone() else {
-        return conn;
-    };
-    if pipeline.failed() {
-        // A shipment failed while it waited: the WAL holds writes answered 503, which the
-        // checkpoint would put in a snapshot. The object is let go after this batch instead.
-        return conn;
-    }
-    let Some(mut shipping) = pipeline.shipping().take() else {
-        return conn;
-    };
-    let key = cell.key.clone();
-    let (conn, shipping) = glommio::executor()
-        .spawn_blocking(move || {
-            if let Err(e) = fleet.snapshot(&mut shipping, &conn, &path) {
-                warn!(object = %key, "cannot checkpoint and upload a snapshot: {e}");
-            }
-            (conn, shipping)
-        })
-        .await;
-    *pipeline.shipping() = Some(shipping);
-    conn
-}
-
-/// The WAL of the database at `path`.
-fn fleet_wal_path(path: &std::path::Path) -> std::path::PathBuf {
-    crate::fleet::sidecar(path, "-wal")
 }
 
 /// After a killed call or a failed sync: a new commit task once the old one has answered
@@ -338,10 +256,10 @@ enum Opened {
 /// Opens the object's database, within the shard's restore cap, in order; on a node alone, its
 /// scratch database if it has none. In a fleet the object is first claimed and, if this node
 /// owns it, written from the bucket.
-async fn restore(state: &Rc<ShardState>, cell: &ObjectCell) -> Opened {
+async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durability) -> Opened {
     let permit = state.acquire_restore().await;
     let (path, config) = cell.store_config(state);
-    let fleet = state.node().fleet.clone();
+    let fleet = durability.fleet();
     let key = cell.key.clone();
     let opened = glommio::executor()
         .spawn_blocking(move || {
@@ -394,17 +312,14 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell) -> Opened {
 
 /// Waits for mail; false when the object has been idle long enough (longer under memory
 /// pressure, and in a fleet `COMBD_FLEET_OBJECT_IDLE`) or the node drains with nothing queued.
-async fn wait_for_mail(state: &ShardState, cell: &ObjectCell) -> bool {
-    let idle = if state.node().admission.pressure.load(Ordering::Relaxed) >= 1 {
-        OBJECT_IDLE_UNDER_PRESSURE
-    } else {
-        OBJECT_IDLE
-    };
-    // In a fleet a reopen costs a claim in etcd (and a close a snapshot): it waits longer.
-    let idle = match &state.settings().fleet {
-        Some(f) => idle.max(f.object_idle),
-        None => idle,
-    };
+async fn wait_for_mail(state: &ShardState, cell: &ObjectCell, durability: &Durability) -> bool {
+    let idle = durability.idle(
+        if state.node().admission.pressure.load(Ordering::Relaxed) >= 1 {
+            OBJECT_IDLE_UNDER_PRESSURE
+        } else {
+            OBJECT_IDLE
+        },
+    );
     let mut timer = Timer::new(idle);
     futures_lite::future::poll_fn(|cx| {
         if !cell.mailbox.borrow().is_empty() {
