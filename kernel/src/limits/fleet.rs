@@ -158,6 +158,13 @@ pub const FLEET_UNREACHABLE_MAX: usize = 1024;
 /// worst; past it the oldest half is forgotten (those objects go through a cell again, once).
 pub const FLEET_ROUTES_MAX: usize = 65_536;
 
+/// Reads of an object's owner a shard has on their way at once (`combd_shards::cells::route`),
+/// each a blocking etcd read for an object with no cell here: past this many, a request goes
+/// to an object cell as before the read existed (bounded by `COMBD_MAX_OPEN_OBJECTS`), so a
+/// spray of names cannot queue unbounded etcd reads. 256 reads of a few milliseconds each keep
+/// the blocking threads' queue short.
+pub const FLEET_LOOKUPS_MAX: usize = 256;
+
 /// The most bytes of an owner's answer a node passes back (a longer one is answered 503): an
 /// object's answer is JSON built by its app, far below this.
 pub const FLEET_FORWARD_ANSWER_MAX_BYTES: u64 = 16 << 20;

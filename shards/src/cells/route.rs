@@ -19,7 +19,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use combd_kernel::limits::FLEET_ROUTES_MAX;
+use combd_kernel::limits::{FLEET_LOOKUPS_MAX, FLEET_ROUTES_MAX};
 
 use crate::app::App;
 use crate::job::{Attached, Job, Owned, Reply};
@@ -131,6 +131,10 @@ impl Cells {
                     jobs.push(job);
                 }
                 return None;
+            }
+            if waiting.len() >= FLEET_LOOKUPS_MAX {
+                // A spray of names: to a cell, bounded by the node's cap on open objects.
+                return Some(job);
             }
             waiting.insert(key.to_string(), vec![job]);
         }
