@@ -208,26 +208,21 @@ impl Cells {
 
     fn submit_local(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, job: Job) {
         let key = format!("{}/{}", app.name(), name);
-        let existing = self.objects.borrow().get(&key).cloned();
-        let (cell, job) = match existing {
-            Some(c) => (c, job),
-            None if job.is_detach() => return,
-            None => {
-                // In a fleet, an object another node owns goes there without a cell: at once
-                // to an owner this shard knows, else once the coordinator said who owns it.
-                let Some(job) = self.route(&key, job) else {
-                    return;
-                };
-                let Some(job) = self.look_up(app, name, &key, job) else {
-                    return;
-                };
-                match self.new_object(app, name, key) {
-                    Ok(cell) => (cell, job),
-                    Err(refusal) => return self.refuse(job, refusal),
-                }
-            }
+        let has_cell = self.objects.borrow().contains_key(&key);
+        let job = match has_cell {
+            true => job,
+            false if job.is_detach() => return,
+            // In a fleet, an object another node owns goes there without a cell: at once to an
+            // owner this shard knows, else once the coordinator said who owns it.
+            false => match self
+                .route(&key, job)
+                .and_then(|job| self.look_up(app, name, &key, job))
+            {
+                Some(job) => job,
+                None => return,
+            },
         };
-        self.post(cell, job);
+        self.to_cell(app, name, key, job);
     }
 
     /// Sends `job` to `key`'s cell, made if there is none (once the coordinator said no other
