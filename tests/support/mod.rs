@@ -290,10 +290,20 @@ pub fn start_captured(data: &std::path::Path, env: &[(&str, &str)]) -> Captured 
     }
 }
 
-/// A port on 127.0.0.2 that nothing listens on (the kernel picked it free a moment ago).
+/// A port on 127.0.0.2 that nothing listens on (the kernel picked it free a moment ago), and
+/// never one this process was given before (the kernel may hand a just-freed port to the next
+/// bind, and two tests starting nodes at once would share it).
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
-    l.local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap();
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Polls `/stats` until `cond` holds; fails with "timed out waiting for {what}".

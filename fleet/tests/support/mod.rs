@@ -53,13 +53,24 @@ pub fn temp_dir(what: &str) -> PathBuf {
     dir
 }
 
-/// A port nobody listens on now (the kernel's pick for port 0 on 127.0.0.1).
+/// A port nobody listens on now (the kernel's pick for port 0 on 127.0.0.1), and never one
+/// this process was given before: the kernel may hand a port it just freed to the next bind,
+/// and two tests starting servers at once were once given the same port (the second etcd
+/// failed to bind, and its test used the first test's etcd).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap();
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// `name` on `PATH` or in `~/.cargo/bin`, if installed.
@@ -138,42 +149,69 @@ impl Etcd {
             return None;
         };
         let dir = temp_dir("etcd");
-        let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("{scheme}://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = spawn(
-            Command::new(bin)
-                .arg("--name=test")
-                .arg(format!("--data-dir={}", dir.join("data").display()))
-                .arg(format!("--listen-client-urls={endpoint}"))
-                .arg(format!("--advertise-client-urls={endpoint}"))
-                .arg(format!("--listen-peer-urls={peer_url}"))
-                .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-                .arg(format!("--initial-cluster=test={peer_url}"))
-                .arg("--log-level=warn")
-                // As tools/fleet-env/up runs it (README, "The fleet": etcd kept small).
-                .args([
-                    "--auto-compaction-mode=periodic",
-                    "--auto-compaction-retention=5m",
-                ])
-                .args(args),
-            &dir,
-            "etcd.log",
+        // A name of its own, so that the etcd answering is known to be this one: if another
+        // process took a port between the pick and etcd's bind, this etcd exits, and it is
+        // started again on new ports.
+        let name = format!(
+            "test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let etcd = Etcd {
-            server: Server { child, dir },
-            endpoint,
-        };
-        let health = format!("{}/health", etcd.endpoint);
-        wait_until("etcd to answer /health", START_WAIT, || {
-            agent
-                .get(&health)
-                .call()
-                .ok()
-                .and_then(|mut r| r.body_mut().read_to_string().ok())
-                .is_some_and(|b| b.contains("true"))
-        });
-        Some(etcd)
+        let deadline = Instant::now() + START_WAIT;
+        loop {
+            let (client, peer) = (free_port(), free_port());
+            let endpoint = format!("{scheme}://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let child = spawn(
+                Command::new(&bin)
+                    .arg(format!("--name={name}"))
+                    .arg(format!("--data-dir={}", dir.join("data").display()))
+                    .arg(format!("--listen-client-urls={endpoint}"))
+                    .arg(format!("--advertise-client-urls={endpoint}"))
+                    .arg(format!("--listen-peer-urls={peer_url}"))
+                    .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+                    .arg(format!("--initial-cluster={name}={peer_url}"))
+                    .arg("--log-level=warn")
+                    // As tools/fleet-env/up runs it (README, "The fleet": etcd kept small).
+                    .args([
+                        "--auto-compaction-mode=periodic",
+                        "--auto-compaction-retention=5m",
+                    ])
+                    .args(args),
+                &dir,
+                "etcd.log",
+            );
+            let mut etcd = Etcd {
+                server: Server {
+                    child,
+                    dir: dir.clone(),
+                },
+                endpoint,
+            };
+            let members = format!("{}/v3/cluster/member/list", etcd.endpoint);
+            let mut exited = false;
+            wait_until("etcd to answer its member list", START_WAIT, || {
+                exited = matches!(etcd.server.child.try_wait(), Ok(Some(_)));
+                exited
+                    || agent
+                        .post(&members)
+                        .send("{}")
+                        .ok()
+                        .and_then(|mut r| r.body_mut().read_to_string().ok())
+                        .is_some_and(|b| b.contains(&format!("\"name\":\"{name}\"")))
+            });
+            if !exited {
+                return Some(etcd);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd exited at start each time: {}",
+                std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default()
+            );
+            // Its directory is reused by the next try; this handle must not remove it.
+            etcd.server.dir = PathBuf::new();
+            let _ = std::fs::remove_dir_all(dir.join("data"));
+        }
     }
 
     /// Turns etcd's authentication on (RBAC): a `root` user, and `user` with `password`,
