@@ -6,12 +6,13 @@
 //! revision goes on growing while the bytes etcd holds in use stay level, and etcd keeps one
 //! owner, one head and at most one snapshot key per object written.
 
+use std::io::{BufReader, Write};
 use std::time::{Duration, Instant};
 
 use super::fleet_support;
 use super::no_work::etcd_keys;
-use super::support::TestNode;
-use super::{post, post_acked, Fleet};
+use super::support::{self, TestNode};
+use super::{post_acked, Fleet};
 
 /// Each phase of counter load.
 const PHASE: Duration = Duration::from_secs(8);
@@ -54,16 +55,31 @@ fn until_compacted(fleet: &Fleet, revision: u64) {
     }
 }
 
-/// Writes `counter/hot` from 4 threads for `PHASE`; the writes acknowledged.
+/// Writes `counter/hot` from 4 threads for `PHASE`, each on a keep-alive connection from a
+/// client address of its own (a loop that opened a connection a request from one address would
+/// pass `COMBD_ACCEPT_RATE_PER_ADDRESS` and be closed at the accept); the writes acknowledged.
 fn load(node: &TestNode) -> u64 {
+    const POST_HOT: &[u8] = b"POST /o/counter/hot HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
     let until = Instant::now() + PHASE;
     std::thread::scope(|s| {
         let writers: Vec<_> = (0..4)
-            .map(|_| {
-                s.spawn(|| {
+            .map(|i| {
+                s.spawn(move || {
                     let mut acked = 0;
+                    let mut conn = None;
                     while Instant::now() < until {
-                        acked += u64::from(post(node, "hot").status == 200);
+                        let c = conn.get_or_insert_with(|| {
+                            BufReader::new(support::connect_from(
+                                support::client_address(200 + i),
+                                node.public(),
+                            ))
+                        });
+                        c.get_mut().write_all(POST_HOT).expect("write");
+                        let r = support::read_response(c);
+                        acked += u64::from(r.status == 200);
+                        if r.header("connection") == Some("close") {
+                            conn = None;
+                        }
                     }
                     acked
                 })
