@@ -100,6 +100,13 @@ pub struct ShardStats {
     pub restores_active: AtomicU64,
     /// Objects waiting for a restore slot now.
     pub restores_waiting: AtomicU64,
+    /// In a fleet, reads of an object's owner on their way now (`cells::route`).
+    pub fleet_lookups_waiting: AtomicU64,
+    /// The most of them on their way at once (at most `fleet_lookups_max`).
+    pub fleet_lookups_waiting_max: AtomicU64,
+    /// Requests sent to an object cell with no read of the owner, because `fleet_lookups_max`
+    /// reads were on their way.
+    pub fleet_lookups_overflowed: AtomicU64,
     /// Objects opened, in all.
     pub restores: AtomicU64,
     /// Object databases created (a write to an object that had none).
@@ -279,6 +286,9 @@ impl ShardStats {
             ("objects_open_refused", "combd_objects_open_refused_total", Counter, "New objects refused at COMBD_MAX_OPEN_OBJECTS.", g(&self.objects_open_refused)),
             ("restores_active", "combd_restores_active", Gauge, "Objects being opened now.", g(&self.restores_active)),
             ("restores_waiting", "combd_restores_waiting", Gauge, "Objects waiting to be opened.", g(&self.restores_waiting)),
+            ("fleet_lookups_waiting", "combd_fleet_lookups_waiting", Gauge, "Reads of an object's owner on their way now.", g(&self.fleet_lookups_waiting)),
+            ("fleet_lookups_waiting_max", "combd_fleet_lookups_waiting_max", Gauge, "The most reads of an owner on their way at once.", g(&self.fleet_lookups_waiting_max)),
+            ("fleet_lookups_overflowed", "combd_fleet_lookups_overflowed_total", Counter, "Requests sent to a cell unread because fleet_lookups_max reads were on their way.", g(&self.fleet_lookups_overflowed)),
             ("restores", "combd_restores_total", Counter, "Objects opened.", g(&self.restores)),
             ("objects_created", "combd_objects_created_total", Counter, "Object databases created.", g(&self.objects_created)),
             ("objects_refused_count", "combd_objects_refused_count_total", Counter, "Writes to new objects refused past the objects per app.", g(&self.objects_refused_count)),

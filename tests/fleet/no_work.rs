@@ -218,3 +218,74 @@ fn requests_for_an_object_owned_elsewhere_go_there_without_a_cell_or_a_claim() {
     let r = super::until_200("B serving it", || super::post(&b, "r"));
     assert_eq!(value(&r), 19);
 }
+
+/// `fleet_lookups_max` crossed: with etcd holding every call, one shard keeps at most that many
+/// reads of an owner on their way; a request for one more name goes to an object cell (bounded
+/// by `COMBD_MAX_OPEN_OBJECTS`) instead of queueing another read, and once etcd answers again
+/// every request is answered.
+#[test]
+fn a_shard_waits_on_at_most_fleet_lookups_max_reads_of_an_owner() {
+    use std::io::{BufReader, Write};
+
+    use super::support::proxy::{url_like, Proxy};
+    use super::support::{client_address, connect_from, read_response};
+
+    let Some(fleet) = Fleet::start("a_shard_waits_on_at_most_fleet_lookups_max") else {
+        return;
+    };
+    let etcd: url_like::Endpoint = fleet.etcd.endpoint.parse().unwrap();
+    let link = Proxy::start(etcd.addr);
+    let a = fleet.node_on(
+        super::LEASE_TTL,
+        &fleet.s3.bucket.endpoint,
+        &[("COMBD_FLEET_ETCD", &link.url()), ("COMBD_SHARDS", "1")],
+    );
+    let max = a.stats()["limits"]["fleet_lookups_max"].as_u64().unwrap();
+    let over = 40;
+    let names = (max + over) as usize;
+    // Every request on a connection of its own, connected before etcd is held, then sent at
+    // once: all of them reach the shard well within one etcd call's timeout.
+    let mut conns: Vec<_> = (0..names)
+        .map(|i| connect_from(client_address(i), a.public()))
+        .collect();
+    link.set_held(true);
+    for (i, c) in conns.iter_mut().enumerate() {
+        let ask =
+            format!("GET /o/counter/spray-{i} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        c.write_all(ask.as_bytes()).unwrap();
+    }
+    let t0 = Instant::now();
+    while stat(&a, "fleet_lookups_waiting_max") < max {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "never {max} reads on their way: {} now, {} overflowed",
+            stat(&a, "fleet_lookups_waiting"),
+            stat(&a, "fleet_lookups_overflowed")
+        );
+        std::thread::sleep(Duration::from_millis(20)); // polling another process's counter
+    }
+    let overflowed = stat(&a, "fleet_lookups_overflowed");
+    link.set_held(false);
+    assert!(
+        (1..=over).contains(&overflowed),
+        "{overflowed} requests went to a cell unread ({over} past the cap)"
+    );
+    for (i, c) in conns.into_iter().enumerate() {
+        let r = read_response(&mut BufReader::new(c));
+        assert!(
+            r.status == 200 || r.status == 503,
+            "spray-{i}: {} {}",
+            r.status,
+            r.text()
+        );
+        if r.status == 200 {
+            assert_eq!(value(&r), 0, "spray-{i} was never written");
+        }
+    }
+    assert_eq!(stat(&a, "fleet_lookups_waiting"), 0);
+    assert_eq!(
+        stat(&a, "fleet_lookups_waiting_max"),
+        max,
+        "never more than fleet_lookups_max"
+    );
+}

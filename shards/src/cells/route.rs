@@ -16,6 +16,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -86,6 +87,31 @@ pub(super) struct Lookups {
     waiting: RefCell<HashMap<String, Vec<Job>>>,
 }
 
+impl Lookups {
+    /// Starts a read for `key`, with `job` its first waiting job.
+    fn start(&self, key: &str, job: Job, stats: &ShardStats) {
+        let mut waiting = self.waiting.borrow_mut();
+        waiting.insert(key.to_string(), vec![job]);
+        Self::count(waiting.len(), stats);
+    }
+
+    /// Ends the read for `key`: the jobs that waited for it.
+    fn end(&self, key: &str, stats: &ShardStats) -> Vec<Job> {
+        let mut waiting = self.waiting.borrow_mut();
+        let jobs = waiting.remove(key).unwrap_or_default();
+        Self::count(waiting.len(), stats);
+        jobs
+    }
+
+    fn count(len: usize, stats: &ShardStats) {
+        let len = len as u64;
+        stats.fleet_lookups_waiting.store(len, Ordering::Relaxed);
+        stats
+            .fleet_lookups_waiting_max
+            .fetch_max(len, Ordering::Relaxed);
+    }
+}
+
 /// Whether `job` may be passed on to another node: an HTTP request no node passed on yet, or
 /// an attach whose WebSocket may be passed through.
 fn passable(job: &Job) -> bool {
@@ -134,10 +160,11 @@ impl Cells {
             }
             if waiting.len() >= FLEET_LOOKUPS_MAX {
                 // A spray of names: to a cell, bounded by the node's cap on open objects.
+                ShardStats::add(&self.state.stats().fleet_lookups_overflowed, 1);
                 return Some(job);
             }
-            waiting.insert(key.to_string(), vec![job]);
         }
+        self.lookups.start(key, job, self.state.stats());
         let (cells, app, name, object) =
             (self.clone(), app.clone(), name.to_string(), key.to_string());
         let task = self.state.spawn(async move {
@@ -145,12 +172,7 @@ impl Cells {
             let owner = glommio::executor()
                 .spawn_blocking(move || fleet.lookup(&asked))
                 .await;
-            let jobs = cells
-                .lookups
-                .waiting
-                .borrow_mut()
-                .remove(&object)
-                .unwrap_or_default();
+            let jobs = cells.lookups.end(&object, cells.state.stats());
             match owner {
                 Some(owner) => {
                     cells
@@ -170,7 +192,7 @@ impl Cells {
             }
             // A shard that drains takes no task: the dropped replies answer the connections.
             Err(_) => {
-                self.lookups.waiting.borrow_mut().remove(key);
+                self.lookups.end(key, self.state.stats());
             }
         }
         None
