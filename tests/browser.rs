@@ -685,3 +685,59 @@ fn million_page_routes_and_reasons() {
     assert_eq!(get("/o/million/b?page=244", false).json()["pages"], 245);
     assert_eq!(get("/o/million/b", false).status, 200);
 }
+
+/// Cross-site WebSocket hijacking, tried by a real browser: a page of another origin (the
+/// node's localhost listener, `http://127.0.0.1:<port>`, is another origin than the public
+/// `http://127.0.0.2:<port>`) cannot open a WebSocket to the public listener nor `POST` to an
+/// object there; the same page can on its own origin.
+#[test]
+fn a_page_of_another_origin_cannot_open_a_websocket_or_post_in_chromium() {
+    let Some(bin) = find_chromium() else {
+        support::skipped("no Chromium found (apt-get install chromium, or set COMBD_CHROMIUM)");
+        return;
+    };
+    let node = TestNode::start(&[]);
+    let port = node.port;
+    let mut b = Browser::launch(&bin);
+    let tab = b.open(&format!(
+        "http://127.0.0.1:{port}/million/?board=origin-test"
+    ));
+    b.wait_for(
+        &tab,
+        "the page to be live",
+        "million.state === 'live'",
+        WAIT,
+    );
+    // Each attempt leaves its outcome in window.tried: "open", or the close code.
+    b.eval(
+        &tab,
+        &format!(
+            "window.tried = {{}}; \
+             for (const [name, url] of [['own', 'ws://127.0.0.1:{port}/o/echo/x'], \
+                                        ['foreign', 'ws://127.0.0.2:{port}/o/echo/x']]) {{ \
+               const ws = new WebSocket(url); \
+               ws.onopen = () => {{ window.tried[name] = 'open'; ws.close(); }}; \
+               ws.onclose = (e) => {{ window.tried[name] ??= 'closed ' + e.code; }}; \
+             }} \
+             fetch('http://127.0.0.2:{port}/o/counter/c', {{ method: 'POST', mode: 'no-cors', body: '5' }}) \
+               .then(() => window.tried.post = 'sent', () => window.tried.post = 'failed'); \
+             true"
+        ),
+    );
+    b.wait_for(
+        &tab,
+        "every attempt to end",
+        "window.tried.own && window.tried.foreign && window.tried.post",
+        WAIT,
+    );
+    let tried = b.eval(&tab, "window.tried");
+    assert_eq!(tried["own"], "open", "{tried}");
+    assert_eq!(tried["foreign"], "closed 1006", "{tried}");
+    let stats = node.stats();
+    assert_eq!(stats["origin_refused"], 2, "the upgrade and the POST");
+    let read = request(
+        node.public(),
+        b"GET /o/counter/c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(read.json()["value"], 0, "the cross-site POST wrote nothing");
+}

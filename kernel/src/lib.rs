@@ -58,6 +58,7 @@
 pub mod admission;
 pub mod limits;
 pub mod memory;
+pub mod origins;
 pub mod settings;
 pub mod sys;
 #[allow(unsafe_code)]

@@ -68,6 +68,9 @@ pub struct ShardStats {
     /// Public connections closed at once after the accept: their address opened them faster
     /// than `COMBD_ACCEPT_RATE_PER_ADDRESS` past its burst.
     pub address_rate_refused: AtomicU64,
+    /// WebSocket upgrades and state-changing requests refused 403 for their `Origin`
+    /// (`COMBD_ALLOWED_ORIGINS`).
+    pub origin_refused: AtomicU64,
     /// Connections of the node's own machine closed at once: the localhost listener held
     /// `LOCAL_CONNS_MAX` already.
     pub local_conns_refused: AtomicU64,
@@ -272,6 +275,7 @@ impl ShardStats {
             ("refused_late", "combd_refused_late_total", Counter, "Connections answered 503 or closed because the node was full.", g(&self.refused_late)),
             ("address_conns_refused", "combd_address_conns_refused_total", Counter, "Connections closed at once: their address was at COMBD_MAX_CONNS_PER_ADDRESS.", g(&self.address_conns_refused)),
             ("address_rate_refused", "combd_address_rate_refused_total", Counter, "Connections closed at once: their address opened them faster than COMBD_ACCEPT_RATE_PER_ADDRESS.", g(&self.address_rate_refused)),
+            ("origin_refused", "combd_origin_refused_total", Counter, "WebSocket upgrades and state-changing requests refused 403 for their Origin (COMBD_ALLOWED_ORIGINS).", g(&self.origin_refused)),
             ("local_conns_refused", "combd_local_conns_refused_total", Counter, "Localhost connections closed at once past the localhost listener's cap.", g(&self.local_conns_refused)),
             ("fleet_conns_refused", "combd_fleet_conns_refused_total", Counter, "Fleet connections closed at once past the fleet listener's cap.", g(&self.fleet_conns_refused)),
             ("listening", "combd_listening", Gauge, "1 while the public listener listens.", g(&self.listening)),

@@ -39,6 +39,11 @@ pub const HEADER_COUNT_MAX: usize = 64;
 /// maximal target still leaves room for the headers; 8 KiB is what common proxies accept.
 pub const URL_MAX_BYTES: usize = 8 * 1024;
 
+/// Most origins `COMBD_ALLOWED_ORIGINS` may list. A request with a foreign `Origin` is
+/// compared with each of them, so the list stays short enough to walk per request; a longer
+/// one is a sign of wanting `*`.
+pub const ALLOWED_ORIGINS_MAX: usize = 64;
+
 /// Read scratch buffer, one per shard (64 KiB per shard in all). Connections read into it and
 /// keep only the bytes of a partial request or frame, so an idle connection holds no read
 /// buffer at all. 64 KiB takes a whole pipelined burst or a large frame in one read.

@@ -46,6 +46,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("header_section_max_bytes", HEADER_SECTION_MAX_BYTES),
     fixed!("header_count_max", HEADER_COUNT_MAX),
     fixed!("url_max_bytes", URL_MAX_BYTES),
+    fixed!("allowed_origins_max", ALLOWED_ORIGINS_MAX),
     fixed!("read_scratch_bytes", READ_SCRATCH_BYTES),
     fixed!("pipeline_held_max_bytes", PIPELINE_HELD_MAX_BYTES),
     fixed!("slow_request_after_ms", SLOW_REQUEST_AFTER, ms),

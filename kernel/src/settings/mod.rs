@@ -29,6 +29,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::limits;
+use crate::origins::AllowedOrigins;
 
 #[macro_use]
 mod declare;
@@ -50,7 +51,10 @@ pub use names::{check_env_names, closest};
 pub use shown::DERIVED_LIMITS;
 pub use spec::{AsLimit, Context, DefaultValue, InForce, Limit, SettingSpec, Show, Unit};
 pub use table::{Settings, SETTINGS};
-use values::{optional_bytes, parse_count_usize, parse_dir, parse_sqlite_sync, resolve_shards};
+use values::{
+    optional_bytes, parse_count_usize, parse_dir, parse_sqlite_sync, resolve_allowed_origins,
+    resolve_shards,
+};
 pub use values::{
     parse_access_log, parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen,
     parse_log, parse_switch, AccessLogSink, LOG_LEVELS,

@@ -139,6 +139,21 @@ settings_table! {
             meaning: "on: WebSockets negotiate permessage-deflate (RFC 7692) when the client offers it; \
                       off: never",
         }
+        /// `COMBD_ALLOWED_ORIGINS`: the pages that may open a WebSocket or send a
+        /// state-changing request besides the request's own host (`crate::origins`).
+        allowed_origins: AllowedOrigins {
+            env: "COMBD_ALLOWED_ORIGINS",
+            flag: "--allowed-origins",
+            computed: "none: only an Origin whose host is the request's Host",
+            parse: resolve_allowed_origins,
+            unit: Text,
+            limit: none,
+            show: |v: &AllowedOrigins| v.show(),
+            meaning: "origins scheme://host[:port], comma-separated (at most 64), or *, whose pages may \
+                      open a WebSocket or send a request other than GET, HEAD or OPTIONS; a request with \
+                      no Origin (not a browser) or one whose host is the request's Host is always \
+                      allowed; any other Origin, null included, gets 403 origin not allowed",
+        }
         /// `COMBD_SHUTDOWN_TIMEOUT`.
         shutdown_timeout: Duration {
             env: "COMBD_SHUTDOWN_TIMEOUT",

@@ -244,3 +244,15 @@ pub(super) fn resolve_shards(text: Option<&str>, cx: &Context) -> Result<usize, 
     }
     Ok(n)
 }
+
+/// `COMBD_ALLOWED_ORIGINS`: unset, only the request's own host; else `*` or a list of origins
+/// ([`crate::origins::parse_allowed_origins`]).
+pub(super) fn resolve_allowed_origins(
+    text: Option<&str>,
+    _: &Context,
+) -> Result<crate::origins::AllowedOrigins, String> {
+    match text {
+        None => Ok(crate::origins::AllowedOrigins::SameHost),
+        Some(t) => crate::origins::parse_allowed_origins(t),
+    }
+}

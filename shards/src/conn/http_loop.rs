@@ -390,6 +390,16 @@ impl Conn {
             }
             _ => false,
         };
+        // A browser's page of another site may not open a WebSocket or change state in the
+        // user's name (`combd_kernel::origins`); what the fleet passes on was checked where the
+        // client connected.
+        if !from_fleet && !self.origin_allowed(req, head) {
+            ShardStats::add(&self.stats().origin_refused, 1);
+            let resp = Response::error(403, "origin not allowed");
+            let asked = Asked::Parsed(req.method, req.path, bytes_in);
+            self.respond(out, &resp, keep_alive, head_only, asked);
+            return Next::Continue;
+        }
         match self.route(req, head) {
             Routed::Respond(resp) => {
                 let asked = Asked::Parsed(req.method, req.path, bytes_in);
@@ -408,6 +418,19 @@ impl Conn {
                 entry: self.kept(req.method, req.path, bytes_in),
             })),
         }
+    }
+
+    /// Whether the request's `Origin` may make it: checked for a WebSocket upgrade and for
+    /// any method but `GET`, `HEAD` and `OPTIONS` (RFC 9110's safe methods a page may send
+    /// anywhere; CORS keeps their answers from the page).
+    fn origin_allowed(&self, req: &Request<'_>, head: &Head) -> bool {
+        let checked = head.upgrade_websocket || !matches!(req.method, "GET" | "HEAD" | "OPTIONS");
+        !checked
+            || self
+                .state()
+                .settings()
+                .allowed_origins
+                .allows(req.header("origin"), req.header("host"))
     }
 
     /// Sends a request to its object's mailbox, its body held against the connection's and

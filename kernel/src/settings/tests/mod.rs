@@ -155,6 +155,14 @@ fn zero_and_garbage_fail_naming_the_setting() {
         ("COMBD_LISTEN", "127.0.0.1:8080"),
         ("COMBD_LOG", " "),
         ("COMBD_DATA", ""),
+        ("COMBD_ALLOWED_ORIGINS", ""),
+        ("COMBD_ALLOWED_ORIGINS", "app.example.com"),
+        ("COMBD_ALLOWED_ORIGINS", "https://app.example.com/"),
+        (
+            "COMBD_ALLOWED_ORIGINS",
+            "https://a.example,,https://b.example",
+        ),
+        ("COMBD_ALLOWED_ORIGINS", "https://a.example,*"),
     ] {
         let e = load(&[(name, bad)], &[]).expect_err(&format!("{name}={bad:?} must fail"));
         assert_eq!(e.setting, name, "{name}={bad:?}: {e}");
@@ -472,3 +480,33 @@ const FLEET: &[(&str, &str)] = &[
 mod fleet_settings;
 
 mod table;
+
+#[test]
+fn allowed_origins_default_to_the_requests_own_host_and_take_a_list_or_star() {
+    use crate::origins::AllowedOrigins;
+    assert_eq!(
+        load(&[], &[]).unwrap().allowed_origins,
+        AllowedOrigins::SameHost
+    );
+    assert_eq!(
+        load(&[("COMBD_ALLOWED_ORIGINS", "*")], &[])
+            .unwrap()
+            .allowed_origins,
+        AllowedOrigins::Any
+    );
+    let s = load(
+        &[],
+        &[
+            "--allowed-origins",
+            "https://App.example:443,http://localhost:3000",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        s.allowed_origins,
+        AllowedOrigins::List(vec![
+            "https://app.example".to_string(),
+            "http://localhost:3000".to_string()
+        ])
+    );
+}
