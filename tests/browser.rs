@@ -71,7 +71,14 @@ struct Tab {
 
 impl Browser {
     fn launch(bin: &Path) -> Browser {
-        let profile = std::env::temp_dir().join(format!("combd-chromium-{}", std::process::id()));
+        // A profile of its own per launch: two Chromiums on one profile directory (two tests
+        // of this binary at once) refuse each other.
+        static LAUNCHES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let profile = std::env::temp_dir().join(format!(
+            "combd-chromium-{}-{}",
+            std::process::id(),
+            LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
         let _ = std::fs::remove_dir_all(&profile);
         std::fs::create_dir_all(&profile).unwrap();
         let mut cmd = Command::new(bin);
