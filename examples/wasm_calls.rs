@@ -55,6 +55,7 @@ fn main() {
         method: "POST",
         query: None,
         body: b"",
+        client: None,
     };
     let click = Input::Message {
         session,
@@ -63,6 +64,7 @@ fn main() {
     let attach = Input::Attach {
         session,
         query: Some("page=0"),
+        client: None,
     };
     let cases: [Case<'_>; 3] = [
         (

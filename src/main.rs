@@ -29,6 +29,7 @@ static ALLOC: combd_shards::alloc::CountingAlloc = combd_shards::alloc::Counting
 mod check;
 mod coordinator;
 mod notify;
+mod token;
 mod top;
 
 /// Why the node stops with an error. The message is printed as `combd: <message>`.
@@ -95,6 +96,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("top") {
         std::process::exit(top::run(&args[1..]));
+    }
+    if args.first().map(String::as_str) == Some("token") {
+        std::process::exit(token::run(&args[1..]));
     }
     let cpus = sys::allowed_cpus().unwrap_or_else(|e| {
         fail(Failure::Software(format!(
@@ -185,6 +189,10 @@ fn main() {
         combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
             .unwrap_or_else(|e| fail(e.into()))
     });
+    let auth = settings.auth.clone().map(|a| {
+        combd_shards::auth::Auth::new(a)
+            .unwrap_or_else(|e| fail(Failure::Config(format!("COMBD_AUTH_JWT_KEY_FILE: {e}"))))
+    });
     let deployed = deploy(&settings, running).unwrap_or_else(|f| fail(f));
     let access_log = if running {
         open_access_log(&settings).unwrap_or_else(|f| fail(f))
@@ -218,6 +226,7 @@ fn main() {
         inbound_budget_bytes: inbound_budget,
         coordinator: wake_coordinator,
         tls,
+        auth,
         access_log: access_log.clone(),
     };
     let node = Node::start(config, &cpus).unwrap_or_else(|e: StartError| fail(e.into()));
@@ -391,6 +400,11 @@ fn handle_signals(node: &Node, deployed: combd_wasm::Deployed) {
                     Some(Ok(())) => info!("SIGHUP: TLS certificate and key reloaded"),
                     Some(Err(e)) => error!("SIGHUP: keeping the old TLS certificate: {e}"),
                     None => info!("SIGHUP: TLS is off, nothing to reload"),
+                }
+                match shared.auth.as_ref().map(|a| a.reload()) {
+                    Some(Ok(())) => info!("SIGHUP: token key reloaded"),
+                    Some(Err(e)) => error!("SIGHUP: keeping the old token key: {e}"),
+                    None => {}
                 }
                 reload_modules(&deployed, &shared.apps);
                 if let Some(log) = &shared.access_log {

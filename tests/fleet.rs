@@ -11,6 +11,8 @@
 mod etcd_size;
 #[path = "../fleet/tests/support/mod.rs"]
 mod fleet_support;
+#[path = "fleet/identity.rs"]
+mod identity;
 #[path = "fleet/no_work.rs"]
 mod no_work;
 mod support;

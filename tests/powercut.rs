@@ -78,6 +78,7 @@ fn start_node(data: &Path, sync: &str) -> Node {
         inbound_budget_bytes: 64 << 20,
         coordinator,
         tls: None,
+        auth: None,
         access_log: None,
     };
     Node::start(config, &cpus[..1]).unwrap()

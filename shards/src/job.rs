@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::app::{AppError, Input, Message, SessionId};
+use crate::auth::Client;
 use crate::http::Response;
 use crate::inbound::Hold;
 use crate::ws::OutFrame;
@@ -26,12 +27,13 @@ impl Job {
     }
 
     /// An HTTP request; the response goes back on `reply`. `forwarded`: another node of the
-    /// fleet passed it on (it is never passed on again).
+    /// fleet passed it on (it is never passed on again). `client`: who its token named.
     pub fn http(
         method: String,
         query: Option<String>,
         body: Vec<u8>,
         forwarded: bool,
+        client: Option<Arc<Client>>,
         reply: async_channel::Sender<Response>,
     ) -> Job {
         Job {
@@ -40,6 +42,7 @@ impl Job {
                 query,
                 body,
                 forwarded,
+                client,
             },
             reply: Reply::Http(reply),
             hold: None,
@@ -65,11 +68,16 @@ impl Job {
     pub fn attach(
         session: SessionId,
         query: Option<String>,
+        client: Option<Arc<Client>>,
         reply: async_channel::Sender<Attached>,
         may_pass: bool,
     ) -> Job {
         Job {
-            input: Owned::Attach { session, query },
+            input: Owned::Attach {
+                session,
+                query,
+                client,
+            },
             reply: Reply::Attach { reply, may_pass },
             hold: None,
         }
@@ -77,9 +85,13 @@ impl Job {
 
     /// A session that missed messages attaching again, in place ([`crate::app::Resync::Attach`]):
     /// its attach sends it what it views. An error goes back to the session.
-    pub fn reattach(session: SessionId, query: Option<String>) -> Job {
+    pub fn reattach(session: SessionId, query: Option<String>, client: Option<Arc<Client>>) -> Job {
         Job {
-            input: Owned::Attach { session, query },
+            input: Owned::Attach {
+                session,
+                query,
+                client,
+            },
             reply: Reply::Session(session),
             hold: None,
         }
@@ -134,6 +146,8 @@ pub(crate) enum Owned {
         body: Vec<u8>,
         /// Passed on by another node of the fleet.
         forwarded: bool,
+        /// Who its token named, if it came with a valid one.
+        client: Option<Arc<Client>>,
     },
     Message {
         session: SessionId,
@@ -143,6 +157,7 @@ pub(crate) enum Owned {
     Attach {
         session: SessionId,
         query: Option<String>,
+        client: Option<Arc<Client>>,
     },
     Detach {
         session: SessionId,
@@ -157,11 +172,13 @@ impl Owned {
                 method,
                 query,
                 body,
+                client,
                 ..
             } => Input::Http {
                 method,
                 query: query.as_deref(),
                 body,
+                client: client.as_deref(),
             },
             Owned::Message {
                 session,
@@ -178,9 +195,14 @@ impl Owned {
                     Message::Binary(payload)
                 },
             },
-            Owned::Attach { session, query } => Input::Attach {
+            Owned::Attach {
+                session,
+                query,
+                client,
+            } => Input::Attach {
                 session: *session,
                 query: query.as_deref(),
+                client: client.as_deref(),
             },
             Owned::Detach { session } => Input::Detach { session: *session },
         })

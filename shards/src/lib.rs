@@ -69,6 +69,7 @@ pub mod addresses;
 pub mod admission;
 pub mod alloc;
 pub mod app;
+pub mod auth;
 mod cells;
 mod conn;
 mod fifo;

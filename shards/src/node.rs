@@ -126,6 +126,8 @@ pub struct NodeConfig {
     pub coordinator: mpsc::SyncSender<()>,
     /// The TLS configuration, when TLS is on.
     pub tls: Option<Tls>,
+    /// The token verifier, when `COMBD_AUTH_JWT_KEY_FILE` is set.
+    pub auth: Option<crate::auth::Auth>,
     /// The access log, when `COMBD_ACCESS_LOG` is not off (started by the caller, who
     /// finishes it once the node has stopped).
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
@@ -145,6 +147,7 @@ impl Node {
             inbound_budget_bytes,
             coordinator,
             tls,
+            auth,
             access_log,
         } = config;
         let n = settings.shards;
@@ -179,6 +182,7 @@ impl Node {
             coordinator,
             inboxes,
             tls,
+            auth,
             fleet,
             access_log,
         }));

@@ -62,6 +62,8 @@ pub struct NodeShared {
     pub(crate) inboxes: Vec<async_channel::Sender<ShardMsg>>,
     /// The TLS configuration, when TLS is on.
     pub tls: Option<Tls>,
+    /// The token verifier, when `COMBD_AUTH_JWT_KEY_FILE` is set.
+    pub auth: Option<crate::auth::Auth>,
     /// This node's part of the fleet, when `COMBD_FLEET_ETCD` is set.
     pub fleet: Option<Arc<Fleet>>,
     /// Per shard: what its sessions missed because its inbox was full.
@@ -141,6 +143,7 @@ pub(crate) struct SharedParts {
     pub coordinator: mpsc::SyncSender<()>,
     pub inboxes: Vec<async_channel::Sender<ShardMsg>>,
     pub tls: Option<Tls>,
+    pub auth: Option<crate::auth::Auth>,
     pub fleet: Option<Arc<Fleet>>,
     pub access_log: Option<Arc<AccessLog>>,
 }
@@ -185,6 +188,7 @@ impl NodeShared {
             missed: p.inboxes.iter().map(|_| Missed::default()).collect(),
             inboxes: p.inboxes,
             tls: p.tls,
+            auth: p.auth,
             fleet: p.fleet,
             access_log: p.access_log,
         }
@@ -350,6 +354,8 @@ impl NodeShared {
             ("measurements", "combd_measurements_total", Counter, "Admission measurements taken.", g(&a.measurements)),
             ("tls_reloads", "combd_tls_reloads_total", Counter, "TLS certificate reloads that took effect.", self.tls.as_ref().map_or(0, |t| g(&t.reloads))),
             ("tls_reload_failures", "combd_tls_reload_failures_total", Counter, "TLS certificate reloads refused.", self.tls.as_ref().map_or(0, |t| g(&t.reload_failures))),
+            ("auth_key_reloads", "combd_auth_key_reloads_total", Counter, "Token key reloads (SIGHUP) that took effect.", self.auth.as_ref().map_or(0, |a| g(&a.reloads))),
+            ("auth_key_reload_failures", "combd_auth_key_reload_failures_total", Counter, "Token key reloads refused (the old key kept).", self.auth.as_ref().map_or(0, |a| g(&a.reload_failures))),
             ("wasm_reloads", "combd_wasm_reloads_total", Counter, "Module reloads that replaced an app's version.", self.deployments().iter().filter_map(|(_, d)| d.as_ref()).map(|d| d.reloads).sum()),
             ("wasm_reloads_refused", "combd_wasm_reloads_refused_total", Counter, "Module reloads refused (the old version kept).", self.deployments().iter().filter_map(|(_, d)| d.as_ref()).map(|d| d.reloads_refused).sum()),
             ("wasm_apps_added", "combd_wasm_apps_added_total", Counter, "Modules deployed by a reload (a new file in the apps directory).", self.apps.changes().added),

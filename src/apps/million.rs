@@ -180,7 +180,7 @@ impl App for Million {
                 "GET, HEAD",
                 "view the board over a WebSocket",
             )),
-            Input::Attach { session, query } => {
+            Input::Attach { session, query, .. } => {
                 let page = page_of(*query)?;
                 let bits = load_page(cx, page)?;
                 let msg = serde_json::json!({ "t": "page", "p": page, "s": session_number(*session), "bits": hex(&bits) });

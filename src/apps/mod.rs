@@ -11,6 +11,7 @@ pub mod hold;
 pub mod limits;
 pub mod million;
 pub mod stall;
+pub mod whoami;
 
 /// The value of `key` in a query string (`a=1&b=2`), for the test apps' parameters.
 pub(crate) fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
@@ -31,6 +32,7 @@ pub fn builtin(test_apps: bool) -> Apps {
         list.push(Arc::new(hold::Hold));
         list.push(Arc::new(limits::Limits));
         list.push(Arc::new(stall::Stall));
+        list.push(Arc::new(whoami::WhoAmI));
     }
     let apps = Apps::new();
     for app in list {

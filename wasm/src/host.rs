@@ -45,6 +45,7 @@ impl CallInput {
                 method,
                 query,
                 body,
+                ..
             } => CallInput {
                 kind: 0,
                 session: None,
@@ -64,7 +65,7 @@ impl CallInput {
                     ..CallInput::default()
                 }
             }
-            Input::Attach { session, query } => CallInput {
+            Input::Attach { session, query, .. } => CallInput {
                 kind: 3,
                 session: Some(session),
                 query: query.map(str::to_string),

@@ -44,6 +44,25 @@ pub const URL_MAX_BYTES: usize = 8 * 1024;
 /// one is a sign of wanting `*`.
 pub const ALLOWED_ORIGINS_MAX: usize = 64;
 
+/// Longest `COMBD_AUTH_ISSUER` or `COMBD_AUTH_AUDIENCE`, and longest `sub` or `name` claim a
+/// token may carry: what a session keeps of its client is bounded by it (two of them).
+pub const AUTH_CLAIM_MAX_BYTES: usize = 256;
+
+/// Longest token the node verifies (a header, a cookie or a subprotocol): past it the token is
+/// refused unread. Within the head's 16 KiB; 4 KiB holds an RS256 token with its claims.
+pub const AUTH_TOKEN_MAX_BYTES: usize = 4 * 1024;
+
+/// Shortest HS256 secret the node takes: 32 bytes, the hash's width (RFC 7518, 3.2: a key of
+/// the same size as the hash output or larger). A shorter one stops start-up.
+pub const AUTH_HS256_SECRET_MIN_BYTES: usize = 32;
+
+/// Largest key file: a PEM public key is a few hundred bytes, an RSA-4096 one under 1 KiB.
+pub const AUTH_KEY_FILE_MAX_BYTES: usize = 64 * 1024;
+
+/// Clock skew allowed on a token's `exp` and `nbf`, in seconds: the node's clock and the
+/// issuer's may disagree by this much.
+pub const AUTH_LEEWAY_SECONDS: u64 = 30;
+
 /// Read scratch buffer, one per shard (64 KiB per shard in all). Connections read into it and
 /// keep only the bytes of a partial request or frame, so an idle connection holds no read
 /// buffer at all. 64 KiB takes a whole pipelined burst or a large frame in one read.

@@ -119,6 +119,17 @@ pub struct TlsSettings {
     pub key: PathBuf,
 }
 
+/// Verified identity: where the token key is, and what a token must say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthSettings {
+    /// `COMBD_AUTH_JWT_KEY_FILE`: an HS256 secret on one line, or a PEM public key.
+    pub key_file: PathBuf,
+    /// `COMBD_AUTH_ISSUER`: the `iss` a token must carry, if set.
+    pub issuer: Option<String>,
+    /// `COMBD_AUTH_AUDIENCE`: an `aud` a token must carry, if set.
+    pub audience: Option<String>,
+}
+
 /// The texts given for the settings, by variable name (a flag's value having replaced the
 /// environment's).
 struct Given<'a> {
@@ -156,6 +167,44 @@ fn tls_group(given: &Given<'_>) -> Result<Option<TlsSettings>, ConfigError> {
         listen,
         cert: PathBuf::from(cert),
         key: PathBuf::from(key),
+    }))
+}
+
+/// The auth group: `COMBD_AUTH_JWT_KEY_FILE` turns verified identity on; the issuer and
+/// audience only mean something with it.
+fn auth_group(given: &Given<'_>) -> Result<Option<AuthSettings>, ConfigError> {
+    let claim = |name: &'static str| -> Result<Option<String>, ConfigError> {
+        match given.get(name) {
+            None => Ok(None),
+            Some(v) if v.trim().is_empty() || v.len() > limits::AUTH_CLAIM_MAX_BYTES => Err(err(
+                name,
+                format!(
+                    "must be 1 to {} bytes (or left unset)",
+                    limits::AUTH_CLAIM_MAX_BYTES
+                ),
+            )),
+            Some(v) => Ok(Some(v.trim().to_string())),
+        }
+    };
+    let (issuer, audience) = (claim("COMBD_AUTH_ISSUER")?, claim("COMBD_AUTH_AUDIENCE")?);
+    let Some(file) = given.get("COMBD_AUTH_JWT_KEY_FILE") else {
+        for (name, v) in [
+            ("COMBD_AUTH_ISSUER", &issuer),
+            ("COMBD_AUTH_AUDIENCE", &audience),
+        ] {
+            if v.is_some() {
+                return Err(err(name, "is set but COMBD_AUTH_JWT_KEY_FILE is not"));
+            }
+        }
+        return Ok(None);
+    };
+    if file.trim().is_empty() {
+        return Err(err("COMBD_AUTH_JWT_KEY_FILE", "must name a file"));
+    }
+    Ok(Some(AuthSettings {
+        key_file: PathBuf::from(file),
+        issuer,
+        audience,
     }))
 }
 

@@ -442,6 +442,39 @@ settings_table! {
                 meaning: "PEM file with the private key (PKCS#8, RSA or EC) matching the certificate; reloaded on SIGHUP",
             }
         }
+        /// `COMBD_AUTH_JWT_KEY_FILE`, `COMBD_AUTH_ISSUER`, `COMBD_AUTH_AUDIENCE`, when verified
+        /// identity is on.
+        auth: Option<AuthSettings> = auth_group {
+            {
+                env: "COMBD_AUTH_JWT_KEY_FILE",
+                flag: "--auth-jwt-key-file",
+                default: DefaultValue::Described("off"),
+                unit: Text,
+                limit: none,
+                value: |s| s.auth.as_ref().map_or("off".into(), |a| a.key_file.show()),
+                meaning: "the key that signs clients' tokens (JWT): an HS256 secret on one line (at least 32 \
+                          bytes), or a PEM public key (RSA: RS256, P-256: ES256, Ed25519: EdDSA); read at \
+                          start-up (a bad file stops it) and again on SIGHUP (a bad one keeps the old key)",
+            }
+            {
+                env: "COMBD_AUTH_ISSUER",
+                flag: "--auth-issuer",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.auth.as_ref().and_then(|a| a.issuer.clone()).unwrap_or_else(|| "none".into()),
+                meaning: "the iss a token must carry; needs COMBD_AUTH_JWT_KEY_FILE",
+            }
+            {
+                env: "COMBD_AUTH_AUDIENCE",
+                flag: "--auth-audience",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.auth.as_ref().and_then(|a| a.audience.clone()).unwrap_or_else(|| "none".into()),
+                meaning: "an aud a token must carry (unset: any or none); needs COMBD_AUTH_JWT_KEY_FILE",
+            }
+        }
         /// The `COMBD_FLEET_*` settings when the fleet is on (`COMBD_FLEET_ETCD` set); none for
         /// a node alone, which works exactly as without them.
         fleet: Option<FleetSettings> = fleet_group {

@@ -47,6 +47,7 @@ use crate::http::Response;
 
 mod cx;
 pub(crate) mod registry;
+pub use crate::auth::Client;
 use crate::limit::Limit;
 pub use crate::stats::Deployment;
 pub use cx::{limit_error, CallBudget, Cx};
@@ -78,6 +79,9 @@ pub enum Input<'a> {
         query: Option<&'a str>,
         /// The body.
         body: &'a [u8],
+        /// The client its token named (`COMBD_AUTH_JWT_KEY_FILE`), if it came with a valid one;
+        /// always there for an app that is [`App::identified`].
+        client: Option<&'a Client>,
     },
     /// A message from a session.
     Message {
@@ -92,6 +96,9 @@ pub enum Input<'a> {
         session: SessionId,
         /// The query string of its upgrade request.
         query: Option<&'a str>,
+        /// The client its token named, as for [`Input::Http`]; the session keeps it for its
+        /// whole life (a resync attaches with it again).
+        client: Option<&'a Client>,
     },
     /// A session detached (its WebSocket closed).
     Detach {
@@ -277,6 +284,13 @@ pub trait App: Send + Sync + 'static {
     /// Whether the app is stateless: no objects, no database; `handle` runs inline on the
     /// connection's shard.
     fn stateless(&self) -> bool {
+        false
+    }
+
+    /// Whether the app serves only identified clients: a request or WebSocket upgrade without a
+    /// valid token (`COMBD_AUTH_JWT_KEY_FILE`) is answered `401 unauthorized` before it reaches
+    /// the app or an object. `false` (public): anyone, the client named if its token is valid.
+    fn identified(&self) -> bool {
         false
     }
 

@@ -310,6 +310,7 @@ mod tests {
             query: None,
             body: body.as_bytes().to_vec(),
             forwarded: false,
+            client: None,
         }
     }
 
@@ -409,6 +410,7 @@ mod tests {
             query: None,
             body: Vec::new(),
             forwarded: false,
+            client: None,
         }
     }
 

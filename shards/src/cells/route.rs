@@ -222,11 +222,12 @@ impl Cells {
                         query,
                         body,
                         forwarded: false,
+                        client,
                     },
                     Reply::Http(reply),
                     Some(_),
                     Some(_),
-                ) => passing.push((method, query, body, reply, job.hold)),
+                ) => passing.push((method, query, body, client, reply, job.hold)),
                 (
                     Owned::Attach { .. },
                     Reply::Attach {
@@ -246,11 +247,12 @@ impl Cells {
         };
         let forwards = passing
             .into_iter()
-            .map(|(method, query, body, reply, hold)| {
+            .map(|(method, query, body, client, reply, hold)| {
                 let (fleet, owner, key) = (fleet.clone(), owner.clone(), key.to_string());
                 self.state.spawn(async move {
+                    let token = client.as_deref().map(crate::auth::Client::token);
                     let resp = fleet
-                        .forward(&owner, &key, &method, query.as_deref(), &body)
+                        .forward(&owner, &key, &method, query.as_deref(), &body, token)
                         .await;
                     drop(hold);
                     let served = resp.status != 503;
@@ -301,6 +303,7 @@ impl Cells {
                         query,
                         body,
                         forwarded: false,
+                        client,
                     },
                 reply: Reply::Http(reply),
                 hold,
@@ -308,8 +311,9 @@ impl Cells {
                 fleet.count_routed();
                 let (cells, key) = (self.clone(), key.to_string());
                 let task = self.state.spawn(async move {
+                    let token = client.as_deref().map(crate::auth::Client::token);
                     let resp = fleet
-                        .forward(&owner, &key, &method, query.as_deref(), &body)
+                        .forward(&owner, &key, &method, query.as_deref(), &body, token)
                         .await;
                     drop(hold);
                     if resp.status == 503 {

@@ -87,6 +87,8 @@ struct SessionCell {
     topic: String,
     /// The query it attached with (a resync attaches with it again).
     query: Option<String>,
+    /// The client its token named, for its whole life (a resync attaches with it again).
+    client: Option<Arc<crate::auth::Client>>,
     /// Bytes waiting for the client: the mailbox's, and those being written, until the
     /// kernel has taken them.
     waiting_bytes: u64,
@@ -118,13 +120,14 @@ impl Sessions {
     }
 
     /// A new session of the connection parked in `slot`, attached to object `key` with
-    /// `query` and subscribed to `topic`.
+    /// `query` (and `client`, if its token named one) and subscribed to `topic`.
     pub fn open(
         &self,
         slot: usize,
         key: String,
         topic: String,
         query: Option<String>,
+        client: Option<Arc<crate::auth::Client>>,
     ) -> SessionId {
         let id = self.next.get() + 1;
         self.next.set(id);
@@ -145,6 +148,7 @@ impl Sessions {
                 key,
                 topic,
                 query,
+                client,
             },
         );
         ShardStats::add(&self.state.stats().sessions, 1);
@@ -182,6 +186,11 @@ impl Sessions {
     /// The query the session attached with.
     pub fn query(&self, id: u64) -> Option<String> {
         self.map.borrow().get(&id).and_then(|s| s.query.clone())
+    }
+
+    /// The client the session's token named, if any.
+    pub fn client(&self, id: u64) -> Option<Arc<crate::auth::Client>> {
+        self.map.borrow().get(&id).and_then(|s| s.client.clone())
     }
 
     /// Whether the session missed frames since it was last asked; the connection then

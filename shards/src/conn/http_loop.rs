@@ -42,6 +42,8 @@ struct ObjectRequest {
     head_only: bool,
     /// Passed on by another node of the fleet.
     forwarded: bool,
+    /// The client its token named, if any.
+    client: Option<Arc<crate::auth::Client>>,
     /// What the access log keeps of it, while the log is on.
     entry: Option<Box<Entry>>,
 }
@@ -407,7 +409,11 @@ impl Conn {
                 Next::Continue
             }
             Routed::Upgrade(up) => Next::Upgrade(up),
-            Routed::Object { app, object } => Next::Object(Box::new(ObjectRequest {
+            Routed::Object {
+                app,
+                object,
+                client,
+            } => Next::Object(Box::new(ObjectRequest {
                 app,
                 object,
                 method: req.method.to_string(),
@@ -415,6 +421,7 @@ impl Conn {
                 body: req.body.to_vec(),
                 head_only,
                 forwarded: from_fleet,
+                client,
                 entry: self.kept(req.method, req.path, bytes_in),
             })),
         }
@@ -440,7 +447,14 @@ impl Conn {
         let (tx, answer) = async_channel::bounded(1);
         match self.hold_input(req.body.len() as u64) {
             Some(hold) => {
-                let job = Job::http(req.method, req.query, req.body, req.forwarded, tx);
+                let job = Job::http(
+                    req.method,
+                    req.query,
+                    req.body,
+                    req.forwarded,
+                    req.client,
+                    tx,
+                );
                 self.cells.submit(&req.app, &req.object, job.held(hold));
             }
             None => {

@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use crate::app::{valid_object_name, App, AppError, CallBudget, Cx, Effect, Input, Output};
+use crate::auth::{self, Client, Refused};
 use crate::http::{Head, Request, Response};
+use crate::stats::ShardStats;
 
 use super::websocket::Upgrade;
 use super::Conn;
@@ -16,7 +18,20 @@ use super::Conn;
 pub(super) enum Routed {
     Respond(Response),
     Upgrade(Upgrade),
-    Object { app: Arc<dyn App>, object: String },
+    Object {
+        app: Arc<dyn App>,
+        object: String,
+        client: Option<Arc<Client>>,
+    },
+}
+
+/// The 401 of an identified app: no token, or one that failed (RFC 6750, 3).
+fn unauthorized(why: &Refused) -> Response {
+    let challenge = match why {
+        Refused::Missing => "Bearer",
+        Refused::Invalid(_) => "Bearer error=\"invalid_token\"",
+    };
+    Response::error(401, "unauthorized").with_header("www-authenticate", challenge)
 }
 
 fn method_not_allowed() -> Response {
@@ -96,6 +111,10 @@ impl Conn {
                 "invalid object name: 1 to 64 of A-Z a-z 0-9 _ . -, not starting with a dot",
             ));
         }
+        let client = match self.identify(req, app.as_ref()) {
+            Ok(client) => client,
+            Err(resp) => return Routed::Respond(resp),
+        };
         if head.upgrade_websocket {
             // In a fleet, a stateful app's WebSocket may be passed through to its object's
             // owner: keep the request to send it on (not one another node already passed on).
@@ -121,13 +140,21 @@ impl Conn {
                             )
                         })
                         .flatten();
+                    // A browser that offered its token as `combd.bearer.<jwt>` offered `combd`
+                    // beside it: the 101 answers that (never the token).
+                    let protocol =
+                        auth::offered_protocols(req.headers.iter().map(|h| (h.name, h.value)))
+                            .any(|p| p == auth::PROTOCOL.as_bytes())
+                            .then_some(auth::PROTOCOL);
                     Routed::Upgrade(Upgrade {
                         app: app.clone(),
                         object: object.to_string(),
                         accept,
                         deflate,
+                        protocol,
                         query: req.query.map(str::to_string),
                         replay,
+                        client,
                     })
                 }
                 Err(resp) => Routed::Respond(resp),
@@ -144,12 +171,14 @@ impl Conn {
             return Routed::Object {
                 app: app.clone(),
                 object: object.to_string(),
+                client,
             };
         }
         let input = Input::Http {
             method: req.method,
             query: req.query,
             body: req.body,
+            client: client.as_deref(),
         };
         let (result, _) = self.call_stateless(app.as_ref(), &input);
         Routed::Respond(match result {
@@ -157,6 +186,34 @@ impl Conn {
             Ok(Output::None) => Response::bytes(204, "application/json", Vec::new()),
             Err(e) => e.response(),
         })
+    }
+
+    /// The client the request's token names, if it has a valid one; for an identified app,
+    /// the 401 when it has none. A public app's request with a bad token goes on as anyone's.
+    fn identify(&self, req: &Request<'_>, app: &dyn App) -> Result<Option<Arc<Client>>, Response> {
+        let node = self.state().node();
+        let token = auth::token(req.headers.iter().map(|h| (h.name, h.value)));
+        let verified = match (&node.auth, token) {
+            (_, None) => Err(Refused::Missing),
+            (None, Some(_)) => Err(Refused::Invalid(
+                "COMBD_AUTH_JWT_KEY_FILE is not set".into(),
+            )),
+            (Some(a), Some(t)) => a.verify(t),
+        };
+        match verified {
+            Ok(client) => {
+                ShardStats::add(&self.stats().auth_verified, 1);
+                Ok(Some(Arc::new(client)))
+            }
+            Err(why) if app.identified() => {
+                if let Refused::Invalid(reason) = &why {
+                    tracing::debug!(app = app.name(), "token refused: {reason}");
+                }
+                ShardStats::add(&self.stats().auth_refused, 1);
+                Err(unauthorized(&why))
+            }
+            Err(_) => Ok(None),
+        }
     }
 
     /// Calls a stateless app right here, on the shard's loop: no database, no mailbox, its

@@ -29,10 +29,14 @@ pub(super) struct Upgrade {
     pub accept: String,
     /// permessage-deflate as negotiated: offered, acceptably, and `COMBD_WS_DEFLATE` is on.
     pub deflate: Option<ws::deflate::Negotiated>,
+    /// The subprotocol the 101 answers, if any.
+    pub protocol: Option<&'static str>,
     pub query: Option<String>,
     /// In a fleet: the request as it is sent on to the object's owner, if the object turns
     /// out to be another node's (none when another node passed it on here).
     pub replay: Option<super::routes::Replay>,
+    /// The client its token named, if any; the session keeps it.
+    pub client: Option<Arc<crate::auth::Client>>,
 }
 
 /// A failed write of a session's output, and whether it cut a frame short (some of it was
@@ -153,13 +157,19 @@ impl Conn {
             };
             let key = format!("{}/{}", up.app.name(), up.object);
             let slot = self.waker.index();
-            let session = self
-                .cells
-                .sessions()
-                .open(slot, key, topic, up.query.clone());
+            let session =
+                self.cells
+                    .sessions()
+                    .open(slot, key, topic, up.query.clone(), up.client.clone());
             self.session = Some(session.id);
             let (tx, rx) = async_channel::bounded(1);
-            let job = Job::attach(session, up.query.clone(), tx, up.replay.is_some());
+            let job = Job::attach(
+                session,
+                up.query.clone(),
+                up.client.clone(),
+                tx,
+                up.replay.is_some(),
+            );
             self.cells.submit(&up.app, &up.object, job);
             match rx.recv().await {
                 Ok(Attached::Yes) => {}
@@ -190,6 +200,11 @@ impl Conn {
             )
             .as_bytes(),
         );
+        if let Some(protocol) = up.protocol {
+            out.extend_from_slice(b"sec-websocket-protocol: ");
+            out.extend_from_slice(protocol.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
         if let Some(negotiated) = up.deflate {
             out.extend_from_slice(b"sec-websocket-extensions: ");
             out.extend_from_slice(negotiated.response().as_bytes());
@@ -461,7 +476,8 @@ impl Conn {
                 Resync::Attach => {
                     let session = to.session?;
                     let query = self.cells.sessions().query(id);
-                    let job = Job::reattach(session, query);
+                    let client = self.cells.sessions().client(id);
+                    let job = Job::reattach(session, query, client);
                     self.cells.submit(&to.app, &to.object, job);
                 }
             }

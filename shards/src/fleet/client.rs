@@ -29,11 +29,12 @@ pub(crate) async fn forward(
     method: &str,
     target: &str,
     body: &[u8],
+    token: Option<&str>,
     max_body: u64,
 ) -> Result<Forwarded, Failure> {
     within(
         FLEET_FORWARD_TIMEOUT,
-        exchange(key, owner, method, target, body, max_body),
+        exchange(key, owner, method, target, body, token, max_body),
     )
     .await
 }
@@ -64,6 +65,7 @@ async fn exchange(
     method: &str,
     target: &str,
     body: &[u8],
+    token: Option<&str>,
     max_body: u64,
 ) -> Result<Forwarded, Failure> {
     let addr: SocketAddr = owner
@@ -76,9 +78,12 @@ async fn exchange(
             e => io_failure(e.into()),
         })?;
     let _ = stream.set_nodelay(true);
+    // The client's token goes with it, for the owner to verify again (the owner trusts no
+    // identity a peer asserts, only a token its own key verifies).
+    let authorization = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
     let mut request = format!(
         "{method} {target} HTTP/1.1\r\nhost: {owner}\r\n{FORWARDED_HEADER}: 1\r\n\
-         {AUTH_HEADER}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+         {AUTH_HEADER}: {}\r\n{authorization}content-length: {}\r\nconnection: close\r\n\r\n",
         key.sign(owner, method, target, body),
         body.len()
     )

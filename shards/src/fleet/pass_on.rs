@@ -21,6 +21,7 @@ impl Fleet {
         method: &str,
         query: Option<&str>,
         body: &[u8],
+        token: Option<&str>,
     ) -> Response {
         let target = match query {
             Some(q) => format!("/o/{key}?{q}"),
@@ -35,6 +36,7 @@ impl Fleet {
             method,
             &target,
             body,
+            token,
             combd_kernel::limits::FLEET_FORWARD_ANSWER_MAX_BYTES,
         )
         .await

@@ -1,0 +1,59 @@
+//! Verified identity in a fleet: a request for an identified app passed on to its object's
+//! owner keeps its client, because the owner verifies the same token again (it trusts no
+//! identity a peer asserts); a request without a token is refused where it arrived.
+
+use super::support::{request, Resp, TestNode};
+use super::{Fleet, LEASE_TTL};
+
+const SECRET: &str = "combd-fleet-identity-secret-0123456789abcdef";
+
+/// `POST /o/whoami/room`: counts the client's visits in the object's database.
+fn whoami(node: &TestNode, token: Option<&str>) -> Resp {
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    request(
+        node.public(),
+        format!(
+            "POST /o/whoami/room HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+}
+
+#[test]
+fn a_request_passed_on_to_the_owner_keeps_its_verified_client() {
+    let Some(fleet) = Fleet::start("a_request_passed_on_keeps_its_client") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("combd-fleet-identity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("jwt.key");
+    std::fs::write(&key, format!("{SECRET}\n")).unwrap();
+    let settings = [
+        ("COMBD_TEST_APPS", "on"),
+        ("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap()),
+    ];
+    let bucket = fleet.s3.bucket.endpoint.clone();
+    let (a, b) = (
+        fleet.node_on(LEASE_TTL, &bucket, &settings),
+        fleet.node_on(LEASE_TTL, &bucket, &settings),
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = combd_shards::auth::mint(SECRET, "alice", None, 600, now, (None, None)).unwrap();
+    // A owns the object (it wrote alice's first visit); B passes the request on with the
+    // token, and A's app sees alice: her second visit, in A's database.
+    let r = super::retried(|| whoami(&a, Some(&token)));
+    assert_eq!(r.json()["n"], 1, "{}", r.text());
+    let r = whoami(&b, Some(&token));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["sub"], "alice");
+    assert_eq!(r.json()["n"], 2, "counted by the owner");
+    assert_eq!(super::stat(&b, "fleet_forwarded"), 1);
+    // Without a token: refused where it arrived, never passed on.
+    let forwarded = super::stat(&b, "fleet_forwarded");
+    assert_eq!(whoami(&b, None).status, 401);
+    assert_eq!(super::stat(&b, "fleet_forwarded"), forwarded);
+}

@@ -1,0 +1,262 @@
+//! Verified identity against the real node (issue 28, item 1): an identified app (`whoami`, a
+//! test app) is reached only with a valid token (a JWT signed with `COMBD_AUTH_JWT_KEY_FILE`),
+//! checked in the node before the request reaches the app or the WebSocket is upgraded: no
+//! token, another key, an expired token, another audience → 401 with `www-authenticate:
+//! Bearer` and no session. A valid token in `Authorization`, the `combd_token` cookie or the
+//! subprotocol `combd.bearer.<jwt>` (the 101 answering `combd`) names its client to the app.
+//! The key is reloaded on SIGHUP, a bad one keeping the old; `combd token` mints tokens the
+//! node takes.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const SECRET: &str = "combd-identity-test-secret-0123456789abcdef";
+const AUDIENCE: &str = "combd-test";
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A key file holding `secret`, in a directory of its own.
+fn key_file(tag: &str, secret: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("combd-identity-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("jwt.key");
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    file
+}
+
+/// A token for `sub` signed with `secret`, issued at `at`, valid for `ttl` seconds, for
+/// `audience`.
+fn token(secret: &str, sub: &str, at: u64, ttl: u64, audience: &str) -> String {
+    combd_shards::auth::mint(secret, sub, Some("Alice"), ttl, at, (None, Some(audience))).unwrap()
+}
+
+fn node_with(file: &Path) -> TestNode {
+    TestNode::start(&[
+        ("COMBD_TEST_APPS", "on"),
+        ("COMBD_AUTH_JWT_KEY_FILE", file.to_str().unwrap()),
+        ("COMBD_AUTH_AUDIENCE", AUDIENCE),
+    ])
+}
+
+/// `GET path` with `headers` (each `name: value\r\n`).
+fn get_with(node: &TestNode, path: &str, headers: &str) -> Resp {
+    request(
+        node.public(),
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n").as_bytes(),
+    )
+}
+
+/// A WebSocket handshake for `/o/whoami/w` with `headers`.
+fn upgrade_with(node: &TestNode, headers: &str) -> Resp {
+    request(
+        node.public(),
+        format!(
+            "GET /o/whoami/w HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{headers}\r\n"
+        )
+        .as_bytes(),
+    )
+}
+
+fn stat(node: &TestNode, name: &str) -> u64 {
+    node.stats()[name].as_u64().unwrap()
+}
+
+fn assert_401(r: &Resp, challenge: &str) {
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.json()["error"], "unauthorized");
+    assert_eq!(r.header("www-authenticate"), Some(challenge));
+}
+
+#[test]
+fn an_identified_app_is_reached_only_with_a_valid_token_and_sees_its_subject() {
+    let file = key_file("main", SECRET);
+    let node = node_with(&file);
+    let bearer = |t: &str| format!("Authorization: Bearer {t}\r\n");
+
+    // No token, another key, expired (past the leeway), not yet valid, another audience:
+    // 401 before the app, and no session for the upgrades.
+    assert_401(&get_with(&node, "/o/whoami/a", ""), "Bearer");
+    assert_401(&upgrade_with(&node, ""), "Bearer");
+    let invalid = "Bearer error=\"invalid_token\"";
+    for t in [
+        token(&SECRET.replace('0', "1"), "alice", now(), 600, AUDIENCE),
+        token(SECRET, "alice", now() - 3600, 60, AUDIENCE),
+        token(SECRET, "alice", now(), 600, "another-audience"),
+        "not-a-token".to_string(),
+    ] {
+        assert_401(&get_with(&node, "/o/whoami/a", &bearer(&t)), invalid);
+        assert_401(&upgrade_with(&node, &bearer(&t)), invalid);
+    }
+    assert_eq!(stat(&node, "auth_refused"), 10);
+    assert_eq!(
+        stat(&node, "sessions"),
+        0,
+        "no session made for a refused upgrade"
+    );
+    assert_eq!(stat(&node, "auth_verified"), 0);
+
+    // A valid token, in a header or a cookie: the app sees its subject and name.
+    let good = token(SECRET, "alice", now(), 600, AUDIENCE);
+    for headers in [
+        bearer(&good),
+        format!("Cookie: theme=dark; combd_token={good}\r\n"),
+    ] {
+        let r = get_with(&node, "/o/whoami/a", &headers);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(
+            r.json(),
+            serde_json::json!({ "sub": "alice", "name": "Alice" })
+        );
+    }
+
+    // A browser's way: the token as a subprotocol beside `combd`; the 101 answers `combd`
+    // (never the token) and the attach sees the subject.
+    use tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://127.0.0.2:{}/o/whoami/w", node.port)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        format!("combd, combd.bearer.{good}").parse().unwrap(),
+    );
+    let stream: TcpStream = connect(node.public());
+    let (mut ws, resp) = tungstenite::client(req, stream).expect("websocket handshake");
+    assert_eq!(resp.status(), 101);
+    assert_eq!(
+        resp.headers().get("sec-websocket-protocol").unwrap(),
+        "combd"
+    );
+    let hello = read_json(&mut ws);
+    assert_eq!(hello["t"], "hello");
+    assert_eq!(hello["me"], "alice");
+    assert_eq!(hello["name"], "Alice");
+    assert_eq!(stat(&node, "auth_verified"), 3);
+
+    // A public app takes anyone, a bad token too (it is anyone's request then).
+    let r = request(
+        node.public(),
+        format!(
+            "POST /o/counter/c HTTP/1.1\r\nHost: x\r\n{}Content-Length: 0\r\nConnection: close\r\n\r\n",
+            bearer("not-a-token")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(r.json()["value"], 1);
+    assert_eq!(stat(&node, "auth_refused"), 10);
+}
+
+#[test]
+fn the_key_is_read_again_on_sighup_and_a_bad_one_keeps_the_old() {
+    let file = key_file("reload", SECRET);
+    let node = node_with(&file);
+    let new_secret = SECRET.replace('a', "b");
+    let (old, new) = (
+        token(SECRET, "alice", now(), 600, AUDIENCE),
+        token(&new_secret, "alice", now(), 600, AUDIENCE),
+    );
+    let ask = |t: &str| {
+        get_with(
+            &node,
+            "/o/whoami/a",
+            &format!("Authorization: Bearer {t}\r\n"),
+        )
+        .status
+    };
+    assert_eq!((ask(&old), ask(&new)), (200, 401));
+
+    // Waits for a figure the SIGHUP moves (another process's counter: polled).
+    let until = |name: &str| {
+        let t0 = Instant::now();
+        while stat(&node, name) < 1 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "{name} never moved");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    std::fs::write(&file, format!("{new_secret}\n")).unwrap();
+    node.signal(nix::sys::signal::Signal::SIGHUP);
+    until("auth_key_reloads");
+    assert_eq!((ask(&old), ask(&new)), (401, 200));
+
+    std::fs::write(&file, "too short\n").unwrap();
+    node.signal(nix::sys::signal::Signal::SIGHUP);
+    until("auth_key_reload_failures");
+    assert_eq!(ask(&new), 200, "the old key kept");
+    assert_eq!(stat(&node, "auth_key_reloads"), 1);
+}
+
+#[test]
+fn combd_token_mints_a_token_the_node_takes() {
+    let file = key_file("cli", SECRET);
+    let node = node_with(&file);
+    let out = run_to_exit(
+        std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+            .args(["token", "--sub", "bob", "--name", "Bob", "--ttl", "10m"])
+            .env("COMBD_AUTH_JWT_KEY_FILE", &file)
+            .env("COMBD_AUTH_AUDIENCE", AUDIENCE),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let minted = String::from_utf8(out.stdout).unwrap();
+    let r = get_with(
+        &node,
+        "/o/whoami/b",
+        &format!("Authorization: Bearer {}\r\n", minted.trim()),
+    );
+    assert_eq!(r.json(), serde_json::json!({ "sub": "bob", "name": "Bob" }));
+    // No subject, or a public key file: a usage error and a clear one.
+    let out = run_to_exit(
+        std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+            .args(["token", "--name", "x"])
+            .env("COMBD_AUTH_JWT_KEY_FILE", &file),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--sub is required"));
+}
+
+#[test]
+fn a_missing_or_weak_key_or_a_claim_without_a_key_fails_start_up() {
+    let dir = std::env::temp_dir().join(format!("combd-identity-start-{}", std::process::id()));
+    let short = key_file("short", "only-sixteen-byt");
+    let private = key_file(
+        "private",
+        "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----",
+    );
+    for (env, says) in [
+        (
+            vec![("COMBD_AUTH_JWT_KEY_FILE", "/nonexistent/jwt.key")],
+            "COMBD_AUTH_JWT_KEY_FILE: /nonexistent/jwt.key",
+        ),
+        (
+            vec![("COMBD_AUTH_JWT_KEY_FILE", short.to_str().unwrap())],
+            "at least 32",
+        ),
+        (
+            vec![("COMBD_AUTH_JWT_KEY_FILE", private.to_str().unwrap())],
+            "private key",
+        ),
+        (
+            vec![("COMBD_AUTH_AUDIENCE", "x")],
+            "COMBD_AUTH_AUDIENCE: is set but COMBD_AUTH_JWT_KEY_FILE is not",
+        ),
+    ] {
+        let err = refused(&mut combd_command(&dir, &env));
+        assert!(err.contains(says), "{env:?}: {err}");
+        assert!(!err.contains(SECRET));
+    }
+}
