@@ -748,3 +748,63 @@ fn a_page_of_another_origin_cannot_open_a_websocket_or_post_in_chromium() {
     );
     assert_eq!(read.json()["value"], 0, "the cross-site POST wrote nothing");
 }
+
+/// The chat page in Chromium: two tabs with two users' tokens (given in the fragment, then
+/// kept out of the address bar) see each other in the room and each other's messages; a tab
+/// without a token says so instead of connecting.
+#[test]
+fn two_users_chat_in_chromium() {
+    let Some(bin) = find_chromium() else {
+        support::skipped("no Chromium found (apt-get install chromium, or set COMBD_CHROMIUM)");
+        return;
+    };
+    const SECRET: &str = "combd-browser-chat-secret-0123456789abcdef";
+    let dir = std::env::temp_dir().join(format!("combd-browser-chat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("jwt.key");
+    std::fs::write(&key, format!("{SECRET}\n")).unwrap();
+    let node = TestNode::start(&[("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap())]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = |sub: &str, name: &str| {
+        combd_shards::auth::mint(SECRET, sub, Some(name), 600, now, (None, None)).unwrap()
+    };
+    let base = format!("http://127.0.0.2:{}/chat/?room=browser", node.port);
+    let mut b = Browser::launch(&bin);
+    let alice = b.open(&format!("{base}#token={}", token("alice", "Alice")));
+    b.wait_for(&alice, "alice live", "chat.state === 'live'", WAIT);
+    assert_eq!(
+        b.eval(&alice, "location.hash"),
+        "",
+        "the token left the address bar"
+    );
+    let bob = b.open(&format!("{base}#token={}", token("bob", "Bob")));
+    b.wait_for(&bob, "bob live", "chat.state === 'live'", WAIT);
+    b.wait_for(
+        &alice,
+        "bob in alice's room",
+        "chat.people.has('bob')",
+        WAIT,
+    );
+    b.eval(
+        &alice,
+        "document.getElementById('text').value = 'hello from alice'; \
+         document.getElementById('say').requestSubmit(); true",
+    );
+    b.wait_for(
+        &bob,
+        "alice's message in bob's tab",
+        "[...document.querySelectorAll('#log li')].some(li => li.textContent.includes('Alicehello from alice'))",
+        WAIT,
+    );
+    assert_eq!(b.eval(&bob, "chat.seen"), json!([1]));
+    let nobody = b.open(&base);
+    b.wait_for(
+        &nobody,
+        "the no-token state",
+        "chat.state === 'unauthorized'",
+        WAIT,
+    );
+}

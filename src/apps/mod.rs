@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use combd_shards::app::{App, Apps};
 
+pub mod chat;
 pub mod counter;
 pub mod echo;
 pub mod fanout;
@@ -26,6 +27,7 @@ pub fn builtin(test_apps: bool) -> Apps {
         Arc::new(echo::Echo),
         Arc::new(counter::Counter),
         Arc::new(million::Million),
+        Arc::new(chat::Chat),
     ];
     if test_apps {
         list.push(Arc::new(fanout::Fanout));

@@ -1,0 +1,240 @@
+//! The chat app against the real node with real WebSocket clients (tungstenite), each with a
+//! token offered as the subprotocol a browser would use: two users see each other's messages
+//! and presence; a client cut off resumes with `?after=` and ends with every message exactly
+//! once; past 1,000 missed messages the hello says `gap`; a kill -9 leaves no ghost in the
+//! room; no token, no room.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+
+use serde_json::Value;
+use support::*;
+use tungstenite::WebSocket;
+
+const SECRET: &str = "combd-chat-test-secret-0123456789abcdef-xyz";
+
+fn key_file() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("combd-chat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("jwt.key");
+    std::fs::write(&file, format!("{SECRET}\n")).unwrap();
+    file
+}
+
+fn settings(file: &PathBuf) -> Vec<(&'static str, String)> {
+    vec![(
+        "COMBD_AUTH_JWT_KEY_FILE",
+        file.to_str().unwrap().to_string(),
+    )]
+}
+
+fn start(file: &PathBuf) -> TestNode {
+    let s = settings(file);
+    let env: Vec<(&str, &str)> = s.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    TestNode::start(&env)
+}
+
+fn token(sub: &str, name: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    combd_shards::auth::mint(SECRET, sub, Some(name), 600, now, (None, None)).unwrap()
+}
+
+/// `sub` in `room`, resuming after message `after` if given; its hello.
+fn join(
+    node: &TestNode,
+    room: &str,
+    sub: &str,
+    after: Option<u64>,
+) -> (WebSocket<TcpStream>, Value) {
+    use tungstenite::client::IntoClientRequest;
+    let after = after.map_or(String::new(), |a| format!("?after={a}"));
+    let mut req = format!("ws://127.0.0.2:{}/o/chat/{room}{after}", node.port)
+        .into_client_request()
+        .unwrap();
+    let name = format!("{}{}", sub[..1].to_uppercase(), &sub[1..]);
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        format!("combd, combd.bearer.{}", token(sub, &name))
+            .parse()
+            .unwrap(),
+    );
+    let (mut ws, resp) = tungstenite::client(req, connect(node.public())).unwrap();
+    assert_eq!(resp.headers()["sec-websocket-protocol"], "combd");
+    // What the room broadcast between the upgrade and the attach comes first; the hello is
+    // the room as of the attach, and includes it.
+    let hello = next(&mut ws, "hello");
+    assert_eq!(hello["me"], sub);
+    (ws, hello)
+}
+
+fn say(ws: &mut WebSocket<TcpStream>, text: &str) {
+    let m = serde_json::json!({ "t": "say", "text": text }).to_string();
+    ws.send(tungstenite::Message::text(m)).unwrap();
+}
+
+/// The next message of type `t` (others, such as presence diffs, skipped).
+fn next(ws: &mut WebSocket<TcpStream>, t: &str) -> Value {
+    loop {
+        let m = read_json(ws);
+        if m["t"] == t || (t == "error" && m.get("error").is_some()) {
+            return m;
+        }
+    }
+}
+
+fn ids(history: &Value) -> Vec<u64> {
+    history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn two_users_see_each_others_messages_and_presence() {
+    let file = key_file();
+    let node = start(&file);
+    let (mut alice, hello) = join(&node, "r1", "alice", None);
+    assert_eq!(hello["presence"], serde_json::json!(["alice"]));
+    assert_eq!(hello["history"], serde_json::json!([]));
+    assert_eq!(hello["last"], 0);
+    assert_eq!(
+        next(&mut alice, "presence"),
+        serde_json::json!({ "t": "presence", "join": ["alice"], "leave": [] })
+    );
+    let (mut bob, hello) = join(&node, "r1", "bob", None);
+    assert_eq!(hello["presence"], serde_json::json!(["alice", "bob"]));
+    assert_eq!(
+        next(&mut alice, "presence")["join"],
+        serde_json::json!(["bob"])
+    );
+
+    say(&mut alice, "hi bob");
+    for ws in [&mut alice, &mut bob] {
+        let m = next(ws, "msg");
+        assert_eq!(
+            (m["id"].as_u64(), &m["from"], &m["name"]),
+            (Some(1), &"alice".into(), &"Alice".into())
+        );
+        assert_eq!(m["text"], "hi bob");
+        assert!(m["at"].as_u64().unwrap() > 1_700_000_000_000);
+    }
+    say(&mut bob, "hi alice");
+    assert_eq!(next(&mut alice, "msg")["id"], 2);
+    // A second tab of bob's: he is in the room once, and its close does not make him leave.
+    let (bob2, _) = join(&node, "r1", "bob", None);
+    drop(bob2);
+    bob.close(None).unwrap();
+    let diff = next(&mut alice, "presence");
+    assert_eq!(diff["leave"], serde_json::json!(["bob"]), "{diff}");
+    assert_eq!(diff["join"], serde_json::json!([]));
+    let got = request(
+        node.public(),
+        b"GET /o/chat/r1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(got.status, 401, "a room is for identified clients only");
+
+    // Bad input: an error to the sender, nothing stored.
+    say(&mut alice, &"x".repeat(4097));
+    assert!(next(&mut alice, "error")["error"]
+        .as_str()
+        .unwrap()
+        .contains("4096"));
+    say(&mut alice, "");
+    next(&mut alice, "error");
+    say(&mut alice, "still here");
+    assert_eq!(
+        next(&mut alice, "msg")["id"],
+        3,
+        "ids go up by one per stored message"
+    );
+}
+
+#[test]
+fn a_client_cut_off_resumes_with_after_and_sees_every_message_once() {
+    let file = key_file();
+    let node = start(&file);
+    let (mut alice, _) = join(&node, "r2", "alice", None);
+    let (mut bob, _) = join(&node, "r2", "bob", None);
+    for i in 0..3 {
+        say(&mut alice, &format!("before {i}"));
+    }
+    let mut seen: Vec<u64> = (0..3)
+        .map(|_| next(&mut bob, "msg")["id"].as_u64().unwrap())
+        .collect();
+    drop(bob); // cut, without a close
+    for i in 0..5 {
+        say(&mut alice, &format!("while away {i}"));
+        next(&mut alice, "msg");
+    }
+    let (mut bob, hello) = join(&node, "r2", "bob", Some(*seen.last().unwrap()));
+    seen.extend(ids(&hello["history"]));
+    assert!(hello.get("gap").is_none());
+    say(&mut alice, "welcome back");
+    seen.push(next(&mut bob, "msg")["id"].as_u64().unwrap());
+    assert_eq!(
+        seen,
+        (1..=9).collect::<Vec<_>>(),
+        "every message once, in order"
+    );
+    // A fresh join gets the last 50 and what the room's last id is.
+    let (_, hello) = join(&node, "r2", "carol", None);
+    assert_eq!(ids(&hello["history"]), (1..=9).collect::<Vec<_>>());
+    assert_eq!(hello["last"], 9);
+}
+
+#[test]
+fn past_a_thousand_missed_messages_the_hello_says_gap() {
+    let file = key_file();
+    let node = start(&file);
+    let (mut alice, _) = join(&node, "r3", "alice", None);
+    // 1,001 messages in bursts that fit the room's mailbox, each burst acknowledged by its
+    // last message coming back.
+    let mut sent = 0;
+    while sent < 1001 {
+        let burst = (1001 - sent).min(200);
+        for i in 0..burst {
+            say(&mut alice, &format!("m{}", sent + i));
+        }
+        sent += burst;
+        while next(&mut alice, "msg")["id"].as_u64().unwrap() < sent as u64 {}
+    }
+    let (_, hello) = join(&node, "r3", "bob", Some(0));
+    assert_eq!(hello["gap"], true);
+    assert_eq!(ids(&hello["history"]), (952..=1001).collect::<Vec<_>>());
+    let (_, hello) = join(&node, "r3", "carol", Some(1));
+    assert!(hello.get("gap").is_none());
+    assert_eq!(
+        ids(&hello["history"]).len(),
+        1000,
+        "exactly the 1,000 after id 1"
+    );
+}
+
+#[test]
+fn a_node_killed_with_users_in_a_room_leaves_no_ghost_in_it() {
+    let file = key_file();
+    let node = start(&file);
+    let (mut bob, _) = join(&node, "r4", "bob", None);
+    say(&mut bob, "last words");
+    next(&mut bob, "msg");
+    let data = node.kill9();
+    let s = settings(&file);
+    let env: Vec<(&str, &str)> = s.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let node = TestNode::start_in(data, &env);
+    let (_, hello) = join(&node, "r4", "alice", None);
+    assert_eq!(
+        hello["presence"],
+        serde_json::json!(["alice"]),
+        "bob's session died with the node"
+    );
+    assert_eq!(hello["history"][0]["text"], "last words");
+}
