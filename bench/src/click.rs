@@ -19,10 +19,10 @@ use mio::{Events, Interest, Poll, Token};
 use crate::{cpu_seconds, open_ws_path, percentile, rss_bytes, Args};
 
 /// A small xorshift generator: the same run gives the same clicks.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -41,7 +41,7 @@ struct Viewer {
     closed: bool,
 }
 
-fn masked_text(out: &mut Vec<u8>, payload: &[u8]) {
+pub(crate) fn masked_text(out: &mut Vec<u8>, payload: &[u8]) {
     let mask = [7u8, 1, 9, 3];
     out.push(0x81);
     if payload.len() < 126 {
@@ -56,7 +56,7 @@ fn masked_text(out: &mut Vec<u8>, payload: &[u8]) {
 
 /// Splits complete server frames off `buf`; returns (opcode, payload) pairs, a compressed
 /// message's payload decompressed (`--deflate`).
-fn frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
+pub(crate) fn frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
     let mut out = Vec::new();
     let mut pos = 0;
     loop {

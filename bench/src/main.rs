@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+mod chat;
 mod click;
 mod fanout;
 mod http;
@@ -54,6 +55,9 @@ pub(crate) struct Args {
     idle_board: Option<String>,
     /// `fanout`: frames each publisher call broadcasts.
     frames: usize,
+    /// `chat`: the rooms the users spread over, and the node's HS256 secret to mint tokens.
+    rooms: usize,
+    auth_key_file: Option<String>,
 }
 
 /// `--deflate on`: the WebSockets offer permessage-deflate.
@@ -108,6 +112,8 @@ fn parse_args() -> Result<(String, Args), String> {
         pid: None,
         idle_board: None,
         frames: 8,
+        rooms: 10,
+        auth_key_file: None,
     };
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -117,6 +123,8 @@ fn parse_args() -> Result<(String, Args), String> {
             "--conns" => a.conns = v.parse().map_err(|_| format!("--conns {v:?}"))?,
             "--out" => a.out = Some(v),
             "--frames" => a.frames = v.parse().map_err(|_| format!("--frames {v:?}"))?,
+            "--rooms" => a.rooms = v.parse().map_err(|_| format!("--rooms {v:?}"))?,
+            "--auth-key-file" => a.auth_key_file = Some(v),
             "--deflate" => DEFLATE.store(v == "on", Ordering::Relaxed),
             "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
             "--board" => {
@@ -250,6 +258,15 @@ pub(crate) fn connect_from(target: Ipv4Addr, port: u16, i: usize) -> Result<TcpS
 /// Sends a WebSocket upgrade for `path` on `s` and reads the 101; returns any bytes read past
 /// the handshake (the first frames).
 pub(crate) fn upgrade(s: &mut (impl Read + Write), path: &str) -> Result<Vec<u8>, String> {
+    upgrade_with(s, path, "")
+}
+
+/// [`upgrade`] with `extra` header lines (each ending in CRLF).
+pub(crate) fn upgrade_with(
+    s: &mut (impl Read + Write),
+    path: &str,
+    extra: &str,
+) -> Result<Vec<u8>, String> {
     let ext = if DEFLATE.load(Ordering::Relaxed) {
         "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
     } else {
@@ -257,7 +274,7 @@ pub(crate) fn upgrade(s: &mut (impl Read + Write), path: &str) -> Result<Vec<u8>
     };
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{ext}\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{ext}{extra}\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
@@ -595,8 +612,9 @@ fn main() {
         "http" => http::http(&args),
         "handshakes" => tls::handshakes(&args),
         "fanout" => fanout::fanout(&args),
+        "chat" => chat::chat(&args),
         other => Err(format!(
-            "unknown scenario {other:?} (have: idle, flood, click, overload, mailbox, idle-tls, http, handshakes, fanout)"
+            "unknown scenario {other:?} (have: idle, flood, click, overload, mailbox, idle-tls, http, handshakes, fanout, chat)"
         )),
     };
     match result {
