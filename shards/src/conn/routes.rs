@@ -34,6 +34,10 @@ fn unauthorized(why: &Refused) -> Response {
     Response::error(401, "unauthorized").with_header("www-authenticate", challenge)
 }
 
+/// Where the node serves the JavaScript client, and the client.
+pub const CLIENT_JS_PATH: &str = "/combd-client.js";
+const CLIENT_JS: &str = include_str!("../../../clients/js/combd-client.js");
+
 fn method_not_allowed() -> Response {
     Response::error(405, "method not allowed").with_header("allow", "GET, HEAD")
 }
@@ -60,6 +64,14 @@ impl Conn {
                 Response::bytes(200, "application/json", br#"{"status":"ok"}"#.to_vec())
             }
             "/healthz" => method_not_allowed(),
+            // The JavaScript client the apps' pages use (`clients/js/`), an ES module.
+            CLIENT_JS_PATH if get => Response::bytes(
+                200,
+                "text/javascript; charset=utf-8",
+                CLIENT_JS.as_bytes().to_vec(),
+            )
+            .with_header("cache-control", "no-cache"),
+            CLIENT_JS_PATH => method_not_allowed(),
             "/stats" if self.local && get => {
                 Response::bytes(200, "application/json", node.stats_json().into_bytes())
             }
