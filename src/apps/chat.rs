@@ -135,7 +135,7 @@ fn forget_other_lives(cx: &mut Cx<'_>) -> Result<(), AppError> {
     Ok(())
 }
 
-fn client_of<'a>(client: Option<&'a Client>) -> Result<&'a Client, AppError> {
+fn client_of(client: Option<&Client>) -> Result<&Client, AppError> {
     // The node never calls an identified app without a client.
     client.ok_or_else(|| AppError::new(401, "unauthorized"))
 }
