@@ -25,14 +25,14 @@ fn key_file() -> PathBuf {
     file
 }
 
-fn settings(file: &PathBuf) -> Vec<(&'static str, String)> {
+fn settings(file: &std::path::Path) -> Vec<(&'static str, String)> {
     vec![(
         "COMBD_AUTH_JWT_KEY_FILE",
         file.to_str().unwrap().to_string(),
     )]
 }
 
-fn start(file: &PathBuf) -> TestNode {
+fn start(file: &std::path::Path) -> TestNode {
     let s = settings(file);
     let env: Vec<(&str, &str)> = s.iter().map(|(k, v)| (*k, v.as_str())).collect();
     TestNode::start(&env)
