@@ -519,6 +519,18 @@ fn million_page_recovers_by_itself_in_chromium() {
             }
         }
         node.wait_exit();
+        // The node closed with 1001 and is not there: two more attempts find nothing, and
+        // the page still says it is reconnecting to a restarting node (not "busy").
+        let attempts = b.eval(&one, "million.attempts").as_u64().unwrap();
+        b.wait_for(
+            &one,
+            "two attempts while the node is down",
+            &format!("million.attempts >= {}", attempts + 2),
+            WAIT,
+        );
+        assert_eq!(b.state(&one), "reconnecting");
+        let said = b.eval(&one, "document.getElementById('status').textContent");
+        assert!(said.as_str().unwrap().contains("restarting"), "{said}");
         let data = std::mem::take(&mut node.data_dir);
         drop(node);
         let listen = format!("127.0.0.2:{port}");
@@ -552,6 +564,8 @@ fn million_page_recovers_by_itself_in_chromium() {
         seen.as_str().unwrap().contains("live reconnecting"),
         "{seen}"
     );
+    // A node that closed with 1001 and is not there yet is restarting, not busy.
+    assert!(!seen.as_str().unwrap().contains("busy"), "{seen}");
 
     // A page that does not exist: the node's own error, and no retry.
     b.enter_page(&one, "245");
