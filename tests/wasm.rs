@@ -688,3 +688,64 @@ fn a_removed_module_answers_what_waits_for_its_objects() {
     assert_eq!(s["responses_4xx"], 16 * 8);
     assert_eq!(s["responses_5xx"], 0);
 }
+
+/// A module that answers who its client is: `input` part 3 (the subject) or, without one,
+/// "anyone"; `identified` makes the node refuse it any request without a valid token.
+fn whois(identified: bool) -> String {
+    let export = if identified {
+        r#"(func (export "identified") (result i32) (i32.const 1))"#
+    } else {
+        ""
+    };
+    format!(
+        r#"(module
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 1024) "anyone")
+  {export}
+  (func (export "handle") (result i32)
+    (local $n i32)
+    (local.set $n (call $input (i32.const 3) (i32.const 0) (i32.const 256)))
+    (if (i32.lt_s (local.get $n) (i32.const 0))
+      (then (call $respond (i32.const 200) (i32.const 1024) (i32.const 6)))
+      (else (call $respond (i32.const 200) (i32.const 0) (local.get $n))))
+    (i32.const 0)))"#
+    )
+}
+
+#[test]
+fn a_module_may_serve_identified_clients_only_and_reads_who_they_are() {
+    const SECRET: &str = "combd-wasm-identity-secret-0123456789abcdef";
+    let dir = apps_dir(&[("whois.wat", &whois(true)), ("anyone.wat", &whois(false))]);
+    let key = std::env::temp_dir().join(format!("combd-wasm-jwt-{}.key", std::process::id()));
+    std::fs::write(&key, format!("{SECRET}\n")).unwrap();
+    let node = TestNode::start(&[
+        ("COMBD_APPS_DIR", dir.to_str().unwrap()),
+        ("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap()),
+    ]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = combd_shards::auth::mint(SECRET, "alice", None, 600, now, (None, None)).unwrap();
+    let ask = |path: &str, token: Option<&str>| {
+        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        request(
+            node.public(),
+            format!("POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+    };
+    let r = ask("/o/whois/x", None);
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = ask("/o/whois/x", Some(&token));
+    assert_eq!((r.status, r.text()), (200, "alice".to_string()));
+    // A public module: anyone, and the client named when its token is valid.
+    assert_eq!(ask("/o/anyone/x", None).text(), "anyone");
+    assert_eq!(ask("/o/anyone/x", Some(&token)).text(), "alice");
+    // identified() must answer 0 or 1.
+    let odd = whois(true).replace("(i32.const 1))\n", "(i32.const 7))\n");
+    let (stderr, _) = refused_with(&[("odd.wat", &odd)]);
+    assert!(stderr.contains("identified() answered 7"), "{stderr}");
+}

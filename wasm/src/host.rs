@@ -36,6 +36,13 @@ pub(crate) struct CallInput {
     pub method: Option<String>,
     pub query: Option<String>,
     pub body: Vec<u8>,
+    /// The client the input's token named: its subject and its name, if any.
+    pub client: Option<(String, Option<String>)>,
+}
+
+/// The client of an input, as a module reads it (`input` parts 3 and 4).
+fn client_of(c: Option<&combd_shards::app::Client>) -> Option<(String, Option<String>)> {
+    c.map(|c| (c.subject.clone(), c.name.clone()))
 }
 
 impl CallInput {
@@ -45,13 +52,14 @@ impl CallInput {
                 method,
                 query,
                 body,
-                ..
+                client,
             } => CallInput {
                 kind: 0,
                 session: None,
                 method: Some(method.to_string()),
                 query: query.map(str::to_string),
                 body: body.to_vec(),
+                client: client_of(client),
             },
             Input::Message { session, msg } => {
                 let (kind, body) = match msg {
@@ -65,10 +73,15 @@ impl CallInput {
                     ..CallInput::default()
                 }
             }
-            Input::Attach { session, query, .. } => CallInput {
+            Input::Attach {
+                session,
+                query,
+                client,
+            } => CallInput {
                 kind: 3,
                 session: Some(session),
                 query: query.map(str::to_string),
+                client: client_of(client),
                 ..CallInput::default()
             },
             Input::Detach { session } => CallInput {
@@ -259,6 +272,7 @@ impl Host {
             method: None,
             query: None,
             body: Vec::new(),
+            client: None,
         };
         self.inputs.get(self.current).unwrap_or(&NONE)
     }
@@ -364,6 +378,13 @@ fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
                 0 => Some(i.body.clone()),
                 1 => i.query.as_ref().map(|q| q.as_bytes().to_vec()),
                 2 => i.method.as_ref().map(|m| m.as_bytes().to_vec()),
+                // The verified client (README "Who the client is"): its subject, its name.
+                3 => i.client.as_ref().map(|(sub, _)| sub.as_bytes().to_vec()),
+                4 => i
+                    .client
+                    .as_ref()
+                    .and_then(|(_, n)| n.as_ref())
+                    .map(|n| n.as_bytes().to_vec()),
                 _ => None,
             };
             let Some(bytes) = bytes else { return Ok(-1) };

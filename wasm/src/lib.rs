@@ -105,6 +105,9 @@ impl App for WasmApp {
     fn resync(&self) -> Resync {
         self.version().resync()
     }
+    fn identified(&self) -> bool {
+        self.version().identified()
+    }
     fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
         self.version().handle(cx, input)
     }

@@ -29,6 +29,8 @@ pub struct Version {
     schema: &'static str,
     memory_kb: u64,
     resync: Resync,
+    /// The module serves identified clients only (its `identified()` answered 1).
+    identified: bool,
     /// What a fresh instance holds: its linear memory's initial size, in bytes.
     pub(crate) initial_bytes: u64,
     /// A reload replaced this version.
@@ -61,6 +63,7 @@ const EXPORTS: &[(&str, &[ValType], &[ValType], bool)] = &[
     ("schema", &[], &[ValType::I32], false),
     ("memory_kb", &[], &[ValType::I32], false),
     ("resync", &[], &[ValType::I32], false),
+    ("identified", &[], &[ValType::I32], false),
     ("_initialize", &[], &[], false),
 ];
 
@@ -137,6 +140,7 @@ impl Loader {
             schema: "",
             memory_kb: WASM_MEMORY_KB_DEFAULT.min(self.memory_max_kb),
             resync: Resync::Close,
+            identified: false,
             initial_bytes: match module.get_export("memory") {
                 Some(wasmtime::ExternType::Memory(m)) => m.minimum().saturating_mul(65536),
                 _ => 0,
@@ -160,6 +164,13 @@ impl Loader {
         }
         if has("resync") && v.call_at_load("resync")? == 1 {
             v.resync = Resync::Attach;
+        }
+        if has("identified") {
+            v.identified = match v.call_at_load("identified")? {
+                0 => false,
+                1 => true,
+                n => return Err(format!("identified() answered {n}; it must be 0 or 1")),
+            };
         }
         if has("schema") {
             // Leaked once per version loaded (at start and at each reload that changes it).
@@ -345,6 +356,10 @@ impl App for Version {
 
     fn resync(&self) -> Resync {
         self.resync
+    }
+
+    fn identified(&self) -> bool {
+        self.identified
     }
 
     fn retired(&self) -> bool {
