@@ -242,3 +242,30 @@ fn a_node_killed_with_users_in_a_room_leaves_no_ghost_in_it() {
     );
     assert_eq!(hello["history"][0]["text"], "last words");
 }
+
+#[test]
+fn a_client_that_asks_for_the_chat_protocol_gets_it() {
+    use tungstenite::client::IntoClientRequest;
+    let file = key_file();
+    let node = start(&file);
+    let offer = |protocols: &str| {
+        let mut req = format!("ws://127.0.0.2:{}/o/chat/proto", node.port)
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert(
+            "sec-websocket-protocol",
+            format!("{protocols}, combd.bearer.{}", token("alice", "Alice"))
+                .parse()
+                .unwrap(),
+        );
+        let (_, resp) = tungstenite::client(req, connect(node.public())).unwrap();
+        resp.headers()["sec-websocket-protocol"]
+            .to_str()
+            .unwrap()
+            .to_string()
+    };
+    // The app's own protocol wins where the client offers it, first or not; else `combd`.
+    assert_eq!(offer("combd.chat.v1, combd"), "combd.chat.v1");
+    assert_eq!(offer("combd, combd.chat.v1"), "combd.chat.v1");
+    assert_eq!(offer("combd"), "combd");
+}

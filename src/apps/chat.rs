@@ -273,6 +273,11 @@ impl App for Chat {
         true
     }
 
+    /// The protocol above, by name, for clients that ask for it.
+    fn subprotocols(&self) -> &'static [&'static str] {
+        &["combd.chat.v1"]
+    }
+
     /// A `say` of 4,096 bytes of text, escaped as JSON at worst six bytes a byte, fits.
     fn max_input_bytes(&self) -> Option<u64> {
         Some(32 * 1024)

@@ -294,6 +294,13 @@ pub trait App: Send + Sync + 'static {
         false
     }
 
+    /// The WebSocket subprotocols the app speaks (`Sec-WebSocket-Protocol`), each a token: an
+    /// upgrade that offers some is answered with the first it offers that the app speaks (else
+    /// `combd` when offered, for a token offered as `combd.bearer.<jwt>`; else none).
+    fn subprotocols(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// SQL run when an object's database opens (its schema; `IF NOT EXISTS` throughout).
     fn schema(&self) -> &'static str {
         ""

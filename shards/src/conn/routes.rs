@@ -25,6 +25,24 @@ pub(super) enum Routed {
     },
 }
 
+/// The subprotocol the 101 answers (RFC 6455, 4.2.2): the first the client offered that the
+/// app speaks, else `combd` if offered (a browser that offered its token as
+/// `combd.bearer.<jwt>` offers `combd` beside it; never the token); else none, and a client
+/// that insisted on one closes the connection itself.
+fn subprotocol<'a>(
+    speaks: &[&'static str],
+    offered: impl Iterator<Item = &'a [u8]>,
+) -> Option<&'static str> {
+    let mut combd = false;
+    for p in offered {
+        if let Some(s) = speaks.iter().find(|s| s.as_bytes() == p) {
+            return Some(s);
+        }
+        combd |= p == auth::PROTOCOL.as_bytes();
+    }
+    combd.then_some(auth::PROTOCOL)
+}
+
 /// The 401 of an identified app: no token, or one that failed (RFC 6750, 3).
 fn unauthorized(why: &Refused) -> Response {
     let challenge = match why {
@@ -152,12 +170,10 @@ impl Conn {
                             )
                         })
                         .flatten();
-                    // A browser that offered its token as `combd.bearer.<jwt>` offered `combd`
-                    // beside it: the 101 answers that (never the token).
-                    let protocol =
-                        auth::offered_protocols(req.headers.iter().map(|h| (h.name, h.value)))
-                            .any(|p| p == auth::PROTOCOL.as_bytes())
-                            .then_some(auth::PROTOCOL);
+                    let protocol = subprotocol(
+                        app.subprotocols(),
+                        auth::offered_protocols(req.headers.iter().map(|h| (h.name, h.value))),
+                    );
                     Routed::Upgrade(Upgrade {
                         app: app.clone(),
                         object: object.to_string(),
@@ -351,7 +367,7 @@ fn valid_websocket_key(key: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{redirect, valid_websocket_key};
+    use super::{redirect, subprotocol, valid_websocket_key};
 
     #[test]
     fn redirects_go_to_app_pages() {
@@ -362,6 +378,31 @@ mod tests {
         assert_eq!(redirect("/millio", &pages), None);
         assert_eq!(redirect("/million//", &pages), None);
         assert_eq!(redirect("/", &[]), None);
+    }
+
+    #[test]
+    fn the_subprotocol_is_the_first_offered_that_the_app_speaks() {
+        let offered = |s: &'static str| s.split(',').map(|p| p.trim().as_bytes());
+        let speaks = ["chat.v2", "chat.v1"];
+        assert_eq!(
+            subprotocol(&speaks, offered("x, chat.v1, chat.v2")),
+            Some("chat.v1")
+        );
+        assert_eq!(
+            subprotocol(&speaks, offered("combd, combd.bearer.t, chat.v2")),
+            Some("chat.v2")
+        );
+        assert_eq!(
+            subprotocol(&speaks, offered("combd, combd.bearer.t")),
+            Some("combd")
+        );
+        assert_eq!(subprotocol(&speaks, offered("x")), None);
+        assert_eq!(
+            subprotocol(&[], offered("combd.bearer.t")),
+            None,
+            "never the token"
+        );
+        assert_eq!(subprotocol(&[], offered("")), None);
     }
 
     #[test]
