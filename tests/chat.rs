@@ -269,3 +269,25 @@ fn a_client_that_asks_for_the_chat_protocol_gets_it() {
     assert_eq!(offer("combd, combd.chat.v1"), "combd.chat.v1");
     assert_eq!(offer("combd"), "combd");
 }
+
+#[test]
+fn a_resume_past_its_bytes_carries_the_last_fifty_and_says_gap() {
+    let file = key_file();
+    let node = start(&file);
+    let (mut alice, _) = join(&node, "r5", "alice", None);
+    // 200 messages of 4,096 control characters: each about 24.6 KB as JSON (escaped six bytes
+    // a character), 4.9 MB in all: past the 4 MiB a resume may carry.
+    let text = "\u{1}".repeat(4096);
+    for burst in 1..=4u64 {
+        for _ in 0..50 {
+            say(&mut alice, &text);
+        }
+        while next(&mut alice, "msg")["id"].as_u64().unwrap() < burst * 50 {}
+    }
+    let (_, hello) = join(&node, "r5", "bob", Some(0));
+    assert_eq!(hello["gap"], true);
+    assert_eq!(ids(&hello["history"]), (151..=200).collect::<Vec<_>>());
+    let (_, hello) = join(&node, "r5", "carol", Some(150));
+    assert!(hello.get("gap").is_none());
+    assert_eq!(ids(&hello["history"]), (151..=200).collect::<Vec<_>>());
+}

@@ -141,6 +141,13 @@ pub fn hs256_secret(text: &str) -> Result<&str, String> {
     if secret.contains(['\n', '\r']) {
         return Err("more than one line: an HS256 secret is one line".into());
     }
+    if looks_like_a_public_key(secret) {
+        return Err(
+            "looks like a public key (a JWK, an SSH key, or base64 DER), which anyone may \
+                    read: an HS256 secret must be secret (give a public key as a PEM file)"
+                .into(),
+        );
+    }
     if secret.len() < limits::AUTH_HS256_SECRET_MIN_BYTES {
         return Err(format!(
             "an HS256 secret of {} bytes; at least {} (e.g. `openssl rand -base64 48`)",
@@ -151,13 +158,47 @@ pub fn hs256_secret(text: &str) -> Result<&str, String> {
     Ok(secret)
 }
 
+/// Whether a one-line key file holds a public key in a form that is not PEM: taken as an
+/// HS256 secret, anyone who has the public key could sign tokens.
+fn looks_like_a_public_key(line: &str) -> bool {
+    use base64::Engine;
+    if line.starts_with('{')
+        || ["ssh-", "ecdsa-", "sk-"]
+            .iter()
+            .any(|p| line.starts_with(p))
+    {
+        return true;
+    }
+    // Base64 of a DER SEQUENCE whose length is exactly what follows it.
+    let Ok(der) = base64::engine::general_purpose::STANDARD.decode(line.trim()) else {
+        return false;
+    };
+    let (len, head) = match der.get(1) {
+        Some(&n) if n < 0x80 => (usize::from(n), 2),
+        Some(0x81) => (der.get(2).map_or(0, |&n| usize::from(n)), 3),
+        Some(0x82) if der.len() >= 4 => (usize::from(der[2]) << 8 | usize::from(der[3]), 4),
+        _ => return false,
+    };
+    der.first() == Some(&0x30) && head + len == der.len()
+}
+
 fn verifier(settings: &AuthSettings) -> Result<Verifier, KeyError> {
     let (key, alg) = read_key(&settings.key_file)?;
     let mut validation = Validation::new(alg);
     validation.leeway = limits::AUTH_LEEWAY_SECONDS;
     validation.validate_exp = true;
     validation.validate_nbf = true;
-    validation.set_required_spec_claims(&["exp", "sub"]);
+    // jsonwebtoken checks `iss` and `aud` only when a token carries them: a configured one is
+    // also required, or a token without it (another service's, signed with the same key)
+    // would pass.
+    let mut required = vec!["exp", "sub"];
+    if settings.issuer.is_some() {
+        required.push("iss");
+    }
+    if settings.audience.is_some() {
+        required.push("aud");
+    }
+    validation.set_required_spec_claims(&required);
     match &settings.issuer {
         Some(iss) => validation.set_issuer(&[iss]),
         None => validation.iss = None,
@@ -487,6 +528,17 @@ mod tests {
         assert!(a
             .verify(with("https://id.example", "other").as_bytes())
             .is_err());
+        // A configured claim is required: a token without it, or with it not a string, fails.
+        for claims in [
+            serde_json::json!({ "sub": "a", "aud": "combd", "exp": now() + 60 }),
+            serde_json::json!({ "sub": "a", "iss": "https://id.example", "exp": now() + 60 }),
+            serde_json::json!({ "sub": "a", "iss": "https://id.example", "aud": 1, "exp": now() + 60 }),
+        ] {
+            assert!(
+                a.verify(sign(claims.clone(), SECRET).as_bytes()).is_err(),
+                "{claims}"
+            );
+        }
         // Unset, any audience (or none) passes.
         let open = auth(None, None);
         assert!(open.verify(with("x", "anything").as_bytes()).is_ok());
@@ -497,6 +549,26 @@ mod tests {
         assert!(hs256_secret("short\n").unwrap_err().contains("at least 32"));
         assert!(hs256_secret(&format!("{SECRET}\nsecond line\n")).is_err());
         assert_eq!(hs256_secret(&format!("{SECRET}\r\n")), Ok(SECRET));
+        // A public key that is not PEM is no secret.
+        use base64::Engine;
+        let mut der = vec![0x30, 0x59];
+        der.extend([7u8; 0x59]);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&der);
+        for public in [
+            b64.as_str(),
+            r#"{"kty":"EC","crv":"P-256","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU"}"#,
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
+        ] {
+            assert!(
+                hs256_secret(public).unwrap_err().contains("public key"),
+                "{public}"
+            );
+        }
+        // A random secret, base64 as openssl writes it, is one.
+        assert!(
+            hs256_secret("q8Vd0bW3nqDq3m9Jc1d3vE2QkqGz0eY7uB1lZ2dQe8p4kT0yXh6mS5rN9aF2cW1v")
+                .is_ok()
+        );
         let private =
             "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
         assert!(key_from(private.as_bytes())

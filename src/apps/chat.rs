@@ -31,6 +31,10 @@ pub const HISTORY: i64 = 50;
 pub const RESUME_MAX: i64 = 1000;
 /// Longest message text, in bytes.
 pub const TEXT_MAX_BYTES: usize = 4096;
+/// Largest resume: a hello carrying the messages after `?after=` past this many bytes (text
+/// escaped as JSON can be six times its length) carries the last 50 and `"gap":true` instead,
+/// so it stays well within a call's sends (`SENDS_MAX_BYTES`, 16 MiB) and a client's reads.
+pub const RESUME_MAX_BYTES: usize = 4 * 1024 * 1024;
 
 /// The chat app.
 pub struct Chat;
@@ -179,15 +183,29 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
                 "presence": present(cx)?,
                 "last": last,
             });
-            match after {
-                Some(after) if last - after > RESUME_MAX => {
+            let gap =
+                |cx: &mut Cx<'_>, hello: &mut serde_json::Value| -> Result<String, AppError> {
                     hello["history"] = messages(cx, None, HISTORY)?.into();
                     hello["gap"] = true.into();
+                    Ok(hello.to_string())
+                };
+            let text = match after {
+                Some(after) if last - after > RESUME_MAX => gap(cx, &mut hello)?,
+                Some(after) => {
+                    hello["history"] = messages(cx, Some(after), RESUME_MAX)?.into();
+                    let text = hello.to_string();
+                    if text.len() > RESUME_MAX_BYTES {
+                        gap(cx, &mut hello)?
+                    } else {
+                        text
+                    }
                 }
-                Some(after) => hello["history"] = messages(cx, Some(after), RESUME_MAX)?.into(),
-                None => hello["history"] = messages(cx, None, HISTORY)?.into(),
-            }
-            cx.send(*session, &hello.to_string())?;
+                None => {
+                    hello["history"] = messages(cx, None, HISTORY)?.into();
+                    hello.to_string()
+                }
+            };
+            cx.send(*session, &text)?;
             Ok(Output::None)
         }
         Input::Detach { session } => {
@@ -218,8 +236,10 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
                 })?;
             let (sub, name): (String, Option<String>) = cx
                 .db()?
-                .prepare_cached("SELECT sub, name FROM presence WHERE session = ?1")?
-                .query_row([session_key(*session)], |r| Ok((r.get(0)?, r.get(1)?)))
+                .prepare_cached("SELECT sub, name FROM presence WHERE session = ?1 AND epoch = ?2")?
+                .query_row(rusqlite::params![session_key(*session), epoch()], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
                 .map_err(|_| AppError::new(409, "not in the room: reconnect"))?;
             let at = now_ms();
             let id: i64 = cx
