@@ -396,3 +396,31 @@ fn pipelined_requests_over_tls_from_clients_that_never_read_are_bounded() {
     drop(attackers);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// On the TLS listener a page of the node's own name counts as its own only over https: an
+/// `http://` page of that name (which anyone on the path can rewrite) may not open a WSS
+/// WebSocket, on the plain listener it may (a TLS proxy in front sends https pages' upgrades
+/// there).
+#[test]
+fn over_tls_only_an_https_page_of_the_own_host_may_upgrade() {
+    let dir = tmpdir("origin");
+    let pair = make_pair();
+    write_pair(&dir, &pair);
+    let node = start(&dir, &[]);
+    let port = node.tls_port.unwrap();
+    let upgrade = |origin: &str| {
+        let mut tls = tls_connect(&node, &pair.der).unwrap();
+        write!(
+            tls,
+            "GET /o/echo/o HTTP/1.1\r\nHost: localhost:{port}\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: {origin}\r\n\r\n"
+        )
+        .unwrap();
+        read_response(&mut BufReader::new(tls)).status
+    };
+    assert_eq!(upgrade(&format!("https://localhost:{port}")), 101);
+    assert_eq!(upgrade(&format!("http://localhost:{port}")), 403);
+    assert_eq!(node.stats()["origin_refused"], 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -134,9 +134,11 @@ pub fn parse_allowed_origins(text: &str) -> Result<AllowedOrigins, String> {
 }
 
 impl AllowedOrigins {
-    /// Whether a request with this `Origin` (if any) and this `Host` (if any) may open a
-    /// WebSocket or change state.
-    pub fn allows(&self, origin: Option<&[u8]>, host: Option<&[u8]>) -> bool {
+    /// Whether a request with this `Origin` (if any) and this `Host` (if any), on a TLS
+    /// connection or not, may open a WebSocket or change state. On TLS the same-host rule
+    /// takes only an `https` page: a plain-HTTP page of the same name (which anyone on the path
+    /// can rewrite) is another origin.
+    pub fn allows(&self, origin: Option<&[u8]>, host: Option<&[u8]>, tls: bool) -> bool {
         let Some(origin) = origin else {
             return true;
         };
@@ -148,8 +150,10 @@ impl AllowedOrigins {
         };
         let origin = origin.trim();
         // Same host: the part after "scheme://" is the request's Host, as written.
-        if let (Some((_, authority)), Some(host)) = (origin.split_once("://"), host) {
-            if !authority.is_empty() && authority.as_bytes().eq_ignore_ascii_case(host.trim_ascii())
+        if let (Some((scheme, authority)), Some(host)) = (origin.split_once("://"), host) {
+            if !authority.is_empty()
+                && authority.as_bytes().eq_ignore_ascii_case(host.trim_ascii())
+                && (!tls || scheme.eq_ignore_ascii_case("https"))
             {
                 return true;
             }
@@ -259,44 +263,61 @@ mod tests {
     fn no_origin_or_the_requests_own_host_is_allowed_and_any_other_refused() {
         let same = AllowedOrigins::SameHost;
         let host = Some(&b"chat.example:8080"[..]);
-        assert!(same.allows(None, host));
-        assert!(same.allows(None, None));
-        assert!(same.allows(Some(b"http://chat.example:8080"), host));
-        assert!(same.allows(Some(b"https://Chat.Example:8080"), host));
-        assert!(same.allows(Some(b"https://chat.example"), Some(b"chat.example")));
+        assert!(same.allows(None, host, false));
+        assert!(same.allows(None, None, false));
+        assert!(same.allows(Some(b"http://chat.example:8080"), host, false));
+        assert!(same.allows(Some(b"https://Chat.Example:8080"), host, false));
+        assert!(same.allows(Some(b"https://chat.example"), Some(b"chat.example"), false));
         assert!(
-            !same.allows(Some(b"http://chat.example"), host),
+            !same.allows(Some(b"http://chat.example"), host, false),
             "another port"
         );
-        assert!(!same.allows(Some(b"http://evil.example:8080"), host));
-        assert!(!same.allows(Some(b"http://chat.example.evil.example:8080"), host));
-        assert!(!same.allows(Some(b"null"), host));
+        assert!(!same.allows(Some(b"http://evil.example:8080"), host, false));
+        assert!(!same.allows(Some(b"http://chat.example.evil.example:8080"), host, false));
+        assert!(!same.allows(Some(b"null"), host, false));
         assert!(
-            !same.allows(Some(b"http://chat.example:8080"), None),
+            !same.allows(Some(b"http://chat.example:8080"), None, false),
             "no Host to match"
         );
-        assert!(!same.allows(Some(b"\xff"), host));
-        assert!(!same.allows(Some(b"://"), Some(b"")));
+        assert!(!same.allows(Some(b"\xff"), host, false));
+        assert!(!same.allows(Some(b"://"), Some(b""), false));
+    }
+
+    #[test]
+    fn on_tls_the_own_host_counts_only_as_an_https_page() {
+        let same = AllowedOrigins::SameHost;
+        let host = Some(&b"chat.example"[..]);
+        assert!(same.allows(Some(b"https://chat.example"), host, true));
+        assert!(!same.allows(Some(b"http://chat.example"), host, true));
+        assert!(
+            same.allows(Some(b"http://chat.example"), host, false),
+            "behind a TLS proxy"
+        );
+        let listed = list("http://chat.example");
+        assert!(
+            listed.allows(Some(b"http://chat.example"), host, true),
+            "listed by the operator"
+        );
     }
 
     #[test]
     fn listed_origins_are_allowed_beside_the_own_host_and_star_allows_all() {
         let l = list("https://app.example,http://localhost:3000");
         let host = Some(&b"api.example"[..]);
-        assert!(l.allows(Some(b"https://app.example"), host));
-        assert!(l.allows(Some(b"https://APP.example:443"), host));
-        assert!(l.allows(Some(b"http://localhost:3000"), host));
+        assert!(l.allows(Some(b"https://app.example"), host, false));
+        assert!(l.allows(Some(b"https://APP.example:443"), host, false));
+        assert!(l.allows(Some(b"http://localhost:3000"), host, false));
         assert!(
-            l.allows(Some(b"https://api.example"), host),
+            l.allows(Some(b"https://api.example"), host, false),
             "its own host still"
         );
         assert!(
-            !l.allows(Some(b"http://app.example"), host),
+            !l.allows(Some(b"http://app.example"), host, false),
             "another scheme"
         );
-        assert!(!l.allows(Some(b"http://localhost:3001"), host));
-        assert!(!l.allows(Some(b"null"), host));
-        assert!(AllowedOrigins::Any.allows(Some(b"null"), host));
-        assert!(AllowedOrigins::Any.allows(Some(b"https://evil.example"), None));
+        assert!(!l.allows(Some(b"http://localhost:3001"), host, false));
+        assert!(!l.allows(Some(b"null"), host, false));
+        assert!(AllowedOrigins::Any.allows(Some(b"null"), host, false));
+        assert!(AllowedOrigins::Any.allows(Some(b"https://evil.example"), None, false));
     }
 }

@@ -433,11 +433,11 @@ impl Conn {
     fn origin_allowed(&self, req: &Request<'_>, head: &Head) -> bool {
         let checked = head.upgrade_websocket || !matches!(req.method, "GET" | "HEAD" | "OPTIONS");
         !checked
-            || self
-                .state()
-                .settings()
-                .allowed_origins
-                .allows(req.header("origin"), req.header("host"))
+            || self.state().settings().allowed_origins.allows(
+                req.header("origin"),
+                req.header("host"),
+                matches!(self.stream, crate::tls::Stream::Tls(_)),
+            )
     }
 
     /// Sends a request to its object's mailbox, its body held against the connection's and
