@@ -16,7 +16,7 @@ use crate::stats::ShardStats;
 
 use super::access::Entry;
 use super::routes::Routed;
-use super::websocket::Upgrade;
+use super::upgrade::Upgrade;
 use super::{Asked, Conn, Input};
 
 /// What the loop does after a request was answered (or handed on).

@@ -15,6 +15,7 @@ mod pass_through;
 mod refuse;
 mod routes;
 mod tls_handoff;
+mod upgrade;
 mod websocket;
 
 use std::io;
@@ -39,7 +40,7 @@ use crate::tls::Stream;
 
 use access::{Asked, ConnLog};
 pub(crate) use refuse::refuse;
-use websocket::Upgrade;
+use upgrade::Upgrade;
 
 /// What a wait for input ended with.
 enum Input {

@@ -11,7 +11,7 @@ use crate::auth::{self, Client, Refused};
 use crate::http::{Head, Request, Response};
 use crate::stats::ShardStats;
 
-use super::websocket::Upgrade;
+use super::upgrade::Upgrade;
 use super::Conn;
 
 /// Where a request goes.

@@ -1,5 +1,4 @@
-//! The WebSocket side of a connection: the upgrade (a stateful app's session attaches to its
-//! object first), then the loop: decode frames and hand messages to the app (called right
+//! The WebSocket side of a connection, once upgraded (`upgrade.rs`): the loop: decode frames and hand messages to the app (called right
 //! here for a stateless app, sent to the object's mailbox for a session), write the session's
 //! mail while holding an awake slot, keep the client's message rate, ping it every
 //! `COMBD_WS_PING_INTERVAL`, and close with the code the reason calls for. Every close goes
@@ -14,30 +13,14 @@ use combd_kernel::settings::Settings;
 use crate::app::{App, Effect, Input as AppInput, Message, Resync, SessionId};
 use crate::cells::session::CloseWhy;
 use crate::inbound::Hold;
-use crate::job::{Attached, Job};
+use crate::job::Job;
 use crate::state::Defer;
 use crate::stats::ShardStats;
 use crate::ws::{self, close, Decoder, WsEvent};
 
 use super::access::WsEnd;
-use super::{Asked, Conn, Input};
-
-/// A WebSocket upgrade that passed its checks.
-pub(super) struct Upgrade {
-    pub app: Arc<dyn App>,
-    pub object: String,
-    pub accept: String,
-    /// permessage-deflate as negotiated: offered, acceptably, and `COMBD_WS_DEFLATE` is on.
-    pub deflate: Option<ws::deflate::Negotiated>,
-    /// The subprotocol the 101 answers, if any.
-    pub protocol: Option<&'static str>,
-    pub query: Option<String>,
-    /// In a fleet: the request as it is sent on to the object's owner, if the object turns
-    /// out to be another node's (none when another node passed it on here).
-    pub replay: Option<super::routes::Replay>,
-    /// The client its token named, if any; the session keeps it.
-    pub client: Option<Arc<crate::auth::Client>>,
-}
+use super::upgrade::Upgrade;
+use super::{Conn, Input};
 
 /// A failed write of a session's output, and whether it cut a frame short (some of it was
 /// written, not all).
@@ -142,82 +125,6 @@ impl Rate {
 }
 
 impl Conn {
-    /// Answers an upgrade: `Some` once the 101 is written and the WebSocket loop may start.
-    /// A stateful app's session attaches to its object first; the object may refuse it (503
-    /// `overloaded`, 507 `disk_low`, or the app's own error), and then no upgrade happens.
-    pub(super) async fn upgrade(&mut self, up: Upgrade, mut out: Vec<u8>) -> Option<Upgrade> {
-        if !up.app.stateless() {
-            let topic = match up.app.topic(up.query.as_deref()) {
-                Ok(t) => t,
-                Err(e) => {
-                    self.fail(&mut out, e.status, &e.message, Asked::Upgrade)
-                        .await;
-                    return None;
-                }
-            };
-            let key = format!("{}/{}", up.app.name(), up.object);
-            let slot = self.waker.index();
-            let session =
-                self.cells
-                    .sessions()
-                    .open(slot, key, topic, up.query.clone(), up.client.clone());
-            self.session = Some(session.id);
-            let (tx, rx) = async_channel::bounded(1);
-            let job = Job::attach(
-                session,
-                up.query.clone(),
-                up.client.clone(),
-                tx,
-                up.replay.is_some(),
-            );
-            self.cells.submit(&up.app, &up.object, job);
-            match rx.recv().await {
-                Ok(Attached::Yes) => {}
-                Ok(Attached::Refused(resp)) => {
-                    self.end_session();
-                    self.respond(&mut out, &resp, false, false, Asked::Upgrade);
-                    self.flush_and_close(&mut out).await;
-                    return None;
-                }
-                Ok(Attached::Owner(owner)) => {
-                    // Another node owns the object: the whole WebSocket goes through to it.
-                    self.end_session();
-                    if let Some(replay) = up.replay {
-                        Box::pin(self.pass_through(&owner, replay, &up.object)).await;
-                    }
-                    return None;
-                }
-                Err(_) => return None,
-            }
-        }
-        self.count_status(101);
-        out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\ndate: ");
-        out.extend_from_slice(&self.state().date());
-        out.extend_from_slice(
-            format!(
-                "\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n",
-                up.accept
-            )
-            .as_bytes(),
-        );
-        if let Some(protocol) = up.protocol {
-            out.extend_from_slice(b"sec-websocket-protocol: ");
-            out.extend_from_slice(protocol.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        if let Some(negotiated) = up.deflate {
-            out.extend_from_slice(b"sec-websocket-extensions: ");
-            out.extend_from_slice(negotiated.response().as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        out.extend_from_slice(b"\r\n");
-        if self.flush(&mut out).await.is_err() {
-            return None;
-        }
-        self.log_ws_open();
-        Some(up)
-    }
-
     /// The WebSocket loop, until the connection closes.
     pub(super) async fn websocket(&mut self, up: Box<Upgrade>) {
         // Boxed until here, then taken apart: an upgrade held by value would be kept twice in
@@ -607,7 +514,7 @@ impl Conn {
     }
 
     /// Forgets this connection's session here.
-    fn end_session(&mut self) {
+    pub(super) fn end_session(&mut self) {
         if let Some(id) = self.session.take() {
             self.cells.sessions().end(id);
         }

@@ -1,0 +1,202 @@
+//! Verified identity: a client's token (a JWT) checked in the node before its request reaches
+//! an app or its WebSocket is upgraded (`COMBD_AUTH_JWT_KEY_FILE`, `COMBD_AUTH_ISSUER`,
+//! `COMBD_AUTH_AUDIENCE`).
+//!
+//! - **The key**: an HS256 secret on one line (at least
+//!   [`limits::AUTH_HS256_SECRET_MIN_BYTES`]), or a PEM public key: RSA (RS256), P-256 (ES256)
+//!   or Ed25519 (EdDSA). One algorithm per key, taken from the key, never from the token's
+//!   header (a token that names another algorithm is refused: no `alg: none`, no HS256 token
+//!   "signed" with a public key). Read at start-up, where a bad file stops the node, and again
+//!   on SIGHUP, where a bad file keeps the old key ([`Auth::reload`]).
+//! - **The token**: from `Authorization: Bearer <jwt>`, else a WebSocket subprotocol
+//!   `combd.bearer.<jwt>` (browsers cannot set headers on a WebSocket; offered beside `combd`,
+//!   which the 101 answers), else the cookie `combd_token`. At most
+//!   [`limits::AUTH_TOKEN_MAX_BYTES`].
+//! - **What is checked**: the signature; `exp` (required) and `nbf` within
+//!   [`limits::AUTH_LEEWAY_SECONDS`]; `iss` and `aud` when set; a `sub` of 1 to
+//!   [`limits::AUTH_CLAIM_MAX_BYTES`] bytes; a `name`, if any, within the same bound.
+//! - **What an app sees**: a [`Client`] (subject and name), never the token. The token is
+//!   never logged.
+//!
+//! The verification is `jsonwebtoken` 9 (Keats), on `ring`, the crypto library the node's TLS
+//! and fleet already use: nothing here is cryptography written by hand.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use combd_kernel::limits;
+use combd_kernel::settings::AuthSettings;
+use jsonwebtoken::{DecodingKey, Validation};
+
+mod key;
+mod token;
+use key::read_key;
+pub use key::{hs256_secret, key_from};
+pub use token::{mint, offered_protocols, token, BEARER_PROTOCOL_PREFIX, COOKIE, PROTOCOL};
+
+/// The client a verified token names: what an app sees of it (never the token).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Client {
+    /// The token's `sub`.
+    pub subject: String,
+    /// The token's `name` claim, if any.
+    pub name: Option<String>,
+    /// The token itself, for a request passed on to its object's owner in a fleet (which
+    /// verifies it again); not the app's to see, and never printed.
+    token: Box<str>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("subject", &self.subject)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// The token the client came with (for a request passed on to another node).
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+/// Why a token was not taken (said in the log at debug level and in nothing the client sees
+/// beyond `invalid_token`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// No token came with the request.
+    Missing,
+    /// A token came and failed: why.
+    Invalid(String),
+}
+
+/// A key file that cannot be used: start-up stops, a reload keeps the old key.
+#[derive(Debug)]
+pub struct KeyError(pub String);
+
+impl std::fmt::Display for KeyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A key and the validation that goes with it.
+struct Verifier {
+    key: DecodingKey,
+    validation: Validation,
+}
+
+/// The node's token verifier, shared by every shard.
+pub struct Auth {
+    verifier: RwLock<Arc<Verifier>>,
+    settings: AuthSettings,
+    /// SIGHUP reloads of the key that took effect.
+    pub reloads: AtomicU64,
+    /// Reloads refused (the old key stayed).
+    pub reload_failures: AtomicU64,
+}
+
+fn verifier(settings: &AuthSettings) -> Result<Verifier, KeyError> {
+    let (key, alg) = read_key(&settings.key_file)?;
+    let mut validation = Validation::new(alg);
+    validation.leeway = limits::AUTH_LEEWAY_SECONDS;
+    validation.validate_exp = true;
+    validation.validate_nbf = true;
+    // jsonwebtoken checks `iss` and `aud` only when a token carries them: a configured one is
+    // also required, or a token without it (another service's, signed with the same key)
+    // would pass.
+    let mut required = vec!["exp", "sub"];
+    if settings.issuer.is_some() {
+        required.push("iss");
+    }
+    if settings.audience.is_some() {
+        required.push("aud");
+    }
+    validation.set_required_spec_claims(&required);
+    match &settings.issuer {
+        Some(iss) => validation.set_issuer(&[iss]),
+        None => validation.iss = None,
+    }
+    match &settings.audience {
+        Some(aud) => validation.set_audience(&[aud]),
+        None => validation.validate_aud = false,
+    }
+    Ok(Verifier { key, validation })
+}
+
+impl Auth {
+    /// Reads the key once (start-up fails on an error).
+    pub fn new(settings: AuthSettings) -> Result<Auth, KeyError> {
+        let v = verifier(&settings)?;
+        Ok(Auth {
+            verifier: RwLock::new(Arc::new(v)),
+            settings,
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
+        })
+    }
+
+    /// Reads the key file again; a bad file is refused and the old key stays.
+    pub fn reload(&self) -> Result<(), KeyError> {
+        match verifier(&self.settings) {
+            Ok(v) => {
+                self.reloads.fetch_add(1, Ordering::Relaxed);
+                match self.verifier.write() {
+                    Ok(mut cur) => *cur = Arc::new(v),
+                    Err(poisoned) => *poisoned.into_inner() = Arc::new(v),
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.reload_failures.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    fn current(&self) -> Arc<Verifier> {
+        match self.verifier.read() {
+            Ok(v) => v.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Verifies `token`: the client it names, or why not.
+    pub fn verify(&self, token: &[u8]) -> Result<Client, Refused> {
+        if token.len() > limits::AUTH_TOKEN_MAX_BYTES {
+            return Err(Refused::Invalid(format!(
+                "longer than {} bytes",
+                limits::AUTH_TOKEN_MAX_BYTES
+            )));
+        }
+        let token = std::str::from_utf8(token).map_err(|_| Refused::Invalid("not text".into()))?;
+        let v = self.current();
+        let data = jsonwebtoken::decode::<serde_json::Value>(token, &v.key, &v.validation)
+            .map_err(|e| Refused::Invalid(e.to_string()))?;
+        let claim = |name: &str| -> Result<Option<String>, Refused> {
+            match data.claims.get(name) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(serde_json::Value::String(s))
+                    if !s.is_empty() && s.len() <= limits::AUTH_CLAIM_MAX_BYTES =>
+                {
+                    Ok(Some(s.clone()))
+                }
+                Some(_) => Err(Refused::Invalid(format!(
+                    "{name} must be a string of 1 to {} bytes",
+                    limits::AUTH_CLAIM_MAX_BYTES
+                ))),
+            }
+        };
+        let subject = claim("sub")?.ok_or_else(|| Refused::Invalid("no sub".into()))?;
+        Ok(Client {
+            subject,
+            name: claim("name")?,
+            token: token.into(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,238 @@
+//! Unit tests of the token verifier, the key files and where tokens come from.
+
+use super::*;
+
+const SECRET: &str = "combd-test-secret-0123456789abcdef-0123456789";
+
+fn auth(issuer: Option<&str>, audience: Option<&str>) -> Auth {
+    let dir = std::env::temp_dir().join(format!("combd-auth-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("key-{}-{}", issuer.is_some(), audience.is_some()));
+    std::fs::write(&file, format!("{SECRET}\n")).unwrap();
+    Auth::new(AuthSettings {
+        key_file: file,
+        issuer: issuer.map(str::to_string),
+        audience: audience.map(str::to_string),
+    })
+    .unwrap()
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn sign(claims: serde_json::Value, secret: &str) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_good_token_names_its_client_and_a_bad_one_is_refused() {
+    let a = auth(None, None);
+    let good = sign(
+        serde_json::json!({ "sub": "alice", "name": "Alice", "exp": now() + 60 }),
+        SECRET,
+    );
+    let client = a.verify(good.as_bytes()).unwrap();
+    assert_eq!(client.subject, "alice");
+    assert_eq!(client.name.as_deref(), Some("Alice"));
+    assert_eq!(client.token(), good);
+    assert!(
+        !format!("{client:?}").contains(&good),
+        "the token is never printed"
+    );
+    for (why, t) in [
+        (
+            "another key",
+            sign(
+                serde_json::json!({ "sub": "a", "exp": now() + 60 }),
+                &SECRET.replace('0', "1"),
+            ),
+        ),
+        (
+            "expired",
+            sign(
+                serde_json::json!({ "sub": "a", "exp": now() - 120 }),
+                SECRET,
+            ),
+        ),
+        (
+            "not yet",
+            sign(
+                serde_json::json!({ "sub": "a", "exp": now() + 600, "nbf": now() + 300 }),
+                SECRET,
+            ),
+        ),
+        ("no exp", sign(serde_json::json!({ "sub": "a" }), SECRET)),
+        (
+            "no sub",
+            sign(serde_json::json!({ "exp": now() + 60 }), SECRET),
+        ),
+        (
+            "empty sub",
+            sign(serde_json::json!({ "sub": "", "exp": now() + 60 }), SECRET),
+        ),
+        (
+            "long name",
+            sign(
+                serde_json::json!({ "sub": "a", "name": "n".repeat(300), "exp": now() + 60 }),
+                SECRET,
+            ),
+        ),
+        ("garbage", "not.a.token".to_string()),
+        ("alg none", {
+            // {"alg":"none"} . {"sub":"a","exp":...} . (no signature)
+            let b64 = |s: &str| base64_url(s.as_bytes());
+            format!(
+                "{}.{}.",
+                b64(r#"{"alg":"none","typ":"JWT"}"#),
+                b64(&format!(r#"{{"sub":"a","exp":{}}}"#, now() + 60))
+            )
+        }),
+    ] {
+        assert!(
+            matches!(a.verify(t.as_bytes()), Err(Refused::Invalid(_))),
+            "{why}"
+        );
+    }
+    // Within the leeway an expired token still passes.
+    let late = sign(serde_json::json!({ "sub": "a", "exp": now() - 5 }), SECRET);
+    assert!(a.verify(late.as_bytes()).is_ok());
+    assert!(a
+        .verify(&vec![b'a'; limits::AUTH_TOKEN_MAX_BYTES + 1])
+        .is_err());
+}
+
+/// Base64url without padding, as JWTs are written.
+fn base64_url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+#[test]
+fn issuer_and_audience_are_checked_when_set() {
+    let a = auth(Some("https://id.example"), Some("combd"));
+    let with = |iss: &str, aud: &str| {
+        sign(
+            serde_json::json!({ "sub": "a", "iss": iss, "aud": aud, "exp": now() + 60 }),
+            SECRET,
+        )
+    };
+    assert!(a
+        .verify(with("https://id.example", "combd").as_bytes())
+        .is_ok());
+    assert!(a
+        .verify(with("https://other.example", "combd").as_bytes())
+        .is_err());
+    assert!(a
+        .verify(with("https://id.example", "other").as_bytes())
+        .is_err());
+    // A configured claim is required: a token without it, or with it not a string, fails.
+    for claims in [
+        serde_json::json!({ "sub": "a", "aud": "combd", "exp": now() + 60 }),
+        serde_json::json!({ "sub": "a", "iss": "https://id.example", "exp": now() + 60 }),
+        serde_json::json!({ "sub": "a", "iss": "https://id.example", "aud": 1, "exp": now() + 60 }),
+    ] {
+        assert!(
+            a.verify(sign(claims.clone(), SECRET).as_bytes()).is_err(),
+            "{claims}"
+        );
+    }
+    // Unset, any audience (or none) passes.
+    let open = auth(None, None);
+    assert!(open.verify(with("x", "anything").as_bytes()).is_ok());
+}
+
+#[test]
+fn key_files_are_an_hs256_secret_or_a_public_key() {
+    assert!(hs256_secret("short\n").unwrap_err().contains("at least 32"));
+    assert!(hs256_secret(&format!("{SECRET}\nsecond line\n")).is_err());
+    assert_eq!(hs256_secret(&format!("{SECRET}\r\n")), Ok(SECRET));
+    // A public key that is not PEM is no secret.
+    use base64::Engine;
+    let mut der = vec![0x30, 0x59];
+    der.extend([7u8; 0x59]);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&der);
+    for public in [
+        b64.as_str(),
+        r#"{"kty":"EC","crv":"P-256","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU"}"#,
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
+    ] {
+        assert!(
+            hs256_secret(public).unwrap_err().contains("public key"),
+            "{public}"
+        );
+    }
+    // A random secret, base64 as openssl writes it, is one.
+    assert!(
+        hs256_secret("q8Vd0bW3nqDq3m9Jc1d3vE2QkqGz0eY7uB1lZ2dQe8p4kT0yXh6mS5rN9aF2cW1v").is_ok()
+    );
+    let private =
+        "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+    assert!(key_from(private.as_bytes())
+        .err()
+        .unwrap()
+        .contains("private key"));
+    let junk = "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n";
+    assert!(key_from(junk.as_bytes()).is_err());
+}
+
+#[test]
+fn the_token_comes_from_a_bearer_header_a_subprotocol_or_a_cookie() {
+    fn token_of(v: &[(&'static str, &'static str)]) -> Option<&'static [u8]> {
+        let v: &'static [(&'static str, &'static str)] = Box::leak(v.to_vec().into_boxed_slice());
+        token(v.iter().map(|(n, v)| (*n, v.as_bytes())))
+    }
+    assert_eq!(
+        token_of(&[("Authorization", "Bearer abc")]),
+        Some(&b"abc"[..])
+    );
+    assert_eq!(
+        token_of(&[("authorization", "bearer  abc ")]),
+        Some(&b"abc"[..])
+    );
+    assert_eq!(token_of(&[("Authorization", "Basic abc")]), None);
+    assert_eq!(
+        token_of(&[("Sec-WebSocket-Protocol", "combd, combd.bearer.x.y.z")]),
+        Some(&b"x.y.z"[..])
+    );
+    assert_eq!(
+        token_of(&[("Cookie", "a=1; combd_token=t.o.k; b=2")]),
+        Some(&b"t.o.k"[..])
+    );
+    assert_eq!(token_of(&[("Cookie", "xcombd_token=1")]), None);
+    // The header first, then the subprotocol, then the cookie.
+    assert_eq!(
+        token_of(&[
+            ("Cookie", "combd_token=c"),
+            ("Sec-WebSocket-Protocol", "combd.bearer.p"),
+            ("Authorization", "Bearer h")
+        ]),
+        Some(&b"h"[..])
+    );
+    assert_eq!(
+        token_of(&[
+            ("Cookie", "combd_token=c"),
+            ("Sec-WebSocket-Protocol", "combd.bearer.p")
+        ]),
+        Some(&b"p"[..])
+    );
+    assert_eq!(token_of(&[]), None);
+}
