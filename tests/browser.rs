@@ -773,18 +773,9 @@ fn two_users_chat_in_chromium() {
         return;
     };
     const SECRET: &str = "combd-browser-chat-secret-0123456789abcdef";
-    let dir = std::env::temp_dir().join(format!("combd-browser-chat-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = dir.join("jwt.key");
-    std::fs::write(&key, format!("{SECRET}\n")).unwrap();
+    let key = support::auth::key_file("browser-chat", SECRET);
     let node = TestNode::start(&[("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap())]);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let token = |sub: &str, name: &str| {
-        combd_shards::auth::mint(SECRET, sub, Some(name), 600, now, (None, None)).unwrap()
-    };
+    let token = |sub: &str, name: &str| support::auth::token(SECRET, sub, Some(name));
     let base = format!("http://127.0.0.2:{}/chat/?room=browser", node.port);
     let mut b = Browser::launch(&bin);
     let alice = b.open(&format!("{base}#token={}", token("alice", "Alice")));

@@ -18,11 +18,7 @@ use tungstenite::WebSocket;
 const SECRET: &str = "combd-chat-test-secret-0123456789abcdef-xyz";
 
 fn key_file() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("combd-chat-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("jwt.key");
-    std::fs::write(&file, format!("{SECRET}\n")).unwrap();
-    file
+    support::auth::key_file("chat", SECRET)
 }
 
 fn settings(file: &std::path::Path) -> Vec<(&'static str, String)> {
@@ -39,11 +35,7 @@ fn start(file: &std::path::Path) -> TestNode {
 }
 
 fn token(sub: &str, name: &str) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    combd_shards::auth::mint(SECRET, sub, Some(name), 600, now, (None, None)).unwrap()
+    support::auth::token(SECRET, sub, Some(name))
 }
 
 /// `sub` in `room`, resuming after message `after` if given; its hello.

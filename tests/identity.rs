@@ -12,7 +12,7 @@
 mod support;
 
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -20,21 +20,7 @@ use support::*;
 const SECRET: &str = "combd-identity-test-secret-0123456789abcdef";
 const AUDIENCE: &str = "combd-test";
 
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-/// A key file holding `secret`, in a directory of its own.
-fn key_file(tag: &str, secret: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("combd-identity-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("jwt.key");
-    std::fs::write(&file, format!("{secret}\n")).unwrap();
-    file
-}
+use support::auth::{key_file, now};
 
 /// A token for `sub` signed with `secret`, issued at `at`, valid for `ttl` seconds, for
 /// `audience`.

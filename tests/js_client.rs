@@ -37,17 +37,9 @@ fn the_javascript_client_passes_its_tests_against_a_live_node() {
         ));
         return;
     }
-    let dir = std::env::temp_dir().join(format!("combd-js-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = dir.join("jwt.key");
-    std::fs::write(&key, format!("{SECRET}\n")).unwrap();
+    let key = support::auth::key_file("js", SECRET);
     let node = TestNode::start(&[("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap())]);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let token =
-        |sub: &str| combd_shards::auth::mint(SECRET, sub, None, 600, now, (None, None)).unwrap();
+    let token = |sub: &str| support::auth::token(SECRET, sub, None);
     let out = run_to_exit(
         Command::new("node")
             .args(["--experimental-websocket", "--test", "clients/js/test/"])

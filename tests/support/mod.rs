@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod auth;
 pub mod powercut;
 pub mod proxy;
 pub mod tls;

@@ -94,7 +94,9 @@ test("a dropped connection resumes after the last message: none lost, none twice
   }
   const alice = client("js-resume", process.env.COMBD_TOKEN_ALICE, { WebSocketImpl: Kept, random: () => 0 });
   const bob = client("js-resume", process.env.COMBD_TOKEN_BOB);
-  await until("both live", alice.seen.waiters, () => alice.c.state === "live" && bob.c.state === "live");
+  // Each waits on its own client's events (one's check is not run again on the other's).
+  await until("alice live", alice.seen.waiters, () => alice.c.state === "live");
+  await until("bob live", bob.seen.waiters, () => bob.c.state === "live");
   bob.c.send({ t: "say", text: "one" });
   await until("one", alice.seen.waiters, () => alice.seen.messages.some((m) => m.text === "one"));
   sockets[0].close(4000); // the link drops
