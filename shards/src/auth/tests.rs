@@ -236,3 +236,18 @@ fn the_token_comes_from_a_bearer_header_a_subprotocol_or_a_cookie() {
     );
     assert_eq!(token_of(&[]), None);
 }
+
+#[test]
+fn a_key_file_past_its_bound_is_refused_unread() {
+    let dir = std::env::temp_dir().join(format!("combd-auth-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("big.key");
+    std::fs::write(&file, vec![b'a'; limits::AUTH_KEY_FILE_MAX_BYTES + 1]).unwrap();
+    let e = key::read_key(&file).err().unwrap().0;
+    assert!(e.contains("more than a key"), "{e}");
+    std::fs::write(&file, vec![b'a'; limits::AUTH_KEY_FILE_MAX_BYTES]).unwrap();
+    assert!(
+        key::read_key(&file).is_ok(),
+        "at the bound: one line of 64 KiB is a secret"
+    );
+}
