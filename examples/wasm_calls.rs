@@ -50,12 +50,14 @@ fn main() {
             .find(|a| a.name() == name)
             .expect("the example module")
     };
-    let session = SessionId { shard: 0, id: 1 };
+    let session = SessionId::new(0, 1);
+    let caller = combd_shards::app::Caller::default();
     let post = Input::Http {
         method: "POST",
         query: None,
         body: b"",
         client: None,
+        caller: &caller,
     };
     let click = Input::Message {
         session,
@@ -65,6 +67,7 @@ fn main() {
         session,
         query: Some("page=0"),
         client: None,
+        caller: &caller,
     };
     let cases: [Case<'_>; 3] = [
         (

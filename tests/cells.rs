@@ -309,9 +309,11 @@ fn object_names_cannot_escape_the_data_dir() {
         let r = post(&node, path, "");
         assert_eq!(r.status, 400, "{path}");
     }
-    let r = post(&node, "/o/counter/a/b", "");
-    assert_eq!(r.status, 400);
-    // Nothing was created but the data directory's own tree: its objects and its lock.
+    // A path under an object reaches the object (its app is told the rest): `a`, not `a/b`.
+    let r = post(&node, "/o/counter/a/../../b", "");
+    assert_eq!(r.status, 200);
+    // Nothing was created but the data directory's own tree: its objects and its lock, and
+    // in it the one database of `a`.
     let made: Vec<_> = std::fs::read_dir(&node.data_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -320,6 +322,12 @@ fn object_names_cannot_escape_the_data_dir() {
         made.iter().all(|n| n == "objects" || n == "combd.lock"),
         "{made:?}"
     );
+    let objects: Vec<_> = std::fs::read_dir(node.data_dir.join("objects/counter"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".sqlite"))
+        .collect();
+    assert_eq!(objects, ["a.sqlite"]);
 }
 
 #[test]

@@ -438,7 +438,7 @@ fn anchors_are_githubs() {
         anchor("Admission: refusing at TCP"),
         "admission-refusing-at-tcp"
     );
-    assert_eq!(anchor("The ABI (version 1)"), "the-abi-version-1");
+    assert_eq!(anchor("The ABI (version 2)"), "the-abi-version-2");
     assert_eq!(
         anchor("What a client sees, and what it should do"),
         "what-a-client-sees-and-what-it-should-do"

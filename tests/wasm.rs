@@ -7,7 +7,6 @@
 mod support;
 
 use std::net::TcpStream;
-use std::path::PathBuf;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -16,22 +15,6 @@ use support::*;
 use tungstenite::{Message, WebSocket};
 
 const PROBE: &str = include_str!("wasm/probe.wat");
-
-/// A fresh apps directory holding `modules`: (file name, text).
-fn apps_dir(modules: &[(&str, &str)]) -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "combd-apps-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for (name, text) in modules {
-        std::fs::write(dir.join(name), text).unwrap();
-    }
-    dir
-}
 
 fn probe_node(extra: &[(&str, &str)]) -> TestNode {
     let dir = apps_dir(&[("probe.wat", PROBE)]);
@@ -436,16 +419,6 @@ fn sighup_reaches_a_live_object_waiting_for_mail() {
         .query_row("SELECT count(*) FROM k", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 4, "every request's row kept");
-}
-
-fn refused_with(modules: &[(&str, &str)]) -> (String, PathBuf) {
-    let dir = apps_dir(modules);
-    let data = std::env::temp_dir().join(format!("combd-test-refused-{}", std::process::id()));
-    let stderr = refused(&mut combd_command(
-        &data,
-        &[("COMBD_APPS_DIR", dir.to_str().unwrap())],
-    ));
-    (stderr, dir)
 }
 
 #[test]

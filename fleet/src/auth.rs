@@ -6,12 +6,14 @@
 //! WebSocket's upgrade) carries [`AUTH_HEADER`]:
 //!
 //! ```text
-//! combd-fleet-auth: v1 <unix ms> <nonce, 32 hex digits> <HMAC-SHA-256, 64 hex digits>
+//! combd-fleet-auth: v2 <unix ms> <nonce, 32 hex digits> <HMAC-SHA-256, 64 hex digits>
 //! ```
 //!
 //! The MAC (`ring`'s HMAC-SHA-256, compared in constant time by `subtle`) covers a label of the format, the
 //! receiving node's fleet address (`COMBD_FLEET_NODE` as it is recorded in the coordinator),
-//! the method, the request target, the time, the nonce and the SHA-256 of the body. The
+//! the method, the request target, the client's address a passed-on request carries
+//! ([`CLIENT_HEADER`](crate::forward::CLIENT_HEADER), empty if none), the time, the nonce and
+//! the SHA-256 of the body. The
 //! receiver ([`FleetKey::verify`], then [`Replays::admit`]) refuses a request whose MAC does not
 //! match what it received, whose time is more than [`FLEET_AUTH_SKEW`] from its own clock, or
 //! whose time and nonce it has taken before: a request captured on the fleet's network cannot
@@ -38,10 +40,10 @@ use ring::{digest, hmac, rand::SecureRandom};
 /// The header a signed fleet request carries.
 pub const AUTH_HEADER: &str = "combd-fleet-auth";
 /// The first word of [`AUTH_HEADER`]'s value: the format of what follows.
-const VERSION: &str = "v1";
+const VERSION: &str = "v2";
 /// What the MAC of a request starts with, so a MAC made for anything else the fleet key signs
 /// can never pass for a request's.
-const REQUEST_LABEL: &[u8] = b"combd fleet request v1\n";
+const REQUEST_LABEL: &[u8] = b"combd fleet request v2\n";
 /// Bytes of a request's nonce.
 const NONCE_BYTES: usize = 16;
 
@@ -195,26 +197,42 @@ impl FleetKey {
     /// The [`AUTH_HEADER`] value of `method target` with `body`, to the node at `to`, signed
     /// now with a fresh random nonce.
     pub fn sign(&self, to: &str, method: &str, target: &str, body: &[u8]) -> String {
+        self.sign_for(to, method, target, "", body)
+    }
+
+    /// [`FleetKey::sign`] of a request passed on for a client: `client` is the value of its
+    /// [`CLIENT_HEADER`](crate::forward::CLIENT_HEADER) (the client's address, as the node it
+    /// connected to saw it), which the MAC covers.
+    pub fn sign_for(
+        &self,
+        to: &str,
+        method: &str,
+        target: &str,
+        client: &str,
+        body: &[u8],
+    ) -> String {
         let mut nonce = [0u8; NONCE_BYTES];
         // The system's random source does not fail on Linux once the kernel's pool is
         // initialised (getrandom(2) blocks until then); a zero nonce would still be refused
         // only as a replay, never taken twice.
         let _ = ring::rand::SystemRandom::new().fill(&mut nonce);
-        self.sign_at(to, method, target, body, now_ms(), nonce)
+        self.sign_at(to, method, target, client, body, now_ms(), nonce)
     }
 
     /// [`FleetKey::sign`] at a given time and nonce (for tests of the receiver).
+    #[allow(clippy::too_many_arguments)]
     pub fn sign_at(
         &self,
         to: &str,
         method: &str,
         target: &str,
+        client: &str,
         body: &[u8],
         at_ms: u64,
         nonce: [u8; NONCE_BYTES],
     ) -> String {
         let stamp = Stamp { at_ms, nonce };
-        let mac = request_parts(to, method, target, &stamp, body, |p| {
+        let mac = request_parts(to, method, target, client, &stamp, body, |p| {
             self.seal(REQUEST_LABEL, p)
         });
         format!("{VERSION} {at_ms} {} {}", hex(&nonce), hex(&mac))
@@ -222,12 +240,16 @@ impl FleetKey {
 
     /// Checks `value` (the request's [`AUTH_HEADER`], if any) against the request this node,
     /// at fleet address `me`, received, at `now_ms`; its stamp, for [`Replays::admit`].
+    /// `client`: the request's [`CLIENT_HEADER`](crate::forward::CLIENT_HEADER) value, or
+    /// empty.
+    #[allow(clippy::too_many_arguments)]
     pub fn verify(
         &self,
         value: Option<&[u8]>,
         me: &str,
         method: &str,
         target: &str,
+        client: &str,
         body: &[u8],
         now_ms: u64,
     ) -> Result<Stamp, AuthError> {
@@ -255,7 +277,7 @@ impl FleetKey {
             .filter(|m| m.len() == 32)
             .ok_or(AuthError::Malformed)?;
         let stamp = Stamp { at_ms, nonce };
-        if !request_parts(me, method, target, &stamp, body, |p| {
+        if !request_parts(me, method, target, client, &stamp, body, |p| {
             self.check(REQUEST_LABEL, p, &mac)
         }) {
             return Err(AuthError::BadMac);
@@ -268,11 +290,13 @@ impl FleetKey {
 }
 
 /// What a request's MAC covers (after [`REQUEST_LABEL`]), handed to `f`: the receiving node's
-/// fleet address, the method, the target, the time, the nonce and the body's SHA-256.
+/// fleet address, the method, the target, the client it was passed on for, the time, the nonce
+/// and the body's SHA-256.
 fn request_parts<R>(
     to: &str,
     method: &str,
     target: &str,
+    client: &str,
     stamp: &Stamp,
     body: &[u8],
     f: impl FnOnce(&[&[u8]]) -> R,
@@ -283,6 +307,7 @@ fn request_parts<R>(
         to.as_bytes(),
         method.as_bytes(),
         target.as_bytes(),
+        client.as_bytes(),
         &at,
         &stamp.nonce,
         body.as_ref(),
@@ -411,18 +436,19 @@ mod tests {
         let k = key();
         let now = 1_800_000_000_000;
         let nonce = [7; NONCE_BYTES];
-        let v = k.sign_at(ME, "POST", "/o/counter/a", b"{}", now, nonce);
+        let v = k.sign_at(ME, "POST", "/o/counter/a", "", b"{}", now, nonce);
         let ok = k.verify(
             Some(v.as_bytes()),
             ME,
             "POST",
             "/o/counter/a",
+            "",
             b"{}",
             now + 5,
         );
         assert_eq!(ok.unwrap(), Stamp { at_ms: now, nonce });
         let check = |value: &str, me: &str, method: &str, target: &str, body: &[u8], at: u64| {
-            k.verify(Some(value.as_bytes()), me, method, target, body, at)
+            k.verify(Some(value.as_bytes()), me, method, target, "", body, at)
         };
         let bad = Err(AuthError::BadMac);
         assert_eq!(
@@ -433,17 +459,40 @@ mod tests {
         assert_eq!(check(&v, ME, "POST", "/o/counter/b", b"{}", now), bad);
         assert_eq!(check(&v, ME, "POST", "/o/counter/a", b"{ }", now), bad);
         // The parts are length-prefixed: moving a byte from one to the next changes the MAC.
-        let moved = k.sign_at(ME, "POS", "T/o/counter/a", b"{}", now, nonce);
+        let moved = k.sign_at(ME, "POS", "T/o/counter/a", "", b"{}", now, nonce);
         assert_eq!(check(&moved, ME, "POST", "/o/counter/a", b"{}", now), bad);
+        // The client it was passed on for is covered: another address does not pass.
+        let vouched = k.sign_at(ME, "POST", "/o/counter/a", "192.0.2.7", b"{}", now, nonce);
+        let as_other = k.verify(
+            Some(vouched.as_bytes()),
+            ME,
+            "POST",
+            "/o/counter/a",
+            "192.0.2.8",
+            b"{}",
+            now,
+        );
+        assert_eq!(as_other, bad);
+        assert!(k
+            .verify(
+                Some(vouched.as_bytes()),
+                ME,
+                "POST",
+                "/o/counter/a",
+                "192.0.2.7",
+                b"{}",
+                now
+            )
+            .is_ok());
         // Another key's signature.
         let other = parse_fleet_key(&KEY.replace('0', "1")).unwrap();
-        let forged = other.sign_at(ME, "POST", "/o/counter/a", b"{}", now, nonce);
+        let forged = other.sign_at(ME, "POST", "/o/counter/a", "", b"{}", now, nonce);
         assert_eq!(check(&forged, ME, "POST", "/o/counter/a", b"{}", now), bad);
         // The time or the nonce changed after signing.
         let words: Vec<&str> = v.split(' ').collect();
-        let later = format!("v1 {} {} {}", now + 1, words[2], words[3]);
+        let later = format!("v2 {} {} {}", now + 1, words[2], words[3]);
         assert_eq!(check(&later, ME, "POST", "/o/counter/a", b"{}", now), bad);
-        let renonced = format!("v1 {now} {} {}", hex(&[8; NONCE_BYTES]), words[3]);
+        let renonced = format!("v2 {now} {} {}", hex(&[8; NONCE_BYTES]), words[3]);
         assert_eq!(
             check(&renonced, ME, "POST", "/o/counter/a", b"{}", now),
             bad
@@ -461,38 +510,39 @@ mod tests {
             (now - skew - 1, false),
             (now + skew + 1, false),
         ] {
-            let v = k.sign_at(ME, "GET", "/o/x/y", b"", at, [1; NONCE_BYTES]);
-            let r = k.verify(Some(v.as_bytes()), ME, "GET", "/o/x/y", b"", now);
+            let v = k.sign_at(ME, "GET", "/o/x/y", "", b"", at, [1; NONCE_BYTES]);
+            let r = k.verify(Some(v.as_bytes()), ME, "GET", "/o/x/y", "", b"", now);
             assert_eq!(r.is_ok(), ok, "signed at now{:+}", at as i64 - now as i64);
             if !ok {
                 assert_eq!(r, Err(AuthError::Stale));
             }
         }
         assert_eq!(
-            k.verify(None, ME, "GET", "/", b"", now),
+            k.verify(None, ME, "GET", "/", "", b"", now),
             Err(AuthError::Missing)
         );
-        let good = k.sign_at(ME, "GET", "/", b"", now, [1; NONCE_BYTES]);
+        let good = k.sign_at(ME, "GET", "/", "", b"", now, [1; NONCE_BYTES]);
         let w: Vec<&str> = good.split(' ').collect();
         for bad in [
             String::new(),
-            "v1".into(),
-            format!("v2 {} {} {}", w[1], w[2], w[3]),
-            format!("v1 +{} {} {}", w[1], w[2], w[3]),
-            format!("v1 {} {} {}", w[1], &w[2][..30], w[3]),
-            format!("v1 {} {} {}", w[1], w[2], &w[3][..62]),
-            format!("v1 {} {}x {}", w[1], &w[2][..31], w[3]),
+            "v2".into(),
+            format!("v3 {} {} {}", w[1], w[2], w[3]),
+            format!("v1 {} {} {}", w[1], w[2], w[3]),
+            format!("v2 +{} {} {}", w[1], w[2], w[3]),
+            format!("v2 {} {} {}", w[1], &w[2][..30], w[3]),
+            format!("v2 {} {} {}", w[1], w[2], &w[3][..62]),
+            format!("v2 {} {}x {}", w[1], &w[2][..31], w[3]),
             format!("{good} extra"),
-            format!("v1  {} {} {}", w[1], w[2], w[3]),
+            format!("v2  {} {} {}", w[1], w[2], w[3]),
         ] {
             assert_eq!(
-                k.verify(Some(bad.as_bytes()), ME, "GET", "/", b"", now),
+                k.verify(Some(bad.as_bytes()), ME, "GET", "/", "", b"", now),
                 Err(AuthError::Malformed),
                 "{bad:?}"
             );
         }
         assert_eq!(
-            k.verify(Some(&[0xff, 0xfe]), ME, "GET", "/", b"", now),
+            k.verify(Some(&[0xff, 0xfe]), ME, "GET", "/", "", b"", now),
             Err(AuthError::Malformed)
         );
     }

@@ -10,6 +10,11 @@
 /// The header a forwarded request carries.
 pub const FORWARDED_HEADER: &str = "combd-forwarded";
 
+/// The header a request passed on carries with the client's address as the node it connected
+/// to saw it (the fleet key's signature covers it); the owner believes it only so, and a
+/// client's own is never passed on.
+pub const CLIENT_HEADER: &str = "combd-client";
+
 /// The owner's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forwarded {
@@ -21,6 +26,9 @@ pub struct Forwarded {
     pub retry_after: Option<String>,
     /// Its `allow`, if any (a 405).
     pub allow: Option<String>,
+    /// The header fields an app's answer may carry, as it sent them (checked again by the
+    /// node that passes them back): at most the node's `APP_HEADERS_MAX`.
+    pub headers: Vec<(String, String)>,
     /// Its body.
     pub body: Vec<u8>,
 }

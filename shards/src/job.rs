@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::app::{AppError, Input, Message, SessionId};
+use crate::app::{AppError, Caller, Input, Message, SessionId};
 use crate::auth::Client;
 use crate::http::Response;
 use crate::inbound::Hold;
@@ -34,6 +34,7 @@ impl Job {
         body: Vec<u8>,
         forwarded: bool,
         client: Option<Arc<Client>>,
+        caller: Arc<Caller>,
         reply: async_channel::Sender<Response>,
     ) -> Job {
         Job {
@@ -43,6 +44,7 @@ impl Job {
                 body,
                 forwarded,
                 client,
+                caller,
             },
             reply: Reply::Http(reply),
             hold: None,
@@ -69,6 +71,7 @@ impl Job {
         session: SessionId,
         query: Option<String>,
         client: Option<Arc<Client>>,
+        caller: Arc<Caller>,
         reply: async_channel::Sender<Attached>,
         may_pass: bool,
     ) -> Job {
@@ -77,6 +80,7 @@ impl Job {
                 session,
                 query,
                 client,
+                caller,
             },
             reply: Reply::Attach { reply, may_pass },
             hold: None,
@@ -85,12 +89,18 @@ impl Job {
 
     /// A session that missed messages attaching again, in place ([`crate::app::Resync::Attach`]):
     /// its attach sends it what it views. An error goes back to the session.
-    pub fn reattach(session: SessionId, query: Option<String>, client: Option<Arc<Client>>) -> Job {
+    pub fn reattach(
+        session: SessionId,
+        query: Option<String>,
+        client: Option<Arc<Client>>,
+        caller: Arc<Caller>,
+    ) -> Job {
         Job {
             input: Owned::Attach {
                 session,
                 query,
                 client,
+                caller,
             },
             reply: Reply::Session(session),
             hold: None,
@@ -148,6 +158,8 @@ pub(crate) enum Owned {
         forwarded: bool,
         /// Who its token named, if it came with a valid one.
         client: Option<Arc<Client>>,
+        /// What else the node saw of it.
+        caller: Arc<Caller>,
     },
     Message {
         session: SessionId,
@@ -158,6 +170,7 @@ pub(crate) enum Owned {
         session: SessionId,
         query: Option<String>,
         client: Option<Arc<Client>>,
+        caller: Arc<Caller>,
     },
     Detach {
         session: SessionId,
@@ -173,12 +186,14 @@ impl Owned {
                 query,
                 body,
                 client,
+                caller,
                 ..
             } => Input::Http {
                 method,
                 query: query.as_deref(),
                 body,
                 client: client.as_deref(),
+                caller,
             },
             Owned::Message {
                 session,
@@ -199,10 +214,12 @@ impl Owned {
                 session,
                 query,
                 client,
+                caller,
             } => Input::Attach {
                 session: *session,
                 query: query.as_deref(),
                 client: client.as_deref(),
+                caller,
             },
             Owned::Detach { session } => Input::Detach { session: *session },
         })
@@ -211,9 +228,10 @@ impl Owned {
     /// The bytes the input brings (counted against the app's `memory_kb`).
     pub fn bytes(&self) -> u64 {
         match self {
-            Owned::Http { body, .. } => body.len() as u64,
+            Owned::Http { body, caller, .. } => body.len() as u64 + caller.bytes(),
             Owned::Message { payload, .. } => payload.len() as u64,
-            Owned::Attach { .. } | Owned::Detach { .. } => 0,
+            Owned::Attach { caller, .. } => caller.bytes(),
+            Owned::Detach { .. } => 0,
         }
     }
 }

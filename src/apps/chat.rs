@@ -20,7 +20,6 @@
 //! new session is never confused with an old one. The node serves a page at `/chat/`.
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
 
 use combd_shards::app::{App, AppError, Client, Cx, Input, Message, Output, SessionId};
 use combd_shards::http::Response;
@@ -39,16 +38,11 @@ pub const RESUME_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// The chat app.
 pub struct Chat;
 
-/// This process's boot epoch: a session's presence row from another life of the node (a crash,
-/// a restart, another owner in a fleet) carries another one.
+/// This life of the node (a random number drawn when it started, part of every session id): a
+/// session's presence row from another life (a crash, a restart, another owner in a fleet)
+/// carries another one.
 fn epoch() -> i64 {
-    static EPOCH: OnceLock<i64> = OnceLock::new();
-    *EPOCH.get_or_init(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64)
-            ^ i64::from(std::process::id())
-    })
+    SessionId::this_life() as i64
 }
 
 fn now_ms() -> i64 {
@@ -57,9 +51,9 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// A session as a presence key: its shard and id (unique within this life of the node).
+/// A session as a presence key: its id, unique across the node's lives.
 fn session_key(s: SessionId) -> String {
-    format!("{}.{}", s.shard, s.id)
+    s.to_string()
 }
 
 fn after_of(query: Option<&str>) -> Result<Option<i64>, AppError> {
@@ -162,6 +156,7 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
             session,
             query,
             client,
+            ..
         } => {
             let client = client_of(*client)?;
             let after = after_of(*query)?;

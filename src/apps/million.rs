@@ -226,7 +226,7 @@ impl App for Million {
 /// For the fuzz target: parses `data` as a client message and as a page query; a click that
 /// parses is on the board.
 pub fn fuzz_entry(data: &[u8]) {
-    let session = SessionId { shard: 0, id: 1 };
+    let session = SessionId::new(0, 1);
     if let Ok(text) = std::str::from_utf8(data) {
         if let Ok(c) = parse_click(session, &Message::Text(text)) {
             assert!(c.i < BOXES);
@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn clicks_parse_and_validate() {
-        let s = SessionId { shard: 1, id: 7 };
+        let s = SessionId::new(1, 7);
         let c = parse_click(s, &Message::Text(r#"{"t":"click","i":4097,"c":3}"#)).unwrap();
         assert_eq!((c.i, c.c), (4097, 3));
         assert!(parse_click(s, &Message::Text(r#"{"t":"click","i":1000000}"#)).is_err());

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use combd_shards::app::{App, Apps};
 
+pub mod caller;
 pub mod chat;
 pub mod counter;
 pub mod echo;
@@ -35,6 +36,7 @@ pub fn builtin(test_apps: bool) -> Apps {
         list.push(Arc::new(limits::Limits));
         list.push(Arc::new(stall::Stall));
         list.push(Arc::new(whoami::WhoAmI));
+        list.push(Arc::new(caller::CallerApp));
     }
     let apps = Apps::new();
     for app in list {

@@ -57,3 +57,46 @@ fn a_request_passed_on_to_the_owner_keeps_its_verified_client() {
     assert_eq!(whoami(&b, None).status, 401);
     assert_eq!(super::stat(&b, "fleet_forwarded"), forwarded);
 }
+
+/// `POST /o/caller/<path>` from client address 127.0.3.21, with an `x-request-id` the app
+/// declares and a `user-agent` it does not.
+fn caller_post(node: &TestNode, path: &str) -> Resp {
+    super::support::request_from(
+        [127, 0, 3, 21],
+        node.public(),
+        format!(
+            "POST /o/caller/{path} HTTP/1.1\r\nHost: x\r\nX-Request-Id: f-1\r\nUser-Agent: u\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+}
+
+#[test]
+fn a_request_passed_on_tells_the_owners_app_what_the_client_sent() {
+    let Some(fleet) = Fleet::start("a_request_passed_on_tells_the_app") else {
+        return;
+    };
+    let settings = [("COMBD_TEST_APPS", "on")];
+    let bucket = fleet.s3.bucket.endpoint.clone();
+    let (a, b) = (
+        fleet.node_on(LEASE_TTL, &bucket, &settings),
+        fleet.node_on(LEASE_TTL, &bucket, &settings),
+    );
+    // A owns the object; B passes the request on: A's app sees the client's address (not B's),
+    // the path under the object and the declared field, and B's client gets the app's cookie.
+    let r = super::retried(|| caller_post(&a, "obj"));
+    assert_eq!(r.json()["calls"], 1, "{}", r.text());
+    let r = caller_post(&b, "obj/deeper/path");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["calls"], 2, "answered by the owner");
+    assert_eq!(j["addr"], "127.0.3.21");
+    assert_eq!(j["rest"], "deeper/path");
+    assert_eq!(j["headers"], serde_json::json!([["x-request-id", "f-1"]]));
+    assert_eq!(
+        r.header("set-cookie"),
+        Some("seen=1; Path=/; HttpOnly; SameSite=Lax")
+    );
+    assert_eq!(super::stat(&b, "fleet_forwarded"), 1);
+}

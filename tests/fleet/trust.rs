@@ -90,9 +90,22 @@ fn the_fleet_listener_takes_only_what_the_fleet_key_signed_for_this_node_lately_
         forwarded_post(at, "t", "", Some(&other_method)),
         "for another method",
     );
+    // Signed for one client address, carrying another: the app would be told a lie.
+    let for_one = key.sign_for(&me, "POST", target, "192.0.2.1", b"");
+    attack(
+        request(
+            at,
+            format!(
+                "POST {target} HTTP/1.1\r\nHost: x\r\ncombd-forwarded: 1\r\n\
+                 {AUTH_HEADER}: {for_one}\r\ncombd-client: 192.0.2.2\r\nContent-Length: 0\r\n\r\n"
+            )
+            .as_bytes(),
+        ),
+        "for another client address",
+    );
     // Out of date: signed more than the skew ago.
     let old = now_ms() - FLEET_AUTH_SKEW.as_millis() as u64 - 1_000;
-    let stale = key.sign_at(&me, "POST", target, b"", old, [3; 16]);
+    let stale = key.sign_at(&me, "POST", target, "", b"", old, [3; 16]);
     attack(forwarded_post(at, "t", "", Some(&stale)), "out of date");
     attack(forwarded_post(at, "t", "", Some("v1 garbage")), "malformed");
     assert_eq!(value(&get(&a, "t")), 1, "no refused request was applied");

@@ -162,10 +162,12 @@ impl Drop for TestNode {
 }
 
 /// The `combd` binary set up as the tests run a node: public listener on `127.0.0.2` (port 0
-/// picks one), data in `data_dir`, logs at `warn`, then `env` on top.
+/// picks one), data in `data_dir`, logs at `warn`, then `env` on top. The tests' own
+/// `COMBD_SCREENSHOTS` is not the node's (which refuses a `COMBD_` variable it does not know).
 pub fn combd_command(data_dir: &std::path::Path, env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_combd"));
-    cmd.env("COMBD_LISTEN", "127.0.0.2:0")
+    cmd.env_remove("COMBD_SCREENSHOTS")
+        .env("COMBD_LISTEN", "127.0.0.2:0")
         .env("COMBD_DATA", data_dir)
         .env("COMBD_LOG", "warn")
         .envs(env.iter().copied());
@@ -630,4 +632,31 @@ pub fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
     let mut p = vec![0; len];
     s.read_exact(&mut p)?;
     Ok((h[0] & 0x0f, p))
+}
+
+/// A fresh apps directory holding `modules`: (file name, text).
+pub fn apps_dir(modules: &[(&str, &str)]) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "combd-apps-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in modules {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    dir
+}
+/// The stderr of a node refused at start-up with the apps directory holding `modules`, and
+/// the directory.
+pub fn refused_with(modules: &[(&str, &str)]) -> (String, std::path::PathBuf) {
+    let dir = apps_dir(modules);
+    let data = std::env::temp_dir().join(format!("combd-test-refused-{}", std::process::id()));
+    let stderr = refused(&mut combd_command(
+        &data,
+        &[("COMBD_APPS_DIR", dir.to_str().unwrap())],
+    ));
+    (stderr, dir)
 }

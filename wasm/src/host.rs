@@ -38,6 +38,8 @@ pub(crate) struct CallInput {
     pub body: Vec<u8>,
     /// The client the input's token named: its subject and its name, if any.
     pub client: Option<(String, Option<String>)>,
+    /// What else the node saw of it (`input` parts 5 to 8).
+    pub caller: Option<std::sync::Arc<combd_shards::app::Caller>>,
 }
 
 /// The client of an input, as a module reads it (`input` parts 3 and 4).
@@ -53,6 +55,7 @@ impl CallInput {
                 query,
                 body,
                 client,
+                caller,
             } => CallInput {
                 kind: 0,
                 session: None,
@@ -60,6 +63,7 @@ impl CallInput {
                 query: query.map(str::to_string),
                 body: body.to_vec(),
                 client: client_of(client),
+                caller: Some(std::sync::Arc::new(caller.clone())),
             },
             Input::Message { session, msg } => {
                 let (kind, body) = match msg {
@@ -77,11 +81,13 @@ impl CallInput {
                 session,
                 query,
                 client,
+                caller,
             } => CallInput {
                 kind: 3,
                 session: Some(session),
                 query: query.map(str::to_string),
                 client: client_of(client),
+                caller: Some(std::sync::Arc::new(caller.clone())),
                 ..CallInput::default()
             },
             Input::Detach { session } => CallInput {
@@ -96,8 +102,12 @@ impl CallInput {
 /// What the module answered for one input.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Answer {
-    /// `respond`: a status and a JSON body.
+    /// `respond`: a status and a body (JSON unless `content_type` said otherwise).
     pub response: Option<(u16, Vec<u8>)>,
+    /// `content_type`: the answer's content type (ABI v2).
+    pub content_type: Option<String>,
+    /// `header`: header fields of the answer (ABI v2), each one an app may set.
+    pub headers: Vec<(&'static str, String)>,
     /// `fail`: a status and a message.
     pub failure: Option<(u16, String)>,
 }
@@ -273,6 +283,7 @@ impl Host {
             query: None,
             body: Vec::new(),
             client: None,
+            caller: None,
         };
         self.inputs.get(self.current).unwrap_or(&NONE)
     }
@@ -358,6 +369,7 @@ pub(crate) fn len(n: usize) -> i32 {
 pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     link_input(linker)?;
     crate::sql::link(linker)?;
+    crate::v2::link(linker)?;
     link_sends(linker)
 }
 
@@ -368,6 +380,11 @@ fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     })?;
     linker.func_wrap("combd", "session_id", |c: Caller<'_, Host>| {
         c.data().input().session.map_or(-1, |s| s.id as i64)
+    })?;
+    // ABI v2: the life of the node the session belongs to (positive), so a module can tell a
+    // session it kept from another life (README "Session ids").
+    linker.func_wrap("combd", "session_life", |c: Caller<'_, Host>| {
+        c.data().input().session.map_or(-1, |s| s.life as i64)
     })?;
     linker.func_wrap(
         "combd",
@@ -385,6 +402,33 @@ fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
                     .as_ref()
                     .and_then(|(_, n)| n.as_ref())
                     .map(|n| n.as_bytes().to_vec()),
+                // ABI v2 (README "What an app sees"): the client's address, its Origin, the
+                // path under the object, the header fields the module declared.
+                5 => i
+                    .caller
+                    .as_ref()
+                    .and_then(|c| c.addr)
+                    .map(|a| a.to_string().into_bytes()),
+                6 => i
+                    .caller
+                    .as_ref()
+                    .and_then(|c| c.origin.as_ref())
+                    .map(|o| o.as_bytes().to_vec()),
+                7 => i
+                    .caller
+                    .as_ref()
+                    .and_then(|c| c.rest.as_ref())
+                    .map(|r| r.as_bytes().to_vec()),
+                8 => i.caller.as_ref().map(|c| {
+                    let mut out = Vec::new();
+                    for (n, v) in &c.headers {
+                        out.extend_from_slice(n.as_bytes());
+                        out.extend_from_slice(b": ");
+                        out.extend_from_slice(v.as_bytes());
+                        out.push(b'\n');
+                    }
+                    out
+                }),
                 _ => None,
             };
             let Some(bytes) = bytes else { return Ok(-1) };
@@ -470,10 +514,8 @@ fn link_sends(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
         "send",
         |mut c: Caller<'_, Host>, shard: i32, id: i64, ptr: i32, n: i32| -> wasmtime::Result<i32> {
             let t = text(read(&mut c, ptr, n)?, "a text message")?;
-            let to = SessionId {
-                shard: shard as u32,
-                id: id as u64,
-            };
+            // A module names a session of this life (`session_life` tells which it is).
+            let to = SessionId::new(shard as u32, id as u64);
             through_cx(&mut c, |cx| cx.send(to, &t))
         },
     )?;
@@ -482,10 +524,8 @@ fn link_sends(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
         "send_binary",
         |mut c: Caller<'_, Host>, shard: i32, id: i64, ptr: i32, n: i32| -> wasmtime::Result<i32> {
             let b = read(&mut c, ptr, n)?;
-            let to = SessionId {
-                shard: shard as u32,
-                id: id as u64,
-            };
+            // A module names a session of this life (`session_life` tells which it is).
+            let to = SessionId::new(shard as u32, id as u64);
             through_cx(&mut c, |cx| cx.send_binary(to, &b))
         },
     )?;

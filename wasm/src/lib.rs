@@ -31,6 +31,7 @@ mod cache;
 mod host;
 mod module;
 mod sql;
+mod v2;
 mod wasi;
 
 use std::path::{Path, PathBuf};
@@ -107,6 +108,12 @@ impl App for WasmApp {
     }
     fn identified(&self) -> bool {
         self.version().identified()
+    }
+    fn wants_header(&self, name: &str) -> bool {
+        self.version().wants_header(name)
+    }
+    fn cors(&self, origin: &str) -> Option<combd_shards::app::Cors> {
+        self.version().cors(origin)
     }
     fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
         self.version().handle(cx, input)

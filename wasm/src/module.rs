@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use combd_kernel::limits::{
-    WASM_LOAD_TICKS, WASM_MEMORY_KB_DEFAULT, WASM_TEXT_MAX_BYTES, WASM_TOPIC_TICKS,
+    APP_CORS_ORIGINS_MAX, APP_HEADERS_MAX, CORS_MAX_AGE_SECONDS, WASM_LOAD_TICKS,
+    WASM_MEMORY_KB_DEFAULT, WASM_TEXT_MAX_BYTES, WASM_TOPIC_TICKS,
 };
-use combd_shards::app::{limit_error, App, AppError, Cx, Input, Output, Resync};
+use combd_shards::app::{limit_error, App, AppError, Cors, Cx, Input, Output, Resync};
 use combd_shards::http::Response;
 use combd_shards::limit::Limit;
 use wasmtime::{Engine, Instance, InstancePre, Linker, Module, Store, Trap, ValType};
@@ -31,6 +32,10 @@ pub struct Version {
     resync: Resync,
     /// The module serves identified clients only (its `identified()` answered 1).
     identified: bool,
+    /// The request header fields it sees (its `headers()`), lower case.
+    headers: Vec<String>,
+    /// The origins whose pages may call it (its `cors()`); `None`: no CORS.
+    cors: Option<Origins>,
     /// What a fresh instance holds: its linear memory's initial size, in bytes.
     pub(crate) initial_bytes: u64,
     /// A reload replaced this version.
@@ -64,6 +69,8 @@ const EXPORTS: &[(&str, &[ValType], &[ValType], bool)] = &[
     ("memory_kb", &[], &[ValType::I32], false),
     ("resync", &[], &[ValType::I32], false),
     ("identified", &[], &[ValType::I32], false),
+    ("headers", &[], &[ValType::I32], false),
+    ("cors", &[], &[ValType::I32], false),
     ("_initialize", &[], &[], false),
 ];
 
@@ -141,6 +148,8 @@ impl Loader {
             memory_kb: WASM_MEMORY_KB_DEFAULT.min(self.memory_max_kb),
             resync: Resync::Close,
             identified: false,
+            headers: Vec::new(),
+            cors: None,
             initial_bytes: match module.get_export("memory") {
                 Some(wasmtime::ExternType::Memory(m)) => m.minimum().saturating_mul(65536),
                 _ => 0,
@@ -174,7 +183,13 @@ impl Loader {
         }
         if has("schema") {
             // Leaked once per version loaded (at start and at each reload that changes it).
-            v.schema = Box::leak(v.schema_at_load()?.into_boxed_str());
+            v.schema = Box::leak(v.string_at_load("schema")?.into_boxed_str());
+        }
+        if has("headers") {
+            v.headers = header_names(&v.string_at_load("headers")?)?;
+        }
+        if has("cors") {
+            v.cors = Some(origins(&v.string_at_load("cors")?)?);
         }
         Ok(v)
     }
@@ -210,16 +225,16 @@ impl Version {
         r.map_err(|e| format!("{export}() failed: {}", describe(&e, store.data())))
     }
 
-    /// The module's schema: the NUL-terminated string `schema()` points at.
-    fn schema_at_load(&self) -> Result<String, String> {
+    /// The NUL-terminated string `export()` points at (its `schema()`, `headers()`, `cors()`).
+    fn string_at_load(&self, export: &str) -> Result<String, String> {
         let mut store = self.store(Vec::new(), WASM_LOAD_TICKS);
         let r = self.instantiate(&mut store).and_then(|i| {
             let p = i
-                .get_typed_func::<(), i32>(&mut store, "schema")?
+                .get_typed_func::<(), i32>(&mut store, export)?
                 .call(&mut store, ())?;
             c_string(&mut store, &i, p)
         });
-        r.map_err(|e| format!("schema() failed: {}", describe(&e, store.data())))
+        r.map_err(|e| format!("{export}() failed: {}", describe(&e, store.data())))
     }
 
     /// Runs `handle` (one input) or `handle_batch` (several) in one instance.
@@ -273,7 +288,14 @@ impl Version {
 /// An answer as the node's output: a JSON response, or nothing (204 for a request).
 fn output(a: Answer) -> Output {
     match a.response {
-        Some((status, body)) => Output::Http(Response::bytes(status, "application/json", body)),
+        Some((status, body)) => {
+            let ct = a
+                .content_type
+                .map_or(std::borrow::Cow::Borrowed("application/json"), Into::into);
+            let mut resp = Response::bytes(status, ct, body);
+            resp.headers = a.headers;
+            Output::Http(resp)
+        }
         None => Output::None,
     }
 }
@@ -362,6 +384,26 @@ impl App for Version {
         self.identified
     }
 
+    fn wants_header(&self, name: &str) -> bool {
+        self.headers.iter().any(|h| h.eq_ignore_ascii_case(name))
+    }
+
+    fn cors(&self, origin: &str) -> Option<Cors> {
+        let credentials = match self.cors.as_ref()? {
+            Origins::Any => false,
+            Origins::List(list) => {
+                if !list.iter().any(|o| o == origin) {
+                    return None;
+                }
+                true
+            }
+        };
+        Some(Cors {
+            credentials,
+            max_age_seconds: CORS_MAX_AGE_SECONDS as u32,
+        })
+    }
+
     fn retired(&self) -> bool {
         self.retired.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -411,4 +453,61 @@ impl App for Version {
             _ => self.run(cx, inputs),
         }
     }
+}
+
+/// The origins a module's `cors()` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Origins {
+    /// `*`: any page may call it, without the user's cookies.
+    Any,
+    /// These (normalised), with the user's cookies.
+    List(Vec<String>),
+}
+
+/// A module's `headers()`: header field names, comma-separated, at most `app_headers_max`.
+fn header_names(text: &str) -> Result<Vec<String>, String> {
+    let names: Vec<String> = text
+        .split(',')
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.len() > APP_HEADERS_MAX {
+        return Err(format!(
+            "headers() names {} fields, past app_headers_max ({APP_HEADERS_MAX})",
+            names.len()
+        ));
+    }
+    if let Some(bad) = names.iter().find(|n| {
+        n.len() > 64
+            || !n
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    }) {
+        return Err(format!(
+            "headers() names {bad:?}, which is not a header field name"
+        ));
+    }
+    Ok(names)
+}
+
+/// A module's `cors()`: `*`, or origins (`scheme://host[:port]`) comma-separated, at most
+/// `app_cors_origins_max`.
+fn origins(text: &str) -> Result<Origins, String> {
+    if text.trim() == "*" {
+        return Ok(Origins::Any);
+    }
+    let mut list = Vec::new();
+    for o in text.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        match combd_kernel::origins::normalize(o) {
+            Some(n) => list.push(n),
+            None => return Err(format!("cors() names {o:?}, which is not an origin")),
+        }
+    }
+    if list.len() > APP_CORS_ORIGINS_MAX {
+        return Err(format!(
+            "cors() names {} origins, past app_cors_origins_max ({APP_CORS_ORIGINS_MAX})",
+            list.len()
+        ));
+    }
+    Ok(Origins::List(list))
 }

@@ -44,6 +44,26 @@ pub const URL_MAX_BYTES: usize = 8 * 1024;
 /// one is a sign of wanting `*`.
 pub const ALLOWED_ORIGINS_MAX: usize = 64;
 
+/// Most header fields an app sees of a request (those it declares), and most an app's answer
+/// may set: what a session keeps of its upgrade, and what an answer adds to a response, stay
+/// small. A page's cookies, a redirect, caching and a few of its own are well within it.
+pub const APP_HEADERS_MAX: usize = 16;
+
+/// Longest header field value an app sees (a longer one is left out) or may set (a longer one
+/// fails the answer): 4 KiB holds a cookie of the size browsers keep (RFC 6265, 6.1).
+pub const APP_HEADER_VALUE_MAX_BYTES: usize = 4 * 1024;
+
+/// Longest `Caller::rest`, the path under an object (`/o/<app>/<name>/<rest>`): within the
+/// request target's own bound, so a session keeps at most this much of it.
+pub const APP_PATH_REST_MAX_BYTES: usize = 1024;
+
+/// Most origins an app module's `cors()` may list (as `COMBD_ALLOWED_ORIGINS`'s bound).
+pub const APP_CORS_ORIGINS_MAX: usize = 64;
+
+/// How long a browser may keep a preflight's answer (`access-control-max-age`), in seconds,
+/// unless a native app says otherwise: ten minutes, Chromium's own cap (Firefox keeps a day).
+pub const CORS_MAX_AGE_SECONDS: u64 = 600;
+
 /// Longest `COMBD_AUTH_ISSUER` or `COMBD_AUTH_AUDIENCE`, and longest `sub` or `name` claim a
 /// token may carry: what a session keeps of its client is bounded by it (two of them).
 pub const AUTH_CLAIM_MAX_BYTES: usize = 256;

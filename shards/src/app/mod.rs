@@ -45,26 +45,68 @@ use std::sync::Arc;
 
 use crate::http::Response;
 
+mod caller;
 mod cx;
 pub(crate) mod registry;
 pub use crate::auth::Client;
 use crate::limit::Limit;
 pub use crate::stats::Deployment;
+pub use caller::{
+    app_response_header, check_app_response, valid_content_type, valid_header_value, Caller, Cors,
+    APP_RESPONSE_HEADERS, CORS_HEADERS, CORS_METHODS,
+};
 pub use cx::{limit_error, CallBudget, Cx};
 pub use registry::{Apps, Changes};
 
 /// A session: one WebSocket attached to an object, on the shard that holds its connection.
+///
+/// Unique across the node's restarts and across the nodes of a fleet: `life` is drawn at random
+/// when the node starts ([`SessionId::this_life`]), so a session id an object kept in its
+/// database (a presence row) from before a crash, a restart or another owner never names a new
+/// session. A send to a session of another life is dropped (`sends_to_other_lives`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId {
+    /// The life of the node that made it: 63 random bits, drawn once per process.
+    pub life: u64,
     /// The shard holding the connection.
     pub shard: u32,
-    /// Unique on that shard.
+    /// Unique on that shard within the life.
     pub id: u64,
+}
+
+impl SessionId {
+    /// A session of this life of the node.
+    pub fn new(shard: u32, id: u64) -> SessionId {
+        SessionId {
+            life: SessionId::this_life(),
+            shard,
+            id,
+        }
+    }
+
+    /// This life of the node: 63 random bits (from the system's random source; a positive
+    /// `i64`, as a module reads it), drawn when first asked.
+    pub fn this_life() -> u64 {
+        static LIFE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        *LIFE.get_or_init(|| {
+            use ring::rand::SecureRandom;
+            let mut b = [0u8; 8];
+            // getrandom(2) does not fail on Linux once the pool is initialised; the clock
+            // stands in if it ever did.
+            if ring::rand::SystemRandom::new().fill(&mut b).is_err() {
+                b = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+                    .to_le_bytes();
+            }
+            (u64::from_le_bytes(b) >> 1).max(1)
+        })
+    }
 }
 
 impl fmt::Display for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.shard, self.id)
+        write!(f, "{:x}.{}.{}", self.life, self.shard, self.id)
     }
 }
 
@@ -82,6 +124,8 @@ pub enum Input<'a> {
         /// The client its token named (`COMBD_AUTH_JWT_KEY_FILE`), if it came with a valid one;
         /// always there for an app that is [`App::identified`].
         client: Option<&'a Client>,
+        /// Its address, `Origin`, the rest of its path, the header fields the app declared.
+        caller: &'a Caller,
     },
     /// A message from a session.
     Message {
@@ -99,6 +143,8 @@ pub enum Input<'a> {
         /// The client its token named, as for [`Input::Http`]; the session keeps it for its
         /// whole life (a resync attaches with it again).
         client: Option<&'a Client>,
+        /// What the node saw of its upgrade request, as for [`Input::Http`]; kept as long.
+        caller: &'a Caller,
     },
     /// A session detached (its WebSocket closed).
     Detach {
@@ -299,6 +345,24 @@ pub trait App: Send + Sync + 'static {
     /// `combd` when offered, for a token offered as `combd.bearer.<jwt>`; else none).
     fn subprotocols(&self) -> &'static [&'static str] {
         &[]
+    }
+
+    /// Whether the app sees request header field `name` (lower case) in [`Caller::headers`]:
+    /// the app declares the few it needs (at most [`APP_HEADERS_MAX`](combd_kernel::limits::APP_HEADERS_MAX)
+    /// are kept), and nothing else of a request's head reaches it. A cross-origin page may send
+    /// the ones declared ([`App::cors`]).
+    fn wants_header(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// The app's CORS policy: whether a page of `origin` (normalised: lower case, no default
+    /// port) may call its HTTP API, and how. `None` (the default): only the node's Origin
+    /// policy (`COMBD_ALLOWED_ORIGINS`). The node answers preflights by it (204 with the
+    /// `access-control-*` fields, or 403 `origin not allowed`), lets that origin's
+    /// state-changing requests through, and adds `access-control-allow-origin` (and `vary:
+    /// origin`) to its answers. WebSockets are not CORS's: `COMBD_ALLOWED_ORIGINS` decides them.
+    fn cors(&self, _origin: &str) -> Option<Cors> {
+        None
     }
 
     /// SQL run when an object's database opens (its schema; `IF NOT EXISTS` throughout).

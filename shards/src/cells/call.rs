@@ -103,7 +103,7 @@ pub(super) fn run_batch(
                     "handle_batch answered the wrong number of inputs",
                 ));
             }
-            Ok(outs)
+            outs.into_iter().map(checked).collect::<Result<Vec<_>, _>>()
         });
         if st.wrote {
             result.wrote = true;
@@ -128,7 +128,7 @@ pub(super) fn run_batch(
             input.bytes(),
             &mut mine,
             &mut result.logs,
-            |cx| app.handle(cx, &input.input()?),
+            |cx| app.handle(cx, &input.input()?).and_then(checked),
         );
         if st.wrote {
             match on {
@@ -158,6 +158,15 @@ pub(super) fn run_batch(
         result.outputs.push(r);
     }
     result
+}
+
+/// An answer the app may give (`check_app_response`: its content type, the header fields it
+/// may set): checked before the commit, so an invalid one fails its call and applies nothing.
+fn checked(out: Output) -> Result<Output, AppError> {
+    if let Output::Http(resp) = &out {
+        crate::app::check_app_response(resp)?;
+    }
+    Ok(out)
 }
 
 /// Runs an app call, turning a panic into an error: the transaction around it is rolled back
@@ -311,6 +320,7 @@ mod tests {
             body: body.as_bytes().to_vec(),
             forwarded: false,
             client: None,
+            caller: Default::default(),
         }
     }
 
@@ -411,6 +421,7 @@ mod tests {
             body: Vec::new(),
             forwarded: false,
             client: None,
+            caller: Default::default(),
         }
     }
 

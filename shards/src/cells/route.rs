@@ -223,11 +223,12 @@ impl Cells {
                         body,
                         forwarded: false,
                         client,
+                        caller,
                     },
                     Reply::Http(reply),
                     Some(_),
                     Some(_),
-                ) => passing.push((method, query, body, client, reply, job.hold)),
+                ) => passing.push((method, query, body, (client, caller), reply, job.hold)),
                 (
                     Owned::Attach { .. },
                     Reply::Attach {
@@ -245,21 +246,30 @@ impl Cells {
         let (Some(owner), Some(fleet), false) = (owner, fleet, passing.is_empty()) else {
             return;
         };
-        let forwards = passing
-            .into_iter()
-            .map(|(method, query, body, client, reply, hold)| {
-                let (fleet, owner, key) = (fleet.clone(), owner.clone(), key.to_string());
-                self.state.spawn(async move {
-                    let token = client.as_deref().map(crate::auth::Client::token);
-                    let resp = fleet
-                        .forward(&owner, &key, &method, query.as_deref(), &body, token)
-                        .await;
-                    drop(hold);
-                    let served = resp.status != 503;
-                    let _ = reply.try_send(resp);
-                    served
-                })
-            });
+        let forwards =
+            passing
+                .into_iter()
+                .map(|(method, query, body, (client, caller), reply, hold)| {
+                    let (fleet, owner, key) = (fleet.clone(), owner.clone(), key.to_string());
+                    self.state.spawn(async move {
+                        let token = client.as_deref().map(crate::auth::Client::token);
+                        let resp = fleet
+                            .forward(
+                                &owner,
+                                &key,
+                                &method,
+                                query.as_deref(),
+                                &body,
+                                token,
+                                &caller,
+                            )
+                            .await;
+                        drop(hold);
+                        let served = resp.status != 503;
+                        let _ = reply.try_send(resp);
+                        served
+                    })
+                });
         let mut served = false;
         for task in forwards.collect::<Vec<_>>().into_iter().flatten() {
             served |= task.await;
@@ -304,6 +314,7 @@ impl Cells {
                         body,
                         forwarded: false,
                         client,
+                        caller,
                     },
                 reply: Reply::Http(reply),
                 hold,
@@ -313,7 +324,15 @@ impl Cells {
                 let task = self.state.spawn(async move {
                     let token = client.as_deref().map(crate::auth::Client::token);
                     let resp = fleet
-                        .forward(&owner, &key, &method, query.as_deref(), &body, token)
+                        .forward(
+                            &owner,
+                            &key,
+                            &method,
+                            query.as_deref(),
+                            &body,
+                            token,
+                            &caller,
+                        )
                         .await;
                     drop(hold);
                     if resp.status == 503 {

@@ -89,6 +89,8 @@ struct SessionCell {
     query: Option<String>,
     /// The client its token named, for its whole life (a resync attaches with it again).
     client: Option<Arc<crate::auth::Client>>,
+    /// What the node saw of its upgrade, for its whole life (a resync attaches with it again).
+    caller: Arc<crate::app::Caller>,
     /// Bytes waiting for the client: the mailbox's, and those being written, until the
     /// kernel has taken them.
     waiting_bytes: u64,
@@ -115,7 +117,10 @@ impl Sessions {
             state,
             map: RefCell::new(HashMap::new()),
             topics: RefCell::new(HashMap::new()),
-            next: Cell::new(0),
+            // Ids start at a place of their own in each life (20 bits of it, below 2^52 so a
+            // page's JavaScript reads them exactly): a module that kept a bare (shard, id)
+            // from another life is unlikely to name a new session with it.
+            next: Cell::new((SessionId::this_life() & 0xF_FFFF) << 32),
         }
     }
 
@@ -128,6 +133,7 @@ impl Sessions {
         topic: String,
         query: Option<String>,
         client: Option<Arc<crate::auth::Client>>,
+        caller: Arc<crate::app::Caller>,
     ) -> SessionId {
         let id = self.next.get() + 1;
         self.next.set(id);
@@ -149,13 +155,11 @@ impl Sessions {
                 topic,
                 query,
                 client,
+                caller,
             },
         );
         ShardStats::add(&self.state.stats().sessions, 1);
-        SessionId {
-            shard: self.state.id() as u32,
-            id,
-        }
+        SessionId::new(self.state.id() as u32, id)
     }
 
     /// Forgets a session (its connection closed).
@@ -188,9 +192,18 @@ impl Sessions {
         self.map.borrow().get(&id).and_then(|s| s.query.clone())
     }
 
-    /// The client the session's token named, if any.
-    pub fn client(&self, id: u64) -> Option<Arc<crate::auth::Client>> {
-        self.map.borrow().get(&id).and_then(|s| s.client.clone())
+    /// The client the session's token named, if any, and what the node saw of its upgrade.
+    pub fn client(
+        &self,
+        id: u64,
+    ) -> (
+        Option<Arc<crate::auth::Client>>,
+        Option<Arc<crate::app::Caller>>,
+    ) {
+        self.map
+            .borrow()
+            .get(&id)
+            .map_or((None, None), |s| (s.client.clone(), Some(s.caller.clone())))
     }
 
     /// Whether the session missed frames since it was last asked; the connection then
@@ -357,6 +370,12 @@ impl Sessions {
 
     /// Delivers a frame to a session on any shard.
     pub fn deliver(&self, from: Option<&str>, to: SessionId, frame: Arc<OutFrame>) {
+        if to.life != SessionId::this_life() {
+            // A session of another life of the node (an id an object kept from before a
+            // restart, or from another owner): gone, and never a session of this one.
+            ShardStats::add(&self.state.stats().sends_to_other_lives, 1);
+            return;
+        }
         if to.shard as usize == self.state.id() {
             self.deliver_local(from, to.id, frame);
             return;

@@ -15,6 +15,7 @@ use crate::job::Job;
 use crate::stats::ShardStats;
 
 use super::access::Entry;
+use super::caller::AllowOrigin;
 use super::routes::Routed;
 use super::upgrade::Upgrade;
 use super::{Asked, Conn, Input};
@@ -44,6 +45,10 @@ struct ObjectRequest {
     forwarded: bool,
     /// The client its token named, if any.
     client: Option<Arc<crate::auth::Client>>,
+    /// What else the node saw of it.
+    caller: Arc<crate::app::Caller>,
+    /// The app's CORS policy lets the request's origin read the answer.
+    cors: Option<AllowOrigin>,
     /// What the access log keeps of it, while the log is on.
     entry: Option<Box<Entry>>,
 }
@@ -65,6 +70,7 @@ enum Owed {
         answer: async_channel::Receiver<Response>,
         keep_alive: bool,
         head_only: bool,
+        cors: Option<AllowOrigin>,
         entry: Option<Box<Entry>>,
     },
     Written(Vec<u8>),
@@ -382,7 +388,12 @@ impl Conn {
             {
                 let signature = req.header(combd_fleet::auth::AUTH_HEADER);
                 let target = req.target();
-                if let Err(e) = fleet.authenticate(signature, req.method, &target, req.body) {
+                let client = req
+                    .header(combd_fleet::forward::CLIENT_HEADER)
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .unwrap_or("");
+                if let Err(e) = fleet.authenticate(signature, req.method, &target, client, req.body)
+                {
                     let resp = crate::fleet::auth_refused(e);
                     let asked = Asked::Parsed(req.method, req.path, bytes_in);
                     self.respond(out, &resp, keep_alive, head_only, asked);
@@ -402,7 +413,7 @@ impl Conn {
             self.respond(out, &resp, keep_alive, head_only, asked);
             return Next::Continue;
         }
-        match self.route(req, head) {
+        match self.route(req, head, from_fleet) {
             Routed::Respond(resp) => {
                 let asked = Asked::Parsed(req.method, req.path, bytes_in);
                 self.respond(out, &resp, keep_alive, head_only, asked);
@@ -413,6 +424,8 @@ impl Conn {
                 app,
                 object,
                 client,
+                caller,
+                cors,
             } => Next::Object(Box::new(ObjectRequest {
                 app,
                 object,
@@ -422,6 +435,8 @@ impl Conn {
                 head_only,
                 forwarded: from_fleet,
                 client,
+                caller,
+                cors,
                 entry: self.kept(req.method, req.path, bytes_in),
             })),
         }
@@ -429,7 +444,8 @@ impl Conn {
 
     /// Whether the request's `Origin` may make it: checked for a WebSocket upgrade and for
     /// any method but `GET`, `HEAD` and `OPTIONS` (RFC 9110's safe methods a page may send
-    /// anywhere; CORS keeps their answers from the page).
+    /// anywhere; CORS keeps their answers from the page). An HTTP request to an app whose CORS
+    /// policy takes the origin may make it too.
     fn origin_allowed(&self, req: &Request<'_>, head: &Head) -> bool {
         let checked = head.upgrade_websocket || !matches!(req.method, "GET" | "HEAD" | "OPTIONS");
         !checked
@@ -438,6 +454,17 @@ impl Conn {
                 req.header("host"),
                 matches!(self.stream, crate::tls::Stream::Tls(_)),
             )
+            || (!head.upgrade_websocket && self.app_takes_origin(req))
+    }
+
+    /// Whether the app of `/o/<app>/...` lets the request's origin call it (its CORS policy).
+    fn app_takes_origin(&self, req: &Request<'_>) -> bool {
+        let app = req
+            .path
+            .strip_prefix("/o/")
+            .and_then(|rest| rest.split_once('/'))
+            .and_then(|(app, _)| self.state().node().apps.get(app));
+        app.is_some_and(|app| super::caller::cors_of(req, app.as_ref()).is_some())
     }
 
     /// Sends a request to its object's mailbox, its body held against the connection's and
@@ -453,6 +480,7 @@ impl Conn {
                     req.body,
                     req.forwarded,
                     req.client,
+                    req.caller,
                     tx,
                 );
                 self.cells.submit(&req.app, &req.object, job.held(hold));
@@ -466,6 +494,7 @@ impl Conn {
             answer,
             keep_alive,
             head_only: req.head_only,
+            cors: req.cors,
             entry: req.entry,
         });
         pipeline.objects += 1;
@@ -484,12 +513,16 @@ impl Conn {
                     answer,
                     keep_alive,
                     head_only,
+                    cors,
                     entry,
                 } => {
-                    let resp = answer
+                    let mut resp = answer
                         .recv()
                         .await
                         .unwrap_or_else(|_| Response::error(503, "overloaded"));
+                    if let Some(cors) = &cors {
+                        cors.apply(&mut resp);
+                    }
                     let asked = Asked::Kept(entry.as_deref());
                     self.respond(out, &resp, keep_alive, head_only, asked);
                 }

@@ -10,6 +10,7 @@
 //! `Vec` that is dropped once written.
 
 mod access;
+mod caller;
 mod http_loop;
 mod pass_through;
 mod refuse;

@@ -6,11 +6,15 @@
 
 use std::sync::Arc;
 
-use crate::app::{valid_object_name, App, AppError, CallBudget, Cx, Effect, Input, Output};
+use crate::app::{
+    check_app_response, valid_object_name, App, AppError, CallBudget, Caller, Cx, Effect, Input,
+    Output,
+};
 use crate::auth::{self, Client, Refused};
 use crate::http::{Head, Request, Response};
 use crate::stats::ShardStats;
 
+use super::caller::{allow_origin, is_preflight, preflight, AllowOrigin};
 use super::upgrade::Upgrade;
 use super::Conn;
 
@@ -22,6 +26,9 @@ pub(super) enum Routed {
         app: Arc<dyn App>,
         object: String,
         client: Option<Arc<Client>>,
+        caller: Arc<Caller>,
+        /// The app's CORS policy lets the request's origin read the answer.
+        cors: Option<AllowOrigin>,
     },
 }
 
@@ -74,7 +81,8 @@ fn redirect(path: &str, pages: &[(&'static str, &'static str)]) -> Option<(u16, 
 }
 
 impl Conn {
-    pub(super) fn route(&self, req: &Request<'_>, head: &Head) -> Routed {
+    /// Where `req` goes. `from_fleet`: another node of the fleet passed it on, signed.
+    pub(super) fn route(&self, req: &Request<'_>, head: &Head, from_fleet: bool) -> Routed {
         let node = self.state().node();
         let get = matches!(req.method, "GET" | "HEAD");
         let resp = match req.path {
@@ -124,16 +132,29 @@ impl Conn {
                         _ => Response::error(404, "not found"),
                     }
                 }
-                Some((app, object)) => return self.route_object(req, head, app, object),
+                Some((app, object)) => {
+                    return self.route_object(req, head, from_fleet, app, object)
+                }
             },
         };
         Routed::Respond(resp)
     }
 
-    /// `/o/<app>/<object>`.
-    fn route_object(&self, req: &Request<'_>, head: &Head, app: &str, object: &str) -> Routed {
+    /// `/o/<app>/<object>`, or `/o/<app>/<object>/<rest>` (the app is told `rest`).
+    fn route_object(
+        &self,
+        req: &Request<'_>,
+        head: &Head,
+        from_fleet: bool,
+        app: &str,
+        object: &str,
+    ) -> Routed {
         let Some(app) = self.state().node().apps.get(app) else {
             return Routed::Respond(Response::error(404, "no such app"));
+        };
+        let (object, rest) = match object.split_once('/') {
+            Some((object, rest)) => (object, Some(rest)),
+            None => (object, None),
         };
         if !valid_object_name(object) {
             return Routed::Respond(Response::error(
@@ -141,17 +162,29 @@ impl Conn {
                 "invalid object name: 1 to 64 of A-Z a-z 0-9 _ . -, not starting with a dot",
             ));
         }
+        if rest.is_some_and(|r| r.len() > combd_kernel::limits::APP_PATH_REST_MAX_BYTES) {
+            return Routed::Respond(Response::error(
+                400,
+                "the path under the object is longer than 1024 bytes (app_path_rest_max_bytes)",
+            ));
+        }
+        // A preflight carries no credentials: answered by the app's CORS policy before its
+        // identity check.
+        if !head.upgrade_websocket && is_preflight(req) {
+            return Routed::Respond(preflight(req, app.as_ref()));
+        }
         let client = match self.identify(req, app.as_ref()) {
             Ok(client) => client,
             Err(resp) => return Routed::Respond(resp),
         };
+        let caller = self.caller(req, app.as_ref(), from_fleet, rest);
         if head.upgrade_websocket {
             // In a fleet, a stateful app's WebSocket may be passed through to its object's
             // owner: keep the request to send it on (not one another node already passed on).
             let replay = (!app.stateless()
                 && self.state().node().fleet.is_some()
                 && req.header(combd_fleet::forward::FORWARDED_HEADER).is_none())
-            .then(|| replay_head(req));
+            .then(|| replay_head(req, caller.addr));
             return match websocket_accept(req, head) {
                 Ok(accept) => {
                     self.keep_upgrade(req.method, req.path, head.len as u64);
@@ -183,6 +216,7 @@ impl Conn {
                         query: req.query.map(str::to_string),
                         replay,
                         client,
+                        caller,
                     })
                 }
                 Err(resp) => Routed::Respond(resp),
@@ -195,11 +229,14 @@ impl Conn {
             // Refused before it reaches a mailbox, as past COMBD_MAX_BODY.
             return Routed::Respond(Response::error(413, "request body too large"));
         }
+        let cors = allow_origin(req, app.as_ref());
         if !app.stateless() {
             return Routed::Object {
                 app: app.clone(),
                 object: object.to_string(),
                 client,
+                caller,
+                cors,
             };
         }
         let input = Input::Http {
@@ -207,13 +244,25 @@ impl Conn {
             query: req.query,
             body: req.body,
             client: client.as_deref(),
+            caller: &caller,
         };
         let (result, _) = self.call_stateless(app.as_ref(), &input);
-        Routed::Respond(match result {
-            Ok(Output::Http(resp)) => resp,
-            Ok(Output::None) => Response::bytes(204, "application/json", Vec::new()),
-            Err(e) => e.response(),
-        })
+        let mut resp = match result.and_then(|out| match out {
+            Output::Http(resp) => check_app_response(&resp).map(|()| resp),
+            Output::None => Ok(Response::bytes(204, "application/json", Vec::new())),
+        }) {
+            Ok(resp) => resp,
+            Err(e) => {
+                if let Some(detail) = e.detail() {
+                    tracing::warn!(app = app.name(), "{}: {detail}", e.message);
+                }
+                e.response()
+            }
+        };
+        if let Some(cors) = &cors {
+            cors.apply(&mut resp);
+        }
+        Routed::Respond(resp)
     }
 
     /// The client the request's token names, if it has a valid one; for an identified app,
@@ -267,12 +316,14 @@ pub(super) struct Replay {
     head: Vec<u8>,
     /// The request target, as the signature covers it.
     target: String,
+    /// The client's address, as the head carries it and the signature covers it.
+    client: String,
 }
 
 impl Replay {
     /// The head to send to `owner`, signed for it.
     pub(super) fn signed(mut self, fleet: &crate::fleet::Fleet, owner: &str) -> Vec<u8> {
-        let signature = fleet.sign(owner, "GET", &self.target, b"");
+        let signature = fleet.sign(owner, "GET", &self.target, &self.client, b"");
         self.head
             .extend_from_slice(combd_fleet::auth::AUTH_HEADER.as_bytes());
         self.head.extend_from_slice(b": ");
@@ -282,7 +333,7 @@ impl Replay {
     }
 }
 
-fn replay_head(req: &Request<'_>) -> Replay {
+fn replay_head(req: &Request<'_>, client: Option<std::net::IpAddr>) -> Replay {
     let mut out = Vec::with_capacity(256);
     let target = req.target();
     out.extend_from_slice(req.method.as_bytes());
@@ -293,6 +344,8 @@ fn replay_head(req: &Request<'_>) -> Replay {
         if h.name
             .eq_ignore_ascii_case(combd_fleet::forward::FORWARDED_HEADER)
             || h.name.eq_ignore_ascii_case(combd_fleet::auth::AUTH_HEADER)
+            || h.name
+                .eq_ignore_ascii_case(combd_fleet::forward::CLIENT_HEADER)
         {
             continue;
         }
@@ -303,7 +356,18 @@ fn replay_head(req: &Request<'_>) -> Replay {
     }
     out.extend_from_slice(combd_fleet::forward::FORWARDED_HEADER.as_bytes());
     out.extend_from_slice(b": 1\r\n");
-    Replay { head: out, target }
+    let client = client.map_or(String::new(), |a| a.to_string());
+    if !client.is_empty() {
+        out.extend_from_slice(combd_fleet::forward::CLIENT_HEADER.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(client.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    Replay {
+        head: out,
+        target,
+        client,
+    }
 }
 
 /// Checks a WebSocket upgrade request (RFC 6455, 4.2.1) and computes `Sec-WebSocket-Accept`.

@@ -26,6 +26,8 @@ pub(super) struct Upgrade {
     pub replay: Option<super::routes::Replay>,
     /// The client its token named, if any; the session keeps it.
     pub client: Option<Arc<crate::auth::Client>>,
+    /// What else the node saw of the upgrade; the session keeps it.
+    pub caller: Arc<crate::app::Caller>,
 }
 
 impl Conn {
@@ -44,16 +46,21 @@ impl Conn {
             };
             let key = format!("{}/{}", up.app.name(), up.object);
             let slot = self.waker.index();
-            let session =
-                self.cells
-                    .sessions()
-                    .open(slot, key, topic, up.query.clone(), up.client.clone());
+            let session = self.cells.sessions().open(
+                slot,
+                key,
+                topic,
+                up.query.clone(),
+                up.client.clone(),
+                up.caller.clone(),
+            );
             self.session = Some(session.id);
             let (tx, rx) = async_channel::bounded(1);
             let job = Job::attach(
                 session,
                 up.query.clone(),
                 up.client.clone(),
+                up.caller.clone(),
                 tx,
                 up.replay.is_some(),
             );

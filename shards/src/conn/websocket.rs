@@ -151,10 +151,7 @@ impl Conn {
             });
         let mut ws = Ws {
             to: Target {
-                session: self.session.map(|id| SessionId {
-                    shard: state.id() as u32,
-                    id,
-                }),
+                session: self.session.map(|id| SessionId::new(state.id() as u32, id)),
                 app,
                 object,
                 deflate,
@@ -324,10 +321,7 @@ impl Conn {
         } else {
             Message::Binary(payload)
         };
-        let session = SessionId {
-            shard: self.state().id() as u32,
-            id: 0,
-        };
+        let session = SessionId::new(self.state().id() as u32, 0);
         let (result, effects) =
             self.call_stateless(to.app.as_ref(), &AppInput::Message { session, msg });
         if let Err(e) = result {
@@ -383,8 +377,8 @@ impl Conn {
                 Resync::Attach => {
                     let session = to.session?;
                     let query = self.cells.sessions().query(id);
-                    let client = self.cells.sessions().client(id);
-                    let job = Job::reattach(session, query, client);
+                    let (client, caller) = self.cells.sessions().client(id);
+                    let job = Job::reattach(session, query, client, caller.unwrap_or_default());
                     self.cells.submit(&to.app, &to.object, job);
                 }
             }

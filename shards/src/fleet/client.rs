@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use combd_fleet::auth::{FleetKey, AUTH_HEADER};
-use combd_fleet::forward::{Forwarded, FORWARDED_HEADER};
+use combd_fleet::forward::{Forwarded, CLIENT_HEADER, FORWARDED_HEADER};
 use combd_fleet::Failure;
 use combd_kernel::limits::{
     FLEET_CONNECT_TIMEOUT, FLEET_FORWARD_TIMEOUT, HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES,
@@ -23,6 +23,7 @@ use glommio::net::TcpStream;
 
 /// Sends `method target` with `body` to the node at `owner` (`ip:port`), signed with `key`;
 /// its answer, with at most `max_body` bytes of body.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn forward(
     key: &FleetKey,
     owner: &str,
@@ -30,11 +31,12 @@ pub(crate) async fn forward(
     target: &str,
     body: &[u8],
     token: Option<&str>,
+    caller: &crate::app::Caller,
     max_body: u64,
 ) -> Result<Forwarded, Failure> {
     within(
         FLEET_FORWARD_TIMEOUT,
-        exchange(key, owner, method, target, body, token, max_body),
+        exchange(key, owner, method, target, body, token, caller, max_body),
     )
     .await
 }
@@ -59,6 +61,7 @@ fn io_failure(e: std::io::Error) -> Failure {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn exchange(
     key: &FleetKey,
     owner: &str,
@@ -66,6 +69,7 @@ async fn exchange(
     target: &str,
     body: &[u8],
     token: Option<&str>,
+    caller: &crate::app::Caller,
     max_body: u64,
 ) -> Result<Forwarded, Failure> {
     let addr: SocketAddr = owner
@@ -81,10 +85,26 @@ async fn exchange(
     // The client's token goes with it, for the owner to verify again (the owner trusts no
     // identity a peer asserts, only a token its own key verifies).
     let authorization = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+    // What the app is told of the client goes with it: its address (which the signature
+    // covers), its Origin and the fields the app declared (each checked as a header value
+    // when it was read).
+    let client = caller.addr.map_or(String::new(), |a| a.to_string());
+    let mut told = String::new();
+    if !client.is_empty() {
+        told.push_str(&format!("{CLIENT_HEADER}: {client}\r\n"));
+    }
+    if let Some(origin) = &caller.origin {
+        told.push_str(&format!("origin: {origin}\r\n"));
+    }
+    for (name, value) in &caller.headers {
+        if !name.eq_ignore_ascii_case("authorization") && !name.eq_ignore_ascii_case("origin") {
+            told.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
     let mut request = format!(
         "{method} {target} HTTP/1.1\r\nhost: {owner}\r\n{FORWARDED_HEADER}: 1\r\n\
-         {AUTH_HEADER}: {}\r\n{authorization}content-length: {}\r\nconnection: close\r\n\r\n",
-        key.sign(owner, method, target, body),
+         {AUTH_HEADER}: {}\r\n{authorization}{told}content-length: {}\r\nconnection: close\r\n\r\n",
+        key.sign_for(owner, method, target, &client, body),
         body.len()
     )
     .into_bytes();
@@ -100,7 +120,7 @@ async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded,
     let bad = |m: &str| Failure::BadAnswer(m.to_string());
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
-    let (status, head_len, content_type, retry_after, allow, length) = loop {
+    let (status, head_len, content_type, retry_after, allow, headers, length) = loop {
         let n = stream.read(&mut chunk).await.map_err(io_failure)?;
         if n == 0 {
             return Err(Failure::Unreachable(
@@ -133,6 +153,16 @@ async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded,
                     header("content-type"),
                     header("retry-after"),
                     header("allow"),
+                    // The fields an app's answer may carry (the node checks them again).
+                    resp.headers
+                        .iter()
+                        .filter(|h| crate::app::app_response_header(h.name).is_some())
+                        .filter_map(|h| {
+                            let v = std::str::from_utf8(h.value).ok()?;
+                            Some((h.name.to_string(), v.to_string()))
+                        })
+                        .take(combd_kernel::limits::APP_HEADERS_MAX)
+                        .collect(),
                     length,
                 );
             }
@@ -162,6 +192,7 @@ async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded,
         content_type,
         retry_after,
         allow,
+        headers,
         body,
     })
 }

@@ -13,7 +13,10 @@ use super::{Attempt, Failed, Fleet};
 impl Fleet {
     /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address),
     /// over the shard's own sockets ([`super::client`]); the owner's answer (its body at most
-    /// `fleet_forward_answer_max_bytes`), or 503 if the owner cannot be reached.
+    /// `fleet_forward_answer_max_bytes`), or 503 if the owner cannot be reached. What the
+    /// app is told of it (`caller`: the client's address, its `Origin`, the path under the
+    /// object, the header fields the app declared) goes with it.
+    #[allow(clippy::too_many_arguments)]
     pub async fn forward(
         &self,
         owner: &str,
@@ -22,10 +25,15 @@ impl Fleet {
         query: Option<&str>,
         body: &[u8],
         token: Option<&str>,
+        caller: &crate::app::Caller,
     ) -> Response {
+        let rest = caller
+            .rest
+            .as_deref()
+            .map_or(String::new(), |r| format!("/{r}"));
         let target = match query {
-            Some(q) => format!("/o/{key}?{q}"),
-            None => format!("/o/{key}"),
+            Some(q) => format!("/o/{key}{rest}?{q}"),
+            None => format!("/o/{key}{rest}"),
         };
         let Some(attempt) = self.may_try(owner) else {
             return owner_unreachable();
@@ -37,6 +45,7 @@ impl Fleet {
             &target,
             body,
             token,
+            caller,
             combd_kernel::limits::FLEET_FORWARD_ANSWER_MAX_BYTES,
         )
         .await
@@ -50,11 +59,19 @@ impl Fleet {
             Ok(f) => {
                 self.owner_reached(owner);
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-                let mut resp =
-                    Response::bytes(f.status, content_type(f.content_type.as_deref()), f.body);
+                let mut resp = Response::bytes(f.status, content_type(f.content_type), f.body);
                 for (name, value) in [("retry-after", f.retry_after), ("allow", f.allow)] {
                     if let Some(v) = value {
                         resp = resp.with_header(name, v);
+                    }
+                }
+                // The app's own fields (a cookie, a redirect), checked again: a peer is
+                // untrusted input.
+                for (name, value) in f.headers {
+                    if let Some(name) = crate::app::app_response_header(&name) {
+                        if crate::app::valid_header_value(&value) {
+                            resp = resp.with_header(name, value);
+                        }
                     }
                 }
                 resp
@@ -101,15 +118,9 @@ pub fn owner_unreachable() -> Response {
     Response::error(503, "object owner unreachable").with_header("retry-after", "1")
 }
 
-/// A forwarded answer's content type, as one of the node's own (else an octet stream).
-fn content_type(ct: Option<&str>) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "application/json",
-        "text/plain; charset=utf-8",
-        "text/html; charset=utf-8",
-        "application/octet-stream",
-    ];
-    ct.and_then(|c| KNOWN.iter().find(|k| k.eq_ignore_ascii_case(c)))
-        .copied()
-        .unwrap_or("application/octet-stream")
+/// A forwarded answer's content type, if it is one an app may answer with (else an octet
+/// stream).
+fn content_type(ct: Option<String>) -> String {
+    ct.filter(|c| crate::app::valid_content_type(c))
+        .unwrap_or_else(|| "application/octet-stream".to_string())
 }

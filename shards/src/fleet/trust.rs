@@ -10,19 +10,21 @@ use super::Fleet;
 
 impl Fleet {
     /// Checks a request that came from the fleet (on the fleet listener, or marked forwarded):
-    /// its [`auth::AUTH_HEADER`] (`signature`) must be the fleet key's over what arrived, to
-    /// this node, lately, and not taken before. Refusals are counted.
+    /// its [`auth::AUTH_HEADER`] (`signature`) must be the fleet key's over what arrived (with
+    /// `client`, its [`combd_fleet::forward::CLIENT_HEADER`] or empty), to this node, lately,
+    /// and not taken before. Refusals are counted.
     pub fn authenticate(
         &self,
         signature: Option<&[u8]>,
         method: &str,
         target: &str,
+        client: &str,
         body: &[u8],
     ) -> Result<(), AuthError> {
         let now = auth::now_ms();
         let taken = self
             .key
-            .verify(signature, &self.node, method, target, body, now)
+            .verify(signature, &self.node, method, target, client, body, now)
             .and_then(|stamp| self.replays.admit(stamp, now));
         match taken {
             Ok(()) => {}
@@ -38,9 +40,17 @@ impl Fleet {
     }
 
     /// The [`auth::AUTH_HEADER`] value of a request to `owner` (a WebSocket's upgrade passed
-    /// through).
-    pub fn sign(&self, owner: &str, method: &str, target: &str, body: &[u8]) -> String {
-        self.key.sign(owner, method, target, body)
+    /// through) for the client at `client` (the [`combd_fleet::forward::CLIENT_HEADER`] it
+    /// carries).
+    pub fn sign(
+        &self,
+        owner: &str,
+        method: &str,
+        target: &str,
+        client: &str,
+        body: &[u8],
+    ) -> String {
+        self.key.sign_for(owner, method, target, client, body)
     }
 
     /// Signed requests remembered now (`fleet_auth_replays_held`).

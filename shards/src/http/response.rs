@@ -10,8 +10,9 @@ use super::HttpDate;
 pub struct Response {
     /// The status code.
     pub status: u16,
-    /// The content type of the body.
-    pub content_type: &'static str,
+    /// The content type of the body (an app's answer may choose its own: checked before it
+    /// is written, `app::check_app_response`).
+    pub content_type: Cow<'static, str>,
     /// Extra header fields.
     pub headers: Vec<(&'static str, String)>,
     /// The body: borrowed when it is static (an app's page is shared, not copied per
@@ -24,7 +25,7 @@ impl Response {
     pub fn json(status: u16, value: &serde_json::Value) -> Response {
         Response {
             status,
-            content_type: "application/json",
+            content_type: Cow::Borrowed("application/json"),
             headers: Vec::new(),
             body: Cow::Owned(value.to_string().into_bytes()),
         }
@@ -38,12 +39,12 @@ impl Response {
     /// A response with a body of the given type.
     pub fn bytes(
         status: u16,
-        content_type: &'static str,
+        content_type: impl Into<Cow<'static, str>>,
         body: impl Into<Cow<'static, [u8]>>,
     ) -> Response {
         Response {
             status,
-            content_type,
+            content_type: content_type.into(),
             headers: Vec::new(),
             body: body.into(),
         }

@@ -134,6 +134,9 @@ pub struct ShardStats {
     pub session_mailbox_dropped: AtomicU64,
     /// Deliveries and broadcasts dropped because another shard's inbox was full.
     pub cross_shard_dropped: AtomicU64,
+    /// Sends to a session of another life of the node, dropped (an id kept from before a
+    /// restart names no session of this one).
+    pub sends_to_other_lives: AtomicU64,
     /// Batches run (one transaction each, or one input).
     pub batches: AtomicU64,
     /// The largest batch.
@@ -310,6 +313,7 @@ impl ShardStats {
             ("mailbox_refused", "combd_mailbox_refused_total", Counter, "Inputs refused at a full mailbox.", g(&self.mailbox_refused)),
             ("session_mailbox_dropped", "combd_session_mailbox_dropped_total", Counter, "Messages dropped at a full session mailbox.", g(&self.session_mailbox_dropped)),
             ("cross_shard_dropped", "combd_cross_shard_dropped_total", Counter, "Deliveries dropped at a full shard inbox.", g(&self.cross_shard_dropped)),
+            ("sends_to_other_lives", "combd_sends_to_other_lives_total", Counter, "Sends to a session id of another life of the node, dropped.", g(&self.sends_to_other_lives)),
             ("batches", "combd_batches_total", Counter, "Batches run.", g(&self.batches)),
             ("batch_max", "combd_batch_max", Gauge, "The largest batch.", g(&self.batch_max)),
             ("wal_syncs", "combd_wal_syncs_total", Counter, "WAL syncs made before answering.", g(&self.wal_syncs)),

@@ -1,0 +1,127 @@
+//! `caller` (test app, served only with `COMBD_TEST_APPS=on`): a public app that says what the
+//! node told it of its caller, and answers with header fields of its own.
+//!
+//! - It declares two request header fields, `x-request-id` and `accept-language`, and a CORS
+//!   policy taking pages of `http://pages.example` (with the user's cookies) and nothing else.
+//! - `POST /o/caller/<name>[/<rest>]` records the call in the object's database and answers
+//!   `{"addr":…,"origin":…,"rest":…,"headers":[[name,value]…],"calls":<n>}` with `set-cookie` and
+//!   `cache-control`. With `?bad=split` (a value with CR LF) or `?bad=field` (a field an app
+//!   may not set) the answer is invalid: the node fails the call (500) and nothing of it is
+//!   applied. `?type=<content type>` answers plain text of that type.
+//! - `GET` answers the same without recording (`calls` as it stands); `GET …?go=<path>` answers
+//!   a 302 to it.
+//! - A WebSocket's attach sends `{"t":"hello","session":…,"life":…,"addr":…,"origin":…,
+//!   "rest":…,"headers":[[name,value]…]}`; a message `to:<life>:<shard>:<id>` sends
+//!   `{"t":"poke"}` to that session, any other is answered `{"t":"seen"}`.
+
+use combd_shards::app::{App, AppError, Caller, Cors, Cx, Input, Output, SessionId};
+use combd_shards::http::Response;
+
+/// The caller app.
+pub struct CallerApp;
+
+fn told(caller: &Caller) -> serde_json::Value {
+    let headers: Vec<[&str; 2]> = caller.headers.iter().map(|(n, v)| [&**n, &**v]).collect();
+    serde_json::json!({
+        "addr": caller.addr.map(|a| a.to_string()),
+        "origin": caller.origin,
+        "rest": caller.rest,
+        "headers": headers,
+    })
+}
+
+impl App for CallerApp {
+    fn name(&self) -> &'static str {
+        "caller"
+    }
+
+    fn wants_header(&self, name: &str) -> bool {
+        name.eq_ignore_ascii_case("x-request-id") || name.eq_ignore_ascii_case("accept-language")
+    }
+
+    fn cors(&self, origin: &str) -> Option<Cors> {
+        (origin == "http://pages.example").then_some(Cors {
+            credentials: true,
+            max_age_seconds: 60,
+        })
+    }
+
+    fn schema(&self) -> &'static str {
+        "CREATE TABLE IF NOT EXISTS calls (n INTEGER PRIMARY KEY, rest TEXT);"
+    }
+
+    fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+        match input {
+            Input::Http {
+                method,
+                query,
+                caller,
+                ..
+            } => {
+                if *method == "POST" {
+                    cx.db()?
+                        .execute("INSERT INTO calls (rest) VALUES (?1)", [&caller.rest])?;
+                } else if let Some(to) = super::query_param(*query, "go") {
+                    return Ok(Output::Http(
+                        Response::json(302, &serde_json::json!({ "location": to }))
+                            .with_header("location", to),
+                    ));
+                }
+                let calls: i64 = cx
+                    .db()?
+                    .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))?;
+                let mut said = told(caller);
+                said["calls"] = calls.into();
+                let mut resp = match super::query_param(*query, "type") {
+                    Some(ct) => {
+                        Response::bytes(200, ct.replace("%20", " "), said.to_string().into_bytes())
+                    }
+                    None => Response::json(200, &said),
+                };
+                resp = resp
+                    .with_header("set-cookie", "seen=1; Path=/; HttpOnly; SameSite=Lax")
+                    .with_header("cache-control", "no-store");
+                match super::query_param(*query, "bad") {
+                    Some("split") => resp = resp.with_header("location", "/\r\nx-evil: 1"),
+                    Some("field") => resp = resp.with_header("content-length", "0"),
+                    _ => {}
+                }
+                Ok(Output::Http(resp))
+            }
+            Input::Attach {
+                session, caller, ..
+            } => {
+                let mut hello = told(caller);
+                hello["t"] = "hello".into();
+                hello["session"] = session.to_string().into();
+                hello["life"] = session.life.to_string().into();
+                hello["shard"] = session.shard.into();
+                hello["id"] = session.id.to_string().into();
+                cx.send(*session, &hello.to_string())?;
+                Ok(Output::None)
+            }
+            Input::Message { session, msg } => {
+                // `to:<life>:<shard>:<id>` pokes that session (one of another life is dropped).
+                let to = match msg {
+                    combd_shards::app::Message::Text(t) => t.strip_prefix("to:"),
+                    combd_shards::app::Message::Binary(_) => None,
+                };
+                let parts: Option<Vec<u64>> =
+                    to.map(|t| t.split(':').map(|p| p.parse().unwrap_or(0)).collect());
+                match parts.as_deref() {
+                    Some(&[life, shard, id]) => {
+                        let to = SessionId {
+                            life,
+                            shard: shard as u32,
+                            id,
+                        };
+                        cx.send(to, r#"{"t":"poke"}"#)?;
+                    }
+                    _ => cx.send(*session, r#"{"t":"seen"}"#)?,
+                }
+                Ok(Output::None)
+            }
+            Input::Detach { .. } => Ok(Output::None),
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! ABI v2 of app modules (issue 28, item 3), against the real node: a module reads what the node
+//! saw of its caller (`input` parts 5 to 8: the client's address, its `Origin`, the path under
+//! the object, the header fields it declared with `headers()`), declares a CORS policy with
+//! `cors()`, and sets its answer's content type and header fields (`content_type`, `header`;
+//! a field an app may not set is refused with -1). A v1 module (none of these) keeps working:
+//! every other test of `tests/wasm.rs` runs one.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use support::*;
+
+/// A v2 module: its answer is parts 5, 6, 7 and 8 of its input, each followed by `|`, then
+/// what `header` answered for `transfer-encoding` (`0` for -1); as plain text with a cookie.
+fn v2(headers: &str, cors: &str) -> String {
+    format!(
+        r#"(module
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (import "combd" "content_type" (func $ct (param i32 i32) (result i32)))
+  (import "combd" "header" (func $header (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "{headers}\00")
+  (data (i32.const 512) "{cors}\00")
+  (data (i32.const 1024) "text/plain; charset=utf-8")
+  (data (i32.const 1056) "set-cookie")
+  (data (i32.const 1072) "m=1; Path=/")
+  (data (i32.const 1088) "transfer-encoding")
+  (data (i32.const 1120) "chunked")
+  (func (export "headers") (result i32) (i32.const 16))
+  (func (export "cors") (result i32) (i32.const 512))
+  (func $part (param $p i32) (param $at i32) (result i32)
+    (local $n i32)
+    (local.set $n (call $input (local.get $p) (local.get $at) (i32.const 1024)))
+    (if (i32.lt_s (local.get $n) (i32.const 0)) (then (local.set $n (i32.const 0))))
+    (i32.store8 (i32.add (local.get $at) (local.get $n)) (i32.const 124))
+    (i32.add (i32.add (local.get $at) (local.get $n)) (i32.const 1)))
+  (func (export "handle") (result i32)
+    (local $at i32)
+    (local.set $at (call $part (i32.const 5) (i32.const 4096)))
+    (local.set $at (call $part (i32.const 6) (local.get $at)))
+    (local.set $at (call $part (i32.const 7) (local.get $at)))
+    (local.set $at (call $part (i32.const 8) (local.get $at)))
+    (i32.store8 (local.get $at)
+      (i32.add (i32.const 49)
+        (call $header (i32.const 1088) (i32.const 17) (i32.const 1120) (i32.const 7))))
+    (local.set $at (i32.add (local.get $at) (i32.const 1)))
+    (drop (call $ct (i32.const 1024) (i32.const 25)))
+    (drop (call $header (i32.const 1056) (i32.const 10) (i32.const 1072) (i32.const 11)))
+    (call $respond (i32.const 200) (i32.const 4096) (i32.sub (local.get $at) (i32.const 4096)))
+    (i32.const 0)))"#
+    )
+}
+
+#[test]
+fn a_module_reads_its_caller_sets_its_answer_and_declares_cors() {
+    let dir = apps_dir(&[(
+        "v2.wat",
+        &v2("X-Request-Id, accept-language", "http://pages.example"),
+    )]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    let r = request_from(
+        [127, 0, 3, 11],
+        node.public(),
+        b"POST /o/v2/a/rest/x HTTP/1.1\r\nHost: x\r\nOrigin: http://pages.example\r\n\
+          X-Request-Id: r-1\r\nUser-Agent: u\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        "127.0.3.11|http://pages.example|rest/x|x-request-id: r-1\n|0",
+        "parts 5 to 8, and `header` refusing transfer-encoding"
+    );
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.header("set-cookie"), Some("m=1; Path=/"));
+    assert_eq!(r.header("transfer-encoding"), None);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("http://pages.example")
+    );
+    // Its CORS policy: another origin's preflight and POST are refused.
+    let r = request(
+        node.public(),
+        b"OPTIONS /o/v2/a HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\n\
+          Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 403);
+    let r = request(
+        node.public(),
+        b"OPTIONS /o/v2/a HTTP/1.1\r\nHost: x\r\nOrigin: http://pages.example\r\n\
+          Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: accept-language\r\n\
+          Connection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        r.header("access-control-allow-headers"),
+        Some("accept-language")
+    );
+    // Without an Origin or a rest, those parts are absent (-1): empty here.
+    let r = request_from(
+        [127, 0, 3, 11],
+        node.public(),
+        b"GET /o/v2/b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.text(), "127.0.3.11||||0");
+}
+
+#[test]
+fn a_modules_bad_declarations_stop_the_start() {
+    let (stderr, _) = refused_with(&[("v2.wat", &v2("bad name", "*"))]);
+    assert!(stderr.contains("headers() names \"bad name\""), "{stderr}");
+    let (stderr, _) = refused_with(&[("v2.wat", &v2("a", "http://x.example/path"))]);
+    assert!(stderr.contains("cors() names"), "{stderr}");
+    let many: Vec<String> = (0..17).map(|i| format!("h{i}")).collect();
+    let (stderr, _) = refused_with(&[("v2.wat", &v2(&many.join(","), "*"))]);
+    assert!(stderr.contains("app_headers_max"), "{stderr}");
+}
