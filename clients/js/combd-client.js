@@ -7,7 +7,7 @@
 //     token,                                   // offered as the subprotocol combd.bearer.<token>
 //     query: () => ({ after: String(last) }),  // asked again at every (re)connect
 //     onMessage: (m) => { ... },               // every message, parsed as JSON when it is JSON
-//     onState: (state, why) => { ... },
+//     onState: (state, why, info) => { ... },
 //   });
 //   room.send({ t: "say", text: "hi" });
 //
@@ -17,9 +17,20 @@
 // invalid (the request itself is wrong: 400, 404; no retry), unauthorized (401: the token is
 // missing, expired or refused; no retry until a new token is given with setToken), closed
 // (close() was called). Close codes honoured: 1001 (the node restarts: reconnect), 1008 (too
-// many messages, or reading too slowly: wait longer), 1013 (try again later: busy).
+// many messages, or reading too slowly: wait longer), 1013 (try again later: busy). A node
+// that closed with 1001 and cannot be reached yet is still restarting: reconnecting, not busy.
+//
+// For a page that shows more than the state (all optional):
+//   onState's third argument: { reason, wait } while a retry waits (`why` without its
+//     "retrying in …", and the wait in ms); with { code } after an open connection closed,
+//     or { status, error } after a refused upgrade (its HTTP status, 0 for no answer at all;
+//     the node's own reason, from a JSON error body).
+//   onAttempt: (n) => { ... }: each WebSocket as it opens (client.attempts counts them); a
+//     retry keeps the state reconnecting or busy while it runs.
+//   refusal: (status, retryAfter, error) => ({ state, why, wait }) or null: what a refused
+//     upgrade's HTTP answer means (default: refusal() below; null: reconnect).
 
-const CLOSE_REASONS = {
+export const CLOSE_REASONS = {
   1000: "closed",
   1001: "the node is restarting",
   1006: "connection lost",
@@ -35,11 +46,14 @@ export function backoff(failures, { min = 500, max = 30000, random = Math.random
   return full * (0.5 + random() / 2);
 }
 
-/** The state a refused upgrade means, from the plain HTTP answer to the same request. */
-export function refusal(status, retryAfter) {
+/**
+ * The state a refused upgrade means, from the plain HTTP answer to the same request (status 0:
+ * none came); `error` is the node's reason from the answer's JSON, if it gave one.
+ */
+export function refusal(status, retryAfter, error) {
   if (status === 401) return { state: "unauthorized", why: "the token was refused" };
   if (status === 403) return { state: "invalid", why: "this page's origin is not allowed" };
-  if (status === 400 || status === 404) return { state: "invalid", why: `the node answered ${status}` };
+  if (status === 400 || status === 404) return { state: "invalid", why: error || `the node answered ${status}` };
   if (status === 503 || status === 429) {
     const s = Number.parseInt(retryAfter ?? "", 10);
     return { state: "busy", why: "the node is busy", wait: Number.isFinite(s) && s > 0 ? s * 1000 : undefined };
@@ -49,7 +63,7 @@ export function refusal(status, retryAfter) {
 
 /**
  * Connects to `path` (an object's URL path, or a whole ws:// or wss:// URL) and keeps the
- * connection up. Returns { send, close, retryNow, setToken, state, lastClose }.
+ * connection up. Returns { send, close, retryNow, setToken, state, lastClose, attempts }.
  */
 export function connect(path, options = {}) {
   const {
@@ -58,6 +72,8 @@ export function connect(path, options = {}) {
     query = () => ({}),
     onMessage = () => {},
     onState = () => {},
+    onAttempt = () => {},
+    refusal: readRefusal = refusal,
     base = globalThis.location ? globalThis.location.href : undefined,
     WebSocketImpl = globalThis.WebSocket,
     fetchImpl = globalThis.fetch,
@@ -68,11 +84,13 @@ export function connect(path, options = {}) {
   let failures = 0;
   let timer = null;
   let stopped = false;
-  const client = { state: "connecting", lastClose: null };
+  let attempting = false; // a WebSocket is opening or open, or why it ended is being asked
+  let restarting = false; // the last connection that opened was closed with 1001
+  const client = { state: "connecting", lastClose: null, attempts: 0 };
 
-  function setState(state, why = "") {
+  function setState(state, why = "", info = {}) {
     client.state = state;
-    onState(state, why);
+    onState(state, why, info);
   }
 
   function url(scheme) {
@@ -83,38 +101,57 @@ export function connect(path, options = {}) {
     return u.toString();
   }
 
-  function wait(ms, state, why) {
+  function wait(ms, state, why, info = {}) {
     clearTimeout(timer);
-    setState(state, `${why}; retrying in ${(ms / 1000).toFixed(1)} s`);
+    setState(state, `${why}; retrying in ${(ms / 1000).toFixed(1)} s`, { ...info, reason: why, wait: ms });
     timer = setTimeout(open, ms);
   }
 
-  function retry(why, state = "reconnecting", extra = 0) {
+  function retry(why, state = "reconnecting", extra = 0, info = {}) {
     if (stopped) return;
     failures += 1;
-    wait(backoff(failures, { random }) + extra, state, why);
+    wait(backoff(failures, { random }) + extra, state, why, info);
   }
 
   // A WebSocket refused before it opened says nothing about why: ask the same URL over HTTP.
+  // Its status (0: no answer), retry-after, and the node's reason from a JSON error body.
   async function probe() {
     try {
       const headers = token ? { authorization: `Bearer ${token}` } : {};
-      const r = await fetchImpl(url("http"), { headers });
-      return refusal(r.status, r.headers.get("retry-after"));
+      const r = await fetchImpl(url("http"), { headers, cache: "no-store" });
+      let error;
+      if (!r.ok) {
+        try {
+          const body = await r.json();
+          if (typeof body?.error === "string") error = body.error;
+        } catch { /* not JSON: no reason */ }
+      }
+      return { status: r.status, retryAfter: r.headers.get("retry-after"), error };
     } catch {
-      return null;
+      return { status: 0 };
     }
   }
 
   function open() {
     if (stopped) return;
     clearTimeout(timer);
+    attempting = true;
+    client.attempts += 1;
     if (client.state !== "reconnecting" && client.state !== "busy") setState("connecting");
+    onAttempt(client.attempts);
     const offered = [...protocols];
     if (token) offered.push("combd", `combd.bearer.${token}`);
     let opened = false;
     let greeted = false;
-    ws = new WebSocketImpl(url("ws"), offered);
+    try {
+      ws = new WebSocketImpl(url("ws"), offered);
+    } catch (err) {
+      // A URL no WebSocket can have: the request itself is wrong.
+      attempting = false;
+      ws = null;
+      setState("invalid", err.message);
+      return;
+    }
     ws.onopen = () => { opened = true; };
     ws.onmessage = (e) => {
       let m = e.data;
@@ -139,25 +176,39 @@ export function connect(path, options = {}) {
       if (ended) return;
       ended = true;
       client.lastClose = { code: e.code, reason: e.reason };
-      if (stopped) return;
-      const why = CLOSE_REASONS[e.code] ?? `closed (${e.code})`;
-      if (!opened) {
-        const r = await probe();
-        if (r && (r.state === "unauthorized" || r.state === "invalid")) {
-          setState(r.state, r.why);
-          return;
-        }
-        if (r && r.state === "busy") {
-          failures += 1;
-          wait(r.wait ?? backoff(failures, { random }), "busy", r.why);
-          return;
-        }
-        retry("cannot connect");
+      if (stopped) {
+        attempting = false;
         return;
       }
-      if (e.code === 1013) retry(why, "busy");
-      else if (e.code === 1008) retry(why, "reconnecting", 5000);
-      else retry(why);
+      if (!opened) {
+        const answer = await probe();
+        attempting = false;
+        if (stopped) return;
+        const info = { status: answer.status };
+        if (answer.error) info.error = answer.error;
+        // No answer at all after a 1001: the node is still restarting (not full).
+        const r = answer.status === 0 && restarting
+          ? { state: "reconnecting", why: CLOSE_REASONS[1001] }
+          : readRefusal(answer.status, answer.retryAfter, answer.error);
+        if (r && (r.state === "unauthorized" || r.state === "invalid")) {
+          setState(r.state, r.why, info);
+          return;
+        }
+        if (r) {
+          failures += 1;
+          wait(r.wait ?? backoff(failures, { random }), r.state, r.why, info);
+          return;
+        }
+        retry("cannot connect", "reconnecting", 0, info);
+        return;
+      }
+      attempting = false;
+      restarting = e.code === 1001;
+      const why = CLOSE_REASONS[e.code] ?? `closed (${e.code})`;
+      const info = { code: e.code };
+      if (e.code === 1013) retry(why, "busy", 0, info);
+      else if (e.code === 1008) retry(why, "reconnecting", 5000, info);
+      else retry(why, "reconnecting", 0, info);
     };
   }
 
@@ -173,7 +224,8 @@ export function connect(path, options = {}) {
     setState("closed");
   };
   client.retryNow = () => {
-    if (stopped || client.state === "live" || client.state === "connecting") return;
+    // Not while an attempt runs (a second WebSocket would race the first).
+    if (stopped || attempting || client.state === "live" || client.state === "connecting") return;
     open();
   };
   client.setToken = (t) => {

@@ -13,13 +13,111 @@ test("the backoff doubles from 0.5 s to 30 s, jittered to between half and all o
   assert.equal(backoff(20, { random: () => 0 }), 15000);
 });
 
-test("a refused upgrade's HTTP answer says the state", () => {
+/** A WebSocket for tests without a node: `plan(n)` says what the n-th one does. */
+function fakeSockets(plan) {
+  const sockets = [];
+  class Fake {
+    constructor(url) {
+      this.url = url;
+      this.readyState = 0;
+      this.sent = [];
+      sockets.push(this);
+      const does = plan(sockets.length);
+      setTimeout(() => {
+        if (does === "refused") {
+          this.readyState = 3;
+          this.onerror?.({});
+          this.onclose?.({ code: 1006, reason: "" });
+        } else {
+          this.readyState = 1;
+          this.onopen?.();
+          this.onmessage?.({ data: JSON.stringify(does) });
+        }
+      });
+    }
+    send(data) { this.sent.push(data); }
+    close(code = 1000) {
+      if (this.readyState === 3) return;
+      this.readyState = 3;
+      this.onclose?.({ code, reason: "" });
+    }
+  }
+  return { Fake, sockets };
+}
+
+test("a refused upgrade's HTTP answer says the state", async () => {
   assert.equal(refusal(401).state, "unauthorized");
   assert.equal(refusal(403).state, "invalid");
   assert.equal(refusal(400).state, "invalid");
+  assert.equal(refusal(400, null, "page must be below 245").why, "page must be below 245");
   assert.deepEqual(refusal(503, "3"), { state: "busy", why: "the node is busy", wait: 3000 });
   assert.equal(refusal(503, null).wait, undefined);
   assert.equal(refusal(502), null);
+  assert.equal(refusal(0), null);
+
+  // Without a node: a connection goes live and the node closes it with 1001; then no answer at
+  // all, which is a restart (reconnecting), not the `refusal` option's reading of no answer.
+  const { Fake, sockets } = fakeSockets((n) => (n === 1 ? { t: "page", p: 3 } : "refused"));
+  const states = [];
+  const attempts = [];
+  const waiters = [];
+  const noAnswer = async () => { throw new TypeError("fetch failed"); };
+  const c = connect("/o/million/b?page=3", {
+    base: "http://127.0.0.2:9/",
+    WebSocketImpl: Fake,
+    // While an attempt's end is being asked about, a retry asked for opens no second socket.
+    fetchImpl: (...a) => { c.retryNow(); return noAnswer(...a); },
+    random: () => 0,
+    refusal: (status, retryAfter, error) => refusal(status, retryAfter, error) ?? { state: "busy", why: "refused" },
+    onAttempt: (n) => { attempts.push([n, states.at(-1)?.state]); waiters.forEach((w) => w()); },
+    onState: (state, why, info) => { states.push({ state, why, info }); waiters.forEach((w) => w()); },
+  });
+  assert.equal(sockets[0].url, "ws://127.0.0.2:9/o/million/b?page=3");
+  await until("live", waiters, () => c.state === "live");
+  assert.ok(c.send({ t: "click", i: 12305, c: 1 }));
+  assert.deepEqual(sockets[0].sent, ['{"t":"click","i":12305,"c":1}']);
+  sockets[0].close(1001);
+  assert.deepEqual(states.at(-1).info, { code: 1001, reason: "the node is restarting", wait: 250 });
+  assert.equal(states.at(-1).why, "the node is restarting; retrying in 0.3 s");
+  await until("the second attempt's end", waiters, () => states.length >= 4);
+  assert.deepEqual(states.map((s) => s.state), ["connecting", "live", "reconnecting", "reconnecting"]);
+  assert.deepEqual(states[3].info, { status: 0, reason: "the node is restarting", wait: 500 });
+  assert.deepEqual(attempts, [[1, "connecting"], [2, "reconnecting"]]);
+  assert.equal(sockets.length, 2);
+  c.retryNow(); // while a retry waits: now
+  assert.equal(sockets.length, 3);
+  assert.equal(c.attempts, 3);
+  assert.equal(c.state, "reconnecting");
+  c.close();
+
+  // No answer from a node that did not say it restarts: what `refusal` makes of it (busy here).
+  const fresh = fakeSockets(() => "refused");
+  const busy = [];
+  const b = connect("/o/million/b", {
+    base: "http://127.0.0.2:9/", WebSocketImpl: fresh.Fake, fetchImpl: noAnswer, random: () => 0,
+    refusal: (status) => refusal(status) ?? { state: "busy", why: "refused" },
+    onState: (state, why, info) => { busy.push({ state, why, info }); waiters.forEach((w) => w()); },
+  });
+  await until("busy", waiters, () => b.state === "busy");
+  assert.deepEqual(busy.at(-1).info, { status: 0, reason: "refused", wait: 250 });
+  b.close();
+
+  // A 400 with the node's reason: invalid, with that reason, and not retried.
+  const bad = fakeSockets(() => "refused");
+  const answer400 = async () => new Response('{"error":"page must be below 245"}', { status: 400 });
+  const seen = [];
+  const d = connect("/o/million/b?page=245", {
+    base: "http://127.0.0.2:9/", WebSocketImpl: bad.Fake, fetchImpl: answer400,
+    onState: (state, why, info) => { seen.push({ state, why, info }); waiters.forEach((w) => w()); },
+  });
+  await until("invalid", waiters, () => d.state === "invalid");
+  assert.deepEqual(seen.at(-1), { state: "invalid", why: "page must be below 245", info: { status: 400, error: "page must be below 245" } });
+  await new Promise((r) => setTimeout(r, 600));
+  assert.equal(bad.sockets.length, 1);
+  d.retryNow(); // as before: a retry asked for is made
+  await until("invalid again", waiters, () => seen.filter((s) => s.state === "invalid").length === 2);
+  assert.equal(bad.sockets.length, 2);
+  d.close();
 });
 
 const URL_ = process.env.COMBD_URL;
