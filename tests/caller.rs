@@ -48,6 +48,7 @@ fn an_app_sees_its_callers_address_origin_path_and_declared_headers() {
     assert_eq!(r.status, 200, "{}", r.text());
     let j = r.json();
     assert_eq!(j["addr"], "127.0.3.9");
+    assert_eq!(j["object"], "a", "the object's own name");
     assert_eq!(j["rest"], "files/x%20y.txt");
     assert_eq!(j["origin"], serde_json::Value::Null);
     // Only the fields it declared, names in lower case, in the order sent.

@@ -337,7 +337,11 @@ fn million_page_is_served() {
     assert_eq!(r.status, 200);
     assert!(r.header("content-type").unwrap().starts_with("text/html"));
     // It connects with the node's JavaScript client, which the node serves beside it.
-    assert!(r.text().contains(r#"from "/combd-client.js""#), "{}", r.text());
+    assert!(
+        r.text().contains(r#"from "/combd-client.js""#),
+        "{}",
+        r.text()
+    );
     assert_eq!(get(&node, "/combd-client.js").status, 200);
 }
 

@@ -1,6 +1,6 @@
 //! ABI v2 of app modules (issue 28, item 3), against the real node: a module reads what the node
 //! saw of its caller (`input` parts 5 to 8: the client's address, its `Origin`, the path under
-//! the object, the header fields it declared with `headers()`), declares a CORS policy with
+//! the object, the header fields it declared with `headers()`; part 9, the object's name), declares a CORS policy with
 //! `cors()`, and sets its answer's content type and header fields (`content_type`, `header`;
 //! a field an app may not set is refused with -1). A v1 module (none of these) keeps working:
 //! every other test of `tests/wasm.rs` runs one.
@@ -11,7 +11,7 @@ mod support;
 
 use support::*;
 
-/// A v2 module: its answer is parts 5, 6, 7 and 8 of its input, each followed by `|`, then
+/// A v2 module: its answer is parts 5, 6, 7, 8 and 9 of its input, each followed by `|`, then
 /// what `header` answered for `transfer-encoding` (`0` for -1); as plain text with a cookie.
 fn v2(headers: &str, cors: &str) -> String {
     format!(
@@ -42,6 +42,7 @@ fn v2(headers: &str, cors: &str) -> String {
     (local.set $at (call $part (i32.const 6) (local.get $at)))
     (local.set $at (call $part (i32.const 7) (local.get $at)))
     (local.set $at (call $part (i32.const 8) (local.get $at)))
+    (local.set $at (call $part (i32.const 9) (local.get $at)))
     (i32.store8 (local.get $at)
       (i32.add (i32.const 49)
         (call $header (i32.const 1088) (i32.const 17) (i32.const 1120) (i32.const 7))))
@@ -69,8 +70,8 @@ fn a_module_reads_its_caller_sets_its_answer_and_declares_cors() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         r.text(),
-        "127.0.3.11|http://pages.example|rest/x|x-request-id: r-1\n|0",
-        "parts 5 to 8, and `header` refusing transfer-encoding"
+        "127.0.3.11|http://pages.example|rest/x|x-request-id: r-1\n|a|0",
+        "parts 5 to 9, and `header` refusing transfer-encoding"
     );
     assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
     assert_eq!(r.header("set-cookie"), Some("m=1; Path=/"));
@@ -103,7 +104,7 @@ fn a_module_reads_its_caller_sets_its_answer_and_declares_cors() {
         node.public(),
         b"GET /o/v2/b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
-    assert_eq!(r.text(), "127.0.3.11||||0");
+    assert_eq!(r.text(), "127.0.3.11||||b|0");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! - It declares two request header fields, `x-request-id` and `accept-language`, and a CORS
 //!   policy taking pages of `http://pages.example` (with the user's cookies) and nothing else.
 //! - `POST /o/caller/<name>[/<rest>]` records the call in the object's database and answers
-//!   `{"addr":…,"origin":…,"rest":…,"headers":[[name,value]…],"calls":<n>}` with `set-cookie` and
+//!   `{"addr":…,"origin":…,"rest":…,"headers":[[name,value]…],"calls":<n>,"object":<name>}` with `set-cookie` and
 //!   `cache-control`. With `?bad=split` (a value with CR LF) or `?bad=field` (a field an app
 //!   may not set) the answer is invalid: the node fails the call (500) and nothing of it is
 //!   applied. `?type=<content type>` answers plain text of that type.
@@ -72,6 +72,7 @@ impl App for CallerApp {
                     .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))?;
                 let mut said = told(caller);
                 said["calls"] = calls.into();
+                said["object"] = cx.object().into();
                 let mut resp = match super::query_param(*query, "type") {
                     Some(ct) => {
                         Response::bytes(200, ct.replace("%20", " "), said.to_string().into_bytes())

@@ -40,6 +40,8 @@ pub(crate) struct CallInput {
     pub client: Option<(String, Option<String>)>,
     /// What else the node saw of it (`input` parts 5 to 8).
     pub caller: Option<std::sync::Arc<combd_shards::app::Caller>>,
+    /// The object's own name (`input` part 9).
+    pub object: Option<String>,
 }
 
 /// The client of an input, as a module reads it (`input` parts 3 and 4).
@@ -64,6 +66,7 @@ impl CallInput {
                 body: body.to_vec(),
                 client: client_of(client),
                 caller: Some(std::sync::Arc::new(caller.clone())),
+                object: None,
             },
             Input::Message { session, msg } => {
                 let (kind, body) = match msg {
@@ -284,6 +287,7 @@ impl Host {
             body: Vec::new(),
             client: None,
             caller: None,
+            object: None,
         };
         self.inputs.get(self.current).unwrap_or(&NONE)
     }
@@ -429,6 +433,7 @@ fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
                     }
                     out
                 }),
+                9 => i.object.as_ref().map(|o| o.as_bytes().to_vec()),
                 _ => None,
             };
             let Some(bytes) = bytes else { return Ok(-1) };

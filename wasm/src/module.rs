@@ -240,7 +240,15 @@ impl Version {
     /// Runs `handle` (one input) or `handle_batch` (several) in one instance.
     fn run(&self, cx: &mut Cx<'_>, inputs: &[Input<'_>]) -> Result<Vec<Output>, AppError> {
         let batch = inputs.len() > 1;
-        let mut store = self.store(inputs.iter().map(CallInput::new).collect(), self.ticks);
+        let object = cx.object().map(str::to_string);
+        let calls = inputs
+            .iter()
+            .map(|i| CallInput {
+                object: object.clone(),
+                ..CallInput::new(i)
+            })
+            .collect();
+        let mut store = self.store(calls, self.ticks);
         let r = Host::with_cx(&mut store, cx, |store| -> wasmtime::Result<i32> {
             let instance = self.instantiate(store)?;
             if batch {

@@ -80,6 +80,7 @@ pub fn limit_error(what: Limit) -> AppError {
 /// The context of one call: the object's database, the effects it queues, its limits.
 pub struct Cx<'a> {
     db: Option<&'a rusqlite::Connection>,
+    object: Option<&'a str>,
     effects: &'a mut Vec<Effect>,
     budget: &'a mut CallBudget,
 }
@@ -93,9 +94,23 @@ impl<'a> Cx<'a> {
     ) -> Cx<'a> {
         Cx {
             db,
+            object: None,
             effects,
             budget,
         }
+    }
+
+    /// The same context, for the object named `name`.
+    pub fn with_object(self, name: &'a str) -> Cx<'a> {
+        Cx {
+            object: Some(name),
+            ..self
+        }
+    }
+
+    /// The object's own name: the `<name>` of `/o/<app>/<name>` (`None` for a stateless app).
+    pub fn object(&self) -> Option<&'a str> {
+        self.object
     }
 
     /// Counts one tick of work. Call it in every loop of an app: past

@@ -72,6 +72,7 @@ pub(super) struct CallLimits {
 /// takes one at a time, or the run refuses writes ([`On::ScratchRefusing`]).
 pub(super) fn run_batch(
     app: &dyn App,
+    object: &str,
     db: &mut rusqlite::Connection,
     inputs: &[Owned],
     limits: CallLimits,
@@ -93,18 +94,27 @@ pub(super) fn run_batch(
         let all: u64 = inputs.iter().map(Owned::bytes).sum();
         let mut effects = Vec::new();
         let mut logs = String::new();
-        let (r, st) = call(db, limits, scratch, all, &mut effects, &mut logs, |cx| {
-            let borrowed: Vec<Input<'_>> =
-                inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
-            let outs = app.handle_batch(cx, &borrowed)?;
-            if outs.len() != inputs.len() {
-                return Err(AppError::new(
-                    500,
-                    "handle_batch answered the wrong number of inputs",
-                ));
-            }
-            outs.into_iter().map(checked).collect::<Result<Vec<_>, _>>()
-        });
+        let (r, st) = call(
+            object,
+            db,
+            limits,
+            scratch,
+            all,
+            &mut effects,
+            &mut logs,
+            |cx| {
+                let borrowed: Vec<Input<'_>> =
+                    inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
+                let outs = app.handle_batch(cx, &borrowed)?;
+                if outs.len() != inputs.len() {
+                    return Err(AppError::new(
+                        500,
+                        "handle_batch answered the wrong number of inputs",
+                    ));
+                }
+                outs.into_iter().map(checked).collect::<Result<Vec<_>, _>>()
+            },
+        );
         if st.wrote {
             result.wrote = true;
             return result;
@@ -122,6 +132,7 @@ pub(super) fn run_batch(
     for input in inputs {
         let mut mine = Vec::new();
         let (r, st) = call(
+            object,
             db,
             limits,
             scratch,
@@ -183,6 +194,7 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, AppError>) -> Result<T, AppError> {
 /// ([`CallStats::wrote`]).
 #[allow(clippy::too_many_arguments)]
 fn call<T>(
+    object: &str,
     db: &mut rusqlite::Connection,
     limits: CallLimits,
     scratch: bool,
@@ -202,7 +214,7 @@ fn call<T>(
     let r = (|| -> Result<T, AppError> {
         let tx = db.transaction()?;
         let out = {
-            let mut cx = Cx::new(Some(&tx), effects, &mut budget);
+            let mut cx = Cx::new(Some(&tx), effects, &mut budget).with_object(object);
             let _app = sandbox::AppSql::enter();
             guarded(|| f(&mut cx))
         };
@@ -328,7 +340,7 @@ mod tests {
     fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
         let mut db = open("batch", Log.schema());
         let inputs = [http("a"), http("bad"), http("b")];
-        let r = run_batch(&Log, &mut db, &inputs, NO_LIMITS, &On::Db);
+        let r = run_batch(&Log, "o", &mut db, &inputs, NO_LIMITS, &On::Db);
         assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
         assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
         assert!(r.outputs[2].is_ok());
@@ -360,7 +372,14 @@ mod tests {
         assert_eq!(sent, ["a", "b"]);
 
         // A batch that succeeds is one transaction with every effect.
-        let r = run_batch(&Log, &mut db, &[http("c"), http("d")], NO_LIMITS, &On::Db);
+        let r = run_batch(
+            &Log,
+            "o",
+            &mut db,
+            &[http("c"), http("d")],
+            NO_LIMITS,
+            &On::Db,
+        );
         assert!(r.outputs.iter().all(|o| o.is_ok()));
         assert_eq!(r.effects.len(), 2);
     }
@@ -444,7 +463,7 @@ mod tests {
         let mut db = scratch(Notes.schema());
         // A failed write applied nothing: it is answered too.
         let inputs = [method("GET"), method("BAD"), method("GET")];
-        let r = run_batch(&Notes, &mut db, &inputs, NO_LIMITS, &On::Scratch);
+        let r = run_batch(&Notes, "o", &mut db, &inputs, NO_LIMITS, &On::Scratch);
         assert!(!r.wrote);
         assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
         assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
@@ -468,11 +487,18 @@ mod tests {
             ),
         ] {
             let mut db = scratch(Notes.schema());
-            let r = run_batch(&Notes, &mut db, &inputs, NO_LIMITS, &On::Scratch);
+            let r = run_batch(&Notes, "o", &mut db, &inputs, NO_LIMITS, &On::Scratch);
             assert!(r.wrote, "{what}");
             assert_eq!(notes(&db), 0, "{what}: nothing of it stays");
             // The scratch database is as new: a read after it is answered from it.
-            let r = run_batch(&Notes, &mut db, &[method("GET")], NO_LIMITS, &On::Scratch);
+            let r = run_batch(
+                &Notes,
+                "o",
+                &mut db,
+                &[method("GET")],
+                NO_LIMITS,
+                &On::Scratch,
+            );
             assert!(!r.wrote && r.outputs[0].is_ok(), "{what}");
         }
     }
@@ -483,7 +509,7 @@ mod tests {
         let refusal = AppError::new(507, "too many objects");
         let inputs = [method("GET"), method("POST"), method("GET")];
         let on = On::ScratchRefusing(refusal.clone());
-        let r = run_batch(&Notes, &mut db, &inputs, NO_LIMITS, &on);
+        let r = run_batch(&Notes, "o", &mut db, &inputs, NO_LIMITS, &on);
         assert!(!r.wrote);
         assert_eq!(r.refused, 1);
         assert!(
@@ -499,7 +525,7 @@ mod tests {
     #[test]
     fn on_the_database_a_write_commits() {
         let mut db = open("notes", Notes.schema());
-        let r = run_batch(&Notes, &mut db, &[method("POST")], NO_LIMITS, &On::Db);
+        let r = run_batch(&Notes, "o", &mut db, &[method("POST")], NO_LIMITS, &On::Db);
         assert!(!r.wrote && r.outputs[0].is_ok());
         assert_eq!(notes(&db), 1);
     }
@@ -526,7 +552,7 @@ mod tests {
     fn an_app_panic_fails_its_input_and_rolls_back() {
         let mut db = open("panic", Panics.schema());
         let inputs = [http("ok"), http("panic"), http("ok")];
-        let r = run_batch(&Panics, &mut db, &inputs, NO_LIMITS, &On::Db);
+        let r = run_batch(&Panics, "o", &mut db, &inputs, NO_LIMITS, &On::Db);
         assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
         assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 500);
         assert_eq!(r.failed, [1], "the panic is a failure the node warns about");
@@ -544,7 +570,7 @@ mod tests {
             memory_bytes: None,
         };
         // Each db() is a host call of 1,000 ticks: past 10 at once.
-        let r = run_batch(&Panics, &mut db, &[http("ok")], limits, &On::Db);
+        let r = run_batch(&Panics, "o", &mut db, &[http("ok")], limits, &On::Db);
         assert_eq!(r.outputs[0].as_ref().unwrap_err().message, "cpu_limit");
         assert_eq!(r.limits, [Limit::Cpu]);
         assert_eq!(r.failed, [0]);
@@ -558,7 +584,7 @@ mod tests {
     fn sql_apps_may_not_run_fails_the_call_and_rolls_it_back() {
         let mut db = open("denied", Notes.schema());
         let inputs = [method("POST"), method("TEMP"), method("POST")];
-        let r = run_batch(&Notes, &mut db, &inputs, NO_LIMITS, &On::Db);
+        let r = run_batch(&Notes, "o", &mut db, &inputs, NO_LIMITS, &On::Db);
         assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
         let e = r.outputs[1].as_ref().unwrap_err();
         assert_eq!(e.limit(), Some(Limit::SqlDenied));

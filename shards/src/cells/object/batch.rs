@@ -172,10 +172,16 @@ async fn run_on(
         memory_bytes: app.memory_kb().map(|kb| kb * 1024),
     };
     let syncs = crate::cells::commit::syncs_wal(state);
+    // The object's own name (its key is `app/name`), for `Cx::object`.
+    let name = cell
+        .key
+        .split_once('/')
+        .map_or(cell.key.as_str(), |(_, n)| n)
+        .to_string();
     glommio::executor()
         .spawn_blocking(move || {
             let mut db = db;
-            let result = run_batch(app.as_ref(), &mut db, &inputs, limits, &on);
+            let result = run_batch(app.as_ref(), &name, &mut db, &inputs, limits, &on);
             // A scratch database has nothing to make durable: it is answered without a sync.
             let wal = match on {
                 On::Db if syncs => Wal::of(&db),
