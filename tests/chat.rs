@@ -216,6 +216,47 @@ fn past_a_thousand_missed_messages_the_hello_says_gap() {
 }
 
 #[test]
+fn a_room_keeps_its_last_ten_thousand_messages() {
+    use combd_kernel::limits::CHAT_RETAIN_MESSAGES as RETAIN;
+    let file = key_file();
+    let node = start(&file);
+    // Six users, one after another, each within its connection's message burst
+    // (COMBD_WS_BURST, 2,000), in bursts that fit the room's mailbox.
+    let total = RETAIN + 5;
+    let share = total.div_ceil(6);
+    let mut sent = 0;
+    for u in 0..6 {
+        let (mut user, _) = join(&node, "kept", &format!("u{u}"), None);
+        let until = (sent + share).min(total);
+        while sent < until {
+            let burst = (until - sent).min(200);
+            for i in 0..burst {
+                say(&mut user, &format!("m{}", sent + i));
+            }
+            sent += burst;
+            while next(&mut user, "msg")["id"].as_u64().unwrap() < sent as u64 {}
+        }
+    }
+    // The room's database holds exactly the last RETAIN, ids 6 to RETAIN + 5.
+    let db = rusqlite::Connection::open_with_flags(
+        node.data_dir.join("objects/chat/kept.sqlite"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let (n, first, last): (usize, u64, u64) = db
+        .query_row("SELECT count(*), min(id), max(id) FROM messages", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!((n, first, last), (RETAIN, 6, (RETAIN + 5) as u64));
+    // A resume within what the node answers still finds every message.
+    let after = (RETAIN + 5 - 1000) as u64;
+    let (_, hello) = join(&node, "kept", "bob", Some(after));
+    assert!(hello.get("gap").is_none());
+    assert_eq!(ids(&hello["history"]).len(), 1000);
+}
+
+#[test]
 fn a_node_killed_with_users_in_a_room_leaves_no_ghost_in_it() {
     let file = key_file();
     let node = start(&file);

@@ -24,16 +24,20 @@ use std::collections::BTreeSet;
 use combd_shards::app::{App, AppError, Client, Cx, Input, Message, Output, SessionId};
 use combd_shards::http::Response;
 
-/// Messages a hello carries without `?after`.
-pub const HISTORY: i64 = 50;
-/// Most messages a resume (`?after=<id>`) sends; past it the hello says `"gap":true`.
-pub const RESUME_MAX: i64 = 1000;
-/// Longest message text, in bytes.
-pub const TEXT_MAX_BYTES: usize = 4096;
-/// Largest resume: a hello carrying the messages after `?after=` past this many bytes (text
-/// escaped as JSON can be six times its length) carries the last 50 and `"gap":true` instead,
-/// so it stays well within a call's sends (`SENDS_MAX_BYTES`, 16 MiB) and a client's reads.
-pub const RESUME_MAX_BYTES: usize = 4 * 1024 * 1024;
+use combd_kernel::limits;
+
+/// Messages a hello carries without `?after` (`chat_history_messages`).
+pub const HISTORY: i64 = limits::CHAT_HISTORY_MESSAGES as i64;
+/// Most messages a resume (`?after=<id>`) sends; past it the hello says `"gap":true`
+/// (`chat_resume_max_messages`).
+pub const RESUME_MAX: i64 = limits::CHAT_RESUME_MAX_MESSAGES as i64;
+/// Longest message text, in bytes (`chat_text_max_bytes`).
+pub const TEXT_MAX_BYTES: usize = limits::CHAT_TEXT_MAX_BYTES;
+/// Largest resume: a hello carrying the messages after `?after=` past this many bytes of JSON
+/// carries the last 50 and `"gap":true` instead (`chat_resume_max_bytes`).
+pub const RESUME_MAX_BYTES: usize = limits::CHAT_RESUME_MAX_BYTES;
+/// Messages a room keeps; older ones are deleted as new ones come (`chat_retain_messages`).
+pub const RETAIN: i64 = limits::CHAT_RETAIN_MESSAGES as i64;
 
 /// The chat app.
 pub struct Chat;
@@ -243,6 +247,10 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
                     "INSERT INTO messages (sub, name, text, at) VALUES (?1, ?2, ?3, ?4) RETURNING id",
                 )?
                 .query_row(rusqlite::params![sub, name, text, at], |r| r.get(0))?;
+            // The room keeps its last RETAIN messages (a resume never asks for older ones).
+            cx.db()?
+                .prepare_cached("DELETE FROM messages WHERE id <= ?1")?
+                .execute([id - RETAIN])?;
             let msg = serde_json::json!({
                 "t": "msg", "id": id, "from": sub, "name": name, "text": text, "at": at,
             });

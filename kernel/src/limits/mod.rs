@@ -44,6 +44,28 @@ pub const URL_MAX_BYTES: usize = 8 * 1024;
 /// one is a sign of wanting `*`.
 pub const ALLOWED_ORIGINS_MAX: usize = 64;
 
+/// The chat app's (`src/apps/chat.rs`) bounds, here so `/stats` shows them. Messages a hello
+/// carries without `?after=`: a screenful.
+pub const CHAT_HISTORY_MESSAGES: usize = 50;
+
+/// Most messages a chat resume (`?after=<id>`) sends; past it the hello carries the last
+/// [`CHAT_HISTORY_MESSAGES`] and says `"gap":true` (a client that missed more reloads).
+pub const CHAT_RESUME_MAX_MESSAGES: usize = 1000;
+
+/// Largest chat resume, in bytes of JSON: a hello of 1,000 messages escaped at worst six bytes
+/// a byte (26 MB) would pass a call's sends (`SENDS_MAX_BYTES`, 16 MiB) and lock clients out of
+/// the room; past 4 MiB the hello says `"gap":true` instead.
+pub const CHAT_RESUME_MAX_BYTES: usize = 4 * 1024 * 1024;
+
+/// Longest chat message text, in bytes.
+pub const CHAT_TEXT_MAX_BYTES: usize = 4096;
+
+/// Messages a chat room keeps: older ones are deleted as new ones come, so a room's database
+/// (and a flood of messages) stays bounded, ~45 MB at most (10,000 of 4 KiB text). At least
+/// [`CHAT_RESUME_MAX_MESSAGES`], so a resume the node would answer never finds one missing.
+pub const CHAT_RETAIN_MESSAGES: usize = 10_000;
+const _: () = assert!(CHAT_RETAIN_MESSAGES >= CHAT_RESUME_MAX_MESSAGES);
+
 /// Most header fields an app sees of a request (those it declares), and most an app's answer
 /// may set: what a session keeps of its upgrade, and what an answer adds to a response, stay
 /// small. A page's cookies, a redirect, caching and a few of its own are well within it.
