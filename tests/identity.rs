@@ -246,3 +246,63 @@ fn a_missing_or_weak_key_or_a_claim_without_a_key_fails_start_up() {
         assert!(!err.contains(SECRET));
     }
 }
+
+/// A WebSocket to `/o/whoami/<object>` with `token` as its bearer header.
+fn whoami_ws(node: &TestNode, object: &str, token: &str) -> tungstenite::WebSocket<TcpStream> {
+    use tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://127.0.0.2:{}/o/whoami/{object}", node.port)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (ws, _) = tungstenite::client(req, connect(node.public())).expect("handshake");
+    ws
+}
+
+#[test]
+fn a_session_whose_token_expires_is_closed_3000_and_others_stay() {
+    let file = key_file("expiring", SECRET);
+    let node = TestNode::start(&[
+        ("COMBD_TEST_APPS", "on"),
+        ("COMBD_AUTH_JWT_KEY_FILE", file.to_str().unwrap()),
+        ("COMBD_AUTH_AUDIENCE", AUDIENCE),
+        ("COMBD_WS_PING_INTERVAL", "200ms"),
+    ]);
+    // Expired 28 s ago: within the 30 s leeway at the upgrade, past it two seconds later.
+    let leeway = combd_kernel::limits::AUTH_LEEWAY_SECONDS;
+    let expiring = token(SECRET, "alice", now() - 100, 100 - (leeway - 2), AUDIENCE);
+    let lasting = token(SECRET, "bob", now(), 600, AUDIENCE);
+    let mut alice = whoami_ws(&node, "e", &expiring);
+    let mut bob = whoami_ws(&node, "e", &lasting);
+    assert_eq!(read_json(&mut alice)["me"], "alice");
+    assert_eq!(read_json(&mut bob)["me"], "bob");
+    // Both read (answering the node's pings) until alice's session is closed.
+    for ws in [&mut alice, &mut bob] {
+        ws.get_mut()
+            .set_read_timeout(Some(std::time::Duration::from_millis(50)))
+            .unwrap();
+    }
+    let waiting = Instant::now();
+    let close = loop {
+        assert!(waiting.elapsed() < WAIT, "timed out waiting for the close");
+        match alice.read() {
+            Ok(tungstenite::Message::Close(frame)) => break frame.unwrap(),
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("{e}"),
+        }
+        match bob.read() {
+            Ok(tungstenite::Message::Close(_)) => panic!("bob's session was closed"),
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("{e}"),
+        }
+    };
+    bob.get_mut().set_read_timeout(Some(WAIT)).unwrap();
+    assert_eq!(u16::from(close.code), 3000);
+    assert_eq!(close.reason, "token expired");
+    assert_eq!(stat(&node, "auth_expired_closed"), 1);
+    // Bob's session, with a token that lasts, is still served.
+    bob.send(tungstenite::Message::text("hi")).unwrap();
+    assert_eq!(read_json(&mut bob)["t"], "seen");
+}

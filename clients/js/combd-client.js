@@ -17,7 +17,8 @@
 // invalid (the request itself is wrong: 400, 404; no retry), unauthorized (401: the token is
 // missing, expired or refused; no retry until a new token is given with setToken), closed
 // (close() was called). Close codes honoured: 1001 (the node restarts: reconnect), 1008 (too
-// many messages, or reading too slowly: wait longer), 1013 (try again later: busy). A node
+// many messages, or reading too slowly: wait longer), 1013 (try again later: busy), 3000 (the
+// session's token expired: unauthorized, until setToken gives a new one). A node
 // that closed with 1001 and cannot be reached yet is still restarting: reconnecting, not busy.
 //
 // For a page that shows more than the state (all optional):
@@ -38,6 +39,7 @@ export const CLOSE_REASONS = {
   1009: "a message too big",
   1011: "node error",
   1013: "the node asked to try again later",
+  3000: "the token expired",
 };
 
 /** Backoff: `min` doubling to `max`, each wait jittered to between half and all of it. */
@@ -206,7 +208,8 @@ export function connect(path, options = {}) {
       restarting = e.code === 1001;
       const why = CLOSE_REASONS[e.code] ?? `closed (${e.code})`;
       const info = { code: e.code };
-      if (e.code === 1013) retry(why, "busy", 0, info);
+      if (e.code === 3000) setState("unauthorized", why, info);
+      else if (e.code === 1013) retry(why, "busy", 0, info);
       else if (e.code === 1008) retry(why, "reconnecting", 5000, info);
       else retry(why, "reconnecting", 0, info);
     };

@@ -118,6 +118,22 @@ test("a refused upgrade's HTTP answer says the state", async () => {
   await until("invalid again", waiters, () => seen.filter((s) => s.state === "invalid").length === 2);
   assert.equal(bad.sockets.length, 2);
   d.close();
+
+  // A session whose token expired is closed 3000: unauthorized, not retried until a new token.
+  const expiring = fakeSockets(() => ({ t: "hello" }));
+  const e = connect("/o/chat/r", {
+    base: "http://127.0.0.2:9/", WebSocketImpl: expiring.Fake, token: "old", random: () => 0,
+    onState: () => waiters.forEach((w) => w()),
+  });
+  await until("live with the old token", waiters, () => e.state === "live");
+  expiring.sockets[0].close(3000);
+  assert.equal(e.state, "unauthorized");
+  await new Promise((r) => setTimeout(r, 600));
+  assert.equal(expiring.sockets.length, 1, "not retried with the expired token");
+  e.setToken("new");
+  await until("live with the new token", waiters, () => e.state === "live");
+  assert.equal(expiring.sockets.length, 2);
+  e.close();
 });
 
 const URL_ = process.env.COMBD_URL;

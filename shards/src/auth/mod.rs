@@ -44,6 +44,9 @@ pub struct Client {
     /// The token itself, for a request passed on to its object's owner in a fleet (which
     /// verifies it again); not the app's to see, and never printed.
     token: Box<str>,
+    /// The token's `exp`, in seconds since the Unix epoch: a session whose token expired is
+    /// closed (3000) at its next ping past it and the leeway.
+    expires_at: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -59,6 +62,12 @@ impl Client {
     /// The token the client came with (for a request passed on to another node).
     pub(crate) fn token(&self) -> &str {
         &self.token
+    }
+
+    /// Whether its token had expired at `now` (seconds since the Unix epoch), past
+    /// `AUTH_LEEWAY_SECONDS` as at its verification.
+    pub fn expired(&self, now: u64) -> bool {
+        now > self.expires_at.saturating_add(limits::AUTH_LEEWAY_SECONDS)
     }
 }
 
@@ -190,10 +199,13 @@ impl Auth {
             }
         };
         let subject = claim("sub")?.ok_or_else(|| Refused::Invalid("no sub".into()))?;
+        // Required and checked by the validation: a number.
+        let expires_at = data.claims.get("exp").and_then(serde_json::Value::as_u64);
         Ok(Client {
             subject,
             name: claim("name")?,
             token: token.into(),
+            expires_at: expires_at.ok_or_else(|| Refused::Invalid("exp is not a number".into()))?,
         })
     }
 }

@@ -349,6 +349,23 @@ impl Conn {
             ShardStats::add(&self.stats().ws_ping_timeouts, 1);
             return Some(Close::Frame(Some(close::GOING_AWAY), "ping timeout"));
         }
+        // A session's verified client whose token expired since: closed, to come back with a
+        // new one (the JavaScript client asks for it: `unauthorized`).
+        if let Some(id) = self.session {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            if self
+                .cells
+                .sessions()
+                .client(id)
+                .0
+                .is_some_and(|c| c.expired(now))
+            {
+                ShardStats::add(&self.stats().auth_expired_closed, 1);
+                return Some(Close::Frame(Some(close::UNAUTHORIZED), "token expired"));
+            }
+        }
         ws.awaiting_pong = true;
         ws::encode_ping(out);
         None

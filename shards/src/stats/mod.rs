@@ -76,6 +76,8 @@ pub struct ShardStats {
     /// Requests and WebSocket upgrades to an identified app refused 401: no token, or one that
     /// failed (`COMBD_AUTH_JWT_KEY_FILE`).
     pub auth_refused: AtomicU64,
+    /// Sessions closed (3000) because their client's token expired.
+    pub auth_expired_closed: AtomicU64,
     /// Tokens verified (a client named).
     pub auth_verified: AtomicU64,
     /// Connections of the node's own machine closed at once: the localhost listener held
@@ -287,6 +289,7 @@ impl ShardStats {
             ("address_rate_refused", "combd_address_rate_refused_total", Counter, "Connections closed at once: their address opened them faster than COMBD_ACCEPT_RATE_PER_ADDRESS.", g(&self.address_rate_refused)),
             ("origin_refused", "combd_origin_refused_total", Counter, "WebSocket upgrades and state-changing requests refused 403 for their Origin (COMBD_ALLOWED_ORIGINS).", g(&self.origin_refused)),
             ("auth_refused", "combd_auth_refused_total", Counter, "Requests and upgrades to an identified app refused 401 (no token, or one that failed).", g(&self.auth_refused)),
+            ("auth_expired_closed", "combd_auth_expired_closed_total", Counter, "Sessions closed 3000 because their token expired.", g(&self.auth_expired_closed)),
             ("auth_verified", "combd_auth_verified_total", Counter, "Tokens verified.", g(&self.auth_verified)),
             ("local_conns_refused", "combd_local_conns_refused_total", Counter, "Localhost connections closed at once past the localhost listener's cap.", g(&self.local_conns_refused)),
             ("fleet_conns_refused", "combd_fleet_conns_refused_total", Counter, "Fleet connections closed at once past the fleet listener's cap.", g(&self.fleet_conns_refused)),

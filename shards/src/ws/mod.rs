@@ -33,6 +33,9 @@ pub mod close {
     /// Try again later: the session missed messages (or the node is busy); reconnecting
     /// gets fresh state.
     pub const TRY_AGAIN_LATER: u16 = 1013;
+    /// The session's token expired (IANA's registered 3000, "Unauthorized"): reconnect with a
+    /// new one.
+    pub const UNAUTHORIZED: u16 = 3000;
 }
 
 /// Why the node closes a WebSocket after decoding: maps to one close code each.
