@@ -25,7 +25,7 @@ const SPRAY: &str = r#"(module
   (data (i32.const 16) "pwned")
   (data (i32.const 32) "{}")
   (func (export "handle") (result i32)
-    (local $i i64) (local $n i32) (local $status i32) (local $k i32)
+    (local $i i64) (local $n i32) (local $status i32) (local $k i32) (local $end i64)
     (local.set $n (call $input (i32.const 0) (i32.const 256) (i32.const 16)))
     (if (i32.gt_s (local.get $n) (i32.const 0))
       (then
@@ -36,10 +36,20 @@ const SPRAY: &str = r#"(module
           (br_if $digits (i32.lt_s (local.get $k) (local.get $n))))
         (call $respond (local.get $status) (i32.const 32) (i32.const 2))
         (return (i32.const 0))))
+    ;; The first session id to spray: the query's digits (0 without).
+    (local.set $n (call $input (i32.const 1) (i32.const 512) (i32.const 20)))
+    (if (i32.gt_s (local.get $n) (i32.const 0))
+      (then
+        (loop $q
+          (local.set $i (i64.add (i64.mul (local.get $i) (i64.const 10))
+            (i64.extend_i32_u (i32.sub (i32.load8_u (i32.add (i32.const 512) (local.get $k))) (i32.const 48)))))
+          (local.set $k (i32.add (local.get $k) (i32.const 1)))
+          (br_if $q (i32.lt_s (local.get $k) (local.get $n))))))
+    (local.set $end (i64.add (local.get $i) (i64.const 64)))
     (loop $each
       (drop (call $send (i32.const 0) (local.get $i) (i32.const 16) (i32.const 5)))
       (local.set $i (i64.add (local.get $i) (i64.const 1)))
-      (br_if $each (i64.lt_u (local.get $i) (i64.const 64))))
+      (br_if $each (i64.lt_u (local.get $i) (local.get $end))))
     (call $respond (i32.const 200) (i32.const 32) (i32.const 2))
     (i32.const 0))
 )"#;
@@ -182,14 +192,32 @@ fn a_modules_sql_reaches_its_own_database_and_nothing_else() {
 
 #[test]
 fn a_modules_sends_reach_only_its_own_objects_sessions() {
-    let node = node("sends");
-    // A viewer of another app's board: its session is among the first ids of shard 0.
+    let dir = apps_dir("sends");
+    let node = TestNode::start(&[
+        ("COMBD_APPS_DIR", dir.to_str().unwrap()),
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_TEST_APPS", "on"),
+    ]);
+    // Session ids start at a place of their own in each life: a session of the test app
+    // `caller` says where (its hello), and the next session is the one after it.
+    let mut marker = open_ws(&node, "/o/caller/m");
+    let first: u64 = read_json(&mut marker)["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A viewer of another app's board: the session after the marker's.
     let mut ws = open_ws(&node, "/o/million/victim?page=0");
     let page = read_json(&mut ws);
     assert_eq!(page["t"], "page", "{page}");
-    let r = post(&node, "/o/spray/x", "");
+    // The module sprays sends at 64 ids from a little before the marker's.
+    let r = post(&node, &format!("/o/spray/x?{}", first - 8), "");
     assert_eq!(r.status, 200, "{}", r.text());
-    assert!(node.stats()["sends_foreign_dropped"].as_u64().unwrap() >= 1);
+    assert_eq!(
+        node.stats()["sends_foreign_dropped"].as_u64().unwrap(),
+        2,
+        "the marker's and the viewer's"
+    );
     // The viewer hears its own board next (its click's update), never the spray.
     ws.send(Message::text(r#"{"t":"click","i":7,"c":1}"#))
         .unwrap();

@@ -117,3 +117,38 @@ fn a_modules_bad_declarations_stop_the_start() {
     let (stderr, _) = refused_with(&[("v2.wat", &v2(&many.join(","), "*"))]);
     assert!(stderr.contains("app_headers_max"), "{stderr}");
 }
+
+/// A module that sets an alarm due now on each request, and whose alarm handler succeeds only
+/// if it is handed the alarm (kind 5) with its payload `ping`, its id and how late it is.
+const ALARMS: &str = r#"(module
+  (import "combd" "kind" (func $kind (result i32)))
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (import "combd" "set_alarm" (func $set (param i64 i32 i32) (result i64)))
+  (import "combd" "alarm_id" (func $id (result i64)))
+  (import "combd" "alarm_late_ms" (func $late (result i64)))
+  (memory (export "memory") 1)
+  (data (i32.const 300) "ping")
+  (func (export "handle") (result i32)
+    (if (i32.eq (call $kind) (i32.const 5))
+      (then
+        (if (i32.ne (call $input (i32.const 0) (i32.const 1024) (i32.const 16)) (i32.const 4))
+          (then (return (i32.const 7))))
+        (if (i32.ne (i32.load8_u (i32.const 1024)) (i32.const 112)) (then (return (i32.const 7))))
+        (if (i64.lt_s (call $id) (i64.const 1)) (then (return (i32.const 7))))
+        (if (i64.lt_s (call $late) (i64.const 0)) (then (return (i32.const 7))))
+        (return (i32.const 0))))
+    (drop (call $set (i64.const 0) (i32.const 300) (i32.const 4)))
+    (call $respond (i32.const 200) (i32.const 300) (i32.const 4))
+    (i32.const 0)))"#;
+
+#[test]
+fn a_module_sets_an_alarm_and_is_handed_it() {
+    let dir = apps_dir(&[("alarms.wat", ALARMS)]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    let r = post(&node, "/o/alarms/a", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = wait_stats(&node, "the module's alarm", |s| s["alarms_fired"] == 1);
+    assert_eq!(s["alarms_failed"], 0, "the handler saw its alarm");
+    assert_eq!(s["alarms_pending"], 0);
+}

@@ -116,6 +116,15 @@ impl Job {
         }
     }
 
+    /// A wake for the object's due alarms; the answer says what remains (`crate::alarms`).
+    pub fn alarms(reply: async_channel::Sender<Response>) -> Job {
+        Job {
+            input: Owned::Alarms,
+            reply: Reply::Http(reply),
+            hold: None,
+        }
+    }
+
     /// Whether this is a detach (which is never refused and never creates an object).
     pub fn is_detach(&self) -> bool {
         matches!(self.input, Owned::Detach { .. })
@@ -175,6 +184,15 @@ pub(crate) enum Owned {
     Detach {
         session: SessionId,
     },
+    /// A wake for the object's due alarms (`crate::alarms`): the batch fires them; the answer
+    /// (a JSON `{"next_ms":…,"count":…}`) says what remains, once durable.
+    Alarms,
+    /// One due alarm, as the batch hands it to the app.
+    Alarm {
+        id: i64,
+        payload: Vec<u8>,
+        late_ms: u64,
+    },
 }
 
 impl Owned {
@@ -222,6 +240,17 @@ impl Owned {
                 caller,
             },
             Owned::Detach { session } => Input::Detach { session: *session },
+            Owned::Alarm {
+                id,
+                payload,
+                late_ms,
+            } => Input::Alarm {
+                id: *id,
+                payload,
+                late_ms: *late_ms,
+            },
+            // Never handed to an app: the batch turns it into its due alarms.
+            Owned::Alarms => return Err(AppError::new(500, "an alarm wake is not an input")),
         })
     }
 
@@ -231,7 +260,8 @@ impl Owned {
             Owned::Http { body, caller, .. } => body.len() as u64 + caller.bytes(),
             Owned::Message { payload, .. } => payload.len() as u64,
             Owned::Attach { caller, .. } => caller.bytes(),
-            Owned::Detach { .. } => 0,
+            Owned::Alarm { payload, .. } => payload.len() as u64,
+            Owned::Detach { .. } | Owned::Alarms => 0,
         }
     }
 }

@@ -67,6 +67,7 @@
 pub mod access_log;
 pub mod addresses;
 pub mod admission;
+pub mod alarms;
 pub mod alloc;
 pub mod app;
 pub mod auth;

@@ -165,6 +165,14 @@ impl Node {
             )?)),
             None => None,
         };
+        let alarms = Arc::new(
+            crate::alarms::AlarmIndex::open(&settings.data_dir.join("alarms.sqlite"), n).map_err(
+                |message| StartError::Setting {
+                    setting: "COMBD_DATA",
+                    message: format!("cannot open the alarm index: {message}"),
+                },
+            )?,
+        );
         let bound = bind_all(&settings, n)?;
         let (shard_wakers, wake_fds) = wake_sockets(n)?;
         let (inboxes, inbox_rx): (Vec<_>, Vec<_>) = (0..n)
@@ -185,6 +193,7 @@ impl Node {
             auth,
             fleet,
             access_log,
+            alarms,
         }));
         let (tx, events) = mpsc::channel();
         let per_shard = bound.per_shard.into_iter().zip(wake_fds).zip(inbox_rx);

@@ -211,14 +211,17 @@ async fn carry_inbox(cells: Rc<Cells>, inbox: async_channel::Receiver<ShardMsg>)
 /// beats the heartbeat the watchdog checks, reads the shard's clock and wakes the waits whose
 /// deadline passed (every connection timeout), refreshes the `Date` of responses, hands the
 /// access log's lines to its writer, resyncs the sessions other shards could not reach, closes
-/// the sessions of apps a reload removed, and runs the ping sweep.
+/// the sessions of apps a reload removed, wakes the objects whose alarms are due, and runs the
+/// ping sweep.
 async fn tick(cells: Rc<Cells>) {
     let state = cells.state().clone();
     let mut last_ping = Instant::now();
     let apps = state.node().apps.clone();
     let mut apps_seen = apps.generation();
+    let alarms = crate::cells::AlarmWakes::default();
     while !state.draining() {
         cells.catch_up_missed();
+        alarms.tick(&cells);
         if apps.generation() != apps_seen {
             // A reload removed (or added) an app: close the sessions of one now gone.
             apps_seen = apps.generation();

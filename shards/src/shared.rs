@@ -72,6 +72,8 @@ pub struct NodeShared {
     pub(crate) objects: ObjectCounts,
     /// The access log, when `COMBD_ACCESS_LOG` is not off.
     pub access_log: Option<Arc<AccessLog>>,
+    /// The index of objects with alarms (`crate::alarms`).
+    pub alarms: Arc<crate::alarms::AlarmIndex>,
 }
 
 /// Which cap a connection counts against: where it came in, and from where.
@@ -146,6 +148,7 @@ pub(crate) struct SharedParts {
     pub auth: Option<crate::auth::Auth>,
     pub fleet: Option<Arc<Fleet>>,
     pub access_log: Option<Arc<AccessLog>>,
+    pub alarms: Arc<crate::alarms::AlarmIndex>,
 }
 
 impl NodeShared {
@@ -191,6 +194,7 @@ impl NodeShared {
             auth: p.auth,
             fleet: p.fleet,
             access_log: p.access_log,
+            alarms: p.alarms,
         }
     }
 
@@ -367,6 +371,9 @@ impl NodeShared {
         figures.push(("access_log_reopens", "combd_access_log_reopens_total", Counter, "Times SIGHUP opened the access log's file again.", log.map_or(0, |l| g(&l.reopens))));
         figures.push(("access_log_chunks_waiting", "combd_access_log_chunks_waiting", Gauge, "Access-log chunks waiting for the writer, every shard together.", log.map_or(0, |l| l.waiting())));
         figures.push(("access_log_chunks_waiting_max", "combd_access_log_chunks_waiting_max", Gauge, "The most access-log chunks one shard had waiting for the writer.", log.map_or(0, |l| g(&l.waiting_max))));
+        let (pending, objects) = self.alarms.pending();
+        figures.push(("alarms_pending", "combd_alarms_pending", Gauge, "Alarms pending, as the alarm index knows them (each object's count as its last call or wake left it).", pending));
+        figures.push(("alarm_objects", "combd_alarm_objects", Gauge, "Objects with alarms pending in the alarm index.", objects));
         figures.extend(Fleet::figures(self.fleet.as_deref()));
         figures
     }

@@ -122,7 +122,7 @@ impl App for CallerApp {
                 }
                 Ok(Output::None)
             }
-            Input::Detach { .. } => Ok(Output::None),
+            Input::Detach { .. } | Input::Alarm { .. } => Ok(Output::None),
         }
     }
 }

@@ -207,6 +207,8 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
             cx.send(*session, &text)?;
             Ok(Output::None)
         }
+        // The chat sets no alarms.
+        Input::Alarm { .. } => Ok(Output::None),
         Input::Detach { session } => {
             forget_other_lives(cx)?;
             cx.db()?

@@ -45,7 +45,7 @@ impl App for Echo {
                 cx.send_binary(*session, b)?;
                 Ok(Output::None)
             }
-            Input::Attach { .. } | Input::Detach { .. } => Ok(Output::None),
+            Input::Attach { .. } | Input::Detach { .. } | Input::Alarm { .. } => Ok(Output::None),
         }
     }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use combd_shards::app::{App, Apps};
 
+pub mod alarmer;
 pub mod caller;
 pub mod chat;
 pub mod counter;
@@ -12,6 +13,7 @@ pub mod fanout;
 pub mod hold;
 pub mod limits;
 pub mod million;
+pub mod reminder;
 pub mod stall;
 pub mod whoami;
 
@@ -29,6 +31,7 @@ pub fn builtin(test_apps: bool) -> Apps {
         Arc::new(counter::Counter),
         Arc::new(million::Million),
         Arc::new(chat::Chat),
+        Arc::new(reminder::Reminder),
     ];
     if test_apps {
         list.push(Arc::new(fanout::Fanout));
@@ -37,6 +40,7 @@ pub fn builtin(test_apps: bool) -> Apps {
         list.push(Arc::new(stall::Stall));
         list.push(Arc::new(whoami::WhoAmI));
         list.push(Arc::new(caller::CallerApp));
+        list.push(Arc::new(alarmer::Alarmer));
     }
     let apps = Apps::new();
     for app in list {

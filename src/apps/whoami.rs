@@ -63,7 +63,7 @@ impl App for WhoAmI {
                 cx.send(*session, r#"{"t":"seen"}"#)?;
                 Ok(Output::None)
             }
-            Input::Detach { .. } => Ok(Output::None),
+            Input::Detach { .. } | Input::Alarm { .. } => Ok(Output::None),
         }
     }
 }

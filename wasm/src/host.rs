@@ -30,7 +30,7 @@ impl std::error::Error for Stop {}
 /// One input, copied out of the node's borrowed [`Input`] so the module can read it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CallInput {
-    /// 0 HTTP, 1 text message, 2 binary message, 3 attach, 4 detach.
+    /// 0 HTTP, 1 text message, 2 binary message, 3 attach, 4 detach, 5 alarm.
     pub kind: i32,
     pub session: Option<SessionId>,
     pub method: Option<String>,
@@ -42,6 +42,8 @@ pub(crate) struct CallInput {
     pub caller: Option<std::sync::Arc<combd_shards::app::Caller>>,
     /// The object's own name (`input` part 9).
     pub object: Option<String>,
+    /// For an alarm (kind 5): its id and how late it fires, in milliseconds.
+    pub alarm: Option<(i64, u64)>,
 }
 
 /// The client of an input, as a module reads it (`input` parts 3 and 4).
@@ -67,6 +69,7 @@ impl CallInput {
                 client: client_of(client),
                 caller: Some(std::sync::Arc::new(caller.clone())),
                 object: None,
+                alarm: None,
             },
             Input::Message { session, msg } => {
                 let (kind, body) = match msg {
@@ -96,6 +99,16 @@ impl CallInput {
             Input::Detach { session } => CallInput {
                 kind: 4,
                 session: Some(session),
+                ..CallInput::default()
+            },
+            Input::Alarm {
+                id,
+                payload,
+                late_ms,
+            } => CallInput {
+                kind: 5,
+                body: payload.to_vec(),
+                alarm: Some((id, late_ms)),
                 ..CallInput::default()
             },
         }
@@ -278,7 +291,7 @@ impl Host {
         }
     }
 
-    fn input(&self) -> &CallInput {
+    pub(crate) fn input(&self) -> &CallInput {
         static NONE: CallInput = CallInput {
             kind: -1,
             session: None,
@@ -288,6 +301,7 @@ impl Host {
             client: None,
             caller: None,
             object: None,
+            alarm: None,
         };
         self.inputs.get(self.current).unwrap_or(&NONE)
     }

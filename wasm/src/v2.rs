@@ -8,12 +8,59 @@ use wasmtime::{Caller, Linker};
 
 use crate::host::{charge, read, text, Host};
 
+/// Defines the alarm imports: `set_alarm(at_ms: i64, ptr, len) -> i64` (its id; a limit it
+/// meets fails the call), `cancel_alarm(id: i64) -> i32` (1 if it was pending), and for the
+/// current input, `alarm_id() -> i64` and `alarm_late_ms() -> i64` (-1 unless it is an alarm,
+/// kind 5, whose payload is `input` part 0).
+fn link_alarms(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        "combd",
+        "set_alarm",
+        |mut c: Caller<'_, Host>, at: i64, ptr: i32, n: i32| -> wasmtime::Result<i64> {
+            charge(&mut c)?;
+            let payload = read(&mut c, ptr, n)?;
+            let h = c.data_mut();
+            match h
+                .cx()
+                .map_err(|s| s.0)
+                .and_then(|cx| cx.set_alarm(at.max(0) as u64, &payload))
+            {
+                Ok(id) => Ok(id),
+                Err(e) => Err(h.stop(e)),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        "combd",
+        "cancel_alarm",
+        |mut c: Caller<'_, Host>, id: i64| -> wasmtime::Result<i32> {
+            charge(&mut c)?;
+            let h = c.data_mut();
+            match h.cx().map_err(|s| s.0).and_then(|cx| cx.cancel_alarm(id)) {
+                Ok(was) => Ok(i32::from(was)),
+                Err(e) => Err(h.stop(e)),
+            }
+        },
+    )?;
+    linker.func_wrap("combd", "alarm_id", |c: Caller<'_, Host>| {
+        c.data().input().alarm.map_or(-1, |(id, _)| id)
+    })?;
+    linker.func_wrap("combd", "alarm_late_ms", |c: Caller<'_, Host>| {
+        c.data()
+            .input()
+            .alarm
+            .map_or(-1, |(_, late)| late.min(i64::MAX as u64) as i64)
+    })?;
+    Ok(())
+}
+
 /// Defines `content_type(ptr, len) -> i32` and `header(name_ptr, name_len, value_ptr,
 /// value_len) -> i32`, for the current input's answer: 0 when taken, -1 when refused (a
 /// content type that is not `type/subtype[; params]`, a field an app may not set, a value with
 /// CR, LF or past `app_header_value_max_bytes`, more than `app_headers_max` fields), and then
 /// the answer is as if it had not been called.
 pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    link_alarms(linker)?;
     linker.func_wrap(
         "combd",
         "content_type",

@@ -66,6 +66,33 @@ pub const CHAT_TEXT_MAX_BYTES: usize = 4096;
 pub const CHAT_RETAIN_MESSAGES: usize = 10_000;
 const _: () = assert!(CHAT_RETAIN_MESSAGES >= CHAT_RESUME_MAX_MESSAGES);
 
+/// Most alarms an object may have pending (`cx.set_alarm`): past it a set fails the call
+/// (`507 too many alarms`). An object's alarms are rows of its own database; the bound keeps a
+/// loop that sets one per call from growing it, and a firing batch's scan short.
+pub const ALARMS_PER_OBJECT_MAX: usize = 10_000;
+
+/// Largest alarm payload, in bytes: what the alarm hands back to its object when it fires
+/// (an id, a small JSON document). A larger one fails the call (`413`).
+pub const ALARM_PAYLOAD_MAX_BYTES: usize = 16 * 1024;
+
+/// Objects with a due alarm a shard wakes per housekeeping tick (100 ms): at most 2,560 objects
+/// a second per shard, each firing up to [`ALARMS_PER_WAKE`] alarms, so a second at which
+/// 100,000 alarms fall due is spread over turns instead of restoring every object at once
+/// (restores are bounded by `COMBD_RESTORES_AT_ONCE` besides).
+pub const ALARM_WAKES_PER_TICK: usize = 256;
+
+/// Alarms an object fires per wake (each in its own transaction, synced together): a wake that
+/// leaves some due is followed by another at the next tick.
+pub const ALARMS_PER_WAKE: usize = 100;
+
+/// How long a failed alarm waits before it fires again (an error or a panic of its handler,
+/// which rolled back, so the alarm is still there): doubling from this to
+/// [`ALARM_RETRY_MAX_MS`], so a handler that always fails does not spin.
+pub const ALARM_RETRY_MIN_MS: u64 = 1_000;
+
+/// The longest wait between the tries of a failing alarm.
+pub const ALARM_RETRY_MAX_MS: u64 = 60_000;
+
 /// Most header fields an app sees of a request (those it declares), and most an app's answer
 /// may set: what a session keeps of its upgrade, and what an answer adds to a response, stay
 /// small. A page's cookies, a redirect, caching and a few of its own are well within it.

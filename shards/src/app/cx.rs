@@ -4,6 +4,8 @@
 use super::{AppError, Effect, SessionId};
 use crate::limit::Limit;
 
+mod alarms;
+
 /// What one call has used of its limits. A limit that trips stays tripped: the call fails with
 /// that error even if the app ignored the error the host call returned.
 #[derive(Debug)]
@@ -19,6 +21,9 @@ pub struct CallBudget {
     log_dropped: bool,
     /// The limit the call tripped, if one did.
     pub tripped: Option<Limit>,
+    /// The earliest alarm the call set, if it set any: the node's alarm index learns it
+    /// before the call commits (`crate::alarms`).
+    pub alarm_set: Option<u64>,
 }
 
 impl CallBudget {
@@ -32,6 +37,7 @@ impl CallBudget {
             log: String::new(),
             log_dropped: false,
             tripped: None,
+            alarm_set: None,
         }
     }
 

@@ -151,6 +151,17 @@ pub enum Input<'a> {
         /// The session.
         session: SessionId,
     },
+    /// An alarm the object set ([`Cx::set_alarm`]) is due. It is consumed in the transaction
+    /// of this call: if the call commits it never fires again; if it fails (rolled back) it
+    /// fires again after a backoff.
+    Alarm {
+        /// Its id, as `set_alarm` answered.
+        id: i64,
+        /// The payload it was set with.
+        payload: &'a [u8],
+        /// How late it fires: now less the time it was set for, in milliseconds.
+        late_ms: u64,
+    },
 }
 
 /// What handling an input produced.

@@ -16,12 +16,16 @@
 //!
 //! Connections reach cells only by [`Cells::submit`]ting a job and through their session.
 
+mod alarm_wakes;
 mod call;
 mod commit;
 mod create;
+mod fire;
 mod object;
 mod route;
 mod sandbox;
+pub(crate) use alarm_wakes::AlarmWakes;
+pub(crate) use sandbox::NodeSql;
 pub(crate) mod session;
 mod store;
 

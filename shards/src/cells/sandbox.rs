@@ -63,6 +63,22 @@ impl Drop for AppSql {
     }
 }
 
+/// Marks the SQL prepared on this thread as the node's while it lives, inside an app's call
+/// (a host call the node serves with SQL of its own, on the node's tables: the alarms).
+pub(crate) struct NodeSql(bool);
+
+impl NodeSql {
+    pub fn enter() -> NodeSql {
+        NodeSql(APP.with(|a| a.replace(false)))
+    }
+}
+
+impl Drop for NodeSql {
+    fn drop(&mut self) {
+        APP.with(|a| a.set(self.0));
+    }
+}
+
 /// Whether an app statement was denied on this thread since the last call; clears it.
 pub(crate) fn take_denied() -> bool {
     DENIED.with(|d| d.replace(false))
@@ -121,6 +137,28 @@ fn authorize(cx: AuthContext<'_>) -> Authorization {
 /// What an app's SQL may do.
 fn allowed(cx: &AuthContext<'_>) -> bool {
     let main = matches!(cx.database_name, None | Some("main"));
+    // The node's own tables in an object's database (its alarms: `crate::alarms`).
+    let node_table = |t: &str| {
+        t.get(..7)
+            .is_some_and(|p| p.eq_ignore_ascii_case("_combd_"))
+    };
+    let touches_node_table = match cx.action {
+        AuthAction::Read { table_name, .. }
+        | AuthAction::Insert { table_name }
+        | AuthAction::Update { table_name, .. }
+        | AuthAction::Delete { table_name }
+        | AuthAction::CreateTable { table_name }
+        | AuthAction::DropTable { table_name }
+        | AuthAction::AlterTable { table_name, .. }
+        | AuthAction::CreateIndex { table_name, .. }
+        | AuthAction::DropIndex { table_name, .. }
+        | AuthAction::CreateTrigger { table_name, .. }
+        | AuthAction::DropTrigger { table_name, .. } => node_table(table_name),
+        _ => false,
+    };
+    if touches_node_table {
+        return false;
+    }
     match cx.action {
         AuthAction::Select | AuthAction::Recursive => true,
         AuthAction::Read { .. }

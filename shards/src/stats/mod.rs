@@ -139,6 +139,14 @@ pub struct ShardStats {
     /// Sends to a session of another life of the node, dropped (an id kept from before a
     /// restart names no session of this one).
     pub sends_to_other_lives: AtomicU64,
+    /// Alarms fired (their handler committed).
+    pub alarms_fired: AtomicU64,
+    /// Alarm handlers that failed (rolled back; the alarm fires again after a backoff).
+    pub alarms_failed: AtomicU64,
+    /// The latest an alarm fired, in milliseconds past its time.
+    pub alarm_late_ms_max: AtomicU64,
+    /// Objects woken for their due alarms.
+    pub alarm_wakes: AtomicU64,
     /// Batches run (one transaction each, or one input).
     pub batches: AtomicU64,
     /// The largest batch.
@@ -317,6 +325,10 @@ impl ShardStats {
             ("session_mailbox_dropped", "combd_session_mailbox_dropped_total", Counter, "Messages dropped at a full session mailbox.", g(&self.session_mailbox_dropped)),
             ("cross_shard_dropped", "combd_cross_shard_dropped_total", Counter, "Deliveries dropped at a full shard inbox.", g(&self.cross_shard_dropped)),
             ("sends_to_other_lives", "combd_sends_to_other_lives_total", Counter, "Sends to a session id of another life of the node, dropped.", g(&self.sends_to_other_lives)),
+            ("alarms_fired", "combd_alarms_fired_total", Counter, "Alarms fired (their handler committed).", g(&self.alarms_fired)),
+            ("alarms_failed", "combd_alarms_failed_total", Counter, "Alarm handlers that failed (the alarm fires again after a backoff).", g(&self.alarms_failed)),
+            ("alarm_late_ms_max", "combd_alarm_late_ms_max", Gauge, "The latest an alarm fired past its time, in milliseconds.", g(&self.alarm_late_ms_max)),
+            ("alarm_wakes", "combd_alarm_wakes_total", Counter, "Objects woken for their due alarms.", g(&self.alarm_wakes)),
             ("batches", "combd_batches_total", Counter, "Batches run.", g(&self.batches)),
             ("batch_max", "combd_batch_max", Gauge, "The largest batch.", g(&self.batch_max)),
             ("wal_syncs", "combd_wal_syncs_total", Counter, "WAL syncs made before answering.", g(&self.wal_syncs)),

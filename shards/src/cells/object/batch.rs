@@ -20,7 +20,7 @@ use crate::state::log_budget::warn_app_errors_suppressed;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 
-use super::super::call::{run_batch, BatchResult, CallLimits, On};
+use super::super::call::{run_batch, BatchResult, CallLimits, On, Target};
 use super::super::commit::Committed;
 use super::super::create::create;
 use super::super::store::{Store, Wal};
@@ -178,10 +178,18 @@ async fn run_on(
         .split_once('/')
         .map_or(cell.key.as_str(), |(_, n)| n)
         .to_string();
+    let alarms = state.node().alarms.clone();
+    let shard = state.id();
     glommio::executor()
         .spawn_blocking(move || {
             let mut db = db;
-            let result = run_batch(app.as_ref(), &name, &mut db, &inputs, limits, &on);
+            let target = Target {
+                app: app.name(),
+                name: &name,
+                shard,
+                alarms: Some(&alarms),
+            };
+            let result = run_batch(app.as_ref(), target, &mut db, &inputs, limits, &on);
             // A scratch database has nothing to make durable: it is answered without a sync.
             let wal = match on {
                 On::Db if syncs => Wal::of(&db),

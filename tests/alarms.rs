@@ -1,0 +1,246 @@
+//! Durable alarms (issue 29, item 1) against the real node: the `reminder` app's alarm reaches
+//! its WebSockets once; an alarm set in a call that rolls back never fires, nor one cancelled;
+//! an app's SQL cannot touch the node's alarm table; a failing handler is rolled back and its
+//! alarm fires later; every alarm fires exactly once across a hundred `kill -9`s; a thousand
+//! objects due at once all fire, after a restart that opened none of them.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::{BufReader, Write};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const TEST_APPS: (&str, &str) = ("COMBD_TEST_APPS", "on");
+
+fn alarmer(node: &TestNode, name: &str, query: &str) -> Resp {
+    post(node, &format!("/o/alarmer/{name}?{query}"), "")
+}
+
+/// `{"fired","twice","fires",…}` of an alarmer object.
+fn fired(node: &TestNode, name: &str) -> serde_json::Value {
+    let r = get(node, &format!("/o/alarmer/{name}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// Polls an alarmer object until `cond` holds of its figures, within `limit`.
+fn wait_fired(
+    node: &TestNode,
+    name: &str,
+    limit: Duration,
+    cond: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let f = fired(node, name);
+        if cond(&f) {
+            return f;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting on {name}: {f}"
+        );
+        // The alarms fire at their time: nothing to wait on but the object's figures.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_reminder_fires_once_to_its_websockets_and_is_listed() {
+    let node = TestNode::start(&[]);
+    let mut ws = open_ws(&node, "/o/reminder/r");
+    let r = post(&node, "/o/reminder/r", r#"{"in_ms":300,"text":"tea"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = r.json()["id"].as_i64().unwrap();
+    let msg = read_json(&mut ws);
+    assert_eq!(msg["t"], "fired");
+    assert_eq!(msg["id"], id);
+    assert_eq!(msg["text"], "tea");
+    assert!(msg["late_ms"].as_u64().is_some());
+    let list = get(&node, "/o/reminder/r").json();
+    assert_eq!(list["pending"], serde_json::json!([]));
+    assert_eq!(list["fired"][0]["id"], id);
+    assert_eq!(list["fired"][0]["fires"], 1);
+    let s = node.stats();
+    assert_eq!(s["alarms_fired"], 1);
+    assert_eq!(s["alarms_pending"], 0);
+    assert_eq!(s["alarm_objects"], 0);
+    // Bad requests set nothing.
+    for body in [
+        r#"{"in_ms":-1,"text":"x"}"#,
+        r#"{"in_ms":1,"text":""}"#,
+        r#"{"in_ms":31536000001,"text":"x"}"#,
+        "not json",
+    ] {
+        assert_eq!(post(&node, "/o/reminder/r", body).status, 400, "{body}");
+    }
+    assert_eq!(node.stats()["alarms_pending"], 0);
+}
+
+#[test]
+fn an_alarm_of_a_rolled_back_call_or_cancelled_never_fires_and_apps_cannot_touch_the_table() {
+    let node = TestNode::start(&[TEST_APPS]);
+    // Rolled back: set, then the call fails.
+    assert_eq!(
+        alarmer(&node, "a", "n=3&in_ms=0&tag=rolled&fail=1").status,
+        500
+    );
+    // Cancelled in a later call.
+    let r = alarmer(&node, "a", "n=1&in_ms=200&tag=cancelled");
+    let id = r.json()["ids"][0].as_i64().unwrap();
+    assert_eq!(
+        alarmer(&node, "a", &format!("cancel={id}")).json()["cancelled"],
+        true
+    );
+    assert_eq!(
+        alarmer(&node, "a", &format!("cancel={id}")).json()["cancelled"],
+        false
+    );
+    // The app's own SQL on the node's table: denied, and the call rolled back.
+    let r = alarmer(&node, "a", "tamper=1&n=1&in_ms=0&tag=tamper");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(r.json()["error"], "sql_denied");
+    // A marker due after all of them: alarms of an object fire in time order, so once it has
+    // fired the others would have.
+    alarmer(&node, "a", "n=1&in_ms=600&tag=marker");
+    let f = wait_fired(&node, "a", WAIT, |f| f["fired"] == 1);
+    assert_eq!(f["fires"], 1, "only the marker fired: {f}");
+    let s = node.stats();
+    assert_eq!(s["alarms_fired"], 1);
+    assert_eq!(s["alarms_pending"], 0);
+}
+
+#[test]
+fn a_failing_handler_is_rolled_back_and_its_alarm_fires_again_later() {
+    let node = TestNode::start(&[TEST_APPS]);
+    alarmer(&node, "f", "broken=1");
+    alarmer(&node, "f", "n=1&in_ms=0");
+    wait_stats(&node, "a failed alarm", |s| s["alarms_failed"] == 1);
+    assert_eq!(fired(&node, "f")["fired"], 0);
+    assert_eq!(node.stats()["alarms_pending"], 1, "still pending");
+    alarmer(&node, "f", "broken=0");
+    // Tried again after the backoff (alarm_retry_min_ms), and then it fires once.
+    wait_stats(&node, "the alarm tried again", |s| s["alarms_fired"] == 1);
+    assert_eq!(fired(&node, "f")["fires"], 1);
+}
+
+/// A small xorshift, for kill points that differ run to run.
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Rng {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        Rng(t | 1)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn every_alarm_fires_exactly_once_across_a_hundred_kills() {
+    const OBJECTS: usize = 10;
+    const EACH: u64 = 30;
+    let node = TestNode::start(&[TEST_APPS]);
+    // 300 alarms, each object's 30 half a second apart: due all through the kills below.
+    for o in 0..OBJECTS {
+        let r = alarmer(
+            &node,
+            &format!("k{o}"),
+            &format!("n={EACH}&in_ms={}&step_ms=500", 300 + 50 * o),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let mut dir = node.kill9();
+    let mut rng = Rng::new();
+    for _ in 0..100 {
+        let node = TestNode::start_in(dir, &[TEST_APPS]);
+        // Killed at a random point of its life: starting up, waking objects, firing.
+        std::thread::sleep(Duration::from_millis(rng.below(200)));
+        dir = node.kill9();
+    }
+    let node = TestNode::start_in(dir, &[TEST_APPS]);
+    for o in 0..OBJECTS {
+        let f = wait_fired(&node, &format!("k{o}"), Duration::from_secs(60), |f| {
+            f["fired"] == EACH
+        });
+        assert_eq!(f["twice"], 0, "k{o} fired an alarm twice: {f}");
+        assert_eq!(f["fires"], EACH, "k{o}: {f}");
+    }
+    let s = node.stats();
+    assert_eq!(s["alarms_pending"], 0);
+    assert_eq!(s["alarm_objects"], 0);
+}
+
+#[test]
+fn a_thousand_objects_due_at_once_fire_after_a_restart_that_opened_none() {
+    const N: usize = 1000;
+    // Each object is a database made on its first write: without a sync per commit they are
+    // made faster, and durability is not what this test is about.
+    let settings = [TEST_APPS, ("COMBD_SQLITE_SYNC", "normal")];
+    let node = TestNode::start(&settings);
+    // All due at one second, far enough ahead for the setting and the restart.
+    let due = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 15_000;
+    let mut conn = connect(node.public());
+    conn.set_nodelay(true).unwrap();
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    for i in 0..N {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let in_ms = due.saturating_sub(now);
+        let req = format!(
+            "POST /o/alarmer/t{i}?n=1&in_ms={in_ms} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        );
+        conn.write_all(req.as_bytes()).unwrap();
+        let r = read_response(&mut reader);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    drop((conn, reader));
+    let dir = node.kill9();
+    let node = TestNode::start_in(dir, &settings);
+    let s = node.stats();
+    let set_by = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        set_by < due,
+        "setting 1,000 alarms and restarting took past their time: the test says nothing"
+    );
+    assert_eq!(s["alarm_objects"], N, "the index knows every object");
+    assert_eq!(s["alarms_pending"], N);
+    assert_eq!(s["objects_open"], 0, "and the start opened none of them");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let s = loop {
+        let s = node.stats();
+        if s["alarms_fired"] == N {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "timed out: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "1,000 objects due at one second: the last fired {} ms late",
+        s["alarm_late_ms_max"]
+    );
+    assert_eq!(s["alarms_pending"], 0);
+    assert_eq!(s["alarm_objects"], 0);
+    for i in (0..N).step_by(97) {
+        assert_eq!(fired(&node, &format!("t{i}"))["fires"], 1);
+    }
+}
