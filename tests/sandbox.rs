@@ -198,8 +198,8 @@ fn a_modules_sends_reach_only_its_own_objects_sessions() {
         ("COMBD_SHARDS", "1"),
         ("COMBD_TEST_APPS", "on"),
     ]);
-    // Session ids start at a place of their own in each life: a session of the test app
-    // `caller` says where (its hello), and the next session is the one after it.
+    // A session of the test app `caller` says which ids the shard is at (its hello), and the
+    // next session is the one after it.
     let mut marker = open_ws(&node, "/o/caller/m");
     let first: u64 = read_json(&mut marker)["id"]
         .as_str()
@@ -211,7 +211,7 @@ fn a_modules_sends_reach_only_its_own_objects_sessions() {
     let page = read_json(&mut ws);
     assert_eq!(page["t"], "page", "{page}");
     // The module sprays sends at 64 ids from a little before the marker's.
-    let r = post(&node, &format!("/o/spray/x?{}", first - 8), "");
+    let r = post(&node, &format!("/o/spray/x?{}", first.saturating_sub(8)), "");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         node.stats()["sends_foreign_dropped"].as_u64().unwrap(),

@@ -117,10 +117,7 @@ impl Sessions {
             state,
             map: RefCell::new(HashMap::new()),
             topics: RefCell::new(HashMap::new()),
-            // Ids start at a place of their own in each life (20 bits of it, below 2^52 so a
-            // page's JavaScript reads them exactly): a module that kept a bare (shard, id)
-            // from another life is unlikely to name a new session with it.
-            next: Cell::new((SessionId::this_life() & 0xF_FFFF) << 32),
+            next: Cell::new(0),
         }
     }
 
