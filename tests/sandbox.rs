@@ -211,7 +211,11 @@ fn a_modules_sends_reach_only_its_own_objects_sessions() {
     let page = read_json(&mut ws);
     assert_eq!(page["t"], "page", "{page}");
     // The module sprays sends at 64 ids from a little before the marker's.
-    let r = post(&node, &format!("/o/spray/x?{}", first.saturating_sub(8)), "");
+    let r = post(
+        &node,
+        &format!("/o/spray/x?{}", first.saturating_sub(8)),
+        "",
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         node.stats()["sends_foreign_dropped"].as_u64().unwrap(),

@@ -38,6 +38,62 @@ pub(crate) const TABLE: &str = "CREATE TABLE IF NOT EXISTS _combd_alarms (\
      set_ms INTEGER NOT NULL, tries INTEGER NOT NULL DEFAULT 0); \
      CREATE INDEX IF NOT EXISTS _combd_alarms_at ON _combd_alarms (at_ms, id);";
 
+/// The SQL that makes an object's outbox (messages to other objects, `Cx::send_to_object`)
+/// and its inbox (for each sender, the last message it took), run by the node.
+pub(crate) const OUTBOX: &str = "CREATE TABLE IF NOT EXISTS _combd_outbox (\
+     id INTEGER PRIMARY KEY AUTOINCREMENT, app TEXT NOT NULL, name TEXT NOT NULL, \
+     body BLOB NOT NULL, next_ms INTEGER NOT NULL, tries INTEGER NOT NULL DEFAULT 0); \
+     CREATE INDEX IF NOT EXISTS _combd_outbox_to ON _combd_outbox (app, name, id);";
+
+/// The SQL that makes an object's inbox: for each sender, the last of its messages taken.
+pub(crate) const INBOX: &str = "CREATE TABLE IF NOT EXISTS _combd_inbox (\
+     app TEXT NOT NULL, name TEXT NOT NULL, last_id INTEGER NOT NULL, PRIMARY KEY (app, name)) \
+     WITHOUT ROWID;";
+
+/// Whether the object's database has table `name`.
+pub(crate) fn has(db: &rusqlite::Connection, name: &str) -> rusqlite::Result<bool> {
+    db.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+    )?
+    .query_row([name], |r| r.get(0))
+}
+
+/// A message at the head of the outbox for its receiver (messages go out one at a time per
+/// receiver, in order), due to be sent.
+#[derive(Debug, Clone)]
+pub(crate) struct Head {
+    pub id: i64,
+    pub app: String,
+    pub name: String,
+    pub body: Vec<u8>,
+    pub tries: u32,
+}
+
+/// The outbox's heads due at `now` (at most `limit`).
+pub(crate) fn heads(
+    db: &rusqlite::Connection,
+    now: u64,
+    limit: usize,
+) -> rusqlite::Result<Vec<Head>> {
+    if !has(db, "_combd_outbox")? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = db.prepare_cached(
+        "SELECT id, app, name, body, tries FROM _combd_outbox WHERE next_ms <= ?1
+           AND id IN (SELECT min(id) FROM _combd_outbox GROUP BY app, name) ORDER BY id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map([now as i64, limit as i64], |r| {
+        Ok(Head {
+            id: r.get(0)?,
+            app: r.get(1)?,
+            name: r.get(2)?,
+            body: r.get(3)?,
+            tries: r.get::<_, i64>(4)?.clamp(0, 64) as u32,
+        })
+    })?;
+    rows.collect()
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -47,24 +103,38 @@ pub fn now_ms() -> u64 {
 
 /// Whether the object's database has an alarm table.
 pub(crate) fn has_table(db: &rusqlite::Connection) -> rusqlite::Result<bool> {
-    db.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_combd_alarms')",
-    )?
-    .query_row([], |r| r.get(0))
+    has(db, "_combd_alarms")
 }
 
-/// The object's earliest alarm and how many it has (`None`, 0 without any).
+/// When the object next has something for the node to do, and how many things: its earliest
+/// alarm, or the earliest time a message at the head of its outbox is to be sent (again);
+/// its alarms and undelivered messages (`None`, 0 without any).
 pub(crate) fn remaining(db: &rusqlite::Connection) -> rusqlite::Result<(Option<u64>, u64)> {
-    if !has_table(db)? {
-        return Ok((None, 0));
+    let mut next: Option<u64> = None;
+    let mut count = 0;
+    let ms = |v: Option<i64>| v.map(|v| v.max(0) as u64);
+    if has_table(db)? {
+        let (at, n) = db
+            .prepare_cached("SELECT min(at_ms), count(*) FROM _combd_alarms")?
+            .query_row([], |r| Ok((ms(r.get(0)?), r.get::<_, i64>(1)? as u64)))?;
+        next = at;
+        count += n;
     }
-    db.prepare_cached("SELECT min(at_ms), count(*) FROM _combd_alarms")?
-        .query_row([], |r| {
-            Ok((
-                r.get::<_, Option<i64>>(0)?.map(|v| v.max(0) as u64),
-                r.get::<_, i64>(1)? as u64,
-            ))
-        })
+    if has(db, "_combd_outbox")? {
+        let (at, n) = db
+            .prepare_cached(
+                "SELECT (SELECT min(next_ms) FROM _combd_outbox
+                   WHERE id IN (SELECT min(id) FROM _combd_outbox GROUP BY app, name)),
+                 (SELECT count(*) FROM _combd_outbox)",
+            )?
+            .query_row([], |r| Ok((ms(r.get(0)?), r.get::<_, i64>(1)? as u64)))?;
+        next = match (next, at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        count += n;
+    }
+    Ok((next, count))
 }
 
 /// One alarm due, as the object's batch takes it.
@@ -104,8 +174,15 @@ pub(crate) fn retry_at(now: u64, tries: u32) -> u64 {
 }
 
 /// The node's index of objects with alarms (see the module's notes).
+///
+/// Each entry carries the sequence number of the last call that lowered it. A wake takes a
+/// number ([`AlarmIndex::mark`]) when it reads what its object has left; its answer settles
+/// the entry only if no call lowered it since ([`AlarmIndex::settle`]): the answer of a wake
+/// comes once its batch is durable, which may be after a later batch set an alarm or queued
+/// a message, and must not undo what that batch told the index.
 pub struct AlarmIndex {
     db: Mutex<rusqlite::Connection>,
+    seq: std::sync::atomic::AtomicU64,
 }
 
 /// An object the index says may have an alarm due.
@@ -130,7 +207,7 @@ impl AlarmIndex {
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=5000;
                  CREATE TABLE IF NOT EXISTS alarm_index (app TEXT NOT NULL, name TEXT NOT NULL,
                    shard INTEGER NOT NULL, next_ms INTEGER NOT NULL, count INTEGER NOT NULL,
-                   PRIMARY KEY (app, name)) WITHOUT ROWID;
+                   seq INTEGER NOT NULL, PRIMARY KEY (app, name)) WITHOUT ROWID;
                  CREATE INDEX IF NOT EXISTS alarm_index_due ON alarm_index (shard, next_ms);
                  CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);",
             )?;
@@ -162,7 +239,23 @@ impl AlarmIndex {
             Ok(())
         };
         setup().map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(AlarmIndex { db: Mutex::new(db) })
+        // Numbers go on from the last life's: an entry it lowered stays newer than a wake's
+        // mark only if the mark is taken after it.
+        let last: i64 = db
+            .query_row("SELECT COALESCE(max(seq), 0) FROM alarm_index", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(AlarmIndex {
+            db: Mutex::new(db),
+            seq: std::sync::atomic::AtomicU64::new(last.max(0) as u64 + 1),
+        })
+    }
+
+    /// A number later than every lower so far: a wake takes one when it reads what its object
+    /// has left, and settles with it.
+    pub fn mark(&self) -> u64 {
+        self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
     }
 
     fn with<T>(
@@ -184,45 +277,57 @@ impl AlarmIndex {
         count: u64,
     ) -> rusqlite::Result<()> {
         self.with(|db| {
+            let seq = self.mark();
             db.prepare_cached(
-                "INSERT INTO alarm_index (app, name, shard, next_ms, count) VALUES (?1, ?2, ?3, ?4, ?5)
+                "INSERT INTO alarm_index (app, name, shard, next_ms, count, seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT (app, name) DO UPDATE SET next_ms = min(next_ms, excluded.next_ms),
-                   count = excluded.count",
+                   count = excluded.count, seq = excluded.seq",
             )?
-            .execute(rusqlite::params![app, name, shard as i64, next_ms as i64, count as i64])?;
+            .execute(rusqlite::params![
+                app,
+                name,
+                shard as i64,
+                next_ms as i64,
+                count as i64,
+                seq as i64
+            ])?;
             Ok(())
         })
     }
 
-    /// Sets the object's entry to what it has once a wake's batch is durable: its earliest
-    /// alarm and how many, or no entry without any. Not synced: lost in a crash, the entry is
-    /// only earlier than it should be.
+    /// Sets the object's entry to what it had when a wake took `mark`, once the wake's batch
+    /// is durable: its earliest alarm (or message to send) and how many, or no entry without
+    /// any; unless a call lowered the entry since the mark. Not synced: lost in a crash, the
+    /// entry is only earlier than it should be.
     pub fn settle(
         &self,
         app: &str,
         name: &str,
-        shard: usize,
         next: Option<u64>,
         count: u64,
+        mark: u64,
     ) -> rusqlite::Result<()> {
         self.with(|db| {
             db.execute_batch("PRAGMA synchronous=NORMAL")?;
             let r = match next {
                 Some(next) => db
                     .prepare_cached(
-                        "INSERT OR REPLACE INTO alarm_index (app, name, shard, next_ms, count)
-                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                        "UPDATE alarm_index SET next_ms = ?3, count = ?4
+                         WHERE app = ?1 AND name = ?2 AND seq < ?5",
                     )?
                     .execute(rusqlite::params![
                         app,
                         name,
-                        shard as i64,
                         next as i64,
-                        count as i64
+                        count as i64,
+                        mark as i64
                     ]),
                 None => db
-                    .prepare_cached("DELETE FROM alarm_index WHERE app = ?1 AND name = ?2")?
-                    .execute([app, name]),
+                    .prepare_cached(
+                        "DELETE FROM alarm_index WHERE app = ?1 AND name = ?2 AND seq < ?3",
+                    )?
+                    .execute(rusqlite::params![app, name, mark as i64]),
             };
             db.execute_batch("PRAGMA synchronous=FULL")?;
             r.map(|_| ())
@@ -309,9 +414,15 @@ mod tests {
             "skipped"
         );
         assert_eq!(ix.pending(), (2, 1));
-        ix.settle("a", "o", 1, Some(9_000), 1).unwrap();
+        // A wake's mark taken before a lower: its answer does not undo the lower.
+        let early = ix.mark();
+        ix.lower("a", "o", 1, 5_000, 2).unwrap();
+        ix.settle("a", "o", None, 0, early).unwrap();
+        assert_eq!(ix.pending(), (2, 1), "a later lower stands");
+        let mark = ix.mark();
+        ix.settle("a", "o", Some(9_000), 1, mark).unwrap();
         assert!(ix.due(1, 6_000, 10, |_, _| false).unwrap().is_empty());
-        ix.settle("a", "o", 1, None, 0).unwrap();
+        ix.settle("a", "o", None, 0, ix.mark()).unwrap();
         assert_eq!(ix.pending(), (0, 0));
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -342,5 +453,22 @@ mod tests {
         assert_eq!(retry_at(0, 1), 2_000);
         assert_eq!(retry_at(0, 10), 60_000);
         assert_eq!(retry_at(0, 64), 60_000);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod remaining_tests {
+    #[test]
+    fn remaining_counts_alarms_and_outbox_heads() {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        let tx = db.unchecked_transaction().unwrap();
+        tx.execute_batch(super::OUTBOX).unwrap();
+        tx.execute(
+            "INSERT INTO _combd_outbox (app, name, body, next_ms) VALUES ('a', 'b', x'00', 50)",
+            [],
+        )
+        .unwrap();
+        assert_eq!(super::remaining(&tx).unwrap(), (Some(50), 1));
     }
 }

@@ -125,6 +125,45 @@ impl Job {
         }
     }
 
+    /// A message from object `app/name` (its outbox id `id`); the answer (200 once taken and
+    /// durable) goes back on `reply`.
+    pub fn from_object(
+        app: String,
+        name: String,
+        id: i64,
+        body: Vec<u8>,
+        reply: async_channel::Sender<Response>,
+    ) -> Job {
+        Job {
+            input: Owned::FromObject {
+                app,
+                name,
+                id,
+                body,
+            },
+            reply: Reply::Http(reply),
+            hold: None,
+        }
+    }
+
+    /// The receiver `app/name` took message `id` of this object's outbox.
+    pub fn delivered(app: String, name: String, id: i64) -> Job {
+        Job {
+            input: Owned::Delivered { app, name, id },
+            reply: Reply::None,
+            hold: None,
+        }
+    }
+
+    /// Whether the node makes this input (an alarm wake, a delivery's acknowledgement), not a
+    /// client: it is run apart from the app's batch.
+    pub fn is_node_input(input: &Owned) -> bool {
+        matches!(
+            input,
+            Owned::Alarms | Owned::FromObject { .. } | Owned::Delivered { .. }
+        )
+    }
+
     /// Whether this is a detach (which is never refused and never creates an object).
     pub fn is_detach(&self) -> bool {
         matches!(self.input, Owned::Detach { .. })
@@ -193,6 +232,21 @@ pub(crate) enum Owned {
         payload: Vec<u8>,
         late_ms: u64,
     },
+    /// A message from another object (`Cx::send_to_object`): its sender and the sender's
+    /// outbox id of it (the receiver takes each sender's messages once, in order).
+    FromObject {
+        app: String,
+        name: String,
+        id: i64,
+        body: Vec<u8>,
+    },
+    /// The receiver `app/name` took the sender's message `id`: the sender's batch drops it
+    /// from its outbox and sends the next one for that receiver, if any.
+    Delivered {
+        app: String,
+        name: String,
+        id: i64,
+    },
 }
 
 impl Owned {
@@ -249,8 +303,13 @@ impl Owned {
                 payload,
                 late_ms: *late_ms,
             },
-            // Never handed to an app: the batch turns it into its due alarms.
-            Owned::Alarms => return Err(AppError::new(500, "an alarm wake is not an input")),
+            Owned::FromObject {
+                app, name, body, ..
+            } => Input::FromObject { app, name, body },
+            // Never handed to an app: the batch turns them into its due alarms and messages.
+            Owned::Alarms | Owned::Delivered { .. } => {
+                return Err(AppError::new(500, "not an app's input"))
+            }
         })
     }
 
@@ -261,7 +320,8 @@ impl Owned {
             Owned::Message { payload, .. } => payload.len() as u64,
             Owned::Attach { caller, .. } => caller.bytes(),
             Owned::Alarm { payload, .. } => payload.len() as u64,
-            Owned::Detach { .. } | Owned::Alarms => 0,
+            Owned::FromObject { body, .. } => body.len() as u64,
+            Owned::Detach { .. } | Owned::Alarms | Owned::Delivered { .. } => 0,
         }
     }
 }

@@ -129,7 +129,10 @@ impl App for Alarmer {
                 )?;
                 Ok(Output::None)
             }
-            Input::Attach { .. } | Input::Detach { .. } | Input::Message { .. } => Ok(Output::None),
+            Input::Attach { .. }
+            | Input::Detach { .. }
+            | Input::Message { .. }
+            | Input::FromObject { .. } => Ok(Output::None),
         }
     }
 }

@@ -122,7 +122,9 @@ impl App for CallerApp {
                 }
                 Ok(Output::None)
             }
-            Input::Detach { .. } | Input::Alarm { .. } => Ok(Output::None),
+            Input::Detach { .. } | Input::Alarm { .. } | Input::FromObject { .. } => {
+                Ok(Output::None)
+            }
         }
     }
 }

@@ -208,7 +208,7 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
             Ok(Output::None)
         }
         // The chat sets no alarms.
-        Input::Alarm { .. } => Ok(Output::None),
+        Input::Alarm { .. } | Input::FromObject { .. } => Ok(Output::None),
         Input::Detach { session } => {
             forget_other_lives(cx)?;
             cx.db()?

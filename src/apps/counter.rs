@@ -78,7 +78,10 @@ impl App for Counter {
                 cx.send(*session, &serde_json::json!({ "value": v }).to_string())?;
                 Ok(Output::None)
             }
-            Input::Attach { .. } | Input::Detach { .. } | Input::Alarm { .. } => Ok(Output::None),
+            Input::Attach { .. }
+            | Input::Detach { .. }
+            | Input::Alarm { .. }
+            | Input::FromObject { .. } => Ok(Output::None),
         }
     }
 }

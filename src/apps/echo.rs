@@ -45,7 +45,10 @@ impl App for Echo {
                 cx.send_binary(*session, b)?;
                 Ok(Output::None)
             }
-            Input::Attach { .. } | Input::Detach { .. } | Input::Alarm { .. } => Ok(Output::None),
+            Input::Attach { .. }
+            | Input::Detach { .. }
+            | Input::Alarm { .. }
+            | Input::FromObject { .. } => Ok(Output::None),
         }
     }
 }

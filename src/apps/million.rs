@@ -187,7 +187,9 @@ impl App for Million {
                 cx.send(*session, &msg.to_string())?;
                 Ok(Output::None)
             }
-            Input::Detach { .. } | Input::Alarm { .. } => Ok(Output::None),
+            Input::Detach { .. } | Input::Alarm { .. } | Input::FromObject { .. } => {
+                Ok(Output::None)
+            }
             Input::Message { session, msg } => {
                 let click = parse_click(*session, msg)?;
                 apply(cx, &[click])?;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use combd_shards::app::{App, Apps};
 
 pub mod alarmer;
+pub mod bank;
 pub mod caller;
 pub mod chat;
 pub mod counter;
@@ -41,6 +42,7 @@ pub fn builtin(test_apps: bool) -> Apps {
         list.push(Arc::new(whoami::WhoAmI));
         list.push(Arc::new(caller::CallerApp));
         list.push(Arc::new(alarmer::Alarmer));
+        list.push(Arc::new(bank::Bank));
     }
     let apps = Apps::new();
     for app in list {

@@ -143,7 +143,10 @@ impl App for Reminder {
             Input::Alarm {
                 payload, late_ms, ..
             } => fired(cx, payload, *late_ms),
-            Input::Attach { .. } | Input::Detach { .. } | Input::Message { .. } => Ok(Output::None),
+            Input::Attach { .. }
+            | Input::Detach { .. }
+            | Input::Message { .. }
+            | Input::FromObject { .. } => Ok(Output::None),
         }
     }
 }

@@ -63,7 +63,9 @@ impl App for WhoAmI {
                 cx.send(*session, r#"{"t":"seen"}"#)?;
                 Ok(Output::None)
             }
-            Input::Detach { .. } | Input::Alarm { .. } => Ok(Output::None),
+            Input::Detach { .. } | Input::Alarm { .. } | Input::FromObject { .. } => {
+                Ok(Output::None)
+            }
         }
     }
 }

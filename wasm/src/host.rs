@@ -30,7 +30,8 @@ impl std::error::Error for Stop {}
 /// One input, copied out of the node's borrowed [`Input`] so the module can read it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CallInput {
-    /// 0 HTTP, 1 text message, 2 binary message, 3 attach, 4 detach, 5 alarm.
+    /// 0 HTTP, 1 text message, 2 binary message, 3 attach, 4 detach, 5 alarm, 6 a message
+    /// from another object.
     pub kind: i32,
     pub session: Option<SessionId>,
     pub method: Option<String>,
@@ -44,6 +45,8 @@ pub(crate) struct CallInput {
     pub object: Option<String>,
     /// For an alarm (kind 5): its id and how late it fires, in milliseconds.
     pub alarm: Option<(i64, u64)>,
+    /// For a message from another object (kind 6): its app and name (`input` parts 10, 11).
+    pub from: Option<(String, String)>,
 }
 
 /// The client of an input, as a module reads it (`input` parts 3 and 4).
@@ -70,6 +73,7 @@ impl CallInput {
                 caller: Some(std::sync::Arc::new(caller.clone())),
                 object: None,
                 alarm: None,
+                from: None,
             },
             Input::Message { session, msg } => {
                 let (kind, body) = match msg {
@@ -109,6 +113,12 @@ impl CallInput {
                 kind: 5,
                 body: payload.to_vec(),
                 alarm: Some((id, late_ms)),
+                ..CallInput::default()
+            },
+            Input::FromObject { app, name, body } => CallInput {
+                kind: 6,
+                body: body.to_vec(),
+                from: Some((app.to_string(), name.to_string())),
                 ..CallInput::default()
             },
         }
@@ -302,6 +312,7 @@ impl Host {
             caller: None,
             object: None,
             alarm: None,
+            from: None,
         };
         self.inputs.get(self.current).unwrap_or(&NONE)
     }
@@ -448,6 +459,8 @@ fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
                     out
                 }),
                 9 => i.object.as_ref().map(|o| o.as_bytes().to_vec()),
+                10 => i.from.as_ref().map(|(a, _)| a.as_bytes().to_vec()),
+                11 => i.from.as_ref().map(|(_, n)| n.as_bytes().to_vec()),
                 _ => None,
             };
             let Some(bytes) = bytes else { return Ok(-1) };

@@ -42,6 +42,32 @@ fn link_alarms(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
             }
         },
     )?;
+    linker.func_wrap(
+        "combd",
+        "send_to_object",
+        |mut c: Caller<'_, Host>,
+         ap: i32,
+         an: i32,
+         np: i32,
+         nn: i32,
+         bp: i32,
+         bn: i32|
+         -> wasmtime::Result<i64> {
+            charge(&mut c)?;
+            let app = text(read(&mut c, ap, an)?, "an app name")?;
+            let name = text(read(&mut c, np, nn)?, "an object name")?;
+            let body = read(&mut c, bp, bn)?;
+            let h = c.data_mut();
+            match h
+                .cx()
+                .map_err(|s| s.0)
+                .and_then(|cx| cx.send_to_object(&app, &name, &body))
+            {
+                Ok(id) => Ok(id),
+                Err(e) => Err(h.stop(e)),
+            }
+        },
+    )?;
     linker.func_wrap("combd", "alarm_id", |c: Caller<'_, Host>| {
         c.data().input().alarm.map_or(-1, |(id, _)| id)
     })?;

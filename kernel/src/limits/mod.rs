@@ -93,6 +93,16 @@ pub const ALARM_RETRY_MIN_MS: u64 = 1_000;
 /// The longest wait between the tries of a failing alarm.
 pub const ALARM_RETRY_MAX_MS: u64 = 60_000;
 
+/// Largest message an object sends another (`Cx::send_to_object`), in bytes: as an HTTP body
+/// an app takes by default is larger, a message between objects is an instruction (a
+/// transfer, an event), not a document. A larger one fails the call (413).
+pub const OBJECT_MESSAGE_MAX_BYTES: usize = 64 * 1024;
+
+/// Most messages an object may have waiting to be delivered (its outbox): past it a send
+/// fails the call (`507 too many undelivered messages`), so a receiver that is down cannot
+/// make a sender grow without bound.
+pub const OUTBOX_MAX: usize = 10_000;
+
 /// Most header fields an app sees of a request (those it declares), and most an app's answer
 /// may set: what a session keeps of its upgrade, and what an answer adds to a response, stay
 /// small. A page's cookies, a redirect, caching and a few of its own are well within it.

@@ -162,6 +162,16 @@ pub enum Input<'a> {
         /// How late it fires: now less the time it was set for, in milliseconds.
         late_ms: u64,
     },
+    /// A message another object sent this one ([`Cx::send_to_object`]), applied exactly once:
+    /// the node records it as taken in this call's transaction.
+    FromObject {
+        /// The sender's app.
+        app: &'a str,
+        /// The sender's name.
+        name: &'a str,
+        /// What it sent.
+        body: &'a [u8],
+    },
 }
 
 /// What handling an input produced.
@@ -310,6 +320,18 @@ pub enum Effect {
         text: bool,
         /// The payload.
         payload: Vec<u8>,
+    },
+    /// A message to another object (from its outbox, once the commit that queued it is
+    /// durable): the node's, not an app's to make.
+    ToObject {
+        /// The receiver's app and name.
+        app: String,
+        /// The receiver's name.
+        name: String,
+        /// The sender's outbox id of it.
+        id: i64,
+        /// What it says.
+        body: Vec<u8>,
     },
     /// A message to every session of the object subscribed to `topic`, on every shard.
     Broadcast {

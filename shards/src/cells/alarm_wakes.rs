@@ -105,11 +105,11 @@ impl Cells {
             .alarm_late_ms_max
             .fetch_max(n("late_ms_max"), Ordering::Relaxed);
         let next = said["next_ms"].as_u64();
-        let count = n("count");
+        let (count, mark) = (n("count"), n("mark"));
         let index = self.state.node().alarms.clone();
-        let (app, name, shard) = (app.to_string(), name.to_string(), self.state.id());
+        let (app, name) = (app.to_string(), name.to_string());
         let settled = glommio::executor()
-            .spawn_blocking(move || index.settle(&app, &name, shard, next, count))
+            .spawn_blocking(move || index.settle(&app, &name, next, count, mark))
             .await;
         if let Err(e) = settled {
             tracing::warn!("cannot update the alarm index: {e}");

@@ -119,9 +119,10 @@ pub(super) fn run_batch(
     limits: CallLimits,
     on: &On,
 ) -> BatchResult {
-    // A wake for the object's alarms fires them where it stands among the inputs.
-    if let Some(k) = inputs.iter().position(|i| matches!(i, Owned::Alarms)) {
-        return super::fire::around_wake(app, target, db, inputs, k, limits, on);
+    // What the node makes (an alarm wake, a message from another object, a delivery's
+    // acknowledgement) runs where it stands among the inputs, apart from the app's batch.
+    if let Some(k) = inputs.iter().position(crate::job::Job::is_node_input) {
+        return super::fire::around(app, target, db, inputs, k, limits, on);
     }
     let mut result = BatchResult::new();
     let scratch = !matches!(on, On::Db);

@@ -375,7 +375,7 @@ async fn start(
 /// then answers it. False (and every input refused) if its sync or shipment failed, or one
 /// failed before (`pipe.failed`).
 async fn finish(
-    cells: &Cells,
+    cells: &Rc<Cells>,
     key: &str,
     pipe: &Pipe,
     started: Started,
@@ -466,7 +466,7 @@ async fn on_shipping<T: Send + 'static>(
 /// Answers a group in order (or refuses every input with `refusal`), its effects together;
 /// then, for the power-cut test's broken order, syncs. True if it was answered.
 async fn answer_group(
-    cells: &Cells,
+    cells: &Rc<Cells>,
     key: &str,
     group: Vec<Committed>,
     refusal: Option<Refusal>,

@@ -1,21 +1,23 @@
-//! Firing an object's due alarms within its batch (`crate::alarms` has the design): each alarm
-//! in its own transaction, consumed in the transaction that runs its handler, so a crash
-//! before the commit fires it again and one after does not; a handler that fails is rolled
-//! back with its alarm, which waits a backoff before it fires again.
+//! What the node makes an object do within its batch (`crate::alarms` has the design): fire its
+//! due alarms, each in its own transaction, consumed in the transaction that runs its handler,
+//! so a crash before the commit fires it again and one after does not (a handler that fails is
+//! rolled back with its alarm, which waits a backoff before it fires again); send the messages
+//! at the head of its outbox; take a message from another object exactly once; and drop a
+//! delivered message from its outbox.
 
 use combd_kernel::limits::ALARMS_PER_WAKE;
 
 use crate::alarms::{self, Due};
-use crate::app::{App, AppError, Output};
+use crate::app::{App, AppError, Effect, Output};
 use crate::http::Response;
 use crate::job::Owned;
 
 use super::call::{call, checked, run_batch, BatchResult, CallLimits, On, Target};
 use super::sandbox::NodeSql;
 
-/// Runs `inputs`, whose `k`th is a wake for the object's alarms: the inputs before it, the
-/// alarms due (the wake's answer says what remains), then the inputs after it.
-pub(super) fn around_wake(
+/// Runs `inputs`, whose `k`th the node made: the inputs before it, it, then the inputs after
+/// it.
+pub(super) fn around(
     app: &dyn App,
     target: Target<'_>,
     db: &mut rusqlite::Connection,
@@ -28,11 +30,30 @@ pub(super) fn around_wake(
     if result.wrote {
         return result;
     }
-    let answer = fire(app, target, db, limits, on, &mut result);
+    let answer = match &inputs[k] {
+        Owned::FromObject {
+            app: from,
+            name,
+            id,
+            body,
+        } => take(
+            app,
+            target,
+            db,
+            limits,
+            on,
+            &mut result,
+            (from, name, *id, body),
+        ),
+        Owned::Delivered { app: to, name, id } => delivered(db, &mut result, to, name, *id)
+            .map(|()| Output::None)
+            .map_err(AppError::from),
+        _ => fire(app, target, db, limits, on, &mut result).map(Output::Http),
+    };
     if result.wrote {
         return result;
     }
-    result.outputs.push(answer.map(Output::Http));
+    result.outputs.push(answer);
     let after = run_batch(app, target, db, &inputs[k + 1..], limits, on);
     result.append(after);
     result
@@ -129,6 +150,11 @@ fn fire(
             break;
         }
     }
+    if !scratch {
+        send_heads(db, now, result)?;
+    }
+    // Taken as what remains is read: a call that lowers the index after it wins.
+    let mark = target.alarms.map_or(0, |ix| ix.mark());
     let (next, count) = {
         let _node = NodeSql::enter();
         alarms::remaining(db)?
@@ -137,7 +163,147 @@ fn fire(
         200,
         &serde_json::json!({
             "next_ms": next, "count": count, "fired": fired, "failed": failed,
-            "late_ms_max": late_max,
+            "late_ms_max": late_max, "mark": mark,
         }),
     ))
+}
+
+/// Sends the messages at the head of the outbox that are due (one per receiver: they arrive in
+/// order), each to be sent again after a backoff unless its delivery is acknowledged first.
+fn send_heads(
+    db: &rusqlite::Connection,
+    now: u64,
+    result: &mut BatchResult,
+) -> rusqlite::Result<()> {
+    let _node = NodeSql::enter();
+    for h in alarms::heads(db, now, ALARMS_PER_WAKE)? {
+        resend_later(db, h.id, now, h.tries)?;
+        result.effects.push(Effect::ToObject {
+            app: h.app,
+            name: h.name,
+            id: h.id,
+            body: h.body,
+        });
+    }
+    Ok(())
+}
+
+/// Marks outbox message `id` to be sent again after a backoff (its `tries`-th).
+fn resend_later(db: &rusqlite::Connection, id: i64, now: u64, tries: u32) -> rusqlite::Result<()> {
+    db.prepare_cached("UPDATE _combd_outbox SET tries = tries + 1, next_ms = ?2 WHERE id = ?1")?
+        .execute([id, alarms::retry_at(now, tries) as i64])?;
+    Ok(())
+}
+
+/// The receiver `to/name` took message `id`: it leaves the outbox, and the next one for that
+/// receiver goes out.
+fn delivered(
+    db: &rusqlite::Connection,
+    result: &mut BatchResult,
+    to: &str,
+    name: &str,
+    id: i64,
+) -> rusqlite::Result<()> {
+    let _node = NodeSql::enter();
+    if !alarms::has(db, "_combd_outbox")? {
+        return Ok(());
+    }
+    db.prepare_cached("DELETE FROM _combd_outbox WHERE id = ?1")?
+        .execute([id])?;
+    let next: Option<(i64, Vec<u8>, i64)> = db
+        .prepare_cached(
+            "SELECT id, body, tries FROM _combd_outbox WHERE app = ?1 AND name = ?2 ORDER BY id LIMIT 1",
+        )?
+        .query_row([to, name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })?;
+    if let Some((next, body, tries)) = next {
+        resend_later(db, next, alarms::now_ms(), tries.clamp(0, 64) as u32)?;
+        result.effects.push(Effect::ToObject {
+            app: to.to_string(),
+            name: name.to_string(),
+            id: next,
+            body,
+        });
+    }
+    Ok(())
+}
+
+/// Takes message `id` from object `from/name`: once. In the call's own transaction the
+/// receiver records it as the sender's last taken; one it took before (a delivery sent again
+/// after a crash, or before its acknowledgement came back) is answered without calling the
+/// app. Answers 200 once taken.
+fn take(
+    app: &dyn App,
+    target: Target<'_>,
+    db: &mut rusqlite::Connection,
+    limits: CallLimits,
+    on: &On,
+    result: &mut BatchResult,
+    (from, name, id, body): (&str, &str, i64, &[u8]),
+) -> Result<Output, AppError> {
+    let input = Owned::FromObject {
+        app: from.to_string(),
+        name: name.to_string(),
+        id,
+        body: body.to_vec(),
+    };
+    let mut mine = Vec::new();
+    let (r, st) = call(
+        target,
+        db,
+        limits,
+        !matches!(on, On::Db),
+        input.bytes(),
+        &mut mine,
+        &mut result.logs,
+        |cx| {
+            let fresh = {
+                let db = cx.db()?;
+                let _node = NodeSql::enter();
+                db.execute_batch(alarms::INBOX)?;
+                let last: Option<i64> = db
+                    .prepare_cached(
+                        "SELECT last_id FROM _combd_inbox WHERE app = ?1 AND name = ?2",
+                    )?
+                    .query_row([from, name], |r| r.get(0))
+                    .map(Some)
+                    .or_else(|e| match e {
+                        rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                        e => Err(e),
+                    })?;
+                let fresh = last.is_none_or(|l| id > l);
+                if fresh {
+                    db.prepare_cached(
+                        "INSERT INTO _combd_inbox (app, name, last_id) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (app, name) DO UPDATE SET last_id = excluded.last_id",
+                    )?
+                    .execute(rusqlite::params![from, name, id])?;
+                }
+                fresh
+            };
+            if fresh {
+                app.handle(cx, &input.input()?).and_then(checked)?;
+            }
+            Ok(fresh)
+        },
+    );
+    if st.wrote {
+        result.wrote = true;
+        return Ok(Output::None);
+    }
+    result.slow_calls += st.slow as u64;
+    if let Some(l) = st.limit {
+        result.killed |= l.kills();
+        result.limits.push(l);
+    }
+    let fresh = r?;
+    result.effects.append(&mut mine);
+    Ok(Output::Http(Response::json(
+        200,
+        &serde_json::json!({ "taken": fresh }),
+    )))
 }

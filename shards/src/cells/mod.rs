@@ -20,6 +20,7 @@ mod alarm_wakes;
 mod call;
 mod commit;
 mod create;
+mod deliver;
 mod fire;
 mod object;
 mod route;
@@ -406,10 +407,16 @@ impl Cells {
     /// one send per frame: measured), and the effects of several batches cost one fan-out, not
     /// one each. A session sees one topic, so only the order between topics changes, which no
     /// session can see; a send stays after every broadcast before it and before every one after.
-    async fn apply_effects(&self, key: &str, effects: Vec<Effect>) {
+    async fn apply_effects(self: &Rc<Self>, key: &str, effects: Vec<Effect>) {
         let mut run = TopicRun::default();
         for e in effects {
             match e {
+                Effect::ToObject {
+                    app,
+                    name,
+                    id,
+                    body,
+                } => self.deliver_to_object(key, app, name, id, body),
                 Effect::Send { to, text, payload } => {
                     self.broadcast_run(key, &mut run).await;
                     self.sessions

@@ -100,7 +100,7 @@ fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
         .iter()
         .map(|e| match e {
             Effect::Broadcast { payload, .. } => String::from_utf8_lossy(payload).into_owned(),
-            Effect::Send { .. } => String::new(),
+            Effect::Send { .. } | Effect::ToObject { .. } => String::new(),
         })
         .collect();
     assert_eq!(sent, ["a", "b"]);
