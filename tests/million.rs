@@ -1,6 +1,8 @@
 //! The million app's protocol, run against the native app and against the same app deployed
-//! as a WebAssembly module (`examples/wasm/million.c`, built to
-//! `examples/wasm/apps/million-wasm.wasm`): one suite, both implementations.
+//! as WebAssembly modules (`examples/wasm/million.c`, built to
+//! `examples/wasm/apps/million-wasm.wasm`, and `examples/wasm/million-rs.rs`, in Rust with the
+//! guest crate, built to `examples/wasm/apps/million-rs.wasm`): one suite, three
+//! implementations.
 
 #![allow(clippy::unwrap_used)]
 
@@ -91,6 +93,13 @@ fn native_million_speaks_the_protocol() {
 #[test]
 fn million_module_speaks_the_protocol() {
     click_is_broadcast_once_to_viewers_on_every_shard("million-wasm");
+}
+
+/// The same app written in Rust with the guest crate (`guest/`, built by
+/// `examples/wasm/build-rust.sh`).
+#[test]
+fn million_rust_module_speaks_the_protocol() {
+    click_is_broadcast_once_to_viewers_on_every_shard("million-rs");
 }
 
 #[test]
