@@ -244,3 +244,22 @@ fn a_thousand_objects_due_at_once_fire_after_a_restart_that_opened_none() {
         assert_eq!(fired(&node, &format!("t{i}"))["fires"], 1);
     }
 }
+
+#[test]
+fn an_index_that_lost_an_object_learns_it_again_when_the_object_opens() {
+    let node = TestNode::start(&[TEST_APPS]);
+    assert_eq!(alarmer(&node, "lost", "n=2&in_ms=3600000").status, 200);
+    assert_eq!(node.stats()["alarm_objects"], 1);
+    // The index is gone (removed by hand, or a new owner in a fleet whose index never had it).
+    let dir = node.kill9();
+    for f in ["alarms.sqlite", "alarms.sqlite-wal", "alarms.sqlite-shm"] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    let node = TestNode::start_in(dir, &[TEST_APPS]);
+    assert_eq!(node.stats()["alarm_objects"], 0);
+    // Opening the object tells the index again what it has to do.
+    assert_eq!(fired(&node, "lost")["fired"], 0);
+    let s = node.stats();
+    assert_eq!(s["alarm_objects"], 1);
+    assert_eq!(s["alarms_pending"], 2);
+}

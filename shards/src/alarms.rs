@@ -296,6 +296,31 @@ impl AlarmIndex {
         })
     }
 
+    /// Makes the object's entry due no later than `next_ms` (with `count`), writing (synced)
+    /// only if it is not already: for an object just opened.
+    pub fn ensure(
+        &self,
+        app: &str,
+        name: &str,
+        shard: usize,
+        next_ms: u64,
+        count: u64,
+    ) -> rusqlite::Result<()> {
+        let known: Option<i64> = self.with(|db| {
+            db.prepare_cached("SELECT next_ms FROM alarm_index WHERE app = ?1 AND name = ?2")?
+                .query_row([app, name], |r| r.get(0))
+                .map(Some)
+                .or_else(|e| match e {
+                    rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                    e => Err(e),
+                })
+        })?;
+        match known {
+            Some(at) if at.max(0) as u64 <= next_ms => Ok(()),
+            _ => self.lower(app, name, shard, next_ms, count),
+        }
+    }
+
     /// Sets the object's entry to what it had when a wake took `mark`, once the wake's batch
     /// is durable: its earliest alarm (or message to send) and how many, or no entry without
     /// any; unless a call lowered the entry since the mark. Not synced: lost in a crash, the

@@ -261,6 +261,7 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
     let (path, config) = cell.store_config(state);
     let fleet = durability.fleet();
     let key = cell.key.clone();
+    let (alarms, shard) = (state.node().alarms.clone(), state.id());
     let opened = glommio::executor()
         .spawn_blocking(move || {
             let shipping = match &fleet {
@@ -279,6 +280,9 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
             } else {
                 store::open(&path, config).map(Store::Present)
             };
+            if let Ok(Store::Present(db)) = &opened {
+                reconcile_alarms(&alarms, &key, shard, db);
+            }
             match opened {
                 Ok(db) => Ok((db, shipping)),
                 Err(e) => {
@@ -307,6 +311,29 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
             warn!(object = %cell.key, "cannot claim or restore from the fleet: {e}");
             Opened::NotHere(Refusal::FleetUnavailable, None)
         }
+    }
+}
+
+/// Makes sure the node's alarm index knows what an object just opened has to do (its alarms,
+/// its messages to send): in a fleet the object may have come from another owner, whose index
+/// it was in; on a node alone, the index may have lost an entry (its file removed, or a power
+/// cut on a disk that lied). A read of the object's own tables; a synced write only when it has
+/// something. A failure is logged: the object serves all the same.
+fn reconcile_alarms(
+    alarms: &crate::alarms::AlarmIndex,
+    key: &str,
+    shard: usize,
+    db: &rusqlite::Connection,
+) {
+    let Some((app, name)) = key.split_once('/') else {
+        return;
+    };
+    let r = crate::alarms::remaining(db).and_then(|(next, count)| match next {
+        Some(next) => alarms.ensure(app, name, shard, next, count),
+        None => Ok(()),
+    });
+    if let Err(e) = r {
+        warn!(object = %key, "cannot tell the alarm index what the object has to do: {e}");
     }
 }
 
