@@ -152,3 +152,49 @@ fn a_module_sets_an_alarm_and_is_handed_it() {
     assert_eq!(s["alarms_failed"], 0, "the handler saw its alarm");
     assert_eq!(s["alarms_pending"], 0);
 }
+
+/// An identified module that any page may call (`cors()` answers `*`: without cookies), and
+/// answers its client's subject.
+const ANY_PAGE: &str = r#"(module
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 512) "*\00")
+  (func (export "identified") (result i32) (i32.const 1))
+  (func (export "cors") (result i32) (i32.const 512))
+  (func (export "handle") (result i32)
+    (call $respond (i32.const 200) (i32.const 0)
+      (call $input (i32.const 3) (i32.const 0) (i32.const 256)))
+    (i32.const 0)))"#;
+
+#[test]
+fn a_page_let_in_without_cookies_does_not_act_with_the_token_cookie() {
+    const SECRET: &str = "combd-wasm-v2-cors-secret-0123456789abcdef";
+    let dir = apps_dir(&[("anypage.wat", ANY_PAGE)]);
+    let key = support::auth::key_file("v2-cors", SECRET);
+    let node = TestNode::start(&[
+        ("COMBD_APPS_DIR", dir.to_str().unwrap()),
+        ("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap()),
+    ]);
+    let token = support::auth::token(SECRET, "alice", None);
+    let ask = |headers: &str| {
+        request(
+            node.public(),
+            format!(
+                "POST /o/anypage/a HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+    };
+    // Its own page (no Origin) acts with the cookie; another site's page, let in by `*`, does
+    // not (a cross-site request forged with the user's cookie); with the token in a header it
+    // does (a page can only send it on purpose).
+    let cookie = format!("Cookie: combd_token={token}\r\n");
+    assert_eq!(ask(&cookie).text(), "alice");
+    let r = ask(&format!("Origin: http://evil.example\r\n{cookie}"));
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = ask(&format!(
+        "Origin: http://evil.example\r\nAuthorization: Bearer {token}\r\n"
+    ));
+    assert_eq!((r.status, r.text()), (200, "alice".to_string()));
+}

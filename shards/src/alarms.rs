@@ -2,7 +2,10 @@
 //! once per alarm, across crashes and restarts.
 //!
 //! **Where an alarm lives.** In its object's own database, table `_combd_alarms` (an app's SQL
-//! cannot touch a `_combd_` table: the sandbox denies it), written in the call's transaction:
+//! cannot touch a `_combd_` table: the sandbox denies it; and the node prepares its own
+//! statements on an object's connection afresh, never from the connection's statement cache,
+//! where a module's text could find one the authorizer passed for the node), written in the
+//! call's transaction:
 //! a call that rolls back sets nothing, and a cancel is as durable as the call.
 //!
 //! **How the node knows what is due without opening every object.** The node keeps an index,
@@ -52,10 +55,8 @@ pub(crate) const INBOX: &str = "CREATE TABLE IF NOT EXISTS _combd_inbox (\
 
 /// Whether the object's database has table `name`.
 pub(crate) fn has(db: &rusqlite::Connection, name: &str) -> rusqlite::Result<bool> {
-    db.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
-    )?
-    .query_row([name], |r| r.get(0))
+    db.prepare("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)")?
+        .query_row([name], |r| r.get(0))
 }
 
 /// A message at the head of the outbox for its receiver (messages go out one at a time per
@@ -78,7 +79,7 @@ pub(crate) fn heads(
     if !has(db, "_combd_outbox")? {
         return Ok(Vec::new());
     }
-    let mut stmt = db.prepare_cached(
+    let mut stmt = db.prepare(
         "SELECT id, app, name, body, tries FROM _combd_outbox WHERE next_ms <= ?1
            AND id IN (SELECT min(id) FROM _combd_outbox GROUP BY app, name) ORDER BY id LIMIT ?2",
     )?;
@@ -115,14 +116,14 @@ pub(crate) fn remaining(db: &rusqlite::Connection) -> rusqlite::Result<(Option<u
     let ms = |v: Option<i64>| v.map(|v| v.max(0) as u64);
     if has_table(db)? {
         let (at, n) = db
-            .prepare_cached("SELECT min(at_ms), count(*) FROM _combd_alarms")?
+            .prepare("SELECT min(at_ms), count(*) FROM _combd_alarms")?
             .query_row([], |r| Ok((ms(r.get(0)?), r.get::<_, i64>(1)? as u64)))?;
         next = at;
         count += n;
     }
     if has(db, "_combd_outbox")? {
         let (at, n) = db
-            .prepare_cached(
+            .prepare(
                 "SELECT (SELECT min(next_ms) FROM _combd_outbox
                    WHERE id IN (SELECT min(id) FROM _combd_outbox GROUP BY app, name)),
                  (SELECT count(*) FROM _combd_outbox)",
@@ -151,7 +152,7 @@ pub(crate) fn due(db: &rusqlite::Connection, now: u64, limit: usize) -> rusqlite
     if !has_table(db)? {
         return Ok(Vec::new());
     }
-    let mut stmt = db.prepare_cached(
+    let mut stmt = db.prepare(
         "SELECT id, at_ms, payload, tries FROM _combd_alarms WHERE at_ms <= ?1 ORDER BY at_ms, id LIMIT ?2",
     )?;
     let rows = stmt.query_map([now as i64, limit as i64], |r| {
@@ -293,6 +294,22 @@ impl AlarmIndex {
                 seq as i64
             ])?;
             Ok(())
+        })
+    }
+
+    /// Moves the object's entry to `until` at the earliest (its wake was refused), unless a
+    /// call lowered it since `mark`. Not synced.
+    pub fn postpone(&self, app: &str, name: &str, until: u64, mark: u64) -> rusqlite::Result<()> {
+        self.with(|db| {
+            db.execute_batch("PRAGMA synchronous=NORMAL")?;
+            let r = db
+                .prepare_cached(
+                    "UPDATE alarm_index SET next_ms = max(next_ms, ?3)
+                     WHERE app = ?1 AND name = ?2 AND seq < ?4",
+                )?
+                .execute(rusqlite::params![app, name, until as i64, mark as i64]);
+            db.execute_batch("PRAGMA synchronous=FULL")?;
+            r.map(|_| ())
         })
     }
 

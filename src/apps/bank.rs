@@ -78,6 +78,9 @@ impl App for Bank {
                     &serde_json::json!({ "balance": balance }),
                 )))
             }
+            Input::FromObject { app, .. } if *app != "bank" => {
+                Err(AppError::new(403, "credits come from accounts only"))
+            }
             Input::FromObject { body, .. } => {
                 let v: serde_json::Value =
                     serde_json::from_slice(body).map_err(|_| AppError::new(400, "not a credit"))?;

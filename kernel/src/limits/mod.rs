@@ -90,6 +90,12 @@ pub const ALARMS_PER_WAKE: usize = 100;
 /// [`ALARM_RETRY_MAX_MS`], so a handler that always fails does not spin.
 pub const ALARM_RETRY_MIN_MS: u64 = 1_000;
 
+/// How long an object whose wake was refused (its mailbox full, its database that would not
+/// open, in a fleet another node's) waits before it is woken again: without it the same
+/// objects, earliest in the index, would take every wake of every tick, and the shard's other
+/// alarms would wait behind them.
+pub const ALARM_WAKE_RETRY_MS: u64 = 5_000;
+
 /// The longest wait between the tries of a failing alarm.
 pub const ALARM_RETRY_MAX_MS: u64 = 60_000;
 

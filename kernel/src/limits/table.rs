@@ -53,6 +53,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("alarms_per_wake", ALARMS_PER_WAKE),
     fixed!("alarm_retry_min_ms", ALARM_RETRY_MIN_MS),
     fixed!("alarm_retry_max_ms", ALARM_RETRY_MAX_MS),
+    fixed!("alarm_wake_retry_ms", ALARM_WAKE_RETRY_MS),
     fixed!("object_message_max_bytes", OBJECT_MESSAGE_MAX_BYTES),
     fixed!("outbox_max", OUTBOX_MAX),
     fixed!("chat_history_messages", CHAT_HISTORY_MESSAGES),

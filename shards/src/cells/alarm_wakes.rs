@@ -62,13 +62,19 @@ impl AlarmWakes {
                 };
                 let key = format!("{}/{}", w.app, w.name);
                 waking.borrow_mut().insert(key.clone());
+                // Taken before the wake: a refused wake postpones the entry only if no call
+                // lowered it since.
+                let mark = node.alarms.mark();
                 let (tx, rx) = async_channel::bounded(1);
                 cells.submit(&app, &w.name, Job::alarms(tx));
                 ShardStats::add(&cells.state.stats().alarm_wakes, 1);
                 let (cells, waking) = (cells.clone(), waking.clone());
                 let answered = cells.clone().state.spawn(async move {
-                    if let Ok(resp) = rx.recv().await {
-                        cells.settle_alarms(&w.app, &w.name, &resp).await;
+                    match rx.recv().await {
+                        Ok(resp) if resp.status == 200 => {
+                            cells.settle_alarms(&w.app, &w.name, &resp).await
+                        }
+                        _ => cells.postpone_alarms(&w.app, &w.name, mark).await,
                     }
                     waking.borrow_mut().remove(&key);
                 });
@@ -87,13 +93,25 @@ impl AlarmWakes {
 }
 
 impl Cells {
+    /// A wake refused (or never answered): the object is woken again after
+    /// [`ALARM_WAKE_RETRY_MS`](combd_kernel::limits::ALARM_WAKE_RETRY_MS).
+    async fn postpone_alarms(&self, app: &str, name: &str, mark: u64) {
+        ShardStats::add(&self.state.stats().alarm_wakes_refused, 1);
+        let index = self.state.node().alarms.clone();
+        let (app, name) = (app.to_string(), name.to_string());
+        let until = alarms::now_ms() + combd_kernel::limits::ALARM_WAKE_RETRY_MS;
+        let r = glommio::executor()
+            .spawn_blocking(move || index.postpone(&app, &name, until, mark))
+            .await;
+        if let Err(e) = r {
+            tracing::warn!("cannot update the alarm index: {e}");
+        }
+    }
+
     /// A wake's answer, once its batch is durable: counts what it fired, and settles the
     /// object's entry in the index to what remains. Any other answer (the mailbox was full,
     /// the object could not be restored) leaves the entry as it is: tried again next tick.
     async fn settle_alarms(&self, app: &str, name: &str, resp: &crate::http::Response) {
-        if resp.status != 200 {
-            return;
-        }
         let Ok(said) = serde_json::from_slice::<serde_json::Value>(&resp.body) else {
             return;
         };

@@ -24,6 +24,11 @@ impl Cells {
         body: Vec<u8>,
     ) {
         let node = self.state.node();
+        // The outbox is the sender's database: checked again here, never trusted.
+        if !crate::app::valid_object_name(&name) {
+            tracing::warn!(object = %from, "an outbox message to an invalid object name: not sent");
+            return;
+        }
         let (Some(to), Some((from_app, from_name))) = (node.apps.get(&app), from.split_once('/'))
         else {
             // No such app now (a module removed): the sender sends it again later.

@@ -104,7 +104,7 @@ fn fire(
                 let gone = {
                     let db = cx.db()?;
                     let _node = NodeSql::enter();
-                    db.prepare_cached("DELETE FROM _combd_alarms WHERE id = ?1")?
+                    db.prepare("DELETE FROM _combd_alarms WHERE id = ?1")?
                         .execute([id])?
                 };
                 if gone != 1 {
@@ -129,6 +129,7 @@ fn fire(
                 fired += 1;
                 late_max = late_max.max(late_ms);
             }
+            Err(e) if e.status == 409 && e.message == "the alarm was cancelled" => {}
             Err(e) => {
                 // Rolled back with its alarm: tried again after a backoff.
                 failed += 1;
@@ -139,10 +140,8 @@ fn fire(
                     "an alarm's handler failed ({e}); it fires again later"
                 );
                 let _node = NodeSql::enter();
-                db.prepare_cached(
-                    "UPDATE _combd_alarms SET tries = tries + 1, at_ms = ?2 WHERE id = ?1",
-                )?
-                .execute([id, alarms::retry_at(now, tries) as i64])?;
+                db.prepare("UPDATE _combd_alarms SET tries = tries + 1, at_ms = ?2 WHERE id = ?1")?
+                    .execute([id, alarms::retry_at(now, tries) as i64])?;
             }
         }
         if result.killed {
@@ -190,7 +189,7 @@ fn send_heads(
 
 /// Marks outbox message `id` to be sent again after a backoff (its `tries`-th).
 fn resend_later(db: &rusqlite::Connection, id: i64, now: u64, tries: u32) -> rusqlite::Result<()> {
-    db.prepare_cached("UPDATE _combd_outbox SET tries = tries + 1, next_ms = ?2 WHERE id = ?1")?
+    db.prepare("UPDATE _combd_outbox SET tries = tries + 1, next_ms = ?2 WHERE id = ?1")?
         .execute([id, alarms::retry_at(now, tries) as i64])?;
     Ok(())
 }
@@ -208,10 +207,10 @@ fn delivered(
     if !alarms::has(db, "_combd_outbox")? {
         return Ok(());
     }
-    db.prepare_cached("DELETE FROM _combd_outbox WHERE id = ?1")?
+    db.prepare("DELETE FROM _combd_outbox WHERE id = ?1")?
         .execute([id])?;
     let next: Option<(i64, Vec<u8>, i64)> = db
-        .prepare_cached(
+        .prepare(
             "SELECT id, body, tries FROM _combd_outbox WHERE app = ?1 AND name = ?2 ORDER BY id LIMIT 1",
         )?
         .query_row([to, name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
@@ -266,9 +265,7 @@ fn take(
                 let _node = NodeSql::enter();
                 db.execute_batch(alarms::INBOX)?;
                 let last: Option<i64> = db
-                    .prepare_cached(
-                        "SELECT last_id FROM _combd_inbox WHERE app = ?1 AND name = ?2",
-                    )?
+                    .prepare("SELECT last_id FROM _combd_inbox WHERE app = ?1 AND name = ?2")?
                     .query_row([from, name], |r| r.get(0))
                     .map(Some)
                     .or_else(|e| match e {
@@ -277,7 +274,7 @@ fn take(
                     })?;
                 let fresh = last.is_none_or(|l| id > l);
                 if fresh {
-                    db.prepare_cached(
+                    db.prepare(
                         "INSERT INTO _combd_inbox (app, name, last_id) VALUES (?1, ?2, ?3)
                          ON CONFLICT (app, name) DO UPDATE SET last_id = excluded.last_id",
                     )?
@@ -292,6 +289,12 @@ fn take(
         },
     );
     if st.wrote {
+        // On a scratch database that may not become the object's: the message is refused (the
+        // sender sends it again later); else the run is redone on the object's database.
+        if let On::ScratchRefusing(refusal) = on {
+            result.refused += 1;
+            return Err(refusal.clone());
+        }
         result.wrote = true;
         return Ok(Output::None);
     }

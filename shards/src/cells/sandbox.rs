@@ -137,23 +137,42 @@ fn authorize(cx: AuthContext<'_>) -> Authorization {
 /// What an app's SQL may do.
 fn allowed(cx: &AuthContext<'_>) -> bool {
     let main = matches!(cx.database_name, None | Some("main"));
-    // The node's own tables in an object's database (its alarms: `crate::alarms`).
+    // The node's own tables in an object's database (its alarms, outbox and inbox:
+    // `crate::alarms`), and anything an app could name like them (a view or an index that
+    // would stand in for the node's), and `sqlite_sequence`, whose numbers the node's outbox
+    // relies on (a reset would make a receiver take new messages for old ones).
     let node_table = |t: &str| {
         t.get(..7)
             .is_some_and(|p| p.eq_ignore_ascii_case("_combd_"))
     };
+    let sequence = |t: &str| t.eq_ignore_ascii_case("sqlite_sequence");
     let touches_node_table = match cx.action {
-        AuthAction::Read { table_name, .. }
-        | AuthAction::Insert { table_name }
+        AuthAction::Read { table_name, .. } => node_table(table_name),
+        AuthAction::Insert { table_name }
         | AuthAction::Update { table_name, .. }
-        | AuthAction::Delete { table_name }
-        | AuthAction::CreateTable { table_name }
+        | AuthAction::Delete { table_name } => node_table(table_name) || sequence(table_name),
+        AuthAction::CreateTable { table_name }
         | AuthAction::DropTable { table_name }
-        | AuthAction::AlterTable { table_name, .. }
-        | AuthAction::CreateIndex { table_name, .. }
-        | AuthAction::DropIndex { table_name, .. }
-        | AuthAction::CreateTrigger { table_name, .. }
-        | AuthAction::DropTrigger { table_name, .. } => node_table(table_name),
+        | AuthAction::AlterTable { table_name, .. } => node_table(table_name),
+        AuthAction::CreateIndex {
+            index_name,
+            table_name,
+        }
+        | AuthAction::DropIndex {
+            index_name,
+            table_name,
+        } => node_table(index_name) || node_table(table_name),
+        AuthAction::CreateTrigger {
+            trigger_name,
+            table_name,
+        }
+        | AuthAction::DropTrigger {
+            trigger_name,
+            table_name,
+        } => node_table(trigger_name) || node_table(table_name),
+        AuthAction::CreateView { view_name } | AuthAction::DropView { view_name } => {
+            node_table(view_name)
+        }
         _ => false,
     };
     if touches_node_table {
@@ -210,6 +229,37 @@ mod tests {
         let _app = AppSql::enter();
         let ran = db.execute_batch(sql).is_ok();
         (ran, take_denied())
+    }
+
+    #[test]
+    fn the_nodes_tables_and_names_and_the_sequence_are_not_the_apps() {
+        let (db, dir) = object_db("node-tables");
+        db.execute_batch(crate::alarms::OUTBOX).unwrap();
+        // AUTOINCREMENT in an app's own table still counts (SQLite's own write of the sequence).
+        assert_eq!(
+            as_app(
+                &db,
+                "CREATE TABLE a (id INTEGER PRIMARY KEY AUTOINCREMENT, v); INSERT INTO a (v) VALUES (1)"
+            ),
+            (true, false)
+        );
+        for sql in [
+            "DELETE FROM sqlite_sequence",
+            "UPDATE sqlite_sequence SET seq = 0",
+            "INSERT INTO _combd_outbox (app, name, body, next_ms) VALUES ('a', 'b', x'', 0)",
+            "SELECT * FROM _combd_outbox",
+            "DROP TABLE _combd_outbox",
+            "CREATE VIEW _combd_inbox AS SELECT 1 AS app",
+            "CREATE TABLE _combd_alarms (x)",
+            "CREATE INDEX _combd_alarms_at ON a (v)",
+            "CREATE TRIGGER _combd_t AFTER INSERT ON a BEGIN SELECT 1; END",
+        ] {
+            assert_eq!(as_app(&db, sql), (false, true), "{sql}");
+        }
+        // The node's own SQL, outside an app's call, is not restricted.
+        db.execute_batch("SELECT * FROM _combd_outbox").unwrap();
+        drop(db);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

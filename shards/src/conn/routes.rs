@@ -269,7 +269,16 @@ impl Conn {
     /// the 401 when it has none. A public app's request with a bad token goes on as anyone's.
     fn identify(&self, req: &Request<'_>, app: &dyn App) -> Result<Option<Arc<Client>>, Response> {
         let node = self.state().node();
-        let token = auth::token(req.headers.iter().map(|h| (h.name, h.value)));
+        // A page of another origin that only the app's CORS policy lets in, without the
+        // user's cookies (`credentials: false`, a module's `*`): its request does not act with
+        // the `combd_token` cookie the browser sent along.
+        let cookies = self.origin_may_use_cookies(req, app);
+        let token = auth::token(
+            req.headers
+                .iter()
+                .filter(|h| cookies || !h.name.eq_ignore_ascii_case("cookie"))
+                .map(|h| (h.name, h.value)),
+        );
         let verified = match (&node.auth, token) {
             (_, None) => Err(Refused::Missing),
             (None, Some(_)) => Err(Refused::Invalid(
@@ -291,6 +300,21 @@ impl Conn {
             }
             Err(_) => Ok(None),
         }
+    }
+
+    /// Whether the request may act with the user's cookies: it has no `Origin`, or one the
+    /// node's Origin policy takes, or one the app's CORS policy takes with credentials.
+    fn origin_may_use_cookies(&self, req: &Request<'_>, app: &dyn App) -> bool {
+        if req.header("origin").is_none()
+            || self.state().settings().allowed_origins.allows(
+                req.header("origin"),
+                req.header("host"),
+                matches!(self.stream, crate::tls::Stream::Tls(_)),
+            )
+        {
+            return true;
+        }
+        super::caller::cors_of(req, app).is_some_and(|(_, c)| c.credentials)
     }
 
     /// Calls a stateless app right here, on the shard's loop: no database, no mailbox, its

@@ -97,7 +97,23 @@ async fn exchange(
         told.push_str(&format!("origin: {origin}\r\n"));
     }
     for (name, value) in &caller.headers {
-        if !name.eq_ignore_ascii_case("authorization") && !name.eq_ignore_ascii_case("origin") {
+        // Not the fields this request frames or carries itself (a second `host`, a
+        // `content-length` or an `expect` would change what the owner reads).
+        const OWN: &[&str] = &[
+            "authorization",
+            "origin",
+            "host",
+            "content-length",
+            "transfer-encoding",
+            "expect",
+            "connection",
+            "keep-alive",
+            "te",
+            "trailer",
+            "upgrade",
+            "proxy-connection",
+        ];
+        if !OWN.iter().any(|o| name.eq_ignore_ascii_case(o)) {
             told.push_str(&format!("{name}: {value}\r\n"));
         }
     }

@@ -147,6 +147,8 @@ pub struct ShardStats {
     pub alarm_late_ms_max: AtomicU64,
     /// Objects woken for their due alarms.
     pub alarm_wakes: AtomicU64,
+    /// Wakes refused or unanswered (the object is woken again later).
+    pub alarm_wakes_refused: AtomicU64,
     /// Messages between objects sent (each delivery, a resend included).
     pub object_messages_sent: AtomicU64,
     /// Messages between objects taken by their receiver (each exactly once).
@@ -335,6 +337,7 @@ impl ShardStats {
             ("alarms_failed", "combd_alarms_failed_total", Counter, "Alarm handlers that failed (the alarm fires again after a backoff).", g(&self.alarms_failed)),
             ("alarm_late_ms_max", "combd_alarm_late_ms_max", Gauge, "The latest an alarm fired past its time, in milliseconds.", g(&self.alarm_late_ms_max)),
             ("alarm_wakes", "combd_alarm_wakes_total", Counter, "Objects woken for their due alarms.", g(&self.alarm_wakes)),
+            ("alarm_wakes_refused", "combd_alarm_wakes_refused_total", Counter, "Wakes refused or unanswered; the object is woken again after alarm_wake_retry_ms.", g(&self.alarm_wakes_refused)),
             ("object_messages_sent", "combd_object_messages_sent_total", Counter, "Messages between objects sent (a resend counted again).", g(&self.object_messages_sent)),
             ("object_messages_taken", "combd_object_messages_taken_total", Counter, "Messages between objects taken by their receiver, each once.", g(&self.object_messages_taken)),
             ("object_messages_taken_again", "combd_object_messages_taken_again_total", Counter, "Messages between objects delivered again and recognised as taken before.", g(&self.object_messages_taken_again)),

@@ -29,7 +29,7 @@ impl Cx<'_> {
         let _node = NodeSql::enter();
         db.execute_batch(crate::alarms::TABLE)?;
         let pending: i64 = db
-            .prepare_cached("SELECT count(*) FROM _combd_alarms")?
+            .prepare("SELECT count(*) FROM _combd_alarms")?
             .query_row([], |r| r.get(0))?;
         if pending as usize >= ALARMS_PER_OBJECT_MAX {
             return Err(AppError::new(
@@ -39,7 +39,7 @@ impl Cx<'_> {
         }
         let at = at_ms.min(i64::MAX as u64);
         let id: i64 = db
-            .prepare_cached(
+            .prepare(
                 "INSERT INTO _combd_alarms (at_ms, payload, set_ms) VALUES (?1, ?2, ?3) RETURNING id",
             )?
             .query_row(
@@ -59,7 +59,7 @@ impl Cx<'_> {
             return Ok(false);
         }
         let n = db
-            .prepare_cached("DELETE FROM _combd_alarms WHERE id = ?1")?
+            .prepare("DELETE FROM _combd_alarms WHERE id = ?1")?
             .execute([id])?;
         Ok(n == 1)
     }
@@ -92,7 +92,7 @@ impl Cx<'_> {
         let _node = NodeSql::enter();
         db.execute_batch(crate::alarms::OUTBOX)?;
         let waiting: i64 = db
-            .prepare_cached("SELECT count(*) FROM _combd_outbox")?
+            .prepare("SELECT count(*) FROM _combd_outbox")?
             .query_row([], |r| r.get(0))?;
         if waiting as usize >= OUTBOX_MAX {
             return Err(AppError::new(
@@ -102,7 +102,7 @@ impl Cx<'_> {
         }
         let now = crate::alarms::now_ms();
         let id: i64 = db
-            .prepare_cached(
+            .prepare(
                 "INSERT INTO _combd_outbox (app, name, body, next_ms) VALUES (?1, ?2, ?3, ?4) RETURNING id",
             )?
             .query_row(rusqlite::params![app, name, body, now as i64], |r| r.get(0))?;
