@@ -118,6 +118,11 @@ pub const APP_HEADERS_MAX: usize = 16;
 /// fails the answer): 4 KiB holds a cookie of the size browsers keep (RFC 6265, 6.1).
 pub const APP_HEADER_VALUE_MAX_BYTES: usize = 4 * 1024;
 
+/// Most bytes of declared header fields (names and values) an app is told of one request: a
+/// session keeps them for its whole life, so a client cannot make each of its sessions hold
+/// its whole 16 KiB head. Past it the later fields are left out.
+pub const APP_HEADERS_MAX_BYTES: usize = 8 * 1024;
+
 /// Longest `Caller::rest`, the path under an object (`/o/<app>/<name>/<rest>`): within the
 /// request target's own bound, so a session keeps at most this much of it.
 pub const APP_PATH_REST_MAX_BYTES: usize = 1024;

@@ -63,6 +63,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("chat_retain_messages", CHAT_RETAIN_MESSAGES),
     fixed!("app_headers_max", APP_HEADERS_MAX),
     fixed!("app_header_value_max_bytes", APP_HEADER_VALUE_MAX_BYTES),
+    fixed!("app_headers_max_bytes", APP_HEADERS_MAX_BYTES),
     fixed!("app_path_rest_max_bytes", APP_PATH_REST_MAX_BYTES),
     fixed!("app_cors_origins_max", APP_CORS_ORIGINS_MAX),
     fixed!("cors_max_age_seconds", CORS_MAX_AGE_SECONDS),

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use combd_fleet::forward::CLIENT_HEADER;
-use combd_kernel::limits::{APP_HEADERS_MAX, APP_HEADER_VALUE_MAX_BYTES};
+use combd_kernel::limits::{APP_HEADERS_MAX, APP_HEADERS_MAX_BYTES, APP_HEADER_VALUE_MAX_BYTES};
 
 use crate::app::{valid_header_value, App, Caller, Cors, CORS_HEADERS, CORS_METHODS};
 use crate::http::{Request, Response};
@@ -134,6 +134,7 @@ impl Conn {
             self.peer_ip()
         };
         let mut headers = Vec::new();
+        let mut bytes = 0;
         for h in req.headers.iter() {
             if headers.len() == APP_HEADERS_MAX {
                 break;
@@ -147,6 +148,10 @@ impl Conn {
             }
             if h.value.len() <= APP_HEADER_VALUE_MAX_BYTES && app.wants_header(h.name) {
                 if let Some(v) = text(h.value) {
+                    if bytes + h.name.len() + v.len() > APP_HEADERS_MAX_BYTES {
+                        continue;
+                    }
+                    bytes += h.name.len() + v.len();
                     headers.push((h.name.to_ascii_lowercase(), v));
                 }
             }
