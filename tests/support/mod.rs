@@ -1,7 +1,7 @@
 //! Shared fixtures for the integration tests: start the real `combd` binary on a free port and
 //! talk to it with real sockets. Every wait is bounded and fails with "timed out waiting for ...".
 
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, unused_imports, clippy::unwrap_used)]
 
 pub mod auth;
 pub mod powercut;
@@ -9,7 +9,11 @@ pub mod proxy;
 pub mod tls;
 pub mod tls_front;
 
+mod apps;
+mod disk;
 mod skip;
+pub use apps::{apps_dir, error, refused_with, versioned};
+pub use disk::SmallDisk;
 pub use skip::skipped;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -25,7 +29,7 @@ use nix::unistd::Pid;
 /// How long any single wait in a test may take before it fails.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-static NEXT: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 /// A running node.
 pub struct TestNode {
@@ -330,68 +334,6 @@ pub fn wait_stats(
     }
 }
 
-/// A small tmpfs mounted for one test, unmounted when dropped.
-pub struct SmallDisk(pub std::path::PathBuf);
-
-impl SmallDisk {
-    /// Mounts one, or None (after one line saying the test is skipped) where mounting is not
-    /// allowed.
-    pub fn mount(size: &str) -> Option<SmallDisk> {
-        let dir = std::env::temp_dir().join(format!(
-            "combd-disk-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).ok()?;
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            Some(SmallDisk(dir))
-        } else {
-            let _ = std::fs::remove_dir(&dir);
-            skipped("cannot mount a tmpfs here (needs root)");
-            None
-        }
-    }
-
-    /// Remounts the disk read-only: nobody, root included, can write on it then.
-    pub fn remount_read_only(&self) {
-        let ok = Command::new("mount")
-            .args(["-o", "remount,ro"])
-            .arg(&self.0)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "mount -o remount,ro {}", self.0.display());
-    }
-
-    /// A data directory on the disk, for `COMBD_DATA`.
-    pub fn data_dir(&self) -> std::path::PathBuf {
-        let data = self.0.join("data");
-        std::fs::create_dir_all(&data).unwrap();
-        data
-    }
-
-    /// Fills the filesystem; returns the filler file.
-    pub fn fill(&self) -> std::path::PathBuf {
-        let filler = self.0.join("filler");
-        let mut f = std::fs::File::create(&filler).unwrap();
-        let chunk = vec![0u8; 64 * 1024];
-        while f.write_all(&chunk).is_ok() {}
-        filler
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A parsed HTTP response.
 #[derive(Debug)]
 pub struct Resp {
@@ -632,31 +574,4 @@ pub fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
     let mut p = vec![0; len];
     s.read_exact(&mut p)?;
     Ok((h[0] & 0x0f, p))
-}
-
-/// A fresh apps directory holding `modules`: (file name, text).
-pub fn apps_dir(modules: &[(&str, &str)]) -> std::path::PathBuf {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "combd-apps-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for (name, text) in modules {
-        std::fs::write(dir.join(name), text).unwrap();
-    }
-    dir
-}
-/// The stderr of a node refused at start-up with the apps directory holding `modules`, and
-/// the directory.
-pub fn refused_with(modules: &[(&str, &str)]) -> (String, std::path::PathBuf) {
-    let dir = apps_dir(modules);
-    let data = std::env::temp_dir().join(format!("combd-test-refused-{}", std::process::id()));
-    let stderr = refused(&mut combd_command(
-        &data,
-        &[("COMBD_APPS_DIR", dir.to_str().unwrap())],
-    ));
-    (stderr, dir)
 }

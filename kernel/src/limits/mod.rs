@@ -10,11 +10,13 @@
 
 use std::time::Duration;
 
+mod apps;
 mod defaults;
 mod fleet;
 mod logs;
 mod table;
 
+pub use apps::*;
 pub use defaults::*;
 pub use fleet::*;
 pub use logs::*;
@@ -43,96 +45,6 @@ pub const URL_MAX_BYTES: usize = 8 * 1024;
 /// compared with each of them, so the list stays short enough to walk per request; a longer
 /// one is a sign of wanting `*`.
 pub const ALLOWED_ORIGINS_MAX: usize = 64;
-
-/// The chat app's (`src/apps/chat.rs`) bounds, here so `/stats` shows them. Messages a hello
-/// carries without `?after=`: a screenful.
-pub const CHAT_HISTORY_MESSAGES: usize = 50;
-
-/// Most messages a chat resume (`?after=<id>`) sends; past it the hello carries the last
-/// [`CHAT_HISTORY_MESSAGES`] and says `"gap":true` (a client that missed more reloads).
-pub const CHAT_RESUME_MAX_MESSAGES: usize = 1000;
-
-/// Largest chat resume, in bytes of JSON: a hello of 1,000 messages escaped at worst six bytes
-/// a byte (26 MB) would pass a call's sends (`SENDS_MAX_BYTES`, 16 MiB) and lock clients out of
-/// the room; past 4 MiB the hello says `"gap":true` instead.
-pub const CHAT_RESUME_MAX_BYTES: usize = 4 * 1024 * 1024;
-
-/// Longest chat message text, in bytes.
-pub const CHAT_TEXT_MAX_BYTES: usize = 4096;
-
-/// Messages a chat room keeps: older ones are deleted as new ones come, so a room's database
-/// (and a flood of messages) stays bounded, ~45 MB at most (10,000 of 4 KiB text). At least
-/// [`CHAT_RESUME_MAX_MESSAGES`], so a resume the node would answer never finds one missing.
-pub const CHAT_RETAIN_MESSAGES: usize = 10_000;
-const _: () = assert!(CHAT_RETAIN_MESSAGES >= CHAT_RESUME_MAX_MESSAGES);
-
-/// Most alarms an object may have pending (`cx.set_alarm`): past it a set fails the call
-/// (`507 too many alarms`). An object's alarms are rows of its own database; the bound keeps a
-/// loop that sets one per call from growing it, and a firing batch's scan short.
-pub const ALARMS_PER_OBJECT_MAX: usize = 10_000;
-
-/// Largest alarm payload, in bytes: what the alarm hands back to its object when it fires
-/// (an id, a small JSON document). A larger one fails the call (`413`).
-pub const ALARM_PAYLOAD_MAX_BYTES: usize = 16 * 1024;
-
-/// Objects with a due alarm a shard wakes per housekeeping tick (100 ms): at most 2,560 objects
-/// a second per shard, each firing up to [`ALARMS_PER_WAKE`] alarms, so a second at which
-/// 100,000 alarms fall due is spread over turns instead of restoring every object at once
-/// (restores are bounded by `COMBD_RESTORES_AT_ONCE` besides).
-pub const ALARM_WAKES_PER_TICK: usize = 256;
-
-/// Alarms an object fires per wake (each in its own transaction, synced together): a wake that
-/// leaves some due is followed by another at the next tick.
-pub const ALARMS_PER_WAKE: usize = 100;
-
-/// How long a failed alarm waits before it fires again (an error or a panic of its handler,
-/// which rolled back, so the alarm is still there): doubling from this to
-/// [`ALARM_RETRY_MAX_MS`], so a handler that always fails does not spin.
-pub const ALARM_RETRY_MIN_MS: u64 = 1_000;
-
-/// How long an object whose wake was refused (its mailbox full, its database that would not
-/// open, in a fleet another node's) waits before it is woken again: without it the same
-/// objects, earliest in the index, would take every wake of every tick, and the shard's other
-/// alarms would wait behind them.
-pub const ALARM_WAKE_RETRY_MS: u64 = 5_000;
-
-/// The longest wait between the tries of a failing alarm.
-pub const ALARM_RETRY_MAX_MS: u64 = 60_000;
-
-/// Largest message an object sends another (`Cx::send_to_object`), in bytes: as an HTTP body
-/// an app takes by default is larger, a message between objects is an instruction (a
-/// transfer, an event), not a document. A larger one fails the call (413).
-pub const OBJECT_MESSAGE_MAX_BYTES: usize = 64 * 1024;
-
-/// Most messages an object may have waiting to be delivered (its outbox): past it a send
-/// fails the call (`507 too many undelivered messages`), so a receiver that is down cannot
-/// make a sender grow without bound.
-pub const OUTBOX_MAX: usize = 10_000;
-
-/// Most header fields an app sees of a request (those it declares), and most an app's answer
-/// may set: what a session keeps of its upgrade, and what an answer adds to a response, stay
-/// small. A page's cookies, a redirect, caching and a few of its own are well within it.
-pub const APP_HEADERS_MAX: usize = 16;
-
-/// Longest header field value an app sees (a longer one is left out) or may set (a longer one
-/// fails the answer): 4 KiB holds a cookie of the size browsers keep (RFC 6265, 6.1).
-pub const APP_HEADER_VALUE_MAX_BYTES: usize = 4 * 1024;
-
-/// Most bytes of declared header fields (names and values) an app is told of one request: a
-/// session keeps them for its whole life, so a client cannot make each of its sessions hold
-/// its whole 16 KiB head. Past it the later fields are left out.
-pub const APP_HEADERS_MAX_BYTES: usize = 8 * 1024;
-
-/// Longest `Caller::rest`, the path under an object (`/o/<app>/<name>/<rest>`): within the
-/// request target's own bound, so a session keeps at most this much of it.
-pub const APP_PATH_REST_MAX_BYTES: usize = 1024;
-
-/// Most origins an app module's `cors()` may list (as `COMBD_ALLOWED_ORIGINS`'s bound).
-pub const APP_CORS_ORIGINS_MAX: usize = 64;
-
-/// How long a browser may keep a preflight's answer (`access-control-max-age`), in seconds,
-/// unless a native app says otherwise: ten minutes, Chromium's own cap (Firefox keeps a day).
-pub const CORS_MAX_AGE_SECONDS: u64 = 600;
 
 /// Longest `COMBD_AUTH_ISSUER` or `COMBD_AUTH_AUDIENCE`, and longest `sub` or `name` claim a
 /// token may carry: what a session keeps of its client is bounded by it (two of them).

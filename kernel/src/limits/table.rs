@@ -293,6 +293,7 @@ mod tests {
     fn constants() -> Vec<&'static str> {
         [
             include_str!("mod.rs"),
+            include_str!("apps.rs"),
             include_str!("defaults.rs"),
             include_str!("fleet.rs"),
             include_str!("logs.rs"),
