@@ -33,6 +33,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use combd_kernel::limits::{ALARM_RETRY_MAX_MS, ALARM_RETRY_MIN_MS};
+use rusqlite::OptionalExtension;
 
 /// The SQL that makes an object's alarm table (run by the node, in the call's transaction,
 /// the first time the object sets one).
@@ -326,11 +327,7 @@ impl AlarmIndex {
         let known: Option<i64> = self.with(|db| {
             db.prepare_cached("SELECT next_ms FROM alarm_index WHERE app = ?1 AND name = ?2")?
                 .query_row([app, name], |r| r.get(0))
-                .map(Some)
-                .or_else(|e| match e {
-                    rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                    e => Err(e),
-                })
+                .optional()
         })?;
         match known {
             Some(at) if at.max(0) as u64 <= next_ms => Ok(()),

@@ -155,15 +155,6 @@ impl Job {
         }
     }
 
-    /// Whether the node makes this input (an alarm wake, a delivery's acknowledgement), not a
-    /// client: it is run apart from the app's batch.
-    pub fn is_node_input(input: &Owned) -> bool {
-        matches!(
-            input,
-            Owned::Alarms | Owned::FromObject { .. } | Owned::Delivered { .. }
-        )
-    }
-
     /// Whether this is a detach (which is never refused and never creates an object).
     pub fn is_detach(&self) -> bool {
         matches!(self.input, Owned::Detach { .. })
@@ -250,6 +241,16 @@ pub(crate) enum Owned {
 }
 
 impl Owned {
+    /// Whether the node makes this input (an alarm wake, another object's message, a delivery's
+    /// acknowledgement), not a
+    /// client: it is run apart from the app's batch.
+    pub fn is_node_input(&self) -> bool {
+        matches!(
+            self,
+            Owned::Alarms | Owned::FromObject { .. } | Owned::Delivered { .. }
+        )
+    }
+
     /// The input as the app sees it.
     pub fn input(&self) -> Result<Input<'_>, AppError> {
         Ok(match self {

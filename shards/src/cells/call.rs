@@ -73,6 +73,15 @@ impl BatchResult {
         }
     }
 
+    /// What one call told of itself: slow, or a limit it tripped (which may kill the call).
+    pub fn note(&mut self, st: CallStats) {
+        self.slow_calls += st.slow as u64;
+        if let Some(l) = st.limit {
+            self.killed |= l.kills();
+            self.limits.push(l);
+        }
+    }
+
     /// `more` (the inputs after these) appended.
     pub fn append(&mut self, mut more: BatchResult) {
         let at = self.outputs.len();
@@ -121,7 +130,7 @@ pub(super) fn run_batch(
 ) -> BatchResult {
     // What the node makes (an alarm wake, a message from another object, a delivery's
     // acknowledgement) runs where it stands among the inputs, apart from the app's batch.
-    if let Some(k) = inputs.iter().position(crate::job::Job::is_node_input) {
+    if let Some(k) = inputs.iter().position(Owned::is_node_input) {
         return super::fire::around(app, target, db, inputs, k, limits, on);
     }
     let mut result = BatchResult::new();
@@ -194,11 +203,7 @@ pub(super) fn run_batch(
         if r.is_ok() {
             result.effects.append(&mut mine);
         }
-        result.slow_calls += st.slow as u64;
-        if let Some(l) = st.limit {
-            result.killed |= l.kills();
-            result.limits.push(l);
-        }
+        result.note(st);
         if r.as_ref().is_err_and(AppError::is_failure) {
             result.failed.push(result.outputs.len());
         }

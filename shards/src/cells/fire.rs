@@ -7,6 +7,8 @@
 
 use combd_kernel::limits::ALARMS_PER_WAKE;
 
+use rusqlite::OptionalExtension;
+
 use crate::alarms::{self, Due};
 use crate::app::{App, AppError, Effect, Output};
 use crate::http::Response;
@@ -118,11 +120,7 @@ fn fire(
             result.wrote = true;
             return Ok(Response::error(503, "overloaded"));
         }
-        result.slow_calls += st.slow as u64;
-        if let Some(l) = st.limit {
-            result.killed |= l.kills();
-            result.limits.push(l);
-        }
+        result.note(st);
         match r {
             Ok(_) => {
                 result.effects.append(&mut mine);
@@ -214,11 +212,7 @@ fn delivered(
             "SELECT id, body, tries FROM _combd_outbox WHERE app = ?1 AND name = ?2 ORDER BY id LIMIT 1",
         )?
         .query_row([to, name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .map(Some)
-        .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            e => Err(e),
-        })?;
+        .optional()?;
     if let Some((next, body, tries)) = next {
         resend_later(db, next, alarms::now_ms(), tries.clamp(0, 64) as u32)?;
         result.effects.push(Effect::ToObject {
@@ -267,11 +261,7 @@ fn take(
                 let last: Option<i64> = db
                     .prepare("SELECT last_id FROM _combd_inbox WHERE app = ?1 AND name = ?2")?
                     .query_row([from, name], |r| r.get(0))
-                    .map(Some)
-                    .or_else(|e| match e {
-                        rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                        e => Err(e),
-                    })?;
+                    .optional()?;
                 let fresh = last.is_none_or(|l| id > l);
                 if fresh {
                     db.prepare(
@@ -298,11 +288,7 @@ fn take(
         result.wrote = true;
         return Ok(Output::None);
     }
-    result.slow_calls += st.slow as u64;
-    if let Some(l) = st.limit {
-        result.killed |= l.kills();
-        result.limits.push(l);
-    }
+    result.note(st);
     let fresh = r?;
     result.effects.append(&mut mine);
     Ok(Output::Http(Response::json(

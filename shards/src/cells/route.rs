@@ -228,7 +228,15 @@ impl Cells {
                     Reply::Http(reply),
                     Some(_),
                     Some(_),
-                ) => passing.push((method, query, body, (client, caller), reply, job.hold)),
+                ) => passing.push(Passing {
+                    method,
+                    query,
+                    body,
+                    client,
+                    caller,
+                    reply,
+                    hold: job.hold,
+                }),
                 (
                     Owned::Attach { .. },
                     Reply::Attach {
@@ -246,30 +254,11 @@ impl Cells {
         let (Some(owner), Some(fleet), false) = (owner, fleet, passing.is_empty()) else {
             return;
         };
-        let forwards =
-            passing
-                .into_iter()
-                .map(|(method, query, body, (client, caller), reply, hold)| {
-                    let (fleet, owner, key) = (fleet.clone(), owner.clone(), key.to_string());
-                    self.state.spawn(async move {
-                        let token = client.as_deref().map(crate::auth::Client::token);
-                        let resp = fleet
-                            .forward(
-                                &owner,
-                                &key,
-                                &method,
-                                query.as_deref(),
-                                &body,
-                                token,
-                                &caller,
-                            )
-                            .await;
-                        drop(hold);
-                        let served = resp.status != 503;
-                        let _ = reply.try_send(resp);
-                        served
-                    })
-                });
+        let forwards = passing.into_iter().map(|p| {
+            let (fleet, owner, key) = (fleet.clone(), owner.clone(), key.to_string());
+            self.state
+                .spawn(async move { p.go(&fleet, &owner, &key).await != 503 })
+        });
         let mut served = false;
         for task in forwards.collect::<Vec<_>>().into_iter().flatten() {
             served |= task.await;
@@ -321,24 +310,19 @@ impl Cells {
             } => {
                 fleet.count_routed();
                 let (cells, key) = (self.clone(), key.to_string());
+                let p = Passing {
+                    method,
+                    query,
+                    body,
+                    client,
+                    caller,
+                    reply,
+                    hold,
+                };
                 let task = self.state.spawn(async move {
-                    let token = client.as_deref().map(crate::auth::Client::token);
-                    let resp = fleet
-                        .forward(
-                            &owner,
-                            &key,
-                            &method,
-                            query.as_deref(),
-                            &body,
-                            token,
-                            &caller,
-                        )
-                        .await;
-                    drop(hold);
-                    if resp.status == 503 {
+                    if p.go(&fleet, &owner, &key).await == 503 {
                         cells.forget_route(&key);
                     }
-                    let _ = reply.try_send(resp);
                 });
                 // A shard that drains takes no task: the dropped reply answers the connection.
                 if let Ok(t) = task {
@@ -361,6 +345,42 @@ impl Cells {
             }
             job => Some(job),
         }
+    }
+}
+
+/// An HTTP request on its way to its object's owner on another node, with where its answer
+/// goes and its bytes held against its connection's inbound budget.
+struct Passing {
+    method: String,
+    query: Option<String>,
+    body: Vec<u8>,
+    client: Option<Arc<crate::auth::Client>>,
+    caller: Arc<crate::app::Caller>,
+    reply: async_channel::Sender<crate::http::Response>,
+    hold: Option<crate::inbound::Hold>,
+}
+
+impl Passing {
+    /// Passes it on to `owner` and answers it with the owner's answer (its bytes released once
+    /// that came): the answer's status.
+    async fn go(self, fleet: &crate::fleet::Fleet, owner: &str, key: &str) -> u16 {
+        let Passing {
+            method,
+            query,
+            body,
+            client,
+            caller,
+            reply,
+            hold,
+        } = self;
+        let token = client.as_deref().map(crate::auth::Client::token);
+        let resp = fleet
+            .forward(owner, key, &method, query.as_deref(), &body, token, &caller)
+            .await;
+        drop(hold);
+        let status = resp.status;
+        let _ = reply.try_send(resp);
+        status
     }
 }
 
