@@ -301,3 +301,58 @@ fn an_object_whose_wake_is_refused_waits_and_holds_no_other_alarm_back() {
     let s = node.stats();
     assert_eq!(s["alarm_wakes_refused"], 1, "woken again and again: {s}");
 }
+
+#[test]
+fn the_bounds_of_alarms_and_outboxes_are_crossed_and_refuse_the_call() {
+    use combd_kernel::limits::{
+        ALARMS_PER_OBJECT_MAX, ALARM_PAYLOAD_MAX_BYTES, OBJECT_MESSAGE_MAX_BYTES, OUTBOX_MAX,
+    };
+    let node = TestNode::start(&[TEST_APPS]);
+    let far = "in_ms=3600000";
+    // A payload at alarm_payload_max_bytes is taken, one byte more refuses the call (413).
+    let at = alarmer(
+        &node,
+        "p",
+        &format!("n=1&{far}&payload_bytes={ALARM_PAYLOAD_MAX_BYTES}"),
+    );
+    assert_eq!(at.status, 200, "{}", at.text());
+    let past = alarmer(
+        &node,
+        "p",
+        &format!("n=1&{far}&payload_bytes={}", ALARM_PAYLOAD_MAX_BYTES + 1),
+    );
+    assert_eq!(past.status, 413, "{}", past.text());
+    // alarms_per_object_max pending: the next set refuses its whole call (507), nothing of it set.
+    let r = alarmer(&node, "full", &format!("n={ALARMS_PER_OBJECT_MAX}&{far}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = alarmer(&node, "full", &format!("n=1&{far}"));
+    assert_eq!(r.status, 507, "{}", r.text());
+    assert!(r.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("alarms_per_object_max"));
+    // A message at object_message_max_bytes waits in the outbox; one byte more is refused.
+    let r = alarmer(
+        &node,
+        "o",
+        &format!("send=1&bytes={OBJECT_MESSAGE_MAX_BYTES}"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = alarmer(
+        &node,
+        "o",
+        &format!("send=1&bytes={}", OBJECT_MESSAGE_MAX_BYTES + 1),
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    // outbox_max undelivered (their receiver's app does not exist): the next send is refused.
+    let r = alarmer(&node, "ob", &format!("send={OUTBOX_MAX}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = alarmer(&node, "ob", "send=1");
+    assert_eq!(r.status, 507, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap().contains("outbox_max"));
+    let s = wait_stats(&node, "the index", |s| s["alarm_objects"] == 4);
+    assert_eq!(
+        s["alarms_pending"].as_u64().unwrap(),
+        (1 + ALARMS_PER_OBJECT_MAX + 1 + OUTBOX_MAX) as u64
+    );
+}

@@ -22,14 +22,14 @@ fn v2(headers: &str, cors: &str) -> String {
   (import "combd" "header" (func $header (param i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
   (data (i32.const 16) "{headers}\00")
-  (data (i32.const 512) "{cors}\00")
+  (data (i32.const 32768) "{cors}\00")
   (data (i32.const 1024) "text/plain; charset=utf-8")
   (data (i32.const 1056) "set-cookie")
   (data (i32.const 1072) "m=1; Path=/")
   (data (i32.const 1088) "transfer-encoding")
   (data (i32.const 1120) "chunked")
   (func (export "headers") (result i32) (i32.const 16))
-  (func (export "cors") (result i32) (i32.const 512))
+  (func (export "cors") (result i32) (i32.const 32768))
   (func $part (param $p i32) (param $at i32) (result i32)
     (local $n i32)
     (local.set $n (call $input (local.get $p) (local.get $at) (i32.const 1024)))
@@ -116,6 +116,14 @@ fn a_modules_bad_declarations_stop_the_start() {
     let many: Vec<String> = (0..17).map(|i| format!("h{i}")).collect();
     let (stderr, _) = refused_with(&[("v2.wat", &v2(&many.join(","), "*"))]);
     assert!(stderr.contains("app_headers_max"), "{stderr}");
+    // At most app_cors_origins_max origins: 64 load, 65 stop the start.
+    let origins =
+        |n: usize| -> Vec<String> { (0..n).map(|i| format!("https://o{i}.example")).collect() };
+    let (stderr, _) = refused_with(&[("v2.wat", &v2("a", &origins(65).join(",")))]);
+    assert!(stderr.contains("app_cors_origins_max"), "{stderr}");
+    let dir = apps_dir(&[("v2.wat", &v2("a", &origins(64).join(",")))]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    assert_eq!(node.stats()["apps"]["v2"]["kind"], "wasm");
 }
 
 /// A module that sets an alarm due now on each request, and whose alarm handler succeeds only

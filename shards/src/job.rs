@@ -242,8 +242,7 @@ pub(crate) enum Owned {
 
 impl Owned {
     /// Whether the node makes this input (an alarm wake, another object's message, a delivery's
-    /// acknowledgement), not a
-    /// client: it is run apart from the app's batch.
+    /// acknowledgement), not a client: it is run apart from the app's batch.
     pub fn is_node_input(&self) -> bool {
         matches!(
             self,

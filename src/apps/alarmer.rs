@@ -6,7 +6,10 @@
 //!   object's name unless `&tag=` says), and answers
 //!   their ids; `fail=1` then fails the call (nothing set); `tamper=1` tries to delete the
 //!   node's alarm table with the app's own SQL (denied).
-//! - `POST …?cancel=<id>` cancels an alarm: `{"cancelled":true|false}`.
+//! - `POST …?cancel=<id>` cancels an alarm: `{"cancelled":true|false}`; `&payload_bytes=<b>`
+//!   sets alarms with payloads of `b` bytes.
+//! - `POST …?send=<n>&bytes=<b>` queues n messages of b bytes to an object of an app that does
+//!   not exist (they stay in the outbox).
 //! - `POST …?broken=1|0`: while broken, every alarm's handler fails (rolled back, so its alarm
 //!   fires again later).
 //! - An alarm: `fires` of its payload goes up by one, in the transaction that consumes it.
@@ -46,6 +49,19 @@ fn post(cx: &mut Cx<'_>, query: Option<&str>) -> Result<Output, AppError> {
             &serde_json::json!({ "cancelled": was }),
         )));
     }
+    if let Some(n) = num(query, "send")? {
+        // n messages of `bytes` bytes to an object of an app that does not exist: they wait in
+        // the outbox (for the tests of its bounds).
+        let body = vec![b'm'; num(query, "bytes")?.unwrap_or(1) as usize];
+        for _ in 0..n {
+            cx.tick()?;
+            cx.send_to_object("nosuchapp", "sink", &body)?;
+        }
+        return Ok(Output::Http(Response::json(
+            200,
+            &serde_json::json!({ "sent": n }),
+        )));
+    }
     if query_param(query, "tamper").is_some() {
         cx.db()?.execute("DELETE FROM _combd_alarms", [])?;
     }
@@ -59,7 +75,11 @@ fn post(cx: &mut Cx<'_>, query: Option<&str>) -> Result<Output, AppError> {
     let mut ids = Vec::new();
     for i in 0..n {
         cx.tick()?;
-        ids.push(cx.set_alarm(now + in_ms + i * step, format!("{name}:{i}").as_bytes())?);
+        let mut payload = format!("{name}:{i}").into_bytes();
+        if let Some(b) = num(query, "payload_bytes")? {
+            payload.resize(b as usize, b'p');
+        }
+        ids.push(cx.set_alarm(now + in_ms + i * step, &payload)?);
     }
     if query_param(query, "fail").is_some() {
         return Err(AppError::new(500, "failed on purpose"));
