@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "fleet/alarms.rs"]
+mod alarms;
 #[path = "fleet/etcd_size.rs"]
 mod etcd_size;
 #[path = "../fleet/tests/support/mod.rs"]

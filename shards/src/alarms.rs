@@ -18,6 +18,14 @@
 //! - the index's entry moves later (or goes) only once what made it so is durable: after a wake's
 //!   batch was synced, from what the object says remains.
 //!
+//! **In a fleet** the node's index covers the objects this node owns; the fleet keeps one more,
+//! in etcd (`combd_fleet::coordinator`, `wakes`): each owner records, with every head it ships
+//! and in the head's fenced transaction, when the object next has something due as of that head
+//! (read after each batch that set an alarm, queued a message or ran the node's inputs). The
+//! keys outlive the owner's lease; each node sweeps them for objects due without an owner and
+//! takes those up into its own index (`crate::fleet` `wakes`), so a dead owner's alarms fire
+//! on the node that claims the object.
+//!
 //! **Firing.** Each shard's housekeeping tick (100 ms) reads from the index the objects of its
 //! own that are due ([`ALARM_WAKES_PER_TICK`](combd_kernel::limits::ALARM_WAKES_PER_TICK) at
 //! most), and sends each a wake through its mailbox, like any input (the object is restored

@@ -126,12 +126,12 @@ impl Job {
     }
 
     /// A message from object `app/name` (its outbox id `id`); the answer (200 once taken and
-    /// durable) goes back on `reply`.
+    /// durable) goes back on `reply`. `passed`: another node passed it on (it is not passed on
+    /// again).
     pub fn from_object(
-        app: String,
-        name: String,
-        id: i64,
+        (app, name, id): (String, String, i64),
         body: Vec<u8>,
+        passed: bool,
         reply: async_channel::Sender<Response>,
     ) -> Job {
         Job {
@@ -140,6 +140,7 @@ impl Job {
                 name,
                 id,
                 body,
+                passed,
             },
             reply: Reply::Http(reply),
             hold: None,
@@ -230,6 +231,8 @@ pub(crate) enum Owned {
         name: String,
         id: i64,
         body: Vec<u8>,
+        /// Another node passed it on to this one, its owner (never passed on again).
+        passed: bool,
     },
     /// The receiver `app/name` took the sender's message `id`: the sender's batch drops it
     /// from its outbox and sends the next one for that receiver, if any.

@@ -38,9 +38,11 @@ use crate::tls::FleetTls;
 mod keeper;
 mod objects;
 mod user;
+mod wakes;
 
 pub use keeper::LeaseKeeper;
 use user::{another_member_may_answer, EtcdUser};
+pub use wakes::DueChange;
 
 /// A coordinator call that failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

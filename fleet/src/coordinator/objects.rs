@@ -8,6 +8,9 @@ use super::{
     Snapshot,
 };
 
+/// An object's head, its recorded snapshot and its due time, read together.
+pub type ObjectState = (Option<Head>, Option<Snapshot>, Option<u64>);
+
 impl Coordinator {
     pub(super) fn owner_key(&self, object: &str) -> String {
         format!("{}owner/{object}", self.prefix)
@@ -97,9 +100,7 @@ impl Coordinator {
         token: i64,
         head: Head,
     ) -> Result<Advance, CoordinatorError> {
-        let put = json!({ "request_put": {
-            "key": b64(&self.head_key(object)), "value": b64(&head.encode()) } });
-        self.fenced("advance head", object, token, put)
+        self.advance_head_and_due(object, token, Some(head), super::DueChange::NONE)
     }
 
     /// Gives back `object`'s claim made with `token` (its owner key deleted, if it is still
@@ -132,6 +133,18 @@ impl Coordinator {
         token: i64,
         request: serde_json::Value,
     ) -> Result<Advance, CoordinatorError> {
+        self.fenced_all(op, object, token, vec![request])
+    }
+
+    /// Does `requests` (the writes of one transaction) if `token` is still `object`'s owner's
+    /// fencing token; else none of them, [`Advance::Fenced`].
+    pub(super) fn fenced_all(
+        &self,
+        op: &'static str,
+        object: &str,
+        token: i64,
+        requests: Vec<serde_json::Value>,
+    ) -> Result<Advance, CoordinatorError> {
         if token <= 0 {
             // No claim yields it (revisions start at 1), and etcd compares an absent key's
             // create_revision as 0: such a token would pass the fence of an unowned object.
@@ -144,7 +157,7 @@ impl Coordinator {
                 "result": "EQUAL",
                 "create_revision": token.to_string(),
             }],
-            "success": [request],
+            "success": requests,
             "failure": [],
         });
         let v = self.call(op, object, "/v3/kv/txn", &txn)?;
@@ -161,11 +174,18 @@ impl Coordinator {
         &self,
         object: &str,
     ) -> Result<(Option<Head>, Option<Snapshot>), CoordinatorError> {
+        self.state_and_due(object)
+            .map(|(head, snapshot, _)| (head, snapshot))
+    }
+
+    /// `object`'s head, its recorded snapshot and its due time (`super::wakes`), read together.
+    pub fn state_and_due(&self, object: &str) -> Result<ObjectState, CoordinatorError> {
         let txn = json!({
             "compare": [],
             "success": [
                 { "request_range": { "key": b64(&self.head_key(object)) } },
                 { "request_range": { "key": b64(&self.snapshot_key(object)) } },
+                { "request_range": { "key": b64(&self.due_key(object)) } },
             ],
             "failure": [],
         });
@@ -188,7 +208,14 @@ impl Coordinator {
                 Snapshot::decode(&text).ok_or_else(|| err(bad(format!("snapshot {text:?}"))))?,
             ),
         };
-        Ok((head, snapshot))
+        let due = match range(2)? {
+            None => None,
+            Some((text, _, _)) => Some(
+                text.parse()
+                    .map_err(|_| err(bad(format!("due {text:?}"))))?,
+            ),
+        };
+        Ok((head, snapshot, due))
     }
 
     /// `object`'s head, if a segment of it was ever shipped.

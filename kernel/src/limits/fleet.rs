@@ -165,6 +165,18 @@ pub const FLEET_ROUTES_MAX: usize = 65_536;
 /// the blocking threads' queue short.
 pub const FLEET_LOOKUPS_MAX: usize = 256;
 
+/// How often a node reads the fleet's wake index (`combd_fleet::coordinator`'s `wakes`) for
+/// objects with something due and no owner (their owner died): one etcd range read a second
+/// (and one read of the found objects' owners) costs etcd little, and a dead owner's alarms
+/// wait its lease's TTL anyway.
+pub const FLEET_WAKE_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Objects one read of the fleet's wake index takes at most (earliest first): each one found
+/// without an owner is claimed and restored here within `COMBD_RESTORES_AT_ONCE`, like any
+/// object; the rest wait for the next sweep, so a dead owner's thousands of objects come back
+/// a few hundred a second instead of all at once.
+pub const FLEET_WAKE_SWEEP_MAX: usize = 256;
+
 /// The most bytes of an owner's answer a node passes back (a longer one is answered 503): an
 /// object's answer is JSON built by its app, far below this.
 pub const FLEET_FORWARD_ANSWER_MAX_BYTES: u64 = 16 << 20;

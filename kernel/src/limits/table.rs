@@ -230,6 +230,12 @@ pub const FIXED: &[Fixed] = &[
     fixed!("fleet_unreachable_max", FLEET_UNREACHABLE_MAX),
     fixed!("fleet_routes_max", FLEET_ROUTES_MAX),
     fixed!("fleet_lookups_max", FLEET_LOOKUPS_MAX),
+    fixed!(
+        "fleet_wake_sweep_interval_ms",
+        FLEET_WAKE_SWEEP_INTERVAL,
+        ms
+    ),
+    fixed!("fleet_wake_sweep_max", FLEET_WAKE_SWEEP_MAX),
     fixed!("fleet_key_min_bytes", FLEET_KEY_MIN_BYTES),
     fixed!("fleet_auth_skew_ms", FLEET_AUTH_SKEW, ms),
     fixed!("fleet_auth_replays_max", FLEET_AUTH_REPLAYS_MAX),

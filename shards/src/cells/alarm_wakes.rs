@@ -8,7 +8,9 @@ use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
-use combd_kernel::limits::ALARM_WAKES_PER_TICK;
+use std::time::Instant;
+
+use combd_kernel::limits::{ALARM_WAKES_PER_TICK, FLEET_WAKE_SWEEP_INTERVAL};
 
 use crate::alarms;
 use crate::job::Job;
@@ -22,12 +24,17 @@ pub(crate) struct AlarmWakes {
     /// `app/name` of each object woken whose answer has not come back.
     waking: Rc<RefCell<HashSet<String>>>,
     reading: Rc<Cell<bool>>,
+    /// In a fleet, on shard 0: a sweep of the fleet's wake index is under way, and when the
+    /// last one began (`crate::fleet` `wakes`).
+    sweeping: Rc<Cell<bool>>,
+    swept: Cell<Option<Instant>>,
 }
 
 impl AlarmWakes {
     /// Reads the index for what is due on this shard (unless a read is under way, or
     /// [`ALARM_WAKES_PER_TICK`] objects are being woken) and wakes each object found.
     pub fn tick(&self, cells: &Rc<Cells>) {
+        self.sweep(cells);
         let room = ALARM_WAKES_PER_TICK.saturating_sub(self.waking.borrow().len());
         if self.reading.get() || room == 0 {
             return;
@@ -72,7 +79,7 @@ impl AlarmWakes {
                 let answered = cells.clone().state.spawn(async move {
                     match rx.recv().await {
                         Ok(resp) if resp.status == 200 => {
-                            cells.settle_alarms(&w.app, &w.name, &resp).await
+                            cells.settle_alarms(&w.app, &w.name, &resp, mark).await
                         }
                         _ => cells.postpone_alarms(&w.app, &w.name, mark).await,
                     }
@@ -88,6 +95,46 @@ impl AlarmWakes {
                 t.detach();
             }
             Err(()) => self.reading.set(false),
+        }
+    }
+}
+
+impl AlarmWakes {
+    /// In a fleet, on shard 0, once a [`FLEET_WAKE_SWEEP_INTERVAL`]: reads the fleet's wake
+    /// index for objects due whose owner died, into the node's alarm index (the ticks wake
+    /// them).
+    fn sweep(&self, cells: &Rc<Cells>) {
+        let node = cells.state.node();
+        let Some(fleet) = node.fleet.clone() else {
+            return;
+        };
+        let now = Instant::now();
+        if cells.state.id() != 0
+            || self.sweeping.get()
+            || self
+                .swept
+                .get()
+                .is_some_and(|at| now.duration_since(at) < FLEET_WAKE_SWEEP_INTERVAL)
+        {
+            return;
+        }
+        self.swept.set(Some(now));
+        self.sweeping.set(true);
+        let sweeping = self.sweeping.clone();
+        let (index, apps, shards) = (node.alarms.clone(), node.apps.clone(), node.stats.len());
+        let task = cells.state.spawn(async move {
+            glommio::executor()
+                .spawn_blocking(move || {
+                    fleet.sweep_wakes(&index, &apps, shards, alarms::now_ms());
+                })
+                .await;
+            sweeping.set(false);
+        });
+        match task {
+            Ok(t) => {
+                t.detach();
+            }
+            Err(()) => self.sweeping.set(false),
         }
     }
 }
@@ -109,9 +156,10 @@ impl Cells {
     }
 
     /// A wake's answer, once its batch is durable: counts what it fired, and settles the
-    /// object's entry in the index to what remains. Any other answer (the mailbox was full,
-    /// the object could not be restored) leaves the entry as it is: tried again next tick.
-    async fn settle_alarms(&self, app: &str, name: &str, resp: &crate::http::Response) {
+    /// object's entry in the index to what remains (taken when the batch read it). In a fleet,
+    /// an object another node owns answers `{"elsewhere":…}`: its owner fires it, and the
+    /// entry goes (unless a call lowered it since the wake's `mark`).
+    async fn settle_alarms(&self, app: &str, name: &str, resp: &crate::http::Response, mark: u64) {
         let Ok(said) = serde_json::from_slice::<serde_json::Value>(&resp.body) else {
             return;
         };
@@ -123,7 +171,7 @@ impl Cells {
             .alarm_late_ms_max
             .fetch_max(n("late_ms_max"), Ordering::Relaxed);
         let next = said["next_ms"].as_u64();
-        let (count, mark) = (n("count"), n("mark"));
+        let (count, mark) = (n("count"), said["mark"].as_u64().unwrap_or(mark));
         let index = self.state.node().alarms.clone();
         let (app, name) = (app.to_string(), name.to_string());
         let settled = glommio::executor()

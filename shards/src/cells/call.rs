@@ -55,6 +55,10 @@ pub(super) struct BatchResult {
     /// The outputs (by index) of calls that failed ([`AppError::is_failure`]): what the node
     /// warns about. The node's own refusals are not among them.
     pub failed: Vec<usize>,
+    /// A call that committed set an alarm or queued a message, or the node's input ran (an
+    /// alarm wake, a message taken, a delivery): when the object next has something due may
+    /// have moved (the fleet's wake index learns it with the batch's head).
+    pub due_moved: bool,
 }
 
 impl BatchResult {
@@ -70,12 +74,14 @@ impl BatchResult {
             wrote: false,
             refused: 0,
             failed: Vec::new(),
+            due_moved: false,
         }
     }
 
     /// What one call told of itself: slow, or a limit it tripped (which may kill the call).
     pub fn note(&mut self, st: CallStats) {
         self.slow_calls += st.slow as u64;
+        self.due_moved |= st.alarm_set;
         if let Some(l) = st.limit {
             self.killed |= l.kills();
             self.limits.push(l);
@@ -93,6 +99,7 @@ impl BatchResult {
         self.limits.append(&mut more.limits);
         self.wrote |= more.wrote;
         self.refused += more.refused;
+        self.due_moved |= more.due_moved;
         self.failed.extend(more.failed.into_iter().map(|i| i + at));
     }
 }
@@ -107,6 +114,8 @@ pub(super) struct CallStats {
     /// On a scratch database: the call had written when it was about to commit, and was
     /// rolled back instead.
     pub wrote: bool,
+    /// It set an alarm or queued a message, and committed.
+    pub alarm_set: bool,
 }
 
 /// The limits of every call of one batch.
@@ -165,6 +174,7 @@ pub(super) fn run_batch(
             return result;
         }
         result.slow_calls += st.slow as u64;
+        result.due_moved |= st.alarm_set && r.is_ok();
         if let Ok(outs) = r {
             result.outputs = outs.into_iter().map(Ok).collect();
             result.effects = effects;
@@ -310,6 +320,7 @@ pub(super) fn call<T>(
         slow: started.elapsed() > SLOW_CALL,
         limit: tripped,
         wrote,
+        alarm_set: budget.alarm_set.is_some() && r.is_ok(),
     };
     (r, stats)
 }

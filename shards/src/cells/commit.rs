@@ -41,6 +41,10 @@ pub(super) struct Committed {
     /// In a fleet: the WAL's length right after this batch committed (what its shipment may
     /// read up to).
     pub wal_len: u64,
+    /// In a fleet, for a batch that set an alarm, queued a message or ran the node's inputs:
+    /// when the object next has something due after it (`None` inside: nothing), for the
+    /// fleet's wake index.
+    pub due: Option<Option<u64>>,
 }
 
 /// What the commit task does between a commit and its answers.
@@ -404,7 +408,10 @@ async fn finish(
                 fleet.ship_failed();
                 Some(Refusal::FleetUnavailable)
             }
-            (None, false, Ok(segments)) => advance(key, pipe, fleet.clone(), segments).await,
+            (None, false, Ok(segments)) => {
+                let due = group.iter().rev().find_map(|c| c.due);
+                advance(key, pipe, fleet.clone(), segments, due).await
+            }
         };
         fleet.uploaded(answers);
     } else if refusal.is_none() && pipe.failed.get() {
@@ -423,8 +430,10 @@ async fn advance(
     pipe: &Pipe,
     fleet: std::sync::Arc<crate::fleet::Fleet>,
     segments: Vec<Segment>,
+    due: Option<Option<u64>>,
 ) -> Option<Refusal> {
-    let Some(shipped) = on_shipping(key, pipe, move |s| fleet.advance(s, &segments)).await else {
+    let Some(shipped) = on_shipping(key, pipe, move |s| fleet.advance(s, &segments, due)).await
+    else {
         return Some(Refusal::FleetUnavailable);
     };
     match shipped {

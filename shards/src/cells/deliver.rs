@@ -42,7 +42,7 @@ impl Cells {
         self.submit(
             &to,
             &name,
-            Job::from_object(from_app.clone(), from_name.clone(), id, body, tx),
+            Job::from_object((from_app.clone(), from_name.clone(), id), body, false, tx),
         );
         ShardStats::add(&self.state.stats().object_messages_sent, 1);
         let cells = self.clone();

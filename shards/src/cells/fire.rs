@@ -38,6 +38,7 @@ pub(super) fn around(
             name,
             id,
             body,
+            ..
         } => take(
             app,
             target,
@@ -55,6 +56,7 @@ pub(super) fn around(
     if result.wrote {
         return result;
     }
+    result.due_moved = true;
     result.outputs.push(answer);
     let after = run_batch(app, target, db, &inputs[k + 1..], limits, on);
     result.append(after);
@@ -243,6 +245,7 @@ fn take(
         name: name.to_string(),
         id,
         body: body.to_vec(),
+        passed: false,
     };
     let mut mine = Vec::new();
     let (r, st) = call(

@@ -198,8 +198,9 @@ impl Cells {
         None
     }
 
-    /// Passes the HTTP requests of `jobs` on to `owner` (all at once, each on its own
-    /// connection and within its own deadline, answered with the owner's answer), tells a
+    /// Passes the HTTP requests and messages from other objects of `jobs` on to `owner` (all
+    /// at once, each on its own connection and within its own deadline, answered with the
+    /// owner's answer), answers an alarm wake that the owner fires the object's alarms, tells a
     /// WebSocket attaching that its connection is to be passed through to `owner`, and refuses
     /// the rest with `refusal`: a session's message (its connection is attached here, to an
     /// object this node no longer serves), or a request or WebSocket another node already
@@ -229,14 +230,43 @@ impl Cells {
                     Some(_),
                     Some(_),
                 ) => passing.push(Passing {
-                    method,
-                    query,
-                    body,
-                    client,
-                    caller,
+                    what: Pass::Request {
+                        method,
+                        query,
+                        body,
+                        client,
+                        caller,
+                    },
                     reply,
                     hold: job.hold,
                 }),
+                (
+                    Owned::FromObject {
+                        app,
+                        name,
+                        id,
+                        body,
+                        passed: false,
+                    },
+                    Reply::Http(reply),
+                    Some(_),
+                    Some(_),
+                ) => passing.push(Passing {
+                    what: Pass::Message {
+                        from: format!("{app}/{name}"),
+                        id,
+                        body,
+                    },
+                    reply,
+                    hold: job.hold,
+                }),
+                (Owned::Alarms, Reply::Http(reply), Some(owner), Some(_)) => {
+                    // Its owner fires its alarms: this node's alarm index lets it go.
+                    let _ = reply.try_send(crate::http::Response::json(
+                        200,
+                        &serde_json::json!({ "elsewhere": owner }),
+                    ));
+                }
                 (
                     Owned::Attach { .. },
                     Reply::Attach {
@@ -311,11 +341,13 @@ impl Cells {
                 fleet.count_routed();
                 let (cells, key) = (self.clone(), key.to_string());
                 let p = Passing {
-                    method,
-                    query,
-                    body,
-                    client,
-                    caller,
+                    what: Pass::Request {
+                        method,
+                        query,
+                        body,
+                        client,
+                        caller,
+                    },
                     reply,
                     hold,
                 };
@@ -348,35 +380,55 @@ impl Cells {
     }
 }
 
-/// An HTTP request on its way to its object's owner on another node, with where its answer
-/// goes and its bytes held against its connection's inbound budget.
+/// An HTTP request or a message from another object on its way to its object's owner on
+/// another node, with where its answer goes and its bytes held against its connection's
+/// inbound budget.
 struct Passing {
-    method: String,
-    query: Option<String>,
-    body: Vec<u8>,
-    client: Option<Arc<crate::auth::Client>>,
-    caller: Arc<crate::app::Caller>,
+    what: Pass,
     reply: async_channel::Sender<crate::http::Response>,
     hold: Option<crate::inbound::Hold>,
+}
+
+/// What is passed on.
+enum Pass {
+    /// A client's HTTP request.
+    Request {
+        method: String,
+        query: Option<String>,
+        body: Vec<u8>,
+        client: Option<Arc<crate::auth::Client>>,
+        caller: Arc<crate::app::Caller>,
+    },
+    /// Message `id` of object `from`'s outbox (`app/name`).
+    Message {
+        from: String,
+        id: i64,
+        body: Vec<u8>,
+    },
 }
 
 impl Passing {
     /// Passes it on to `owner` and answers it with the owner's answer (its bytes released once
     /// that came): the answer's status.
     async fn go(self, fleet: &crate::fleet::Fleet, owner: &str, key: &str) -> u16 {
-        let Passing {
-            method,
-            query,
-            body,
-            client,
-            caller,
-            reply,
-            hold,
-        } = self;
-        let token = client.as_deref().map(crate::auth::Client::token);
-        let resp = fleet
-            .forward(owner, key, &method, query.as_deref(), &body, token, &caller)
-            .await;
+        let Passing { what, reply, hold } = self;
+        let resp = match what {
+            Pass::Request {
+                method,
+                query,
+                body,
+                client,
+                caller,
+            } => {
+                let token = client.as_deref().map(crate::auth::Client::token);
+                fleet
+                    .forward(owner, key, &method, query.as_deref(), &body, token, &caller)
+                    .await
+            }
+            Pass::Message { from, id, body } => {
+                fleet.pass_message(owner, key, &from, id, &body).await
+            }
+        };
         drop(hold);
         let status = resp.status;
         let _ = reply.try_send(resp);

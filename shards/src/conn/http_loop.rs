@@ -49,6 +49,8 @@ struct ObjectRequest {
     caller: Arc<crate::app::Caller>,
     /// The app's CORS policy lets the request's origin read the answer.
     cors: Option<AllowOrigin>,
+    /// A message from another object passed on by the fleet: its sender and outbox id.
+    message: Option<(String, i64)>,
     /// What the access log keeps of it, while the log is on.
     entry: Option<Box<Entry>>,
 }
@@ -426,6 +428,7 @@ impl Conn {
                 client,
                 caller,
                 cors,
+                message,
             } => Next::Object(Box::new(ObjectRequest {
                 app,
                 object,
@@ -437,6 +440,7 @@ impl Conn {
                 client,
                 caller,
                 cors,
+                message,
                 entry: self.kept(req.method, req.path, bytes_in),
             })),
         }
@@ -474,15 +478,22 @@ impl Conn {
         let (tx, answer) = async_channel::bounded(1);
         match self.hold_input(req.body.len() as u64) {
             Some(hold) => {
-                let job = Job::http(
-                    req.method,
-                    req.query,
-                    req.body,
-                    req.forwarded,
-                    req.client,
-                    req.caller,
-                    tx,
-                );
+                let job = match req.message {
+                    Some((from, id)) => {
+                        let (app, name) = from.split_once('/').unwrap_or_default();
+                        let sender = (app.to_string(), name.to_string(), id);
+                        Job::from_object(sender, req.body, true, tx)
+                    }
+                    None => Job::http(
+                        req.method,
+                        req.query,
+                        req.body,
+                        req.forwarded,
+                        req.client,
+                        req.caller,
+                        tx,
+                    ),
+                };
                 self.cells.submit(&req.app, &req.object, job.held(hold));
             }
             None => {

@@ -12,6 +12,7 @@
 mod access;
 mod caller;
 mod http_loop;
+mod message;
 mod pass_through;
 mod refuse;
 mod routes;

@@ -29,6 +29,9 @@ pub(super) enum Routed {
         caller: Arc<Caller>,
         /// The app's CORS policy lets the request's origin read the answer.
         cors: Option<AllowOrigin>,
+        /// A message from another object, passed on by the fleet: its sender (`app/name`) and
+        /// the sender's outbox id of it.
+        message: Option<(String, i64)>,
     },
 }
 
@@ -107,6 +110,9 @@ impl Conn {
                 node.metrics_text().into_bytes(),
             ),
             "/stats" | "/metrics" if self.local => method_not_allowed(),
+            path if from_fleet && path.starts_with(crate::fleet::MESSAGE_PATH) => {
+                return self.route_message(req, path)
+            }
             path => match path
                 .strip_prefix("/o/")
                 .and_then(|rest| rest.split_once('/'))
@@ -237,6 +243,7 @@ impl Conn {
                 client,
                 caller,
                 cors,
+                message: None,
             };
         }
         let input = Input::Http {

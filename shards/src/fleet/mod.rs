@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use combd_fleet::auth::{self, FleetKey, Replays};
 use combd_fleet::bucket::Bucket;
-use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper};
+use combd_fleet::coordinator::{Advance, Claim, Coordinator, DueChange, Head, Lease, LeaseKeeper};
 use combd_fleet::segment::{Segment, WalCursor};
 use combd_fleet::tls::FleetTls;
 use combd_fleet::{config, restore};
@@ -43,8 +43,9 @@ mod stats;
 mod trust;
 mod unreachable;
 mod upload;
+mod wakes;
 
-pub use pass_on::owner_unreachable;
+pub use pass_on::{owner_unreachable, MESSAGE_PATH};
 pub use stats::FleetStats;
 pub use trust::auth_refused;
 use unreachable::Unreachable;
@@ -119,6 +120,9 @@ pub struct Shipping {
     /// The head of the newest snapshot of the object in the bucket that this node knows of:
     /// a snapshot at the head again would upload the same database.
     snapshot_at: Option<Head>,
+    /// When the object next has something due, as the coordinator records it (the fleet's
+    /// wake index, `combd_fleet::coordinator` `wakes`): moved with the head that changes it.
+    due: Option<u64>,
 }
 
 impl Shipping {
@@ -141,6 +145,7 @@ impl Shipping {
             head,
             cut: head,
             snapshot_at,
+            due: None,
         }
     }
 }
@@ -320,7 +325,10 @@ impl Fleet {
         };
         self.stats.claims_won.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let (head, recorded) = self.coordinator.state(key).map_err(|e| unavailable(&e))?;
+        let (head, recorded, due) = self
+            .coordinator
+            .state_and_due(key)
+            .map_err(|e| unavailable(&e))?;
         let wal = sidecar(path, "-wal");
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| unavailable(&e))?;
@@ -359,14 +367,9 @@ impl Fleet {
             remove(&sidecar(path, "-shm"))?;
             self.stats.restores_skipped.fetch_add(1, Ordering::Relaxed);
             self.stats.objects_owned.fetch_add(1, Ordering::Relaxed);
-            return Ok(Shipping::from(
-                key,
-                wal,
-                owner.token,
-                lease.id,
-                head,
-                Some(head),
-            ));
+            let mut s = Shipping::from(key, wal, owner.token, lease.id, head, Some(head));
+            s.due = due;
+            return Ok(s);
         }
         // Written beside the database, then renamed over it: a node killed while restoring
         // leaves the old files or the new one, never a database half written (or none).
@@ -416,14 +419,9 @@ impl Fleet {
             seq: 0,
             token: owner.token,
         });
-        Ok(Shipping::from(
-            key,
-            wal,
-            owner.token,
-            lease.id,
-            head,
-            snapshot_at,
-        ))
+        let mut s = Shipping::from(key, wal, owner.token, lease.id, head, snapshot_at);
+        s.due = due;
+        Ok(s)
     }
 
     /// Gives back the claim of `s`'s object if it was never written: nothing shipped (no
@@ -536,23 +534,39 @@ impl Fleet {
     }
 
     /// Makes the last of `segments` (uploaded, and every segment cut before them already the
-    /// head) the object's head, fenced by this node's token, then checks the lease. Blocking.
-    pub fn advance(&self, s: &mut Shipping, segments: &[Segment]) -> Shipped {
-        let shipped = match segments.last() {
-            None => Shipped::Done,
-            Some(last) => {
-                let head = Head {
-                    seq: last.seq,
-                    token: last.token,
-                };
-                match self.coordinator.advance_head(&s.key, s.token, head) {
-                    Ok(Advance::Done) => {
+    /// head) the object's head, fenced by this node's token, then checks the lease. `due`: when
+    /// the object next has something due as of the group's last batch that changed it (if
+    /// one did), recorded in the fleet's wake index in the same transaction. Blocking.
+    pub fn advance(
+        &self,
+        s: &mut Shipping,
+        segments: &[Segment],
+        due: Option<Option<u64>>,
+    ) -> Shipped {
+        let head = segments.last().map(|last| Head {
+            seq: last.seq,
+            token: last.token,
+        });
+        let change = DueChange {
+            was: s.due,
+            now: due.unwrap_or(s.due),
+        };
+        let shipped = if head.is_none() && change.was == change.now {
+            Shipped::Done
+        } else {
+            match self
+                .coordinator
+                .advance_head_and_due(&s.key, s.token, head, change)
+            {
+                Ok(Advance::Done) => {
+                    if let Some(head) = head {
                         s.head = head;
-                        Shipped::Done
                     }
-                    Ok(Advance::Fenced) => Shipped::Fenced,
-                    Err(e) => Shipped::Failed(e.to_string()),
+                    s.due = change.now;
+                    Shipped::Done
                 }
+                Ok(Advance::Fenced) => Shipped::Fenced,
+                Err(e) => Shipped::Failed(e.to_string()),
             }
         };
         let shipped = match shipped {

@@ -90,6 +90,53 @@ impl Fleet {
         }
     }
 
+    /// Passes message `id` of object `from`'s outbox (`app/name`) on to `owner`, the owner of
+    /// its receiver `to` (`app/name`): `POST /_fleet/message/<to>?from=<from>&id=<id>`, signed
+    /// (a path no node passes a client's request on to, so only a node's message is taken for
+    /// one). The owner's answer: 200 once its receiver took it (durably), else why not; 503 if
+    /// the owner cannot be reached (the sender sends it again later).
+    pub async fn pass_message(
+        &self,
+        owner: &str,
+        to: &str,
+        from: &str,
+        id: i64,
+        body: &[u8],
+    ) -> Response {
+        let Some(attempt) = self.may_try(owner) else {
+            return owner_unreachable();
+        };
+        let target = format!("{MESSAGE_PATH}{to}?from={from}&id={id}");
+        let answer = super::client::forward(
+            &self.key,
+            owner,
+            "POST",
+            &target,
+            body,
+            None,
+            &crate::app::Caller::default(),
+            combd_kernel::limits::FLEET_FORWARD_ANSWER_MAX_BYTES,
+        )
+        .await;
+        match answer {
+            Ok(f) => {
+                self.owner_reached(owner);
+                self.stats.messages_passed.fetch_add(1, Ordering::Relaxed);
+                Response::bytes(f.status, "application/json", f.body)
+            }
+            Err(e) => {
+                match e {
+                    Failure::Timeout => self.owner_failed(owner, attempt, Failed::Waited),
+                    Failure::Unreachable(_) => self.owner_failed(owner, attempt, Failed::AtOnce),
+                    _ => self.owner_reached(owner),
+                }
+                self.stats.forward_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(object = %to, %owner, "cannot pass a message on to the owner: {e}");
+                owner_unreachable()
+            }
+        }
+    }
+
     /// Whether to try reaching `owner` now: not if it made a request wait in vain less than
     /// `FLEET_OWNER_RETRY_INTERVAL` ago, or another request is trying it again (counted in
     /// `fleet_owner_skipped`; the caller answers 503). An attempt is reported with
@@ -112,6 +159,10 @@ impl Fleet {
         self.unreachable.failed(owner, attempt, how, Instant::now());
     }
 }
+
+/// Where a node passes a message between objects on to the receiver's owner:
+/// `<MESSAGE_PATH><app>/<name>?from=<app>/<name>&id=<id>`, taken only signed by the fleet.
+pub const MESSAGE_PATH: &str = "/_fleet/message/";
 
 /// The answer to a request whose object's owner cannot be reached.
 pub fn owner_unreachable() -> Response {

@@ -41,6 +41,10 @@ pub struct FleetStats {
     pub(super) owner_invalid: AtomicU64,
     pub(super) head_missing: AtomicU64,
     pub(super) restore_corrupt: AtomicU64,
+    pub(super) wake_sweeps: AtomicU64,
+    pub(super) wake_sweeps_failed: AtomicU64,
+    pub(super) wakes_taken: AtomicU64,
+    pub(super) messages_passed: AtomicU64,
     /// Uploads by how long they took, in [`upload_bucket`]s.
     upload_times: UploadTimes,
 }
@@ -222,6 +226,34 @@ impl Fleet {
                  holds their segments or snapshots (etcd lost its keys, or is another fleet's): \
                  never started empty.",
                 g(|s| &s.head_missing),
+            ),
+            (
+                "fleet_wake_sweeps",
+                "combd_fleet_wake_sweeps_total",
+                Counter,
+                "Reads of the fleet's wake index for objects with an alarm or a message due                  and no owner (one a fleet_wake_sweep_interval_ms).",
+                g(|s| &s.wake_sweeps),
+            ),
+            (
+                "fleet_wake_sweeps_failed",
+                "combd_fleet_wake_sweeps_failed_total",
+                Counter,
+                "Reads of the fleet's wake index that failed (etcd unreachable): read again at                  the next sweep.",
+                g(|s| &s.wake_sweeps_failed),
+            ),
+            (
+                "fleet_wakes_taken",
+                "combd_fleet_wakes_taken_total",
+                Counter,
+                "Objects due without an owner (theirs died) that a sweep put in this node's                  alarm index: woken here, which claims and restores them.",
+                g(|s| &s.wakes_taken),
+            ),
+            (
+                "fleet_messages_passed",
+                "combd_fleet_messages_passed_total",
+                Counter,
+                "Messages between objects passed on to the receiver's owner on another node                  (each sent until its receiver took it).",
+                g(|s| &s.messages_passed),
             ),
             (
                 "fleet_objects_owned",

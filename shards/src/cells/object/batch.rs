@@ -35,6 +35,8 @@ struct Ran {
     wal: Option<Wal>,
     /// In a fleet: the WAL's length right after the batch committed.
     wal_len: u64,
+    /// In a fleet, when the batch may have moved it: when the object next has something due.
+    due: Option<Option<u64>>,
 }
 
 /// Takes a batch from the mailbox under an awake slot and runs it (in a fleet, noting the WAL's
@@ -81,6 +83,7 @@ pub(super) async fn run_one(
         effects: ran.result.effects,
         wal: ran.wal,
         wal_len: ran.wal_len,
+        due: ran.due,
     };
     (store, committed, killed)
 }
@@ -197,7 +200,22 @@ async fn run_on(
             };
             // In a fleet, the WAL's length once the batch committed bounds what its shipment
             // reads.
+            let fleet = fleet_wal.is_some();
             let wal_len = fleet_wal.map_or(0, |p| std::fs::metadata(p).map_or(0, |m| m.len()));
+            // In a fleet, what the fleet's wake index is to say once this batch is the head.
+            let due = (fleet && matches!(on, On::Db) && result.due_moved)
+                .then(|| {
+                    let _node = super::super::sandbox::NodeSql::enter();
+                    crate::alarms::remaining(&db)
+                })
+                .map(|r| match r {
+                    Ok((next, _)) => next,
+                    Err(e) => {
+                        // Said due now: the index may be early, never late.
+                        tracing::warn!(object = %name, "cannot read what the object has due: {e}");
+                        Some(crate::alarms::now_ms())
+                    }
+                });
             (
                 db,
                 inputs,
@@ -205,6 +223,7 @@ async fn run_on(
                     result,
                     wal,
                     wal_len,
+                    due,
                 },
             )
         })
