@@ -8,7 +8,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use combd_fleet::coordinator::{Advance, Claim, Coordinator, Head, Lease, LeaseKeeper, LEASE_GONE};
+use combd_fleet::coordinator::{
+    Advance, Claim, Coordinator, DueChange, Head, Lease, LeaseKeeper, LEASE_GONE,
+};
 use combd_fleet::Failure;
 use combd_kernel::limits::FLEET_LEASE_TTL_MIN;
 use support::{wait_until, Etcd};
@@ -306,5 +308,85 @@ fn an_etcd_user_is_authenticated_again_when_its_token_lapses_and_kept_to_its_key
     assert!(
         matches!(&e.failure, Failure::Status { code: 403, body } if body.contains("permission denied")),
         "{e}"
+    );
+}
+
+#[test]
+fn the_wake_index_moves_with_the_head_fenced_and_pages_through_what_is_due() {
+    let Some(etcd) = Etcd::start("the_wake_index_moves_with_the_head") else {
+        return;
+    };
+    let c = coordinator(&etcd);
+    let lease = c.grant_lease(Duration::from_secs(30)).unwrap();
+    const N: usize = 150;
+    let mut tokens = Vec::new();
+    for i in 0..N {
+        let object = format!("app/o{i:03}");
+        let token = won(c.claim(&object, NODE_A, &lease).unwrap());
+        let head = Head { seq: 1, token };
+        let change = DueChange {
+            was: None,
+            now: Some(1_000 + i as u64),
+        };
+        assert_eq!(
+            c.advance_head_and_due(&object, token, Some(head), change)
+                .unwrap(),
+            Advance::Done
+        );
+        tokens.push(token);
+    }
+    // Recorded with the head, and read with it.
+    let (head, _, due) = c.state_and_due("app/o007").unwrap();
+    assert_eq!(head.map(|h| h.seq), Some(1));
+    assert_eq!(due, Some(1_007));
+    // Due by 1,099: the first hundred, earliest first, in pages.
+    let first = c.due_wakes(1_099, 64, None).unwrap();
+    assert_eq!(first.len(), 64);
+    assert_eq!(first[0], ("app/o000".to_string(), 1_000));
+    let rest = c.due_wakes(1_099, 64, first.last()).unwrap();
+    assert_eq!(rest.len(), 36);
+    assert_eq!(rest[0], ("app/o064".to_string(), 1_064));
+    assert_eq!(rest.last().unwrap().1, 1_099);
+    // Moved later, the object leaves its old place; with nothing due it leaves the index.
+    let change = DueChange {
+        was: Some(1_000),
+        now: Some(5_000),
+    };
+    assert_eq!(
+        c.advance_head_and_due("app/o000", tokens[0], None, change)
+            .unwrap(),
+        Advance::Done
+    );
+    let gone = DueChange {
+        was: Some(1_001),
+        now: None,
+    };
+    c.advance_head_and_due("app/o001", tokens[1], None, gone)
+        .unwrap();
+    let now = c.due_wakes(1_099, 200, None).unwrap();
+    assert_eq!(now.len(), 98);
+    assert_eq!(now[0].0, "app/o002");
+    assert_eq!(c.due("app/o000").unwrap(), Some(5_000));
+    assert_eq!(c.due("app/o001").unwrap(), None);
+    // A stale token moves nothing.
+    let stale = DueChange {
+        was: Some(1_002),
+        now: None,
+    };
+    assert_eq!(
+        c.advance_head_and_due("app/o002", tokens[2] - 1, None, stale)
+            .unwrap(),
+        Advance::Fenced
+    );
+    assert_eq!(c.due("app/o002").unwrap(), Some(1_002));
+    // Who owns them: all of them, until the lease goes.
+    let objects: Vec<String> = (0..N).map(|i| format!("app/o{i:03}")).collect();
+    assert!(c.owned(&objects).unwrap().iter().all(|o| *o));
+    c.revoke(&lease).unwrap();
+    assert!(c.owned(&objects).unwrap().iter().all(|o| !*o));
+    assert_eq!(
+        c.due("app/o002").unwrap(),
+        Some(1_002),
+        "outlives the lease"
     );
 }

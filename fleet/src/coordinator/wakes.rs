@@ -123,21 +123,28 @@ impl Coordinator {
         }
     }
 
-    /// The objects due at `now` or before (earliest first, at most `limit`), each with its due
-    /// time.
+    /// The objects due at `now` or before (earliest first, at most `limit`; after the wake
+    /// `after`, an object and its due time, if given: the last one of the page before), each
+    /// with its due time.
     pub fn due_wakes(
         &self,
         now: u64,
         limit: usize,
+        after: Option<&(String, u64)>,
     ) -> Result<Vec<(String, u64)>, CoordinatorError> {
         let from = format!("{}wake/", self.prefix);
+        let start = match after {
+            // The first key past it.
+            Some((object, ms)) => format!("{}\0", self.wake_key(*ms, object)),
+            None => from.clone(),
+        };
         let to = self.wake_key(now.saturating_add(1), "");
         let v = self.call(
             "due wakes",
             "",
             "/v3/kv/range",
             &json!({
-                "key": b64(&from), "range_end": b64(&to), "limit": limit.to_string(),
+                "key": b64(&start), "range_end": b64(&to), "limit": limit.to_string(),
                 "keys_only": true,
             }),
         )?;

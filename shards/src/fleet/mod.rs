@@ -75,6 +75,9 @@ pub struct Fleet {
     node_public: bool,
     /// Owners that could not be reached a moment ago.
     unreachable: Unreachable,
+    /// Where the next sweep of the fleet's wake index starts: after the last object of the
+    /// sweep before when its page was full, else from the earliest.
+    wake_cursor: Mutex<Option<(String, u64)>>,
     /// Segments to upload, taken by the node's upload threads.
     uploads: async_channel::Sender<Upload>,
     /// This node's fleet address, recorded as the owner of what it claims.
@@ -225,6 +228,7 @@ impl Fleet {
             replays: Replays::default(),
             node_public: settings.node_public,
             unreachable: Unreachable::default(),
+            wake_cursor: Mutex::new(None),
             uploads,
             node: settings.node.to_string(),
             stats,

@@ -23,10 +23,21 @@ impl Fleet {
     /// sweep reads again). Blocking.
     pub fn sweep_wakes(&self, index: &AlarmIndex, apps: &Apps, shards: usize, now: u64) -> usize {
         self.stats.wake_sweeps.fetch_add(1, Ordering::Relaxed);
+        // A sweep goes on after the last one's page when that was full: objects due that stay
+        // so (an owner whose app is gone keeps them) cannot hide the ones after them.
+        let after = self
+            .wake_cursor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let swept = self
             .coordinator
-            .due_wakes(now, FLEET_WAKE_SWEEP_MAX)
+            .due_wakes(now, FLEET_WAKE_SWEEP_MAX, after.as_ref())
             .and_then(|due| {
+                if due.len() == FLEET_WAKE_SWEEP_MAX {
+                    *self.wake_cursor.lock().unwrap_or_else(|p| p.into_inner()) =
+                        due.last().cloned();
+                }
                 let objects: Vec<String> = due.iter().map(|(o, _)| o.clone()).collect();
                 let owned = self.coordinator.owned(&objects)?;
                 Ok(due.into_iter().zip(owned))
