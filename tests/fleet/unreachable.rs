@@ -133,6 +133,26 @@ fn an_owner_that_cannot_be_connected_to_is_given_up_after_the_connect_timeout() 
     assert_eq!(stat(&b, "fleet_forward_failed"), 1);
     assert_eq!(stat(&b, "fleet_ws_pass_failed"), 0);
     assert!(stat(&b, "fleet_owner_skipped") >= 2);
+
+    // Once the retry interval is over, one request tries the owner again: that try (it only
+    // asks whether the owner is back) gives up after the shorter probe connect timeout, so a
+    // lease that lapses meanwhile is not waited past by long.
+    let probe_timeout = limit_ms(&b, "fleet_probe_connect_timeout_ms");
+    assert!(probe_timeout < connect_timeout);
+    std::thread::sleep(limit_ms(&b, "fleet_owner_retry_interval_ms") + Duration::from_millis(50));
+    let t0 = Instant::now();
+    let r = get(&b, "h");
+    let waited = t0.elapsed();
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (503, Some("object owner unreachable"))
+    );
+    assert_eq!(stat(&b, "fleet_forward_failed"), 2, "the probe tried it");
+    assert!(waited >= probe_timeout, "gave up after {waited:?}");
+    assert!(
+        waited < connect_timeout,
+        "waited {waited:?}: the connect timeout, not the probe's"
+    );
 }
 
 #[test]

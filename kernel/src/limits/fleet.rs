@@ -124,6 +124,15 @@ pub const FLEET_ERROR_BODY_MAX_BYTES: u64 = 4 * 1024;
 /// not after [`FLEET_FORWARD_TIMEOUT`], and so is a WebSocket passed through.
 pub const FLEET_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Longest wait for a connection to an owner that made a request wait in vain a moment ago, by
+/// the one request that tries it again ([`FLEET_OWNER_RETRY_INTERVAL`]): that try only asks
+/// whether the owner is back, and a connect on the fleet's network takes well under a
+/// millisecond. Shorter than [`FLEET_CONNECT_TIMEOUT`] because while it waits the owner's lease
+/// may lapse, and only the next request claims the object here: a partition's failover took
+/// the lease's lapse plus up to this (2.71 s against a 2 s lease with a second here, measured
+/// in `tools/fleet-netns/run --fleet`).
+pub const FLEET_PROBE_CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
+
 /// A request passed through to an object's owner gets its answer within this, or 503: the
 /// owner is another node on the fleet's network, and a request waits no longer than a client
 /// would for a node that holds the object itself under load. An owner answers once the batch

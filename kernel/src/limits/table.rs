@@ -221,6 +221,11 @@ pub const FIXED: &[Fixed] = &[
     fixed!("fleet_list_page_keys", FLEET_LIST_PAGE_KEYS),
     fixed!("fleet_error_body_max_bytes", FLEET_ERROR_BODY_MAX_BYTES),
     fixed!("fleet_connect_timeout_ms", FLEET_CONNECT_TIMEOUT, ms),
+    fixed!(
+        "fleet_probe_connect_timeout_ms",
+        FLEET_PROBE_CONNECT_TIMEOUT,
+        ms
+    ),
     fixed!("fleet_forward_timeout_ms", FLEET_FORWARD_TIMEOUT, ms),
     fixed!(
         "fleet_owner_retry_interval_ms",

@@ -179,7 +179,7 @@ impl Conn {
             return;
         };
         let connected = match owner.parse::<SocketAddr>() {
-            Ok(addr) => TcpStream::connect_timeout(addr, limits::FLEET_CONNECT_TIMEOUT)
+            Ok(addr) => TcpStream::connect_timeout(addr, attempt.connect_within())
                 .await
                 .map_err(|e| {
                     let e = io::Error::from(e);

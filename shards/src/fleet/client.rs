@@ -1,8 +1,10 @@
 //! Passing an HTTP request on to an object's owner over the shard's own io_uring sockets (as
 //! the WebSocket pass-through does), so forwards wait on the network without holding a
 //! blocking thread, many at once, each within [`FLEET_FORWARD_TIMEOUT`] (the connect within
-//! [`FLEET_CONNECT_TIMEOUT`]). One connection per request (`connection: close`): on the fleet's
-//! network a connect is well under a millisecond, and nothing is kept open for an owner that
+//! [`FLEET_CONNECT_TIMEOUT`](combd_kernel::limits::FLEET_CONNECT_TIMEOUT); the one try of an
+//! owner that made a request wait in vain a moment ago within
+//! [`FLEET_PROBE_CONNECT_TIMEOUT`](combd_kernel::limits::FLEET_PROBE_CONNECT_TIMEOUT)). One
+//! connection per request (`connection: close`): on the fleet's network a connect is well under a millisecond, and nothing is kept open for an owner that
 //! may be gone by the next request.
 //!
 //! The owner is untrusted input like any peer: its header section is parsed by `httparse`
@@ -15,14 +17,12 @@ use std::time::Duration;
 use combd_fleet::auth::{FleetKey, AUTH_HEADER};
 use combd_fleet::forward::{Forwarded, CLIENT_HEADER, FORWARDED_HEADER};
 use combd_fleet::Failure;
-use combd_kernel::limits::{
-    FLEET_CONNECT_TIMEOUT, FLEET_FORWARD_TIMEOUT, HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES,
-};
+use combd_kernel::limits::{FLEET_FORWARD_TIMEOUT, HEADER_COUNT_MAX, HEADER_SECTION_MAX_BYTES};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 
-/// Sends `method target` with `body` to the node at `owner` (`ip:port`), signed with `key`;
-/// its answer, with at most `max_body` bytes of body.
+/// Sends `method target` with `body` to the node at `owner` (`ip:port`), signed with `key`,
+/// connected within `connect_within`; its answer, with at most `max_body` bytes of body.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn forward(
     key: &FleetKey,
@@ -32,11 +32,20 @@ pub(crate) async fn forward(
     body: &[u8],
     token: Option<&str>,
     caller: &crate::app::Caller,
-    max_body: u64,
+    (connect_within, max_body): (Duration, u64),
 ) -> Result<Forwarded, Failure> {
     within(
         FLEET_FORWARD_TIMEOUT,
-        exchange(key, owner, method, target, body, token, caller, max_body),
+        exchange(
+            key,
+            owner,
+            method,
+            target,
+            body,
+            token,
+            caller,
+            (connect_within, max_body),
+        ),
     )
     .await
 }
@@ -70,12 +79,12 @@ async fn exchange(
     body: &[u8],
     token: Option<&str>,
     caller: &crate::app::Caller,
-    max_body: u64,
+    (connect_within, max_body): (Duration, u64),
 ) -> Result<Forwarded, Failure> {
     let addr: SocketAddr = owner
         .parse()
         .map_err(|_| Failure::BadAnswer(format!("{owner:?} is not an address")))?;
-    let mut stream = TcpStream::connect_timeout(addr, FLEET_CONNECT_TIMEOUT)
+    let mut stream = TcpStream::connect_timeout(addr, connect_within)
         .await
         .map_err(|e| match e {
             glommio::GlommioError::TimedOut(_) => Failure::Timeout,

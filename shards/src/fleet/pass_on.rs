@@ -46,7 +46,10 @@ impl Fleet {
             body,
             token,
             caller,
-            combd_kernel::limits::FLEET_FORWARD_ANSWER_MAX_BYTES,
+            (
+                attempt.connect_within(),
+                combd_kernel::limits::FLEET_FORWARD_ANSWER_MAX_BYTES,
+            ),
         )
         .await
         {
@@ -115,7 +118,10 @@ impl Fleet {
             body,
             None,
             &crate::app::Caller::default(),
-            combd_kernel::limits::FLEET_FORWARD_ANSWER_MAX_BYTES,
+            (
+                attempt.connect_within(),
+                combd_kernel::limits::FLEET_FORWARD_ANSWER_MAX_BYTES,
+            ),
         )
         .await;
         match answer {

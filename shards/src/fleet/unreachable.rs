@@ -15,7 +15,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use combd_kernel::limits::{
-    FLEET_CONNECT_TIMEOUT, FLEET_FORWARD_TIMEOUT, FLEET_OWNER_RETRY_INTERVAL, FLEET_UNREACHABLE_MAX,
+    FLEET_CONNECT_TIMEOUT, FLEET_FORWARD_TIMEOUT, FLEET_OWNER_RETRY_INTERVAL,
+    FLEET_PROBE_CONNECT_TIMEOUT, FLEET_UNREACHABLE_MAX,
 };
 
 /// What is known of one owner.
@@ -44,6 +45,16 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// How long its connect may wait: the probe of a marked owner
+    /// [`FLEET_PROBE_CONNECT_TIMEOUT`], any other [`FLEET_CONNECT_TIMEOUT`].
+    pub fn connect_within(&self) -> Duration {
+        if self.probe {
+            FLEET_PROBE_CONNECT_TIMEOUT
+        } else {
+            FLEET_CONNECT_TIMEOUT
+        }
+    }
+
     /// An attempt begun at `at` that is not a probe (for the tests).
     #[cfg(test)]
     fn at(at: Instant) -> Attempt {
