@@ -218,25 +218,14 @@ impl Cells {
         for job in jobs {
             match (job.input, job.reply, &owner, &fleet) {
                 (
-                    Owned::Http {
-                        method,
-                        query,
-                        body,
-                        forwarded: false,
-                        client,
-                        caller,
+                    input @ Owned::Http {
+                        forwarded: false, ..
                     },
                     Reply::Http(reply),
                     Some(_),
                     Some(_),
                 ) => passing.push(Passing {
-                    what: Pass::Request {
-                        method,
-                        query,
-                        body,
-                        client,
-                        caller,
-                    },
+                    what: Pass::request(input),
                     reply,
                     hold: job.hold,
                 }),
@@ -327,13 +316,8 @@ impl Cells {
         match job {
             Job {
                 input:
-                    Owned::Http {
-                        method,
-                        query,
-                        body,
-                        forwarded: false,
-                        client,
-                        caller,
+                    input @ Owned::Http {
+                        forwarded: false, ..
                     },
                 reply: Reply::Http(reply),
                 hold,
@@ -341,13 +325,7 @@ impl Cells {
                 fleet.count_routed();
                 let (cells, key) = (self.clone(), key.to_string());
                 let p = Passing {
-                    what: Pass::Request {
-                        method,
-                        query,
-                        body,
-                        client,
-                        caller,
-                    },
+                    what: Pass::request(input),
                     reply,
                     hold,
                 };
@@ -405,6 +383,29 @@ enum Pass {
         id: i64,
         body: Vec<u8>,
     },
+}
+
+impl Pass {
+    /// What passes on a client's HTTP request (`input` is one).
+    fn request(input: Owned) -> Pass {
+        match input {
+            Owned::Http {
+                method,
+                query,
+                body,
+                client,
+                caller,
+                ..
+            } => Pass::Request {
+                method,
+                query,
+                body,
+                client,
+                caller,
+            },
+            _ => unreachable!("only an HTTP request is passed on as one"),
+        }
+    }
 }
 
 impl Passing {

@@ -80,13 +80,7 @@ impl Fleet {
                 resp
             }
             Err(e) => {
-                match e {
-                    Failure::Timeout => self.owner_failed(owner, attempt, Failed::Waited),
-                    Failure::Unreachable(_) => self.owner_failed(owner, attempt, Failed::AtOnce),
-                    // It answered, but not with what can be passed back (too long, not HTTP).
-                    _ => self.owner_reached(owner),
-                }
-                self.stats.forward_failed.fetch_add(1, Ordering::Relaxed);
+                self.pass_failed(owner, attempt, &e);
                 tracing::warn!(object = %key, %owner, "cannot pass the request on to the owner: {e}");
                 owner_unreachable()
             }
@@ -131,16 +125,23 @@ impl Fleet {
                 Response::bytes(f.status, "application/json", f.body)
             }
             Err(e) => {
-                match e {
-                    Failure::Timeout => self.owner_failed(owner, attempt, Failed::Waited),
-                    Failure::Unreachable(_) => self.owner_failed(owner, attempt, Failed::AtOnce),
-                    _ => self.owner_reached(owner),
-                }
-                self.stats.forward_failed.fetch_add(1, Ordering::Relaxed);
+                self.pass_failed(owner, attempt, &e);
                 tracing::warn!(object = %to, %owner, "cannot pass a message on to the owner: {e}");
                 owner_unreachable()
             }
         }
+    }
+
+    /// What a pass to `owner` that failed with `e` tells of it (counted in
+    /// `fleet_forward_failed`).
+    fn pass_failed(&self, owner: &str, attempt: Attempt, e: &Failure) {
+        match e {
+            Failure::Timeout => self.owner_failed(owner, attempt, Failed::Waited),
+            Failure::Unreachable(_) => self.owner_failed(owner, attempt, Failed::AtOnce),
+            // It answered, but not with what can be passed back (too long, not HTTP).
+            _ => self.owner_reached(owner),
+        }
+        self.stats.forward_failed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether to try reaching `owner` now: not if it made a request wait in vain less than
