@@ -26,8 +26,10 @@
 //! takes those up into its own index (`crate::fleet` `wakes`), so a dead owner's alarms fire
 //! on the node that claims the object.
 //!
-//! **Firing.** Each shard's housekeeping tick (100 ms) reads from the index the objects of its
-//! own that are due ([`ALARM_WAKES_PER_TICK`](combd_kernel::limits::ALARM_WAKES_PER_TICK) at
+//! **Firing.** Each shard's housekeeping tick (100 ms), and a timer for the earliest entry due
+//! before the next tick (`crate::cells` `alarm_wakes`, at least
+//! [`ALARM_READ_GAP_MS`](combd_kernel::limits::ALARM_READ_GAP_MS) after the last read), read
+//! from the index the objects of its own that are due ([`ALARM_WAKES_PER_TICK`](combd_kernel::limits::ALARM_WAKES_PER_TICK) at
 //! most), and sends each a wake through its mailbox, like any input (the object is restored
 //! first if it is closed, within `COMBD_RESTORES_AT_ONCE`). The object's batch takes the
 //! alarms due (up to [`ALARMS_PER_WAKE`](combd_kernel::limits::ALARMS_PER_WAKE)), each in its
@@ -412,6 +414,19 @@ impl AlarmIndex {
                 }
             }
             Ok(out)
+        })
+    }
+
+    /// The earliest time after `now` one of `shard`'s objects may have something due, if any.
+    pub fn next_after(&self, shard: usize, now: u64) -> rusqlite::Result<Option<u64>> {
+        self.with(|db| {
+            db.prepare_cached(
+                "SELECT min(next_ms) FROM alarm_index WHERE shard = ?1 AND next_ms > ?2",
+            )?
+            .query_row(rusqlite::params![shard as i64, now as i64], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .map(|at| at.map(|at| at.max(0) as u64))
         })
     }
 

@@ -218,7 +218,7 @@ async fn tick(cells: Rc<Cells>) {
     let mut last_ping = Instant::now();
     let apps = state.node().apps.clone();
     let mut apps_seen = apps.generation();
-    let alarms = crate::cells::AlarmWakes::default();
+    let alarms = cells.alarm_wakes().clone();
     while !state.draining() {
         cells.catch_up_missed();
         alarms.tick(&cells);

@@ -50,6 +50,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("alarms_per_object_max", ALARMS_PER_OBJECT_MAX),
     fixed!("alarm_payload_max_bytes", ALARM_PAYLOAD_MAX_BYTES),
     fixed!("alarm_wakes_per_tick", ALARM_WAKES_PER_TICK),
+    fixed!("alarm_read_gap_ms", ALARM_READ_GAP_MS),
     fixed!("alarms_per_wake", ALARMS_PER_WAKE),
     fixed!("alarm_retry_min_ms", ALARM_RETRY_MIN_MS),
     fixed!("alarm_retry_max_ms", ALARM_RETRY_MAX_MS),

@@ -24,6 +24,9 @@ pub struct CallBudget {
     /// The earliest alarm the call set, if it set any: the node's alarm index learns it
     /// before the call commits (`crate::alarms`).
     pub alarm_set: Option<u64>,
+    /// The earliest alarm the call set (not a message): the shard's timer reads the index for
+    /// it.
+    pub first_alarm: Option<u64>,
 }
 
 impl CallBudget {
@@ -38,6 +41,7 @@ impl CallBudget {
             log_dropped: false,
             tripped: None,
             alarm_set: None,
+            first_alarm: None,
         }
     }
 

@@ -1,7 +1,9 @@
-//! Waking the objects whose alarms are due (`crate::alarms`): at each housekeeping tick a
-//! shard reads from the node's alarm index the objects of its own that may have one due, and
-//! sends each a wake through its mailbox, like any input; once the wake's batch is durable,
-//! its answer (what remains) settles the object's entry in the index.
+//! Waking the objects whose alarms are due (`crate::alarms`): at each housekeeping tick (100
+//! ms), and at the earliest time one of its objects has something due before the next tick (a
+//! timer, [`ALARM_READ_GAP_MS`] at least after the last read), a shard reads from the node's
+//! alarm index the objects of its own that may have one due, and sends each a wake through its
+//! mailbox, like any input; once the wake's batch is durable, its answer (what remains)
+//! settles the object's entry in the index, and arms the timer for what the object has next.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
@@ -10,7 +12,9 @@ use std::sync::atomic::Ordering;
 
 use std::time::Instant;
 
-use combd_kernel::limits::{ALARM_WAKES_PER_TICK, FLEET_WAKE_SWEEP_INTERVAL};
+use combd_kernel::limits::{
+    ALARM_READ_GAP_MS, ALARM_WAKES_PER_TICK, FLEET_WAKE_SWEEP_INTERVAL, SHARD_TICK,
+};
 
 use crate::alarms;
 use crate::job::Job;
@@ -18,16 +22,30 @@ use crate::stats::ShardStats;
 
 use super::Cells;
 
-/// The objects a shard is waking, and whether it is reading the index now.
-#[derive(Default)]
+/// The objects a shard is waking, and whether it is reading the index now (a handle: its
+/// clones are the same).
+#[derive(Default, Clone)]
 pub(crate) struct AlarmWakes {
     /// `app/name` of each object woken whose answer has not come back.
     waking: Rc<RefCell<HashSet<String>>>,
     reading: Rc<Cell<bool>>,
+    /// When the last read of the index began (milliseconds since the epoch).
+    read_at: Rc<Cell<u64>>,
+    /// When the timer armed for the next read fires, if one is armed.
+    armed: Rc<Cell<Option<u64>>>,
     /// In a fleet, on shard 0: a sweep of the fleet's wake index is under way, and when the
     /// last one began (`crate::fleet` `wakes`).
     sweeping: Rc<Cell<bool>>,
-    swept: Cell<Option<Instant>>,
+    swept: Rc<Cell<Option<Instant>>>,
+}
+
+/// When to read the index for something due at `at`, the last read having begun at `read_at`
+/// (all in milliseconds since the epoch; `now` is now): not before [`ALARM_READ_GAP_MS`] after
+/// that read, and not at all if the shard's next tick (`SHARD_TICK` from now at the latest)
+/// reads by then.
+fn timer_at(now: u64, at: u64, read_at: u64) -> Option<u64> {
+    let at = at.max(read_at.saturating_add(ALARM_READ_GAP_MS)).max(now);
+    (at < now.saturating_add(SHARD_TICK.as_millis() as u64)).then_some(at)
 }
 
 impl AlarmWakes {
@@ -40,6 +58,8 @@ impl AlarmWakes {
             return;
         }
         self.reading.set(true);
+        self.read_at.set(alarms::now_ms());
+        let wakes = self.clone();
         let (cells, waking, reading) = (cells.clone(), self.waking.clone(), self.reading.clone());
         let task = cells.clone().state.spawn(async move {
             let node = cells.state.node();
@@ -49,15 +69,22 @@ impl AlarmWakes {
             let skip = waking.borrow().clone();
             let due = glommio::executor()
                 .spawn_blocking(move || {
-                    index.due(shard, alarms::now_ms(), room, |app, name| {
+                    let now = alarms::now_ms();
+                    let due = index.due(shard, now, room, |app, name| {
                         // An app a reload removed keeps its objects' alarms for its return.
                         !apps.contains(app) || skip.contains(&format!("{app}/{name}"))
-                    })
+                    })?;
+                    Ok::<_, rusqlite::Error>((due, index.next_after(shard, now)?))
                 })
                 .await;
             reading.set(false);
             let due = match due {
-                Ok(due) => due,
+                Ok((due, next)) => {
+                    if let Some(next) = next {
+                        wakes.arm(&cells, next);
+                    }
+                    due
+                }
                 Err(e) => {
                     tracing::warn!("cannot read the alarm index: {e}");
                     return;
@@ -75,11 +102,14 @@ impl AlarmWakes {
                 let (tx, rx) = async_channel::bounded(1);
                 cells.submit(&app, &w.name, Job::alarms(tx));
                 ShardStats::add(&cells.state.stats().alarm_wakes, 1);
-                let (cells, waking) = (cells.clone(), waking.clone());
+                let (cells, waking, wakes) = (cells.clone(), waking.clone(), wakes.clone());
                 let answered = cells.clone().state.spawn(async move {
                     match rx.recv().await {
                         Ok(resp) if resp.status == 200 => {
-                            cells.settle_alarms(&w.app, &w.name, &resp, mark).await
+                            let next = cells.settle_alarms(&w.app, &w.name, &resp, mark).await;
+                            if let Some(next) = next {
+                                wakes.arm(&cells, next);
+                            }
                         }
                         _ => cells.postpone_alarms(&w.app, &w.name, mark).await,
                     }
@@ -100,6 +130,33 @@ impl AlarmWakes {
 }
 
 impl AlarmWakes {
+    /// Arms a timer to read the index for what is due at `at` (milliseconds since the epoch),
+    /// when that is before the next tick and no timer already reads by then ([`timer_at`]).
+    pub fn arm(&self, cells: &Rc<Cells>, at: u64) {
+        let now = alarms::now_ms();
+        let Some(at) = timer_at(now, at, self.read_at.get()) else {
+            return;
+        };
+        if self.armed.get().is_some_and(|armed| armed <= at) {
+            return;
+        }
+        self.armed.set(Some(at));
+        let (wakes, cells) = (self.clone(), cells.clone());
+        let task = cells.clone().state.spawn(async move {
+            glommio::timer::sleep(std::time::Duration::from_millis(at - now)).await;
+            if wakes.armed.get() == Some(at) {
+                wakes.armed.set(None);
+            }
+            wakes.tick(&cells);
+        });
+        match task {
+            Ok(t) => {
+                t.detach();
+            }
+            Err(()) => self.armed.set(None),
+        }
+    }
+
     /// In a fleet, on shard 0, once a [`FLEET_WAKE_SWEEP_INTERVAL`]: reads the fleet's wake
     /// index for objects due whose owner died, into the node's alarm index (the ticks wake
     /// them).
@@ -156,12 +213,19 @@ impl Cells {
     }
 
     /// A wake's answer, once its batch is durable: counts what it fired, and settles the
-    /// object's entry in the index to what remains (taken when the batch read it). In a fleet,
-    /// an object another node owns answers `{"elsewhere":…}`: its owner fires it, and the
-    /// entry goes (unless a call lowered it since the wake's `mark`).
-    async fn settle_alarms(&self, app: &str, name: &str, resp: &crate::http::Response, mark: u64) {
+    /// object's entry in the index to what remains (taken when the batch read it); when the
+    /// object next has something due. In a fleet, an object another node owns answers
+    /// `{"elsewhere":…}`: its owner fires it, and the entry goes (unless a call lowered it
+    /// since the wake's `mark`).
+    async fn settle_alarms(
+        &self,
+        app: &str,
+        name: &str,
+        resp: &crate::http::Response,
+        mark: u64,
+    ) -> Option<u64> {
         let Ok(said) = serde_json::from_slice::<serde_json::Value>(&resp.body) else {
-            return;
+            return None;
         };
         let stats = self.state.stats();
         let n = |k: &str| said[k].as_u64().unwrap_or(0);
@@ -180,5 +244,28 @@ impl Cells {
         if let Err(e) = settled {
             tracing::warn!("cannot update the alarm index: {e}");
         }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_for_an_alarm_waits_the_gap_after_the_last_and_leaves_the_rest_to_the_tick() {
+        let tick = SHARD_TICK.as_millis() as u64;
+        let (now, read_at) = (1_000_000, 999_950);
+        // Due in 20 ms, the last read 50 ms ago: read then.
+        assert_eq!(timer_at(now, now + 20, read_at), Some(now + 20));
+        // Due at once, the last read 1 ms ago: not before the gap is over.
+        let gap = ALARM_READ_GAP_MS;
+        assert_eq!(timer_at(now, now, now - 1), Some(now - 1 + gap));
+        assert_eq!(timer_at(now, now + gap, now - 1), Some(now + gap));
+        // Due long ago (a late answer): now.
+        assert_eq!(timer_at(now, now - 500, read_at), Some(now));
+        // Due after the next tick: the tick reads it.
+        assert_eq!(timer_at(now, now + tick, read_at), None);
+        assert_eq!(timer_at(now, now + tick - 1, read_at), Some(now + tick - 1));
     }
 }

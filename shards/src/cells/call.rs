@@ -59,6 +59,9 @@ pub(super) struct BatchResult {
     /// alarm wake, a message taken, a delivery): when the object next has something due may
     /// have moved (the fleet's wake index learns it with the batch's head).
     pub due_moved: bool,
+    /// The earliest alarm a call that committed set (a shard's timer reads the index for it,
+    /// if it is due before the next tick).
+    pub alarm_at: Option<u64>,
 }
 
 impl BatchResult {
@@ -75,16 +78,31 @@ impl BatchResult {
             refused: 0,
             failed: Vec::new(),
             due_moved: false,
+            alarm_at: None,
         }
     }
 
     /// What one call told of itself: slow, or a limit it tripped (which may kill the call).
     pub fn note(&mut self, st: CallStats) {
         self.slow_calls += st.slow as u64;
-        self.due_moved |= st.alarm_set;
+        self.set_due(st);
         if let Some(l) = st.limit {
             self.killed |= l.kills();
             self.limits.push(l);
+        }
+    }
+
+    /// What a call that committed set: alarms or messages (what is due moved), and the
+    /// earliest alarm.
+    fn set_due(&mut self, st: CallStats) {
+        self.due_moved |= st.due_moved;
+        self.set_alarm_at(st.alarm_at);
+    }
+
+    /// The earliest alarm a call that committed set, if it set one.
+    fn set_alarm_at(&mut self, at: Option<u64>) {
+        if let Some(at) = at {
+            self.alarm_at = Some(self.alarm_at.map_or(at, |was| was.min(at)));
         }
     }
 
@@ -100,6 +118,7 @@ impl BatchResult {
         self.wrote |= more.wrote;
         self.refused += more.refused;
         self.due_moved |= more.due_moved;
+        self.set_alarm_at(more.alarm_at);
         self.failed.extend(more.failed.into_iter().map(|i| i + at));
     }
 }
@@ -115,7 +134,9 @@ pub(super) struct CallStats {
     /// rolled back instead.
     pub wrote: bool,
     /// It set an alarm or queued a message, and committed.
-    pub alarm_set: bool,
+    pub due_moved: bool,
+    /// The earliest alarm it set, if it set one and committed.
+    pub alarm_at: Option<u64>,
 }
 
 /// The limits of every call of one batch.
@@ -174,7 +195,9 @@ pub(super) fn run_batch(
             return result;
         }
         result.slow_calls += st.slow as u64;
-        result.due_moved |= st.alarm_set && r.is_ok();
+        if r.is_ok() {
+            result.set_due(st);
+        }
         if let Ok(outs) = r {
             result.outputs = outs.into_iter().map(Ok).collect();
             result.effects = effects;
@@ -320,7 +343,8 @@ pub(super) fn call<T>(
         slow: started.elapsed() > SLOW_CALL,
         limit: tripped,
         wrote,
-        alarm_set: budget.alarm_set.is_some() && r.is_ok(),
+        due_moved: budget.alarm_set.is_some() && r.is_ok(),
+        alarm_at: budget.first_alarm.filter(|_| r.is_ok()),
     };
     (r, stats)
 }

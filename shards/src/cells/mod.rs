@@ -63,6 +63,8 @@ pub(crate) struct Cells {
     routes: route::Routes,
     /// In a fleet: the reads of an owner on their way.
     lookups: route::Lookups,
+    /// The objects whose alarms are due, being woken (`alarm_wakes`).
+    alarm_wakes: AlarmWakes,
 }
 
 /// A live object's place under `COMBD_MAX_OPEN_OBJECTS`, given back when its task ends.
@@ -171,7 +173,13 @@ impl Cells {
             closing: RefCell::new(HashMap::new()),
             routes: route::Routes::default(),
             lookups: route::Lookups::default(),
+            alarm_wakes: AlarmWakes::default(),
         }
+    }
+
+    /// The shard's waking of objects whose alarms are due.
+    pub(crate) fn alarm_wakes(&self) -> &AlarmWakes {
+        &self.alarm_wakes
     }
 
     /// The shard's state.

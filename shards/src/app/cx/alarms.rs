@@ -46,8 +46,9 @@ impl Cx<'_> {
                 rusqlite::params![at as i64, payload, crate::alarms::now_ms() as i64],
                 |r| r.get(0),
             )?;
-        let lowest = &mut self.budget.alarm_set;
-        *lowest = Some(lowest.map_or(at, |l| l.min(at)));
+        for lowest in [&mut self.budget.alarm_set, &mut self.budget.first_alarm] {
+            *lowest = Some(lowest.map_or(at, |l| l.min(at)));
+        }
         Ok(id)
     }
 

@@ -77,6 +77,10 @@ pub(super) async fn run_one(
     ShardStats::add(&stats.batches, 1);
     stats.batch_max.fetch_max(count, Ordering::Relaxed);
     let killed = ran.result.killed;
+    if let Some(at) = ran.result.alarm_at {
+        // An alarm due before the shard's next tick fires on time, not at the tick.
+        cells.alarm_wakes().arm(cells, at);
+    }
     let committed = Committed {
         replies,
         outputs: ran.result.outputs,
