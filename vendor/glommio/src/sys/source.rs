@@ -26,6 +26,16 @@ use std::{
     time::Duration,
 };
 
+/// combd: the io vector, header and address of a `recvmsg`, boxed out of [`SourceType`].
+pub(crate) type RecvMsgParts = (
+    libc::iovec,
+    libc::msghdr,
+    MaybeUninit<nix::sys::socket::sockaddr_storage>,
+);
+
+/// combd: the io vector, header and address of a `sendmsg`, boxed out of [`SourceType`].
+pub(crate) type SendMsgParts = (libc::iovec, libc::msghdr, nix::sys::socket::SockaddrStorage);
+
 #[derive(Debug)]
 #[allow(dead_code)] // Clippy is unhappy with some of the fields on these enums never being read,
                     // but they are certainly used, and read by debug
@@ -35,18 +45,10 @@ pub(crate) enum SourceType {
     PollAdd,
     SockSend(DmaBuffer),
     SockRecv(Option<DmaBuffer>),
-    SockRecvMsg(
-        Option<DmaBuffer>,
-        libc::iovec,
-        libc::msghdr,
-        MaybeUninit<nix::sys::socket::sockaddr_storage>,
-    ),
-    SockSendMsg(
-        DmaBuffer,
-        libc::iovec,
-        libc::msghdr,
-        nix::sys::socket::SockaddrStorage,
-    ),
+    // combd: the large variants are boxed (see vendor/glommio/COMBD.md): every source,
+    // one per idle socket among them, was the size of the largest, 256 bytes.
+    SockRecvMsg(Option<DmaBuffer>, Box<RecvMsgParts>),
+    SockSendMsg(DmaBuffer, Box<SendMsgParts>),
     Open(CString),
     FdataSync,
     Fallocate,
@@ -56,8 +58,8 @@ pub(crate) enum SourceType {
     ForeignNotifier(u64, bool),
     Statx(CString, Box<RefCell<Statx>>),
     Timeout(TimeSpec64, u32),
-    Connect(nix::sys::socket::SockaddrStorage),
-    Accept(SockAddrStorage),
+    Connect(Box<nix::sys::socket::SockaddrStorage>),
+    Accept(Box<SockAddrStorage>),
     Rename(PathBuf, PathBuf),
     CreateDir(PathBuf),
     Remove(PathBuf),
