@@ -215,9 +215,14 @@ impl Conn {
     /// Waits for input and appends it to `inbuf`. `deadline` (on the shard's clock, see
     /// [`ShardState::now_ms`]) bounds the wait: the tick's sweep wakes the task once it passed;
     /// `drain_ok` lets a node drain interrupt it (false while a request is in progress, so it
-    /// finishes).
-    async fn fill(&mut self, deadline: Option<u64>, drain_ok: bool) -> Input {
-        self.fill_with(deadline, drain_ok, false).await
+    /// finishes). Not an `async fn`: a wrapper's future would hold [`Conn::fill_with`]'s
+    /// and its own arguments again, 32 bytes of every idle WebSocket's task.
+    fn fill(
+        &mut self,
+        deadline: Option<u64>,
+        drain_ok: bool,
+    ) -> impl std::future::Future<Output = Input> + '_ {
+        self.fill_with(deadline, drain_ok, false)
     }
 
     /// As [`Conn::fill`]; `discarding`: the bytes are thrown away (a closing connection's

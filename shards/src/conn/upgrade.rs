@@ -30,6 +30,24 @@ pub(super) struct Upgrade {
     pub caller: Arc<crate::app::Caller>,
 }
 
+impl Upgrade {
+    /// What the WebSocket loop keeps of an upgrade: its app, its object and the compression
+    /// negotiated. The rest, and the box, are freed here (taken apart in place, a box is
+    /// freed only when its binding goes, at the end of the loop).
+    #[allow(clippy::boxed_local)] // taking the box is the point: it is freed here
+    pub(super) fn into_loop(
+        self: Box<Self>,
+    ) -> (Arc<dyn App>, String, Option<ws::deflate::Negotiated>) {
+        let Upgrade {
+            app,
+            object,
+            deflate,
+            ..
+        } = *self;
+        (app, object, deflate)
+    }
+}
+
 impl Conn {
     /// Answers an upgrade: `Some` once the 101 is written and the WebSocket loop may start.
     /// A stateful app's session attaches to its object first; the object may refuse it (503

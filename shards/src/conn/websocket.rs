@@ -94,6 +94,33 @@ struct Ws {
     partial: Option<Hold>,
 }
 
+impl Ws {
+    /// The loop's state for an upgrade, built outside the loop's future: a local the future
+    /// borrowed before moving it (the app, to ask its bound) would be kept in every idle
+    /// WebSocket's task. The upgrade's box is freed here, with what the loop does not need
+    /// (its accept key, query, replay), not kept for the WebSocket's life.
+    fn new(up: Box<Upgrade>, session: Option<SessionId>, settings: &Settings) -> Ws {
+        let (app, object, deflate) = up.into_loop();
+        // The app's own bound on its inputs, within the node's.
+        let max_message = app
+            .max_input_bytes()
+            .map_or(settings.ws_max_message_bytes, |m| {
+                m.min(settings.ws_max_message_bytes)
+            });
+        Ws {
+            decoder: Decoder::new(max_message).with_deflate(deflate.is_some()),
+            to: Target {
+                session,
+                app,
+                object,
+                deflate,
+            },
+            awaiting_pong: false,
+            partial: None,
+        }
+    }
+}
+
 /// The message rate: a token bucket of `COMBD_WS_BURST` tokens refilled at `COMBD_WS_RATE` a
 /// second; each message and ping takes one. (The rate and burst are read from the settings
 /// when a token is taken: an idle WebSocket keeps only these two fields.)
@@ -127,39 +154,16 @@ impl Rate {
 impl Conn {
     /// The WebSocket loop, until the connection closes.
     pub(super) async fn websocket(&mut self, up: Box<Upgrade>) {
-        // Boxed until here, then taken apart: an upgrade held by value would be kept twice in
-        // every idle WebSocket's task (an argument and its local), 176 bytes.
-        let Upgrade {
-            app,
-            object,
-            deflate,
-            ..
-        } = *up;
         let state = self.state().clone();
         let stats = state.stats();
         ShardStats::add(&stats.ws_open, 1);
         let _open = Defer(|| ShardStats::sub(&stats.ws_open, 1));
-        if deflate.is_some() {
+        let settings = state.settings();
+        let session = self.session.map(|id| SessionId::new(state.id() as u32, id));
+        let mut ws = Ws::new(up, session, settings);
+        if ws.to.deflate.is_some() {
             ShardStats::add(&stats.ws_deflate_opened, 1);
         }
-        let settings = state.settings();
-        // The app's own bound on its inputs, within the node's.
-        let max_message = app
-            .max_input_bytes()
-            .map_or(settings.ws_max_message_bytes, |m| {
-                m.min(settings.ws_max_message_bytes)
-            });
-        let mut ws = Ws {
-            to: Target {
-                session: self.session.map(|id| SessionId::new(state.id() as u32, id)),
-                app,
-                object,
-                deflate,
-            },
-            decoder: Decoder::new(max_message).with_deflate(deflate.is_some()),
-            awaiting_pong: false,
-            partial: None,
-        };
         let mut rate = Rate::new(settings);
         let _ = combd_kernel::sys::set_send_buffer(&self.stream, limits::WS_SEND_BUFFER_BYTES);
         // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
@@ -201,7 +205,9 @@ impl Conn {
                     }
                 }
                 Input::Mail => {
-                    if let Some(close) = self.write_mail(&ws.to).await {
+                    // Boxed: the largest of the loop's waits (184 bytes), which would size
+                    // every idle WebSocket's task; an allocation a write of mail.
+                    if let Some(close) = Box::pin(self.write_mail(&ws.to)).await {
                         break close;
                     }
                 }
