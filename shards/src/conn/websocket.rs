@@ -77,8 +77,6 @@ impl Close {
 struct Target {
     app: Arc<dyn App>,
     object: String,
-    /// The session, for a stateful app.
-    session: Option<SessionId>,
     /// permessage-deflate as negotiated.
     deflate: Option<ws::deflate::Negotiated>,
 }
@@ -99,7 +97,7 @@ impl Ws {
     /// borrowed before moving it (the app, to ask its bound) would be kept in every idle
     /// WebSocket's task. The upgrade's box is freed here, with what the loop does not need
     /// (its accept key, query, replay), not kept for the WebSocket's life.
-    fn new(up: Box<Upgrade>, session: Option<SessionId>, settings: &Settings) -> Ws {
+    fn new(up: Box<Upgrade>, settings: &Settings) -> Ws {
         let (app, object, deflate) = up.into_loop();
         // The app's own bound on its inputs, within the node's.
         let max_message = app
@@ -110,7 +108,6 @@ impl Ws {
         Ws {
             decoder: Decoder::new(max_message).with_deflate(deflate.is_some()),
             to: Target {
-                session,
                 app,
                 object,
                 deflate,
@@ -159,8 +156,7 @@ impl Conn {
         ShardStats::add(&stats.ws_open, 1);
         let _open = Defer(|| ShardStats::sub(&stats.ws_open, 1));
         let settings = state.settings();
-        let session = self.session.map(|id| SessionId::new(state.id() as u32, id));
-        let mut ws = Ws::new(up, session, settings);
+        let mut ws = Ws::new(up, settings);
         if ws.to.deflate.is_some() {
             ShardStats::add(&stats.ws_deflate_opened, 1);
         }
@@ -310,7 +306,7 @@ impl Conn {
         if let Some(log) = &self.log {
             log.on_message(true);
         }
-        if let Some(s) = to.session {
+        if let Some(s) = self.session_id() {
             // Its bytes are held against the connection's and the shard's inbound budget
             // until the object has run it; past the shard's, refused like a full mailbox.
             let Some(hold) = self.hold_input(payload.len() as u64) else {
@@ -398,7 +394,7 @@ impl Conn {
                     ))
                 }
                 Resync::Attach => {
-                    let session = to.session?;
+                    let session = self.session_id()?;
                     let query = self.cells.sessions().query(id);
                     let (client, caller) = self.cells.sessions().client(id);
                     let job = Job::reattach(session, query, client, caller.unwrap_or_default());
@@ -507,7 +503,7 @@ impl Conn {
     /// [`CLOSE_LINGER`](limits::CLOSE_LINGER) to be written and answered: a client that does
     /// not read cannot hold the connection longer.
     async fn close_with(&mut self, ws: &Ws, close: Close, mut out: Vec<u8>) {
-        if let Some(s) = ws.to.session {
+        if let Some(s) = self.session_id() {
             self.cells.submit(&ws.to.app, &ws.to.object, Job::detach(s));
         }
         self.end_session();
@@ -528,6 +524,12 @@ impl Conn {
         if self.log.is_some() {
             self.log_ws_close(close.end());
         }
+    }
+
+    /// The session of a stateful app's WebSocket, as objects name it.
+    fn session_id(&self) -> Option<SessionId> {
+        self.session
+            .map(|id| SessionId::new(self.state().id() as u32, id))
     }
 
     /// Forgets this connection's session here.
