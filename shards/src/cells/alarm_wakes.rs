@@ -144,10 +144,12 @@ impl AlarmWakes {
         let (wakes, cells) = (self.clone(), cells.clone());
         let task = cells.clone().state.spawn(async move {
             glommio::timer::sleep(std::time::Duration::from_millis(at - now)).await;
+            // A timer an earlier one replaced reads nothing: that one read, and armed what
+            // the index had next.
             if wakes.armed.get() == Some(at) {
                 wakes.armed.set(None);
+                wakes.tick(&cells);
             }
-            wakes.tick(&cells);
         });
         match task {
             Ok(t) => {
