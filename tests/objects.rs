@@ -345,3 +345,72 @@ fn an_attach_that_writes_creates_the_object_and_is_refused_past_the_cap() {
     drop(node);
     let _ = std::fs::remove_dir_all(&apps);
 }
+
+#[test]
+fn each_stage_of_a_writes_path_is_timed_in_stats_and_metrics() {
+    let node = TestNode::start(&[]);
+    const WRITES: u64 = 20;
+    for i in 1..=WRITES {
+        assert_eq!(post(&node, "/o/counter/timed", "").json()["value"], i);
+    }
+    let s = node.stats();
+    let st = &s["stages"];
+    let count = |stage: &str| st[stage]["count"].as_u64().unwrap();
+    let us = |stage: &str, q: &str| st[stage][q].as_u64().unwrap();
+    // Every input waited in the mailbox once; every batch was answered once; every sync was
+    // timed, on the way there and back too.
+    assert_eq!(count("mailbox"), WRITES, "{st}");
+    assert_eq!(
+        count("input_to_answer"),
+        s["batches"].as_u64().unwrap(),
+        "{s}"
+    );
+    assert_eq!(count("commit_wait"), s["batches"].as_u64().unwrap(), "{s}");
+    for stage in ["sync_to_thread", "sync", "sync_back"] {
+        assert_eq!(
+            count(stage),
+            s["wal_syncs"].as_u64().unwrap(),
+            "{stage}: {s}"
+        );
+    }
+    // The first write ran twice (on the scratch database, then on the one it created).
+    assert_eq!(count("batch_run"), WRITES + 1, "{st}");
+    for stage in ["batch_to_thread", "batch_back", "fanout"] {
+        assert!(count(stage) >= WRITES, "{stage}: {st}");
+    }
+    for stage in ["mailbox", "batch_run", "sync", "input_to_answer"] {
+        assert!(us(stage, "p50_us") <= us(stage, "p90_us"), "{stage}: {st}");
+        assert!(us(stage, "p90_us") <= us(stage, "p99_us"), "{stage}: {st}");
+    }
+    // One client writing one request at a time: each batch had a sync of its own and was
+    // answered after it, so its time to the answer holds its sync's.
+    assert_eq!(s["wal_syncs"], s["batches"], "{s}");
+    assert!(
+        us("input_to_answer", "mean_us") >= us("sync", "mean_us"),
+        "{st}"
+    );
+    assert!(us("batch_run", "mean_us") > 0, "a batch takes time: {st}");
+    let per_shard: u64 = s["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sh| sh["stages"]["sync"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_shard, count("sync"), "the shards' add up: {s}");
+    let shard = s["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|sh| sh["stages"]["sync"]["count"].as_u64() == Some(count("sync")))
+        .expect("the counter's shard");
+    let m = request(node.local(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").text();
+    let line = format!(
+        "combd_stage_microseconds_count{{shard=\"{shard}\",stage=\"sync\"}} {}\n",
+        count("sync")
+    );
+    assert!(m.contains(&line), "{line} in {m}");
+    assert!(
+        m.contains("# TYPE combd_stage_microseconds summary\n"),
+        "{m}"
+    );
+}

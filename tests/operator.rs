@@ -116,10 +116,20 @@ fn metrics_parse_and_agree_with_stats() {
             sh["listening"].as_u64().unwrap()
         );
     }
-    // Every family has HELP and TYPE; counters end in _total.
+    // Every family has HELP and TYPE (a summary's _sum and _count are its family's);
+    // counters end in _total.
     let docs: HashMap<_, _> = scrape.docs.iter().collect();
     for s in &scrape.samples {
-        assert!(docs.contains_key(&s.metric), "{} has no HELP", s.metric);
+        let family = ["_sum", "_count"]
+            .iter()
+            .find_map(|end| s.metric.strip_suffix(end))
+            .filter(|f| docs.contains_key(&f.to_string()))
+            .unwrap_or(&s.metric);
+        assert!(
+            docs.contains_key(&family.to_string()),
+            "{} has no HELP",
+            s.metric
+        );
         if let prometheus_parse::Value::Counter(_) = s.value {
             assert!(s.metric.ends_with("_total"), "{}", s.metric);
         }

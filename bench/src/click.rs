@@ -388,6 +388,7 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
         "deflate": crate::DEFLATE.load(std::sync::atomic::Ordering::Relaxed),
         "bytes_received_after_connect": bytes_received,
         "node_ws_deflated_out": after["ws_deflated_out"],
+        "node_stages": after["stages"],
     }))
 }
 

@@ -24,7 +24,7 @@ use crate::app::{AppError, Effect, Output};
 use crate::fleet::{Shipped, Shipping};
 use crate::http::Response;
 use crate::job::{Attached, Reply};
-use crate::stats::ShardStats;
+use crate::stats::{ShardStats, Stage};
 
 use super::store::Wal;
 use super::{Cells, Refusal};
@@ -45,6 +45,10 @@ pub(super) struct Committed {
     /// when the object next has something due after it (`None` inside: nothing), for the
     /// fleet's wake index.
     pub due: Option<Option<u64>>,
+    /// When the batch's first input arrived in the mailbox (none for a batch of no input).
+    pub first_input_at: Option<std::time::Instant>,
+    /// When the batch committed.
+    pub committed_at: std::time::Instant,
 }
 
 /// What the commit task does between a commit and its answers.
@@ -339,6 +343,10 @@ async fn start(
 ) -> Started {
     let wal = group.iter().rev().find_map(|c| c.wal.clone());
     let answers = group.iter().map(|c| c.replies.len()).sum();
+    let stages = &cells.state.stats().stages;
+    for c in &group {
+        stages.record(Stage::CommitWait, c.committed_at.elapsed());
+    }
     let mut started = Started {
         refusal: None,
         upload: None,
@@ -487,6 +495,8 @@ async fn answer_group(
     let synced = refusal.is_none();
     let refusal = refusal.unwrap_or(Refusal::StorageUnavailable);
     let permit = state.acquire_awake().await;
+    let first_inputs: Vec<std::time::Instant> =
+        group.iter().filter_map(|c| c.first_input_at).collect();
     // The group's effects, batch after batch, go out together: when the commit task is behind
     // (a fan-out to many viewers takes longer than a batch), the batches that queued meanwhile
     // cost one fan-out, so load merges updates instead of filling the mailbox.
@@ -509,7 +519,12 @@ async fn answer_group(
         }
         effects.extend(batch.effects);
     }
+    let fanout = std::time::Instant::now();
     cells.apply_effects(key, effects).await;
+    stats.stages.record(Stage::Fanout, fanout.elapsed());
+    for at in first_inputs {
+        stats.stages.record(Stage::InputToAnswer, at.elapsed());
+    }
     drop(permit);
     if durability == Durability::AnswerFirst {
         sync(state, key, wal, 1).await;
@@ -528,9 +543,23 @@ async fn sync(
         return true;
     };
     let stats = state.stats();
-    let started = std::time::Instant::now();
-    let r = glommio::executor().spawn_blocking(move || wal.sync()).await;
-    let took = started.elapsed();
+    let handed = std::time::Instant::now();
+    let (started, done, r) = glommio::executor()
+        .spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let r = wal.sync();
+            (started, std::time::Instant::now(), r)
+        })
+        .await;
+    let took = handed.elapsed();
+    stats.stages.record(
+        Stage::SyncToThread,
+        started.saturating_duration_since(handed),
+    );
+    stats
+        .stages
+        .record(Stage::Sync, done.saturating_duration_since(started));
+    stats.stages.record(Stage::SyncBack, done.elapsed());
     ShardStats::add(&stats.wal_syncs, 1);
     stats
         .wal_sync_max_us

@@ -9,7 +9,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod render;
+mod stages;
 pub use render::{render_json, render_metrics, Deployment, NodeFigures};
+pub use stages::{Stage, StageTimes};
 
 /// Whether a figure goes up and down (a gauge) or only up (a counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,6 +260,8 @@ pub struct ShardStats {
     pub access_log_dropped: AtomicU64,
     /// Warnings about apps' failed calls not logged past `APP_ERROR_LOGS_PER_WINDOW`.
     pub app_errors_log_suppressed: AtomicU64,
+    /// How long inputs spend in each stage of their object's pipeline (`"stages"`).
+    pub stages: StageTimes,
 }
 
 /// One figure: its `/stats` name, `/metrics` name, kind, help line and value.

@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::{Field, Kind, ShardStats};
+use super::stages::{stages_json, STAGE_NAMES};
+use super::{Field, Kind, ShardStats, StageTimes};
 
 /// The version of an app deployed as a module, as `/stats` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,9 +126,17 @@ pub fn render_json(node: &NodeFigures, shards: &[ShardStats]) -> String {
             for f in fs {
                 m.insert(f.0.into(), f.4.into());
             }
+            m.insert(
+                "stages".into(),
+                stages_json(&StageTimes::merged([&shards[id].stages])),
+            );
             serde_json::Value::Object(m)
         })
         .collect();
+    top.insert(
+        "stages".into(),
+        stages_json(&StageTimes::merged(shards.iter().map(|s| &s.stages))),
+    );
     top.insert("shards".into(), list.into());
     serde_json::Value::Object(top).to_string()
 }
@@ -188,5 +197,27 @@ pub fn render_metrics(node: &NodeFigures, shards: &[ShardStats]) -> String {
             }
         }
     }
+    stages_metrics(&mut out, shards);
     out
+}
+
+/// The stages of objects' pipelines as one Prometheus summary per stage and shard: the p50,
+/// p90 and p99 (each a bucket's upper bound), the count and the sum, in microseconds.
+fn stages_metrics(out: &mut String, shards: &[ShardStats]) {
+    let name = "combd_stage_microseconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} How long inputs spend in each stage of their object's pipeline.\n# TYPE {name} summary"
+    );
+    for (id, s) in shards.iter().enumerate() {
+        for (stage, h) in STAGE_NAMES.iter().zip(StageTimes::merged([&s.stages])) {
+            let labels = format!("shard=\"{id}\",stage=\"{stage}\"");
+            for q in [0.5, 0.9, 0.99] {
+                let v = h.quantile_us(q);
+                let _ = writeln!(out, "{name}{{{labels},quantile=\"{q}\"}} {v}");
+            }
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_us);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count());
+        }
+    }
 }

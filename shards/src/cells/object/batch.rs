@@ -18,7 +18,7 @@ use crate::inbound::Hold;
 use crate::job::{Owned, Reply};
 use crate::state::log_budget::warn_app_errors_suppressed;
 use crate::state::ShardState;
-use crate::stats::ShardStats;
+use crate::stats::{ShardStats, Stage};
 
 use super::super::call::{run_batch, BatchResult, CallLimits, On, Target};
 use super::super::commit::Committed;
@@ -52,7 +52,7 @@ pub(super) async fn run_one(
     let state = &cells.state;
     let stats = state.stats();
     let permit = state.acquire_awake().await;
-    let (inputs, replies, holds) = take_batch(state, cell);
+    let (inputs, replies, holds, first_at) = take_batch(state, cell);
     let count = inputs.len() as u64;
     let (store, ran) = match store {
         Store::Present(db) => {
@@ -88,13 +88,24 @@ pub(super) async fn run_one(
         wal: ran.wal,
         wal_len: ran.wal_len,
         due: ran.due,
+        first_input_at: first_at,
+        committed_at: std::time::Instant::now(),
     };
     (store, committed, killed)
 }
 
-/// The next batch's inputs, where their answers go, and their bytes held against their
-/// connections' inbound budgets: what waits, up to the app's batch.
-fn take_batch(state: &ShardState, cell: &ObjectCell) -> (Vec<Owned>, Vec<Reply>, Vec<Hold>) {
+/// The next batch's inputs, where their answers go, their bytes held against their
+/// connections' inbound budgets, and when the first of them arrived: what waits, up to the
+/// app's batch.
+fn take_batch(
+    state: &ShardState,
+    cell: &ObjectCell,
+) -> (
+    Vec<Owned>,
+    Vec<Reply>,
+    Vec<Hold>,
+    Option<std::time::Instant>,
+) {
     let n = if cell.app.handles_batch() {
         cell.app.batch().max(1)
     } else {
@@ -112,15 +123,18 @@ fn take_batch(state: &ShardState, cell: &ObjectCell) -> (Vec<Owned>, Vec<Reply>,
             .mailbox_oldest_age_ms
             .fetch_max(age, Ordering::Relaxed);
     }
+    let first_at = jobs.first().map(|q| q.at);
+    let stages = &state.stats().stages;
     let mut holds = Vec::with_capacity(jobs.len());
     let (inputs, replies) = jobs
         .into_iter()
         .map(|q| {
+            stages.record(Stage::Mailbox, q.at.elapsed());
             holds.extend(q.job.hold);
             (q.job.input, q.job.reply)
         })
         .unzip();
-    (inputs, replies, holds)
+    (inputs, replies, holds, first_at)
 }
 
 /// A batch that wrote on an absent object's scratch database (that run is dropped): creates
@@ -187,8 +201,10 @@ async fn run_on(
         .to_string();
     let alarms = state.node().alarms.clone();
     let shard = state.id();
-    glommio::executor()
+    let handed = std::time::Instant::now();
+    let (started, done, out) = glommio::executor()
         .spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let mut db = db;
             let target = Target {
                 app: app.name(),
@@ -220,18 +236,23 @@ async fn run_on(
                         Some(crate::alarms::now_ms())
                     }
                 });
-            (
-                db,
-                inputs,
-                Ran {
-                    result,
-                    wal,
-                    wal_len,
-                    due,
-                },
-            )
+            let ran = Ran {
+                result,
+                wal,
+                wal_len,
+                due,
+            };
+            (started, std::time::Instant::now(), (db, inputs, ran))
         })
-        .await
+        .await;
+    let stages = &state.stats().stages;
+    stages.record(
+        Stage::BatchToThread,
+        started.saturating_duration_since(handed),
+    );
+    stages.record(Stage::BatchRun, done.saturating_duration_since(started));
+    stages.record(Stage::BatchBack, done.elapsed());
+    out
 }
 
 /// Logs a batch's output, warns of its failed calls, and counts its slow calls and tripped
