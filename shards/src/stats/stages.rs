@@ -71,23 +71,24 @@ impl Default for StageTimes {
     }
 }
 
+/// Each bucket's upper bound in microseconds, 2^((b+1)/4) rounded down; the last is open.
+static BOUNDS: std::sync::LazyLock<[u64; BUCKETS]> = std::sync::LazyLock::new(|| {
+    std::array::from_fn(|b| match b {
+        b if b == BUCKETS - 1 => u64::MAX,
+        b => 2f64.powf((b as f64 + 1.0) / 4.0).floor() as u64,
+    })
+});
+
 /// The bucket of `us` microseconds: the first whose upper bound holds it.
 fn bucket(us: u64) -> usize {
-    // Bucket b's bound 2^((b+1)/4) holds `us` only if b ≥ 4·log2(us) − 1: start just below.
-    let below = (4.0 * (us.max(1) as f64).log2()).floor() - 2.0;
-    let mut b = (below.max(0.0) as usize).min(BUCKETS - 1);
-    while b < BUCKETS - 1 && upper_bound_us(b) < us as f64 {
-        b += 1;
-    }
-    b
+    BOUNDS.partition_point(|&bound| bound < us)
 }
 
-/// The upper bound of bucket `b` in microseconds, 2^((b+1)/4); the last bucket's is infinite.
+/// The upper bound of bucket `b` in microseconds; the last bucket's is infinite.
 pub fn upper_bound_us(b: usize) -> f64 {
-    if b >= BUCKETS - 1 {
-        f64::INFINITY
-    } else {
-        2f64.powf((b as f64 + 1.0) / 4.0).floor()
+    match BOUNDS.get(b) {
+        Some(&bound) if b < BUCKETS - 1 => bound as f64,
+        _ => f64::INFINITY,
     }
 }
 
