@@ -22,12 +22,14 @@ use tracing::warn;
 
 use crate::app::{AppError, Effect, Output};
 use crate::fleet::{Shipped, Shipping};
-use crate::http::Response;
-use crate::job::{Attached, Reply};
+use crate::job::Reply;
 use crate::stats::{ShardStats, Stage};
 
 use super::store::Wal;
+
+mod answer;
 use super::{Cells, Refusal};
+use answer::answer_group;
 
 /// A batch that committed (its transaction is in the WAL), waiting to be made durable.
 pub(super) struct Committed {
@@ -480,58 +482,6 @@ async fn on_shipping<T: Send + 'static>(
     Some(out)
 }
 
-/// Answers a group in order (or refuses every input with `refusal`), its effects together;
-/// then, for the power-cut test's broken order, syncs. True if it was answered.
-async fn answer_group(
-    cells: &Rc<Cells>,
-    key: &str,
-    group: Vec<Committed>,
-    refusal: Option<Refusal>,
-    durability: Durability,
-) -> bool {
-    let state = &cells.state;
-    let stats = state.stats();
-    let wal = group.iter().rev().find_map(|c| c.wal.clone());
-    let synced = refusal.is_none();
-    let refusal = refusal.unwrap_or(Refusal::StorageUnavailable);
-    let permit = state.acquire_awake().await;
-    let first_inputs: Vec<std::time::Instant> =
-        group.iter().filter_map(|c| c.first_input_at).collect();
-    // The group's effects, batch after batch, go out together: when the commit task is behind
-    // (a fan-out to many viewers takes longer than a batch), the batches that queued meanwhile
-    // cost one fan-out, so load merges updates instead of filling the mailbox.
-    let mut effects = Vec::new();
-    for batch in group {
-        if !synced {
-            // The disk refused to sync (now or before), or the group was not shipped: nothing
-            // of these batches is known to be durable, so nothing is acknowledged or sent.
-            if refusal == Refusal::StorageUnavailable {
-                ShardStats::add(&stats.wal_sync_failed_inputs, batch.replies.len() as u64);
-            }
-            for reply in batch.replies {
-                cells.refuse_job_reply(reply, refusal);
-            }
-            continue;
-        }
-        for (reply, out) in batch.replies.into_iter().zip(batch.outputs) {
-            // A session's error message keeps its place among the sends and broadcasts.
-            effects.extend(answer(reply, out));
-        }
-        effects.extend(batch.effects);
-    }
-    let fanout = std::time::Instant::now();
-    cells.apply_effects(key, effects).await;
-    stats.stages.record(Stage::Fanout, fanout.elapsed());
-    for at in first_inputs {
-        stats.stages.record(Stage::InputToAnswer, at.elapsed());
-    }
-    drop(permit);
-    if durability == Durability::AnswerFirst {
-        sync(state, key, wal, 1).await;
-    }
-    synced
-}
-
 /// Syncs the WAL on a blocking thread; false if the disk refused.
 async fn sync(
     state: &crate::state::ShardState,
@@ -577,35 +527,4 @@ async fn sync(
             false
         }
     }
-}
-
-/// Sends one input's answer where its job said; a session's error message is returned as the
-/// send it becomes.
-fn answer(reply: Reply, out: Result<Output, AppError>) -> Option<Effect> {
-    match (reply, out) {
-        (Reply::Http(r), Ok(Output::Http(resp))) => {
-            let _ = r.try_send(resp);
-        }
-        (Reply::Http(r), Ok(Output::None)) => {
-            let _ = r.try_send(Response::bytes(204, "application/json", Vec::new()));
-        }
-        (Reply::Http(r), Err(e)) => {
-            let _ = r.try_send(e.response());
-        }
-        (Reply::Attach { reply, .. }, Ok(_)) => {
-            let _ = reply.try_send(Attached::Yes);
-        }
-        (Reply::Attach { reply, .. }, Err(e)) => {
-            let _ = reply.try_send(Attached::Refused(e.response()));
-        }
-        (Reply::Session(to), Err(e)) => {
-            return Some(Effect::Send {
-                to,
-                text: true,
-                payload: crate::ws::error_text(&e.message).into_bytes(),
-            })
-        }
-        (Reply::Session(_), Ok(_)) | (Reply::None, _) => {}
-    }
-    None
 }
