@@ -26,9 +26,9 @@ use crate::job::Reply;
 use crate::stats::{ShardStats, Stage};
 
 use super::store::Wal;
+use super::{Cells, Refusal};
 
 mod answer;
-use super::{Cells, Refusal};
 use answer::answer_group;
 
 /// A batch that committed (its transaction is in the WAL), waiting to be made durable.
@@ -494,22 +494,9 @@ async fn sync(
     };
     let stats = state.stats();
     let handed = std::time::Instant::now();
-    let (started, done, r) = glommio::executor()
-        .spawn_blocking(move || {
-            let started = std::time::Instant::now();
-            let r = wal.sync();
-            (started, std::time::Instant::now(), r)
-        })
-        .await;
+    let stages = [Stage::SyncToThread, Stage::Sync, Stage::SyncBack];
+    let r = stats.stages.on_thread(stages, move || wal.sync()).await;
     let took = handed.elapsed();
-    stats.stages.record(
-        Stage::SyncToThread,
-        started.saturating_duration_since(handed),
-    );
-    stats
-        .stages
-        .record(Stage::Sync, done.saturating_duration_since(started));
-    stats.stages.record(Stage::SyncBack, done.elapsed());
     ShardStats::add(&stats.wal_syncs, 1);
     stats
         .wal_sync_max_us

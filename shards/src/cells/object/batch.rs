@@ -201,10 +201,11 @@ async fn run_on(
         .to_string();
     let alarms = state.node().alarms.clone();
     let shard = state.id();
-    let handed = std::time::Instant::now();
-    let (started, done, out) = glommio::executor()
-        .spawn_blocking(move || {
-            let started = std::time::Instant::now();
+    let stages = [Stage::BatchToThread, Stage::BatchRun, Stage::BatchBack];
+    state
+        .stats()
+        .stages
+        .on_thread(stages, move || {
             let mut db = db;
             let target = Target {
                 app: app.name(),
@@ -242,17 +243,9 @@ async fn run_on(
                 wal_len,
                 due,
             };
-            (started, std::time::Instant::now(), (db, inputs, ran))
+            (db, inputs, ran)
         })
-        .await;
-    let stages = &state.stats().stages;
-    stages.record(
-        Stage::BatchToThread,
-        started.saturating_duration_since(handed),
-    );
-    stages.record(Stage::BatchRun, done.saturating_duration_since(started));
-    stages.record(Stage::BatchBack, done.elapsed());
-    out
+        .await
 }
 
 /// Logs a batch's output, warns of its failed calls, and counts its slow calls and tripped
