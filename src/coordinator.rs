@@ -84,7 +84,6 @@ fn measure(
     last_error: &mut Option<Instant>,
 ) -> FullReasons {
     let a = &node.admission;
-    a.measurements.fetch_add(1, Ordering::Relaxed);
     let mut level = a.pressure.load(Ordering::Relaxed);
     match probe.sample() {
         Ok(m) => {
@@ -148,6 +147,8 @@ fn measure(
     };
     let reasons = admission::full_reasons(&m);
     a.full_reasons.store(reasons.0, Ordering::Relaxed);
+    // Counted last, so a reader that sees a measurement counted sees its figures too.
+    a.measurements.fetch_add(1, Ordering::Release);
     reasons
 }
 
