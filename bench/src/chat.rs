@@ -14,7 +14,7 @@ use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::click::{frames, masked_text, Rng};
-use crate::{cpu_seconds, percentile, rss_bytes, Args};
+use crate::{CpuWindow, percentile, rss_bytes, Args};
 
 struct User {
     stream: MioStream,
@@ -119,8 +119,7 @@ pub fn chat(a: &Args) -> Result<serde_json::Value, String> {
         let off = Duration::from_micros(rng.next() % interval.as_micros().max(1) as u64);
         due.push(std::cmp::Reverse((t0 + off, i)));
     }
-    let cpu0 = cpu_seconds(pid);
-    let self0 = cpu_seconds(std::process::id() as u64);
+    let mut cpu = CpuWindow::start(pid);
     let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
         .map_err(|e| e.to_string())?;
     let (mut sent, mut errors, mut received) = (0u64, 0u64, 0u64);
@@ -130,6 +129,7 @@ pub fn chat(a: &Args) -> Result<serde_json::Value, String> {
     let mut last_progress = Instant::now();
     loop {
         let now = Instant::now();
+        cpu.tick(run_until);
         if now >= drain_until || (now >= run_until && users.iter().all(|u| u.pending.is_empty())) {
             break;
         }
@@ -222,9 +222,7 @@ pub fn chat(a: &Args) -> Result<serde_json::Value, String> {
             last_progress = Instant::now();
         }
     }
-    let elapsed = t0.elapsed().as_secs_f64();
-    let node_cpu = (cpu_seconds(pid) - cpu0) / elapsed * 100.0;
-    let self_cpu = (cpu_seconds(std::process::id() as u64) - self0) / elapsed * 100.0;
+    let (node_cpu, self_cpu) = cpu.percents();
     let lost: usize = users.iter().map(|u| u.pending.len()).sum();
     let after = crate::stats_or_null(a);
     let q = |x: f64| hist.value_at_quantile(x) as f64 / 1000.0;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::{cpu_seconds, open_ws_path, percentile, rss_bytes, Args};
+use crate::{CpuWindow, open_ws_path, percentile, rss_bytes, Args};
 
 /// A small xorshift generator: the same run gives the same clicks.
 pub(crate) struct Rng(pub(crate) u64);
@@ -174,8 +174,7 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
         let off = Duration::from_micros(rng.next() % interval.as_micros().max(1) as u64);
         due.push(std::cmp::Reverse((t0 + off, i)));
     }
-    let cpu0 = cpu_seconds(pid);
-    let self0 = cpu_seconds(std::process::id() as u64);
+    let mut cpu = CpuWindow::start(pid);
     // Every echo in one histogram (µs), and per second for the timeline.
     let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
         .map_err(|e| e.to_string())?;
@@ -193,6 +192,7 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
     let mut last_progress = Instant::now();
     loop {
         let now = Instant::now();
+        cpu.tick(run_until);
         if now >= drain_until || (now >= run_until && viewers.iter().all(|v| v.pending.is_empty()))
         {
             break;
@@ -305,9 +305,7 @@ pub fn click(a: &Args) -> Result<serde_json::Value, String> {
             last_progress = Instant::now();
         }
     }
-    let elapsed = t0.elapsed().as_secs_f64();
-    let node_cpu = (cpu_seconds(pid) - cpu0) / elapsed * 100.0;
-    let self_cpu = (cpu_seconds(std::process::id() as u64) - self0) / elapsed * 100.0;
+    let (node_cpu, self_cpu) = cpu.percents();
     let lost: usize = viewers.iter().map(|v| v.pending.len()).sum();
     let closed = viewers.iter().filter(|v| v.closed).count();
     let after = crate::stats_or_null(a);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::{connect_from, cpu_seconds, open_ws_path, stats_or_null, target_pid, Args};
+use crate::{connect_from, CpuWindow, open_ws_path, stats_or_null, target_pid, Args};
 
 struct Viewer {
     stream: MioStream,
@@ -85,8 +85,11 @@ impl Publisher {
             let head = String::from_utf8_lossy(&self.inbuf[..end]).to_string();
             let len: usize = head
                 .lines()
-                .find_map(|l| l.strip_prefix("content-length: "))
-                .and_then(|v| v.trim().parse().ok())
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
                 .unwrap_or(0);
             if self.inbuf.len() < end + 4 + len {
                 break;
@@ -141,7 +144,7 @@ pub fn fanout(a: &Args) -> Result<serde_json::Value, String> {
         a.frames
     );
     let before = stats_or_null(a);
-    let (cpu0, self0) = (cpu_seconds(pid), cpu_seconds(std::process::id() as u64));
+    let mut cpu = CpuWindow::start(pid);
     let t0 = Instant::now();
     let publish_until = t0 + a.duration;
     // After the last call, the frames still on their way get a moment to arrive.
@@ -152,6 +155,7 @@ pub fn fanout(a: &Args) -> Result<serde_json::Value, String> {
     let mut tmp = vec![0u8; 256 * 1024];
     let mut pong = Vec::new();
     while Instant::now() < end {
+        cpu.tick(publish_until);
         let now = Instant::now();
         if now < publish_until && now >= next_call {
             if publisher.in_flight {
@@ -197,9 +201,7 @@ pub fn fanout(a: &Args) -> Result<serde_json::Value, String> {
             }
         }
     }
-    let elapsed = t0.elapsed().as_secs_f64();
-    let node_cpu = (cpu_seconds(pid) - cpu0) / elapsed * 100.0;
-    let self_cpu = (cpu_seconds(std::process::id() as u64) - self0) / elapsed * 100.0;
+    let (node_cpu, self_cpu) = cpu.percents();
     let after = stats_or_null(a);
     let delta = |k: &str| {
         after[k]

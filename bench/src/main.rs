@@ -241,6 +241,48 @@ pub(crate) fn cpu_seconds(pid: u64) -> f64 {
     ticks as f64 / hz
 }
 
+/// The target's and the generator's CPU, in percent of a core, over a load's window: from
+/// `start` to the first [`CpuWindow::tick`] at or after the load's end. A run that then waits
+/// for late answers (up to 10 s when a refused click never echoes) would otherwise count that
+/// idle wait as well, and understate both.
+pub(crate) struct CpuWindow {
+    pid: u64,
+    t0: Instant,
+    start: (f64, f64),
+    end: Option<(f64, f64)>,
+}
+
+impl CpuWindow {
+    pub(crate) fn start(pid: u64) -> Self {
+        CpuWindow {
+            pid,
+            t0: Instant::now(),
+            start: (cpu_seconds(pid), cpu_seconds(std::process::id() as u64)),
+            end: None,
+        }
+    }
+
+    /// Closes the window the first time it is called at or after `until`.
+    pub(crate) fn tick(&mut self, until: Instant) {
+        if self.end.is_none() && Instant::now() >= until {
+            self.end = Some(self.now());
+        }
+    }
+
+    /// (target, generator) percent over the window; to now if it was never closed.
+    pub(crate) fn percents(&self) -> (f64, f64) {
+        self.end.unwrap_or_else(|| self.now())
+    }
+
+    fn now(&self) -> (f64, f64) {
+        let secs = self.t0.elapsed().as_secs_f64().max(1e-9);
+        (
+            (cpu_seconds(self.pid) - self.start.0) / secs * 100.0,
+            (cpu_seconds(std::process::id() as u64) - self.start.1) / secs * 100.0,
+        )
+    }
+}
+
 /// Connects to the target from a source address picked by `i` (127.0.0.10-250).
 pub(crate) fn connect_from(target: Ipv4Addr, port: u16, i: usize) -> Result<TcpStream, String> {
     let src = Ipv4Addr::new(127, 0, 0, 10 + (i % 241) as u8);

@@ -1,7 +1,8 @@
 // The `million` protocol of shared/BENCH.md, as a user who picks uWebSockets.js would write it:
 // one board of 1,000,000 checkboxes in memory (no persistence), pages of 4,096 boxes, one pub/sub
 // topic per page, a click published to its page's topic (uWS corks the writes of a handler and
-// encodes a published frame once for all subscribers). Also GET /healthz.
+// encodes a published frame once for all subscribers). Also GET /healthz, and the fan-out
+// protocol of `bench/fanout.sh` (below).
 // Usage: PORT=8090 node server.js   (prints "peer ready: port=<port> pid=<pid>")
 //
 // The npm package falls back to a ws-based imitation when its native binary does not load; a
@@ -75,6 +76,28 @@ app.ws("/o/million/*", {
     const { session } = ws.getUserData();
     app.publish(`p${Math.floor(m.i / PAGE)}`, JSON.stringify({ t: "set", u: [[m.i, v, session, m.c || 0]] }));
   },
+});
+
+// `bench/fanout.sh`'s protocol, as combd's `fanout` test app speaks it: a viewer of
+// /o/fanout/<board> subscribes to topic t0; POST /o/fanout/<board>?n=N publishes N text frames
+// of 40 bytes (`{"f":<i>,"p":"xx…"}`) to it in one call and answers {"sent":N}.
+app.ws("/o/fanout/*", {
+  compression: uWS.DISABLED,
+  maxPayloadLength: 16 * 1024,
+  idleTimeout: 0,
+  open: (ws) => ws.subscribe("t0"),
+});
+app.post("/o/fanout/*", (res, req) => {
+  const n = Number(new URLSearchParams(req.getQuery() || "").get("n") || 1);
+  if (!(n >= 1 && n <= 64)) {
+    res.cork(() => res.writeStatus("400 Bad Request").end());
+    return;
+  }
+  for (let i = 0; i < n; i++) {
+    const pad = "x".repeat(40 - 13 - String(i).length);
+    app.publish("t0", `{"f":${i},"p":"${pad}"}`);
+  }
+  res.cork(() => res.writeHeader("content-type", "application/json").end(JSON.stringify({ sent: n })));
 });
 
 const port = Number(process.env.PORT || 8090);
