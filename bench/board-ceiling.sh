@@ -23,12 +23,9 @@ rm -rf "$dir" && mkdir -p "$dir"
 for round in $(seq "${ROUNDS:-3}"); do
   for rate in $rates; do
     for who in ${TARGETS:-combd uws}; do
-      start_target "$who"
       echo "== round $round, $rate clicks/s on $who" >&2
-      taskset -c 1 target/release/combd-bench click --port $port --pid "$target_pid" \
-        --conns $conns --interval-ms $(( conns * 1000 / rate )) --duration-s "${DURATION:-20}" \
-        --board heavy4k --out "$dir/$who-$rate-$round.json" > /dev/null 2>> "$dir/generator.log"
-      stop_target
+      measure "$who" "$dir/$who-$rate-$round.json" "$dir/generator.log" click --conns $conns \
+        --interval-ms $(( conns * 1000 / rate )) --duration-s "${DURATION:-20}" --board heavy4k
     done
   done
 done

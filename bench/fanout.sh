@@ -20,12 +20,9 @@ NODE_EXTRA="COMBD_TEST_APPS=on"
 for round in $(seq "${ROUNDS:-3}"); do
   for f in $frames; do
     for who in ${TARGETS:-combd uws}; do
-      start_target "$who"
       echo "== round $round, $f frames a call on $who" >&2
-      taskset -c 1 target/release/combd-bench fanout --port $port --pid "$target_pid" \
-        --conns "${CONNS:-5000}" --frames "$f" --interval-ms 20 --duration-s "${DURATION:-10}" \
-        --board fan --out "$dir/$who-$f-$round.json" > /dev/null 2>> "$dir/generator.log"
-      stop_target
+      measure "$who" "$dir/$who-$f-$round.json" "$dir/generator.log" fanout \
+        --conns "${CONNS:-5000}" --frames "$f" --interval-ms 20 --duration-s "${DURATION:-10}" --board fan
     done
   done
 done

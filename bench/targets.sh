@@ -61,3 +61,13 @@ stop_target() {
   wrapper=""; target_pid=""
 }
 
+
+# Runs `combd-bench SCENARIO ARGS...` on CPU 1 against WHO, started for it and stopped after:
+# its JSON to OUT, what it prints on stderr appended to LOG.
+measure() { # who out log scenario args...
+  local who=$1 out=$2 log=$3 scenario=$4; shift 4
+  start_target "$who"
+  taskset -c 1 target/release/combd-bench "$scenario" --port $port --pid "$target_pid" \
+    --out "$out" "$@" > /dev/null 2>> "$log"
+  stop_target
+}
