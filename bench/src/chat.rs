@@ -14,7 +14,7 @@ use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::click::{frames, masked_text, Rng};
-use crate::{CpuWindow, percentile, rss_bytes, Args};
+use crate::{percentile, rss_bytes, Args, CpuWindow};
 
 struct User {
     stream: MioStream,

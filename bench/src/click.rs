@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::{CpuWindow, open_ws_path, percentile, rss_bytes, Args};
+use crate::{open_ws_path, percentile, rss_bytes, Args, CpuWindow};
 
 /// A small xorshift generator: the same run gives the same clicks.
 pub(crate) struct Rng(pub(crate) u64);

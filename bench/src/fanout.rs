@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::{connect_from, CpuWindow, open_ws_path, stats_or_null, target_pid, Args};
+use crate::{connect_from, open_ws_path, stats_or_null, target_pid, Args, CpuWindow};
 
 struct Viewer {
     stream: MioStream,
