@@ -120,3 +120,85 @@ fn fanout_refuses_a_frame_count_out_of_range() {
         assert!(resp.json()["error"].is_string());
     }
 }
+
+/// The fan-out writes a waiting viewer's frames itself; when the kernel takes only part of
+/// them (a viewer with a small receive buffer that is not reading), the rest of the frame cut
+/// short is written by the viewer's connection before anything else, and every frame arrives
+/// whole and in order, counted once.
+#[test]
+fn a_fan_out_write_cut_short_is_finished_by_the_connection() {
+    const BIG: usize = 16;
+    const SIZE: usize = 16_384;
+    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect_timeout(&node.public().into(), WAIT).unwrap();
+    let stream: TcpStream = sock.into();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let url = format!("ws://127.0.0.2:{}/o/fanout/f", node.port);
+    let mut ws = tungstenite::client(url.as_str(), stream).unwrap().0;
+    let before = node.stats();
+    for call in 0..2 {
+        let resp = request(
+            node.public(),
+            format!(
+                "POST /o/fanout/f?n={BIG}&size={SIZE} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(resp.status, 200, "call {call}");
+        for i in 0..BIG {
+            let Message::Text(t) = ws.read().expect("a frame of the broadcast") else {
+                panic!("expected a text frame");
+            };
+            assert_eq!(t.len(), SIZE, "call {call}, frame {i} whole");
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            assert_eq!(
+                v["f"].as_u64(),
+                Some(i as u64),
+                "call {call}: frames in order"
+            );
+        }
+    }
+    let after = node.stats();
+    let delta = |k: &str| counter(&after, k) - counter(&before, k);
+    assert!(
+        delta("ws_direct_cut") >= 1,
+        "the fan-out's write was cut short at least once: {after}"
+    );
+    assert_eq!(
+        delta("ws_messages_out"),
+        2 * BIG as u64,
+        "each frame counted once"
+    );
+    assert_eq!(counter(&after, "ws_open"), 1, "the viewer is still open");
+}
+
+/// Viewers waiting to read get their frames from the fan-out itself, without their
+/// connections being woken: counted in `ws_direct_sends`.
+#[test]
+fn waiting_viewers_are_written_by_the_fan_out() {
+    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let mut viewers: Vec<_> = (0..20).map(|_| open_viewer(&node)).collect();
+    let before = node.stats();
+    let resp = request(
+        node.public(),
+        b"POST /o/fanout/f?n=2 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(resp.status, 200);
+    for ws in &mut viewers {
+        for i in 0..2 {
+            let Message::Text(t) = ws.read().unwrap() else {
+                panic!("expected a text frame");
+            };
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            assert_eq!(v["f"].as_u64(), Some(i));
+        }
+    }
+    let after = node.stats();
+    let direct = counter(&after, "ws_direct_sends") - counter(&before, "ws_direct_sends");
+    assert!(
+        direct >= 1 && direct <= 20,
+        "{direct} of 20 viewers written by the fan-out"
+    );
+}

@@ -102,6 +102,13 @@ struct SessionCell {
     missed: bool,
     /// Since when bytes have waited for the client with none taken.
     stuck_since: Option<Instant>,
+    /// The socket the fan-out writes to itself while the connection waits to read (a plain
+    /// WebSocket without permessage-deflate or access log), -1 for none.
+    fd: i32,
+    /// A write of the fan-out sent part of a frame: the rest is at the head of `mail`, and
+    /// nothing else may be written to the connection before it (a close frame after it
+    /// would be read as that frame's payload).
+    cut: bool,
 }
 
 /// An object's key and one of its topics.
@@ -159,6 +166,8 @@ impl Sessions {
                 closing: None,
                 missed: false,
                 stuck_since: None,
+                fd: -1,
+                cut: false,
                 topic,
                 query,
                 client,
@@ -303,8 +312,10 @@ impl Sessions {
     /// Drops what waits in a session's mailbox; what is being written is released as the
     /// connection writes it or closes. Returns how many frames were dropped.
     fn drop_mail(&self, s: &mut SessionCell) -> u64 {
-        let dropped = s.mail.len() as u64;
-        let queued: u64 = s.mail.drain(..).map(|f| f.plain().len() as u64).sum();
+        // The rest of a frame cut short stays: the connection writes it before anything else.
+        let keep = usize::from(s.cut && !s.mail.is_empty());
+        let dropped = (s.mail.len() - keep) as u64;
+        let queued: u64 = s.mail.drain(keep..).map(|f| f.plain().len() as u64).sum();
         s.waiting_bytes -= queued.min(s.waiting_bytes);
         self.state.release_outbound(queued);
         dropped
@@ -314,21 +325,123 @@ impl Sessions {
     /// says.
     /// `from`: the object whose app sent the frame (`None`: the node's own message).
     pub fn deliver_local(&self, from: Option<&str>, id: u64, frame: Arc<OutFrame>) {
+        if let Some(slot) = self.queue_local(from, id, frame) {
+            self.state.wake_slot(slot);
+        }
+    }
+
+    /// Lets the fan-out write a session's mail to `fd` itself while its connection waits to
+    /// read (see [`Sessions::write_direct`]).
+    pub fn set_direct(&self, id: u64, fd: i32) {
+        if let Some(s) = self.map.borrow_mut().get_mut(&id) {
+            s.fd = fd;
+        }
+    }
+
+    /// Whether a frame written in part by the fan-out still has its rest waiting: then the
+    /// connection may write nothing but that rest, and closes without a close frame.
+    pub fn is_cut(&self, id: u64) -> bool {
+        self.map.borrow().get(&id).is_some_and(|s| s.cut)
+    }
+
+    /// The connection takes the rest of a cut frame (at the head of the mail it takes next):
+    /// true if there was one.
+    pub fn take_cut(&self, id: u64) -> bool {
+        self.map
+            .borrow_mut()
+            .get_mut(&id)
+            .is_some_and(|s| std::mem::take(&mut s.cut))
+    }
+
+    /// Writes a session's mail from the fan-out, without waking its connection, when the
+    /// connection waits in its read (nothing else of it is being written), the socket is one
+    /// the fan-out may write to, and the shard is not behind. A write the kernel takes part of leaves the rest at the
+    /// head of the mail, marked cut. False: the connection is to be woken to write the mail.
+    fn write_direct(&self, id: u64, slot: usize) -> bool {
+        // While the shard is behind, connections wait their turn to be awake (`max_awake`):
+        // one written here would go before those already waiting.
+        if self.state.is_behind() || !self.state.is_reading(slot) {
+            return false;
+        }
+        let mut map = self.map.borrow_mut();
+        let Some(s) = map.get_mut(&id) else {
+            return true;
+        };
+        if s.fd < 0 || s.cut || s.closing.is_some() || s.missed || s.mail.is_empty() {
+            return false;
+        }
+        let joined;
+        let bytes: &[u8] = if s.mail.len() == 1 {
+            s.mail[0].plain()
+        } else {
+            joined = s.mail.iter().fold(Vec::new(), |mut v, f| {
+                v.extend_from_slice(f.plain());
+                v
+            });
+            &joined
+        };
+        use nix::sys::socket::{send, MsgFlags};
+        let n = match send(s.fd, bytes, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL) {
+            Ok(n) if n > 0 => n,
+            // Full, or failing: the connection finds out as it writes.
+            _ => return false,
+        };
+        let stats = self.state.stats();
+        ShardStats::add(&stats.ws_sends, 1);
+        ShardStats::add(&stats.ws_direct_sends, 1);
+        ShardStats::add(&stats.bytes_out, n as u64);
+        let b = (n as u64).min(s.waiting_bytes);
+        s.waiting_bytes -= b;
+        self.state.release_outbound(b);
+        s.stuck_since = (s.waiting_bytes > 0).then(Instant::now);
+        // Off the mail: what was sent whole, counted as messages; a frame sent in part becomes
+        // its rest.
+        let mut left = n;
+        while let Some(f) = s.mail.front() {
+            let len = f.plain().len();
+            if left < len {
+                if left > 0 {
+                    let rest = OutFrame::rest(&f.plain()[left..]);
+                    if !f.is_rest() {
+                        ShardStats::add(&stats.ws_messages_out, 1);
+                    }
+                    s.mail[0] = rest;
+                    s.cut = true;
+                    ShardStats::add(&stats.ws_direct_cut, 1);
+                }
+                break;
+            }
+            if !f.is_rest() {
+                ShardStats::add(&stats.ws_messages_out, 1);
+            }
+            left -= len;
+            s.mail.pop_front();
+        }
+        if s.mail.is_empty() {
+            s.mail = VecDeque::new();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Queues a frame for a session of this shard; the slot to wake, if any.
+    fn queue_local(&self, from: Option<&str>, id: u64, frame: Arc<OutFrame>) -> Option<usize> {
         let len = frame.plain().len() as u64;
         let stats = self.state.stats();
         let slot = {
             let mut map = self.map.borrow_mut();
             let Some(s) = map.get_mut(&id) else {
-                return;
+                return None;
             };
             // An object reaches its own sessions only: session ids are small and sequential,
             // so an app could otherwise write into another app's WebSockets.
             if from.is_some_and(|key| s.topic.0 != key) {
                 ShardStats::add(&stats.sends_foreign_dropped, 1);
-                return;
+                return None;
             }
             if s.closing.is_some() {
-                return;
+                return None;
             }
             let waiting = Waiting {
                 frames: s.mail.len(),
@@ -371,7 +484,7 @@ impl Sessions {
             }
             s.slot
         };
-        self.state.wake_slot(slot);
+        Some(slot)
     }
 
     /// Delivers a frame to a session on any shard.
@@ -421,9 +534,15 @@ impl Sessions {
         ShardStats::add(&stats.fanouts_in_progress, 1);
         let _done = Defer(|| ShardStats::sub(&stats.fanouts_in_progress, 1));
         for id in ids {
+            let mut slot = None;
             for frame in frames {
-                self.deliver_local(Some(key), id, frame.clone());
+                slot = self.queue_local(Some(key), id, frame.clone()).or(slot);
                 turn.spend().await;
+            }
+            if let Some(slot) = slot {
+                if !self.write_direct(id, slot) {
+                    self.state.wake_slot(slot);
+                }
             }
         }
     }

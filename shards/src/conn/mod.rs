@@ -257,6 +257,7 @@ impl Conn {
         discarding: bool,
     ) -> Poll<Input> {
         let state = self.waker.state();
+        state.set_reading(self.waker.index(), false);
         if drain_ok && state.draining() {
             return Poll::Ready(Input::Drain);
         }
@@ -297,6 +298,7 @@ impl Conn {
             return Poll::Ready(Input::Timeout);
         }
         state.park(self.waker.index(), cx.waker());
+        state.set_reading(self.waker.index(), true);
         Poll::Pending
     }
 

@@ -162,6 +162,14 @@ impl Conn {
         }
         let mut rate = Rate::new(settings);
         let _ = combd_kernel::sys::set_send_buffer(&self.stream, limits::WS_SEND_BUFFER_BYTES);
+        // A plain WebSocket without permessage-deflate or access log: while it waits to read,
+        // the fan-out writes its frames itself rather than waking it (`Sessions::write_direct`).
+        if let (Some(id), crate::tls::Stream::Plain(tcp), None, None) =
+            (self.session, &self.stream, &ws.to.deflate, &self.log)
+        {
+            use std::os::fd::AsRawFd;
+            self.cells.sessions().set_direct(id, tcp.as_raw_fd());
+        }
         // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
         // the HTTP write stall timeout: both mean a slow reader, and end it the same way.
         let _ = self
@@ -406,7 +414,13 @@ impl Conn {
         let mut out = Vec::new();
         // Counted as waiting at their plain size; a compressed frame owes less.
         let mut saved = 0;
+        // The rest of a frame the fan-out cut short comes first in the mail.
+        let after_cut = self.cells.sessions().take_cut(id);
         for frame in self.cells.sessions().take_mail(id) {
+            if frame.is_rest() {
+                out.extend_from_slice(frame.plain());
+                continue;
+            }
             ShardStats::add(&state.stats().ws_messages_out, 1);
             if let Some(log) = &self.log {
                 log.on_message(false);
@@ -424,6 +438,8 @@ impl Conn {
         let written = self.write_session(&mut out).await;
         drop(permit);
         let Cut { e, cut } = written.err()?;
+        // A failed write after a cut may have left that frame short too.
+        let cut = cut || after_cut;
         Some(match self.cells.sessions().closing(id) {
             // The node decided to close it while the write waited; a close frame after a frame
             // cut short would be read as that frame's payload: then it is dropped.
@@ -503,6 +519,11 @@ impl Conn {
     /// [`CLOSE_LINGER`](limits::CLOSE_LINGER) to be written and answered: a client that does
     /// not read cannot hold the connection longer.
     async fn close_with(&mut self, ws: &Ws, close: Close, mut out: Vec<u8>) {
+        // After a frame cut short, a close frame would be read as its payload.
+        let close = match self.session {
+            Some(id) if self.cells.sessions().is_cut(id) => Close::Drop,
+            _ => close,
+        };
         if let Some(s) = self.session_id() {
             self.cells.submit(&ws.to.app, &ws.to.object, Job::detach(s));
         }

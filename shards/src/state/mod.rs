@@ -67,6 +67,8 @@ impl<F: Future> Future for WithPass<F> {
 struct Parked {
     waker: Option<Waker>,
     deadline_ms: u64,
+    /// Parked in its read wait (`Conn::poll_fill`), between writes.
+    reading: bool,
 }
 
 /// A shard's state, shared by its tasks.
@@ -239,6 +241,19 @@ impl ShardState {
                 p.waker = Some(waker.clone());
             }
         }
+    }
+
+    /// Marks whether the slot's task waits in its read (`Conn::poll_fill`), where it writes
+    /// nothing: set as it parks there, cleared as it is polled again.
+    pub fn set_reading(&self, slot: usize, reading: bool) {
+        if let Some(p) = self.wakers.borrow_mut().get_mut(slot) {
+            p.reading = reading;
+        }
+    }
+
+    /// Whether the slot's task waits in its read (the fan-out may then write to its socket).
+    pub fn is_reading(&self, slot: usize) -> bool {
+        self.wakers.borrow().get(slot).is_some_and(|p| p.reading)
     }
 
     /// Wakes the task parked in a slot.

@@ -47,6 +47,11 @@ pub struct ShardStats {
     /// Writes of WebSocket output to a socket: one write carries every frame waiting, so
     /// `ws_messages_out / ws_sends` is how many frames a send coalesced.
     pub ws_sends: AtomicU64,
+    /// Of `ws_sends`, those the fan-out wrote itself (the connection waiting to read).
+    pub ws_direct_sends: AtomicU64,
+    /// Writes of the fan-out the kernel took part of a frame of (the connection writes the
+    /// rest).
+    pub ws_direct_cut: AtomicU64,
     /// WebSockets opened with permessage-deflate negotiated.
     pub ws_deflate_opened: AtomicU64,
     /// Compressed messages received and decompressed.
@@ -296,6 +301,8 @@ impl ShardStats {
             ("ws_messages_in", "combd_ws_messages_in_total", Counter, "WebSocket messages received.", g(&self.ws_messages_in)),
             ("ws_messages_out", "combd_ws_messages_out_total", Counter, "WebSocket messages sent.", g(&self.ws_messages_out)),
             ("ws_sends", "combd_ws_sends_total", Counter, "Writes of WebSocket output to a socket (each carries every frame waiting).", g(&self.ws_sends)),
+            ("ws_direct_sends", "combd_ws_direct_sends_total", Counter, "Writes of WebSocket output made by the fan-out itself.", g(&self.ws_direct_sends)),
+            ("ws_direct_cut", "combd_ws_direct_cut_total", Counter, "Fan-out writes that sent part of a frame (the connection wrote the rest).", g(&self.ws_direct_cut)),
             ("ws_deflate_opened", "combd_ws_deflate_opened_total", Counter, "WebSockets opened with permessage-deflate.", g(&self.ws_deflate_opened)),
             ("ws_inflated_in", "combd_ws_inflated_in_total", Counter, "Compressed WebSocket messages received.", g(&self.ws_inflated_in)),
             ("ws_deflated_out", "combd_ws_deflated_out_total", Counter, "WebSocket messages sent compressed.", g(&self.ws_deflated_out)),

@@ -209,9 +209,28 @@ pub struct OutFrame {
     header_len: usize,
     text: bool,
     deflated: OnceLock<Option<Box<[u8]>>>,
+    /// The rest of a frame a write sent only part of: bytes, not a message of their own.
+    rest: bool,
 }
 
 impl OutFrame {
+    /// The unsent rest of a plain frame that a write cut short: written before anything else,
+    /// never compressed, not counted as a message.
+    pub fn rest(bytes: &[u8]) -> Arc<OutFrame> {
+        Arc::new(OutFrame {
+            plain: bytes.into(),
+            header_len: 0,
+            text: false,
+            deflated: OnceLock::new(),
+            rest: true,
+        })
+    }
+
+    /// Whether this is the rest of a frame cut short ([`OutFrame::rest`]).
+    pub fn is_rest(&self) -> bool {
+        self.rest
+    }
+
     /// A final text (`text`) or binary message frame.
     pub fn message(text: bool, payload: &[u8]) -> Arc<OutFrame> {
         let mut plain = Vec::with_capacity(payload.len() + 10);
@@ -221,6 +240,7 @@ impl OutFrame {
             plain: plain.into_boxed_slice(),
             text,
             deflated: OnceLock::new(),
+            rest: false,
         })
     }
 
@@ -232,8 +252,9 @@ impl OutFrame {
     /// The bytes for a session: compressed if it negotiated permessage-deflate (`deflate`), the
     /// message fits the window it allowed and compressing is worth it; and whether they are.
     pub fn for_session(&self, deflate: Option<Negotiated>) -> (&[u8], bool) {
-        let fits =
-            deflate.is_some_and(|n| self.plain.len() - self.header_len <= n.max_compressed_bytes());
+        let fits = !self.rest
+            && deflate
+                .is_some_and(|n| self.plain.len() - self.header_len <= n.max_compressed_bytes());
         if !fits {
             return (&self.plain, false);
         }
