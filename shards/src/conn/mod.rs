@@ -257,7 +257,7 @@ impl Conn {
         discarding: bool,
     ) -> Poll<Input> {
         let state = self.waker.state();
-        state.set_reading(self.waker.index(), false);
+        state.stop_reading(self.waker.index());
         if drain_ok && state.draining() {
             return Poll::Ready(Input::Drain);
         }
@@ -297,8 +297,7 @@ impl Conn {
         if deadline.is_some_and(|d| state.now_ms() >= d) {
             return Poll::Ready(Input::Timeout);
         }
-        state.park(self.waker.index(), cx.waker());
-        state.set_reading(self.waker.index(), true);
+        state.park_reading(self.waker.index(), cx.waker());
         Poll::Pending
     }
 

@@ -236,18 +236,28 @@ impl ShardState {
 
     /// Remembers the waker of a task about to wait.
     pub fn park(&self, slot: usize, waker: &Waker) {
+        self.park_as(slot, waker, false);
+    }
+
+    /// [`ShardState::park`] for a task about to wait in its read (`Conn::poll_fill`), where it
+    /// writes nothing: marked reading until it is polled again ([`ShardState::stop_reading`]).
+    pub fn park_reading(&self, slot: usize, waker: &Waker) {
+        self.park_as(slot, waker, true);
+    }
+
+    fn park_as(&self, slot: usize, waker: &Waker, reading: bool) {
         if let Some(p) = self.wakers.borrow_mut().get_mut(slot) {
             if !p.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
                 p.waker = Some(waker.clone());
             }
+            p.reading = reading;
         }
     }
 
-    /// Marks whether the slot's task waits in its read (`Conn::poll_fill`), where it writes
-    /// nothing: set as it parks there, cleared as it is polled again.
-    pub fn set_reading(&self, slot: usize, reading: bool) {
+    /// The slot's task is polled again: no longer waiting in its read.
+    pub fn stop_reading(&self, slot: usize) {
         if let Some(p) = self.wakers.borrow_mut().get_mut(slot) {
-            p.reading = reading;
+            p.reading = false;
         }
     }
 
