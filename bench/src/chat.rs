@@ -35,7 +35,7 @@ fn token(secret: &str, sub: &str) -> Result<String, String> {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
         &serde_json::json!({ "sub": sub, "name": sub, "exp": now + 86_400 }),
-        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?,
     )
     .map_err(|e| e.to_string())
 }

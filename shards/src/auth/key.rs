@@ -43,10 +43,8 @@ pub fn key_from(bytes: &[u8]) -> Result<(DecodingKey, Algorithm), String> {
         return Err("a PEM file, but not an RSA, P-256 or Ed25519 public key".into());
     }
     let secret = hs256_secret(text)?;
-    Ok((
-        DecodingKey::from_secret(secret.as_bytes()),
-        Algorithm::HS256,
-    ))
+    let key = DecodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?;
+    Ok((key, Algorithm::HS256))
 }
 
 /// An HS256 secret file's secret: its one line, at least

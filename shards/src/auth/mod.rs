@@ -18,8 +18,10 @@
 //! - **What an app sees**: a [`Client`] (subject and name), never the token. The token is
 //!   never logged.
 //!
-//! The verification is `jsonwebtoken` 9 (Keats), on `ring`, the crypto library the node's TLS
-//! and fleet already use: nothing here is cryptography written by hand.
+//! The verification is `jsonwebtoken` 12 (Keats; not 9, whose validation skipped an `nbf` or
+//! `exp` of the wrong JSON type: CVE-2026-25537), on its RustCrypto backend: nothing here is
+//! cryptography written by hand. `exp`, `nbf` and `iat` are NumericDates (RFC 7519): one of
+//! another JSON type refuses the token here too, whatever the library checks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -184,6 +186,7 @@ impl Auth {
         let v = self.current();
         let data = jsonwebtoken::decode::<serde_json::Value>(token, &v.key, &v.validation)
             .map_err(|e| Refused::Invalid(e.to_string()))?;
+        numeric_dates(&data.claims)?;
         let claim = |name: &str| -> Result<Option<String>, Refused> {
             match data.claims.get(name) {
                 None | Some(serde_json::Value::Null) => Ok(None),
@@ -208,6 +211,17 @@ impl Auth {
             expires_at: expires_at.ok_or_else(|| Refused::Invalid("exp is not a number".into()))?,
         })
     }
+}
+
+/// `exp`, `nbf` and `iat`, where present, are numbers (RFC 7519's NumericDate): a string
+/// `nbf` far in the future is not taken as no `nbf` at all.
+fn numeric_dates(claims: &serde_json::Value) -> Result<(), Refused> {
+    for name in ["exp", "nbf", "iat"] {
+        if claims.get(name).is_some_and(|v| !v.is_number()) {
+            return Err(Refused::Invalid(format!("{name} is not a NumericDate")));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

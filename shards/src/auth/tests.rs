@@ -28,7 +28,7 @@ fn sign(claims: serde_json::Value, secret: &str) -> String {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
         &claims,
-        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap(),
     )
     .unwrap()
 }
@@ -250,4 +250,50 @@ fn a_key_file_past_its_bound_is_refused_unread() {
         key::read_key(&file).is_ok(),
         "at the bound: one line of 64 KiB is a secret"
     );
+}
+
+/// CVE-2026-25537: jsonwebtoken before 10.3.0 took a time claim of the wrong JSON type as
+/// absent, so a string `nbf` far in the future let a not-yet-valid token through. A NumericDate
+/// (RFC 7519) is a number: `exp`, `nbf` and `iat` of any other type refuse the token.
+#[test]
+fn a_time_claim_that_is_not_a_number_refuses_the_token() {
+    let a = auth(None, None);
+    let exp = now() + 600;
+    for (why, claims) in [
+        (
+            "string nbf",
+            serde_json::json!({ "sub": "a", "exp": exp, "nbf": "9999999999" }),
+        ),
+        (
+            "numeric future nbf",
+            serde_json::json!({ "sub": "a", "exp": exp, "nbf": 9_999_999_999u64 }),
+        ),
+        (
+            "string exp",
+            serde_json::json!({ "sub": "a", "exp": exp.to_string() }),
+        ),
+        (
+            "string iat",
+            serde_json::json!({ "sub": "a", "exp": exp, "iat": "9999999999" }),
+        ),
+        (
+            "object nbf",
+            serde_json::json!({ "sub": "a", "exp": exp, "nbf": { "n": 1 } }),
+        ),
+        (
+            "boolean iat",
+            serde_json::json!({ "sub": "a", "exp": exp, "iat": true }),
+        ),
+    ] {
+        assert!(
+            matches!(
+                a.verify(sign(claims, SECRET).as_bytes()),
+                Err(Refused::Invalid(_))
+            ),
+            "{why}"
+        );
+    }
+    // Numbers in range pass: a past nbf, an iat of now.
+    let fine = serde_json::json!({ "sub": "a", "exp": exp, "nbf": now() - 10, "iat": now() });
+    assert!(a.verify(sign(fine, SECRET).as_bytes()).is_ok());
 }

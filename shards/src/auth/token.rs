@@ -52,7 +52,7 @@ pub fn mint(
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(Algorithm::HS256),
         &claims,
-        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).map_err(|e| e.to_string())?,
     )
     .map_err(|e| e.to_string())
 }
