@@ -297,3 +297,53 @@ fn a_time_claim_that_is_not_a_number_refuses_the_token() {
     let fine = serde_json::json!({ "sub": "a", "exp": exp, "nbf": now() - 10, "iat": now() });
     assert!(a.verify(sign(fine, SECRET).as_bytes()).is_ok());
 }
+
+/// Test keys made once with `openssl genpkey` (never used anywhere else): a PEM public key
+/// verifies the tokens its private key signs, with its own algorithm only.
+#[test]
+fn a_pem_public_key_verifies_its_own_algorithm_only() {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let dir = std::env::temp_dir().join(format!("combd-auth-pem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let claims = serde_json::json!({ "sub": "a", "exp": now() + 60 });
+    for (alg, public, private) in [
+        (
+            Algorithm::RS256,
+            include_str!("testdata/rsa.pub"),
+            EncodingKey::from_rsa_pem(include_bytes!("testdata/rsa.key")),
+        ),
+        (
+            Algorithm::ES256,
+            include_str!("testdata/p256.pub"),
+            EncodingKey::from_ec_pem(include_bytes!("testdata/p256.key")),
+        ),
+        (
+            Algorithm::EdDSA,
+            include_str!("testdata/ed25519.pub"),
+            EncodingKey::from_ed_pem(include_bytes!("testdata/ed25519.key")),
+        ),
+    ] {
+        assert_eq!(key_from(public.as_bytes()).unwrap().1, alg);
+        let file = dir.join(format!("{alg:?}.pem"));
+        std::fs::write(&file, public).unwrap();
+        let a = Auth::new(AuthSettings {
+            key_file: file,
+            issuer: None,
+            audience: None,
+        })
+        .unwrap();
+        let good = jsonwebtoken::encode(&Header::new(alg), &claims, &private.unwrap()).unwrap();
+        assert_eq!(a.verify(good.as_bytes()).unwrap().subject, "a", "{alg:?}");
+        // The public key as an HS256 secret signs nothing here.
+        let forged = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(public.as_bytes()).unwrap(),
+        )
+        .unwrap();
+        assert!(a.verify(forged.as_bytes()).is_err(), "{alg:?}");
+        let last = if good.ends_with('A') { 'B' } else { 'A' };
+        let tampered = format!("{}{last}", &good[..good.len() - 1]);
+        assert!(a.verify(tampered.as_bytes()).is_err(), "{alg:?}");
+    }
+}
