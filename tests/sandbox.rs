@@ -412,3 +412,57 @@ fn a_schema_that_never_ends_is_stopped_and_objects_still_open() {
     assert_eq!(post(&node, "/o/counter/after", "").status, 200);
     assert_eq!(node.stats()["restores_active"], 0);
 }
+
+/// A module renames its own tables and their columns (issue 40: every app rename was refused,
+/// by accident: SQLite's rename writes the temp schema, which the authorizer refused), its rows
+/// kept; a rename into the node's names (`_combd_…`, which the node would then write as its
+/// own, running the table's triggers with the node's rights), a trigger whose body writes one
+/// and a foreign key to one are denied on purpose: `sql_denied`, nothing applied (a trigger
+/// on a node table too: `cells/sandbox.rs`'s tests, where one exists).
+#[test]
+fn a_module_renames_its_tables_but_never_into_the_nodes() {
+    let node = node("rename");
+    for sql in [
+        "INSERT INTO t VALUES ('kept')",
+        "ALTER TABLE t RENAME TO t2",
+        "ALTER TABLE t2 RENAME COLUMN v TO w",
+        "CREATE TABLE x (app TEXT, name TEXT, last_id INTEGER)",
+        "CREATE TABLE log (v)",
+        "CREATE TRIGGER x_t AFTER INSERT ON x BEGIN INSERT INTO log VALUES (new.app); END",
+    ] {
+        let r = run(&node, "a", sql);
+        assert_eq!(
+            (r.status, r.json()["n"].as_i64()),
+            (200, Some(0)),
+            "{sql}: {}",
+            r.text()
+        );
+    }
+    assert_eq!(
+        run(&node, "a", "SELECT w FROM t2 WHERE w = 'kept'").json()["n"],
+        1
+    );
+    let denied = [
+        "ALTER TABLE x RENAME TO _combd_inbox",
+        "ALTER TABLE x RENAME TO \"_COMBD_alarms\"",
+        "CREATE TRIGGER w AFTER INSERT ON log BEGIN DELETE FROM _combd_inbox; END",
+        "CREATE TABLE w (r INTEGER REFERENCES _combd_alarms(id) ON DELETE CASCADE)",
+    ];
+    for sql in denied {
+        let r = run(&node, "a", sql);
+        assert_eq!(
+            (r.status, r.json()["error"].as_str().unwrap_or("")),
+            (500, "sql_denied"),
+            "{sql}: {}",
+            r.text()
+        );
+    }
+    assert_eq!(node.stats()["sql_denied"], denied.len() as u64);
+    let names = run(
+        &node,
+        "a",
+        "SELECT name FROM sqlite_master WHERE name LIKE '\\_combd\\_%' ESCAPE '\\' OR name = 'w'",
+    );
+    assert_eq!(names.json()["n"], 0, "no node name and no trigger made");
+    assert_eq!(run(&node, "a", "SELECT * FROM x").json()["n"], 0);
+}

@@ -15,6 +15,16 @@
 //! any SQL error (a module sees `-1` and the message through `sql_error`); the call then fails
 //! with `sql_denied` and is rolled back ([`take_denied`]), counted in `/stats`. The node's own
 //! SQL (its pragmas, the call's transaction) runs outside [`AppSql`] and is not restricted.
+//!
+//! The node's tables (`_combd_…`) are out of an app's reach, and so is anything the node's own
+//! writes would run: `ALTER TABLE … RENAME` works on an app's tables (what SQLite's rename
+//! writes itself is let through while it is prepared, [`renames_part`]), but an app's `CREATE`
+//! or `ALTER` naming a node table anywhere in its text (a rename's new name, which the
+//! authorizer is never told; a trigger's body; a foreign key) is denied as it starts
+//! ([`statement_starts`]), a trigger on a node table is denied, and a database whose node
+//! tables carry triggers is refused at open ([`check_node_tables`]).
+
+mod text;
 
 use std::cell::Cell;
 
@@ -25,6 +35,9 @@ thread_local! {
     static APP: Cell<bool> = const { Cell::new(false) };
     /// Whether an app statement was denied since the last [`take_denied`].
     static DENIED: Cell<bool> = const { Cell::new(false) };
+    /// Whether an app's `ALTER TABLE` was authorized and has not started yet: what SQLite's
+    /// rename writes itself is allowed until then ([`renames_part`]).
+    static RENAMING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Pragmas an app may run: they read the schema or the database's state, or set the app's
@@ -53,6 +66,7 @@ pub(crate) struct AppSql(());
 impl AppSql {
     pub fn enter() -> AppSql {
         APP.with(|a| a.set(true));
+        RENAMING.with(|r| r.set(false));
         AppSql(())
     }
 }
@@ -60,6 +74,7 @@ impl AppSql {
 impl Drop for AppSql {
     fn drop(&mut self) {
         APP.with(|a| a.set(false));
+        RENAMING.with(|r| r.set(false));
     }
 }
 
@@ -82,6 +97,44 @@ impl Drop for NodeSql {
 /// Whether an app statement was denied on this thread since the last call; clears it.
 pub(crate) fn take_denied() -> bool {
     DENIED.with(|d| d.replace(false))
+}
+
+/// A statement starts on an object's connection (the watch's trace hook, `store::watch`, tells
+/// it with the statement's text): whether to stop it. An app's `CREATE` or `ALTER` that names
+/// a node table anywhere ([`text::names_a_node_table`]: a rename's new name, which the
+/// authorizer is never told, a trigger's body, a foreign key) is denied here, before it
+/// writes: the caller interrupts it, and the call fails with `sql_denied`. What SQLite's
+/// rename writes itself was authorized while it was prepared, which this ends.
+pub(crate) fn statement_starts<'a>(sql: impl FnOnce() -> &'a std::ffi::CStr) -> bool {
+    RENAMING.with(|r| r.set(false));
+    if !APP.with(|a| a.get()) || !text::names_a_node_table(&sql().to_string_lossy()) {
+        return false;
+    }
+    DENIED.with(|d| d.set(true));
+    true
+}
+
+/// Checks, as an object's database opens, that no trigger is on one of the node's tables:
+/// the node's own writes would run it with the node's rights. An app cannot make one (the
+/// authorizer denies a trigger on a node table, and a rename or trigger naming one), but a
+/// database made otherwise, or before the node checked renames, is refused, naming it.
+pub(crate) fn check_node_tables(db: &rusqlite::Connection) -> Result<(), String> {
+    use rusqlite::OptionalExtension;
+    let found: Option<(String, String)> = db
+        .query_row(
+            r"SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger'
+                AND tbl_name LIKE '\_combd\_%' ESCAPE '\' LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(|e| e.to_string())?;
+    match found {
+        Some((trigger, table)) => Err(format!(
+            "trigger {trigger:?} is on the node's table {table:?}, which apps may not have"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The open flags of an object's database: read-write, created if missing, no URI filename,
@@ -134,19 +187,23 @@ fn authorize(cx: AuthContext<'_>) -> Authorization {
     Authorization::Deny
 }
 
-/// What an app's SQL may do.
-fn allowed(cx: &AuthContext<'_>) -> bool {
-    let main = matches!(cx.database_name, None | Some("main"));
-    // The node's own tables in an object's database (its alarms, outbox and inbox:
-    // `crate::alarms`), and anything an app could name like them (a view or an index that
-    // would stand in for the node's), and `sqlite_sequence`, whose numbers the node's outbox
-    // relies on (a reset would make a receiver take new messages for old ones).
-    let node_table = |t: &str| {
-        t.get(..7)
-            .is_some_and(|p| p.eq_ignore_ascii_case("_combd_"))
-    };
-    let sequence = |t: &str| t.eq_ignore_ascii_case("sqlite_sequence");
-    let touches_node_table = match cx.action {
+/// The node's own tables in an object's database (its alarms, outbox and inbox:
+/// `crate::alarms`), and anything an app could name like them (a view or an index that would
+/// stand in for the node's).
+fn node_table(t: &str) -> bool {
+    t.get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("_combd_"))
+}
+
+/// `sqlite_sequence`, whose numbers the node's outbox relies on (a reset would make a
+/// receiver take new messages for old ones).
+fn sequence(t: &str) -> bool {
+    t.eq_ignore_ascii_case("sqlite_sequence")
+}
+
+/// Whether an action names one of the node's tables (or `sqlite_sequence`, for a write).
+fn touches_node_table(action: &AuthAction<'_>) -> bool {
+    match *action {
         AuthAction::Read { table_name, .. } => node_table(table_name),
         AuthAction::Insert { table_name }
         | AuthAction::Update { table_name, .. }
@@ -174,10 +231,36 @@ fn allowed(cx: &AuthContext<'_>) -> bool {
             node_table(view_name)
         }
         _ => false,
-    };
-    if touches_node_table {
+    }
+}
+
+/// What SQLite's own `ALTER TABLE … RENAME` writes while it is prepared (its nested
+/// statements): the table's name in `sqlite_sequence`, and the temp schema's triggers and views
+/// (there are none: an app cannot make temporary objects). An app's own statement writing
+/// either is refused by SQLite (the schema tables are read-only without `writable_schema`) or
+/// denied here (`sqlite_sequence`) outside a rename.
+fn renames_part(cx: &AuthContext<'_>) -> bool {
+    let temp_schema = |t: &str| t.eq_ignore_ascii_case("sqlite_temp_master");
+    let temp = cx.database_name == Some("temp");
+    match cx.action {
+        AuthAction::Update {
+            table_name,
+            column_name,
+        } => (sequence(table_name) && column_name == "name") || (temp && temp_schema(table_name)),
+        AuthAction::Read { table_name, .. } => temp && temp_schema(table_name),
+        _ => false,
+    }
+}
+
+/// What an app's SQL may do.
+fn allowed(cx: &AuthContext<'_>) -> bool {
+    if RENAMING.with(|r| r.get()) && renames_part(cx) {
+        return true;
+    }
+    if touches_node_table(&cx.action) {
         return false;
     }
+    let main = matches!(cx.database_name, None | Some("main"));
     match cx.action {
         AuthAction::Select | AuthAction::Recursive => true,
         AuthAction::Read { .. }
@@ -192,9 +275,14 @@ fn allowed(cx: &AuthContext<'_>) -> bool {
         | AuthAction::DropIndex { .. }
         | AuthAction::DropTrigger { .. }
         | AuthAction::DropView { .. }
-        | AuthAction::AlterTable { .. }
         | AuthAction::Reindex { .. }
         | AuthAction::Analyze { .. } => main,
+        AuthAction::AlterTable { database_name, .. } => {
+            let main = database_name.eq_ignore_ascii_case("main");
+            // What SQLite's rename then writes is let through until the statement starts.
+            RENAMING.with(|r| r.set(main));
+            main
+        }
         AuthAction::Function { function_name } => {
             !function_name.eq_ignore_ascii_case("load_extension")
         }
@@ -220,6 +308,7 @@ mod tests {
         let db = rusqlite::Connection::open_with_flags(dir.join("o.sqlite"), open_flags()).unwrap();
         db.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (v);")
             .unwrap();
+        super::super::store::watch::install(&db);
         lock_down(&db).unwrap();
         (db, dir)
     }
@@ -253,6 +342,7 @@ mod tests {
             "CREATE TABLE _combd_alarms (x)",
             "CREATE INDEX _combd_alarms_at ON a (v)",
             "CREATE TRIGGER _combd_t AFTER INSERT ON a BEGIN SELECT 1; END",
+            "UPDATE sqlite_sequence SET name = 'x' WHERE name = '_combd_outbox'",
         ] {
             assert_eq!(as_app(&db, sql), (false, true), "{sql}");
         }
@@ -344,6 +434,125 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM temp.sqlite_master", [], |r| r.get(0))
             .unwrap();
         assert_eq!(temp, 0, "no temp table");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// The rows of `sql` as the node reads them, as text.
+    fn rows(db: &rusqlite::Connection, sql: &str) -> Vec<String> {
+        let mut st = db.prepare(sql).unwrap();
+        let r = st
+            .query_map([], |r| r.get::<_, rusqlite::types::Value>(0))
+            .unwrap()
+            .map(|v| format!("{:?}", v.unwrap()))
+            .collect();
+        r
+    }
+
+    #[test]
+    fn an_apps_tables_are_renamed_with_their_data() {
+        let (db, dir) = object_db("rename");
+        // The node's outbox counts in `sqlite_sequence`, which a rename of an app's
+        // AUTOINCREMENT table updates.
+        db.execute_batch(crate::alarms::OUTBOX).unwrap();
+        for sql in [
+            "CREATE TABLE a (id INTEGER PRIMARY KEY AUTOINCREMENT, v)",
+            "CREATE TABLE log (v)",
+            "CREATE TRIGGER a_log AFTER INSERT ON a BEGIN INSERT INTO log VALUES (new.v); END",
+            "INSERT INTO a (v) VALUES ('one')",
+            "ALTER TABLE a RENAME TO b",
+            "ALTER TABLE b RENAME COLUMN v TO w",
+            "INSERT INTO b (w) VALUES ('two')",
+            "ALTER TABLE b ADD COLUMN x DEFAULT 0",
+            "ALTER TABLE b DROP COLUMN x",
+        ] {
+            assert_eq!(as_app(&db, sql), (true, false), "{sql}");
+        }
+        assert_eq!(
+            rows(&db, "SELECT id || ':' || w FROM b ORDER BY id"),
+            ["Text(\"1:one\")", "Text(\"2:two\")"],
+            "the rows survive, the trigger follows"
+        );
+        assert_eq!(rows(&db, "SELECT v FROM log").len(), 2);
+        assert_eq!(
+            rows(&db, "SELECT name FROM sqlite_sequence ORDER BY name"),
+            ["Text(\"b\")"],
+            "the sequence renamed with its table (the outbox has counted nothing yet)"
+        );
+        // The window of a rename closes with it: the sequence is the node's again.
+        assert_eq!(
+            as_app(
+                &db,
+                "UPDATE sqlite_sequence SET name = 'c' WHERE name = 'b'"
+            ),
+            (false, true)
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_rename_into_the_nodes_names_and_triggers_reaching_them_are_denied() {
+        let (db, dir) = object_db("rename-node");
+        db.execute_batch(crate::alarms::OUTBOX).unwrap();
+        for sql in [
+            "CREATE TABLE x (app TEXT, name TEXT, last_id INTEGER)",
+            "CREATE TABLE log (v)",
+            "CREATE TRIGGER x_t AFTER INSERT ON x BEGIN INSERT INTO log VALUES (new.app); END",
+            "INSERT INTO x VALUES ('forged', 'sender', 99)",
+        ] {
+            assert_eq!(as_app(&db, sql), (true, false), "{sql}");
+        }
+        for sql in [
+            "ALTER TABLE x RENAME TO _combd_inbox",
+            "ALTER TABLE main.x RENAME TO \"_COMBD_inbox\"",
+            "ALTER TABLE x RENAME TO [_combd_alarms]",
+            "ALTER TABLE x RENAME TO '_combd_future'",
+            "ALTER TABLE x ADD COLUMN r REFERENCES _combd_outbox(id)",
+            "CREATE TRIGGER w AFTER INSERT ON log BEGIN DELETE FROM _combd_outbox; END",
+            "CREATE TRIGGER w AFTER INSERT ON log BEGIN UPDATE \"_combd_outbox\" SET tries = 0; END",
+            "CREATE TRIGGER w AFTER INSERT ON _combd_outbox BEGIN SELECT 1; END",
+            "CREATE TABLE y (r INTEGER REFERENCES _combd_outbox(id) ON DELETE CASCADE)",
+        ] {
+            assert_eq!(as_app(&db, sql), (false, true), "{sql}");
+        }
+        // SQLite keeps `sqlite_` names for itself (an error, before the authorizer is asked).
+        assert!(!as_app(&db, "ALTER TABLE x RENAME TO sqlite_x").0);
+        assert_eq!(
+            rows(&db, "SELECT name FROM sqlite_master ORDER BY name"),
+            [
+                "Text(\"_combd_outbox\")",
+                "Text(\"_combd_outbox_to\")",
+                "Text(\"log\")",
+                "Text(\"sqlite_sequence\")",
+                "Text(\"t\")",
+                "Text(\"x\")",
+                "Text(\"x_t\")",
+            ],
+            "nothing renamed, nothing made"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_database_whose_node_tables_carry_triggers_is_refused() {
+        let (db, dir) = object_db("node-trigger");
+        db.execute_batch(crate::alarms::OUTBOX).unwrap();
+        db.execute_batch(
+            "CREATE TABLE log (v); \
+             CREATE TRIGGER app_t AFTER INSERT ON log BEGIN SELECT 1; END",
+        )
+        .unwrap();
+        assert_eq!(check_node_tables(&db), Ok(()));
+        // As a rename the node did not check would leave it.
+        db.execute_batch(
+            "CREATE TRIGGER planted AFTER DELETE ON _combd_outbox \
+             BEGIN INSERT INTO log VALUES (old.id); END",
+        )
+        .unwrap();
+        let e = check_node_tables(&db).unwrap_err();
+        assert!(
+            e.contains("\"planted\"") && e.contains("_combd_outbox"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -198,6 +198,7 @@ fn configure(
     watch::install(&db);
     db.progress_handler(SQL_PROGRESS_STEPS, Some(watch::check));
     sandbox::lock_down(&db).map_err(|e| err("configure", path, &e))?;
+    sandbox::check_node_tables(&db).map_err(|e| err("open", path, &e))?;
     if !config.schema.is_empty() {
         // The app's schema is app SQL: it runs under the same authorizer as its calls, and
         // the same watch (a statement at most `SQL_STATEMENT_LIMIT`, all of it at most
@@ -253,7 +254,7 @@ pub(crate) mod watch {
     unsafe extern "C" fn on_trace(
         kind: u32,
         _ctx: *mut std::ffi::c_void,
-        _p: *mut std::ffi::c_void,
+        p: *mut std::ffi::c_void,
         x: *mut std::ffi::c_void,
     ) -> i32 {
         if kind == ffi::SQLITE_TRACE_PROFILE as u32 {
@@ -263,6 +264,15 @@ pub(crate) mod watch {
             STMT_START.with(|s| s.set(None));
         } else {
             STMT_START.with(|s| s.set(Some(Instant::now())));
+            // SAFETY: for SQLITE_TRACE_STMT, P is the statement and X its text (NUL-ended,
+            // alive while the callback runs, which is when the closure is called).
+            let sql = || unsafe { std::ffi::CStr::from_ptr(x as *const std::ffi::c_char) };
+            if crate::cells::sandbox::statement_starts(sql) {
+                // SAFETY: P is a live statement of this connection, running on this thread.
+                unsafe {
+                    ffi::sqlite3_interrupt(ffi::sqlite3_db_handle(p as *mut ffi::sqlite3_stmt))
+                };
+            }
         }
         0
     }
