@@ -306,3 +306,69 @@ fn a_session_whose_token_expires_is_closed_3000_and_others_stay() {
     bob.send(tungstenite::Message::text("hi")).unwrap();
     assert_eq!(read_json(&mut bob)["t"], "seen");
 }
+
+/// Issue 40, item 3: a token is verified once a shard and then answered from the shard's cache
+/// (`auth_cache_hits`, `auth_cache_misses`), until its `exp` and the leeway: past them it is
+/// refused, from the cache, without a second check. One keep-alive connection, so one shard.
+#[test]
+fn a_token_used_twice_is_verified_once_and_refused_from_the_cache_past_its_exp() {
+    use std::io::{BufReader, Write};
+    let file = key_file("cache", SECRET);
+    let node = node_with(&file);
+    assert_eq!(
+        node.stats()["limits"]["auth_token_cache_entries"],
+        combd_kernel::limits::AUTH_TOKEN_CACHE_ENTRIES as u64
+    );
+    let conn = connect(node.public());
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut ask = |t: &str| {
+        (&conn)
+            .write_all(
+                format!("GET /o/whoami/a HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t}\r\n\r\n")
+                    .as_bytes(),
+            )
+            .unwrap();
+        read_response(&mut reader)
+    };
+    let cache = |node: &TestNode| {
+        (
+            stat(node, "auth_cache_hits"),
+            stat(node, "auth_cache_misses"),
+        )
+    };
+
+    let good = token(SECRET, "alice", now(), 600, AUDIENCE);
+    assert_eq!(ask(&good).status, 200);
+    assert_eq!(ask(&good).status, 200);
+    assert_eq!(cache(&node), (1, 1), "the second time from the cache");
+    assert_eq!(stat(&node, "auth_verified"), 2);
+
+    // A token good for three seconds more (its exp within the leeway), used twice, then
+    // again once the clock passes its exp and the leeway.
+    let leeway = combd_kernel::limits::AUTH_LEEWAY_SECONDS;
+    let issued = now() - 60;
+    let exp = now() - leeway + 3;
+    let short = token(SECRET, "bob", issued, exp - issued, AUDIENCE);
+    assert_eq!(ask(&short).status, 200);
+    assert_eq!(ask(&short).status, 200);
+    assert_eq!(cache(&node), (2, 2));
+    // Waits for the wall clock itself (the node reads the same one).
+    while now() <= exp + leeway {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..2 {
+        let r = ask(&short);
+        assert_eq!(r.status, 401, "{}", r.text());
+        assert_eq!(
+            r.header("www-authenticate"),
+            Some("Bearer error=\"invalid_token\"")
+        );
+    }
+    assert_eq!(
+        cache(&node),
+        (4, 2),
+        "refused from the cache, not checked again"
+    );
+    assert_eq!(stat(&node, "auth_refused"), 2);
+    assert_eq!(ask(&good).status, 200, "the connection goes on");
+}

@@ -366,6 +366,7 @@ impl NodeShared {
             ("wasm_apps_removed", "combd_wasm_apps_removed_total", Counter, "Modules removed by a reload (their file gone).", self.apps.changes().removed),
             ("wasm_apps_add_refused", "combd_wasm_apps_add_refused_total", Counter, "New modules a reload refused to deploy.", self.apps.changes().add_refused),
         ];
+        figures.extend(crate::auth::Auth::figures(self.auth.as_ref()));
         let log = self.access_log.as_deref();
         figures.push(("access_log_write_errors", "combd_access_log_write_errors_total", Counter, "Access-log writes that failed (their lines lost).", log.map_or(0, |l| g(&l.write_errors))));
         figures.push(("access_log_reopens", "combd_access_log_reopens_total", Counter, "Times SIGHUP opened the access log's file again.", log.map_or(0, |l| g(&l.reopens))));

@@ -65,6 +65,14 @@ pub const AUTH_KEY_FILE_MAX_BYTES: usize = 64 * 1024;
 /// issuer's may disagree by this much.
 pub const AUTH_LEEWAY_SECONDS: u64 = 30;
 
+/// Tokens a shard remembers as verified, and as many as refused, by their SHA-256 (never the
+/// token): one seen again costs a lookup, not a signature check, until its `exp` (a refused one
+/// until a key reload); past the bound the oldest is forgotten (`auth_cache_hits`,
+/// `auth_cache_misses`). At most about 4 MiB a shard: a verified entry keeps a `sub` and a
+/// `name` of up to [`AUTH_CLAIM_MAX_BYTES`] each, a refused one 96 bytes of why; the refused
+/// half is apart, so bad tokens cannot push the good ones out.
+pub const AUTH_TOKEN_CACHE_ENTRIES: usize = 4096;
+
 /// Read scratch buffer, one per shard (64 KiB per shard in all). Connections read into it and
 /// keep only the bytes of a partial request or frame, so an idle connection holds no read
 /// buffer at all. 64 KiB takes a whole pipelined burst or a large frame in one read.

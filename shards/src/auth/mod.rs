@@ -15,6 +15,10 @@
 //! - **What is checked**: the signature; `exp` (required) and `nbf` within
 //!   [`limits::AUTH_LEEWAY_SECONDS`]; `iss` and `aud` when set; a `sub` of 1 to
 //!   [`limits::AUTH_CLAIM_MAX_BYTES`] bytes; a `name`, if any, within the same bound.
+//! - **What it costs**: a token is verified once a shard; seen again (a keep-alive's next
+//!   request, a reconnect), it costs a lookup by its SHA-256 until its `exp`, and a refused one
+//!   too, so a bad token replayed costs no signature check ([`cache`],
+//!   [`limits::AUTH_TOKEN_CACHE_ENTRIES`]; `auth_cache_hits`, `auth_cache_misses`).
 //! - **What an app sees**: a [`Client`] (subject and name), never the token. The token is
 //!   never logged.
 //!
@@ -28,10 +32,13 @@ use std::sync::{Arc, RwLock};
 
 use combd_kernel::limits;
 use combd_kernel::settings::AuthSettings;
+use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{DecodingKey, Validation};
 
+mod cache;
 mod key;
 mod token;
+use cache::{Named, Seen};
 use key::read_key;
 pub use key::{hs256_secret, key_from};
 pub use token::{mint, offered_protocols, token, BEARER_PROTOCOL_PREFIX, COOKIE, PROTOCOL};
@@ -97,6 +104,27 @@ impl std::fmt::Display for KeyError {
 struct Verifier {
     key: DecodingKey,
     validation: Validation,
+    /// This key's own number: no other key read by this process (any [`Auth`]'s, start-up or
+    /// reload) has it, so a shard's cache seeing another one forgets what it knew.
+    generation: u64,
+}
+
+/// The next key's generation.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+/// A refusal: why, and whether it lasts (not an `nbf` still ahead), so may be remembered.
+struct Failure {
+    why: String,
+    lasting: bool,
+}
+
+impl Failure {
+    fn lasting(why: impl Into<String>) -> Self {
+        Failure {
+            why: why.into(),
+            lasting: true,
+        }
+    }
 }
 
 /// The node's token verifier, shared by every shard.
@@ -107,6 +135,10 @@ pub struct Auth {
     pub reloads: AtomicU64,
     /// Reloads refused (the old key stayed).
     pub reload_failures: AtomicU64,
+    /// Tokens answered from a shard's cache (verified or refused before), every shard together.
+    pub cache_hits: AtomicU64,
+    /// Tokens verified in full (their signature checked), every shard together.
+    pub cache_misses: AtomicU64,
 }
 
 fn verifier(settings: &AuthSettings) -> Result<Verifier, KeyError> {
@@ -134,7 +166,11 @@ fn verifier(settings: &AuthSettings) -> Result<Verifier, KeyError> {
         Some(aud) => validation.set_audience(&[aud]),
         None => validation.validate_aud = false,
     }
-    Ok(Verifier { key, validation })
+    Ok(Verifier {
+        key,
+        validation,
+        generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
+    })
 }
 
 impl Auth {
@@ -146,6 +182,8 @@ impl Auth {
             settings,
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+            cache_misses: AtomicU64::new(0),
         })
     }
 
@@ -174,7 +212,8 @@ impl Auth {
         }
     }
 
-    /// Verifies `token`: the client it names, or why not.
+    /// Verifies `token`: the client it names, or why not. Once a shard: seen again, the
+    /// shard's cache answers (until the token's `exp`, or a new key).
     pub fn verify(&self, token: &[u8]) -> Result<Client, Refused> {
         if token.len() > limits::AUTH_TOKEN_MAX_BYTES {
             return Err(Refused::Invalid(format!(
@@ -184,41 +223,103 @@ impl Auth {
         }
         let token = std::str::from_utf8(token).map_err(|_| Refused::Invalid("not text".into()))?;
         let v = self.current();
-        let data = jsonwebtoken::decode::<serde_json::Value>(token, &v.key, &v.validation)
-            .map_err(|e| Refused::Invalid(e.to_string()))?;
-        numeric_dates(&data.claims)?;
-        let claim = |name: &str| -> Result<Option<String>, Refused> {
-            match data.claims.get(name) {
-                None | Some(serde_json::Value::Null) => Ok(None),
-                Some(serde_json::Value::String(s))
-                    if !s.is_empty() && s.len() <= limits::AUTH_CLAIM_MAX_BYTES =>
-                {
-                    Ok(Some(s.clone()))
-                }
-                Some(_) => Err(Refused::Invalid(format!(
-                    "{name} must be a string of 1 to {} bytes",
-                    limits::AUTH_CLAIM_MAX_BYTES
-                ))),
+        let d = cache::digest(token.as_bytes());
+        match cache::with(|c| c.look(v.generation, &d, unix_now())) {
+            Seen::Verified(named) => {
+                self.cache_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(named.client(token));
             }
+            Seen::Refused(why) => {
+                self.cache_hits.fetch_add(1, Ordering::Relaxed);
+                return Err(Refused::Invalid(why));
+            }
+            Seen::Unseen => self.cache_misses.fetch_add(1, Ordering::Relaxed),
         };
-        let subject = claim("sub")?.ok_or_else(|| Refused::Invalid("no sub".into()))?;
-        // Required and checked by the validation: a number.
-        let expires_at = data.claims.get("exp").and_then(serde_json::Value::as_u64);
-        Ok(Client {
-            subject,
-            name: claim("name")?,
-            token: token.into(),
-            expires_at: expires_at.ok_or_else(|| Refused::Invalid("exp is not a number".into()))?,
-        })
+        match check(&v, token) {
+            Ok(named) => {
+                cache::with(|c| c.verified(v.generation, d, named.clone()));
+                Ok(named.client(token))
+            }
+            Err(f) => {
+                if f.lasting {
+                    cache::with(|c| c.refused(v.generation, d, &f.why));
+                }
+                Err(Refused::Invalid(f.why))
+            }
+        }
     }
+
+    /// The cache's figures for `/stats` (zero without a key).
+    #[rustfmt::skip]
+    pub fn figures(auth: Option<&Auth>) -> Vec<crate::stats::Field> {
+        use crate::stats::Kind::Counter;
+        let g = |f: fn(&Auth) -> &AtomicU64| auth.map_or(0, |a| f(a).load(Ordering::Relaxed));
+        vec![
+            ("auth_cache_hits", "combd_auth_cache_hits_total", Counter, "Tokens answered from a shard's cache of tokens verified or refused before.", g(|a| &a.cache_hits)),
+            ("auth_cache_misses", "combd_auth_cache_misses_total", Counter, "Tokens verified in full (signature checked): not in their shard's cache.", g(|a| &a.cache_misses)),
+        ]
+    }
+}
+
+impl Named {
+    /// The client it names, with the token it came in.
+    fn client(self, token: &str) -> Client {
+        Client {
+            subject: self.subject,
+            name: self.name,
+            token: token.into(),
+            expires_at: self.expires_at,
+        }
+    }
+}
+
+/// Seconds since the Unix epoch, as the token's claims count them.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Verifies `token` in full with `v`: its signature, its claims.
+fn check(v: &Verifier, token: &str) -> Result<Named, Failure> {
+    let data =
+        jsonwebtoken::decode::<serde_json::Value>(token, &v.key, &v.validation).map_err(|e| {
+            Failure {
+                lasting: !matches!(e.kind(), ErrorKind::ImmatureSignature),
+                why: e.to_string(),
+            }
+        })?;
+    numeric_dates(&data.claims)?;
+    let claim = |name: &str| -> Result<Option<String>, Failure> {
+        match data.claims.get(name) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s))
+                if !s.is_empty() && s.len() <= limits::AUTH_CLAIM_MAX_BYTES =>
+            {
+                Ok(Some(s.clone()))
+            }
+            Some(_) => Err(Failure::lasting(format!(
+                "{name} must be a string of 1 to {} bytes",
+                limits::AUTH_CLAIM_MAX_BYTES
+            ))),
+        }
+    };
+    let subject = claim("sub")?.ok_or_else(|| Failure::lasting("no sub"))?;
+    // Required and checked by the validation: a number.
+    let expires_at = data.claims.get("exp").and_then(serde_json::Value::as_u64);
+    Ok(Named {
+        subject,
+        name: claim("name")?,
+        expires_at: expires_at.ok_or_else(|| Failure::lasting("exp is not a number"))?,
+    })
 }
 
 /// `exp`, `nbf` and `iat`, where present, are numbers (RFC 7519's NumericDate): a string
 /// `nbf` far in the future is not taken as no `nbf` at all.
-fn numeric_dates(claims: &serde_json::Value) -> Result<(), Refused> {
+fn numeric_dates(claims: &serde_json::Value) -> Result<(), Failure> {
     for name in ["exp", "nbf", "iat"] {
         if claims.get(name).is_some_and(|v| !v.is_number()) {
-            return Err(Refused::Invalid(format!("{name} is not a NumericDate")));
+            return Err(Failure::lasting(format!("{name} is not a NumericDate")));
         }
     }
     Ok(())

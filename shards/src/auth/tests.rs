@@ -347,3 +347,159 @@ fn a_pem_public_key_verifies_its_own_algorithm_only() {
         assert!(a.verify(tampered.as_bytes()).is_err(), "{alg:?}");
     }
 }
+
+fn counts(a: &Auth) -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (a.cache_hits.load(Relaxed), a.cache_misses.load(Relaxed))
+}
+
+fn named(subject: &str, expires_at: u64) -> cache::Named {
+    cache::Named {
+        subject: subject.into(),
+        name: None,
+        expires_at,
+    }
+}
+
+#[test]
+fn a_token_seen_again_is_answered_by_the_cache_and_verified_once() {
+    let a = auth(None, None);
+    let good = sign(
+        serde_json::json!({ "sub": "alice", "exp": now() + 60 }),
+        SECRET,
+    );
+    let first = a.verify(good.as_bytes()).unwrap();
+    assert_eq!(counts(&a), (0, 1));
+    let again = a.verify(good.as_bytes()).unwrap();
+    assert_eq!(counts(&a), (1, 1), "the second time is a lookup");
+    assert_eq!(first, again);
+    assert_eq!(
+        again.token(),
+        good,
+        "the client carries the token it came with"
+    );
+    // A bad token replayed costs one check, then lookups.
+    let forged = sign(
+        serde_json::json!({ "sub": "mallory", "exp": now() + 60 }),
+        &SECRET.replace('0', "1"),
+    );
+    for _ in 0..3 {
+        assert!(matches!(
+            a.verify(forged.as_bytes()),
+            Err(Refused::Invalid(_))
+        ));
+    }
+    assert_eq!(counts(&a), (3, 2));
+    // One only not yet valid is not remembered: it will be good.
+    let early = sign(
+        serde_json::json!({ "sub": "a", "exp": now() + 600, "nbf": now() + 300 }),
+        SECRET,
+    );
+    for _ in 0..2 {
+        assert!(a.verify(early.as_bytes()).is_err());
+    }
+    assert_eq!(counts(&a), (3, 4));
+    // This thread's cache: the good token and the forged one (not the early one).
+    cache::with(|c| assert_eq!(c.len(), (1, 1)));
+}
+
+#[test]
+fn a_cached_token_is_refused_from_its_exp_and_the_leeway_on() {
+    let mut c = cache::TokenCache::new(8);
+    let d = cache::digest(b"a.b.c");
+    assert_eq!(c.look(1, &d, 100), cache::Seen::Unseen);
+    c.verified(1, d, named("a", 1000));
+    let last = 1000 + limits::AUTH_LEEWAY_SECONDS;
+    assert_eq!(c.look(1, &d, last), cache::Seen::Verified(named("a", 1000)));
+    assert_eq!(
+        c.look(1, &d, last + 1),
+        cache::Seen::Refused("expired".into())
+    );
+    // Remembered as refused from then on, and no longer as verified.
+    assert_eq!(c.look(1, &d, last), cache::Seen::Refused("expired".into()));
+    assert_eq!(c.len(), (0, 1));
+}
+
+#[test]
+fn the_cache_forgets_its_oldest_past_auth_token_cache_entries() {
+    let cap = limits::AUTH_TOKEN_CACHE_ENTRIES;
+    let mut c = cache::TokenCache::new(cap);
+    let d = |i: usize| cache::digest(format!("token {i}").as_bytes());
+    assert_eq!(c.look(1, &d(0), 0), cache::Seen::Unseen);
+    for i in 0..=cap {
+        c.verified(1, d(i), named("a", u64::MAX / 2));
+    }
+    assert_eq!(c.len(), (cap, 0));
+    assert_eq!(c.look(1, &d(0), 0), cache::Seen::Unseen, "the oldest went");
+    assert!(matches!(c.look(1, &d(1), 0), cache::Seen::Verified(_)));
+    assert!(matches!(c.look(1, &d(cap), 0), cache::Seen::Verified(_)));
+    // Refusals past the bound push out older refusals, never a verified token.
+    for i in 0..cap + 10 {
+        c.refused(
+            1,
+            cache::digest(format!("bad {i}").as_bytes()),
+            "bad signature",
+        );
+    }
+    assert_eq!(c.len(), (cap, cap));
+    assert!(matches!(c.look(1, &d(1), 0), cache::Seen::Verified(_)));
+    // A long reason is kept short.
+    c.refused(1, d(1), &"é".repeat(200));
+    let cache::Seen::Refused(why) = c.look(1, &d(1), 0) else {
+        panic!("refused")
+    };
+    assert!(why.len() <= 96 && why.starts_with('é'));
+    // Entries removed and put in again keep the order's bookkeeping bounded.
+    for _ in 0..3 * cap {
+        c.verified(1, d(1), named("a", 5));
+        c.refused(1, d(1), "expired");
+    }
+    assert_eq!(c.len(), (cap - 1, cap));
+    let (verified, refused) = c.order_len();
+    assert!(verified <= 2 * cap && refused <= 2 * cap);
+}
+
+#[test]
+fn a_new_key_empties_the_cache() {
+    // A key file of its own: it is rewritten below.
+    let file = std::env::temp_dir().join(format!("combd-auth-reload-{}", std::process::id()));
+    std::fs::write(&file, SECRET).unwrap();
+    let a = Auth::new(AuthSettings {
+        key_file: file.clone(),
+        issuer: None,
+        audience: None,
+    })
+    .unwrap();
+    let good = sign(serde_json::json!({ "sub": "a", "exp": now() + 60 }), SECRET);
+    let bad = sign(
+        serde_json::json!({ "sub": "a", "exp": now() + 60 }),
+        &SECRET.replace('0', "2"),
+    );
+    assert!(a.verify(good.as_bytes()).is_ok());
+    assert!(a.verify(bad.as_bytes()).is_err());
+    assert!(a.verify(good.as_bytes()).is_ok());
+    assert_eq!(counts(&a), (1, 2));
+    // The same file read again is a new key all the same: both are checked again.
+    a.reload().unwrap();
+    assert!(a.verify(good.as_bytes()).is_ok());
+    assert!(a.verify(bad.as_bytes()).is_err());
+    assert_eq!(counts(&a), (1, 4));
+    // The key the bad token was signed with, now the node's: it passes.
+    std::fs::write(&file, SECRET.replace('0', "2")).unwrap();
+    a.reload().unwrap();
+    assert!(a.verify(bad.as_bytes()).is_ok());
+    assert!(a.verify(good.as_bytes()).is_err());
+    assert_eq!(counts(&a), (1, 6));
+    // A generation the cache has not seen forgets it all.
+    let mut c = cache::TokenCache::new(4);
+    let d = cache::digest(b"t");
+    c.verified(0, d, named("a", u64::MAX / 2));
+    assert!(matches!(c.look(0, &d, 0), cache::Seen::Verified(_)));
+    assert_eq!(c.look(7, &d, 0), cache::Seen::Unseen);
+    c.verified(0, d, named("a", u64::MAX / 2));
+    assert_eq!(
+        c.look(7, &d, 0),
+        cache::Seen::Unseen,
+        "an older key's is not kept"
+    );
+}
