@@ -226,11 +226,14 @@ fn handshakes_past_the_per_shard_cap_are_closed_at_once() {
         &[("COMBD_SHARDS", "1"), ("COMBD_TLS_HANDSHAKE_TIMEOUT", "5s")],
     );
     // 300 clients that send a complete ClientHello and nothing after it: each takes a
-    // handshake slot once its hello is in; 256 handshakes wait, the rest are refused.
+    // handshake slot once its hello is in; 256 handshakes wait, the rest are refused. They
+    // come from 16 addresses, each of which may hold a sixteenth of the slots (a client's
+    // share, `crate::fair`): the cap is what binds.
     let hello = client_hello(&pair.der);
+    let to: std::net::SocketAddr = ([127, 0, 0, 2], node.tls_port.unwrap()).into();
     let silent: Vec<TcpStream> = (0..300)
-        .map(|_| {
-            let mut s = TcpStream::connect(("127.0.0.2", node.tls_port.unwrap())).unwrap();
+        .map(|i| {
+            let mut s = connect_from([127, 0, 3, 1 + (i % 16) as u8], to);
             s.write_all(&hello).unwrap();
             s
         })

@@ -24,6 +24,8 @@
 //! - [`uring`] asks once, before the shards start, whether io_uring serves this process with
 //!   every opcode the shards need, and says why not in one line (seccomp, the sysctl, an old
 //!   kernel).
+//! - [`fair`] says who is asking ([`fair::ClientKey`]: an address, an IPv6 prefix, the node's
+//!   own machine) and how much of a shared pool one client may hold ([`fair::Shares`]).
 //! - [`admission`] makes the decisions: the memory pressure level, whether the node is full
 //!   and why, the hold that keeps that state from flapping, and whether the disk is low.
 //!
@@ -56,6 +58,7 @@
 #![deny(unsafe_code)]
 
 pub mod admission;
+pub mod fair;
 pub mod limits;
 pub mod memory;
 pub mod origins;

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use combd_kernel::fair::ClientKey;
+
 use crate::app::{AppError, Caller, Input, Message, SessionId};
 use crate::auth::Client;
 use crate::http::Response;
@@ -17,12 +19,21 @@ pub(crate) struct Job {
     pub input: Owned,
     pub reply: Reply,
     pub hold: Option<Hold>,
+    /// Who asks: what the pools it takes from (a live object, its answer's bytes, a
+    /// creation) are counted to. The node's own machine for what the node makes itself.
+    pub asker: ClientKey,
 }
 
 impl Job {
     /// The job with its input's bytes held.
     pub fn held(mut self, hold: Hold) -> Job {
         self.hold = Some(hold);
+        self
+    }
+
+    /// The job, asked by `asker`.
+    pub fn asked_by(mut self, asker: ClientKey) -> Job {
+        self.asker = asker;
         self
     }
 
@@ -48,6 +59,7 @@ impl Job {
             },
             reply: Reply::Http(reply),
             hold: None,
+            asker: ClientKey::Local,
         }
     }
 
@@ -61,6 +73,7 @@ impl Job {
             },
             reply: Reply::Session(session),
             hold: None,
+            asker: ClientKey::Local,
         }
     }
 
@@ -84,6 +97,7 @@ impl Job {
             },
             reply: Reply::Attach { reply, may_pass },
             hold: None,
+            asker: ClientKey::Local,
         }
     }
 
@@ -104,6 +118,7 @@ impl Job {
             },
             reply: Reply::Session(session),
             hold: None,
+            asker: ClientKey::Local,
         }
     }
 
@@ -113,6 +128,7 @@ impl Job {
             input: Owned::Detach { session },
             reply: Reply::None,
             hold: None,
+            asker: ClientKey::Local,
         }
     }
 
@@ -122,6 +138,7 @@ impl Job {
             input: Owned::Alarms,
             reply: Reply::Http(reply),
             hold: None,
+            asker: ClientKey::Local,
         }
     }
 
@@ -144,6 +161,7 @@ impl Job {
             },
             reply: Reply::Http(reply),
             hold: None,
+            asker: ClientKey::Local,
         }
     }
 
@@ -153,6 +171,7 @@ impl Job {
             input: Owned::Delivered { app, name, id },
             reply: Reply::None,
             hold: None,
+            asker: ClientKey::Local,
         }
     }
 

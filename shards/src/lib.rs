@@ -73,6 +73,7 @@ pub mod app;
 pub mod auth;
 mod cells;
 mod conn;
+pub mod fair;
 mod fifo;
 pub mod fleet;
 pub mod http;

@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits;
 use combd_kernel::settings::{InForce, Settings};
 
@@ -16,6 +17,7 @@ use crate::access_log::AccessLog;
 use crate::addresses::{AddressLimits, Addresses};
 use crate::admission::Admission;
 use crate::app::Apps;
+use crate::fair::{PoolRefusal, PoolSizes, Pools, Share};
 use crate::fleet::Fleet;
 use crate::job::ShardMsg;
 use crate::object_counts::ObjectCounts;
@@ -51,9 +53,6 @@ pub struct NodeShared {
     /// the connection closes. Each cap is checked against its count atomically, so shards
     /// accepting at once cannot overshoot it together.
     conns_open: [AtomicU64; 3],
-    /// Live objects on every shard, against `COMBD_MAX_OPEN_OBJECTS`, and the most at once.
-    objects_open: AtomicU64,
-    objects_open_max: AtomicU64,
     /// The coordinator's end of each shard's wake socket.
     shard_wakers: Vec<UnixStream>,
     /// Wakes the coordinator (a burst of accepts, the connection cap reached).
@@ -74,6 +73,8 @@ pub struct NodeShared {
     pub access_log: Option<Arc<AccessLog>>,
     /// The index of objects with alarms (`crate::alarms`).
     pub alarms: Arc<crate::alarms::AlarmIndex>,
+    /// The pools shared between clients, each client held to its share (`crate::fair`).
+    pub pools: Pools,
 }
 
 /// Which cap a connection counts against: where it came in, and from where.
@@ -164,6 +165,19 @@ impl NodeShared {
             p.settings.max_objects_per_app,
         );
         let admission = Admission::default();
+        let pools = Pools::new(
+            PoolSizes {
+                objects: p.settings.max_open_objects,
+                answer_bytes: p.outbound_budget_bytes,
+                handshakes: limits::TLS_HANDSHAKES_MAX as u64,
+                creations: p
+                    .settings
+                    .object_create_rate
+                    .saturating_mul(limits::OBJECT_CREATE_BURST_SECONDS),
+            },
+            p.settings.shares(),
+            p.inboxes.len(),
+        );
         // The budget found at start-up, until the coordinator's first measurement.
         admission
             .memory_budget_bytes
@@ -184,8 +198,6 @@ impl NodeShared {
             started: Instant::now(),
             draining: AtomicBool::new(false),
             conns_open: Default::default(),
-            objects_open: AtomicU64::new(0),
-            objects_open_max: AtomicU64::new(0),
             shard_wakers: p.shard_wakers,
             coordinator: p.coordinator,
             missed: p.inboxes.iter().map(|_| Missed::default()).collect(),
@@ -195,6 +207,7 @@ impl NodeShared {
             fleet: p.fleet,
             access_log: p.access_log,
             alarms: p.alarms,
+            pools,
         }
     }
 
@@ -238,21 +251,10 @@ impl NodeShared {
     }
 
     /// Takes a live object's place under `COMBD_MAX_OPEN_OBJECTS` (its descriptors are held
-    /// back from the connection cap); false at the cap. Given back with
-    /// [`NodeShared::release_object`].
-    pub(crate) fn reserve_object(&self) -> bool {
-        let open = self.objects_open.fetch_add(1, Ordering::Relaxed) + 1;
-        if open > self.settings.max_open_objects {
-            self.objects_open.fetch_sub(1, Ordering::Relaxed);
-            return false;
-        }
-        self.objects_open_max.fetch_max(open, Ordering::Relaxed);
-        true
-    }
-
-    /// Gives back a place taken with [`NodeShared::reserve_object`].
-    pub(crate) fn release_object(&self) {
-        self.objects_open.fetch_sub(1, Ordering::Relaxed);
+    /// back from the connection cap) for the client `asker`, within its share of them; given
+    /// back when the share is dropped.
+    pub(crate) fn reserve_object(&self, asker: ClientKey) -> Result<Share, PoolRefusal> {
+        self.pools.objects.take(asker, 1)
     }
 
     /// Open public connections on every shard (what `COMBD_MAX_CONNS` caps).
@@ -348,8 +350,8 @@ impl NodeShared {
             ("listen_stops", "combd_listen_stops_total", Counter, "Times the node stopped listening.", g(&a.listen_stops)),
             ("addresses", "combd_addresses", Gauge, "Client addresses with public connections open (or an accept-rate bucket refilling).", self.addresses.tracked() as u64),
             ("address_conns_most", "combd_address_conns_most", Gauge, "The most public connections one client address holds now.", u64::from(self.addresses.most_open())),
-            ("objects_open", "combd_objects_open", Gauge, "Live objects on every shard (COMBD_MAX_OPEN_OBJECTS caps them).", self.objects_open.load(Ordering::Relaxed)),
-            ("objects_open_max", "combd_objects_open_max", Gauge, "The most live objects at once.", self.objects_open_max.load(Ordering::Relaxed)),
+            ("objects_open", "combd_objects_open", Gauge, "Live objects on every shard (COMBD_MAX_OPEN_OBJECTS caps them).", g(&self.pools.objects.figures().held)),
+            ("objects_open_max", "combd_objects_open_max", Gauge, "The most live objects at once.", g(&self.pools.objects.figures().held_max)),
             ("conns_public", "combd_conns_public", Gauge, "Open public connections (what COMBD_MAX_CONNS caps).", self.conns_of(ConnKind::Public)),
             ("conns_local", "combd_conns_local", Gauge, "Open connections of the node's own machine on the localhost listener.", self.conns_of(ConnKind::Local)),
             ("conns_fleet", "combd_conns_fleet", Gauge, "Open connections from other nodes on the fleet listener.", self.conns_of(ConnKind::Fleet)),
@@ -375,6 +377,7 @@ impl NodeShared {
         let (pending, objects) = self.alarms.pending();
         figures.push(("alarms_pending", "combd_alarms_pending", Gauge, "Alarms pending, as the alarm index knows them (each object's count as its last call or wake left it).", pending));
         figures.push(("alarm_objects", "combd_alarm_objects", Gauge, "Objects with alarms pending in the alarm index.", objects));
+        figures.extend(self.pools.figures());
         figures.extend(Fleet::figures(self.fleet.as_deref()));
         figures
     }

@@ -72,8 +72,14 @@ pub fn tls_connect_to(
     host: &str,
     trusted: &CertificateDer<'static>,
 ) -> std::io::Result<Tls> {
-    let conn = client(trusted);
     let tcp = TcpStream::connect((host, node.tls_port.unwrap()))?;
+    tls_over(tcp, trusted)
+}
+
+/// A rustls client over `tcp` (connected by the test), trusting only `trusted`, its handshake
+/// done.
+pub fn tls_over(tcp: TcpStream, trusted: &CertificateDer<'static>) -> std::io::Result<Tls> {
+    let conn = client(trusted);
     tcp.set_read_timeout(Some(WAIT)).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     // Complete the handshake now, so a certificate error shows here.

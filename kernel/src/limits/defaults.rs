@@ -45,6 +45,19 @@ pub const ACCEPT_RATE_PER_ADDRESS_DEFAULT: u64 = 256;
 /// at once does not reset an address's rate): at most this many, about 64 bytes each (4 MiB);
 /// past it an address's last connection takes its entry with it.
 pub const ADDRESS_IDLE_ENTRIES_MAX: usize = 64 * 1024;
+/// Default of `COMBD_CLIENT_SHARE_MAX_PERCENT`: the most of a shared pool (open objects, TLS
+/// handshakes in progress, object answers waiting to be written, object creations) one client
+/// may hold, even alone (`combd_kernel::fair`). A tenth: nine attackers' addresses at their cap
+/// still leave a tenth of every pool to the next client.
+pub const CLIENT_SHARE_MAX_PERCENT_DEFAULT: u64 = 10;
+/// Default of `COMBD_CLIENT_SHARE_MIN_PERCENT`: the least share of a pool a client is held to
+/// however many clients hold some of it (a hundred clients each get a hundredth).
+pub const CLIENT_SHARE_MIN_PERCENT_DEFAULT: u64 = 1;
+/// The shares of a pool an IPv6 /56 may hold together (its /64s each hold their own share
+/// within it): a /56 is one subscriber's delegated prefix, 256 /64s that are not 256 clients.
+pub const PREFIX_56_SHARES: u64 = 4;
+/// The shares of a pool an IPv6 /48 may hold together: one site's prefix.
+pub const PREFIX_48_SHARES: u64 = 16;
 /// Default of `COMBD_MAX_AWAKE`, from the seed: cells at work at once per shard.
 pub const MAX_AWAKE_DEFAULT: usize = 1000;
 /// Default of `COMBD_RESTORES_AT_ONCE`, from the seed: objects opened at once per shard.

@@ -57,7 +57,7 @@ use values::{
 };
 pub use values::{
     parse_access_log, parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen,
-    parse_log, parse_switch, AccessLogSink, LOG_LEVELS,
+    parse_log, parse_percent, parse_switch, AccessLogSink, LOG_LEVELS,
 };
 
 /// A setting that failed validation. Its `Display` is the one line printed at start-up.
@@ -214,6 +214,15 @@ fn fleet_group(given: &Given<'_>) -> Result<Option<FleetSettings>, ConfigError> 
 }
 
 impl Settings {
+    /// Every client's share of the node's shared pools (`COMBD_CLIENT_SHARE_MIN_PERCENT`,
+    /// `COMBD_CLIENT_SHARE_MAX_PERCENT`).
+    pub fn shares(&self) -> crate::fair::Shares {
+        crate::fair::Shares {
+            min_percent: self.client_share_min_percent,
+            max_percent: self.client_share_max_percent,
+        }
+    }
+
     /// Reads the settings from an environment lookup and the command-line arguments (without
     /// the program name), validating every one. `allowed_cpus` is how many CPUs this process
     /// may run on: the default and the upper bound of `COMBD_SHARDS`.
@@ -287,8 +296,19 @@ impl Settings {
 
     /// The checks between settings, once each parsed: the TLS listener and the fleet's
     /// address each need a port other than `COMBD_LISTEN`'s, a fleet node's `COMBD_DB_MAX` is
-    /// at most what it restores, and the ClientHello's timeout may not exceed the handshake's.
+    /// at most what it restores, the ClientHello's timeout may not exceed the handshake's, and
+    /// a client's share's floor may not exceed its cap.
     fn check_relations(&self) -> Result<(), ConfigError> {
+        if self.client_share_min_percent > self.client_share_max_percent {
+            return Err(err(
+                "COMBD_CLIENT_SHARE_MIN_PERCENT",
+                format!(
+                    "is {} but COMBD_CLIENT_SHARE_MAX_PERCENT is {}: the floor of a share cannot \
+                     be over its cap",
+                    self.client_share_min_percent, self.client_share_max_percent
+                ),
+            ));
+        }
         let listen = self.listen;
         if let Some(t) = self.tls.as_ref().filter(|t| t.listen.port() != 0) {
             if t.listen.port() == listen.port() {

@@ -188,6 +188,29 @@ settings_table! {
             meaning: "most open connections of one client address (IPv4 /32, IPv6 /64) on the public \
                       listeners; one more is closed at once after the accept (the localhost listener is exempt)",
         }
+        /// `COMBD_CLIENT_SHARE_MAX_PERCENT`.
+        client_share_max_percent: u64 {
+            env: "COMBD_CLIENT_SHARE_MAX_PERCENT",
+            flag: "--client-share-max-percent",
+            default: limits::CLIENT_SHARE_MAX_PERCENT_DEFAULT,
+            parse: parse_percent,
+            unit: Count,
+            limit: "client_share_max_percent",
+            meaning: "the most of each shared pool (open objects, TLS handshakes in progress, object \
+                      answers waiting to be written, object creations) one client (IPv4 address, IPv6 /64) \
+                      may hold, in percent of the pool, even alone; 1 to 100 (the localhost listener is exempt)",
+        }
+        /// `COMBD_CLIENT_SHARE_MIN_PERCENT`.
+        client_share_min_percent: u64 {
+            env: "COMBD_CLIENT_SHARE_MIN_PERCENT",
+            flag: "--client-share-min-percent",
+            default: limits::CLIENT_SHARE_MIN_PERCENT_DEFAULT,
+            parse: parse_percent,
+            unit: Count,
+            limit: "client_share_min_percent",
+            meaning: "the least share of each shared pool a client is held to however many clients hold \
+                      some of it, in percent of the pool; 1 to 100, at most COMBD_CLIENT_SHARE_MAX_PERCENT",
+        }
         /// `COMBD_ACCEPT_RATE_PER_ADDRESS`.
         accept_rate_per_address: u32 {
             env: "COMBD_ACCEPT_RATE_PER_ADDRESS",

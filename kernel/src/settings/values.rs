@@ -91,6 +91,15 @@ pub fn parse_count_u32(text: &str) -> Result<u32, String> {
     u32::try_from(n).map_err(|_| format!("{text:?} is too large (at most {})", u32::MAX))
 }
 
+/// Parses a percentage: a whole number from 1 to 100 (a trailing `%` is allowed).
+pub fn parse_percent(text: &str) -> Result<u64, String> {
+    let n = parse_count(text.trim().trim_end_matches('%'))?;
+    if n > 100 {
+        return Err(format!("{text:?} is more than 100 percent"));
+    }
+    Ok(n)
+}
+
 /// Parses an on/off switch: `on`, `off`, `true`, `false`, `1`, `0`.
 pub fn parse_switch(text: &str) -> Result<bool, String> {
     match text.trim() {

@@ -6,31 +6,42 @@
 //! 2. the app must have fewer than `COMBD_MAX_OBJECTS_PER_APP` databases on the node (a place
 //!    is reserved in the node-wide count, given back if no database was made): 507
 //!    `too many objects`, counted in `objects_refused_count`;
-//! 3. the shard must have a token of `COMBD_OBJECT_CREATE_RATE` ([`CreateRate`]): 429
-//!    `object creation rate` with `retry-after: 1`, counted in `objects_refused_rate`.
+//! 3. the client that made the object live must be within its share of the shard's creations
+//!    of the last [`OBJECT_CREATE_BURST_SECONDS`] (`crate::fair`, pool `object_creations`), and
+//!    the shard must have a token of `COMBD_OBJECT_CREATE_RATE` ([`CreateRate`]): else 429
+//!    `object creation rate` with `retry-after: 1`, counted in `objects_refused_rate`. So one
+//!    client spraying new names spends its share of the burst, not everyone's.
 //!
 //! Then the database is opened (created) like a restore: within the shard's restore cap, on a
 //! blocking thread. `objects_created` counts the databases made.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::OBJECT_CREATE_BURST_SECONDS;
 use tracing::warn;
 
+use crate::fair::{Ledger, Share};
 use crate::stats::ShardStats;
 
+use super::object::ObjectCell;
 use super::store::{self, StoreConfig};
 use super::{Cells, Refusal};
 
 /// A shard's creation rate: a token bucket of [`OBJECT_CREATE_BURST_SECONDS`] seconds of
 /// `COMBD_OBJECT_CREATE_RATE`, full at start, refilled at the rate; each creation takes one.
+/// Beside it, each creation of the last burst's length, counted to the client it was made for
+/// (the shard's `object_creations` pool), so no client takes more than its share of a burst.
 pub(super) struct CreateRate {
     per_second: f64,
     burst: f64,
     tokens: Cell<f64>,
     at: Cell<Instant>,
+    recent: RefCell<VecDeque<(Instant, Share)>>,
 }
 
 impl CreateRate {
@@ -42,7 +53,29 @@ impl CreateRate {
             burst,
             tokens: Cell::new(burst),
             at: Cell::new(Instant::now()),
+            recent: RefCell::new(VecDeque::new()),
         }
+    }
+
+    /// Takes a creation for `asker` at `now`: its share of the shard's creations of the last
+    /// burst (from `pool`), then a token. False (nothing taken) when either is refused.
+    fn take_for(&self, pool: &Arc<Ledger>, asker: ClientKey, now: Instant) -> bool {
+        let window = Duration::from_secs(OBJECT_CREATE_BURST_SECONDS);
+        let mut recent = self.recent.borrow_mut();
+        while recent
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) >= window)
+        {
+            recent.pop_front();
+        }
+        let Ok(share) = pool.take(asker, 1) else {
+            return false;
+        };
+        if !self.take(now) {
+            return false;
+        }
+        recent.push_back((now, share));
+        true
     }
 
     /// Takes a token at `now`; false (and nothing taken) when there is none.
@@ -60,11 +93,11 @@ impl CreateRate {
 /// was restored), if the bounds above allow it; opens it if it exists after all.
 pub(super) async fn create(
     cells: &Cells,
-    app: &'static str,
-    key: &str,
+    cell: &ObjectCell,
     path: PathBuf,
     config: StoreConfig,
 ) -> Result<rusqlite::Connection, Refusal> {
+    let (app, key) = (cell.app_name(), cell.key());
     let state = &cells.state;
     let node = state.node().clone();
     let stats = state.stats();
@@ -74,7 +107,11 @@ pub(super) async fn create(
     if !node.objects.reserve(app) {
         return Err(Refusal::TooManyObjects);
     }
-    if !cells.create_rate.take(Instant::now()) {
+    let pool = &node.pools.creations[state.id()];
+    if !cells
+        .create_rate
+        .take_for(pool, cell.opened_by(), Instant::now())
+    {
         node.objects.release(app);
         return Err(Refusal::CreateRate);
     }
@@ -104,8 +141,6 @@ pub(super) async fn create(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]

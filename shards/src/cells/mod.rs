@@ -35,6 +35,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::{CROSS_SHARD_QUEUE, FANOUT_PER_TURN};
 
 use crate::app::{home_shard, App, AppError, Effect};
@@ -67,15 +68,6 @@ pub(crate) struct Cells {
     alarm_wakes: AlarmWakes,
 }
 
-/// A live object's place under `COMBD_MAX_OPEN_OBJECTS`, given back when its task ends.
-struct ObjectPlace(Arc<crate::shared::NodeShared>);
-
-impl Drop for ObjectPlace {
-    fn drop(&mut self) {
-        self.0.release_object();
-    }
-}
-
 /// A let-go object's cell that is still closing; dropped when it has closed.
 struct Closing<'a> {
     cells: &'a Cells,
@@ -96,8 +88,12 @@ pub(crate) enum Refusal {
     MailboxFull { cap: usize },
     /// The home shard's inbox holds `cap` messages already.
     InboxFull { cap: usize },
-    /// A new object while the node has `COMBD_MAX_OPEN_OBJECTS` live.
+    /// A new object while the node has `COMBD_MAX_OPEN_OBJECTS` live, or its asker holds its
+    /// share of them.
     ObjectsOpen,
+    /// An answer for a client that holds its share of the node's answer pool (answers made
+    /// and not yet written: a client that reads nothing), refused before it is made.
+    AnswersHeld,
     /// A new object while the shard drains (no task would run it).
     ShuttingDown,
     /// A write to a new object while the data disk is low.
@@ -127,9 +123,10 @@ impl Refusal {
     /// `retry-after: 1` for a refusal of load (one that may pass a second later).
     pub fn app_error(self) -> AppError {
         let (status, again) = match self {
-            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } | Refusal::ObjectsOpen => {
-                (503, true)
-            }
+            Refusal::MailboxFull { .. }
+            | Refusal::InboxFull { .. }
+            | Refusal::ObjectsOpen
+            | Refusal::AnswersHeld => (503, true),
             Refusal::ShuttingDown => (503, true),
             Refusal::DiskLow | Refusal::TooManyObjects => (507, false),
             Refusal::CreateRate => (429, true),
@@ -148,9 +145,10 @@ impl Refusal {
     /// The message a session sees as `{"error": ...}`.
     fn message(self) -> &'static str {
         match self {
-            Refusal::MailboxFull { .. } | Refusal::InboxFull { .. } | Refusal::ObjectsOpen => {
-                "overloaded"
-            }
+            Refusal::MailboxFull { .. }
+            | Refusal::InboxFull { .. }
+            | Refusal::ObjectsOpen
+            | Refusal::AnswersHeld => "overloaded",
             Refusal::ShuttingDown => "shutting down",
             Refusal::DiskLow => "disk_low",
             Refusal::TooManyObjects => "too many objects",
@@ -244,7 +242,7 @@ impl Cells {
         let existing = self.objects.borrow().get(&key).cloned();
         let cell = match existing {
             Some(c) => c,
-            None => match self.new_object(app, name, key) {
+            None => match self.new_object(app, name, key, job.asker) {
                 Ok(cell) => cell,
                 Err(refusal) => return self.refuse(job, refusal),
             },
@@ -261,8 +259,9 @@ impl Cells {
         }
     }
 
-    /// A new live object and its task. Nothing is refused here but the node's cap on live
-    /// objects: an object whose database does not exist (in a fleet: was never shipped) runs on
+    /// A new live object and its task, its place among the node's live objects counted to
+    /// `asker` (the client whose job makes it live). Nothing is refused here but the node's
+    /// cap on live objects and the asker's share of them: an object whose database does not exist (in a fleet: was never shipped) runs on
     /// a scratch database until a write creates it, and the creation is what is bounded (disk
     /// low, objects per app, creation rate: see [`create`]).
     fn new_object(
@@ -270,18 +269,18 @@ impl Cells {
         app: &Arc<dyn App>,
         name: &str,
         key: String,
+        asker: ClientKey,
     ) -> Result<Rc<ObjectCell>, Refusal> {
         let node = self.state.node();
         // Its place among the node's live objects (their descriptors are held back from the
         // connection cap), held by its task until it ends.
-        if !node.reserve_object() {
+        let place = node.reserve_object(asker).map_err(|_| {
             ShardStats::add(&self.state.stats().objects_open_refused, 1);
-            return Err(Refusal::ObjectsOpen);
-        }
-        let place = ObjectPlace(node.clone());
+            Refusal::ObjectsOpen
+        })?;
         // A deployed module's object runs on the version in force when it is restored.
         let app = app.pinned().unwrap_or_else(|| app.clone());
-        let cell = Rc::new(ObjectCell::new(&self.state, key.clone(), app, name));
+        let cell = Rc::new(ObjectCell::new(&self.state, key.clone(), app, name, asker));
         self.objects.borrow_mut().insert(key.clone(), cell.clone());
         ShardStats::add(&self.state.stats().objects_live, 1);
         let life = object::run(self.clone(), cell.clone());

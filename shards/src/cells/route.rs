@@ -321,6 +321,7 @@ impl Cells {
                     },
                 reply: Reply::Http(reply),
                 hold,
+                ..
             } => {
                 fleet.count_routed();
                 let (cells, key) = (self.clone(), key.to_string());

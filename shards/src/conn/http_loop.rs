@@ -10,7 +10,7 @@ use std::time::Duration;
 use combd_kernel::limits;
 
 use crate::app::App;
-use crate::http::{self, Head, ParsedRequest, Request, Response};
+use crate::http::{self, Head, ParsedRequest, Request, Reserved, Response};
 use crate::job::Job;
 use crate::stats::ShardStats;
 
@@ -65,6 +65,9 @@ struct Pipeline {
     objects: usize,
     /// Bytes of the responses in `owed`, written and waiting for the answers before them.
     written: usize,
+    /// The reservations of the answers in the connection's `out`, given back once it is
+    /// written (a client that reads nothing keeps holding its share, and no more).
+    reserved: Vec<Reserved>,
 }
 
 enum Owed {
@@ -164,6 +167,7 @@ impl Conn {
                 if self.flush(&mut out).await.is_err() {
                     return;
                 }
+                pipeline.reserved.clear();
             }
             if !pipelined {
                 clock = Clock::Idle(self.state().now_ms());
@@ -227,6 +231,7 @@ impl Conn {
             if self.flush(out).await.is_err() {
                 return None;
             }
+            pipeline.reserved.clear();
             let deadline = match clock {
                 Clock::Request(t) => t.saturating_add(header_timeout.as_millis() as u64),
                 Clock::Idle(t) => t.saturating_add(idle_timeout.as_millis() as u64),
@@ -476,6 +481,7 @@ impl Conn {
     /// answer is owed in the pipeline.
     fn ask_object(&self, req: ObjectRequest, keep_alive: bool, pipeline: &mut Pipeline) {
         let (tx, answer) = async_channel::bounded(1);
+        let asker = self.asker(&req.caller);
         match self.hold_input(req.body.len() as u64) {
             Some(hold) => {
                 let job = match req.message {
@@ -494,7 +500,8 @@ impl Conn {
                         tx,
                     ),
                 };
-                self.cells.submit(&req.app, &req.object, job.held(hold));
+                let job = job.held(hold).asked_by(asker);
+                self.cells.submit(&req.app, &req.object, job);
             }
             None => {
                 let _ =
@@ -512,12 +519,21 @@ impl Conn {
     }
 
     /// Waits for every answer owed and appends them, and the responses kept behind them, to
-    /// `out` in request order. True if anything was owed.
-    async fn settle(&self, pipeline: &mut Pipeline, out: &mut Vec<u8>) -> bool {
+    /// `out` in request order, writing `out` whenever it holds
+    /// [`limits::PIPELINE_HELD_MAX_BYTES`] (a large answer is written before the next is
+    /// appended; a write that fails drops the rest). True if anything was owed.
+    async fn settle(&mut self, pipeline: &mut Pipeline, out: &mut Vec<u8>) -> bool {
         if pipeline.owed.is_empty() {
             return false;
         }
         while let Some(owed) = pipeline.owed.pop_front() {
+            if out.len() >= limits::PIPELINE_HELD_MAX_BYTES {
+                if self.flush(out).await.is_err() {
+                    pipeline.owed.clear();
+                    break;
+                }
+                pipeline.reserved.clear();
+            }
             match owed {
                 Owed::Written(bytes) => out.extend_from_slice(&bytes),
                 Owed::Object {
@@ -536,6 +552,7 @@ impl Conn {
                     }
                     let asked = Asked::Kept(entry.as_deref());
                     self.respond(out, &resp, keep_alive, head_only, asked);
+                    pipeline.reserved.push(resp.reserved);
                 }
             }
         }

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits;
 use futures_lite::io::AsyncWriteExt;
 use futures_lite::AsyncRead;
@@ -135,10 +136,12 @@ pub(crate) fn serve_tls(
     local: bool,
 ) -> impl std::future::Future<Output = ()> + 'static {
     set_socket_options(&stream);
+    let own_machine = slot.kind() == crate::shared::ConnKind::Local;
+    let asker = ClientKey::of_peer(own_machine, stream.peer_addr().ok().map(|a| a.ip()));
     async move {
         let state = cells.state().clone();
         // Boxed: the hand-off's state would otherwise size the task for its whole life.
-        let Some(stream) = Box::pin(tls_handoff::handshake(&state, stream)).await else {
+        let Some(stream) = Box::pin(tls_handoff::handshake(&state, stream, asker)).await else {
             return;
         };
         let mut conn = Conn::new(cells, slot, stream, local);
@@ -200,6 +203,14 @@ impl Conn {
 
     fn state(&self) -> &Rc<ShardState> {
         self.waker.state()
+    }
+
+    /// Who asks, for the pools a job takes from (`crate::fair`): the node's own machine on the
+    /// localhost listener, else the client's address as the caller has it (for a request
+    /// another node passed on, the address the client connected to it from).
+    fn asker(&self, caller: &crate::app::Caller) -> ClientKey {
+        let local = self.slot.kind() == crate::shared::ConnKind::Local;
+        ClientKey::of_peer(local, caller.addr)
     }
 
     /// Whether the connection came in on the fleet listener (from another node, or claiming

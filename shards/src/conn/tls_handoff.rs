@@ -10,7 +10,9 @@
 //!   rest of the hello. Late: closed, `tls_hello_timeouts`.
 //! - `COMBD_TLS_HANDSHAKE_TIMEOUT`: the whole handshake must be done. Once the hello is in the
 //!   connection takes one of the shard's [`TLS_HANDSHAKES_MAX`](combd_kernel::limits) slots
-//!   (past the cap: closed, `tls_handshakes_refused`) and holds it to the handshake's end.
+//!   (past the cap, or past its client's share of them: closed, `tls_handshakes_refused`) and
+//!   holds it to the handshake's end. So one address replaying canned ClientHellos and going
+//!   silent holds its share of the slots (`COMBD_CLIENT_SHARE_MAX_PERCENT`), not all of them.
 //!
 //! So a socket that connects and sends nothing costs its descriptor, its task and a pending
 //! poll for the hello timeout, and never keeps a real client's handshake from a slot.
@@ -25,6 +27,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits;
 use futures_rustls::{LazyConfigAcceptor, StartHandshake};
 use glommio::net::TcpStream;
@@ -46,7 +49,11 @@ enum Hello {
 }
 
 /// The hello and handshake of a new connection. `None`: refused, failed or timed out (counted).
-pub(super) async fn handshake(state: &ShardState, tcp: TcpStream) -> Option<Stream> {
+pub(super) async fn handshake(
+    state: &ShardState,
+    tcp: TcpStream,
+    asker: ClientKey,
+) -> Option<Stream> {
     let stats = state.stats();
     let tls = state.node().tls.as_ref()?;
     let settings = state.settings();
@@ -68,7 +75,7 @@ pub(super) async fn handshake(state: &ShardState, tcp: TcpStream) -> Option<Stre
         }
     };
     // Boxed: the handshake's state (its rustls connection) is only held once the hello is in.
-    Box::pin(finish(state, tls.current(), start, accepted)).await
+    Box::pin(finish(state, tls.current(), start, (accepted, asker))).await
 }
 
 /// The handshake after its hello: a slot, then the rest within the handshake deadline.
@@ -76,10 +83,10 @@ async fn finish(
     state: &ShardState,
     config: Arc<ServerConfig>,
     start: Box<StartHandshake<TcpStream>>,
-    accepted: Instant,
+    (accepted, asker): (Instant, ClientKey),
 ) -> Option<Stream> {
     let stats = state.stats();
-    let Some(_in_progress) = state.begin_handshake() else {
+    let Some(_in_progress) = state.begin_handshake(asker) else {
         ShardStats::add(&stats.tls_handshakes_refused, 1);
         return None;
     };

@@ -81,7 +81,8 @@ impl Conn {
                 up.caller.clone(),
                 tx,
                 up.replay.is_some(),
-            );
+            )
+            .asked_by(self.asker(&up.caller));
             self.cells.submit(&up.app, &up.object, job);
             match rx.recv().await {
                 Ok(Attached::Yes) => {}

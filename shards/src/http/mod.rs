@@ -12,7 +12,7 @@ pub(crate) use date::civil_date;
 pub use date::{http_date, HttpDate};
 pub use fields::valid_host;
 use fields::{content_length, split_target, target_ok};
-pub use response::{carries_body, push_decimal, reason, write_response, Response};
+pub use response::{carries_body, push_decimal, reason, write_response, Reserved, Response};
 
 /// What the connection loop learns from a complete request head. Owned scalars only, so the
 /// read buffer may grow while the body arrives; handlers re-borrow the head with [`Request`].

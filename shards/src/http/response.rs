@@ -2,6 +2,9 @@
 //! `fmt` (a per-request cost the profile showed).
 
 use std::borrow::Cow;
+use std::sync::Arc;
+
+use crate::fair::Share;
 
 use super::HttpDate;
 
@@ -18,7 +21,43 @@ pub struct Response {
     /// The body: borrowed when it is static (an app's page is shared, not copied per
     /// response; it is copied once, into the connection's write buffer).
     pub body: Cow<'static, [u8]>,
+    /// The bytes of the node's answer pool it holds until it is written (an object's answer:
+    /// see [`Reserved`]); none for a response the node makes itself.
+    pub reserved: Reserved,
 }
+
+/// An object's answer's bytes, reserved in the node's answer pool (`crate::fair`,
+/// `answer_bytes`) for the client that asked, from when the answer is made until its
+/// connection has written it: what lets a client that reads nothing hold no more than its
+/// share of answers. Equal to any other (a response is its status, fields and body).
+#[derive(Clone, Default)]
+pub struct Reserved(Option<Arc<Share>>);
+
+impl Reserved {
+    /// The answer's reservation.
+    pub fn new(share: Share) -> Reserved {
+        Reserved(Some(Arc::new(share)))
+    }
+
+    /// Bytes it holds.
+    pub fn bytes(&self) -> u64 {
+        self.0.as_ref().map_or(0, |s| s.units())
+    }
+}
+
+impl std::fmt::Debug for Reserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Reserved({})", self.bytes())
+    }
+}
+
+impl PartialEq for Reserved {
+    fn eq(&self, _: &Reserved) -> bool {
+        true
+    }
+}
+
+impl Eq for Reserved {}
 
 impl Response {
     /// A JSON response.
@@ -28,6 +67,7 @@ impl Response {
             content_type: Cow::Borrowed("application/json"),
             headers: Vec::new(),
             body: Cow::Owned(value.to_string().into_bytes()),
+            reserved: Reserved::default(),
         }
     }
 
@@ -47,6 +87,7 @@ impl Response {
             content_type: content_type.into(),
             headers: Vec::new(),
             body: body.into(),
+            reserved: Reserved::default(),
         }
     }
 

@@ -31,12 +31,14 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits;
 use combd_kernel::settings::Settings;
 use glommio::sync::Gate;
 use slab::Slab;
 
 use crate::access_log::ShardLog;
+use crate::fair::Share;
 use crate::http::{http_date, HttpDate};
 use crate::shared::NodeShared;
 use crate::stats::ShardStats;
@@ -363,14 +365,16 @@ impl ShardState {
 
     // --- TLS handshakes in progress ---
 
-    /// Counts a handshake in progress while the guard lives; `None` past
-    /// [`TLS_HANDSHAKES_MAX`](limits::TLS_HANDSHAKES_MAX).
-    pub fn begin_handshake(&self) -> Option<HandshakeGuard<'_>> {
-        if self.tls_in_progress.get() >= limits::TLS_HANDSHAKES_MAX {
-            return None;
-        }
+    /// Counts a handshake in progress for `asker` while the guard lives; `None` past
+    /// [`TLS_HANDSHAKES_MAX`](limits::TLS_HANDSHAKES_MAX) or past the asker's share of them
+    /// (the shard's `tls_handshakes` pool, `crate::fair`).
+    pub fn begin_handshake(&self, asker: ClientKey) -> Option<HandshakeGuard<'_>> {
+        let share = self.node.pools.handshakes[self.id].take(asker, 1).ok()?;
         self.set_handshakes(self.tls_in_progress.get() + 1);
-        Some(HandshakeGuard(self))
+        Some(HandshakeGuard {
+            state: self,
+            _share: share,
+        })
     }
 
     fn set_handshakes(&self, n: usize) {
@@ -416,12 +420,16 @@ impl ShardState {
     }
 }
 
-/// A TLS handshake in progress; counted down when dropped.
-pub(crate) struct HandshakeGuard<'a>(&'a ShardState);
+/// A TLS handshake in progress; counted down (and its share given back) when dropped.
+pub(crate) struct HandshakeGuard<'a> {
+    state: &'a ShardState,
+    _share: Share,
+}
 
 impl Drop for HandshakeGuard<'_> {
     fn drop(&mut self) {
-        self.0.set_handshakes(self.0.tls_in_progress.get() - 1);
+        self.state
+            .set_handshakes(self.state.tls_in_progress.get() - 1);
     }
 }
 

@@ -13,7 +13,10 @@
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
-use crate::app::AppError;
+use combd_kernel::fair::ClientKey;
+
+use crate::app::{AppError, Output};
+use crate::http::Reserved;
 use crate::inbound::Hold;
 use crate::job::{Owned, Reply};
 use crate::state::log_budget::warn_app_errors_suppressed;
@@ -52,7 +55,13 @@ pub(super) async fn run_one(
     let state = &cells.state;
     let stats = state.stats();
     let permit = state.acquire_awake().await;
-    let (inputs, replies, holds, first_at) = take_batch(state, cell);
+    let Taken {
+        inputs,
+        replies,
+        holds,
+        askers,
+        first_at,
+    } = take_batch(cells, cell);
     let count = inputs.len() as u64;
     let (store, ran) = match store {
         Store::Present(db) => {
@@ -73,6 +82,8 @@ pub(super) async fn run_one(
     };
     // The inputs' bytes were held against their connections' inbound budgets until they ran.
     drop(holds);
+    let mut ran = ran;
+    reserve_answers(state, &askers, &mut ran.result.outputs);
     file_result(state, cell, &ran.result);
     ShardStats::add(&stats.batches, 1);
     stats.batch_max.fetch_max(count, Ordering::Relaxed);
@@ -94,18 +105,22 @@ pub(super) async fn run_one(
     (store, committed, killed)
 }
 
-/// The next batch's inputs, where their answers go, their bytes held against their
-/// connections' inbound budgets, and when the first of them arrived: what waits, up to the
-/// app's batch.
-fn take_batch(
-    state: &ShardState,
-    cell: &ObjectCell,
-) -> (
-    Vec<Owned>,
-    Vec<Reply>,
-    Vec<Hold>,
-    Option<std::time::Instant>,
-) {
+/// The next batch: its inputs, where their answers go, their bytes held against their
+/// connections' inbound budgets, who asked each, and when the first of them arrived.
+struct Taken {
+    inputs: Vec<Owned>,
+    replies: Vec<Reply>,
+    holds: Vec<Hold>,
+    askers: Vec<ClientKey>,
+    first_at: Option<std::time::Instant>,
+}
+
+/// Takes the next batch from the mailbox: what waits, up to the app's batch, and up to a
+/// client's share of it ([`batch_end`]). A request of a client that holds its share of the
+/// node's answers already (it reads nothing of them) is refused at once (503 `overloaded`):
+/// its answer is never made.
+fn take_batch(cells: &Cells, cell: &ObjectCell) -> Taken {
+    let state = &cells.state;
     let n = if cell.app.handles_batch() {
         cell.app.batch().max(1)
     } else {
@@ -113,7 +128,7 @@ fn take_batch(
     };
     let jobs: Vec<Queued> = {
         let mut mb = cell.mailbox.borrow_mut();
-        let k = n.min(mb.len());
+        let k = batch_end(&mb, n, state.settings().client_share_max_percent);
         mb.drain(..k).collect()
     };
     if let Some(oldest) = jobs.first() {
@@ -125,16 +140,70 @@ fn take_batch(
     }
     let first_at = jobs.first().map(|q| q.at);
     let stages = &state.stats().stages;
-    let mut holds = Vec::with_capacity(jobs.len());
-    let (inputs, replies) = jobs
-        .into_iter()
-        .map(|q| {
-            stages.record(Stage::Mailbox, q.at.elapsed());
-            holds.extend(q.job.hold);
-            (q.job.input, q.job.reply)
-        })
-        .unzip();
-    (inputs, replies, holds, first_at)
+    let answers = &state.node().pools.answers;
+    let mut taken = Taken {
+        inputs: Vec::with_capacity(jobs.len()),
+        replies: Vec::with_capacity(jobs.len()),
+        holds: Vec::with_capacity(jobs.len()),
+        askers: Vec::with_capacity(jobs.len()),
+        first_at,
+    };
+    for q in jobs {
+        stages.record(Stage::Mailbox, q.at.elapsed());
+        let job = q.job;
+        if matches!(job.reply, Reply::Http(_)) && answers.over_share(job.asker) {
+            cells.refuse(job, Refusal::AnswersHeld);
+            continue;
+        }
+        taken.holds.extend(job.hold);
+        taken.inputs.push(job.input);
+        taken.replies.push(job.reply);
+        taken.askers.push(job.asker);
+    }
+    taken
+}
+
+/// How many of the mailbox's first jobs make the next batch: at most `n`, and at most
+/// `max_percent` of `n` (at least one) requests of any one client held to shares, so one
+/// client's burst of requests is several batches, each of whose answers is reserved before the
+/// next is made. The batch ends before the first request past its client's part, keeping the
+/// mailbox's order.
+fn batch_end(mailbox: &std::collections::VecDeque<Queued>, n: usize, max_percent: u64) -> usize {
+    let part = ((n as u64 * max_percent / 100) as usize).max(1);
+    let mut counts: Vec<(ClientKey, usize)> = Vec::new();
+    for (i, q) in mailbox.iter().take(n).enumerate() {
+        let asker = q.job.asker;
+        if !asker.is_shared() || !matches!(q.job.reply, Reply::Http(_)) {
+            continue;
+        }
+        match counts.iter_mut().find(|(k, _)| *k == asker) {
+            Some((_, c)) if *c == part => return i.max(1),
+            Some((_, c)) => *c += 1,
+            None => counts.push((asker, 1)),
+        }
+    }
+    n.min(mailbox.len())
+}
+
+/// Reserves each HTTP answer's bytes for the client that asked, before the answer waits for
+/// its sync and its connection (`crate::fair`, pool `answer_bytes`): an answer past its
+/// client's share is dropped at once and answered 503 `overloaded` instead.
+fn reserve_answers(
+    state: &ShardState,
+    askers: &[ClientKey],
+    outputs: &mut [Result<Output, AppError>],
+) {
+    let answers = &state.node().pools.answers;
+    for (out, asker) in outputs.iter_mut().zip(askers) {
+        let Ok(Output::Http(resp)) = out else {
+            continue;
+        };
+        let bytes = resp.body.len() as u64;
+        match answers.take(*asker, bytes) {
+            Ok(share) => resp.reserved = Reserved::new(share),
+            Err(_) => *out = Err(Refusal::AnswersHeld.app_error()),
+        }
+    }
 }
 
 /// A batch that wrote on an absent object's scratch database (that run is dropped): creates
@@ -150,7 +219,7 @@ async fn write_absent(
 ) -> (Store, Ran) {
     let state = &cells.state;
     let (path, config) = cell.store_config(state);
-    match create(cells, cell.app.name(), &cell.key, path, config).await {
+    match create(cells, cell, path, config).await {
         Ok(db) => {
             drop(scratch);
             let permit = state.acquire_awake().await;

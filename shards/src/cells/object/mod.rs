@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::{OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE};
 use glommio::timer::Timer;
 use tracing::warn;
@@ -49,17 +50,41 @@ pub(super) struct ObjectCell {
     mailbox: RefCell<VecDeque<Queued>>,
     /// Where the object's task parks while it waits for mail.
     slot: WakerSlot,
+    /// The client whose job made it live: its database's creation is counted to it.
+    opened_by: ClientKey,
 }
 
 impl ObjectCell {
-    pub fn new(state: &Rc<ShardState>, key: String, app: Arc<dyn App>, name: &str) -> ObjectCell {
+    pub fn new(
+        state: &Rc<ShardState>,
+        key: String,
+        app: Arc<dyn App>,
+        name: &str,
+        opened_by: ClientKey,
+    ) -> ObjectCell {
         ObjectCell {
             key,
             app,
             name: name.to_string(),
             mailbox: RefCell::new(VecDeque::new()),
             slot: WakerSlot::new(state),
+            opened_by,
         }
+    }
+
+    /// Its key, `app/name`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Its app's name.
+    pub fn app_name(&self) -> &'static str {
+        self.app.name()
+    }
+
+    /// The client whose job made it live.
+    pub fn opened_by(&self) -> ClientKey {
+        self.opened_by
     }
 
     /// Puts a job in the mailbox and wakes the object; a full mailbox refuses it (a detach

@@ -1,0 +1,220 @@
+//! Fair by construction: every pool the node shares between clients (live objects, TLS
+//! handshakes in progress, object answers not yet written, object creations) holds each client
+//! to its share, and a client on another address is served while one fills its share. The
+//! attacker and the honest client come from two loopback addresses of their own
+//! (127.0.4.1 and 127.0.4.2) to the public listener.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+
+use support::tls::*;
+use support::*;
+
+const ATTACKER: [u8; 4] = [127, 0, 4, 1];
+const HONEST: [u8; 4] = [127, 0, 4, 2];
+
+/// Sends `raw` (pipelined requests) on a new connection from `from` and reads `n` responses.
+fn pipelined(node: &TestNode, from: [u8; 4], raw: &[u8], n: usize) -> Vec<Resp> {
+    let mut s = connect_from(from, node.public());
+    s.write_all(raw).unwrap();
+    let mut r = BufReader::new(s);
+    (0..n).map(|_| read_response(&mut r)).collect()
+}
+
+fn figure(s: &serde_json::Value, name: &str) -> u64 {
+    s[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name} in /stats: {s}"))
+}
+
+/// 1,100 counters read in a loop from one address filled `COMBD_MAX_OPEN_OBJECTS`, and another
+/// address's requests for idle counters were refused 503. Now the address holds its tenth of
+/// the live objects and no more, and the other is served.
+#[test]
+fn one_address_holds_its_share_of_live_objects_and_another_is_served() {
+    let node = TestNode::start(&[("COMBD_MAX_OPEN_OBJECTS", "50")]);
+    // 60 counters written, pipelined 6 to a connection (each object stays live for
+    // `object_idle_ms` after its write).
+    let mut refused = 0;
+    for batch in 0..10 {
+        let raw: String = (0..6)
+            .map(|i| {
+                format!("POST /o/counter/a{batch}-{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1")
+            })
+            .collect();
+        for r in pipelined(&node, ATTACKER, raw.as_bytes(), 6) {
+            match r.status {
+                200 => {}
+                503 => {
+                    assert_eq!(r.json()["error"], "overloaded");
+                    assert_eq!(r.header("retry-after"), Some("1"));
+                    refused += 1;
+                }
+                other => panic!("unexpected {other}: {}", r.text()),
+            }
+        }
+    }
+    let s = node.stats();
+    // A tenth of 50: the attacker never held more than 5 live objects at once.
+    assert!(figure(&s, "fair_objects_client_max") <= 5, "{s}");
+    assert_eq!(figure(&s, "fair_objects_capacity"), 50);
+    assert!(
+        refused >= 10 && figure(&s, "fair_objects_refused_share") >= 10,
+        "refused {refused}: {s}"
+    );
+    // The honest address makes five objects live (its share) while the attacker holds its own.
+    let raw: String = (0..5)
+        .map(|i| format!("POST /o/counter/h{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1"))
+        .collect();
+    for r in pipelined(&node, HONEST, raw.as_bytes(), 5) {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}
+
+/// Sets `n` reminders of 1 KiB on `reminder/<name>` from the node's own machine, pipelined.
+fn reminders(node: &TestNode, name: &str, n: usize) {
+    let text = "x".repeat(1000);
+    let body = format!("{{\"in_ms\":3600000,\"text\":\"{text}\"}}");
+    let one = format!(
+        "POST /o/reminder/{name} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for _ in 0..n / 50 {
+        let mut s = connect(node.local());
+        s.write_all(one.repeat(50).as_bytes()).unwrap();
+        let mut r = BufReader::new(s);
+        for _ in 0..50 {
+            assert_eq!(read_response(&mut r).status, 200);
+        }
+    }
+}
+
+/// One 40-byte GET of a reminder list answered 12.4 MB, and a client that pipelined eight of
+/// them on connections it never read made the node hold every answer (`out` was outside every
+/// budget). Now each answer is reserved for its client before it is held: past the client's
+/// share of the answer pool, 503; another address is served.
+#[test]
+fn a_client_that_reads_nothing_holds_its_share_of_answers() {
+    // An answer pool of 8 MiB: a client's share is 819 KiB, a list of 400 reminders ~430 KB.
+    let node = TestNode::start(&[("COMBD_OUTBOUND_BUDGET", "8M")]);
+    reminders(&node, "big", 400);
+    let get = b"GET /o/reminder/big HTTP/1.1\r\nHost: x\r\n\r\n".repeat(8);
+    // Four connections that ask eight lists each and read nothing (a small receive buffer, so
+    // the kernel takes little of what the node writes).
+    let attackers: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let sock =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            sock.set_recv_buffer_size(4096).unwrap();
+            sock.bind(&std::net::SocketAddr::from((ATTACKER, 0)).into())
+                .unwrap();
+            sock.connect(&node.public().into()).unwrap();
+            let mut s: TcpStream = sock.into();
+            s.write_all(&get).unwrap();
+            s
+        })
+        .collect();
+    let s = wait_stats(&node, "the attacker's answers refused", |s| {
+        s["fair_answer_bytes_refused_share"].as_u64().unwrap_or(0) >= 8
+    });
+    let share = 8 * 1024 * 1024 / 10;
+    assert!(figure(&s, "fair_answer_bytes_client_max") <= share, "{s}");
+    assert!(figure(&s, "fair_answer_bytes_held") <= share, "{s}");
+    // Another address reads the same list whole.
+    let r = pipelined(
+        &node,
+        HONEST,
+        b"GET /o/reminder/big HTTP/1.1\r\nHost: x\r\n\r\n",
+        1,
+    );
+    assert_eq!(r[0].status, 200, "{}", r[0].text());
+    assert_eq!(r[0].json()["pending"].as_array().unwrap().len(), 400);
+    drop(attackers);
+    // Once its connections are gone, nothing is held for the attacker.
+    wait_stats(&node, "the answers given back", |s| {
+        s["fair_answer_bytes_held"].as_u64() == Some(0)
+    });
+}
+
+/// One address replaying a canned ClientHello and going silent kept a shard's 256 handshake
+/// slots full; real handshakes from elsewhere were refused. Now it holds its share of them.
+#[test]
+fn canned_client_hellos_from_one_address_hold_its_share_of_handshakes() {
+    let dir = std::env::temp_dir().join(format!("combd-fair-tls-{}", std::process::id()));
+    let pair = make_pair();
+    let (c, k) = write_pair(&dir, &pair);
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_TLS_LISTEN", "127.0.0.2:0"),
+        ("COMBD_TLS_CERT", c.to_str().unwrap()),
+        ("COMBD_TLS_KEY", k.to_str().unwrap()),
+        ("COMBD_TLS_HANDSHAKE_TIMEOUT", "30s"),
+    ]);
+    let hello = client_hello(&pair.der);
+    let to: std::net::SocketAddr = ([127, 0, 0, 2], node.tls_port.unwrap()).into();
+    let silent: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = connect_from(ATTACKER, to);
+            s.write_all(&hello).unwrap();
+            s
+        })
+        .collect();
+    let s = wait_stats(&node, "300 ClientHellos in", |s| {
+        s["tls_handshakes_in_progress"].as_u64().unwrap_or(0)
+            + s["tls_handshakes_refused"].as_u64().unwrap_or(0)
+            >= 300
+    });
+    // A tenth of the 256 slots.
+    assert_eq!(figure(&s, "tls_handshakes_in_progress"), 25, "{s}");
+    assert_eq!(figure(&s, "fair_tls_handshakes_refused_share"), 275, "{s}");
+    // A real client from another address completes its handshake and is answered.
+    let tcp = connect_from(HONEST, to);
+    let mut tls = tls_over(tcp, &pair.der).unwrap();
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut BufReader::new(tls)).status, 200);
+    drop(silent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client spraying POSTs to new names spent a shard's whole creation burst, and another
+/// address's first writes were refused 429. Now it spends its share of the burst.
+#[test]
+fn new_names_from_one_address_spend_its_share_of_creations() {
+    // A burst of 10 s × 10 a second = 100 creations a shard; a client's share is 10.
+    let node = TestNode::start(&[("COMBD_SHARDS", "1"), ("COMBD_OBJECT_CREATE_RATE", "10")]);
+    let mut created = 0;
+    let mut rate_refused = 0;
+    for batch in 0..8 {
+        let raw: String = (0..5)
+            .map(|i| {
+                format!("POST /o/counter/s{batch}-{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1")
+            })
+            .collect();
+        for r in pipelined(&node, ATTACKER, raw.as_bytes(), 5) {
+            match r.status {
+                200 => created += 1,
+                429 => {
+                    assert_eq!(r.json()["error"], "object creation rate");
+                    rate_refused += 1;
+                }
+                other => panic!("unexpected {other}: {}", r.text()),
+            }
+        }
+    }
+    assert_eq!(created, 10, "the attacker's share of the burst");
+    assert_eq!(rate_refused, 30);
+    let s = node.stats();
+    assert_eq!(figure(&s, "fair_object_creations_refused_share"), 30, "{s}");
+    // Another address's first writes go through.
+    let raw: String = (0..5)
+        .map(|i| format!("POST /o/counter/h{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1"))
+        .collect();
+    for r in pipelined(&node, HONEST, raw.as_bytes(), 5) {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}
