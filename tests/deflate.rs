@@ -174,27 +174,24 @@ fn offers_the_node_cannot_take_and_the_switch_off_give_plain_websockets() {
     );
     assert!(head.contains(ACCEPTED), "{head}");
     assert!(!head.contains("server_max_window_bits"), "{head}");
-    // A smaller window asked for: named in the answer, and a message longer than the window
-    // (2^9 = 512 bytes) goes plain while a shorter one goes compressed.
+    // The node's own window (15 bits) asked for: named in the answer; long messages go
+    // compressed.
     let mut s = connect(node.public());
     let head = upgrade(
         &mut s,
         "/o/echo/z",
-        Some("permessage-deflate; server_max_window_bits=9"),
+        Some("permessage-deflate; server_max_window_bits=15"),
     );
     assert!(
-        head.contains(&format!("{ACCEPTED}; server_max_window_bits=9")),
+        head.contains(&format!("{ACCEPTED}; server_max_window_bits=15")),
         "{head}"
     );
-    for (len, compressed) in [(300, true), (1000, false)] {
-        let text = "z".repeat(len);
-        s.write_all(&client_frame(1, false, text.as_bytes()))
-            .unwrap();
-        let (b0, p) = next_frame(&mut s);
-        assert_eq!(b0 == 0xc1, compressed, "{len} bytes");
-        let got = if compressed { decompress(&p) } else { p };
-        assert_eq!(got, text.as_bytes());
-    }
+    let text = "z".repeat(100_000);
+    s.write_all(&client_frame(1, false, text.as_bytes()))
+        .unwrap();
+    let (b0, p) = next_frame(&mut s);
+    assert_eq!(b0, 0xc1);
+    assert_eq!(decompress(&p), text.as_bytes());
 
     let off = TestNode::start(&[("COMBD_WS_DEFLATE", "off")]);
     let mut s = connect(off.public());
@@ -212,7 +209,8 @@ fn a_compression_bomb_closes_with_1009_and_garbage_with_1007() {
         .as_u64()
         .unwrap();
     // 16 MiB of zeros compress to about 16 KiB: under the limit on the wire, far over it once
-    // decompressed. The node stops at the limit.
+    // decompressed. The node stops at the limit, or sooner at 64 times the wire size
+    // (`ws_inflate_ratio_max`): a 1009 either way.
     let bomb = compress(&vec![0u8; 16 << 20]);
     assert!((bomb.len() as u64) < limit / 8, "{}", bomb.len());
     let rss_before = rss(node.pid());
@@ -231,7 +229,11 @@ fn a_compression_bomb_closes_with_1009_and_garbage_with_1007() {
         s.write_all(&client_frame(1, true, &payload)).unwrap();
         assert_eq!(close_code(&mut s), 1007);
     }
-    assert_eq!(counter(&node.stats(), "ws_protocol_closed"), 3);
+    let stats = node.stats();
+    assert_eq!(
+        counter(&stats, "ws_protocol_closed") + counter(&stats, "ws_inflate_ratio_closed"),
+        3
+    );
 }
 
 #[test]
@@ -277,4 +279,207 @@ fn a_broadcast_goes_compressed_to_viewers_that_asked_and_plain_to_the_rest() {
     assert_eq!(seen[0][0].len(), 2000);
     // Each frame compressed for the two viewers that asked: counted per session it went to.
     assert_eq!(counter(&node.stats(), "ws_deflated_out"), 6);
+}
+
+#[test]
+fn a_window_under_15_bits_is_passed_over() {
+    let node = TestNode::start(&[]);
+    // Alone: no compression at all, so a compressed frame is a protocol error.
+    let mut s = connect(node.public());
+    let head = upgrade(
+        &mut s,
+        "/o/echo/z",
+        Some("permessage-deflate; server_max_window_bits=8"),
+    );
+    assert!(!head.contains("sec-websocket-extensions"), "{head}");
+    let text = "y".repeat(5000);
+    s.write_all(&client_frame(1, false, text.as_bytes()))
+        .unwrap();
+    assert_eq!(next_frame(&mut s), (0x81, text.clone().into_bytes()));
+    s.write_all(&client_frame(1, true, &compress(b"hello")))
+        .unwrap();
+    assert_eq!(close_code(&mut s), 1002);
+    // Before an acceptable offer: the next one is taken, and a message longer than 256 bytes
+    // goes compressed.
+    let mut s = connect(node.public());
+    let head = upgrade(
+        &mut s,
+        "/o/echo/z",
+        Some("permessage-deflate; server_max_window_bits=8, permessage-deflate"),
+    );
+    assert!(head.contains(ACCEPTED), "{head}");
+    assert!(!head.contains("server_max_window_bits"), "{head}");
+    s.write_all(&client_frame(1, false, text.as_bytes()))
+        .unwrap();
+    let (b0, p) = next_frame(&mut s);
+    assert_eq!(b0, 0xc1);
+    assert_eq!(decompress(&p), text.as_bytes());
+    assert_eq!(counter(&node.stats(), "ws_deflate_opened"), 1);
+}
+
+/// A socket whose receive buffer is held small, so what the node writes to it waits in the
+/// node once a few kilobytes are in flight.
+fn connect_not_reading(node: &TestNode) -> TcpStream {
+    let s = connect(node.public());
+    socket2::SockRef::from(&s)
+        .set_recv_buffer_size(4096)
+        .unwrap();
+    s
+}
+
+#[test]
+fn deflate_bombs_close_with_1009_before_they_cost_anything() {
+    let node = TestNode::start(&[]);
+    let limits = node.stats()["limits"].clone();
+    let ratio = limits["ws_inflate_ratio_max"].as_u64().unwrap();
+    let max = limits["ws_max_message_bytes"].as_u64().unwrap();
+    // About 1 KiB on the wire, a megabyte once decompressed: a thousand times.
+    let bomb = compress(&vec![0u8; max as usize - 64]);
+    assert!((bomb.len() as u64) * ratio < max / 8, "{}", bomb.len());
+    let frame = client_frame(2, true, &bomb);
+    let rss_before = rss(node.pid());
+    // Ten sockets, each sending 62 bombs in one write and never reading.
+    let mut socks: Vec<TcpStream> = (0..10)
+        .map(|_| {
+            let mut s = connect_not_reading(&node);
+            let head = upgrade(&mut s, "/o/echo/z", Some("permessage-deflate"));
+            assert!(head.contains(ACCEPTED), "{head}");
+            s.write_all(&frame.repeat(62)).unwrap();
+            s
+        })
+        .collect();
+    let stats = wait_stats(&node, "ten bombs refused", |s| {
+        s["ws_inflate_ratio_closed"].as_u64() == Some(10)
+    });
+    // Each closed at its first bomb, within 64 times its size: nothing echoed, nothing held.
+    assert_eq!(counter(&stats, "ws_messages_in"), 0);
+    assert!(
+        counter(&stats, "outbound_bytes_max") < 10 * 1024,
+        "{}",
+        stats["outbound_bytes_max"]
+    );
+    assert!(
+        rss(node.pid()) < rss_before + (16 << 20),
+        "the node held the bombs"
+    );
+    assert_eq!(close_code(&mut socks[0]), 1009);
+    socks.clear();
+    assert_eq!(counter(&node.stats(), "ws_protocol_closed"), 0);
+}
+
+#[test]
+fn compressed_bytes_a_second_are_a_rate_closed_with_1008() {
+    // 64 KiB a second of decompressed bytes, and messages of at most 64 KiB: a bucket of
+    // 64 KiB, which one message of 40 KiB leaves too little of for a second one at once.
+    let node = TestNode::start(&[
+        ("COMBD_WS_INFLATE_RATE", "64K"),
+        ("COMBD_WS_MAX_MESSAGE", "64K"),
+    ]);
+    assert_eq!(
+        node.stats()["limits"]["ws_inflate_rate_bytes"].as_u64(),
+        Some(64 * 1024)
+    );
+    // Numbers as JSON: a few times smaller compressed, far within the ratio.
+    let numbers: String = (0..10_000)
+        .map(|i| format!("{},", i * 7919 % 100_003))
+        .collect();
+    let message = format!("[{}]", &numbers[..40_000]);
+    let frame = client_frame(1, true, &compress(message.as_bytes()));
+    assert!(frame.len() * 64 > message.len(), "{} bytes", frame.len());
+    let mut s = connect(node.public());
+    upgrade(&mut s, "/o/echo/z", Some("permessage-deflate"));
+    s.write_all(&frame.repeat(2)).unwrap();
+    let (b0, p) = next_frame(&mut s);
+    assert_eq!(b0, 0xc1);
+    assert_eq!(decompress(&p), message.as_bytes());
+    assert_eq!(close_code(&mut s), 1008);
+    let stats = node.stats();
+    assert_eq!(counter(&stats, "ws_inflate_rate_closed"), 1);
+    assert_eq!(counter(&stats, "ws_inflated_in"), 1);
+    // Plain messages are not counted against it: a plain WebSocket sends as many.
+    let mut s = connect(node.public());
+    upgrade(&mut s, "/o/echo/z", None);
+    s.write_all(&client_frame(1, false, message.as_bytes()).repeat(4))
+        .unwrap();
+    for _ in 0..4 {
+        assert_eq!(next_frame(&mut s), (0x81, message.clone().into_bytes()));
+    }
+}
+
+#[test]
+fn a_read_of_compressed_messages_yields_between_them() {
+    let node = TestNode::start(&[]);
+    let per_turn = node.stats()["limits"]["ws_decode_bytes_per_turn"]
+        .as_u64()
+        .unwrap() as usize;
+    // Eight messages of half a turn's bytes once decompressed, in one write (one read holds
+    // several): the connection hands on two, then yields, and so on.
+    let numbers: String = (0..20_000)
+        .map(|i| format!("{},", i * 7919 % 100_003))
+        .collect();
+    let message = format!("[{}]", &numbers[..per_turn / 2]);
+    let frame = client_frame(1, true, &compress(message.as_bytes()));
+    let yields = counter(&node.stats(), "turn_yields");
+    let mut s = connect(node.public());
+    upgrade(&mut s, "/o/echo/z", Some("permessage-deflate"));
+    s.write_all(&frame.repeat(8)).unwrap();
+    for _ in 0..8 {
+        let (b0, p) = next_frame(&mut s);
+        assert_eq!(b0, 0xc1);
+        assert_eq!(decompress(&p), message.as_bytes());
+    }
+    assert!(counter(&node.stats(), "turn_yields") > yields);
+}
+
+#[test]
+fn answers_waiting_for_a_socket_that_does_not_read_are_counted_and_bounded() {
+    // A shard's outbound budget of 1.5 MiB, on one shard: room for the answer of one socket
+    // that does not read, not for a second beside it.
+    let node = TestNode::start(&[("COMBD_SHARDS", "1"), ("COMBD_OUTBOUND_BUDGET", "1536K")]);
+    let limits = node.stats()["limits"].clone();
+    let per_turn = limits["ws_decode_bytes_per_turn"].as_u64().unwrap();
+    let rss_before = rss(node.pid());
+    // The attack of a window under 15 bits, after it is declined: plain messages of a
+    // megabyte, echoed plain, never read.
+    let message = vec![b'a'; (1 << 20) - 64];
+    let frame = client_frame(2, false, &message);
+    let socks: Vec<(TcpStream, std::thread::JoinHandle<()>)> = (0..3)
+        .map(|_| {
+            let mut s = connect_not_reading(&node);
+            let head = upgrade(
+                &mut s,
+                "/o/echo/z",
+                Some("permessage-deflate; server_max_window_bits=8"),
+            );
+            assert!(!head.contains("sec-websocket-extensions"), "{head}");
+            let mut w = s.try_clone().unwrap();
+            let frames = frame.repeat(8);
+            // Blocks once the node stops reading it; ends when the socket is shut down.
+            let writer = std::thread::spawn(move || {
+                let _ = w.write_all(&frames);
+            });
+            (s, writer)
+        })
+        .collect();
+    // One socket's echo waits in the node, counted; the others' do not fit beside it.
+    let stats = wait_stats(&node, "an echo held and two closed at the budget", |s| {
+        s["outbound_bytes"].as_u64() >= Some(message.len() as u64)
+            && s["outbound_budget_closed"].as_u64() == Some(2)
+    });
+    let held = counter(&stats, "outbound_bytes_max");
+    assert!(
+        held <= 1536 << 10 && held <= message.len() as u64 + per_turn + 64,
+        "{held} bytes held"
+    );
+    assert!(
+        rss(node.pid()) < rss_before + (32 << 20),
+        "the node held the echoes"
+    );
+    for (s, writer) in socks {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+        writer.join().unwrap();
+    }
+    wait_stats(&node, "the held echo let go", |s| {
+        s["outbound_bytes"].as_u64() == Some(0) && s["ws_open"].as_u64() == Some(0)
+    });
 }

@@ -94,6 +94,12 @@ pub const OBJECT_CREATE_BURST_SECONDS: u64 = 10;
 pub const WS_RATE_DEFAULT: u64 = 1000;
 /// Default of `COMBD_WS_BURST`: the token bucket's capacity. Past it: close 1008.
 pub const WS_BURST_DEFAULT: u64 = 2000;
+/// Default of `COMBD_WS_INFLATE_RATE`: bytes a second the compressed messages of one WebSocket
+/// may decompress to (a token bucket holding a second of it or the largest message, whichever
+/// is more); past it: close 1008. Decompressing, handling and answering a megabyte costs the
+/// shard about half a millisecond: at most that a second a connection. Messages that are not
+/// compressed are not counted (reading them costs the client as much as the node).
+pub const WS_INFLATE_RATE_DEFAULT_BYTES: u64 = 1024 * 1024;
 /// Default of `COMBD_TLS_HANDSHAKE_TIMEOUT`: as long as the header timeout, the same slowloris
 /// guard for the step before the head. It runs from the accept, like the hello timeout; the
 /// handshake slot is held only from the ClientHello's arrival to the handshake's end.

@@ -220,6 +220,27 @@ pub const WS_DEFLATE_MIN_BYTES: usize = 128;
 /// most one slow reader can make the node hold: 8 MiB, eight default-sized messages.
 pub const WS_SLOW_CLOSE_BYTES: u64 = 8 * 1024 * 1024;
 
+/// A compressed WebSocket message may decompress to at most this many times its compressed
+/// size (or [`WS_INFLATE_RATIO_FLOOR_BYTES`], whichever is more); one that would decompress to
+/// more is closed with 1009 as soon as its output passes the bound (`ws_inflate_ratio_closed`).
+/// Text people and pages write compresses 2 to 10 times, repetitive JSON some tens of times;
+/// deflate's own ceiling, about 1,030 times, is what a bomb uses: a 1 KiB frame decompressing
+/// to 1 MiB, 64 of them in one 64 KiB read. At 64 times a read is at most 4 MiB of work.
+pub const WS_INFLATE_RATIO_MAX: u64 = 64;
+
+/// A compressed message may always decompress to this many bytes, whatever its ratio: a short
+/// message of one repeated character compresses to a dozen bytes, far past the ratio, and
+/// costs nothing.
+pub const WS_INFLATE_RATIO_FLOOR_BYTES: u64 = 4 * 1024;
+
+/// Message bytes (decompressed, for a compressed message) a WebSocket hands on in one turn of
+/// its shard's loop, or bytes of answers it builds, before it writes what it built and yields
+/// the loop (`turn_yields`): the frames left of a read wait, undecoded, until then. A read of
+/// small messages (64 KiB, [`READ_SCRATCH_BYTES`]) is handled in one turn as before; a read of
+/// compressed ones yields between them, so other connections are served meanwhile, and a
+/// client that does not read holds at most this and one message's answers.
+pub const WS_DECODE_BYTES_PER_TURN: usize = 64 * 1024;
+
 // ---------------------------------------------------------------------------------------------
 // Shards and their loops
 // ---------------------------------------------------------------------------------------------
@@ -521,6 +542,8 @@ const _: () = assert!(WS_CONTROL_PAYLOAD_MAX_BYTES < WS_MAX_MESSAGE_DEFAULT_BYTE
 const _: () = assert!(HOST_CALL_TICKS < CPU_LIMIT_TICKS_DEFAULT);
 // The bucket must hold a second of the rate, or a client at the allowed rate in bursts is closed.
 const _: () = assert!(WS_RATE_DEFAULT <= WS_BURST_DEFAULT);
+// A ratio or a turn's budget of zero would close every compressed message or hand on none.
+const _: () = assert!(WS_INFLATE_RATIO_MAX > 0 && WS_DECODE_BYTES_PER_TURN > 0);
 // A creation bucket of zero seconds would refuse every new object.
 const _: () = assert!(OBJECT_CREATE_BURST_SECONDS > 0);
 // With no batch allowed between commit and answer no object could run.

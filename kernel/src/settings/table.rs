@@ -319,6 +319,17 @@ settings_table! {
             limit: "ws_burst",
             meaning: "WebSocket messages a connection may send at once (the token bucket's capacity)",
         }
+        /// `COMBD_WS_INFLATE_RATE`.
+        ws_inflate_rate_bytes: u64 {
+            env: "COMBD_WS_INFLATE_RATE",
+            flag: "--ws-inflate-rate",
+            default: limits::WS_INFLATE_RATE_DEFAULT_BYTES,
+            parse: parse_bytes,
+            unit: Bytes,
+            limit: "ws_inflate_rate_bytes",
+            meaning: "bytes a second a WebSocket's compressed messages may decompress to (a token bucket \
+                      holding a second of it or the largest message, whichever is more); past it: close 1008",
+        }
         /// `COMBD_OUTBOUND_BUDGET`, if set (else derived from the memory budget at start-up).
         outbound_budget_bytes: Option<u64> {
             env: "COMBD_OUTBOUND_BUDGET",

@@ -29,6 +29,9 @@ struct Cut {
     cut: bool,
 }
 
+/// The longest header of a frame the node sends (unmasked, a 64-bit length: RFC 6455, 5.2).
+const FRAME_HEADER_MAX: usize = 10;
+
 /// The close of a session the node decided to close.
 fn closing(why: CloseWhy) -> Close {
     match why {
@@ -119,10 +122,13 @@ impl Ws {
 }
 
 /// The message rate: a token bucket of `COMBD_WS_BURST` tokens refilled at `COMBD_WS_RATE` a
-/// second; each message and ping takes one. (The rate and burst are read from the settings
-/// when a token is taken: an idle WebSocket keeps only these two fields.)
+/// second; each message and ping takes one. Beside it the bytes its compressed messages may
+/// decompress to: a bucket of the largest message or a second of `COMBD_WS_INFLATE_RATE`,
+/// whichever is more, refilled at that rate. (The rates and sizes are read from the settings
+/// when tokens are taken: an idle WebSocket keeps only these three fields.)
 struct Rate {
     tokens: f64,
+    inflate: f64,
     refilled: Instant,
 }
 
@@ -130,22 +136,61 @@ impl Rate {
     fn new(settings: &Settings) -> Rate {
         Rate {
             tokens: settings.ws_burst as f64,
+            inflate: inflate_burst(settings),
             refilled: Instant::now(),
         }
     }
 
+    /// Adds what both buckets earned since they were last refilled.
+    fn refill(&mut self, settings: &Settings) {
+        let now = Instant::now();
+        let secs = now.duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + secs * settings.ws_rate as f64).min(settings.ws_burst as f64);
+        self.inflate = (self.inflate + secs * settings.ws_inflate_rate_bytes as f64)
+            .min(inflate_burst(settings));
+        self.refilled = now;
+    }
+
     /// Takes a token; false when none is left.
     fn take(&mut self, settings: &Settings) -> bool {
-        let now = Instant::now();
-        let refill = now.duration_since(self.refilled).as_secs_f64() * settings.ws_rate as f64;
-        self.tokens = (self.tokens + refill).min(settings.ws_burst as f64);
-        self.refilled = now;
+        self.refill(settings);
         if self.tokens < 1.0 {
             return false;
         }
         self.tokens -= 1.0;
         true
     }
+
+    /// The bytes its compressed messages may decompress to now.
+    fn inflate_allowed(&mut self, settings: &Settings) -> u64 {
+        self.refill(settings);
+        self.inflate as u64
+    }
+
+    /// Its compressed messages decompressed to `bytes`.
+    fn inflated(&mut self, bytes: u64) {
+        self.inflate = (self.inflate - bytes as f64).max(0.0);
+    }
+}
+
+/// The bucket of decompressed bytes: a second of `COMBD_WS_INFLATE_RATE`, or the largest
+/// message, so that one message of the largest size always passes a full bucket.
+fn inflate_burst(settings: &Settings) -> f64 {
+    settings
+        .ws_inflate_rate_bytes
+        .max(settings.ws_max_message_bytes) as f64
+}
+
+/// What a decoding of a connection's input ended with.
+enum Decoded {
+    /// All its complete frames were handled.
+    Done,
+    /// It handed on [`WS_DECODE_BYTES_PER_TURN`](limits::WS_DECODE_BYTES_PER_TURN), or built
+    /// as many bytes of answers: complete frames wait in `inbuf` until what it built is written
+    /// and the shard's loop has had a turn.
+    Paused,
+    /// The WebSocket is to close.
+    Close(Close),
 }
 
 impl Conn {
@@ -180,14 +225,17 @@ impl Conn {
         self.ping_epoch = Some(state.ping_epoch());
         let mut out: Vec<u8> = Vec::new();
         let close = loop {
+            let mut paused = false;
             // Decoded only while its input waiting is under its bound (back-pressure): what it
             // sent meanwhile waits in `inbuf` and the kernel.
             if !self.inbuf.is_empty() && self.has_room() {
                 // What is decoded moves into jobs, which hold it themselves; the rest is held
                 // again below.
                 ws.partial = None;
-                if let Some(close) = self.decode_input(&mut ws, &mut rate, &mut out) {
-                    break close;
+                match self.decode_input(&mut ws, &mut rate, &mut out) {
+                    Decoded::Done => {}
+                    Decoded::Paused => paused = true,
+                    Decoded::Close(close) => break close,
                 }
             }
             if let Some(close) = self.hold_partial(&mut ws) {
@@ -196,9 +244,15 @@ impl Conn {
             if !out.is_empty() {
                 ShardStats::add(&stats.ws_sends, 1);
             }
-            if let Err(e) = self.flush(&mut out).await {
+            if let Err(e) = self.flush_counted(&mut out).await {
                 // How much of it the kernel took is not known: no frame after it.
                 break self.write_failed(&e, true);
+            }
+            if paused {
+                // The rest of the read waits for the shard's other tasks and its I/O: no
+                // read is more than a turn of work, however much it decompresses to.
+                crate::state::turn::Turn::new(stats, 1).yield_now().await;
+                continue;
             }
             match self.fill(None, !ws.decoder.in_message()).await {
                 Input::Data => ws.awaiting_pong = false,
@@ -250,14 +304,29 @@ impl Conn {
         }
     }
 
-    /// Decodes what `inbuf` holds and handles each event. `Some`: the WebSocket is to close.
-    fn decode_input(&mut self, ws: &mut Ws, rate: &mut Rate, out: &mut Vec<u8>) -> Option<Close> {
+    /// Decodes what `inbuf` holds and handles each event, until a turn's worth
+    /// ([`WS_DECODE_BYTES_PER_TURN`](limits::WS_DECODE_BYTES_PER_TURN)) of messages or of
+    /// answers; compressed messages decompress within what `rate` allows.
+    fn decode_input(&mut self, ws: &mut Ws, rate: &mut Rate, out: &mut Vec<u8>) -> Decoded {
         let state = self.state().clone();
         let stats = state.stats();
         let mut inbuf = std::mem::take(&mut self.inbuf);
         let mut client_close: Option<Option<u16>> = None;
         let mut over_rate = false;
+        let mut closing = None;
+        // Message bytes handed on in this turn, and whether they (or the answers) reached a
+        // turn's worth.
+        let mut handed = 0;
+        let mut turn_spent = false;
         let to = &ws.to;
+        let mut message = |text: bool, payload: &[u8], out: &mut Vec<u8>| {
+            handed += payload.len();
+            closing = self.on_message(to, text, payload, out);
+            turn_spent = handed.max(out.len()) >= limits::WS_DECODE_BYTES_PER_TURN;
+            closing.is_none() && !turn_spent
+        };
+        let allowed = rate.inflate_allowed(state.settings());
+        ws.decoder.allow_inflate(allowed);
         let decoded = ws.decoder.decode(&mut inbuf, |ev| match ev {
             WsEvent::Text(_) | WsEvent::Binary(_) | WsEvent::Ping(_)
                 if !rate.take(state.settings()) =>
@@ -265,14 +334,8 @@ impl Conn {
                 over_rate = true;
                 false
             }
-            WsEvent::Text(t) => {
-                self.on_message(to, true, t.as_bytes(), out);
-                true
-            }
-            WsEvent::Binary(b) => {
-                self.on_message(to, false, b, out);
-                true
-            }
+            WsEvent::Text(t) => message(true, t.as_bytes(), out),
+            WsEvent::Binary(b) => message(false, b, out),
             WsEvent::Ping(p) => {
                 ws::encode_pong(out, p);
                 true
@@ -283,6 +346,7 @@ impl Conn {
                 false
             }
         });
+        rate.inflated(allowed - ws.decoder.inflate_left());
         ShardStats::add(&stats.ws_inflated_in, u64::from(ws.decoder.take_inflated()));
         let error = match decoded {
             Ok(used) => {
@@ -291,25 +355,51 @@ impl Conn {
             }
             Err(e) => Some(e),
         };
-        if !inbuf.is_empty() {
+        let more = !inbuf.is_empty();
+        if more {
             self.inbuf = inbuf;
         }
         if over_rate {
             ShardStats::add(&stats.ws_rate_closed, 1);
-            return Some(Close::Frame(Some(close::POLICY), "message rate exceeded"));
+            return Decoded::Close(Close::Frame(Some(close::POLICY), "message rate exceeded"));
+        }
+        if let Some(close) = closing {
+            return Decoded::Close(close);
         }
         if let Some(code) = client_close {
             // Answer the close with the client's code (RFC 6455, 5.5.1), then close.
-            return Some(Close::Answer(code));
+            return Decoded::Close(Close::Answer(code));
         }
-        let e = error?;
-        ShardStats::add(&stats.ws_protocol_closed, 1);
-        Some(Close::Frame(Some(e.code()), e.reason()))
+        match error {
+            Some(e) => Decoded::Close(self.decode_failed(e)),
+            None if more && turn_spent => Decoded::Paused,
+            None => Decoded::Done,
+        }
+    }
+
+    /// How a WebSocket whose input failed to decode closes, counted by why.
+    fn decode_failed(&self, e: ws::WsError) -> Close {
+        let stats = self.stats();
+        ShardStats::add(
+            match e {
+                ws::WsError::Ratio => &stats.ws_inflate_ratio_closed,
+                ws::WsError::InflateRate => &stats.ws_inflate_rate_closed,
+                _ => &stats.ws_protocol_closed,
+            },
+            1,
+        );
+        Close::Frame(Some(e.code()), e.reason())
     }
 
     /// A message from the client: to the session's object, or to a stateless app right here
-    /// (its sends and errors go straight back into `out`).
-    fn on_message(&self, to: &Target, text: bool, payload: &[u8], out: &mut Vec<u8>) {
+    /// (its sends and errors go straight back into `out`). `Some`: the WebSocket is to close.
+    fn on_message(
+        &self,
+        to: &Target,
+        text: bool,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<Close> {
         ShardStats::add(&self.stats().ws_messages_in, 1);
         if let Some(log) = &self.log {
             log.on_message(true);
@@ -319,11 +409,11 @@ impl Conn {
             // until the object has run it; past the shard's, refused like a full mailbox.
             let Some(hold) = self.hold_input(payload.len() as u64) else {
                 ws::encode_error(out, "overloaded");
-                return;
+                return None;
             };
             let job = Job::message(s, text, payload.to_vec()).held(hold);
             self.cells.submit(&to.app, &to.object, job);
-            return;
+            return None;
         }
         let msg = if text {
             // The decoder checked the UTF-8.
@@ -339,6 +429,10 @@ impl Conn {
         }
         for e in effects {
             if let Effect::Send { text, payload, .. } = e {
+                if !self.outbound_room(out.len() + payload.len() + FRAME_HEADER_MAX) {
+                    ShardStats::add(&self.stats().outbound_budget_closed, 1);
+                    return Some(closing(CloseWhy::OutboundBudget));
+                }
                 ShardStats::add(&self.stats().ws_messages_out, 1);
                 if let Some(log) = &self.log {
                     log.on_message(false);
@@ -348,6 +442,31 @@ impl Conn {
                 }
             }
         }
+        None
+    }
+
+    /// Whether the shard's outbound budget has room for `bytes` more of this loop's output
+    /// (what it built and has not written is counted in the shard's outbound bytes only while
+    /// it is written: [`Conn::flush_counted`]).
+    fn outbound_room(&self, bytes: usize) -> bool {
+        let state = self.state();
+        state.outbound() + bytes as u64 <= state.node().outbound_budget_bytes
+    }
+
+    /// Writes the loop's own output (a stateless app's answers, pongs, pings, a close) and
+    /// frees it, counted in the shard's outbound bytes until the kernel has taken it or it is
+    /// dropped: a client that does not read holds it in sight of the budget. It is built and
+    /// written with no wait between (its budget checked as it is built,
+    /// [`Conn::outbound_room`]), so the count is right whenever another task looks.
+    async fn flush_counted(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let bytes = out.len() as u64;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let state = self.state().clone();
+        state.add_outbound(bytes);
+        let _written = Defer(|| state.release_outbound(bytes));
+        self.flush(out).await
     }
 
     /// A ping is due: send one, or close a client that did not answer the last.
@@ -535,6 +654,11 @@ impl Conn {
         };
         if let Some((code, reason)) = frame {
             ws::encode_close(&mut out, code, reason);
+            // Counted while it is written, as in the loop (`flush_counted`).
+            let state = self.state().clone();
+            let bytes = out.len() as u64;
+            state.add_outbound(bytes);
+            let _written = Defer(|| state.release_outbound(bytes));
             let bound = 2 * limits::CLOSE_LINGER;
             let _ = glommio::timer::timeout(bound, async {
                 self.flush_and_close(&mut out).await;

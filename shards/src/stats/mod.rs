@@ -235,6 +235,11 @@ pub struct ShardStats {
     pub inbound_waits: AtomicU64,
     /// WebSockets closed with 1008 past their message rate.
     pub ws_rate_closed: AtomicU64,
+    /// WebSockets closed with 1009 for a compressed message past `WS_INFLATE_RATIO_MAX` times
+    /// its compressed size.
+    pub ws_inflate_ratio_closed: AtomicU64,
+    /// WebSockets closed with 1008 past `COMBD_WS_INFLATE_RATE` decompressed bytes a second.
+    pub ws_inflate_rate_closed: AtomicU64,
     /// WebSockets closed because they did not answer a ping by the next one.
     pub ws_ping_timeouts: AtomicU64,
     /// TLS handshakes completed.
@@ -384,6 +389,8 @@ impl ShardStats {
             ("inbound_refused", "combd_inbound_refused_total", Counter, "Inputs refused past the shard's inbound budget.", g(&self.inbound_refused)),
             ("inbound_waits", "combd_inbound_waits_total", Counter, "Times a connection stopped being read for its input waiting.", g(&self.inbound_waits)),
             ("ws_rate_closed", "combd_ws_rate_closed_total", Counter, "WebSockets closed past their message rate.", g(&self.ws_rate_closed)),
+            ("ws_inflate_ratio_closed", "combd_ws_inflate_ratio_closed_total", Counter, "WebSockets closed for a compressed message past the ratio cap.", g(&self.ws_inflate_ratio_closed)),
+            ("ws_inflate_rate_closed", "combd_ws_inflate_rate_closed_total", Counter, "WebSockets closed past their decompressed bytes a second.", g(&self.ws_inflate_rate_closed)),
             ("ws_ping_timeouts", "combd_ws_ping_timeouts_total", Counter, "WebSockets closed for not answering a ping.", g(&self.ws_ping_timeouts)),
             ("tls_handshakes", "combd_tls_handshakes_total", Counter, "TLS handshakes completed.", g(&self.tls_handshakes)),
             ("tls_handshake_failures", "combd_tls_handshake_failures_total", Counter, "TLS handshakes failed or timed out.", g(&self.tls_handshake_failures)),

@@ -19,21 +19,19 @@ use tungstenite::protocol::frame::FrameHeader;
 
 use super::WsError;
 
-/// The extension as the node accepts it, in its 101 (with `; server_max_window_bits=N` after
-/// it when the offer asked for a window: see [`Negotiated`]).
+/// The extension as the node accepts it, in its 101 (with `; server_max_window_bits=15` after
+/// it when the offer named the window: see [`Negotiated`]).
 pub const RESPONSE: &str =
     "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
 
-/// permessage-deflate as a WebSocket negotiated it: the largest window the node may compress
-/// with, in bits (8 to 15; 15, 32 KiB, unless the offer asked for less). The node's compressor
-/// always uses 32 KiB; with no context carried between messages a compressed message refers
-/// back at most its own length, so under a smaller window a message of at most 2^bits bytes
-/// still fits it, and a longer one goes plain (an uncompressed message is always allowed).
+/// permessage-deflate as a WebSocket negotiated it. The node compresses with a 32 KiB window
+/// (15 bits) and nothing smaller: an offer asking for a smaller `server_max_window_bits` is
+/// declined (RFC 7692, 7.1.2.1 lets a server decline an offer it cannot honour). Accepting
+/// one would mean sending every message longer than the window plain, and a client could
+/// then turn small compressed messages into the node's uncompressed megabytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Negotiated {
-    /// The window the node may compress with, in bits.
-    pub server_max_window_bits: u8,
-    /// The offer named `server_max_window_bits` (the response must then name it too).
+    /// The offer named `server_max_window_bits` (15: the response must then name it too).
     pub window_asked: bool,
 }
 
@@ -41,21 +39,9 @@ impl Negotiated {
     /// The `Sec-WebSocket-Extensions` value of the 101.
     pub fn response(self) -> String {
         if self.window_asked {
-            format!(
-                "{RESPONSE}; server_max_window_bits={}",
-                self.server_max_window_bits
-            )
+            format!("{RESPONSE}; server_max_window_bits=15")
         } else {
             RESPONSE.to_string()
-        }
-    }
-
-    /// The largest message it sends compressed: any at 15 bits, the compressor's own window.
-    pub fn max_compressed_bytes(self) -> usize {
-        if self.server_max_window_bits >= 15 {
-            usize::MAX
-        } else {
-            1 << self.server_max_window_bits
         }
     }
 }
@@ -67,7 +53,7 @@ const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 /// What the `Sec-WebSocket-Extensions` values of an upgrade offer of permessage-deflate the
 /// node accepts (RFC 7692, 7.1): the first acceptable offer. Offers of other extensions, and
 /// permessage-deflate offers that must be declined (an unknown or repeated parameter, an
-/// invalid value), are passed over.
+/// invalid value, a `server_max_window_bits` under 15), are passed over.
 pub fn offered<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Option<Negotiated> {
     values.into_iter().find_map(|value| {
         value
@@ -86,7 +72,6 @@ fn acceptable(offer: &str) -> Option<Negotiated> {
         return None;
     }
     let mut negotiated = Negotiated {
-        server_max_window_bits: 15,
         window_asked: false,
     };
     let mut seen: Vec<String> = Vec::new();
@@ -106,8 +91,11 @@ fn acceptable(offer: &str) -> Option<Negotiated> {
             ("client_max_window_bits", Some(v)) => {
                 window_bits(v)?;
             }
+            // The window the node compresses with: its own 32 KiB, or the offer is declined.
             ("server_max_window_bits", Some(v)) => {
-                negotiated.server_max_window_bits = window_bits(v)?;
+                if window_bits(v)? != 15 {
+                    return None;
+                }
                 negotiated.window_asked = true;
             }
             _ => return None,
@@ -249,13 +237,10 @@ impl OutFrame {
         &self.plain
     }
 
-    /// The bytes for a session: compressed if it negotiated permessage-deflate (`deflate`), the
-    /// message fits the window it allowed and compressing is worth it; and whether they are.
+    /// The bytes for a session: compressed if it negotiated permessage-deflate (`deflate`) and
+    /// compressing is worth it; and whether they are.
     pub fn for_session(&self, deflate: Option<Negotiated>) -> (&[u8], bool) {
-        let fits = !self.rest
-            && deflate
-                .is_some_and(|n| self.plain.len() - self.header_len <= n.max_compressed_bytes());
-        if !fits {
+        if self.rest || deflate.is_none() {
             return (&self.plain, false);
         }
         match self.deflated.get_or_init(|| self.compress()) {
@@ -291,7 +276,7 @@ fn compressed_frame(text: bool, payload: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Appends a message for one session: compressed if it negotiated permessage-deflate
-/// (`deflate`) and it fits and is worth it (as [`OutFrame::for_session`]), else plain.
+/// (`deflate`) and it is worth it (as [`OutFrame::for_session`]), else plain.
 /// Returns whether it went compressed.
 pub fn encode_message(
     out: &mut Vec<u8>,
@@ -299,8 +284,7 @@ pub fn encode_message(
     payload: &[u8],
     deflate: Option<Negotiated>,
 ) -> bool {
-    let fits = deflate.is_some_and(|n| payload.len() <= n.max_compressed_bytes());
-    match fits.then(|| compressed_frame(text, payload)).flatten() {
+    match deflate.and_then(|_| compressed_frame(text, payload)) {
         Some(frame) => {
             out.extend_from_slice(&frame);
             true
@@ -331,16 +315,20 @@ mod tests {
         assert!(ok("x-webkit-deflate-frame, permessage-deflate"));
         let plain = offered([&b"permessage-deflate"[..]]).unwrap();
         assert_eq!(plain.response(), RESPONSE);
-        assert_eq!(plain.max_compressed_bytes(), usize::MAX);
-        let small = offered([&b"permessage-deflate; server_max_window_bits=8"[..]]).unwrap();
+        let full = offered([&b"permessage-deflate; server_max_window_bits=15"[..]]).unwrap();
         assert_eq!(
-            small.response(),
-            format!("{RESPONSE}; server_max_window_bits=8")
+            full.response(),
+            format!("{RESPONSE}; server_max_window_bits=15")
         );
-        assert_eq!(small.max_compressed_bytes(), 256);
+        // Declined: a window under the node's own 32 KiB (it would send long messages plain).
+        for bits in 8..15 {
+            let offer = format!("permessage-deflate; server_max_window_bits={bits}");
+            assert!(!ok(&offer), "{offer}");
+        }
         // Declined: a window without its value, a bad value, a repeat, an unknown parameter.
         assert!(!ok("permessage-deflate; server_max_window_bits"));
         assert!(!ok("permessage-deflate; server_max_window_bits=7"));
+        assert!(!ok("permessage-deflate; server_max_window_bits=16"));
         assert!(!ok("permessage-deflate; client_max_window_bits=16"));
         assert!(!ok("permessage-deflate; client_max_window_bits=08"));
         assert!(!ok(
@@ -351,9 +339,9 @@ mod tests {
         assert!(!ok("x-webkit-deflate-frame"));
         // A declined offer before an acceptable one: the second is taken.
         let second = offered([
-            &b"permessage-deflate; mystery, permessage-deflate; server_max_window_bits=9"[..],
+            &b"permessage-deflate; server_max_window_bits=8, permessage-deflate; client_max_window_bits"[..],
         ]);
-        assert_eq!(second.map(|n| n.server_max_window_bits), Some(9));
+        assert_eq!(second.map(|n| n.window_asked), Some(false));
         assert!(offered([&b"foo"[..], &b"permessage-deflate"[..]]).is_some());
     }
 
@@ -466,9 +454,9 @@ mod tests {
         assert_eq!(bytes[0], 0xc1, "FIN, RSV1, text");
         let again = f.for_session(on).0.as_ptr();
         assert_eq!(again, bytes.as_ptr(), "made once");
-        // Longer than the window a session allowed (2^9 = 512 bytes): plain to it.
-        let window_9 = offered([&b"permessage-deflate; server_max_window_bits=9"[..]]);
-        assert_eq!(f.for_session(window_9), (f.plain(), false));
+        // Longer than any window under 15 bits: still compressed (no offer of one is taken).
+        let window_15 = offered([&b"permessage-deflate; server_max_window_bits=15"[..]]);
+        assert_eq!(f.for_session(window_15).0.as_ptr(), bytes.as_ptr());
         // A payload under the threshold goes plain to everyone.
         let small = OutFrame::message(true, b"{\"t\":\"set\"}");
         assert_eq!(small.for_session(on), (small.plain(), false));

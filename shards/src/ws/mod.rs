@@ -5,7 +5,9 @@
 
 use std::io::Cursor;
 
-use combd_kernel::limits::WS_CONTROL_PAYLOAD_MAX_BYTES;
+use combd_kernel::limits::{
+    WS_CONTROL_PAYLOAD_MAX_BYTES, WS_INFLATE_RATIO_FLOOR_BYTES, WS_INFLATE_RATIO_MAX,
+};
 use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 use tungstenite::protocol::frame::FrameHeader;
 
@@ -49,6 +51,15 @@ pub enum WsError {
     TooBig,
     /// A compressed message that does not decompress (close 1007).
     BadDeflate,
+    /// A compressed message that decompresses to more than `WS_INFLATE_RATIO_MAX` times its
+    /// compressed size (close 1009: like a message past the size limit, it is a message too
+    /// big, here for its size on the wire; a client told so sends smaller messages, or sends
+    /// them uncompressed, and a bomb closes with one code whichever bound it passes first).
+    Ratio,
+    /// A compressed message that decompresses to more than the connection's
+    /// `COMBD_WS_INFLATE_RATE` has left (close 1008, a policy, like the message rate: the
+    /// message itself is acceptable, the client sends too much too fast).
+    InflateRate,
 }
 
 impl WsError {
@@ -57,7 +68,8 @@ impl WsError {
         match self {
             WsError::Protocol(_) => close::PROTOCOL,
             WsError::InvalidUtf8 | WsError::BadDeflate => close::INVALID_DATA,
-            WsError::TooBig => close::TOO_BIG,
+            WsError::TooBig | WsError::Ratio => close::TOO_BIG,
+            WsError::InflateRate => close::POLICY,
         }
     }
 
@@ -68,6 +80,8 @@ impl WsError {
             WsError::InvalidUtf8 => "invalid utf-8 in text message",
             WsError::TooBig => "message too big",
             WsError::BadDeflate => "invalid compressed message",
+            WsError::Ratio => "compressed message decompresses too far",
+            WsError::InflateRate => "decompressed bytes rate exceeded",
         }
     }
 }
@@ -106,6 +120,9 @@ pub struct Decoder {
     compressed: bool,
     /// Compressed messages decompressed since [`Decoder::take_inflated`] was last called.
     inflated: u32,
+    /// Bytes its compressed messages may still decompress to: what the connection's
+    /// `COMBD_WS_INFLATE_RATE` allows ([`Decoder::allow_inflate`]), less what they did.
+    inflate_left: u64,
 }
 
 /// Whether a received close code may appear on the wire (RFC 6455, 7.4).
@@ -124,7 +141,19 @@ impl Decoder {
             deflate: false,
             compressed: false,
             inflated: 0,
+            inflate_left: 0,
         }
+    }
+
+    /// Lets its compressed messages decompress to `bytes` in all from now on (none until
+    /// this is called).
+    pub fn allow_inflate(&mut self, bytes: u64) {
+        self.inflate_left = bytes;
+    }
+
+    /// What is left of [`Decoder::allow_inflate`]'s bytes.
+    pub fn inflate_left(&self) -> u64 {
+        self.inflate_left
     }
 
     /// Compressed messages decompressed since the last call (for the shard's stats).
@@ -317,7 +346,10 @@ impl Decoder {
         self.deliver_message(text, &bytes, on)
     }
 
-    /// Delivers a whole message, decompressed first if it is compressed.
+    /// Delivers a whole message, decompressed first if it is compressed: within the message
+    /// limit, [`WS_INFLATE_RATIO_MAX`] times its compressed size (at least
+    /// [`WS_INFLATE_RATIO_FLOOR_BYTES`]) and what is left of its byte rate, the decompressing
+    /// stopping as soon as its output passes the least of the three.
     fn deliver_message(
         &mut self,
         text: bool,
@@ -327,8 +359,18 @@ impl Decoder {
         if !std::mem::take(&mut self.compressed) {
             return deliver(text, payload, on);
         }
-        let plain = deflate::inflate(payload, self.max_message_bytes)?;
+        let by_ratio = (payload.len() as u64)
+            .saturating_mul(WS_INFLATE_RATIO_MAX)
+            .max(WS_INFLATE_RATIO_FLOOR_BYTES);
+        let bound = self.max_message_bytes.min(by_ratio).min(self.inflate_left);
+        let plain = deflate::inflate(payload, bound).map_err(|e| match e {
+            WsError::TooBig if bound == self.max_message_bytes => WsError::TooBig,
+            WsError::TooBig if bound == by_ratio => WsError::Ratio,
+            WsError::TooBig => WsError::InflateRate,
+            e => e,
+        })?;
         self.inflated += 1;
+        self.inflate_left -= plain.len() as u64;
         deliver(text, &plain, on)
     }
 }

@@ -229,6 +229,7 @@ fn compressed_messages_decompress_whole_or_in_fragments() {
     let text = "{\"t\":\"say\",\"text\":\"hello hello hello hello\"}";
     let z = deflate::deflate(text.as_bytes()).unwrap();
     let mut d = Decoder::new(1024).with_deflate(true);
+    d.allow_inflate(1 << 20);
     let mut bytes = compressed(true, 1, &z);
     // Fragmented: RSV1 on the first frame only, a ping between the fragments.
     let (a, b) = z.split_at(z.len() / 2);
@@ -251,6 +252,7 @@ fn compressed_messages_decompress_whole_or_in_fragments() {
     );
     assert_eq!(d.take_inflated(), 2);
     assert_eq!(d.take_inflated(), 0);
+    assert_eq!(d.inflate_left(), (1 << 20) - 2 * text.len() as u64);
 }
 
 #[test]
@@ -262,7 +264,11 @@ fn compression_rules_are_enforced() {
         err(Decoder::new(1024), &compressed(true, 1, &z)),
         WsError::Protocol("reserved bits set")
     );
-    let on = || Decoder::new(1024).with_deflate(true);
+    let on = || {
+        let mut d = Decoder::new(1024).with_deflate(true);
+        d.allow_inflate(1 << 20);
+        d
+    };
     // RSV1 on a continuation or a control frame.
     let mut bytes = compressed(false, 1, &z);
     bytes.extend(compressed(true, 0, b""));
@@ -286,4 +292,46 @@ fn compression_rules_are_enforced() {
     assert!(bomb.len() < 1024);
     assert_eq!(err(on(), &compressed(true, 1, &bomb)), WsError::TooBig);
     assert_eq!(WsError::BadDeflate.code(), close::INVALID_DATA);
+}
+
+#[test]
+fn decompressing_is_bounded_by_the_ratio_and_the_byte_rate() {
+    let max = 1 << 20;
+    let on = |allowed: u64| {
+        let mut d = Decoder::new(max).with_deflate(true);
+        d.allow_inflate(allowed);
+        d
+    };
+    let err = |mut d: Decoder, bytes: &[u8]| events(&mut d, bytes).unwrap_err();
+    // 512 KiB of one byte: a few hundred bytes compressed, far past the ratio.
+    let bomb = deflate::deflate(&vec![b'x'; 512 * 1024]).unwrap();
+    assert!((bomb.len() as u64) * WS_INFLATE_RATIO_MAX < 512 * 1024);
+    assert_eq!(err(on(max), &compressed(true, 1, &bomb)), WsError::Ratio);
+    assert_eq!(WsError::Ratio.code(), close::TOO_BIG);
+    // Under the floor any ratio passes: a short run of one character.
+    let run = deflate::deflate(&[b'!'; 4000]).unwrap();
+    assert!((run.len() as u64) * WS_INFLATE_RATIO_MAX < 4000);
+    let mut d = on(max);
+    assert_eq!(
+        events(&mut d, &compressed(true, 1, &run)).unwrap().1.len(),
+        1
+    );
+    // Noise compresses to about its size: within the ratio, and within the bytes allowed
+    // until they are spent.
+    let noise: Vec<u8> = (0..30_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let z = deflate::deflate(&noise).unwrap();
+    let mut d = on(50_000);
+    assert_eq!(events(&mut d, &compressed(true, 2, &z)).unwrap().1.len(), 1);
+    assert_eq!(d.inflate_left(), 20_000);
+    assert_eq!(err(d, &compressed(true, 2, &z)), WsError::InflateRate);
+    assert_eq!(WsError::InflateRate.code(), close::POLICY);
+    // Nothing allowed: no compressed message at all; plain ones are not counted.
+    let mut d = on(0);
+    assert_eq!(
+        events(&mut d, &frame(true, 1, b"plain")).unwrap().1.len(),
+        1
+    );
+    assert_eq!(err(d, &compressed(true, 1, &run)), WsError::InflateRate);
 }
