@@ -43,7 +43,8 @@ fn an_app_sees_its_callers_address_origin_path_and_declared_headers() {
         &node,
         "POST",
         "/o/caller/a/files/x%20y.txt?q=1",
-        "X-Request-Id: r-17\r\nAccept-Language: fr\r\nUser-Agent: test\r\nCookie: secret=1\r\n",
+        "X-Request-Id: r-17\r\nAuthorization: Bearer tok\r\nAccept-Language: fr\r\n\
+         User-Agent: test\r\nCookie: combd_token=tok\r\nProxy-Authorization: Basic eA==\r\n",
     );
     assert_eq!(r.status, 200, "{}", r.text());
     let j = r.json();
@@ -51,7 +52,8 @@ fn an_app_sees_its_callers_address_origin_path_and_declared_headers() {
     assert_eq!(j["object"], "a", "the object's own name");
     assert_eq!(j["rest"], "files/x%20y.txt");
     assert_eq!(j["origin"], serde_json::Value::Null);
-    // Only the fields it declared, names in lower case, in the order sent.
+    // Only the fields it declared, names in lower case, in the order sent; never the client's
+    // credentials, though it declares `authorization` and `cookie` (issue 40).
     assert_eq!(
         j["headers"],
         serde_json::json!([["x-request-id", "r-17"], ["accept-language", "fr"]])
@@ -249,7 +251,16 @@ fn ws_from(
 #[test]
 fn a_session_keeps_what_its_upgrade_said_and_its_id_names_the_nodes_life() {
     let node = node();
-    let mut one = ws_from(&node, "room/left?x=1", &[("x-request-id", "w-1")]);
+    // Nor a WebSocket's subprotocols (where a browser's token travels), though it declares them.
+    let mut one = ws_from(
+        &node,
+        "room/left?x=1",
+        &[
+            ("x-request-id", "w-1"),
+            ("sec-websocket-protocol", "combd, combd.bearer.tok"),
+            ("cookie", "combd_token=tok"),
+        ],
+    );
     let hello = read_json(&mut one);
     assert_eq!(hello["t"], "hello");
     assert_eq!(hello["addr"], "127.0.3.9");

@@ -209,3 +209,25 @@ fn a_page_let_in_without_cookies_does_not_act_with_the_token_cookie() {
     ));
     assert_eq!((r.status, r.text()), (200, "alice".to_string()));
 }
+
+/// A module never sees the client's credentials (issue 40: one declaring `authorization,
+/// cookie` read the raw bearer token and the `combd_token` cookie, and the token opened the
+/// identified apps as its user): declaring `authorization`, `cookie`, `proxy-authorization` or
+/// `sec-websocket-protocol` in `headers()` stops the start, naming the field.
+#[test]
+fn a_module_declaring_the_clients_credentials_is_refused() {
+    for field in [
+        "authorization",
+        "Cookie",
+        "proxy-authorization",
+        "sec-websocket-protocol",
+    ] {
+        let declared = format!("x-request-id, {field}");
+        let (stderr, _) = refused_with(&[("v2.wat", &v2(&declared, "*"))]);
+        let named = format!("headers() names {:?}", field.to_ascii_lowercase());
+        assert!(
+            stderr.contains(&named) && stderr.contains("never hands an app"),
+            "{stderr}"
+        );
+    }
+}

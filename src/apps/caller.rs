@@ -1,7 +1,9 @@
 //! `caller` (test app, served only with `COMBD_TEST_APPS=on`): a public app that says what the
 //! node told it of its caller, and answers with header fields of its own.
 //!
-//! - It declares two request header fields, `x-request-id` and `accept-language`, and a CORS
+//! - It declares two request header fields, `x-request-id` and `accept-language` (and, as a
+//!   careless app might, `authorization`, `cookie` and `sec-websocket-protocol`, which the
+//!   node never hands an app), and a CORS
 //!   policy taking pages of `http://pages.example` (with the user's cookies) and nothing else.
 //! - `POST /o/caller/<name>[/<rest>]` records the call in the object's database and answers
 //!   `{"addr":…,"origin":…,"rest":…,"headers":[[name,value]…],"calls":<n>,"object":<name>}` with `set-cookie` and
@@ -36,7 +38,15 @@ impl App for CallerApp {
     }
 
     fn wants_header(&self, name: &str) -> bool {
-        name.eq_ignore_ascii_case("x-request-id") || name.eq_ignore_ascii_case("accept-language")
+        [
+            "x-request-id",
+            "accept-language",
+            "authorization",
+            "cookie",
+            "sec-websocket-protocol",
+        ]
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(name))
     }
 
     fn cors(&self, origin: &str) -> Option<Cors> {

@@ -8,7 +8,9 @@ use combd_kernel::limits::{
     APP_CORS_ORIGINS_MAX, APP_HEADERS_MAX, CORS_MAX_AGE_SECONDS, WASM_LOAD_TICKS,
     WASM_MEMORY_KB_DEFAULT, WASM_TEXT_MAX_BYTES, WASM_TOPIC_TICKS,
 };
-use combd_shards::app::{limit_error, App, AppError, Cors, Cx, Input, Output, Resync};
+use combd_shards::app::{
+    limit_error, withheld_header, App, AppError, Cors, Cx, Input, Output, Resync,
+};
 use combd_shards::http::Response;
 use combd_shards::limit::Limit;
 use wasmtime::{Engine, Instance, InstancePre, Linker, Module, Store, Trap, ValType};
@@ -472,7 +474,9 @@ pub(crate) enum Origins {
     List(Vec<String>),
 }
 
-/// A module's `headers()`: header field names, comma-separated, at most `app_headers_max`.
+/// A module's `headers()`: header field names, comma-separated, at most `app_headers_max`, none
+/// of those the node withholds from apps (`APP_HEADERS_WITHHELD`: `authorization`, `cookie`,
+/// `proxy-authorization`, `sec-websocket-protocol`).
 fn header_names(text: &str) -> Result<Vec<String>, String> {
     let names: Vec<String> = text
         .split(',')
@@ -493,6 +497,12 @@ fn header_names(text: &str) -> Result<Vec<String>, String> {
     }) {
         return Err(format!(
             "headers() names {bad:?}, which is not a header field name"
+        ));
+    }
+    if let Some(secret) = names.iter().find(|n| withheld_header(n)) {
+        return Err(format!(
+            "headers() names {secret:?}, which the node never hands an app: it carries the \
+             client's credentials (an app sees the verified client, never its token)"
         ));
     }
     Ok(names)

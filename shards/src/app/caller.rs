@@ -151,6 +151,26 @@ pub struct Cors {
 /// The methods a preflight may be answered for: those an object takes.
 pub const CORS_METHODS: &str = "GET, HEAD, POST, PUT, PATCH, DELETE";
 
+/// The request header fields never handed to an app, whatever it declares: they carry the
+/// client's credentials (its token in `authorization`, in the `combd_token` cookie, or in a
+/// WebSocket's `combd.bearer.<jwt>` subprotocol; a proxy's own), which the node verifies
+/// itself and of which an app sees only the verified client. An app holding the token could
+/// act as its user on every other app of the node. A module declaring one is refused at load.
+pub const APP_HEADERS_WITHHELD: &[&str] = &[
+    "authorization",
+    "cookie",
+    "proxy-authorization",
+    "sec-websocket-protocol",
+];
+
+/// Whether request header field `name` (any case) is one the node never hands an app
+/// ([`APP_HEADERS_WITHHELD`]).
+pub fn withheld_header(name: &str) -> bool {
+    APP_HEADERS_WITHHELD
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(name))
+}
+
 /// The request header fields every app may take from another origin (the token and a JSON
 /// body's type), besides those it declares.
 pub const CORS_HEADERS: &[&str] = &["authorization", "content-type"];
@@ -202,5 +222,25 @@ mod tests {
         assert!(check_app_response(&many).is_err());
         assert_eq!(app_response_header("Set-Cookie"), Some("set-cookie"));
         assert_eq!(app_response_header("transfer-encoding"), None);
+    }
+
+    #[test]
+    fn the_clients_credentials_are_withheld_from_apps() {
+        for h in [
+            "authorization",
+            "Cookie",
+            "PROXY-AUTHORIZATION",
+            "sec-websocket-protocol",
+        ] {
+            assert!(withheld_header(h), "{h}");
+        }
+        for h in [
+            "x-request-id",
+            "accept-language",
+            "cookie2",
+            "x-authorization",
+        ] {
+            assert!(!withheld_header(h), "{h}");
+        }
     }
 }

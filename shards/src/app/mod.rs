@@ -52,8 +52,9 @@ pub use crate::auth::Client;
 use crate::limit::Limit;
 pub use crate::stats::Deployment;
 pub use caller::{
-    app_response_header, check_app_response, valid_content_type, valid_header_value, Caller, Cors,
-    APP_RESPONSE_HEADERS, CORS_HEADERS, CORS_METHODS,
+    app_response_header, check_app_response, valid_content_type, valid_header_value,
+    withheld_header, Caller, Cors, APP_HEADERS_WITHHELD, APP_RESPONSE_HEADERS, CORS_HEADERS,
+    CORS_METHODS,
 };
 pub use cx::{limit_error, CallBudget, Cx};
 pub use registry::{Apps, Changes};
@@ -383,7 +384,8 @@ pub trait App: Send + Sync + 'static {
     /// Whether the app sees request header field `name` (lower case) in [`Caller::headers`]:
     /// the app declares the few it needs (at most [`APP_HEADERS_MAX`](combd_kernel::limits::APP_HEADERS_MAX)
     /// are kept), and nothing else of a request's head reaches it. A cross-origin page may send
-    /// the ones declared ([`App::cors`]).
+    /// the ones declared ([`App::cors`]). The client's credentials
+    /// ([`APP_HEADERS_WITHHELD`]: `authorization`, `cookie`, …) never do, declared or not.
     fn wants_header(&self, _name: &str) -> bool {
         false
     }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use combd_fleet::forward::CLIENT_HEADER;
 use combd_kernel::limits::{APP_HEADERS_MAX, APP_HEADERS_MAX_BYTES, APP_HEADER_VALUE_MAX_BYTES};
 
-use crate::app::{valid_header_value, App, Caller, Cors, CORS_HEADERS, CORS_METHODS};
+use crate::app::{
+    valid_header_value, withheld_header, App, Caller, Cors, CORS_HEADERS, CORS_METHODS,
+};
 use crate::http::{Request, Response};
 
 use super::Conn;
@@ -139,10 +141,11 @@ impl Conn {
             if headers.len() == APP_HEADERS_MAX {
                 break;
             }
-            // The fleet's own fields never reach an app.
-            if h.name
-                .get(..6)
-                .is_some_and(|p| p.eq_ignore_ascii_case("combd-"))
+            // The fleet's own fields never reach an app, nor the client's credentials.
+            if withheld_header(h.name)
+                || h.name
+                    .get(..6)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("combd-"))
             {
                 continue;
             }
