@@ -40,6 +40,18 @@ pub(super) struct Named {
     pub expires_at: u64,
 }
 
+impl Named {
+    /// The client it names, with the token it came in.
+    pub(super) fn client(self, token: &str) -> super::Client {
+        super::Client {
+            subject: self.subject,
+            name: self.name,
+            token: token.into(),
+            expires_at: self.expires_at,
+        }
+    }
+}
+
 /// What the cache knows of a token.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Seen {

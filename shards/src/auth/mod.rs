@@ -261,18 +261,6 @@ impl Auth {
     }
 }
 
-impl Named {
-    /// The client it names, with the token it came in.
-    fn client(self, token: &str) -> Client {
-        Client {
-            subject: self.subject,
-            name: self.name,
-            token: token.into(),
-            expires_at: self.expires_at,
-        }
-    }
-}
-
 /// Seconds since the Unix epoch, as the token's claims count them.
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
