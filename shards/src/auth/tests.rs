@@ -5,9 +5,12 @@ use super::*;
 const SECRET: &str = "combd-test-secret-0123456789abcdef-0123456789";
 
 fn auth(issuer: Option<&str>, audience: Option<&str>) -> Auth {
+    // A file of its own each time: tests run at once, and a file being rewritten while another
+    // test reads it would read short.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!("combd-auth-unit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("key-{}-{}", issuer.is_some(), audience.is_some()));
+    let file = dir.join(format!("key-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
     std::fs::write(&file, format!("{SECRET}\n")).unwrap();
     Auth::new(AuthSettings {
         key_file: file,
