@@ -412,12 +412,12 @@ fn a_read_of_compressed_messages_yields_between_them() {
     let per_turn = node.stats()["limits"]["ws_decode_bytes_per_turn"]
         .as_u64()
         .unwrap() as usize;
-    // Eight messages of half a turn's bytes once decompressed, in one write (one read holds
-    // several): the connection hands on two, then yields, and so on.
+    // Eight messages of a turn's bytes each once decompressed, in one write (a read holds
+    // several): the connection hands one on, then yields, and so on.
     let numbers: String = (0..20_000)
         .map(|i| format!("{},", i * 7919 % 100_003))
         .collect();
-    let message = format!("[{}]", &numbers[..per_turn / 2]);
+    let message = format!("[{}]", &numbers[..per_turn]);
     let frame = client_frame(1, true, &compress(message.as_bytes()));
     let yields = counter(&node.stats(), "turn_yields");
     let mut s = connect(node.public());
