@@ -427,3 +427,112 @@ fn a_module_may_serve_identified_clients_only_and_reads_who_they_are() {
     let (stderr, _) = refused_with(&[("odd.wat", &odd)]);
     assert!(stderr.contains("identified() answered 7"), "{stderr}");
 }
+
+/// Asks for none of its input, for ever (until its fuel is spent).
+const INPUT_LOOP: &str = r#"(module
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "handle") (result i32)
+    (loop $l
+      (drop (call $input (i32.const 0) (i32.const 0) (i32.const 0)))
+      (br $l))
+    (i32.const 0)))"#;
+
+/// Runs the SQL it is given, then asks for none of the first value, for ever.
+const SQL_TEXT_LOOP: &str = r#"(module
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "sql" (func $sql (param i32 i32) (result i32)))
+  (import "combd" "sql_text" (func $text (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "handle") (result i32)
+    (local $n i32)
+    (local.set $n (call $input (i32.const 0) (i32.const 0) (i32.const 256)))
+    (if (i32.ne (call $sql (i32.const 0) (local.get $n)) (i32.const 1)) (then unreachable))
+    (loop $l
+      (drop (call $text (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0)))
+      (br $l))
+    (i32.const 0)))"#;
+
+/// A host call costs what it copies, not what it could have: a module asking for none of a
+/// 1 MiB body (or of a 1 MiB value) in a loop reaches `cpu_limit` about as soon as with 1 byte
+/// (issue 40: each call cloned the whole body and charged nothing for it, 3.5-4.3 s to
+/// `cpu_limit` at a million ticks against 9 ms for a 1-byte body).
+#[test]
+fn a_host_call_costs_what_it_copies_not_what_it_could() {
+    let dir = apps_dir(&[("inputs.wat", INPUT_LOOP), ("cells.wat", SQL_TEXT_LOOP)]);
+    let node = TestNode::start(&[
+        ("COMBD_APPS_DIR", dir.to_str().unwrap()),
+        ("COMBD_CPU_LIMIT_TICKS", "1000000"),
+    ]);
+    let timed = |path: &str, body: &str| {
+        let t = std::time::Instant::now();
+        let r = post(&node, path, body);
+        assert_eq!(error(&r), (500, "cpu_limit".into()), "{path}");
+        t.elapsed()
+    };
+    let slack = std::time::Duration::from_millis(250);
+    let small = timed("/o/inputs/a", "x");
+    let big = timed("/o/inputs/b", &"x".repeat(1 << 20));
+    eprintln!("input(0, 0, 0) to cpu_limit: 1 MiB body {big:?}, 1 byte {small:?}");
+    assert!(
+        big < small * 4 + slack,
+        "1 MiB body {big:?}, 1 byte {small:?}"
+    );
+    let small = timed("/o/cells/a", "SELECT zeroblob(1)");
+    let big = timed("/o/cells/b", "SELECT zeroblob(1048576)");
+    eprintln!("sql_text(0, 0, 0, 0) to cpu_limit: 1 MiB value {big:?}, 1 byte {small:?}");
+    assert!(
+        big < small * 4 + slack,
+        "1 MiB value {big:?}, 1 byte {small:?}"
+    );
+    assert_eq!(node.stats()["cpu_limit_killed"], 4);
+}
+
+/// Fills its whole memory (16 MiB) for ever: one tick of fuel a fill, whatever its length.
+/// Its `topic()` does the same.
+const FILLER: &str = r#"(module
+  (memory (export "memory") 256)
+  (func $fill
+    (loop $l
+      (memory.fill (i32.const 0) (i32.const 0) (i32.const 16777216))
+      (br $l)))
+  (func (export "topic") (result i32) (call $fill) (i32.const 0))
+  (func (export "handle") (result i32) (call $fill) (i32.const 0)))"#;
+
+/// A module's call is bounded in wall time beside fuel (issue 40): a loop of bulk memory
+/// instructions, which fuel counts one tick each whatever they fill, is stopped at
+/// `wasm_call_deadline_ms` (500 `cpu_limit`, counted), and its `topic()`, which runs on the
+/// shard's loop, at `wasm_topic_deadline_ms` (the attach refused); the node answers meanwhile.
+#[test]
+fn a_call_past_its_wall_time_deadline_is_stopped() {
+    use combd_kernel::limits::{WASM_CALL_DEADLINE, WASM_EPOCH_TICK, WASM_TOPIC_DEADLINE};
+    let dir = apps_dir(&[("filler.wat", FILLER)]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    let t = std::time::Instant::now();
+    let r = post(&node, "/o/filler/a", "");
+    let took = t.elapsed();
+    assert_eq!(error(&r), (500, "cpu_limit".into()));
+    assert!(
+        took >= WASM_CALL_DEADLINE - WASM_EPOCH_TICK
+            && took < WASM_CALL_DEADLINE + std::time::Duration::from_secs(3),
+        "stopped after {took:?}"
+    );
+    assert_eq!(node.stats()["cpu_limit_killed"], 1);
+    let t = std::time::Instant::now();
+    let upgrade = request(
+        node.public(),
+        b"GET /o/filler/a HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    );
+    let took = t.elapsed();
+    assert_ne!(upgrade.status, 101, "{}", upgrade.text());
+    assert!(
+        took < WASM_TOPIC_DEADLINE + std::time::Duration::from_secs(1),
+        "refused after {took:?}"
+    );
+    let r = request(
+        node.public(),
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+}

@@ -41,6 +41,9 @@ pub(crate) struct CallInput {
     pub client: Option<(String, Option<String>)>,
     /// What else the node saw of it (`input` parts 5 to 8).
     pub caller: Option<std::sync::Arc<combd_shards::app::Caller>>,
+    /// Parts 5 and 8 as the module reads them (the client's address; the declared header
+    /// fields, `name: value` lines), made once per input, not at each `input` call.
+    pub caller_text: Option<(Option<String>, Vec<u8>)>,
     /// The object's own name (`input` part 9).
     pub object: Option<String>,
     /// For an alarm (kind 5): its id and how late it fires, in milliseconds.
@@ -52,6 +55,19 @@ pub(crate) struct CallInput {
 /// The client of an input, as a module reads it (`input` parts 3 and 4).
 fn client_of(c: Option<&combd_shards::app::Client>) -> Option<(String, Option<String>)> {
     c.map(|c| (c.subject.clone(), c.name.clone()))
+}
+
+/// Parts 5 and 8 of an input, as a module reads them: the client's address, and the declared
+/// header fields as `name: value` lines.
+fn caller_text(c: &combd_shards::app::Caller) -> (Option<String>, Vec<u8>) {
+    let mut headers = Vec::new();
+    for (n, v) in &c.headers {
+        headers.extend_from_slice(n.as_bytes());
+        headers.extend_from_slice(b": ");
+        headers.extend_from_slice(v.as_bytes());
+        headers.push(b'\n');
+    }
+    (c.addr.map(|a| a.to_string()), headers)
 }
 
 impl CallInput {
@@ -71,6 +87,7 @@ impl CallInput {
                 body: body.to_vec(),
                 client: client_of(client),
                 caller: Some(std::sync::Arc::new(caller.clone())),
+                caller_text: Some(caller_text(caller)),
                 object: None,
                 alarm: None,
                 from: None,
@@ -98,6 +115,7 @@ impl CallInput {
                 query: query.map(str::to_string),
                 client: client_of(client),
                 caller: Some(std::sync::Arc::new(caller.clone())),
+                caller_text: Some(caller_text(caller)),
                 ..CallInput::default()
             },
             Input::Detach { session } => CallInput {
@@ -310,6 +328,7 @@ impl Host {
             body: Vec::new(),
             client: None,
             caller: None,
+            caller_text: None,
             object: None,
             alarm: None,
             from: None,
@@ -332,10 +351,15 @@ fn memory(caller: &mut Caller<'_, Host>) -> wasmtime::Result<wasmtime::Memory> {
         .ok_or_else(|| wasmtime::Error::msg("the module exports no memory"))
 }
 
-/// Copies `len` bytes at `ptr` out of the module's memory (a tick every
-/// [`WASM_BYTES_PER_TICK`] bytes).
+/// The fuel of copying `n` bytes into or out of a module: a tick every [`WASM_BYTES_PER_TICK`]
+/// bytes or part of them, so every byte copied is paid for.
+fn copy_ticks(n: usize) -> u64 {
+    (n as u64).div_ceil(WASM_BYTES_PER_TICK)
+}
+
+/// Copies `len` bytes at `ptr` out of the module's memory ([`copy_ticks`]).
 pub(crate) fn read(caller: &mut Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime::Result<Vec<u8>> {
-    spend(caller, len.max(0) as u64 / WASM_BYTES_PER_TICK)?;
+    spend(caller, copy_ticks(len.max(0) as usize))?;
     let mem = memory(caller)?;
     let (p, n) = (ptr as u32 as usize, len as u32 as usize);
     mem.data(&caller)
@@ -344,8 +368,7 @@ pub(crate) fn read(caller: &mut Caller<'_, Host>, ptr: i32, len: i32) -> wasmtim
         .ok_or_else(|| wasmtime::Error::msg("a host call read outside the module's memory"))
 }
 
-/// Writes `bytes` at `ptr` into the module's memory, up to `cap` bytes (a tick every
-/// [`WASM_BYTES_PER_TICK`] bytes).
+/// Writes `bytes` at `ptr` into the module's memory, up to `cap` bytes ([`copy_ticks`]).
 pub(crate) fn write(
     caller: &mut Caller<'_, Host>,
     ptr: i32,
@@ -353,7 +376,7 @@ pub(crate) fn write(
     bytes: &[u8],
 ) -> wasmtime::Result<()> {
     let n = bytes.len().min(cap.max(0) as usize);
-    spend(caller, n as u64 / WASM_BYTES_PER_TICK)?;
+    spend(caller, copy_ticks(n))?;
     let mem = memory(caller)?;
     let p = ptr as u32 as usize;
     mem.data_mut(&mut *caller)
@@ -361,6 +384,33 @@ pub(crate) fn write(
         .ok_or_else(|| wasmtime::Error::msg("a host call wrote outside the module's memory"))?
         .copy_from_slice(&bytes[..n]);
     Ok(())
+}
+
+/// Copies what `src` finds in the call's state into the module's memory at `ptr`, up to `cap`
+/// bytes ([`copy_ticks`] of them), straight from where it lies: never a copy of the whole of
+/// it first (a module asking for none of a 1 MiB body in a loop had it cloned at each call,
+/// for nothing). Answers its full length, or -1 when `src` finds nothing.
+pub(crate) fn copy_out(
+    caller: &mut Caller<'_, Host>,
+    ptr: i32,
+    cap: i32,
+    src: impl Fn(&Host) -> Option<&[u8]>,
+) -> wasmtime::Result<i32> {
+    let Some(full) = src(caller.data()).map(<[u8]>::len) else {
+        return Ok(-1);
+    };
+    let n = full.min(cap.max(0) as usize);
+    spend(caller, copy_ticks(n))?;
+    if n > 0 {
+        let mem = memory(caller)?;
+        let p = ptr as u32 as usize;
+        let (data, host) = mem.data_and_store_mut(&mut *caller);
+        let bytes = src(host).unwrap_or_default();
+        data.get_mut(p..p.saturating_add(n))
+            .ok_or_else(|| wasmtime::Error::msg("a host call wrote outside the module's memory"))?
+            .copy_from_slice(&bytes[..n]);
+    }
+    Ok(len(full))
 }
 
 /// Takes `ticks` of the call's fuel; past it the call stops with `cpu_limit`.
@@ -394,6 +444,35 @@ pub(crate) fn len(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
+/// Part `part` of an input, as the `input` import reads it (see the ABI in the README).
+fn input_part(i: &CallInput, part: i32) -> Option<&[u8]> {
+    fn text(s: &Option<String>) -> Option<&[u8]> {
+        s.as_deref().map(str::as_bytes)
+    }
+    let caller = i.caller.as_deref();
+    match part {
+        0 => Some(&i.body),
+        1 => text(&i.query),
+        2 => text(&i.method),
+        // The verified client (README "Who the client is"): its subject, its name.
+        3 => i.client.as_ref().map(|(sub, _)| sub.as_bytes()),
+        4 => i.client.as_ref().and_then(|(_, n)| text(n)),
+        // ABI v2 (README "What an app sees"): the client's address, its Origin, the path
+        // under the object, the header fields the module declared.
+        5 => i.caller_text.as_ref().and_then(|(addr, _)| text(addr)),
+        6 => caller.and_then(|c| text(&c.origin)),
+        7 => caller.and_then(|c| text(&c.rest)),
+        8 => i
+            .caller_text
+            .as_ref()
+            .map(|(_, headers)| headers.as_slice()),
+        9 => text(&i.object),
+        10 => i.from.as_ref().map(|(a, _)| a.as_bytes()),
+        11 => i.from.as_ref().map(|(_, n)| n.as_bytes()),
+        _ => None,
+    }
+}
+
 /// Defines the `combd` imports (the input, the answer, SQL, sends, the log).
 pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     link_input(linker)?;
@@ -419,53 +498,7 @@ fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
         "combd",
         "input",
         |mut c: Caller<'_, Host>, part: i32, ptr: i32, cap: i32| -> wasmtime::Result<i32> {
-            let i = c.data().input();
-            let bytes = match part {
-                0 => Some(i.body.clone()),
-                1 => i.query.as_ref().map(|q| q.as_bytes().to_vec()),
-                2 => i.method.as_ref().map(|m| m.as_bytes().to_vec()),
-                // The verified client (README "Who the client is"): its subject, its name.
-                3 => i.client.as_ref().map(|(sub, _)| sub.as_bytes().to_vec()),
-                4 => i
-                    .client
-                    .as_ref()
-                    .and_then(|(_, n)| n.as_ref())
-                    .map(|n| n.as_bytes().to_vec()),
-                // ABI v2 (README "What an app sees"): the client's address, its Origin, the
-                // path under the object, the header fields the module declared.
-                5 => i
-                    .caller
-                    .as_ref()
-                    .and_then(|c| c.addr)
-                    .map(|a| a.to_string().into_bytes()),
-                6 => i
-                    .caller
-                    .as_ref()
-                    .and_then(|c| c.origin.as_ref())
-                    .map(|o| o.as_bytes().to_vec()),
-                7 => i
-                    .caller
-                    .as_ref()
-                    .and_then(|c| c.rest.as_ref())
-                    .map(|r| r.as_bytes().to_vec()),
-                8 => i.caller.as_ref().map(|c| {
-                    let mut out = Vec::new();
-                    for (n, v) in &c.headers {
-                        out.extend_from_slice(n.as_bytes());
-                        out.extend_from_slice(b": ");
-                        out.extend_from_slice(v.as_bytes());
-                        out.push(b'\n');
-                    }
-                    out
-                }),
-                9 => i.object.as_ref().map(|o| o.as_bytes().to_vec()),
-                10 => i.from.as_ref().map(|(a, _)| a.as_bytes().to_vec()),
-                11 => i.from.as_ref().map(|(_, n)| n.as_bytes().to_vec()),
-                _ => None,
-            };
-            let Some(bytes) = bytes else { return Ok(-1) };
-            write(&mut c, ptr, cap, &bytes)?;
-            Ok(len(bytes.len()))
+            copy_out(&mut c, ptr, cap, |h| input_part(h.input(), part))
         },
     )?;
     linker.func_wrap("combd", "select", |mut c: Caller<'_, Host>, i: i32| {

@@ -12,7 +12,12 @@
 //! - **Limits the runtime enforces** on the blocking thread where the call runs (never on the
 //!   shard's loop): fuel of `COMBD_CPU_LIMIT_TICKS` (one unit an instruction, each host call
 //!   [`HOST_CALL_TICKS`](combd_kernel::limits::HOST_CALL_TICKS)), after which the call traps
-//!   with `cpu_limit` however the module loops; the app's `memory_kb` caps linear memory and
+//!   with `cpu_limit` however the module loops, every byte a host call copies paid for too
+//!   ([`WASM_BYTES_PER_TICK`](combd_kernel::limits::WASM_BYTES_PER_TICK)); a wall-time
+//!   deadline beside it ([`WASM_CALL_DEADLINE`](combd_kernel::limits::WASM_CALL_DEADLINE),
+//!   wasmtime's epochs), for what fuel does not count (a bulk memory instruction is one tick,
+//!   whatever its length), past which the call traps with `cpu_limit` too; the app's
+//!   `memory_kb` caps linear memory and
 //!   tables (a `ResourceLimiter`), growth past it traps with `memory_limit`; stdout, stderr
 //!   and `combd.log` keep 64 KiB a request. A trap fails its input and the transaction around
 //!   it is rolled back, like an app's panic.
@@ -38,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use combd_kernel::limits::WASM_EPOCH_TICK;
 use combd_shards::app::{
     valid_object_name, App, AppError, Apps, Cx, Deployment, Input, Output, Resync,
 };
@@ -166,11 +172,35 @@ pub struct ReloadReport {
     pub removed: Vec<String>,
 }
 
-/// The engine every module runs on: fuel on, nothing else beyond wasmtime's defaults.
+/// The engine every module runs on: fuel, and epochs for the calls' wall-time deadlines (its
+/// epoch advanced by [`tick_epochs`]); nothing else beyond wasmtime's defaults.
 fn engine() -> Result<Engine, String> {
     let mut config = Config::new();
     config.consume_fuel(true);
-    Engine::new(&config).map_err(|e| format!("cannot start the WebAssembly engine: {e}"))
+    config.epoch_interruption(true);
+    let engine =
+        Engine::new(&config).map_err(|e| format!("cannot start the WebAssembly engine: {e}"))?;
+    tick_epochs(&engine)?;
+    Ok(engine)
+}
+
+/// Advances `engine`'s epoch every [`WASM_EPOCH_TICK`] on a thread of its own, for as long as
+/// the engine lives: the clock every call's deadline is counted on
+/// ([`WASM_CALL_DEADLINE`](combd_kernel::limits::WASM_CALL_DEADLINE)).
+fn tick_epochs(engine: &Engine) -> Result<(), String> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("combd-wasm-epoch".into())
+        .spawn(move || loop {
+            // The ticker's period is its job: there is no event to wait for.
+            std::thread::sleep(WASM_EPOCH_TICK);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => return,
+            }
+        })
+        .map(drop)
+        .map_err(|e| format!("cannot start the WebAssembly epoch thread: {e}"))
 }
 
 /// The module files of `dir`: `(app name, file)`, sorted. A missing directory has none.

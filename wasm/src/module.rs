@@ -4,9 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use combd_kernel::limits::{
-    APP_CORS_ORIGINS_MAX, APP_HEADERS_MAX, CORS_MAX_AGE_SECONDS, WASM_LOAD_TICKS,
-    WASM_MEMORY_KB_DEFAULT, WASM_TEXT_MAX_BYTES, WASM_TOPIC_TICKS,
+    APP_CORS_ORIGINS_MAX, APP_HEADERS_MAX, CORS_MAX_AGE_SECONDS, WASM_CALL_DEADLINE,
+    WASM_EPOCH_TICK, WASM_LOAD_TICKS, WASM_MEMORY_KB_DEFAULT, WASM_TEXT_MAX_BYTES,
+    WASM_TOPIC_DEADLINE, WASM_TOPIC_TICKS,
 };
 use combd_shards::app::{
     limit_error, withheld_header, App, AppError, Cors, Cx, Input, Output, Resync,
@@ -198,12 +201,16 @@ impl Loader {
 }
 
 impl Version {
-    fn store(&self, inputs: Vec<CallInput>, fuel: u64) -> Store<Host> {
+    /// A store for one call: `fuel` ticks, and `deadline` of wall time (in whole epoch
+    /// ticks, counted from now), past either of which the call traps.
+    fn store(&self, inputs: Vec<CallInput>, fuel: u64, deadline: Duration) -> Store<Host> {
         let bytes = usize::try_from(self.memory_kb.saturating_mul(1024)).unwrap_or(usize::MAX);
         let mut store = Store::new(self.pre.module().engine(), Host::new(inputs, bytes));
         store.limiter(|h| &mut h.limiter);
         // Fuel is on in the engine, so setting it cannot fail.
         let _ = store.set_fuel(fuel);
+        store.set_epoch_deadline(epoch_ticks(deadline));
+        store.epoch_deadline_trap();
         store
     }
 
@@ -219,7 +226,7 @@ impl Version {
 
     /// Calls an export taking nothing and answering an i32, at load, with load-time fuel.
     fn call_at_load(&self, export: &str) -> Result<i32, String> {
-        let mut store = self.store(Vec::new(), WASM_LOAD_TICKS);
+        let mut store = self.store(Vec::new(), WASM_LOAD_TICKS, WASM_CALL_DEADLINE);
         let r = self.instantiate(&mut store).and_then(|i| {
             i.get_typed_func::<(), i32>(&mut store, export)?
                 .call(&mut store, ())
@@ -229,7 +236,7 @@ impl Version {
 
     /// The NUL-terminated string `export()` points at (its `schema()`, `headers()`, `cors()`).
     fn string_at_load(&self, export: &str) -> Result<String, String> {
-        let mut store = self.store(Vec::new(), WASM_LOAD_TICKS);
+        let mut store = self.store(Vec::new(), WASM_LOAD_TICKS, WASM_CALL_DEADLINE);
         let r = self.instantiate(&mut store).and_then(|i| {
             let p = i
                 .get_typed_func::<(), i32>(&mut store, export)?
@@ -250,7 +257,7 @@ impl Version {
                 ..CallInput::new(i)
             })
             .collect();
-        let mut store = self.store(calls, self.ticks);
+        let mut store = self.store(calls, self.ticks, WASM_CALL_DEADLINE);
         let r = Host::with_cx(&mut store, cx, |store| -> wasmtime::Result<i32> {
             let instance = self.instantiate(store)?;
             if batch {
@@ -310,6 +317,12 @@ fn output(a: Answer) -> Output {
     }
 }
 
+/// The epoch ticks of `deadline` (at least one; the epoch may advance just after the store is
+/// made, so the deadline falls between `deadline` less a tick and `deadline`).
+fn epoch_ticks(deadline: Duration) -> u64 {
+    (deadline.as_nanos() / WASM_EPOCH_TICK.as_nanos().max(1)).max(1) as u64
+}
+
 /// What stopped a call: a limit, a host call that failed it, or a trap of the module's own.
 fn trap_error(e: &wasmtime::Error, host: &Host) -> AppError {
     if let Some(stop) = &host.stopped {
@@ -318,7 +331,8 @@ fn trap_error(e: &wasmtime::Error, host: &Host) -> AppError {
     if host.limiter.tripped {
         return limit_error(Limit::Memory);
     }
-    if let Some(Trap::OutOfFuel) = e.downcast_ref::<Trap>() {
+    // Out of fuel, or past its wall-time deadline (`WASM_CALL_DEADLINE`): both `cpu_limit`.
+    if let Some(Trap::OutOfFuel | Trap::Interrupt) = e.downcast_ref::<Trap>() {
         return limit_error(Limit::Cpu);
     }
     if let Some(Stop(a)) = e.downcast_ref::<Stop>() {
@@ -351,6 +365,10 @@ fn describe(e: &wasmtime::Error, host: &Host) -> String {
         return s.message.clone();
     }
     match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => format!(
+            "the call ran past its wall-time deadline ({} ms, wasm_call_deadline_ms)",
+            WASM_CALL_DEADLINE.as_millis()
+        ),
         Some(t) => t.to_string(),
         None => e.root_cause().to_string(),
     }
@@ -427,7 +445,7 @@ impl App for Version {
             query: query.map(str::to_string),
             ..CallInput::default()
         };
-        let mut store = self.store(vec![input], WASM_TOPIC_TICKS);
+        let mut store = self.store(vec![input], WASM_TOPIC_TICKS, WASM_TOPIC_DEADLINE);
         let r = self.instantiate(&mut store).and_then(|i| {
             let p = i
                 .get_typed_func::<(), i32>(&mut store, "topic")?

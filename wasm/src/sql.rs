@@ -7,7 +7,7 @@ use combd_shards::limit::Limit;
 use rusqlite::types::Value;
 use wasmtime::{Caller, Linker};
 
-use crate::host::{charge, len, read, text, write, Host, Stop};
+use crate::host::{charge, copy_out, len, read, text, write, Host, Stop};
 
 /// The SQL state of one call.
 #[derive(Debug, Default)]
@@ -211,24 +211,29 @@ fn link_rows(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
          ptr: i32,
          cap: i32|
          -> wasmtime::Result<i32> {
-            let bytes = match c.data().sql.value(row, col) {
-                Some(Value::Text(t)) => t.as_bytes().to_vec(),
-                Some(Value::Blob(b)) => b.clone(),
-                Some(Value::Integer(v)) => v.to_string().into_bytes(),
-                Some(Value::Real(v)) => v.to_string().into_bytes(),
+            // A number is written out (a few bytes); text and blobs are copied from where
+            // they lie, as much as the module takes.
+            let number = match c.data().sql.value(row, col) {
+                Some(Value::Integer(v)) => v.to_string(),
+                Some(Value::Real(v)) => v.to_string(),
+                Some(Value::Text(_) | Value::Blob(_)) => {
+                    return copy_out(&mut c, ptr, cap, |h| match h.sql.value(row, col) {
+                        Some(Value::Text(t)) => Some(t.as_bytes()),
+                        Some(Value::Blob(b)) => Some(b.as_slice()),
+                        _ => None,
+                    })
+                }
                 Some(Value::Null) | None => return Ok(-1),
             };
-            write(&mut c, ptr, cap, &bytes)?;
-            Ok(len(bytes.len()))
+            write(&mut c, ptr, cap, number.as_bytes())?;
+            Ok(len(number.len()))
         },
     )?;
     linker.func_wrap(
         "combd",
         "sql_error",
         |mut c: Caller<'_, Host>, ptr: i32, cap: i32| -> wasmtime::Result<i32> {
-            let e = c.data().sql.error.clone().into_bytes();
-            write(&mut c, ptr, cap, &e)?;
-            Ok(len(e.len()))
+            copy_out(&mut c, ptr, cap, |h| Some(h.sql.error.as_bytes()))
         },
     )?;
     Ok(())

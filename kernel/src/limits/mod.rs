@@ -386,6 +386,26 @@ pub const WASM_TOPIC_TICKS: u64 = 1_000_000;
 pub const WASM_BYTES_PER_TICK: u64 = 16;
 /// The longest string a module hands over (its schema, a topic): 1 MiB.
 pub const WASM_TEXT_MAX_BYTES: usize = 1024 * 1024;
+/// The wall time one call of a module may take, its host calls included (wasmtime's epoch
+/// deadline), beside its fuel: fuel counts instructions, one a tick whatever they do, so a
+/// bulk memory instruction (`memory.fill`, `memory.copy`) over the whole memory costs one
+/// tick, and [`HOST_TIME_LIMIT`] counts only SQL. Twice [`HOST_TIME_LIMIT`]: a call may spend
+/// all its SQL time and as long again in its own code. Past it the call traps with `cpu_limit`.
+pub const WASM_CALL_DEADLINE: Duration =
+    Duration::from_millis(2 * HOST_TIME_LIMIT.as_millis() as u64);
+/// The wall time of a module's `topic()`, which runs on the session's shard at attach (not on
+/// a blocking thread): two epoch ticks, so a topic cannot hold a shard's loop past a turn's
+/// overrun or so, whatever it loops on. Past it the attach is refused.
+pub const WASM_TOPIC_DEADLINE: Duration =
+    Duration::from_millis(2 * WASM_EPOCH_TICK.as_millis() as u64);
+/// How often the epoch of the engine modules run on advances (one thread a node, a tick each
+/// time): the resolution of [`WASM_CALL_DEADLINE`] and [`WASM_TOPIC_DEADLINE`].
+pub const WASM_EPOCH_TICK: Duration = Duration::from_millis(10);
+// A module's call may take all its SQL time; its deadline is a whole number of epoch ticks,
+// at least two (a deadline of one could fall due at once).
+const _: () = assert!(WASM_CALL_DEADLINE.as_nanos() > HOST_TIME_LIMIT.as_nanos());
+const _: () = assert!(WASM_CALL_DEADLINE.as_nanos() % WASM_EPOCH_TICK.as_nanos() == 0);
+const _: () = assert!(WASM_TOPIC_DEADLINE.as_nanos() >= 2 * WASM_EPOCH_TICK.as_nanos());
 
 // ---------------------------------------------------------------------------------------------
 // SQLite
