@@ -466,3 +466,33 @@ fn a_module_renames_its_tables_but_never_into_the_nodes() {
     assert_eq!(names.json()["n"], 0, "no node name and no trigger made");
     assert_eq!(run(&node, "a", "SELECT * FROM x").json()["n"], 0);
 }
+
+/// An object whose database has a trigger on one of the node's tables (which the node's own
+/// writes would run with the node's rights; an app cannot make one, but a database can be made
+/// otherwise) is not opened: its requests fail, the reason in the node's log, and the node and
+/// its other objects go on.
+#[test]
+fn an_object_whose_node_tables_carry_triggers_is_not_opened() {
+    let node = node("planted");
+    assert_eq!(run(&node, "a", "INSERT INTO t VALUES ('x')").status, 200);
+    assert_eq!(run(&node, "b", "INSERT INTO t VALUES ('y')").status, 200);
+    let dir = node.kill9();
+    let db = rusqlite::Connection::open(dir.join("objects/sqlrun/a.sqlite")).unwrap();
+    db.execute_batch(
+        "CREATE TABLE _combd_inbox (app TEXT, name TEXT, last_id INTEGER); \
+         CREATE TRIGGER planted AFTER INSERT ON _combd_inbox BEGIN DELETE FROM t; END",
+    )
+    .unwrap();
+    drop(db);
+    let apps = apps_dir("planted");
+    let node = TestNode::start_in(
+        dir,
+        &[
+            ("COMBD_APPS_DIR", apps.to_str().unwrap()),
+            ("COMBD_SHARDS", "1"),
+        ],
+    );
+    let r = run(&node, "a", "SELECT * FROM t");
+    assert!(r.status >= 500, "{}: {}", r.status, r.text());
+    assert_eq!(count(&node, "b"), 1, "another object of the app opens");
+}
