@@ -312,6 +312,9 @@ fn past_the_shards_inbound_budget_large_input_is_refused_and_small_input_is_not(
     let node = TestNode::start(&[
         ("COMBD_TEST_APPS", "on"),
         ("COMBD_SHARDS", "1"),
+        // One client may hold all of it: this crosses the node's bound, not a client's share
+        // of it (tests/fair.rs crosses those).
+        ("COMBD_CLIENT_SHARE_MAX_PERCENT", "100"),
         ("COMBD_INBOUND_BUDGET", "300K"),
     ]);
     let mut a = open_ws(&node, [127, 0, 0, 40], "/o/hold/full");
@@ -353,7 +356,13 @@ fn past_the_shards_inbound_budget_large_input_is_refused_and_small_input_is_not(
 /// read of it), a small one still gets in, and the slow one finishes.
 #[test]
 fn slow_bodies_cannot_hold_more_than_the_inbound_budget() {
-    let node = TestNode::start(&[("COMBD_SHARDS", "1"), ("COMBD_INBOUND_BUDGET", "300K")]);
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_INBOUND_BUDGET", "300K"),
+        // One client may hold all of it: this crosses the node's bound, not a client's share
+        // of it (tests/fair.rs crosses those).
+        ("COMBD_CLIENT_SHARE_MAX_PERCENT", "100"),
+    ]);
     let head = |len: usize| {
         format!("POST /o/echo/slow HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n")
     };
@@ -505,7 +514,13 @@ fn read_close(s: &mut TcpStream) -> u16 {
 #[test]
 fn messages_under_reassembly_cannot_hold_more_than_the_inbound_budget() {
     // Room for one whole message (1 MiB) and a little more.
-    let node = TestNode::start(&[("COMBD_SHARDS", "1"), ("COMBD_INBOUND_BUDGET", "1200K")]);
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_INBOUND_BUDGET", "1200K"),
+        // One client may hold all of it: this crosses the node's bound, not a client's share
+        // of it (tests/fair.rs crosses those).
+        ("COMBD_CLIENT_SHARE_MAX_PERCENT", "100"),
+    ]);
     let mut slow = raw_ws(&node, [127, 0, 0, 90], "/o/echo/big");
     slow.write_all(&frame_header(1 << 20)).unwrap();
     slow.write_all(&vec![b'a'; 700 * 1024]).unwrap();
@@ -539,6 +554,9 @@ fn past_the_open_objects_a_new_object_is_refused() {
     let node = TestNode::start(&[
         ("COMBD_TEST_APPS", "on"),
         ("COMBD_SHARDS", "1"),
+        // One client may hold all of it: this crosses the node's bound, not a client's share
+        // of it (tests/fair.rs crosses those).
+        ("COMBD_CLIENT_SHARE_MAX_PERCENT", "100"),
         ("COMBD_MAX_OPEN_OBJECTS", "2"),
     ]);
     // Two objects busy for a while: both live.

@@ -218,3 +218,47 @@ fn new_names_from_one_address_spend_its_share_of_creations() {
         assert_eq!(r.status, 200, "{}", r.text());
     }
 }
+
+/// 1,024 trickled `Content-Length: 1048576` bodies from one address took a shard's inbound
+/// budget, and another address's bodies were refused 503. Now what is held past each
+/// connection's floor comes from the client's share of the budget.
+#[test]
+fn trickled_bodies_from_one_address_hold_its_share_of_the_inbound_budget() {
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_TEST_APPS", "on"),
+        ("COMBD_INBOUND_BUDGET", "4M"),
+    ]);
+    // 50 bodies of 100,000 bytes declared, 10 sent: 5 MB asked of a 4 MiB budget.
+    let head = "POST /o/hold/a HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n";
+    let mut trickling = Vec::new();
+    for _ in 0..50 {
+        let mut s = connect_from(ATTACKER, node.public());
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&[b'x'; 10]).unwrap();
+        trickling.push(s);
+    }
+    let s = wait_stats(&node, "every body held or refused", |s| {
+        s["fair_inbound_bytes_held"].as_u64().unwrap_or(0) / 100_000
+            + s["inbound_refused"].as_u64().unwrap_or(0)
+            >= 50
+    });
+    let share = 4 * 1024 * 1024 / 10;
+    assert!(figure(&s, "fair_inbound_bytes_client_max") <= share, "{s}");
+    assert_eq!(figure(&s, "fair_inbound_bytes_held"), 4 * 100_000, "{s}");
+    assert_eq!(figure(&s, "fair_inbound_bytes_refused_share"), 46, "{s}");
+    // The last of them (its client's share long taken) was told so.
+    let last = trickling.last().unwrap().try_clone().unwrap();
+    let resp = read_response(&mut BufReader::new(last));
+    assert_eq!(resp.status, 503);
+    assert_eq!(resp.json()["error"], "overloaded");
+    // Another address's body of the same size is read and answered.
+    let body = "x".repeat(100_000);
+    let raw = format!(
+        "POST /o/hold/b HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let r = pipelined(&node, HONEST, raw.as_bytes(), 1);
+    assert_eq!(r[0].status, 200, "{}", r[0].text());
+    drop(trickling);
+}

@@ -27,12 +27,13 @@
 //! run the fleet network where that is given (a private network, WireGuard) — README, "The
 //! fleet", says so.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::{FLEET_AUTH_REPLAYS_MAX, FLEET_AUTH_SKEW, FLEET_KEY_MIN_BYTES};
 use combd_kernel::settings::ConfigError;
 use ring::{digest, hmac, rand::SecureRandom};
@@ -315,37 +316,80 @@ fn request_parts<R>(
 }
 
 /// The signed requests a node has taken lately: each refused if seen again while its time is
-/// within [`FLEET_AUTH_SKEW`] of the clock (an older one is refused as stale anyway).
+/// within [`FLEET_AUTH_SKEW`] of the clock (an older one is refused as stale anyway), each
+/// counted to the peer it came from (its connection's address): a peer may hold its share of
+/// the [`FLEET_AUTH_REPLAYS_MAX`] remembered, the bound split over the peers holding some, so a
+/// client that drives forwards through one node fills that node's share, not every node's.
 #[derive(Debug, Default)]
 pub struct Replays {
-    seen: Mutex<BTreeSet<Stamp>>,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    /// Each stamp remembered, with the peer it came from.
+    stamps: BTreeMap<Stamp, ClientKey>,
+    /// What each peer holds of them.
+    by_peer: HashMap<ClientKey, usize>,
+}
+
+impl Seen {
+    /// Forgets the stamps older than `oldest`.
+    fn forget_before(&mut self, oldest: u64) {
+        if !self
+            .stamps
+            .first_key_value()
+            .is_some_and(|(s, _)| s.at_ms < oldest)
+        {
+            return;
+        }
+        let kept = self.stamps.split_off(&Stamp {
+            at_ms: oldest,
+            nonce: [0; NONCE_BYTES],
+        });
+        for peer in std::mem::replace(&mut self.stamps, kept).into_values() {
+            if let Some(n) = self.by_peer.get_mut(&peer) {
+                *n -= 1;
+                if *n == 0 {
+                    self.by_peer.remove(&peer);
+                }
+            }
+        }
+    }
+
+    /// Whether `peer` holds its share: the bound over the peers holding some (it counted).
+    fn at_share(&self, peer: ClientKey) -> bool {
+        let mine = self.by_peer.get(&peer).copied().unwrap_or(0);
+        let active = self.by_peer.len() + usize::from(mine == 0);
+        mine >= FLEET_AUTH_REPLAYS_MAX / active.max(1)
+            || self.stamps.len() >= FLEET_AUTH_REPLAYS_MAX
+    }
 }
 
 impl Replays {
-    /// Takes `stamp` (a good signature's) at `now_ms`: refused if taken before, or if
-    /// [`FLEET_AUTH_REPLAYS_MAX`] are remembered already.
-    pub fn admit(&self, stamp: Stamp, now_ms: u64) -> Result<(), AuthError> {
+    /// Takes `stamp` (a good signature's, from `peer`) at `now_ms`: refused if taken before,
+    /// or if the peer holds its share of the [`FLEET_AUTH_REPLAYS_MAX`] remembered.
+    pub fn admit(&self, stamp: Stamp, peer: ClientKey, now_ms: u64) -> Result<(), AuthError> {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let oldest = now_ms.saturating_sub(FLEET_AUTH_SKEW.as_millis() as u64);
-        if seen.first().is_some_and(|s| s.at_ms < oldest) {
-            *seen = seen.split_off(&Stamp {
-                at_ms: oldest,
-                nonce: [0; NONCE_BYTES],
-            });
-        }
-        if seen.contains(&stamp) {
+        seen.forget_before(now_ms.saturating_sub(FLEET_AUTH_SKEW.as_millis() as u64));
+        if seen.stamps.contains_key(&stamp) {
             return Err(AuthError::Replayed);
         }
-        if seen.len() >= FLEET_AUTH_REPLAYS_MAX {
+        if seen.at_share(peer) {
             return Err(AuthError::Busy);
         }
-        seen.insert(stamp);
+        seen.stamps.insert(stamp, peer);
+        *seen.by_peer.entry(peer).or_insert(0) += 1;
         Ok(())
     }
 
     /// How many are remembered now.
     pub fn held(&self) -> usize {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stamps
+            .len()
     }
 }
 
@@ -385,6 +429,8 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    const PEER: ClientKey = ClientKey::V4(0x0a00_0001);
 
     const KEY: &str = "0123456789abcdef0123456789abcdef";
     const ME: &str = "10.0.0.2:7946";
@@ -559,16 +605,16 @@ mod tests {
             at_ms: now,
             nonce: [2; NONCE_BYTES],
         };
-        assert_eq!(r.admit(a, now), Ok(()));
-        assert_eq!(r.admit(a, now + 1), Err(AuthError::Replayed));
-        assert_eq!(r.admit(b, now + 1), Ok(()));
+        assert_eq!(r.admit(a, PEER, now), Ok(()));
+        assert_eq!(r.admit(a, PEER, now + 1), Err(AuthError::Replayed));
+        assert_eq!(r.admit(b, PEER, now + 1), Ok(()));
         assert_eq!(r.held(), 2);
         let later = now + FLEET_AUTH_SKEW.as_millis() as u64 + 1;
         let c = Stamp {
             at_ms: later,
             nonce: [1; NONCE_BYTES],
         };
-        assert_eq!(r.admit(c, later), Ok(()));
+        assert_eq!(r.admit(c, PEER, later), Ok(()));
         assert_eq!(r.held(), 1, "the out-of-date ones are forgotten");
     }
 
@@ -579,14 +625,45 @@ mod tests {
         for i in 0..FLEET_AUTH_REPLAYS_MAX as u64 {
             let mut nonce = [0; NONCE_BYTES];
             nonce[..8].copy_from_slice(&i.to_le_bytes());
-            r.admit(Stamp { at_ms: now, nonce }, now).unwrap();
+            r.admit(Stamp { at_ms: now, nonce }, PEER, now).unwrap();
         }
         let one_more = Stamp {
             at_ms: now,
             nonce: [0xff; NONCE_BYTES],
         };
-        assert_eq!(r.admit(one_more, now), Err(AuthError::Busy));
+        assert_eq!(r.admit(one_more, PEER, now), Err(AuthError::Busy));
         assert_eq!(r.held(), FLEET_AUTH_REPLAYS_MAX);
+    }
+
+    #[test]
+    fn one_peer_at_its_share_leaves_the_others_theirs() {
+        let r = Replays::default();
+        let now = 1_800_000_000_000;
+        let other = ClientKey::V4(0x0a00_0002);
+        let stamp = |i: u64| {
+            let mut nonce = [0; NONCE_BYTES];
+            nonce[..8].copy_from_slice(&i.to_le_bytes());
+            Stamp { at_ms: now, nonce }
+        };
+        // A peer holding half, then another arriving: the first is at its share.
+        let half = FLEET_AUTH_REPLAYS_MAX as u64 / 2;
+        for i in 0..half {
+            r.admit(stamp(i), PEER, now).unwrap();
+        }
+        assert_eq!(r.admit(stamp(half), other, now), Ok(()));
+        assert_eq!(r.admit(stamp(half + 1), PEER, now), Err(AuthError::Busy));
+        // The other may still take up to its half.
+        for i in half + 2..half + 100 {
+            assert_eq!(r.admit(stamp(i), other, now), Ok(()));
+        }
+        // Forgotten once stale: the count of each peer with them.
+        let later = now + FLEET_AUTH_SKEW.as_millis() as u64 + 1;
+        let fresh = Stamp {
+            at_ms: later,
+            nonce: [9; NONCE_BYTES],
+        };
+        assert_eq!(r.admit(fresh, PEER, later), Ok(()));
+        assert_eq!(r.held(), 1);
     }
 
     #[test]

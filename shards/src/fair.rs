@@ -30,15 +30,19 @@ pub enum Pool {
     /// Object databases a shard may create in its burst (`COMBD_OBJECT_CREATE_RATE` ×
     /// `OBJECT_CREATE_BURST_SECONDS`): each creation holds its unit for a burst's length.
     Creations,
+    /// Bytes of clients' input held on a shard past each connection's floor (the shard's
+    /// inbound budget, `crate::inbound`): bodies being read and inputs waiting to run.
+    Inbound,
 }
 
 impl Pool {
     /// Every pool, in the order `/stats` lists them.
-    pub const ALL: [Pool; 4] = [
+    pub const ALL: [Pool; 5] = [
         Pool::Objects,
         Pool::Handshakes,
         Pool::Answers,
         Pool::Creations,
+        Pool::Inbound,
     ];
 
     /// Its name in `/stats` (`fair.<name>`) and `/metrics` (`pool="<name>"`).
@@ -48,6 +52,7 @@ impl Pool {
             Pool::Handshakes => "tls_handshakes",
             Pool::Answers => "answer_bytes",
             Pool::Creations => "object_creations",
+            Pool::Inbound => "inbound_bytes",
         }
     }
 }
@@ -273,6 +278,8 @@ pub struct Pools {
     pub handshakes: Vec<Arc<Ledger>>,
     /// Per shard: object creations of the last `OBJECT_CREATE_BURST_SECONDS`.
     pub creations: Vec<Arc<Ledger>>,
+    /// Per shard: clients' input held past their connections' floors (the inbound budget).
+    pub inbound: Vec<Arc<Ledger>>,
 }
 
 /// The sizes of the pools.
@@ -285,6 +292,8 @@ pub struct PoolSizes {
     pub handshakes: u64,
     /// A shard's creation burst.
     pub creations: u64,
+    /// A shard's inbound budget.
+    pub inbound_bytes: u64,
 }
 
 impl Pools {
@@ -300,6 +309,7 @@ impl Pools {
             answers: Ledger::new(Pool::Answers, sizes.answer_bytes, shares),
             handshakes: each(Pool::Handshakes, sizes.handshakes),
             creations: each(Pool::Creations, sizes.creations),
+            inbound: each(Pool::Inbound, sizes.inbound_bytes),
         }
     }
 
@@ -313,6 +323,7 @@ impl Pools {
                 Pool::Answers => std::slice::from_ref(&self.answers),
                 Pool::Handshakes => &self.handshakes,
                 Pool::Creations => &self.creations,
+                Pool::Inbound => &self.inbound,
             };
             let sum = |f: fn(&PoolFigures) -> &AtomicU64| -> u64 {
                 ledgers
@@ -411,6 +422,7 @@ impl Pool {
             Pool::Handshakes => pool_fields!("tls_handshakes", "handshakes"),
             Pool::Answers => pool_fields!("answer_bytes", "bytes"),
             Pool::Creations => pool_fields!("object_creations", "creations"),
+            Pool::Inbound => pool_fields!("inbound_bytes", "bytes"),
         }
     }
 }

@@ -13,6 +13,11 @@
 //!   always queue a small input, so clients sending clicks are never refused because others
 //!   hold the budget with large ones: the floor costs at most that much per connection.
 //!
+//! - **A client's** (its address, `crate::fair`): what is held past a connection's floor is
+//!   also taken from the client's share of the shard's budget (pool `inbound_bytes`), so one
+//!   address trickling a thousand declared megabyte bodies holds its share, not the budget;
+//!   past it, the same explicit refusal.
+//!
 //! Releases happen wherever a job ends (the object's shard, a blocking thread), so the counts
 //! are atomics and a connection waiting for room is woken through its waker from any thread.
 
@@ -20,10 +25,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::{
     INBOUND_CONN_FLOOR_BYTES, INBOUND_CONN_QUEUED_MAX_BYTES, INBOUND_MEASURE_STEPS,
 };
 
+use crate::fair::Share;
 use crate::shared::NodeShared;
 use crate::stats::ShardStats;
 
@@ -38,6 +45,8 @@ pub fn admits(conn_queued: u64, shard_held: u64, budget: u64, n: u64) -> bool {
 pub(crate) struct ConnInbound {
     node: Arc<NodeShared>,
     shard: usize,
+    /// Who the connection is, for its share of the shard's budget.
+    client: ClientKey,
     queued: AtomicU64,
     /// The connection's waker while it waits for room.
     waiter: Mutex<Option<Waker>>,
@@ -50,13 +59,16 @@ pub(crate) struct Hold {
     /// Counted in the connection's input waiting (a job's), or only on the shard's account
     /// (a body being read, which the connection must be read to receive).
     queued: bool,
+    /// Its part of the client's share, for what is held past the connection's floor.
+    _share: Option<Share>,
 }
 
 impl ConnInbound {
-    pub fn new(node: Arc<NodeShared>, shard: usize) -> Arc<ConnInbound> {
+    pub fn new(node: Arc<NodeShared>, shard: usize, client: ClientKey) -> Arc<ConnInbound> {
         Arc::new(ConnInbound {
             node,
             shard,
+            client,
             queued: AtomicU64::new(0),
             waiter: Mutex::new(None),
         })
@@ -83,10 +95,22 @@ impl ConnInbound {
         let stats = self.stats();
         let held = stats.inbound_bytes.load(Ordering::Relaxed);
         let budget = self.node.inbound_budget_bytes;
-        if !admits(self.queued.load(Ordering::Relaxed), held, budget, n) {
+        let queued_now = self.queued.load(Ordering::Relaxed);
+        if !admits(queued_now, held, budget, n) {
             ShardStats::add(&stats.inbound_refused, 1);
             return None;
         }
+        // Past the connection's floor, the bytes come from the client's share too.
+        let share = match queued_now.saturating_add(n) <= INBOUND_CONN_FLOOR_BYTES {
+            true => None,
+            false => match self.node.pools.inbound[self.shard].take(self.client, n) {
+                Ok(share) => Some(share),
+                Err(_) => {
+                    ShardStats::add(&stats.inbound_refused, 1);
+                    return None;
+                }
+            },
+        };
         if queued {
             self.queued.fetch_add(n, Ordering::Relaxed);
         }
@@ -105,6 +129,7 @@ impl ConnInbound {
             conn: self.clone(),
             bytes: n,
             queued,
+            _share: share,
         })
     }
 

@@ -174,6 +174,7 @@ impl NodeShared {
                     .settings
                     .object_create_rate
                     .saturating_mul(limits::OBJECT_CREATE_BURST_SECONDS),
+                inbound_bytes: p.inbound_budget_bytes,
             },
             p.settings.shares(),
             p.inboxes.len(),

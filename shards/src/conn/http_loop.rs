@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits;
 
 use crate::app::App;
@@ -399,7 +400,11 @@ impl Conn {
                     .header(combd_fleet::forward::CLIENT_HEADER)
                     .and_then(|v| std::str::from_utf8(v).ok())
                     .unwrap_or("");
-                if let Err(e) = fleet.authenticate(signature, req.method, &target, client, req.body)
+                let peer = self.stream.tcp().peer_addr().ok().map(|a| a.ip());
+                let peer = ClientKey::of_peer(false, peer);
+                let body = req.body;
+                if let Err(e) =
+                    fleet.authenticate(peer, signature, req.method, &target, client, body)
                 {
                     let resp = crate::fleet::auth_refused(e);
                     let asked = Asked::Parsed(req.method, req.path, bytes_in);

@@ -184,7 +184,7 @@ impl Conn {
     /// budget (counted).
     fn hold_input(&self, bytes: u64) -> Option<Hold> {
         self.inbound
-            .get_or_init(|| ConnInbound::new(self.state().node().clone(), self.state().id()))
+            .get_or_init(|| self.new_inbound())
             .reserve(bytes)
     }
 
@@ -192,8 +192,17 @@ impl Conn {
     /// past its budget (counted).
     fn hold_reading(&self, bytes: u64) -> Option<Hold> {
         self.inbound
-            .get_or_init(|| ConnInbound::new(self.state().node().clone(), self.state().id()))
+            .get_or_init(|| self.new_inbound())
             .reserve_reading(bytes)
+    }
+
+    /// Its account of input waiting, on its shard's, as its client (its peer's address; the
+    /// node's own machine on the localhost listener).
+    fn new_inbound(&self) -> Arc<ConnInbound> {
+        let local = self.slot.kind() == crate::shared::ConnKind::Local;
+        let peer = self.stream.tcp().peer_addr().ok().map(|a| a.ip());
+        let client = ClientKey::of_peer(local, peer);
+        ConnInbound::new(self.state().node().clone(), self.state().id(), client)
     }
 
     /// Whether the connection may be read: its input waiting is under its bound.

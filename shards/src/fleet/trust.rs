@@ -2,6 +2,7 @@
 //! the fleet key, and what this node passes on is signed (`combd_fleet::auth`).
 
 use combd_fleet::auth::{self, AuthError};
+use combd_kernel::fair::ClientKey;
 use std::sync::atomic::Ordering;
 
 use crate::http::Response;
@@ -9,12 +10,15 @@ use crate::http::Response;
 use super::Fleet;
 
 impl Fleet {
-    /// Checks a request that came from the fleet (on the fleet listener, or marked forwarded):
-    /// its [`auth::AUTH_HEADER`] (`signature`) must be the fleet key's over what arrived (with
-    /// `client`, its [`combd_fleet::forward::CLIENT_HEADER`] or empty), to this node, lately,
-    /// and not taken before. Refusals are counted.
+    /// Checks a request that came from the fleet (on the fleet listener, or marked forwarded)
+    /// on a connection from `peer`: its [`auth::AUTH_HEADER`] (`signature`) must be the fleet
+    /// key's over what arrived (with `client`, its [`combd_fleet::forward::CLIENT_HEADER`] or
+    /// empty), to this node, lately, and not taken before, within the peer's share of the
+    /// requests remembered. Refusals are counted.
+    #[allow(clippy::too_many_arguments)]
     pub fn authenticate(
         &self,
+        peer: ClientKey,
         signature: Option<&[u8]>,
         method: &str,
         target: &str,
@@ -25,7 +29,7 @@ impl Fleet {
         let taken = self
             .key
             .verify(signature, &self.node, method, target, client, body, now)
-            .and_then(|stamp| self.replays.admit(stamp, now));
+            .and_then(|stamp| self.replays.admit(stamp, peer, now));
         match taken {
             Ok(()) => {}
             Err(AuthError::Busy) => {

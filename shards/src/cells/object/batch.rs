@@ -14,6 +14,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use combd_kernel::fair::ClientKey;
+use combd_kernel::limits::HTTP_OBJECT_PIPELINE;
 
 use crate::app::{AppError, Output};
 use crate::http::Reserved;
@@ -164,12 +165,12 @@ fn take_batch(cells: &Cells, cell: &ObjectCell) -> Taken {
 }
 
 /// How many of the mailbox's first jobs make the next batch: at most `n`, and at most
-/// `max_percent` of `n` (at least one) requests of any one client held to shares, so one
-/// client's burst of requests is several batches, each of whose answers is reserved before the
-/// next is made. The batch ends before the first request past its client's part, keeping the
-/// mailbox's order.
+/// `max_percent` of `n` HTTP requests of any one client held to shares (never fewer than one
+/// connection's pipeline, [`HTTP_OBJECT_PIPELINE`]), so one client's burst of requests is
+/// several batches, each of whose answers is reserved before the next is made. The batch ends
+/// before the first request past its client's part, keeping the mailbox's order.
 fn batch_end(mailbox: &std::collections::VecDeque<Queued>, n: usize, max_percent: u64) -> usize {
-    let part = ((n as u64 * max_percent / 100) as usize).max(1);
+    let part = ((n as u64 * max_percent / 100) as usize).max(HTTP_OBJECT_PIPELINE);
     let mut counts: Vec<(ClientKey, usize)> = Vec::new();
     for (i, q) in mailbox.iter().take(n).enumerate() {
         let asker = q.job.asker;
