@@ -238,6 +238,9 @@ impl Ledger {
 
     /// Whether `key` holds its share already (one unit more would be refused for it).
     pub fn over_share(&self, key: ClientKey) -> bool {
+        if !key.is_shared() {
+            return false;
+        }
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         self.admits(&held, key, 1) == Err(PoolRefusal::OverShare)
     }

@@ -20,9 +20,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::{FLEET_LOOKUPS_MAX, FLEET_ROUTES_MAX};
 
 use crate::app::App;
+use crate::fair::Ledger;
 use crate::job::{Attached, Job, Owned, Reply};
 use crate::stats::ShardStats;
 
@@ -228,6 +230,8 @@ impl Cells {
                     what: Pass::request(input),
                     reply,
                     hold: job.hold,
+                    asker: job.asker,
+                    answers: self.state.node().pools.answers.clone(),
                 }),
                 (
                     Owned::FromObject {
@@ -248,6 +252,8 @@ impl Cells {
                     },
                     reply,
                     hold: job.hold,
+                    asker: job.asker,
+                    answers: self.state.node().pools.answers.clone(),
                 }),
                 (Owned::Alarms, Reply::Http(reply), Some(owner), Some(_)) => {
                     // Its owner fires its alarms: this node's alarm index lets it go.
@@ -321,7 +327,7 @@ impl Cells {
                     },
                 reply: Reply::Http(reply),
                 hold,
-                ..
+                asker,
             } => {
                 fleet.count_routed();
                 let (cells, key) = (self.clone(), key.to_string());
@@ -329,6 +335,8 @@ impl Cells {
                     what: Pass::request(input),
                     reply,
                     hold,
+                    asker,
+                    answers: self.state.node().pools.answers.clone(),
                 };
                 let task = self.state.spawn(async move {
                     if p.go(&fleet, &owner, &key).await == 503 {
@@ -366,6 +374,9 @@ struct Passing {
     what: Pass,
     reply: async_channel::Sender<crate::http::Response>,
     hold: Option<crate::inbound::Hold>,
+    /// Who asked: the owner's answer is reserved in its share of the node's answer pool.
+    asker: ClientKey,
+    answers: Arc<Ledger>,
 }
 
 /// What is passed on.
@@ -411,9 +422,16 @@ impl Pass {
 
 impl Passing {
     /// Passes it on to `owner` and answers it with the owner's answer (its bytes released once
-    /// that came): the answer's status.
+    /// that came), reserved for the client that asked (past its share of the node's answer
+    /// pool: 503 `overloaded`, the owner's answer dropped at once): the answer's status.
     async fn go(self, fleet: &crate::fleet::Fleet, owner: &str, key: &str) -> u16 {
-        let Passing { what, reply, hold } = self;
+        let Passing {
+            what,
+            reply,
+            hold,
+            asker,
+            answers,
+        } = self;
         let resp = match what {
             Pass::Request {
                 method,
@@ -433,6 +451,13 @@ impl Passing {
         };
         drop(hold);
         let status = resp.status;
+        let resp = match answers.take(asker, resp.body.len() as u64) {
+            Ok(share) => crate::http::Response {
+                reserved: crate::http::Reserved::new(share),
+                ..resp
+            },
+            Err(_) => Refusal::AnswersHeld.response(),
+        };
         let _ = reply.try_send(resp);
         status
     }
