@@ -15,12 +15,16 @@ Two honest clients run together: one writes a counter (POST /o/counter/honest) e
 its own keep-alive connection from 127.0.0.9, reconnecting if the node closes it (a request
 not answered 200 is lost); the other views page 0 of a million board from 127.0.0.7 and clicks
 every 10 ms, waiting for each click in the board's updates (a click not echoed is lost).
-Attackers come from other loopback addresses (127.0.0.x); nothing leaves the machine. The attack
-runs in a process of its own (not beside the honest clients under one interpreter lock) and,
-with --droplet, every client runs on the CPUs other than the node's.
+Attackers come from other loopback addresses (127.0.0.x); nothing leaves the machine. Each
+attack is a function below (its docstring says what it sends); the node holds each address to
+a share of each pool it shares (README, "Fair shares"), so the honest clients are other
+clients. The attack runs in a process of its own (not beside the honest clients under one
+interpreter lock) and, with --droplet, every client runs on the CPUs other than the node's.
 """
 
 import argparse
+import collections
+import inspect
 import json
 import multiprocessing
 import os
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COUNTERS = [
@@ -39,7 +44,13 @@ COUNTERS = [
     "inbound_refused", "inbound_waits", "mailbox_refused", "ws_protocol_closed",
     "ws_slow_closed", "request_timeouts", "tls_handshakes_refused", "tls_hello_timeouts",
     "responses_4xx", "responses_5xx", "listen_stops", "slow_reads_paced",
-]
+    "objects_open_refused", "objects_refused_rate",
+    "objects_refused_count", "ws_rate_closed", "ws_inflate_ratio_closed",
+    "ws_inflate_rate_closed", "outbound_budget_closed", "pipeline_held_waits", "idle_closed",
+    "alarm_wakes_refused",
+] + [f"fair_{pool}_{why}" for pool in ("objects", "tls_handshakes", "answer_bytes",
+                                       "inbound_bytes", "object_creations")
+     for why in ("refused_share", "refused_full")]
 
 
 class Node:
@@ -335,13 +346,215 @@ def name_spray(node, stop, names=10000):
 def silent_tls(node, stop, conns=2000, report=None):
     """2,000 TCP connections to the TLS port over 10 addresses that send nothing; beside them a
     real client makes a TLS handshake and a request every 100 ms (its times in the report)."""
-    import ssl
     held = []
     for i in range(conns):
         try:
             held.append(connect(node.tls_port, f"127.0.0.{200 + i % 10}"))
         except OSError:
             pass
+    tls_client(node, stop, report)
+    if report is not None:
+        report["silent_sockets"] = len(held)
+
+
+def statuses(f, n, tally):
+    """Reads `n` responses from `f`, counting each status in `tally`."""
+    for _ in range(n):
+        tally[str(read_response(f))] += 1
+
+
+def reminder_pipeline(node, stop, reminders=2000, conns=8, depth=8, report=None):
+    """2,000 reminders of 1 KiB of text that JSON-escapes to 6 bytes a character ("\\u0001"),
+    due in an hour, posted pipelined (100 at a time on 4 connections), then `GET` of their
+    list pipelined 8 deep on 8 connections with a 4 KiB receive buffer that never read, all
+    from one address."""
+    src = "127.0.0.30"
+    body = json.dumps({"in_ms": 3600000, "text": "\x01" * 1024}).encode()
+    post = (b"POST /o/reminder/pile HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            % len(body)) + body
+    tally = collections.Counter()
+
+    def poster(count):
+        try:
+            s = connect(node.port, src)
+            f = s.makefile("rb")
+            for start in range(0, count, 100):
+                if stop.is_set():
+                    return
+                n = min(100, count - start)
+                s.sendall(post * n)
+                statuses(f, n, tally)
+            s.close()
+        except (OSError, ValueError, IndexError):
+            tally["connection ended"] += 1
+
+    t0 = time.time()
+    threads = [threading.Thread(target=poster, args=(reminders // 4,), daemon=True)
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    posted_s = time.time() - t0
+    get = b"GET /o/reminder/pile HTTP/1.1\r\nHost: x\r\n\r\n"
+    held = []
+    for _ in range(conns):
+        try:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.bind((src, 0))
+            s.settimeout(10)
+            s.connect(("127.0.0.2", node.port))
+            s.sendall(get * depth)
+            held.append(s)
+        except OSError:
+            pass
+    stop.wait()
+    if report is not None:
+        report.update({"reminder_posts": dict(tally), "reminder_posts_s": round(posted_s, 2),
+                       "unread_conns": len(held)})
+
+
+def deflate_bomb():
+    """A masked permessage-deflate binary frame of ~1 KiB whose message inflates to just
+    under 1 MiB (`COMBD_WS_MAX_MESSAGE`)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    data = c.compress(b"a" * ((1 << 20) - 64)) + c.flush(zlib.Z_SYNC_FLUSH)
+    data = data[:-4]  # RFC 7692: the 00 00 ff ff tail is left off
+    mask = b"\x11\x22\x33\x44"
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+    return bytes([0xC2, 0x80 | 126]) + len(data).to_bytes(2, "big") + mask + masked
+
+
+def ws_open(port, src, path, extensions, rcvbuf=None):
+    """A WebSocket to `path` offering `extensions`; the socket and the 101's extensions."""
+    s = socket.socket()
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.bind((src, 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.2", port))
+    s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+              b"Sec-WebSocket-Extensions: %s\r\n\r\n" % (path.encode(), extensions.encode()))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        if not chunk:
+            raise ConnectionError("closed before the 101")
+        head += chunk
+    if not head.startswith(b"HTTP/1.1 101"):
+        raise ConnectionError(head.split(b"\r\n", 1)[0].decode())
+    ext = [h.split(b":", 1)[1].strip().decode() for h in head.split(b"\r\n")
+           if h.lower().startswith(b"sec-websocket-extensions:")]
+    return s, (ext[0] if ext else "")
+
+
+OFFERS = ["permessage-deflate; server_max_window_bits=8", "permessage-deflate"]
+
+
+def deflate_bombs(node, stop, conns=10, frames=62, report=None):
+    """10 WebSockets at the echo app from one address (half offering
+    `server_max_window_bits=8`, half plain permessage-deflate), each sending 62 frames of
+    ~1 KiB that inflate to 1 MiB and never reading (4 KiB receive buffer); one more frame a
+    second after, and a socket the node has closed is opened again."""
+    frame = deflate_bomb()
+    tally = collections.Counter()
+
+    def one(i):
+        s = None
+        while not stop.is_set():
+            try:
+                if s is None:
+                    s, ext = ws_open(node.port, "127.0.0.31", f"/o/echo/bomb{i}",
+                                     OFFERS[i % 2], rcvbuf=4096)
+                    tally["opened"] += 1
+                    tally["negotiated: " + (ext or "none")] += 1
+                    s.settimeout(2)
+                    for _ in range(frames):
+                        s.sendall(frame)
+                    tally["frames"] += frames
+                stop.wait(1)
+                s.sendall(frame)
+                tally["frames"] += 1
+            except (OSError, ConnectionError) as e:
+                tally["ended: " + type(e).__name__] += 1
+                if s is not None:
+                    s.close()
+                s = None
+                stop.wait(0.1)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(conns)]
+    for t in threads:
+        t.start()
+    stop.wait()
+    if report is not None:
+        report["bombs"] = dict(tally)
+
+
+def deflate_cpu(node, stop, conns=4, rate=900, report=None):
+    """The frames of `deflate_bombs` at 900 a second on each of 4 WebSockets at the echo app
+    from one address (plain permessage-deflate), each read by a thread of its own; a socket
+    the node closes (its close frame read, or a write failing) is opened again at once, the
+    frames keeping their pace."""
+    frame = deflate_bomb()
+    tally = collections.Counter()
+
+    def reader(s, closed):
+        try:
+            f = s.makefile("rb")
+            while True:
+                op, payload = ws_read(f)
+                if op == 0x8:
+                    code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 0
+                    tally[f"closed {code}"] += 1
+                    return
+                tally["messages in"] += 1
+        except (OSError, ConnectionError, ValueError):
+            return
+        finally:
+            closed.set()
+
+    def one(i):
+        s = closed = None
+        t0 = time.time()
+        sent = 0
+        while not stop.is_set():
+            try:
+                if s is None or closed.is_set():
+                    if s is not None:
+                        s.close()
+                    s = None
+                    s, _ = ws_open(node.port, "127.0.0.32", f"/o/echo/cpu{i}", OFFERS[1])
+                    tally["opened"] += 1
+                    closed = threading.Event()
+                    threading.Thread(target=reader, args=(s, closed), daemon=True).start()
+                due = int((time.time() - t0) * rate) - sent
+                if due > 0:
+                    s.sendall(frame * due)
+                    sent += due
+                    tally["frames"] += due
+                time.sleep(0.005)
+            except (OSError, ConnectionError) as e:
+                tally["ended: " + type(e).__name__] += 1
+                if s is not None:
+                    s.close()
+                s = None
+                sent = int((time.time() - t0) * rate)
+                stop.wait(0.01)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(conns)]
+    for t in threads:
+        t.start()
+    stop.wait()
+    if report is not None:
+        report["deflate"] = dict(tally)
+
+
+def tls_client(node, stop, report, src="127.0.0.8"):
+    """A real client making a TLS handshake and a request every 100 ms until `stop`; its
+    handshakes completed and failed, and their times, into `report`."""
+    import ssl
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
@@ -349,7 +562,7 @@ def silent_tls(node, stop, conns=2000, report=None):
     while not stop.is_set():
         t0 = time.time()
         try:
-            raw = connect(node.tls_port, "127.0.0.8")
+            raw = connect(node.tls_port, src)
             with ctx.wrap_socket(raw, server_hostname="localhost") as s:
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 ok = s.recv(64).startswith(b"HTTP/1.1 200")
@@ -363,8 +576,158 @@ def silent_tls(node, stop, conns=2000, report=None):
     if report is not None:
         report.update({"tls_client_ok": len(times), "tls_client_failed": failed,
                        "tls_client_p50_ms": pct(times, 50), "tls_client_max_ms":
-                       round(max(times), 2) if times else None,
-                       "silent_sockets": len(held)})
+                       round(max(times), 2) if times else None})
+
+
+def client_hello():
+    """One ClientHello, as Python's ssl module sends it (made once, in memory)."""
+    import ssl
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    out = ssl.MemoryBIO()
+    obj = ctx.wrap_bio(ssl.MemoryBIO(), out, server_hostname="localhost")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+def canned_hello(node, stop, rate=100, report=None):
+    """One ClientHello replayed 100 times a second from one address on new connections to the
+    TLS port, each then silent (never read, never closed); a real client's handshakes beside
+    them (`tls_client`, from another address)."""
+    hello = client_hello()
+    held, failed = [], 0
+
+    def replay():
+        nonlocal failed
+        t0 = time.time()
+        n = 0
+        while not stop.is_set():
+            if n >= (time.time() - t0) * rate:
+                time.sleep(0.002)
+                continue
+            n += 1
+            try:
+                s = connect(node.tls_port, "127.0.0.33")
+                s.sendall(hello)
+                held.append(s)
+            except OSError:
+                failed += 1
+
+    threading.Thread(target=replay, daemon=True).start()
+    tls_client(node, stop, report)
+    if report is not None:
+        report.update({"hello_bytes": len(hello), "hellos_sent": len(held),
+                       "hellos_failed": failed})
+
+
+def keepalive(node, src, stop, requests, tally):
+    """Sends each request of the iterable `requests` on a keep-alive connection from `src`,
+    one at a time, until `stop`; counts the statuses (and connections the node ended)."""
+    s = f = None
+    for req in requests:
+        if stop.is_set():
+            break
+        try:
+            if s is None:
+                s = connect(node.port, src)
+                f = s.makefile("rb")
+            s.sendall(req)
+            tally[str(read_response(f))] += 1
+        except (OSError, ValueError, IndexError):
+            tally["connection ended"] += 1
+            s = f = None
+            stop.wait(0.01)
+
+
+def object_fill(node, stop, objects=1100, conns=16, report=None):
+    """1,100 counters made live from one address (a POST each), then read in a loop (GET)
+    on 16 keep-alive connections."""
+    tally = collections.Counter()
+    post = b"POST /o/counter/fill%d HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1"
+    get = b"GET /o/counter/fill%d HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def requests(i):
+        for n in range(i, objects, conns):
+            yield post % n
+        while True:
+            for n in range(i, objects + i):
+                yield get % (n % objects)
+
+    threads = [threading.Thread(target=keepalive,
+                                args=(node, "127.0.0.34", stop, requests(i), tally),
+                                daemon=True) for i in range(conns)]
+    for t in threads:
+        t.start()
+    stop.wait()
+    if report is not None:
+        report["attacker_statuses"] = dict(tally)
+
+
+def new_names(node, stop, conns=8, report=None):
+    """POSTs to a new counter name each, one at a time on 8 keep-alive connections from one
+    address."""
+    tally = collections.Counter()
+    tag = os.getpid()
+
+    post = b"POST /o/counter/new%d-%d-%d HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1"
+
+    def requests(i):
+        n = 0
+        while True:
+            n += 1
+            yield post % (tag, i, n)
+
+    threads = [threading.Thread(target=keepalive,
+                                args=(node, "127.0.0.35", stop, requests(i), tally),
+                                daemon=True) for i in range(conns)]
+    for t in threads:
+        t.start()
+    stop.wait()
+    if report is not None:
+        report["attacker_statuses"] = dict(tally)
+
+
+def trickle_bodies(node, stop, conns=1024, chunk=1024, every=0.2, report=None):
+    """1,024 connections from one address, each declaring `Content-Length: 1048576` to the
+    echo app and sending 1 KiB of it every 200 ms; a connection the node ends is opened again
+    (at most 64 a round)."""
+    head = b"POST /o/echo/trickle HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n"
+    part = b"t" * chunk
+    socks = [None] * conns
+    tally = collections.Counter()
+    while not stop.is_set():
+        t0 = time.time()
+        opened = 0
+        for i in range(conns):
+            if stop.is_set():
+                break
+            s = socks[i]
+            try:
+                if s is None:
+                    if opened >= 64 and tally["opened"] >= conns:
+                        continue
+                    s = connect(node.port, "127.0.0.36")
+                    s.sendall(head)
+                    s.setblocking(False)
+                    socks[i] = s
+                    opened += 1
+                    tally["opened"] += 1
+                s.send(part)
+                tally["bytes"] += chunk
+            except BlockingIOError:
+                tally["send would block"] += 1
+            except OSError:
+                tally["ended"] += 1
+                if s is not None:
+                    s.close()
+                socks[i] = None
+        stop.wait(max(0.0, every - (time.time() - t0)))
+    if report is not None:
+        report["trickle"] = dict(tally)
 
 
 ATTACKS = {
@@ -375,6 +738,13 @@ ATTACKS = {
     "slowloris": (slowloris, {}),
     "name-spray": (name_spray, {}),
     "silent-tls": (silent_tls, {"tls": True}),
+    "reminder-pipeline": (reminder_pipeline, {}),
+    "deflate-bombs": (deflate_bombs, {}),
+    "deflate-cpu": (deflate_cpu, {}),
+    "canned-hello": (canned_hello, {"tls": True}),
+    "object-fill": (object_fill, {}),
+    "new-names": (new_names, {}),
+    "trickle-bodies": (trickle_bodies, {}),
 }
 
 
@@ -387,10 +757,18 @@ def object_files(data):
 
 
 def tls_env():
-    """A certificate for the TLS attack (made by combd-bench gen-cert) and the settings."""
+    """A certificate for the TLS attacks (made by combd-bench gen-cert, or by openssl where
+    combd-bench is not built) and the settings."""
     d = tempfile.mkdtemp(prefix="combd-hostile-cert-")
-    subprocess.run([os.path.join(ROOT, "target/release/combd-bench"), "gen-cert", d],
-                   check=True, stdout=subprocess.DEVNULL)
+    bench = os.path.join(ROOT, "target/release/combd-bench")
+    if os.path.exists(bench):
+        subprocess.run([bench, "gen-cert", d], check=True, stdout=subprocess.DEVNULL)
+    else:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+                        "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                        "-keyout", os.path.join(d, "key.pem"), "-out", os.path.join(d, "cert.pem")],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return {"COMBD_TLS_LISTEN": "127.0.0.2:0", "COMBD_TLS_CERT": os.path.join(d, "cert.pem"),
             "COMBD_TLS_KEY": os.path.join(d, "key.pem")}
 
@@ -398,7 +776,7 @@ def tls_env():
 def attack_process(attack, node, stop, reports):
     """Runs `attack` until `stop` is set, then puts its report (or an empty one) on `reports`."""
     report = {}
-    kwargs = {"report": report} if attack is silent_tls else {}
+    kwargs = {"report": report} if "report" in inspect.signature(attack).parameters else {}
     t = threading.Thread(target=attack, args=(node, stop), kwargs=kwargs, daemon=True)
     t.start()
     stop.wait()
