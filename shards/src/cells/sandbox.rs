@@ -18,7 +18,8 @@
 //!
 //! The node's tables (`_combd_…`) are out of an app's reach, and so is anything the node's own
 //! writes would run: `ALTER TABLE … RENAME` works on an app's tables (what SQLite's rename
-//! writes itself is let through while it is prepared, [`renames_part`]), but an app's `CREATE`
+//! reads and writes of the temp schema are let through, [`temp_schema`], its write of
+//! `sqlite_sequence` ignored, [`renames_sequence`]), but an app's `CREATE`
 //! or `ALTER` naming a node table anywhere in its text (a rename's new name, which the
 //! authorizer is never told; a trigger's body; a foreign key) is denied as it starts
 //! ([`statement_starts`]), a trigger on a node table is denied, and a database whose node
@@ -35,8 +36,8 @@ thread_local! {
     static APP: Cell<bool> = const { Cell::new(false) };
     /// Whether an app statement was denied since the last [`take_denied`].
     static DENIED: Cell<bool> = const { Cell::new(false) };
-    /// Whether an app's `ALTER TABLE` was authorized and has not started yet: what SQLite's
-    /// rename writes itself is allowed until then ([`renames_part`]).
+    /// Whether an app's `ALTER TABLE` was authorized and has not started or ended yet: what
+    /// SQLite's rename writes of `sqlite_sequence` is ignored until then ([`renames_sequence`]).
     static RENAMING: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -107,11 +108,24 @@ pub(crate) fn take_denied() -> bool {
 /// rename writes itself was authorized while it was prepared, which this ends.
 pub(crate) fn statement_starts<'a>(sql: impl FnOnce() -> &'a std::ffi::CStr) -> bool {
     RENAMING.with(|r| r.set(false));
-    if !APP.with(|a| a.get()) || !text::names_a_node_table(&sql().to_string_lossy()) {
+    if !APP.with(|a| a.get()) {
+        return false;
+    }
+    // A statement started while another runs is reported as `-- <its text>`.
+    let sql = sql().to_string_lossy();
+    let nested = sql.strip_prefix("-- ").unwrap_or_default();
+    if !text::names_a_node_table(&sql) && !text::names_a_node_table(nested) {
         return false;
     }
     DENIED.with(|d| d.set(true));
     true
+}
+
+/// A statement ended on an object's connection (the watch's trace hook): a rename's window
+/// ([`renames_sequence`]) closes with it, whether or not it was ever reported starting (a
+/// statement prepared again after a schema change is not reported twice).
+pub(crate) fn statement_ends() {
+    RENAMING.with(|r| r.set(false));
 }
 
 /// Checks, as an object's database opens, that no trigger is on one of the node's tables:
@@ -178,9 +192,16 @@ pub(crate) fn lock_down(db: &rusqlite::Connection) -> rusqlite::Result<()> {
 }
 
 /// The authorizer: everything for the node's own SQL; for an app's, [`allowed`], and a
-/// denial recorded for [`take_denied`].
+/// denial recorded for [`take_denied`]. What a rename of an app's table would write of
+/// `sqlite_sequence` is ignored ([`renames_sequence`]).
 fn authorize(cx: AuthContext<'_>) -> Authorization {
-    if !APP.with(|a| a.get()) || allowed(&cx) {
+    if !APP.with(|a| a.get()) {
+        return Authorization::Allow;
+    }
+    if renames_sequence(&cx) {
+        return Authorization::Ignore;
+    }
+    if allowed(&cx) {
         return Authorization::Allow;
     }
     DENIED.with(|d| d.set(true));
@@ -234,27 +255,36 @@ fn touches_node_table(action: &AuthAction<'_>) -> bool {
     }
 }
 
-/// What SQLite's own `ALTER TABLE … RENAME` writes while it is prepared (its nested
-/// statements): the table's name in `sqlite_sequence`, and the temp schema's triggers and views
-/// (there are none: an app cannot make temporary objects). An app's own statement writing
-/// either is refused by SQLite (the schema tables are read-only without `writable_schema`) or
-/// denied here (`sqlite_sequence`) outside a rename.
-fn renames_part(cx: &AuthContext<'_>) -> bool {
-    let temp_schema = |t: &str| t.eq_ignore_ascii_case("sqlite_temp_master");
-    let temp = cx.database_name == Some("temp");
-    match cx.action {
-        AuthAction::Update {
-            table_name,
-            column_name,
-        } => (sequence(table_name) && column_name == "name") || (temp && temp_schema(table_name)),
-        AuthAction::Read { table_name, .. } => temp && temp_schema(table_name),
-        _ => false,
-    }
+/// SQLite's own `ALTER TABLE … RENAME TO` renames the table's row of `sqlite_sequence` (a
+/// statement of its own, authorized while the `ALTER` is prepared): that write is ignored, not
+/// denied, so the rename works, and the row keeps its old name (a renamed `AUTOINCREMENT`
+/// table goes on from its largest rowid). Allowing it instead would let an app's own statement
+/// prepared in the same window (an `ALTER` that never runs, then an `UPDATE sqlite_sequence`)
+/// rename the node's outbox's row; ignored, such a statement changes nothing either.
+fn renames_sequence(cx: &AuthContext<'_>) -> bool {
+    RENAMING.with(|r| r.get())
+        && matches!(cx.action, AuthAction::Update { table_name, column_name }
+            if sequence(table_name) && column_name == "name")
+}
+
+/// The temp schema, as SQLite's own rename reads and rewrites it (its triggers and views: an
+/// app has none, it cannot make temporary objects). An app's own statement reading it reads
+/// nothing; writing it is refused by SQLite (the schema tables are read-only without
+/// `writable_schema`, which is denied).
+fn temp_schema(cx: &AuthContext<'_>) -> bool {
+    let schema = |t: &str| t.eq_ignore_ascii_case("sqlite_temp_master");
+    cx.database_name == Some("temp")
+        && match cx.action {
+            AuthAction::Read { table_name, .. } | AuthAction::Update { table_name, .. } => {
+                schema(table_name)
+            }
+            _ => false,
+        }
 }
 
 /// What an app's SQL may do.
 fn allowed(cx: &AuthContext<'_>) -> bool {
-    if RENAMING.with(|r| r.get()) && renames_part(cx) {
+    if temp_schema(cx) {
         return true;
     }
     if touches_node_table(&cx.action) {
@@ -279,7 +309,8 @@ fn allowed(cx: &AuthContext<'_>) -> bool {
         | AuthAction::Analyze { .. } => main,
         AuthAction::AlterTable { database_name, .. } => {
             let main = database_name.eq_ignore_ascii_case("main");
-            // What SQLite's rename then writes is let through until the statement starts.
+            // What SQLite's rename then writes of `sqlite_sequence` is ignored until the
+            // statement starts or ends.
             RENAMING.with(|r| r.set(main));
             main
         }
@@ -473,10 +504,14 @@ mod tests {
             "the rows survive, the trigger follows"
         );
         assert_eq!(rows(&db, "SELECT v FROM log").len(), 2);
+        // SQLite's own write of the sequence's name is ignored: the old row stays, and the
+        // renamed table goes on from its largest rowid (the outbox has counted nothing yet).
         assert_eq!(
-            rows(&db, "SELECT name FROM sqlite_sequence ORDER BY name"),
-            ["Text(\"b\")"],
-            "the sequence renamed with its table (the outbox has counted nothing yet)"
+            rows(
+                &db,
+                "SELECT name || ':' || seq FROM sqlite_sequence ORDER BY name"
+            ),
+            ["Text(\"a:1\")", "Text(\"b:2\")"],
         );
         // The window of a rename closes with it: the sequence is the node's again.
         assert_eq!(
@@ -485,6 +520,30 @@ mod tests {
                 "UPDATE sqlite_sequence SET name = 'c' WHERE name = 'b'"
             ),
             (false, true)
+        );
+        // An ALTER prepared and never run leaves its window open until a statement starts or
+        // ends: a write of the sequence prepared in it changes nothing.
+        db.execute_batch(
+            "INSERT INTO _combd_outbox (app, name, body, next_ms) VALUES ('x', 'y', x'', 0)",
+        )
+        .unwrap();
+        {
+            let _app = AppSql::enter();
+            let never_run = db.prepare("ALTER TABLE b RENAME COLUMN w TO v").unwrap();
+            let forged = db.execute(
+                "UPDATE sqlite_sequence SET name = 'gone' WHERE name = '_combd_outbox'",
+                [],
+            );
+            assert!(forged.is_ok(), "ignored, not denied: {forged:?}");
+            drop(never_run);
+        }
+        assert!(!take_denied());
+        assert_eq!(
+            rows(
+                &db,
+                "SELECT seq FROM sqlite_sequence WHERE name = '_combd_outbox'"
+            ),
+            ["Integer(1)"]
         );
         let _ = std::fs::remove_dir_all(dir);
     }

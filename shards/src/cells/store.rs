@@ -262,6 +262,7 @@ pub(crate) mod watch {
             let ns = unsafe { *(x as *const i64) };
             SQL_SPENT.with(|s| s.set(s.get() + Duration::from_nanos(ns.max(0) as u64)));
             STMT_START.with(|s| s.set(None));
+            crate::cells::sandbox::statement_ends();
         } else {
             STMT_START.with(|s| s.set(Some(Instant::now())));
             // SAFETY: for SQLITE_TRACE_STMT, P is the statement and X its text (NUL-ended,
