@@ -394,10 +394,11 @@ pub const WASM_TEXT_MAX_BYTES: usize = 1024 * 1024;
 pub const WASM_CALL_DEADLINE: Duration =
     Duration::from_millis(2 * HOST_TIME_LIMIT.as_millis() as u64);
 /// The wall time of a module's `topic()`, which runs on the session's shard at attach (not on
-/// a blocking thread): two epoch ticks, so a topic cannot hold a shard's loop past a turn's
-/// overrun or so, whatever it loops on. Past it the attach is refused.
+/// a blocking thread): five epoch ticks, so a topic cannot hold a shard's loop for long
+/// whatever it loops on (its fuel, `WASM_TOPIC_TICKS`, is about a millisecond; the rest is
+/// room for the thread being descheduled on a busy machine). Past it the attach is refused.
 pub const WASM_TOPIC_DEADLINE: Duration =
-    Duration::from_millis(2 * WASM_EPOCH_TICK.as_millis() as u64);
+    Duration::from_millis(5 * WASM_EPOCH_TICK.as_millis() as u64);
 /// How often the epoch of the engine modules run on advances (one thread a node, a tick each
 /// time): the resolution of [`WASM_CALL_DEADLINE`] and [`WASM_TOPIC_DEADLINE`].
 pub const WASM_EPOCH_TICK: Duration = Duration::from_millis(10);
