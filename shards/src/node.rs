@@ -166,12 +166,12 @@ impl Node {
             None => None,
         };
         let alarms = Arc::new(
-            crate::alarms::AlarmIndex::open(&settings.data_dir.join("alarms.sqlite"), n).map_err(
-                |message| StartError::Setting {
+            crate::alarms::AlarmIndex::open(&settings.data_dir, n).map_err(|message| {
+                StartError::Setting {
                     setting: "COMBD_DATA",
                     message: format!("cannot open the alarm index: {message}"),
-                },
-            )?,
+                }
+            })?,
         );
         let bound = bind_all(&settings, n)?;
         let (shard_wakers, wake_fds) = wake_sockets(n)?;

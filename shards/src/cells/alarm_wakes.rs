@@ -53,6 +53,12 @@ impl AlarmWakes {
     /// [`ALARM_WAKES_PER_TICK`] objects are being woken) and wakes each object found.
     pub fn tick(&self, cells: &Rc<Cells>) {
         self.sweep(cells);
+        let syncs = cells.state.node().alarms.syncs(cells.state.id());
+        cells
+            .state
+            .stats()
+            .alarm_index_syncs
+            .store(syncs, Ordering::Relaxed);
         let room = ALARM_WAKES_PER_TICK.saturating_sub(self.waking.borrow().len());
         if self.reading.get() || room == 0 {
             return;
@@ -98,7 +104,7 @@ impl AlarmWakes {
                 waking.borrow_mut().insert(key.clone());
                 // Taken before the wake: a refused wake postpones the entry only if no call
                 // lowered it since.
-                let mark = node.alarms.mark();
+                let mark = node.alarms.mark(shard);
                 let (tx, rx) = async_channel::bounded(1);
                 cells.submit(&app, &w.name, Job::alarms(tx));
                 ShardStats::add(&cells.state.stats().alarm_wakes, 1);
@@ -204,10 +210,10 @@ impl Cells {
     async fn postpone_alarms(&self, app: &str, name: &str, mark: u64) {
         ShardStats::add(&self.state.stats().alarm_wakes_refused, 1);
         let index = self.state.node().alarms.clone();
-        let (app, name) = (app.to_string(), name.to_string());
+        let (app, name, shard) = (app.to_string(), name.to_string(), self.state.id());
         let until = alarms::now_ms() + combd_kernel::limits::ALARM_WAKE_RETRY_MS;
         let r = glommio::executor()
-            .spawn_blocking(move || index.postpone(&app, &name, until, mark))
+            .spawn_blocking(move || index.postpone(&app, &name, shard, until, mark))
             .await;
         if let Err(e) = r {
             tracing::warn!("cannot update the alarm index: {e}");
@@ -239,9 +245,9 @@ impl Cells {
         let next = said["next_ms"].as_u64();
         let (count, mark) = (n("count"), said["mark"].as_u64().unwrap_or(mark));
         let index = self.state.node().alarms.clone();
-        let (app, name) = (app.to_string(), name.to_string());
+        let (app, name, shard) = (app.to_string(), name.to_string(), self.state.id());
         let settled = glommio::executor()
-            .spawn_blocking(move || index.settle(&app, &name, next, count, mark))
+            .spawn_blocking(move || index.settle(&app, &name, shard, next, count, mark))
             .await;
         if let Err(e) = settled {
             tracing::warn!("cannot update the alarm index: {e}");

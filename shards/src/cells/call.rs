@@ -310,8 +310,10 @@ pub(super) fn call<T>(
             // Dropping the transaction rolls it back: the scratch database stays as new.
             return Err(AppError::new(500, "wrote on the scratch database"));
         }
-        // An alarm set: the node's index learns it, synced, before the commit makes it real
-        // (`crate::alarms`); if it cannot, the call fails and sets nothing.
+        // An alarm set: the index of the object's shard learns it, durably (a sync shared with
+        // the shard's other lowers waiting, or none if the entry is due by then already),
+        // before the commit makes it real (`crate::alarms`); if it cannot, the call fails and
+        // sets nothing.
         if let (Some(at), Some(index)) = (budget.alarm_set, target.alarms) {
             let (_, count) = {
                 let _node = sandbox::NodeSql::enter();

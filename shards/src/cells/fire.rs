@@ -153,7 +153,7 @@ fn fire(
         send_heads(db, now, result)?;
     }
     // Taken as what remains is read: a call that lowers the index after it wins.
-    let mark = target.alarms.map_or(0, |ix| ix.mark());
+    let mark = target.alarms.map_or(0, |ix| ix.mark(target.shard));
     let (next, count) = {
         let _node = NodeSql::enter();
         alarms::remaining(db)?

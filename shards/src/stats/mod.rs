@@ -159,6 +159,10 @@ pub struct ShardStats {
     /// Messages between objects sent (each delivery, a resend included).
     pub object_messages_sent: AtomicU64,
     /// Messages between objects taken by their receiver (each exactly once).
+    /// Synced commits of the shard's alarm index (one for every lower of the shard waiting by
+    /// then; none for an alarm later than what its object's entry already says), as of the
+    /// shard's last housekeeping tick.
+    pub alarm_index_syncs: AtomicU64,
     pub object_messages_taken: AtomicU64,
     /// Messages between objects delivered again and recognised as taken before.
     pub object_messages_taken_again: AtomicU64,
@@ -358,6 +362,7 @@ impl ShardStats {
             ("object_messages_taken", "combd_object_messages_taken_total", Counter, "Messages between objects taken by their receiver, each once.", g(&self.object_messages_taken)),
             ("object_messages_taken_again", "combd_object_messages_taken_again_total", Counter, "Messages between objects delivered again and recognised as taken before.", g(&self.object_messages_taken_again)),
             ("batches", "combd_batches_total", Counter, "Batches run.", g(&self.batches)),
+            ("alarm_index_syncs", "combd_alarm_index_syncs_total", Counter, "Synced commits of the shard's alarm index (a group of lowers shares one), as of its last tick.", g(&self.alarm_index_syncs)),
             ("batch_max", "combd_batch_max", Gauge, "The largest batch.", g(&self.batch_max)),
             ("wal_syncs", "combd_wal_syncs_total", Counter, "WAL syncs made before answering.", g(&self.wal_syncs)),
             ("sync_group_max", "combd_sync_group_max", Gauge, "The most batches that shared one WAL sync.", g(&self.sync_group_max)),
