@@ -74,6 +74,26 @@ pub const OBJECT_MESSAGE_MAX_BYTES: usize = 64 * 1024;
 /// make a sender grow without bound.
 pub const OUTBOX_MAX: usize = 10_000;
 
+/// The reminder app's (`src/apps/reminder.rs`) bounds, here so `/stats` shows them. Most
+/// reminders an object holds pending: past it a new one is refused (`507 too many
+/// reminders`). Under [`ALARMS_PER_OBJECT_MAX`], so the app says it before the alarm table
+/// does.
+pub const REMINDERS_PENDING_MAX: usize = 2_000;
+
+/// Most reminders one client (an IPv4 address, an IPv6 /64; `combd_kernel::fair::ClientKey`)
+/// holds pending on one object: past it a new one from that client is refused (`429`), so one
+/// address fills at most a quarter of an object's [`REMINDERS_PENDING_MAX`].
+pub const REMINDERS_PER_CLIENT_MAX: usize = 500;
+
+/// Fired reminders an object keeps (the newest): the older are deleted in the transaction
+/// that fires a new one, so fired reminders do not grow an object without bound.
+pub const REMINDERS_FIRED_KEPT: usize = 100;
+
+/// Largest reminder list a `GET` answers, in bytes of JSON: the pending (earliest first), then
+/// the fired (newest first), as many as fit, and `"more":true` when some were left out. At
+/// 1 KiB a text escaped up to six times, 1,000 of each made one GET answer 12.4 MB.
+pub const REMINDER_LIST_MAX_BYTES: usize = 512 * 1024;
+
 /// Most header fields an app sees of a request (those it declares), and most an app's answer
 /// may set: what a session keeps of its upgrade, and what an answer adds to a response, stay
 /// small. A page's cookies, a redirect, caching and a few of its own are well within it.
