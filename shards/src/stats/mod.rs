@@ -156,13 +156,13 @@ pub struct ShardStats {
     pub alarm_wakes: AtomicU64,
     /// Wakes refused or unanswered (the object is woken again later).
     pub alarm_wakes_refused: AtomicU64,
-    /// Messages between objects sent (each delivery, a resend included).
-    pub object_messages_sent: AtomicU64,
-    /// Messages between objects taken by their receiver (each exactly once).
     /// Synced commits of the shard's alarm index (one for every lower of the shard waiting by
     /// then; none for an alarm later than what its object's entry already says), as of the
     /// shard's last housekeeping tick.
     pub alarm_index_syncs: AtomicU64,
+    /// Messages between objects sent (each delivery, a resend included).
+    pub object_messages_sent: AtomicU64,
+    /// Messages between objects taken by their receiver (each exactly once).
     pub object_messages_taken: AtomicU64,
     /// Messages between objects delivered again and recognised as taken before.
     pub object_messages_taken_again: AtomicU64,
@@ -358,11 +358,11 @@ impl ShardStats {
             ("alarm_late_ms_max", "combd_alarm_late_ms_max", Gauge, "The latest an alarm fired past its time, in milliseconds.", g(&self.alarm_late_ms_max)),
             ("alarm_wakes", "combd_alarm_wakes_total", Counter, "Objects woken for their due alarms.", g(&self.alarm_wakes)),
             ("alarm_wakes_refused", "combd_alarm_wakes_refused_total", Counter, "Wakes refused or unanswered; the object is woken again after alarm_wake_retry_ms.", g(&self.alarm_wakes_refused)),
+            ("alarm_index_syncs", "combd_alarm_index_syncs_total", Counter, "Synced commits of the shard's alarm index (a group of lowers shares one), as of its last tick.", g(&self.alarm_index_syncs)),
             ("object_messages_sent", "combd_object_messages_sent_total", Counter, "Messages between objects sent (a resend counted again).", g(&self.object_messages_sent)),
             ("object_messages_taken", "combd_object_messages_taken_total", Counter, "Messages between objects taken by their receiver, each once.", g(&self.object_messages_taken)),
             ("object_messages_taken_again", "combd_object_messages_taken_again_total", Counter, "Messages between objects delivered again and recognised as taken before.", g(&self.object_messages_taken_again)),
             ("batches", "combd_batches_total", Counter, "Batches run.", g(&self.batches)),
-            ("alarm_index_syncs", "combd_alarm_index_syncs_total", Counter, "Synced commits of the shard's alarm index (a group of lowers shares one), as of its last tick.", g(&self.alarm_index_syncs)),
             ("batch_max", "combd_batch_max", Gauge, "The largest batch.", g(&self.batch_max)),
             ("wal_syncs", "combd_wal_syncs_total", Counter, "WAL syncs made before answering.", g(&self.wal_syncs)),
             ("sync_group_max", "combd_sync_group_max", Gauge, "The most batches that shared one WAL sync.", g(&self.sync_group_max)),
