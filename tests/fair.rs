@@ -262,3 +262,66 @@ fn trickled_bodies_from_one_address_hold_its_share_of_the_inbound_budget() {
     assert_eq!(r[0].status, 200, "{}", r[0].text());
     drop(trickling);
 }
+
+/// WebSockets of one address that never read, on a busy topic, filled the shard's outbound
+/// budget, and the node closed whichever session's frame came next past it — an honest viewer's
+/// too. Now the address's sessions hold its share of the budget (past it they resync), and the
+/// honest viewer beside them gets every message.
+#[test]
+fn non_reading_websockets_of_one_address_hold_its_share_of_the_outbound_budget() {
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_TEST_APPS", "on"),
+        ("COMBD_OUTBOUND_BUDGET", "4M"),
+        ("COMBD_SQLITE_SYNC", "normal"),
+    ]);
+    let host = format!("127.0.0.2:{}", node.port);
+    // 20 viewers of `limits/busy` that read nothing (a 4 KiB receive buffer).
+    let _never: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let sock =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            sock.set_recv_buffer_size(4096).unwrap();
+            sock.bind(&std::net::SocketAddr::from((ATTACKER, 0)).into())
+                .unwrap();
+            sock.connect(&node.public().into()).unwrap();
+            let mut s: TcpStream = sock.into();
+            s.set_read_timeout(Some(WAIT)).unwrap();
+            upgrade_raw(&mut s, "/o/limits/busy", &host);
+            s
+        })
+        .collect();
+    let url = format!("ws://{host}/o/limits/busy");
+    let (mut honest, _) = tungstenite::client(url.as_str(), connect_from(HONEST, node.public()))
+        .expect("the honest viewer's handshake");
+    wait_stats(&node, "every viewer attached", |s| s["sessions"] == 21);
+    // Ten broadcasts of four 100 kB messages: 4 MB to each viewer, 84 MB in all.
+    const ROUNDS: usize = 10;
+    const EACH: usize = 4;
+    let send = "POST /o/limits/busy?do=sends&n=4&size=100000 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    let mut got = 0;
+    for _ in 0..ROUNDS {
+        assert_eq!(request(node.local(), send.as_bytes()).status, 200);
+        while got < ROUNDS * EACH {
+            match honest.read().expect("the honest viewer was closed") {
+                tungstenite::Message::Text(t) => {
+                    assert_eq!(t.len(), 100_000);
+                    got += 1;
+                }
+                tungstenite::Message::Close(c) => panic!("the honest viewer was closed: {c:?}"),
+                _ => continue,
+            }
+            if got % EACH == 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(got, ROUNDS * EACH, "every message reached the honest viewer");
+    let s = node.stats();
+    assert_eq!(figure(&s, "outbound_budget_closed"), 0, "{s}");
+    assert!(figure(&s, "session_share_resyncs") >= 1, "{s}");
+    assert!(
+        figure(&s, "outbound_bytes_max") <= 4 * 1024 * 1024 / 10 + 2 * 100_000 + 200_000,
+        "the attacker's sessions held about their share and the honest viewer's frames: {s}"
+    );
+}

@@ -13,6 +13,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::{SESSION_MAILBOX, SESSION_MAILBOX_BEHIND, WS_SLOW_CLOSE_BYTES};
 
 use crate::app::SessionId;
@@ -23,6 +24,9 @@ use crate::stats::ShardStats;
 use crate::ws::OutFrame;
 
 mod direct;
+pub(crate) mod tally;
+
+use tally::{ClientTallies, ClientTally};
 
 /// Why the node closes a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +64,9 @@ pub(crate) struct Waiting {
     /// Bytes waiting on the whole shard, and the shard's outbound budget.
     pub shard_bytes: u64,
     pub shard_budget: u64,
+    /// The frame keeps the session's client within its share of the shard's outbound budget
+    /// (every session of the client on the shard together).
+    pub client_within_share: bool,
     /// How long the session has had bytes waiting with none taken, and
     /// `COMBD_WS_SLOW_TIMEOUT`.
     pub stuck_for: Duration,
@@ -67,13 +74,14 @@ pub(crate) struct Waiting {
 }
 
 /// Decides what happens to a frame of `len` bytes: a session with too much waiting, or
-/// waiting too long, is closed, never the node; a full mailbox makes the session resync.
+/// waiting too long, is closed, never the node; a full mailbox, or a client past its share of
+/// the shard's outbound budget (its sessions that do not read), makes the session resync.
 pub(crate) fn decide(w: Waiting, len: u64) -> Delivery {
     if w.session_bytes + len > WS_SLOW_CLOSE_BYTES || w.stuck_for > w.slow_timeout {
         Delivery::Close(CloseWhy::Slow)
     } else if w.shard_bytes + len > w.shard_budget {
         Delivery::Close(CloseWhy::OutboundBudget)
-    } else if w.frames >= w.frames_max {
+    } else if w.frames >= w.frames_max || !w.client_within_share {
         Delivery::Resync
     } else {
         Delivery::Queue
@@ -95,8 +103,10 @@ struct SessionCell {
     /// What the node saw of its upgrade, for its whole life (a resync attaches with it again).
     caller: Arc<crate::app::Caller>,
     /// Bytes waiting for the client: the mailbox's, and those being written, until the
-    /// kernel has taken them.
+    /// kernel has taken them ([`SessionCell::add_waiting`], [`SessionCell::release_waiting`]).
     waiting_bytes: u64,
+    /// Its client's bytes waiting on this shard, every session of it together.
+    tally: Rc<ClientTally>,
     /// Why the node closes this session. Its mail is dropped at once; the connection closes
     /// when it next runs.
     closing: Option<CloseWhy>,
@@ -113,6 +123,25 @@ struct SessionCell {
     cut: bool,
 }
 
+impl SessionCell {
+    /// Counts `n` more bytes waiting for the session's client: its own, its client's on the
+    /// shard, and the shard's outbound bytes.
+    fn add_waiting(&mut self, state: &ShardState, n: u64) {
+        self.waiting_bytes += n;
+        self.tally.add(n);
+        state.add_outbound(n);
+    }
+
+    /// `n` of the bytes waiting for the session were written or dropped (at most what
+    /// waits), given back to its client's tally and the shard's outbound bytes.
+    fn release_waiting(&mut self, state: &ShardState, n: u64) {
+        let b = n.min(self.waiting_bytes);
+        self.waiting_bytes -= b;
+        self.tally.release(b);
+        state.release_outbound(b);
+    }
+}
+
 /// An object's key and one of its topics.
 type TopicKey = (String, String);
 
@@ -124,6 +153,8 @@ pub(crate) struct Sessions {
     map: RefCell<HashMap<u64, Box<SessionCell>>>,
     topics: RefCell<HashMap<Rc<TopicKey>, HashSet<u64>>>,
     next: Cell<u64>,
+    /// What each client's sessions have waiting, against its share of the outbound budget.
+    tallies: RefCell<ClientTallies>,
 }
 
 impl Sessions {
@@ -133,14 +164,18 @@ impl Sessions {
             map: RefCell::new(HashMap::new()),
             topics: RefCell::new(HashMap::new()),
             next: Cell::new(0),
+            tallies: RefCell::new(ClientTallies::default()),
         }
     }
 
-    /// A new session of the connection parked in `slot`, attached to object `key` with
-    /// `query` (and `client`, if its token named one) and subscribed to `topic`.
+    /// A new session of the connection parked in `slot` (of the client `asker`), attached
+    /// to object `key` with `query` (and `client`, if its token named one) and subscribed to
+    /// `topic`.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         &self,
         slot: usize,
+        asker: ClientKey,
         key: String,
         topic: String,
         query: Option<String>,
@@ -165,6 +200,7 @@ impl Sessions {
                 slot,
                 mail: VecDeque::new(),
                 waiting_bytes: 0,
+                tally: self.tallies.borrow_mut().of(asker),
                 closing: None,
                 missed: false,
                 stuck_since: None,
@@ -186,7 +222,9 @@ impl Sessions {
             return;
         };
         ShardStats::sub(&self.state.stats().sessions, 1);
-        self.state.release_outbound(s.waiting_bytes);
+        let mut s = s;
+        s.release_waiting(&self.state, s.waiting_bytes);
+        self.tallies.borrow_mut().session_ended(s.tally.clone());
         let mut topics = self.topics.borrow_mut();
         if let Some(set) = topics.get_mut(&*s.topic) {
             set.remove(&id);
@@ -250,9 +288,7 @@ impl Sessions {
     /// The kernel took `bytes` of a session's output.
     pub fn written(&self, id: u64, bytes: u64) {
         if let Some(s) = self.map.borrow_mut().get_mut(&id) {
-            let b = bytes.min(s.waiting_bytes);
-            s.waiting_bytes -= b;
-            self.state.release_outbound(b);
+            s.release_waiting(&self.state, bytes);
             s.stuck_since = (s.waiting_bytes > 0).then(Instant::now);
         }
     }
@@ -318,8 +354,7 @@ impl Sessions {
         let keep = usize::from(s.cut && !s.mail.is_empty());
         let dropped = (s.mail.len() - keep) as u64;
         let queued: u64 = s.mail.drain(keep..).map(|f| f.plain().len() as u64).sum();
-        s.waiting_bytes -= queued.min(s.waiting_bytes);
-        self.state.release_outbound(queued);
+        s.release_waiting(&self.state, queued);
         dropped
     }
 
@@ -360,20 +395,28 @@ impl Sessions {
                 session_bytes: s.waiting_bytes,
                 shard_bytes: self.state.outbound(),
                 shard_budget: self.state.node().outbound_budget_bytes,
+                client_within_share: s.tally.admits(
+                    self.state.settings().shares(),
+                    self.state.outbound(),
+                    self.state.node().outbound_budget_bytes,
+                    len,
+                ),
                 stuck_for: s.stuck_since.map_or(Duration::ZERO, |t| t.elapsed()),
                 slow_timeout: self.state.settings().ws_slow_timeout,
             };
             match decide(waiting, len) {
                 Delivery::Queue => {
                     s.mail.push_back(frame);
-                    s.waiting_bytes += len;
+                    s.add_waiting(&self.state, len);
                     s.stuck_since.get_or_insert_with(Instant::now);
-                    self.state.add_outbound(len);
                 }
                 Delivery::Resync => {
                     // The new frame is dropped with what waits.
                     let dropped = 1 + self.drop_mail(s);
                     ShardStats::add(&stats.session_mailbox_dropped, dropped);
+                    if !waiting.client_within_share {
+                        ShardStats::add(&stats.session_share_resyncs, 1);
+                    }
                     s.missed = true;
                 }
                 Delivery::Close(why) => {
@@ -466,6 +509,7 @@ mod tests {
             session_bytes: 0,
             shard_bytes: 0,
             shard_budget: 1 << 30,
+            client_within_share: true,
             stuck_for: Duration::ZERO,
             slow_timeout: Duration::from_secs(30),
         }
@@ -502,6 +546,12 @@ mod tests {
             ..waiting()
         };
         assert_eq!(decide(spent, 1), Delivery::Close(CloseWhy::OutboundBudget));
+        // A client past its share of the budget: its session resyncs, it is not closed.
+        let hog = Waiting {
+            client_within_share: false,
+            ..waiting()
+        };
+        assert_eq!(decide(hog, 1), Delivery::Resync);
         // Closing wins over dropping: a slow reader with a full mailbox is closed.
         assert_eq!(
             decide(

@@ -66,6 +66,7 @@ impl Conn {
             let slot = self.waker.index();
             let session = self.cells.sessions().open(
                 slot,
+                self.asker(&up.caller),
                 key,
                 topic,
                 up.query.clone(),

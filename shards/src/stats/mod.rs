@@ -141,6 +141,9 @@ pub struct ShardStats {
     /// Messages dropped for a session (its mailbox full, or its shard behind, or another shard
     /// could not reach it); each drop makes the session resync.
     pub session_mailbox_dropped: AtomicU64,
+    /// Sessions resynced because their client's sessions on the shard held its share of the
+    /// outbound budget (`COMBD_CLIENT_SHARE_MAX_PERCENT`).
+    pub session_share_resyncs: AtomicU64,
     /// Deliveries and broadcasts dropped because another shard's inbox was full.
     pub cross_shard_dropped: AtomicU64,
     /// Sends to a session of another life of the node, dropped (an id kept from before a
@@ -351,6 +354,7 @@ impl ShardStats {
             ("restores_active_max", "combd_restores_active_max", Gauge, "The most objects opened at once.", g(&self.restores_active_max)),
             ("mailbox_refused", "combd_mailbox_refused_total", Counter, "Inputs refused at a full mailbox.", g(&self.mailbox_refused)),
             ("session_mailbox_dropped", "combd_session_mailbox_dropped_total", Counter, "Messages dropped at a full session mailbox.", g(&self.session_mailbox_dropped)),
+            ("session_share_resyncs", "combd_session_share_resyncs_total", Counter, "Sessions resynced because their client's sessions held its share of the outbound budget.", g(&self.session_share_resyncs)),
             ("cross_shard_dropped", "combd_cross_shard_dropped_total", Counter, "Deliveries dropped at a full shard inbox.", g(&self.cross_shard_dropped)),
             ("sends_to_other_lives", "combd_sends_to_other_lives_total", Counter, "Sends to a session id of another life of the node, dropped.", g(&self.sends_to_other_lives)),
             ("alarms_fired", "combd_alarms_fired_total", Counter, "Alarms fired (their handler committed).", g(&self.alarms_fired)),

@@ -70,9 +70,7 @@ impl Sessions {
         ShardStats::add(&stats.ws_sends, 1);
         ShardStats::add(&stats.ws_direct_sends, 1);
         ShardStats::add(&stats.bytes_out, n as u64);
-        let b = (n as u64).min(s.waiting_bytes);
-        s.waiting_bytes -= b;
-        self.state.release_outbound(b);
+        s.release_waiting(&self.state, n as u64);
         s.stuck_since = (s.waiting_bytes > 0).then(Instant::now);
         // Off the mail: what was sent whole, counted as messages; a frame sent in part becomes
         // its rest.
