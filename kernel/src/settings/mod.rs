@@ -294,21 +294,27 @@ impl Settings {
         Ok((command, settings))
     }
 
+    /// A client's share's floor (`COMBD_CLIENT_SHARE_MIN_PERCENT`) may not exceed its cap.
+    fn check_shares(&self) -> Result<(), ConfigError> {
+        if self.client_share_min_percent <= self.client_share_max_percent {
+            return Ok(());
+        }
+        Err(err(
+            "COMBD_CLIENT_SHARE_MIN_PERCENT",
+            format!(
+                "is {} but COMBD_CLIENT_SHARE_MAX_PERCENT is {}: the floor of a share cannot be \
+                 over its cap",
+                self.client_share_min_percent, self.client_share_max_percent
+            ),
+        ))
+    }
+
     /// The checks between settings, once each parsed: the TLS listener and the fleet's
     /// address each need a port other than `COMBD_LISTEN`'s, a fleet node's `COMBD_DB_MAX` is
     /// at most what it restores, the ClientHello's timeout may not exceed the handshake's, and
     /// a client's share's floor may not exceed its cap.
     fn check_relations(&self) -> Result<(), ConfigError> {
-        if self.client_share_min_percent > self.client_share_max_percent {
-            return Err(err(
-                "COMBD_CLIENT_SHARE_MIN_PERCENT",
-                format!(
-                    "is {} but COMBD_CLIENT_SHARE_MAX_PERCENT is {}: the floor of a share cannot \
-                     be over its cap",
-                    self.client_share_min_percent, self.client_share_max_percent
-                ),
-            ));
-        }
+        self.check_shares()?;
         let listen = self.listen;
         if let Some(t) = self.tls.as_ref().filter(|t| t.listen.port() != 0) {
             if t.listen.port() == listen.port() {

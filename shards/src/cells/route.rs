@@ -226,13 +226,7 @@ impl Cells {
                     Reply::Http(reply),
                     Some(_),
                     Some(_),
-                ) => passing.push(Passing {
-                    what: Pass::request(input),
-                    reply,
-                    hold: job.hold,
-                    asker: job.asker,
-                    answers: self.state.node().pools.answers.clone(),
-                }),
+                ) => passing.push(self.passing(Pass::request(input), reply, job.hold, job.asker)),
                 (
                     Owned::FromObject {
                         app,
@@ -244,17 +238,11 @@ impl Cells {
                     Reply::Http(reply),
                     Some(_),
                     Some(_),
-                ) => passing.push(Passing {
-                    what: Pass::Message {
-                        from: format!("{app}/{name}"),
-                        id,
-                        body,
-                    },
-                    reply,
-                    hold: job.hold,
-                    asker: job.asker,
-                    answers: self.state.node().pools.answers.clone(),
-                }),
+                ) => {
+                    let from = format!("{app}/{name}");
+                    let what = Pass::Message { from, id, body };
+                    passing.push(self.passing(what, reply, job.hold, job.asker));
+                }
                 (Owned::Alarms, Reply::Http(reply), Some(owner), Some(_)) => {
                     // Its owner fires its alarms: this node's alarm index lets it go.
                     let _ = reply.try_send(crate::http::Response::json(
@@ -276,11 +264,41 @@ impl Cells {
                 (_, reply, _, _) => self.refuse_job_reply(reply, refusal),
             }
         }
-        let (Some(owner), Some(fleet), false) = (owner, fleet, passing.is_empty()) else {
-            return;
-        };
+        if let (Some(owner), Some(fleet)) = (owner, fleet) {
+            self.pass_all(key, &owner, &fleet, passing).await;
+        }
+    }
+
+    /// `what` to pass on, answered on `reply`, its input's bytes held by `hold` until then, its
+    /// answer reserved for `asker`.
+    fn passing(
+        &self,
+        what: Pass,
+        reply: async_channel::Sender<crate::http::Response>,
+        hold: Option<crate::inbound::Hold>,
+        asker: ClientKey,
+    ) -> Passing {
+        let answers = self.state.node().pools.answers.clone();
+        Passing {
+            what,
+            reply,
+            hold,
+            asker,
+            answers,
+        }
+    }
+
+    /// Passes each of `passing` on to `owner` at once and waits for them; an owner that
+    /// answered one (not 503) is remembered as `key`'s route.
+    async fn pass_all(
+        self: &Rc<Self>,
+        key: &str,
+        owner: &str,
+        fleet: &Arc<crate::fleet::Fleet>,
+        passing: Vec<Passing>,
+    ) {
         let forwards = passing.into_iter().map(|p| {
-            let (fleet, owner, key) = (fleet.clone(), owner.clone(), key.to_string());
+            let (fleet, owner, key) = (fleet.clone(), owner.to_string(), key.to_string());
             self.state
                 .spawn(async move { p.go(&fleet, &owner, &key).await != 503 })
         });
@@ -292,7 +310,7 @@ impl Cells {
             // The owner serves it: the next requests for the object go there without a cell (not
             // an owner that could not be reached: those ask etcd again, so the first one after
             // its lease lapsed claims the object).
-            self.route_to(key, &owner);
+            self.route_to(key, owner);
         }
     }
 
@@ -331,13 +349,7 @@ impl Cells {
             } => {
                 fleet.count_routed();
                 let (cells, key) = (self.clone(), key.to_string());
-                let p = Passing {
-                    what: Pass::request(input),
-                    reply,
-                    hold,
-                    asker,
-                    answers: self.state.node().pools.answers.clone(),
-                };
+                let p = self.passing(Pass::request(input), reply, hold, asker);
                 let task = self.state.spawn(async move {
                     if p.go(&fleet, &owner, &key).await == 503 {
                         cells.forget_route(&key);

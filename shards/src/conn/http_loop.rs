@@ -99,6 +99,16 @@ enum Clock {
     Idle(u64),
 }
 
+impl Clock {
+    /// When the wait it times ends: the request's head timeout, or the idle timeout.
+    fn deadline(&self, header_timeout: Duration, idle_timeout: Duration) -> u64 {
+        match *self {
+            Clock::Request(t) => t.saturating_add(header_timeout.as_millis() as u64),
+            Clock::Idle(t) => t.saturating_add(idle_timeout.as_millis() as u64),
+        }
+    }
+}
+
 impl Conn {
     /// The HTTP/1.1 loop. Returns when the connection is to close, or after an upgrade (with
     /// `self.upgraded` set).
@@ -157,23 +167,28 @@ impl Conn {
                 self.settle(&mut pipeline, &mut out).await;
                 return self.flush_and_close(&mut out).await;
             }
-            // Back-pressure: past the bytes of responses a connection may hold, the ones owed
-            // are waited for and everything is written before the next request is answered.
-            // A client that reads nothing then stops the loop here, holding at most that.
-            let held = out.len() + pipeline.written;
-            self.note_held(held);
-            if held >= limits::PIPELINE_HELD_MAX_BYTES {
-                ShardStats::add(&self.stats().pipeline_held_waits, 1);
-                self.settle(&mut pipeline, &mut out).await;
-                if self.flush(&mut out).await.is_err() {
-                    return;
-                }
-                pipeline.reserved.clear();
+            if self.hold_back(&mut pipeline, &mut out).await.is_err() {
+                return;
             }
             if !pipelined {
                 clock = Clock::Idle(self.state().now_ms());
             }
         }
+    }
+
+    /// Back-pressure: past the bytes of responses a connection may hold, the ones owed are
+    /// waited for and everything is written before the next request is answered. A client that
+    /// reads nothing then stops the loop here, holding at most that. `Err`: the write failed.
+    async fn hold_back(&mut self, pipeline: &mut Pipeline, out: &mut Vec<u8>) -> Result<(), ()> {
+        let held = out.len() + pipeline.written;
+        self.note_held(held);
+        if held >= limits::PIPELINE_HELD_MAX_BYTES {
+            ShardStats::add(&self.stats().pipeline_held_waits, 1);
+            self.settle(pipeline, out).await;
+            self.flush(out).await.map_err(|_| ())?;
+            pipeline.reserved.clear();
+        }
+        Ok(())
     }
 
     /// Reads until a complete head is in `inbuf`, settling the pipeline and writing what `out`
@@ -233,10 +248,7 @@ impl Conn {
                 return None;
             }
             pipeline.reserved.clear();
-            let deadline = match clock {
-                Clock::Request(t) => t.saturating_add(header_timeout.as_millis() as u64),
-                Clock::Idle(t) => t.saturating_add(idle_timeout.as_millis() as u64),
-            };
+            let deadline = clock.deadline(header_timeout, idle_timeout);
             if let (Clock::Request(started), false) = (&*clock, self.inbuf.is_empty()) {
                 self.pace_if_slow(*started, true, deadline).await;
             }
@@ -387,33 +399,13 @@ impl Conn {
     ) -> Next {
         let head_only = req.method == "HEAD";
         let bytes_in = head.len as u64 + head.body_len;
-        // What comes from the fleet (the fleet listener takes nothing else, and the mark that
-        // a request was passed on is believed only so) is signed with the fleet key.
-        let from_fleet = match &self.state().node().fleet {
-            Some(fleet)
-                if self.on_fleet_listener()
-                    || req.header(combd_fleet::forward::FORWARDED_HEADER).is_some() =>
-            {
-                let signature = req.header(combd_fleet::auth::AUTH_HEADER);
-                let target = req.target();
-                let client = req
-                    .header(combd_fleet::forward::CLIENT_HEADER)
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .unwrap_or("");
-                let peer = self.stream.tcp().peer_addr().ok().map(|a| a.ip());
-                let peer = ClientKey::of_peer(false, peer);
-                let body = req.body;
-                if let Err(e) =
-                    fleet.authenticate(peer, signature, req.method, &target, client, body)
-                {
-                    let resp = crate::fleet::auth_refused(e);
-                    let asked = Asked::Parsed(req.method, req.path, bytes_in);
-                    self.respond(out, &resp, keep_alive, head_only, asked);
-                    return Next::Continue;
-                }
-                true
+        let from_fleet = match self.from_fleet(req) {
+            Ok(from_fleet) => from_fleet,
+            Err(resp) => {
+                let asked = Asked::Parsed(req.method, req.path, bytes_in);
+                self.respond(out, &resp, keep_alive, head_only, asked);
+                return Next::Continue;
             }
-            _ => false,
         };
         // A browser's page of another site may not open a WebSocket or change state in the
         // user's name (`combd_kernel::origins`); what the fleet passes on was checked where the
@@ -454,6 +446,32 @@ impl Conn {
                 entry: self.kept(req.method, req.path, bytes_in),
             })),
         }
+    }
+
+    /// Whether the request comes from the fleet: what does (the fleet listener takes nothing
+    /// else, and the mark that a request was passed on is believed only so) is signed with the
+    /// fleet key, within the sending node's share of the signed requests remembered. `Err`:
+    /// the refusal to answer it with.
+    fn from_fleet(&self, req: &Request<'_>) -> Result<bool, Response> {
+        let Some(fleet) = &self.state().node().fleet else {
+            return Ok(false);
+        };
+        let forwarded = req.header(combd_fleet::forward::FORWARDED_HEADER).is_some();
+        if !self.on_fleet_listener() && !forwarded {
+            return Ok(false);
+        }
+        let signature = req.header(combd_fleet::auth::AUTH_HEADER);
+        let client = req
+            .header(combd_fleet::forward::CLIENT_HEADER)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .unwrap_or("");
+        let peer = self.stream.tcp().peer_addr().ok().map(|a| a.ip());
+        let peer = ClientKey::of_peer(false, peer);
+        let target = req.target();
+        fleet
+            .authenticate(peer, signature, req.method, &target, client, req.body)
+            .map(|()| true)
+            .map_err(crate::fleet::auth_refused)
     }
 
     /// Whether the request's `Origin` may make it: checked for a WebSocket upgrade and for

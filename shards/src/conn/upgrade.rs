@@ -63,10 +63,10 @@ impl Conn {
                 }
             };
             let key = format!("{}/{}", up.app.name(), up.object);
-            let slot = self.waker.index();
+            let (slot, asker) = (self.waker.index(), self.asker(&up.caller));
             let session = self.cells.sessions().open(
                 slot,
-                self.asker(&up.caller),
+                asker,
                 key,
                 topic,
                 up.query.clone(),
@@ -83,7 +83,7 @@ impl Conn {
                 tx,
                 up.replay.is_some(),
             )
-            .asked_by(self.asker(&up.caller));
+            .asked_by(asker);
             self.cells.submit(&up.app, &up.object, job);
             match rx.recv().await {
                 Ok(Attached::Yes) => {}
@@ -105,6 +105,16 @@ impl Conn {
             }
         }
         self.count_status(101);
+        self.write_101(&up, &mut out);
+        if self.flush(&mut out).await.is_err() {
+            return None;
+        }
+        self.log_ws_open();
+        Some(up)
+    }
+
+    /// Appends the 101 that answers `up` to `out`.
+    fn write_101(&self, up: &Upgrade, out: &mut Vec<u8>) {
         out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\ndate: ");
         out.extend_from_slice(&self.state().date());
         out.extend_from_slice(
@@ -114,21 +124,16 @@ impl Conn {
             )
             .as_bytes(),
         );
-        if let Some(protocol) = up.protocol {
+        if let Some(protocol) = &up.protocol {
             out.extend_from_slice(b"sec-websocket-protocol: ");
             out.extend_from_slice(protocol.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        if let Some(negotiated) = up.deflate {
+        if let Some(negotiated) = &up.deflate {
             out.extend_from_slice(b"sec-websocket-extensions: ");
             out.extend_from_slice(negotiated.response().as_bytes());
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
-        if self.flush(&mut out).await.is_err() {
-            return None;
-        }
-        self.log_ws_open();
-        Some(up)
     }
 }

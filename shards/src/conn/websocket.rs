@@ -200,29 +200,7 @@ impl Conn {
         let stats = state.stats();
         ShardStats::add(&stats.ws_open, 1);
         let _open = Defer(|| ShardStats::sub(&stats.ws_open, 1));
-        let settings = state.settings();
-        let mut ws = Ws::new(up, settings);
-        if ws.to.deflate.is_some() {
-            ShardStats::add(&stats.ws_deflate_opened, 1);
-        }
-        let mut rate = Rate::new(settings);
-        let _ = combd_kernel::sys::set_send_buffer(&self.stream, limits::WS_SEND_BUFFER_BYTES);
-        // A plain WebSocket without permessage-deflate or access log: while it waits to read,
-        // the fan-out writes its frames itself rather than waking it (`Sessions::write_direct`).
-        if let (Some(id), crate::tls::Stream::Plain(tcp), None, None) =
-            (self.session, &self.stream, &ws.to.deflate, &self.log)
-        {
-            use std::os::fd::AsRawFd;
-            self.cells.sessions().set_direct(id, tcp.as_raw_fd());
-        }
-        // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
-        // the HTTP write stall timeout: both mean a slow reader, and end it the same way.
-        let _ = self
-            .stream
-            .tcp()
-            .set_write_timeout(Some(settings.ws_slow_timeout));
-        // Liveness: a ping every COMBD_WS_PING_INTERVAL; anything received answers it.
-        self.ping_epoch = Some(state.ping_epoch());
+        let (mut ws, mut rate) = self.start_websocket(up);
         let mut out: Vec<u8> = Vec::new();
         let close = loop {
             let mut paused = false;
@@ -279,6 +257,36 @@ impl Conn {
         ws.partial = None;
         // Boxed: a rare path whose state would otherwise size every idle WebSocket's task.
         Box::pin(self.close_with(&ws, close, out)).await;
+    }
+
+    /// The WebSocket's state at its start, and its connection set for it. Not an `async fn`:
+    /// nothing here sizes the loop's future.
+    fn start_websocket(&mut self, up: Box<Upgrade>) -> (Ws, Rate) {
+        let state = self.state().clone();
+        let settings = state.settings();
+        let ws = Ws::new(up, settings);
+        if ws.to.deflate.is_some() {
+            ShardStats::add(&state.stats().ws_deflate_opened, 1);
+        }
+        let rate = Rate::new(settings);
+        let _ = combd_kernel::sys::set_send_buffer(&self.stream, limits::WS_SEND_BUFFER_BYTES);
+        // A plain WebSocket without permessage-deflate or access log: while it waits to read,
+        // the fan-out writes its frames itself rather than waking it (`Sessions::write_direct`).
+        if let (Some(id), crate::tls::Stream::Plain(tcp), None, None) =
+            (self.session, &self.stream, &ws.to.deflate, &self.log)
+        {
+            use std::os::fd::AsRawFd;
+            self.cells.sessions().set_direct(id, tcp.as_raw_fd());
+        }
+        // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
+        // the HTTP write stall timeout: both mean a slow reader, and end it the same way.
+        let _ = self
+            .stream
+            .tcp()
+            .set_write_timeout(Some(settings.ws_slow_timeout));
+        // Liveness: a ping every COMBD_WS_PING_INTERVAL; anything received answers it.
+        self.ping_epoch = Some(state.ping_epoch());
+        (ws, rate)
     }
 
     /// Holds what the connection has of an incomplete frame or message (its `inbuf` and the

@@ -115,6 +115,11 @@ fn zero_and_garbage_fail_naming_the_setting() {
         ("COMBD_MAX_CONNS_PER_ADDRESS", "0"),
         ("COMBD_MAX_CONNS_PER_ADDRESS", "4294967296"),
         ("COMBD_ACCEPT_RATE_PER_ADDRESS", "0"),
+        ("COMBD_CLIENT_SHARE_MAX_PERCENT", "0"),
+        ("COMBD_CLIENT_SHARE_MAX_PERCENT", "101"),
+        ("COMBD_CLIENT_SHARE_MAX_PERCENT", "ten"),
+        ("COMBD_CLIENT_SHARE_MIN_PERCENT", "0"),
+        ("COMBD_CLIENT_SHARE_MIN_PERCENT", "1.5"),
         ("COMBD_HEADER_TIMEOUT", "0s"),
         ("COMBD_HEADER_TIMEOUT", "soon"),
         ("COMBD_IDLE_TIMEOUT", "5 parsecs"),
@@ -199,6 +204,29 @@ fn the_object_bounds_are_counts_and_zero_is_refused_naming_them() {
         "holding {} s of it",
         limits::OBJECT_CREATE_BURST_SECONDS
     )));
+}
+
+#[test]
+fn a_clients_share_is_in_percent_and_its_floor_is_at_most_its_cap() {
+    let s = load(&[], &[]).unwrap();
+    assert_eq!(
+        s.shares().max_percent,
+        limits::CLIENT_SHARE_MAX_PERCENT_DEFAULT
+    );
+    assert_eq!(
+        s.shares().min_percent,
+        limits::CLIENT_SHARE_MIN_PERCENT_DEFAULT
+    );
+    let s = load(&[("COMBD_CLIENT_SHARE_MAX_PERCENT", "100%")], &[]).unwrap();
+    assert_eq!(s.client_share_max_percent, 100);
+    let s = load(&[], &["--client-share-min-percent", "10"]).unwrap();
+    assert_eq!(s.client_share_min_percent, 10);
+    let e = load(&[("COMBD_CLIENT_SHARE_MIN_PERCENT", "11")], &[]).unwrap_err();
+    assert_eq!(e.setting, "COMBD_CLIENT_SHARE_MIN_PERCENT", "{e}");
+    assert!(
+        e.message.contains("COMBD_CLIENT_SHARE_MAX_PERCENT is 10"),
+        "{e}"
+    );
 }
 
 #[test]
