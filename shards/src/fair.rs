@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use combd_kernel::fair::{Admit, ClientKey, PoolLevel, Shares};
+use combd_kernel::limits::FLEET_LOOKUPS_MAX;
 
 use crate::stats::{Field, Kind};
 
@@ -33,16 +34,20 @@ pub enum Pool {
     /// Bytes of clients' input held on a shard past each connection's floor (the shard's
     /// inbound budget, `crate::inbound`): bodies being read and inputs waiting to run.
     Inbound,
+    /// In a fleet: a shard's reads of an object's owner in etcd on their way
+    /// (`FLEET_LOOKUPS_MAX`), each counted to the client whose request started it.
+    Lookups,
 }
 
 impl Pool {
     /// Every pool, in the order `/stats` lists them.
-    pub const ALL: [Pool; 5] = [
+    pub const ALL: [Pool; 6] = [
         Pool::Objects,
         Pool::Handshakes,
         Pool::Answers,
         Pool::Creations,
         Pool::Inbound,
+        Pool::Lookups,
     ];
 
     /// Its name in `/stats` (`fair.<name>`) and `/metrics` (`pool="<name>"`).
@@ -53,6 +58,7 @@ impl Pool {
             Pool::Answers => "answer_bytes",
             Pool::Creations => "object_creations",
             Pool::Inbound => "inbound_bytes",
+            Pool::Lookups => "fleet_lookups",
         }
     }
 }
@@ -283,6 +289,8 @@ pub struct Pools {
     pub creations: Vec<Arc<Ledger>>,
     /// Per shard: clients' input held past their connections' floors (the inbound budget).
     pub inbound: Vec<Arc<Ledger>>,
+    /// Per shard, in a fleet: reads of an object's owner on their way.
+    pub lookups: Vec<Arc<Ledger>>,
 }
 
 /// The sizes of the pools.
@@ -313,6 +321,7 @@ impl Pools {
             handshakes: each(Pool::Handshakes, sizes.handshakes),
             creations: each(Pool::Creations, sizes.creations),
             inbound: each(Pool::Inbound, sizes.inbound_bytes),
+            lookups: each(Pool::Lookups, FLEET_LOOKUPS_MAX as u64),
         }
     }
 
@@ -327,6 +336,7 @@ impl Pools {
                 Pool::Handshakes => &self.handshakes,
                 Pool::Creations => &self.creations,
                 Pool::Inbound => &self.inbound,
+                Pool::Lookups => &self.lookups,
             };
             let sum = |f: fn(&PoolFigures) -> &AtomicU64| -> u64 {
                 ledgers
@@ -426,6 +436,7 @@ impl Pool {
             Pool::Answers => pool_fields!("answer_bytes", "bytes"),
             Pool::Creations => pool_fields!("object_creations", "creations"),
             Pool::Inbound => pool_fields!("inbound_bytes", "bytes"),
+            Pool::Lookups => pool_fields!("fleet_lookups", "lookups"),
         }
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use combd_kernel::fair::ClientKey;
-use combd_kernel::limits::{FLEET_LOOKUPS_MAX, FLEET_ROUTES_MAX};
+use combd_kernel::limits::FLEET_ROUTES_MAX;
 
 use crate::app::App;
 use crate::fair::Ledger;
@@ -160,12 +160,15 @@ impl Cells {
                 }
                 return None;
             }
-            if waiting.len() >= FLEET_LOOKUPS_MAX {
-                // A spray of names: to a cell, bounded by the node's cap on open objects.
-                ShardStats::add(&self.state.stats().fleet_lookups_overflowed, 1);
-                return Some(job);
-            }
         }
+        // A lookup slot of the shard's (`FLEET_LOOKUPS_MAX`), within the asker's share of them;
+        // past either, a spray of names goes to a cell, bounded by the asker's share of the
+        // node's live objects.
+        let lookups = &self.state.node().pools.lookups[self.state.id()];
+        let Ok(slot) = lookups.take(job.asker, 1) else {
+            ShardStats::add(&self.state.stats().fleet_lookups_overflowed, 1);
+            return Some(job);
+        };
         self.lookups.start(key, job, self.state.stats());
         let (cells, app, name, object) =
             (self.clone(), app.clone(), name.to_string(), key.to_string());
@@ -174,6 +177,7 @@ impl Cells {
             let owner = glommio::executor()
                 .spawn_blocking(move || fleet.lookup(&asked))
                 .await;
+            drop(slot);
             let jobs = cells.lookups.end(&object, cells.state.stats());
             match owner {
                 Some(owner) => {
