@@ -159,13 +159,22 @@ impl Ledger {
     pub fn take(self: &Arc<Self>, key: ClientKey, units: u64) -> Result<Share, PoolRefusal> {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(refusal) = self.admits(&held, key, units) {
-            let counter = match refusal {
-                PoolRefusal::OverShare => &self.figures.refused_share,
-                PoolRefusal::Full => &self.figures.refused_full,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
+            self.count_refusal(refusal);
             return Err(refusal);
         }
+        Ok(self.hold(&mut held, key, units))
+    }
+
+    fn count_refusal(&self, refusal: PoolRefusal) {
+        let counter = match refusal {
+            PoolRefusal::OverShare => &self.figures.refused_share,
+            PoolRefusal::Full => &self.figures.refused_full,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `units` held by `key` in `held` (locked), for the share returned.
+    fn hold(self: &Arc<Self>, held: &mut Held, key: ClientKey, units: u64) -> Share {
         held.total += units;
         let mine = held.by.entry(key).or_insert(0);
         let first = *mine == 0;
@@ -177,12 +186,12 @@ impl Ledger {
         for (prefix, _) in key.prefixes().into_iter().flatten() {
             *held.by.entry(prefix).or_insert(0) += units;
         }
-        self.publish(&held, key.is_shared().then_some(client_now));
-        Ok(Share {
+        self.publish(held, key.is_shared().then_some(client_now));
+        Share {
             ledger: self.clone(),
             key,
             units,
-        })
+        }
     }
 
     /// Whether `key` may take `units` more: within its share (and its prefixes' shares),
@@ -240,6 +249,17 @@ impl Ledger {
         if let Some(c) = client {
             f.client_max.fetch_max(c, Ordering::Relaxed);
         }
+    }
+
+    /// Takes `units` for `key` whatever its share and the pool's room (counted as held, and
+    /// in `refused_*` as the refusal [`Ledger::take`] would have given): for bytes the node
+    /// holds already and may not refuse, e.g. the answer of a write that has committed.
+    pub fn force(self: &Arc<Self>, key: ClientKey, units: u64) -> Share {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(refusal) = self.admits(&held, key, units) {
+            self.count_refusal(refusal);
+        }
+        self.hold(&mut held, key, units)
     }
 
     /// Whether `key` holds its share already (one unit more would be refused for it).
@@ -474,6 +494,20 @@ mod tests {
         assert_eq!(l.figures().client_max.load(Ordering::Relaxed), 10);
         drop(other);
         assert_eq!(l.figures().clients.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn what_may_not_be_refused_is_counted_past_the_share() {
+        let l = Ledger::new(Pool::Answers, 100, SHARES);
+        let a = l.take(key("10.0.0.1"), 10).unwrap();
+        let forced = l.force(key("10.0.0.1"), 50);
+        assert_eq!(l.held_by(key("10.0.0.1")), 60);
+        assert_eq!(l.figures().refused_share.load(Ordering::Relaxed), 1);
+        // Past its share now, the client is refused before its next request runs.
+        assert!(l.over_share(key("10.0.0.1")));
+        drop((a, forced));
+        assert!(!l.over_share(key("10.0.0.1")));
+        assert_eq!(l.figures().held.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -448,7 +448,7 @@ impl Passing {
             asker,
             answers,
         } = self;
-        let resp = match what {
+        let (resp, read) = match what {
             Pass::Request {
                 method,
                 query,
@@ -457,21 +457,24 @@ impl Passing {
                 caller,
             } => {
                 let token = client.as_deref().map(crate::auth::Client::token);
-                fleet
+                let resp = fleet
                     .forward(owner, key, &method, query.as_deref(), &body, token, &caller)
-                    .await
+                    .await;
+                (resp, method == "GET" || method == "HEAD")
             }
             Pass::Message { from, id, body } => {
-                fleet.pass_message(owner, key, &from, id, &body).await
+                let resp = fleet.pass_message(owner, key, &from, id, &body).await;
+                (resp, false)
             }
         };
         drop(hold);
         let status = resp.status;
-        let resp = match answers.take(asker, resp.body.len() as u64) {
-            Ok(share) => crate::http::Response {
-                reserved: crate::http::Reserved::new(share),
-                ..resp
-            },
+        // Only a read's answer may be refused now: another's effect is committed at the owner
+        // (a 503 would have it done again), so its bytes are counted past the share.
+        let bytes = resp.body.len() as u64;
+        let resp = match answers.take(asker, bytes) {
+            Ok(share) => resp.reserved_by(share),
+            Err(_) if !read => resp.reserved_by(answers.force(asker, bytes)),
             Err(_) => Refusal::AnswersHeld.response(),
         };
         let _ = reply.try_send(resp);

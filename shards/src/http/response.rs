@@ -91,6 +91,14 @@ impl Response {
         }
     }
 
+    /// The response, its bytes held by `share` until it is written.
+    pub fn reserved_by(self, share: Share) -> Response {
+        Response {
+            reserved: Reserved::new(share),
+            ..self
+        }
+    }
+
     /// Adds a header field.
     pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
         self.headers.push((name, value.into()));

@@ -112,8 +112,18 @@ struct Taken {
     inputs: Vec<Owned>,
     replies: Vec<Reply>,
     holds: Vec<Hold>,
-    askers: Vec<ClientKey>,
+    askers: Vec<Asker>,
     first_at: Option<std::time::Instant>,
+}
+
+/// Who asked for an input, and whether its answer may be refused after it ran: a read's
+/// (`GET`, `HEAD`) may, as nothing of it was applied; any other request's answer is delivered
+/// whatever its size (its effect is committed: a 503 would have its client do it again), its
+/// bytes still counted to its client, who is then refused before its next requests run.
+#[derive(Clone, Copy)]
+struct Asker {
+    key: ClientKey,
+    read: bool,
 }
 
 /// Takes the next batch from the mailbox: what waits, up to the app's batch, and up to a
@@ -156,10 +166,15 @@ fn take_batch(cells: &Cells, cell: &ObjectCell) -> Taken {
             cells.refuse(job, Refusal::AnswersHeld);
             continue;
         }
+        let read =
+            matches!(&job.input, Owned::Http { method, .. } if method == "GET" || method == "HEAD");
+        taken.askers.push(Asker {
+            key: job.asker,
+            read,
+        });
         taken.holds.extend(job.hold);
         taken.inputs.push(job.input);
         taken.replies.push(job.reply);
-        taken.askers.push(job.asker);
     }
     taken
 }
@@ -187,21 +202,19 @@ fn batch_end(mailbox: &std::collections::VecDeque<Queued>, n: usize, max_percent
 }
 
 /// Reserves each HTTP answer's bytes for the client that asked, before the answer waits for
-/// its sync and its connection (`crate::fair`, pool `answer_bytes`): an answer past its
-/// client's share is dropped at once and answered 503 `overloaded` instead.
-fn reserve_answers(
-    state: &ShardState,
-    askers: &[ClientKey],
-    outputs: &mut [Result<Output, AppError>],
-) {
+/// its sync and its connection (`crate::fair`, pool `answer_bytes`): a read's answer past its
+/// client's share is dropped at once and answered 503 `overloaded` instead; another request's
+/// is counted past it ([`Asker`]).
+fn reserve_answers(state: &ShardState, askers: &[Asker], outputs: &mut [Result<Output, AppError>]) {
     let answers = &state.node().pools.answers;
     for (out, asker) in outputs.iter_mut().zip(askers) {
         let Ok(Output::Http(resp)) = out else {
             continue;
         };
         let bytes = resp.body.len() as u64;
-        match answers.take(*asker, bytes) {
+        match answers.take(asker.key, bytes) {
             Ok(share) => resp.reserved = Reserved::new(share),
+            Err(_) if !asker.read => resp.reserved = Reserved::new(answers.force(asker.key, bytes)),
             Err(_) => *out = Err(Refusal::AnswersHeld.app_error()),
         }
     }
