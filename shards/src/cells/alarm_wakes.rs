@@ -48,17 +48,19 @@ fn timer_at(now: u64, at: u64, read_at: u64) -> Option<u64> {
     (at < now.saturating_add(SHARD_TICK.as_millis() as u64)).then_some(at)
 }
 
+/// Copies the shard's alarm index's count of syncs into its stats (`alarm_index_syncs`).
+fn publish_index_syncs(cells: &Cells) {
+    let syncs = cells.state.node().alarms.syncs(cells.state.id());
+    let stats = cells.state.stats();
+    stats.alarm_index_syncs.store(syncs, Ordering::Relaxed);
+}
+
 impl AlarmWakes {
     /// Reads the index for what is due on this shard (unless a read is under way, or
     /// [`ALARM_WAKES_PER_TICK`] objects are being woken) and wakes each object found.
     pub fn tick(&self, cells: &Rc<Cells>) {
         self.sweep(cells);
-        let syncs = cells.state.node().alarms.syncs(cells.state.id());
-        cells
-            .state
-            .stats()
-            .alarm_index_syncs
-            .store(syncs, Ordering::Relaxed);
+        publish_index_syncs(cells);
         let room = ALARM_WAKES_PER_TICK.saturating_sub(self.waking.borrow().len());
         if self.reading.get() || room == 0 {
             return;
