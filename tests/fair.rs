@@ -325,3 +325,41 @@ fn non_reading_websockets_of_one_address_hold_its_share_of_the_outbound_budget()
         "the attacker's sessions held about their share and the honest viewer's frames: {s}"
     );
 }
+
+/// A client sending a new forged token with every request made the shard check a signature
+/// for each (a verified token is cached, a new one is not). Now its full checks are held to
+/// `auth_verify_rate_per_client` a second: past it an identified app answers 503 unchecked,
+/// and another address's valid token is checked and served.
+#[test]
+fn new_tokens_from_one_address_are_checked_at_its_rate() {
+    const SECRET: &str = "a-secret-of-more-than-thirty-two-bytes-for-hs256";
+    let file = support::auth::key_file("fair", SECRET);
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_TEST_APPS", "on"),
+        ("COMBD_AUTH_JWT_KEY_FILE", file.to_str().unwrap()),
+    ]);
+    let rate = combd_kernel::limits::AUTH_VERIFY_RATE_PER_CLIENT as usize;
+    // Twice the burst of forged tokens (signed with another secret), on one connection.
+    let forged = "another-secret-of-more-than-thirty-two-bytes-long!";
+    let raw: String = (0..2 * rate)
+        .map(|i| {
+            let t = support::auth::token(forged, &format!("mallory{i}"), None);
+            format!("GET /o/whoami/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t}\r\n\r\n")
+        })
+        .collect();
+    let answers = pipelined(&node, ATTACKER, raw.as_bytes(), 2 * rate);
+    let unauthorized = answers.iter().filter(|r| r.status == 401).count();
+    let busy = answers.iter().filter(|r| r.status == 503).count();
+    assert_eq!(unauthorized + busy, 2 * rate);
+    // Checked at most a burst and what refilled while they came.
+    assert!(unauthorized >= rate && unauthorized < rate + rate / 2, "{unauthorized} checked");
+    assert!(busy > 0 && answers.iter().all(|r| r.status != 503 || r.header("retry-after") == Some("1")));
+    let s = node.stats();
+    assert_eq!(figure(&s, "auth_verify_busy"), busy as u64, "{s}");
+    // Another address's valid token is checked and served.
+    let good = support::auth::token(SECRET, "alice", None);
+    let raw = format!("GET /o/whoami/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {good}\r\n\r\n");
+    let r = pipelined(&node, HONEST, raw.as_bytes(), 1);
+    assert_eq!(r[0].status, 200, "{}", r[0].text());
+}

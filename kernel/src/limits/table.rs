@@ -78,6 +78,8 @@ pub const FIXED: &[Fixed] = &[
     fixed!("auth_key_file_max_bytes", AUTH_KEY_FILE_MAX_BYTES),
     fixed!("auth_leeway_seconds", AUTH_LEEWAY_SECONDS),
     fixed!("auth_token_cache_entries", AUTH_TOKEN_CACHE_ENTRIES),
+    fixed!("auth_verify_rate_per_client", AUTH_VERIFY_RATE_PER_CLIENT),
+    fixed!("auth_verify_clients_max", AUTH_VERIFY_CLIENTS_MAX),
     fixed!("read_scratch_bytes", READ_SCRATCH_BYTES),
     fixed!("pipeline_held_max_bytes", PIPELINE_HELD_MAX_BYTES),
     fixed!("slow_request_after_ms", SLOW_REQUEST_AFTER, ms),

@@ -18,7 +18,9 @@
 //! - **What it costs**: a token is verified once a shard; seen again (a keep-alive's next
 //!   request, a reconnect), it costs a lookup by its SHA-256 until its `exp`, and a refused one
 //!   too, so a bad token replayed costs no signature check ([`cache`],
-//!   [`limits::AUTH_TOKEN_CACHE_ENTRIES`]; `auth_cache_hits`, `auth_cache_misses`).
+//!   [`limits::AUTH_TOKEN_CACHE_ENTRIES`]; `auth_cache_hits`, `auth_cache_misses`); a token
+//!   the cache does not know costs a full check within its client's rate of them
+//!   ([`budget`], [`limits::AUTH_VERIFY_RATE_PER_CLIENT`]; past it, `auth_verify_busy`).
 //! - **What an app sees**: a [`Client`] (subject and name), never the token. The token is
 //!   never logged.
 //!
@@ -30,11 +32,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use combd_kernel::fair::ClientKey;
 use combd_kernel::limits;
 use combd_kernel::settings::AuthSettings;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{DecodingKey, Validation};
 
+mod budget;
 mod cache;
 mod key;
 mod token;
@@ -88,6 +92,9 @@ pub enum Refused {
     Missing,
     /// A token came and failed: why.
     Invalid(String),
+    /// A token came that the shard does not know, from a client past its rate of full checks
+    /// (`auth_verify_rate_per_client`): not checked.
+    Busy,
 }
 
 /// A key file that cannot be used: start-up stops, a reload keeps the old key.
@@ -139,6 +146,8 @@ pub struct Auth {
     pub cache_hits: AtomicU64,
     /// Tokens verified in full (their signature checked), every shard together.
     pub cache_misses: AtomicU64,
+    /// Tokens not checked: their client was past its rate of full checks (`budget`).
+    pub verify_busy: AtomicU64,
 }
 
 fn verifier(settings: &AuthSettings) -> Result<Verifier, KeyError> {
@@ -184,6 +193,7 @@ impl Auth {
             reload_failures: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
+            verify_busy: AtomicU64::new(0),
         })
     }
 
@@ -215,6 +225,13 @@ impl Auth {
     /// Verifies `token`: the client it names, or why not. Once a shard: seen again, the
     /// shard's cache answers (until the token's `exp`, or a new key).
     pub fn verify(&self, token: &[u8]) -> Result<Client, Refused> {
+        self.verify_for(token, ClientKey::Local)
+    }
+
+    /// [`Auth::verify`] for a token `asker` sent: a token the shard's cache does not know is
+    /// checked in full only within the asker's rate of full checks ([`budget`]); past it,
+    /// [`Refused::Busy`].
+    pub fn verify_for(&self, token: &[u8], asker: ClientKey) -> Result<Client, Refused> {
         if token.len() > limits::AUTH_TOKEN_MAX_BYTES {
             return Err(Refused::Invalid(format!(
                 "longer than {} bytes",
@@ -233,7 +250,13 @@ impl Auth {
                 self.cache_hits.fetch_add(1, Ordering::Relaxed);
                 return Err(Refused::Invalid(why));
             }
-            Seen::Unseen => self.cache_misses.fetch_add(1, Ordering::Relaxed),
+            Seen::Unseen => {
+                if !budget::spend(asker) {
+                    self.verify_busy.fetch_add(1, Ordering::Relaxed);
+                    return Err(Refused::Busy);
+                }
+                self.cache_misses.fetch_add(1, Ordering::Relaxed)
+            }
         };
         match check(&v, token) {
             Ok(named) => {
@@ -257,6 +280,7 @@ impl Auth {
         vec![
             ("auth_cache_hits", "combd_auth_cache_hits_total", Counter, "Tokens answered from a shard's cache of tokens verified or refused before.", g(|a| &a.cache_hits)),
             ("auth_cache_misses", "combd_auth_cache_misses_total", Counter, "Tokens verified in full (signature checked): not in their shard's cache.", g(|a| &a.cache_misses)),
+            ("auth_verify_busy", "combd_auth_verify_busy_total", Counter, "Tokens not checked: their client was past its rate of full checks on the shard.", g(|a| &a.verify_busy)),
         ]
     }
 }

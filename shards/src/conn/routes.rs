@@ -58,6 +58,8 @@ fn unauthorized(why: &Refused) -> Response {
     let challenge = match why {
         Refused::Missing => "Bearer",
         Refused::Invalid(_) => "Bearer error=\"invalid_token\"",
+        // Answered 503, not 401 (`identify`).
+        Refused::Busy => "Bearer",
     };
     Response::error(401, "unauthorized").with_header("www-authenticate", challenge)
 }
@@ -179,11 +181,11 @@ impl Conn {
         if !head.upgrade_websocket && is_preflight(req) {
             return Routed::Respond(preflight(req, app.as_ref()));
         }
-        let client = match self.identify(req, app.as_ref()) {
+        let caller = self.caller(req, app.as_ref(), from_fleet, rest);
+        let client = match self.identify(req, app.as_ref(), self.asker(&caller)) {
             Ok(client) => client,
             Err(resp) => return Routed::Respond(resp),
         };
-        let caller = self.caller(req, app.as_ref(), from_fleet, rest);
         if head.upgrade_websocket {
             // In a fleet, a stateful app's WebSocket may be passed through to its object's
             // owner: keep the request to send it on (not one another node already passed on).
@@ -274,7 +276,15 @@ impl Conn {
 
     /// The client the request's token names, if it has a valid one; for an identified app,
     /// the 401 when it has none. A public app's request with a bad token goes on as anyone's.
-    fn identify(&self, req: &Request<'_>, app: &dyn App) -> Result<Option<Arc<Client>>, Response> {
+    /// `asker`: the client whose rate of full token checks a token the shard does not know
+    /// takes from; past it, an identified app answers 503 `overloaded` (a public one goes on as
+    /// anyone's).
+    fn identify(
+        &self,
+        req: &Request<'_>,
+        app: &dyn App,
+        asker: combd_kernel::fair::ClientKey,
+    ) -> Result<Option<Arc<Client>>, Response> {
         let node = self.state().node();
         // A page of another origin that only the app's CORS policy lets in, without the
         // user's cookies (`credentials: false`, a module's `*`): its request does not act with
@@ -291,9 +301,12 @@ impl Conn {
             (None, Some(_)) => Err(Refused::Invalid(
                 "COMBD_AUTH_JWT_KEY_FILE is not set".into(),
             )),
-            (Some(a), Some(t)) => a.verify(t),
+            (Some(a), Some(t)) => a.verify_for(t, asker),
         };
         match verified {
+            Err(Refused::Busy) if app.identified() => {
+                Err(Response::error(503, "overloaded").with_header("retry-after", "1"))
+            }
             Ok(client) => {
                 ShardStats::add(&self.stats().auth_verified, 1);
                 Ok(Some(Arc::new(client)))
