@@ -1,8 +1,8 @@
 //! The route table: where a request goes. The node's own endpoints (`/healthz`, and on the
-//! localhost listener `/stats` and `/metrics`), the apps' pages (with redirects to them: `/`
-//! to the first, a page's path without its trailing slash to the page), and
-//! `/o/<app>/<name>`: a WebSocket upgrade, a stateless app called right here, or a job for an
-//! object.
+//! localhost listener `/stats`, `/metrics` and `/routes`, this table as JSON), the apps'
+//! pages (with redirects to them: `/` to the first, a page's path without its trailing slash
+//! to the page), and `/o/<app>/<name>`: a WebSocket upgrade, a stateless app called right
+//! here, or a job for an object.
 
 use std::sync::Arc;
 
@@ -68,6 +68,44 @@ fn unauthorized(why: &Refused) -> Response {
 pub const CLIENT_JS_PATH: &str = "/combd-client.js";
 const CLIENT_JS: &str = include_str!("../../../clients/js/combd-client.js");
 
+/// `/routes` (the localhost listener only): every route the node serves, read from its own
+/// registry, so a client (the attack matrix, `tests/matrix.rs`) reaches each without a list of
+/// its own. Its node routes (each with its methods and listener: `both` or `local`), its apps'
+/// pages, and each app's `/o/<app>/{name}` with what the node knows of it: its kind, whether
+/// it is stateless or identified, the largest input it takes and the subprotocols it speaks.
+/// Every app route takes a WebSocket upgrade; which methods it answers is the app's to say (a
+/// 405 names them in `allow`).
+fn routes_json(apps: &crate::app::Apps) -> serde_json::Value {
+    let mut routes = vec![node("/healthz", "both"), node(CLIENT_JS_PATH, "both")];
+    routes.extend(["/stats", "/metrics", "/routes"].map(|p| node(p, "local")));
+    let mut list = Vec::new();
+    for app in apps.names().into_iter().filter_map(|n| apps.get(n)) {
+        let page = app.page().map(|(path, _)| path);
+        if let Some(path) = page {
+            routes.push(serde_json::json!({
+                "path": path, "methods": ["GET", "HEAD"], "listener": "both", "app": app.name(),
+            }));
+        }
+        list.push(serde_json::json!({
+            "name": app.name(),
+            "path": format!("/o/{}/{{name}}", app.name()),
+            "kind": if app.deployment().is_some() { "wasm" } else { "native" },
+            "stateless": app.stateless(),
+            "identified": app.identified(),
+            "websocket": true,
+            "max_input_bytes": app.max_input_bytes(),
+            "subprotocols": app.subprotocols(),
+            "page": page,
+        }));
+    }
+    serde_json::json!({ "routes": routes, "apps": list })
+}
+
+/// One of the node's own routes in `/routes`: it answers `GET` and `HEAD`.
+fn node(path: &str, listener: &str) -> serde_json::Value {
+    serde_json::json!({ "path": path, "methods": ["GET", "HEAD"], "listener": listener })
+}
+
 fn method_not_allowed() -> Response {
     Response::error(405, "method not allowed").with_header("allow", "GET, HEAD")
 }
@@ -111,7 +149,8 @@ impl Conn {
                 "text/plain; version=0.0.4; charset=utf-8",
                 node.metrics_text().into_bytes(),
             ),
-            "/stats" | "/metrics" if self.local => method_not_allowed(),
+            "/routes" if self.local && get => Response::json(200, &routes_json(&node.apps)),
+            "/stats" | "/metrics" | "/routes" if self.local => method_not_allowed(),
             path if from_fleet && path.starts_with(crate::fleet::MESSAGE_PATH) => {
                 return self.route_message(req, path)
             }
