@@ -103,6 +103,34 @@ fn the_fleet_listener_takes_only_what_the_fleet_key_signed_for_this_node_lately_
         ),
         "for another client address",
     );
+    // Signed with the client's token and origin, carrying another origin, or a field more:
+    // what the app is told of the client is covered too (`combd_fleet::forward::covered`).
+    let fields: [(&str, &[u8]); 2] = [
+        ("authorization", b"Bearer abc"),
+        ("origin", b"https://a.example"),
+    ];
+    let covered = combd_fleet::forward::covered("192.0.2.1", fields);
+    let with_fields = key.sign_for(&me, "POST", target, &covered, b"");
+    for (told, why) in [
+        ("origin: https://evil.example\r\n", "with another origin"),
+        (
+            "origin: https://a.example\r\nx-role: admin\r\n",
+            "with a field more",
+        ),
+    ] {
+        attack(
+            request(
+                at,
+                format!(
+                    "POST {target} HTTP/1.1\r\nHost: x\r\ncombd-forwarded: 1\r\n\
+                     {AUTH_HEADER}: {with_fields}\r\ncombd-client: 192.0.2.1\r\n\
+                     authorization: Bearer abc\r\n{told}Content-Length: 0\r\n\r\n"
+                )
+                .as_bytes(),
+            ),
+            why,
+        );
+    }
     // Out of date: signed more than the skew ago.
     let old = now_ms() - FLEET_AUTH_SKEW.as_millis() as u64 - 1_000;
     let stale = key.sign_at(&me, "POST", target, "", b"", old, [3; 16]);

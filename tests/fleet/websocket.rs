@@ -75,8 +75,18 @@ fn a_websocket_to_a_node_that_does_not_own_the_object_reaches_the_owner() {
     // The client's close reaches the owner, and the node in between lets go.
     close_passed_through(ws, &b, &a);
 
-    // An upgrade another node already passed on (signed by it) is not passed on again.
-    let signed = fleet.sign(&b_at, "GET", "/o/counter/w");
+    // An upgrade another node already passed on (signed by it, its fields covered) is not
+    // passed on again.
+    let fields: [(&str, &[u8]); 4] = [
+        ("Upgrade", b"websocket"),
+        ("Sec-WebSocket-Version", b"13"),
+        ("Sec-WebSocket-Key", b"dGhlIHNhbXBsZSBub25jZQ=="),
+        ("Connection", b"Upgrade"),
+    ];
+    let covered = combd_fleet::forward::covered("", fields);
+    let signed = combd_fleet::auth::parse_fleet_key(super::FLEET_KEY)
+        .unwrap()
+        .sign_for(&b_at, "GET", "/o/counter/w", &covered, b"");
     let r = request(
         b.public(),
         format!(

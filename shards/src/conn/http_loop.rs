@@ -468,8 +468,10 @@ impl Conn {
         let peer = self.stream.tcp().peer_addr().ok().map(|a| a.ip());
         let peer = ClientKey::of_peer(false, peer);
         let target = req.target();
+        let fields = req.headers.iter().map(|h| (h.name, h.value));
+        let client = combd_fleet::forward::covered(client, fields);
         fleet
-            .authenticate(peer, signature, req.method, &target, client, req.body)
+            .authenticate(peer, signature, req.method, &target, &client, req.body)
             .map(|()| true)
             .map_err(crate::fleet::auth_refused)
     }

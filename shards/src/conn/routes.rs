@@ -399,14 +399,15 @@ pub(super) struct Replay {
     head: Vec<u8>,
     /// The request target, as the signature covers it.
     target: String,
-    /// The client's address, as the head carries it and the signature covers it.
-    client: String,
+    /// The client's address and the head's fields, as the signature covers them
+    /// (`combd_fleet::forward::covered`).
+    covered: String,
 }
 
 impl Replay {
     /// The head to send to `owner`, signed for it.
     pub(super) fn signed(mut self, fleet: &crate::fleet::Fleet, owner: &str) -> Vec<u8> {
-        let signature = fleet.sign(owner, "GET", &self.target, &self.client, b"");
+        let signature = fleet.sign(owner, "GET", &self.target, &self.covered, b"");
         self.head
             .extend_from_slice(combd_fleet::auth::AUTH_HEADER.as_bytes());
         self.head.extend_from_slice(b": ");
@@ -446,10 +447,11 @@ fn replay_head(req: &Request<'_>, client: Option<std::net::IpAddr>) -> Replay {
         out.extend_from_slice(client.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    let fields = req.headers.iter().map(|h| (h.name, h.value));
     Replay {
         head: out,
         target,
-        client,
+        covered: combd_fleet::forward::covered(&client, fields),
     }
 }
 

@@ -126,10 +126,13 @@ async fn exchange(
             told.push_str(&format!("{name}: {value}\r\n"));
         }
     }
+    // The MAC covers the fields sent beside the client's address (`forward::covered`).
+    let fields = format!("{authorization}{told}");
+    let signed = combd_fleet::forward::covered(&client, field_lines(&fields));
     let mut request = format!(
         "{method} {target} HTTP/1.1\r\nhost: {owner}\r\n{FORWARDED_HEADER}: 1\r\n\
-         {AUTH_HEADER}: {}\r\n{authorization}{told}content-length: {}\r\nconnection: close\r\n\r\n",
-        key.sign_for(owner, method, target, &client, body),
+         {AUTH_HEADER}: {}\r\n{fields}content-length: {}\r\nconnection: close\r\n\r\n",
+        key.sign_for(owner, method, target, &signed, body),
         body.len()
     )
     .into_bytes();
@@ -137,6 +140,14 @@ async fn exchange(
     stream.write_all(&request).await.map_err(io_failure)?;
     stream.flush().await.map_err(io_failure)?;
     read_answer(&mut stream, max_body).await
+}
+
+/// The `name: value` lines of a header section this node wrote, as (name, value).
+fn field_lines(fields: &str) -> impl Iterator<Item = (&str, &[u8])> {
+    fields
+        .split("\r\n")
+        .filter_map(|l| l.split_once(": "))
+        .map(|(n, v)| (n, v.as_bytes()))
 }
 
 /// The owner's answer on `stream`: the header section, then the body its `content-length`
