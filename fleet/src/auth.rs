@@ -47,6 +47,11 @@ const VERSION: &str = "v2";
 const REQUEST_LABEL: &[u8] = b"combd fleet request v2\n";
 /// Bytes of a request's nonce.
 const NONCE_BYTES: usize = 16;
+/// The header an owner's answer to a signed request carries: [`FleetKey::sign_answer`]'s MAC,
+/// in hex.
+pub const ANSWER_HEADER: &str = "combd-fleet-answer";
+/// What the MAC of an owner's answer starts with ([`REQUEST_LABEL`]'s reason).
+const ANSWER_LABEL: &[u8] = b"combd fleet answer v1\n";
 
 /// The fleet key.
 pub struct FleetKey {
@@ -193,6 +198,45 @@ impl FleetKey {
     pub fn check(&self, label: &[u8], parts: &[&[u8]], mac: &[u8]) -> bool {
         use subtle::ConstantTimeEq;
         mac.len() == 32 && bool::from(self.seal(label, parts)[..].ct_eq(mac))
+    }
+
+    /// The [`ANSWER_HEADER`] value of an owner's answer to the request whose [`AUTH_HEADER`]
+    /// value was `request` (so an answer passes for that request's only): its status, the
+    /// fields the node passing it on keeps (`fields`: `name: value` lines, as
+    /// `crate::forward::answer_fields` makes them) and its body.
+    pub fn sign_answer(&self, request: &str, status: u16, fields: &str, body: &[u8]) -> String {
+        let status = status.to_le_bytes();
+        let body = digest::digest(&digest::SHA256, body);
+        let parts: [&[u8]; 4] = [
+            request.as_bytes(),
+            &status,
+            fields.as_bytes(),
+            body.as_ref(),
+        ];
+        hex(&self.seal(ANSWER_LABEL, &parts))
+    }
+
+    /// Whether `mac` (the answer's [`ANSWER_HEADER`], if any) is [`FleetKey::sign_answer`]'s.
+    pub fn check_answer(
+        &self,
+        mac: Option<&str>,
+        request: &str,
+        status: u16,
+        fields: &str,
+        body: &[u8],
+    ) -> bool {
+        let Some(mac) = mac.and_then(|m| unhex(m.trim())) else {
+            return false;
+        };
+        let status = status.to_le_bytes();
+        let body = digest::digest(&digest::SHA256, body);
+        let parts: [&[u8]; 4] = [
+            request.as_bytes(),
+            &status,
+            fields.as_bytes(),
+            body.as_ref(),
+        ];
+        self.check(ANSWER_LABEL, &parts, &mac)
     }
 
     /// The [`AUTH_HEADER`] value of `method target` with `body`, to the node at `to`, signed
@@ -664,6 +708,28 @@ mod tests {
         };
         assert_eq!(r.admit(fresh, PEER, later), Ok(()));
         assert_eq!(r.held(), 1);
+    }
+
+    #[test]
+    fn an_answer_is_signed_for_its_request_and_nothing_else() {
+        let k = parse_fleet_key("combd-test-fleet-key-0123456789abcdef").unwrap();
+        let mac = k.sign_answer("v2 1 aa bb", 200, "content-type: text/plain", b"{}");
+        assert!(k.check_answer(
+            Some(&mac),
+            "v2 1 aa bb",
+            200,
+            "content-type: text/plain",
+            b"{}"
+        ));
+        for (req, status, fields, body) in [
+            ("v2 1 aa bc", 200, "content-type: text/plain", &b"{}"[..]),
+            ("v2 1 aa bb", 201, "content-type: text/plain", b"{}"),
+            ("v2 1 aa bb", 200, "content-type: text/html", b"{}"),
+            ("v2 1 aa bb", 200, "content-type: text/plain", b"{ }"),
+        ] {
+            assert!(!k.check_answer(Some(&mac), req, status, fields, body));
+        }
+        assert!(!k.check_answer(None, "v2 1 aa bb", 200, "content-type: text/plain", b"{}"));
     }
 
     #[test]

@@ -57,6 +57,25 @@ pub fn covered<'a>(client: &str, fields: impl IntoIterator<Item = (&'a str, &'a 
     format!("{client}\n{}", lines.join("\n"))
 }
 
+/// What the fleet key's MAC of an owner's answer covers of its fields: its `content-type`, and,
+/// sorted, each field `keep` says the node passing it on keeps (`retry-after`, `allow`, the
+/// fields an app's answer may carry), as `name: value` lines (the name in lower case, the value
+/// trimmed). The owner hands it what it sends, the node passing it on what it read.
+pub fn answer_fields<'a>(
+    content_type: Option<&str>,
+    fields: impl IntoIterator<Item = (&'a str, &'a str)>,
+    keep: impl Fn(&str) -> bool,
+) -> String {
+    let mut lines: Vec<String> = fields
+        .into_iter()
+        .filter(|(name, _)| keep(name))
+        .map(|(name, value)| format!("{}: {}", name.to_ascii_lowercase(), value.trim()))
+        .collect();
+    lines.sort_unstable();
+    let content_type = content_type.map_or("", str::trim);
+    format!("content-type: {content_type}\n{}", lines.join("\n"))
+}
+
 /// The owner's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forwarded {
@@ -73,6 +92,10 @@ pub struct Forwarded {
     pub headers: Vec<(String, String)>,
     /// Its body.
     pub body: Vec<u8>,
+    /// Its [`crate::auth::ANSWER_HEADER`], if any.
+    pub signature: Option<String>,
+    /// What the MAC of it covers of its fields ([`answer_fields`]).
+    pub signed_fields: String,
 }
 
 #[cfg(test)]

@@ -246,6 +246,22 @@ fn an_owner_that_answers_what_is_not_a_bounded_http_answer_gets_its_caller_a_503
             "cut short",
             "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"value\":1".into(),
         ),
+        // Well formed, but not signed for the request by the fleet key: a node on the
+        // fleet's network without the key (or anyone between two nodes) cannot answer for an
+        // owner.
+        (
+            "unsigned",
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"value\":7}"
+                .into(),
+        ),
+        (
+            "signed with another key",
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\
+                 combd-fleet-answer: {}\r\n\r\n{{\"value\":7}}",
+                "ab".repeat(32)
+            ),
+        ),
     ];
     let mut failed = 0u64;
     for (i, (what, answer)) in answers.into_iter().enumerate() {

@@ -44,6 +44,8 @@ struct ObjectRequest {
     head_only: bool,
     /// Passed on by another node of the fleet.
     forwarded: bool,
+    /// Then, its signature: its answer is signed for it.
+    fleet_auth: Option<String>,
     /// The client its token named, if any.
     client: Option<Arc<crate::auth::Client>>,
     /// What else the node saw of it.
@@ -78,6 +80,8 @@ enum Owed {
         head_only: bool,
         cors: Option<AllowOrigin>,
         entry: Option<Box<Entry>>,
+        /// From the fleet: the request's signature, its answer signed for it.
+        fleet_auth: Option<String>,
     },
     Written(Vec<u8>),
 }
@@ -399,14 +403,15 @@ impl Conn {
     ) -> Next {
         let head_only = req.method == "HEAD";
         let bytes_in = head.len as u64 + head.body_len;
-        let from_fleet = match self.from_fleet(req) {
-            Ok(from_fleet) => from_fleet,
+        let fleet_auth = match self.from_fleet(req) {
+            Ok(fleet_auth) => fleet_auth,
             Err(resp) => {
                 let asked = Asked::Parsed(req.method, req.path, bytes_in);
                 self.respond(out, &resp, keep_alive, head_only, asked);
                 return Next::Continue;
             }
         };
+        let from_fleet = fleet_auth.is_some();
         // A browser's page of another site may not open a WebSocket or change state in the
         // user's name (`combd_kernel::origins`); what the fleet passes on was checked where the
         // client connected.
@@ -419,6 +424,7 @@ impl Conn {
         }
         match self.route(req, head, from_fleet) {
             Routed::Respond(resp) => {
+                let resp = self.signed_for_fleet(resp, fleet_auth.as_deref());
                 let asked = Asked::Parsed(req.method, req.path, bytes_in);
                 self.respond(out, &resp, keep_alive, head_only, asked);
                 Next::Continue
@@ -439,6 +445,7 @@ impl Conn {
                 body: req.body.to_vec(),
                 head_only,
                 forwarded: from_fleet,
+                fleet_auth,
                 client,
                 caller,
                 cors,
@@ -450,15 +457,16 @@ impl Conn {
 
     /// Whether the request comes from the fleet: what does (the fleet listener takes nothing
     /// else, and the mark that a request was passed on is believed only so) is signed with the
-    /// fleet key, within the sending node's share of the signed requests remembered. `Err`:
-    /// the refusal to answer it with.
-    fn from_fleet(&self, req: &Request<'_>) -> Result<bool, Response> {
+    /// fleet key, within the sending node's share of the signed requests remembered. `Some`:
+    /// its signature (its answer is signed for it, [`Conn::signed_for_fleet`]); `Err`: the
+    /// refusal to answer it with.
+    fn from_fleet(&self, req: &Request<'_>) -> Result<Option<String>, Response> {
         let Some(fleet) = &self.state().node().fleet else {
-            return Ok(false);
+            return Ok(None);
         };
         let forwarded = req.header(combd_fleet::forward::FORWARDED_HEADER).is_some();
         if !self.on_fleet_listener() && !forwarded {
-            return Ok(false);
+            return Ok(None);
         }
         let signature = req.header(combd_fleet::auth::AUTH_HEADER);
         let client = req
@@ -472,8 +480,23 @@ impl Conn {
         let client = combd_fleet::forward::covered(client, fields);
         fleet
             .authenticate(peer, signature, req.method, &target, &client, req.body)
-            .map(|()| true)
+            .map(|()| signature.map(|s| String::from_utf8_lossy(s).into_owned()))
             .map_err(crate::fleet::auth_refused)
+    }
+
+    /// `resp` signed for the fleet request whose signature was `fleet_auth`, if it was one
+    /// (`combd_fleet::auth::ANSWER_HEADER`): the node passing it on takes it only so.
+    fn signed_for_fleet(&self, resp: Response, fleet_auth: Option<&str>) -> Response {
+        let (Some(request), Some(fleet)) = (fleet_auth, &self.state().node().fleet) else {
+            return resp;
+        };
+        let fields = combd_fleet::forward::answer_fields(
+            Some(&resp.content_type),
+            resp.headers.iter().map(|(n, v)| (*n, v.as_str())),
+            crate::fleet::kept_in_answer,
+        );
+        let mac = fleet.sign_answer(request, resp.status, &fields, &resp.body);
+        resp.with_header(combd_fleet::auth::ANSWER_HEADER, mac)
     }
 
     /// Whether the request's `Origin` may make it: checked for a WebSocket upgrade and for
@@ -539,6 +562,7 @@ impl Conn {
             head_only: req.head_only,
             cors: req.cors,
             entry: req.entry,
+            fleet_auth: req.fleet_auth,
         });
         pipeline.objects += 1;
     }
@@ -567,6 +591,7 @@ impl Conn {
                     head_only,
                     cors,
                     entry,
+                    fleet_auth,
                 } => {
                     let mut resp = answer
                         .recv()
@@ -575,6 +600,7 @@ impl Conn {
                     if let Some(cors) = &cors {
                         cors.apply(&mut resp);
                     }
+                    let resp = self.signed_for_fleet(resp, fleet_auth.as_deref());
                     let asked = Asked::Kept(entry.as_deref());
                     self.respond(out, &resp, keep_alive, head_only, asked);
                     pipeline.reserved.push(resp.reserved);

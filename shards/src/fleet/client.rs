@@ -129,17 +129,40 @@ async fn exchange(
     // The MAC covers the fields sent beside the client's address (`forward::covered`).
     let fields = format!("{authorization}{told}");
     let signed = combd_fleet::forward::covered(&client, field_lines(&fields));
+    let signature = key.sign_for(owner, method, target, &signed, body);
     let mut request = format!(
         "{method} {target} HTTP/1.1\r\nhost: {owner}\r\n{FORWARDED_HEADER}: 1\r\n\
-         {AUTH_HEADER}: {}\r\n{fields}content-length: {}\r\nconnection: close\r\n\r\n",
-        key.sign_for(owner, method, target, &signed, body),
+         {AUTH_HEADER}: {signature}\r\n{fields}content-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
     request.extend_from_slice(body);
     stream.write_all(&request).await.map_err(io_failure)?;
     stream.flush().await.map_err(io_failure)?;
-    read_answer(&mut stream, max_body).await
+    let answer = read_answer(&mut stream, max_body).await?;
+    // The owner signs its answer for this request: one changed on the way, or from a node
+    // without the key, is not passed on.
+    let a = &answer;
+    if !key.check_answer(
+        a.signature.as_deref(),
+        &signature,
+        a.status,
+        &a.signed_fields,
+        &a.body,
+    ) {
+        return Err(Failure::BadAnswer(
+            "an answer the fleet key did not sign".into(),
+        ));
+    }
+    Ok(answer)
+}
+
+/// Whether the node passing an owner's answer on keeps the field `name` (and the answer's MAC
+/// covers it): `retry-after`, `allow`, and the fields an app's answer may carry.
+pub(crate) fn kept_in_answer(name: &str) -> bool {
+    name.eq_ignore_ascii_case("retry-after")
+        || name.eq_ignore_ascii_case("allow")
+        || crate::app::app_response_header(name).is_some()
 }
 
 /// The `name: value` lines of a header section this node wrote, as (name, value).
@@ -156,7 +179,16 @@ async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded,
     let bad = |m: &str| Failure::BadAnswer(m.to_string());
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
-    let (status, head_len, content_type, retry_after, allow, headers, length) = loop {
+    let (
+        (signature, signed_fields),
+        status,
+        head_len,
+        content_type,
+        retry_after,
+        allow,
+        headers,
+        length,
+    ) = loop {
         let n = stream.read(&mut chunk).await.map_err(io_failure)?;
         if n == 0 {
             return Err(Failure::Unreachable(
@@ -183,7 +215,16 @@ async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded,
                     .trim()
                     .parse()
                     .map_err(|_| bad("a content-length that is not a number"))?;
+                let signature = header(combd_fleet::auth::ANSWER_HEADER);
+                let signed_fields = combd_fleet::forward::answer_fields(
+                    header("content-type").as_deref(),
+                    resp.headers
+                        .iter()
+                        .filter_map(|h| Some((h.name, std::str::from_utf8(h.value).ok()?))),
+                    kept_in_answer,
+                );
                 break (
+                    (signature, signed_fields),
                     resp.code.ok_or_else(|| bad("no status"))?,
                     head_len,
                     header("content-type"),
@@ -230,5 +271,7 @@ async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded,
         allow,
         headers,
         body,
+        signature,
+        signed_fields,
     })
 }

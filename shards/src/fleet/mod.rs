@@ -34,6 +34,7 @@ use combd_kernel::settings::{parse_fleet_address, FleetSettings};
 
 mod at_head;
 mod client;
+pub(crate) use client::kept_in_answer;
 mod identity;
 mod open;
 mod pass_on;

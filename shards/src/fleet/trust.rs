@@ -57,6 +57,12 @@ impl Fleet {
         self.key.sign_for(owner, method, target, client, body)
     }
 
+    /// The [`combd_fleet::auth::ANSWER_HEADER`] value of this node's answer to the signed
+    /// request whose signature was `request`.
+    pub fn sign_answer(&self, request: &str, status: u16, fields: &str, body: &[u8]) -> String {
+        self.key.sign_answer(request, status, fields, body)
+    }
+
     /// Signed requests remembered now (`fleet_auth_replays_held`).
     pub(crate) fn replays_held(&self) -> usize {
         self.replays.held()
