@@ -363,3 +363,35 @@ fn new_tokens_from_one_address_are_checked_at_its_rate() {
     let r = pipelined(&node, HONEST, raw.as_bytes(), 1);
     assert_eq!(r[0].status, 200, "{}", r[0].text());
 }
+
+/// A verified identity is one client whatever address it comes from, and two users behind one
+/// address are two: POSTs to new `whoami` objects (each live `object_idle_ms` after it) with a
+/// tenth of 20 live objects a client.
+#[test]
+fn a_verified_identity_is_one_client_from_every_address() {
+    const SECRET: &str = "a-secret-of-more-than-thirty-two-bytes-for-hs256";
+    let file = support::auth::key_file("fair-identity", SECRET);
+    let node = TestNode::start(&[
+        ("COMBD_TEST_APPS", "on"),
+        ("COMBD_MAX_OPEN_OBJECTS", "20"),
+        ("COMBD_AUTH_JWT_KEY_FILE", file.to_str().unwrap()),
+    ]);
+    let post = |from: [u8; 4], who: &str, object: &str| {
+        let t = support::auth::token(SECRET, who, None);
+        let raw = format!(
+            "POST /o/whoami/{object} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t}\r\n\
+             Content-Length: 0\r\n\r\n"
+        );
+        pipelined(&node, from, raw.as_bytes(), 1).remove(0).status
+    };
+    // Alice holds her two from one address; from another she is the same client.
+    assert_eq!(post(ATTACKER, "alice", "a1"), 200);
+    assert_eq!(post(ATTACKER, "alice", "a2"), 200);
+    assert_eq!(post(HONEST, "alice", "a3"), 503);
+    // Bob, behind Alice's address, is a client of his own.
+    assert_eq!(post(ATTACKER, "bob", "b1"), 200);
+    assert_eq!(post(ATTACKER, "bob", "b2"), 200);
+    let s = node.stats();
+    assert_eq!(figure(&s, "fair_objects_client_max"), 2, "{s}");
+    assert_eq!(figure(&s, "fair_objects_refused_share"), 1, "{s}");
+}

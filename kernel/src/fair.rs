@@ -2,9 +2,10 @@
 //! the node shares between clients (open objects, TLS handshakes in progress, object answers
 //! waiting to be written, object creations).
 //!
-//! A **client** ([`ClientKey`]) is what the node can tell apart of who asks: an IPv4 address
-//! (/32), an IPv6 /64 (one subscriber's prefix; an IPv4 address mapped into IPv6 is the IPv4
-//! address), or the node's own machine (its localhost listener, never held to a share, as it
+//! A **client** ([`ClientKey`]) is what the node can tell apart of who asks: a verified
+//! identity where a request carries one, else an IPv4 address (/32), an IPv6 /64 (one
+//! subscriber's prefix; an IPv4 address mapped into IPv6 is the IPv4 address), or the node's own
+//! machine (its localhost listener, never held to a share, as it
 //! is never refused at TCP). An IPv6 /64 also counts toward its /56 and its /48
 //! ([`ClientKey::prefixes`]), which may hold [`PREFIX_56_SHARES`] and [`PREFIX_48_SHARES`]
 //! shares: a routed /56 is 256 /64s, and without the prefixes it would be 256 clients.
@@ -36,6 +37,10 @@ pub enum ClientKey {
         /// Its length.
         bits: u8,
     },
+    /// A verified identity (a token's `sub`, as [`ClientKey::identity`] hashes it), where a
+    /// request carries one: one client from every address it comes from, and not one with
+    /// every other user behind its NAT.
+    Identity(u64),
 }
 
 impl ClientKey {
@@ -58,6 +63,14 @@ impl ClientKey {
             Some(ip) if !local => ClientKey::of(ip),
             _ => ClientKey::Local,
         }
+    }
+
+    /// The client a verified token's `sub` names.
+    pub fn identity(subject: &str) -> ClientKey {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        subject.hash(&mut h);
+        ClientKey::Identity(h.finish())
     }
 
     fn prefix(addr: u128, bits: u8) -> ClientKey {
@@ -92,6 +105,7 @@ impl std::fmt::Display for ClientKey {
             ClientKey::Local => f.write_str("local"),
             ClientKey::V4(a) => write!(f, "{}", std::net::Ipv4Addr::from(a)),
             ClientKey::V6 { net, bits } => write!(f, "{}/{bits}", std::net::Ipv6Addr::from(net)),
+            ClientKey::Identity(h) => write!(f, "identity {h:016x}"),
         }
     }
 }
@@ -176,6 +190,10 @@ mod tests {
         assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
         assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
         assert_ne!(key("::a00:1"), key("10.0.0.1"));
+        assert_eq!(ClientKey::identity("alice"), ClientKey::identity("alice"));
+        assert_ne!(ClientKey::identity("alice"), ClientKey::identity("bob"));
+        assert!(ClientKey::identity("alice").is_shared());
+        assert_eq!(ClientKey::identity("alice").prefixes(), [None, None]);
         assert_eq!(key("2001:db8:1:2::1").to_string(), "2001:db8:1:2::/64");
         let local = ClientKey::of_peer(true, Some("10.0.0.1".parse().unwrap()));
         assert_eq!(local, ClientKey::Local);

@@ -529,7 +529,7 @@ impl Conn {
     /// answer is owed in the pipeline.
     fn ask_object(&self, req: ObjectRequest, keep_alive: bool, pipeline: &mut Pipeline) {
         let (tx, answer) = async_channel::bounded(1);
-        let asker = self.asker(&req.caller);
+        let asker = self.asker(&req.caller, req.client.as_deref());
         match self.hold_input(req.body.len() as u64) {
             Some(hold) => {
                 let job = match req.message {

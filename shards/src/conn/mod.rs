@@ -214,12 +214,26 @@ impl Conn {
         self.waker.state()
     }
 
-    /// Who asks, for the pools a job takes from (`crate::fair`): the node's own machine on the
-    /// localhost listener, else the client's address as the caller has it (for a request
-    /// another node passed on, the address the client connected to it from).
-    fn asker(&self, caller: &crate::app::Caller) -> ClientKey {
+    /// Who asks by address, for the pools shared before its identity is known (`crate::fair`):
+    /// the node's own machine on the localhost listener, else the client's address as the
+    /// caller has it (for a request another node passed on, the address the client connected
+    /// to it from).
+    fn address_key(&self, caller: &crate::app::Caller) -> ClientKey {
         let local = self.slot.kind() == crate::shared::ConnKind::Local;
         ClientKey::of_peer(local, caller.addr)
+    }
+
+    /// Who asks, for the pools a job takes from: the verified identity its token named, if
+    /// any, else [`Conn::address_key`] (the node's own machine stays itself either way).
+    fn asker(
+        &self,
+        caller: &crate::app::Caller,
+        client: Option<&crate::auth::Client>,
+    ) -> ClientKey {
+        match (self.address_key(caller), client) {
+            (ClientKey::Local, _) | (_, None) => self.address_key(caller),
+            (_, Some(c)) => ClientKey::identity(&c.subject),
+        }
     }
 
     /// Whether the connection came in on the fleet listener (from another node, or claiming

@@ -221,7 +221,7 @@ impl Conn {
             return Routed::Respond(preflight(req, app.as_ref()));
         }
         let caller = self.caller(req, app.as_ref(), from_fleet, rest);
-        let client = match self.identify(req, app.as_ref(), self.asker(&caller)) {
+        let client = match self.identify(req, app.as_ref(), self.address_key(&caller)) {
             Ok(client) => client,
             Err(resp) => return Routed::Respond(resp),
         };

@@ -63,7 +63,10 @@ impl Conn {
                 }
             };
             let key = format!("{}/{}", up.app.name(), up.object);
-            let (slot, asker) = (self.waker.index(), self.asker(&up.caller));
+            let (slot, asker) = (
+                self.waker.index(),
+                self.asker(&up.caller, up.client.as_deref()),
+            );
             let session = self.cells.sessions().open(
                 slot,
                 asker,
