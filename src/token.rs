@@ -1,23 +1,27 @@
-//! `combd token --sub <subject> [--name <name>] [--ttl <duration>]`: prints an HS256 token
-//! signed with the secret in `COMBD_AUTH_JWT_KEY_FILE` (or `--key-file`), with the issuer and
-//! audience of `COMBD_AUTH_ISSUER` and `COMBD_AUTH_AUDIENCE`: a token the node takes, for
-//! development and tests. Production tokens come from the identity provider.
+//! `combd token --sub <subject> [--name <name>] [--ttl <duration>] [--app <app>]`: prints an
+//! HS256 token signed with the secret in `COMBD_AUTH_JWT_KEY_FILE` (or `--key-file`), with the
+//! issuer and audience of `COMBD_AUTH_ISSUER` and `COMBD_AUTH_AUDIENCE` (with `--app`, the
+//! audience `<COMBD_AUTH_AUDIENCE>/<app>`: a token for that app only): a token the node takes,
+//! for development and tests. Production tokens come from the identity provider.
 
 use combd_kernel::settings::parse_duration;
 
 const USE: &str =
     "use: combd token --sub <subject> [--name <name>] [--ttl <duration, default 1h>] \
+                   [--app <app>, with COMBD_AUTH_AUDIENCE: for that app only] \
                    [--key-file <file>, default COMBD_AUTH_JWT_KEY_FILE]";
 
 /// Runs `combd token` with its own arguments; returns the exit status.
 pub fn run(args: &[String]) -> i32 {
     let (mut sub, mut name, mut ttl, mut key_file) = (None, None, "1h".to_string(), None);
+    let mut app = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let slot = match a.as_str() {
             "--sub" => &mut sub,
             "--name" => &mut name,
             "--key-file" => &mut key_file,
+            "--app" => &mut app,
             "--ttl" => {
                 match it.next() {
                     Some(t) => ttl = t.clone(),
@@ -57,6 +61,11 @@ pub fn run(args: &[String]) -> i32 {
         std::env::var("COMBD_AUTH_ISSUER").ok(),
         std::env::var("COMBD_AUTH_AUDIENCE").ok(),
     );
+    let aud = match (aud, app) {
+        (Some(aud), Some(app)) => Some(format!("{aud}/{app}")),
+        (None, Some(_)) => return usage("--app needs COMBD_AUTH_AUDIENCE (the node's audience)"),
+        (aud, None) => aud,
+    };
     match combd_shards::auth::mint(
         &text,
         &sub,

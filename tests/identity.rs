@@ -372,3 +372,48 @@ fn a_token_used_twice_is_verified_once_and_refused_from_the_cache_past_its_exp()
     assert_eq!(stat(&node, "auth_refused"), 2);
     assert_eq!(ask(&good).status, 200, "the connection goes on");
 }
+
+/// A token is for every app of the node when its `aud` names the node, and for the apps it
+/// names as `<audience>/<app>` only: a token for one app is not one for all. `combd token
+/// --app` mints one.
+#[test]
+fn a_token_for_one_app_is_not_a_token_for_all() {
+    let file = key_file("per-app", SECRET);
+    let node = node_with(&file);
+    let bearer = |t: &str| format!("Authorization: Bearer {t}\r\n");
+    let all = token(SECRET, "alice", now(), 600, AUDIENCE);
+    let whoami = token(SECRET, "alice", now(), 600, &format!("{AUDIENCE}/whoami"));
+    let chat = token(SECRET, "alice", now(), 600, &format!("{AUDIENCE}/chat"));
+    assert_eq!(get_with(&node, "/o/whoami/p", &bearer(&all)).status, 200);
+    assert_eq!(get_with(&node, "/o/whoami/p", &bearer(&whoami)).status, 200);
+    let refused = get_with(&node, "/o/whoami/p", &bearer(&chat));
+    assert_401(&refused, "Bearer error=\"invalid_token\"");
+    // The WebSocket's upgrade the same way.
+    assert_eq!(upgrade_with(&node, &bearer(&chat)).status, 401);
+    assert_eq!(upgrade_with(&node, &bearer(&whoami)).status, 101);
+    // `combd token --app whoami` is such a token; without an audience `--app` says why not.
+    let out = run_to_exit(
+        std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+            .args(["token", "--sub", "bob", "--app", "chat"])
+            .env("COMBD_AUTH_JWT_KEY_FILE", &file)
+            .env("COMBD_AUTH_AUDIENCE", AUDIENCE),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let minted = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        get_with(&node, "/o/whoami/p", &bearer(minted.trim())).status,
+        401
+    );
+    let out = run_to_exit(
+        std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+            .args(["token", "--sub", "bob", "--app", "chat"])
+            .env("COMBD_AUTH_JWT_KEY_FILE", &file)
+            .env_remove("COMBD_AUTH_AUDIENCE"),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--app needs COMBD_AUTH_AUDIENCE"));
+}

@@ -38,6 +38,8 @@ pub(super) struct Named {
     pub subject: String,
     pub name: Option<String>,
     pub expires_at: u64,
+    /// The apps its `aud` names it for, or `None`: every app.
+    pub apps: Option<Box<[String]>>,
 }
 
 impl Named {
@@ -48,6 +50,7 @@ impl Named {
             name: self.name,
             token: token.into(),
             expires_at: self.expires_at,
+            apps: self.apps,
         }
     }
 }

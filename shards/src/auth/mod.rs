@@ -60,6 +60,8 @@ pub struct Client {
     /// The token's `exp`, in seconds since the Unix epoch: a session whose token expired is
     /// closed (3000) at its next ping past it and the leeway.
     expires_at: u64,
+    /// The apps its `aud` names it for (`<audience>/<app>`), or `None`: every app.
+    apps: Option<Box<[String]>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -72,6 +74,13 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// Whether its token is valid for `app` (its `aud` named the node, or that app of it).
+    pub fn for_app(&self, app: &str) -> bool {
+        self.apps
+            .as_deref()
+            .is_none_or(|apps| apps.iter().any(|a| a == app))
+    }
+
     /// The token the client came with (for a request passed on to another node).
     pub(crate) fn token(&self) -> &str {
         &self.token
@@ -111,6 +120,8 @@ impl std::fmt::Display for KeyError {
 struct Verifier {
     key: DecodingKey,
     validation: Validation,
+    /// `COMBD_AUTH_AUDIENCE`: the node's audience ([`audience`]).
+    audience: Option<String>,
     /// This key's own number: no other key read by this process (any [`Auth`]'s, start-up or
     /// reload) has it, so a shard's cache seeing another one forgets what it knew.
     generation: u64,
@@ -171,13 +182,13 @@ fn verifier(settings: &AuthSettings) -> Result<Verifier, KeyError> {
         Some(iss) => validation.set_issuer(&[iss]),
         None => validation.iss = None,
     }
-    match &settings.audience {
-        Some(aud) => validation.set_audience(&[aud]),
-        None => validation.validate_aud = false,
-    }
+    // The audience is checked here, not by the library: besides the node's own, a token may
+    // name apps of it (`<audience>/<app>`), and is then for those apps only ([`audience`]).
+    validation.validate_aud = false;
     Ok(Verifier {
         key,
         validation,
+        audience: settings.audience.clone(),
         generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
     })
 }
@@ -316,6 +327,7 @@ fn check(v: &Verifier, token: &str) -> Result<Named, Failure> {
             ))),
         }
     };
+    let apps = audience(v.audience.as_deref(), data.claims.get("aud"))?;
     let subject = claim("sub")?.ok_or_else(|| Failure::lasting("no sub"))?;
     // Required and checked by the validation: a number.
     let expires_at = data.claims.get("exp").and_then(serde_json::Value::as_u64);
@@ -323,7 +335,41 @@ fn check(v: &Verifier, token: &str) -> Result<Named, Failure> {
         subject,
         name: claim("name")?,
         expires_at: expires_at.ok_or_else(|| Failure::lasting("exp is not a number"))?,
+        apps,
     })
+}
+
+/// The apps a token's `aud` makes it valid for, with `COMBD_AUTH_AUDIENCE` `node`: with none
+/// set, every app (its `aud` not read); else `aud` (a string or an array of them) must name the
+/// node (every app) or apps of it as `<node>/<app>` (those apps only: a token for one app is
+/// not one for all).
+fn audience(
+    node: Option<&str>,
+    aud: Option<&serde_json::Value>,
+) -> Result<Option<Box<[String]>>, Failure> {
+    let Some(node) = node else {
+        return Ok(None);
+    };
+    let named: Vec<&str> = match aud {
+        Some(serde_json::Value::String(s)) => vec![s.as_str()],
+        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_str()).collect(),
+        _ => return Err(Failure::lasting("aud is missing or not a string")),
+    };
+    if named.contains(&node) {
+        return Ok(None);
+    }
+    let apps: Vec<String> = named
+        .iter()
+        .filter_map(|a| a.strip_prefix(node)?.strip_prefix('/'))
+        .filter(|app| !app.is_empty())
+        .map(str::to_string)
+        .collect();
+    if apps.is_empty() {
+        return Err(Failure::lasting(
+            "InvalidAudience: aud names neither this node nor an app of it",
+        ));
+    }
+    Ok(Some(apps.into_boxed_slice()))
 }
 
 /// `exp`, `nbf` and `iat`, where present, are numbers (RFC 7519's NumericDate): a string

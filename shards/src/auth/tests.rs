@@ -164,6 +164,38 @@ fn issuer_and_audience_are_checked_when_set() {
 }
 
 #[test]
+fn a_token_whose_aud_names_an_app_is_for_that_app_only() {
+    let a = auth(None, Some("combd"));
+    let with = |aud: serde_json::Value| {
+        let claims = serde_json::json!({ "sub": "a", "aud": aud, "exp": now() + 60 });
+        a.verify(sign(claims, SECRET).as_bytes())
+    };
+    // The node's audience: every app.
+    let all = with("combd".into()).unwrap();
+    assert!(all.for_app("chat") && all.for_app("counter"));
+    // An app of it: that app (or those apps) only.
+    let chat = with("combd/chat".into()).unwrap();
+    assert!(chat.for_app("chat") && !chat.for_app("counter"));
+    let two = with(serde_json::json!(["other", "combd/chat", "combd/whoami"])).unwrap();
+    assert!(two.for_app("whoami") && two.for_app("chat") && !two.for_app("bank"));
+    // Neither: refused, as an audience not the node's always was.
+    for aud in [
+        serde_json::json!("other"),
+        serde_json::json!("combd/"),
+        serde_json::json!("combdx/chat"),
+        serde_json::json!(["other"]),
+        serde_json::json!(7),
+    ] {
+        assert!(with(aud.clone()).is_err(), "{aud}");
+    }
+    // With no audience set, an aud scopes nothing.
+    let open = auth(None, None);
+    let claims = serde_json::json!({ "sub": "a", "aud": "combd/chat", "exp": now() + 60 });
+    let any = open.verify(sign(claims, SECRET).as_bytes()).unwrap();
+    assert!(any.for_app("counter"));
+}
+
+#[test]
 fn key_files_are_an_hs256_secret_or_a_public_key() {
     assert!(hs256_secret("short\n").unwrap_err().contains("at least 32"));
     assert!(hs256_secret(&format!("{SECRET}\nsecond line\n")).is_err());
@@ -361,6 +393,7 @@ fn named(subject: &str, expires_at: u64) -> cache::Named {
         subject: subject.into(),
         name: None,
         expires_at,
+        apps: None,
     }
 }
 

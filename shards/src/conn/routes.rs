@@ -341,7 +341,11 @@ impl Conn {
                 "COMBD_AUTH_JWT_KEY_FILE is not set".into(),
             )),
             (Some(a), Some(t)) => a.verify_for(t, asker),
-        };
+        }
+        .and_then(|c| match c.for_app(app.name()) {
+            true => Ok(c),
+            false => Err(Refused::Invalid("the token is for other apps".into())),
+        });
         match verified {
             Err(Refused::Busy) if app.identified() => {
                 Err(Response::error(503, "overloaded").with_header("retry-after", "1"))
