@@ -364,9 +364,15 @@ fn request_parts<R>(
 /// counted to the peer it came from (its connection's address): a peer may hold its share of
 /// the [`FLEET_AUTH_REPLAYS_MAX`] remembered, the bound split over the peers holding some, so a
 /// client that drives forwards through one node fills that node's share, not every node's.
+///
+/// What a node took before it started again is not remembered across the restart: instead a
+/// request signed before this node's start ([`Replays::since`]) is refused as stale, so one
+/// captured before a restart cannot be replayed after it within the skew.
 #[derive(Debug, Default)]
 pub struct Replays {
     seen: Mutex<Seen>,
+    /// Requests signed before this (ms since the Unix epoch) are refused: the node's start.
+    since_ms: u64,
 }
 
 #[derive(Debug, Default)]
@@ -411,9 +417,22 @@ impl Seen {
 }
 
 impl Replays {
+    /// What a node that started at `start_ms` remembers: nothing yet, and no request signed
+    /// before its start taken.
+    pub fn since(start_ms: u64) -> Replays {
+        Replays {
+            seen: Mutex::default(),
+            since_ms: start_ms,
+        }
+    }
+
     /// Takes `stamp` (a good signature's, from `peer`) at `now_ms`: refused if taken before,
-    /// or if the peer holds its share of the [`FLEET_AUTH_REPLAYS_MAX`] remembered.
+    /// signed before the node started, or if the peer holds its share of the
+    /// [`FLEET_AUTH_REPLAYS_MAX`] remembered.
     pub fn admit(&self, stamp: Stamp, peer: ClientKey, now_ms: u64) -> Result<(), AuthError> {
+        if stamp.at_ms < self.since_ms {
+            return Err(AuthError::Stale);
+        }
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         seen.forget_before(now_ms.saturating_sub(FLEET_AUTH_SKEW.as_millis() as u64));
         if seen.stamps.contains_key(&stamp) {
@@ -677,6 +696,22 @@ mod tests {
         };
         assert_eq!(r.admit(one_more, PEER, now), Err(AuthError::Busy));
         assert_eq!(r.held(), FLEET_AUTH_REPLAYS_MAX);
+    }
+
+    #[test]
+    fn a_request_signed_before_the_node_started_is_stale() {
+        let now = 1_800_000_000_000;
+        let r = Replays::since(now);
+        let before = Stamp {
+            at_ms: now - 1,
+            nonce: [1; NONCE_BYTES],
+        };
+        assert_eq!(r.admit(before, PEER, now + 5), Err(AuthError::Stale));
+        let after = Stamp {
+            at_ms: now,
+            nonce: [1; NONCE_BYTES],
+        };
+        assert_eq!(r.admit(after, PEER, now + 5), Ok(()));
     }
 
     #[test]

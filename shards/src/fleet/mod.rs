@@ -225,7 +225,9 @@ impl Fleet {
             ttl: settings.lease_ttl,
             last_grant: Mutex::new(sent),
             key,
-            replays: Replays::default(),
+            // Nothing signed before this start is taken: a request captured before a
+            // restart is not replayed after it.
+            replays: Replays::since(combd_fleet::auth::now_ms()),
             node_public: settings.node_public,
             unreachable: Unreachable::default(),
             wake_cursor: Mutex::new(None),
