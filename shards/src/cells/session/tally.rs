@@ -13,7 +13,36 @@ pub(crate) struct ClientTally {
     key: ClientKey,
     bytes: Cell<u64>,
     /// The shard's count of clients with bytes waiting.
-    active: Rc<Cell<u64>>,
+    active: Rc<Active>,
+}
+
+/// A shard's count of clients with bytes waiting, and the floor of a client's share of its
+/// budget (worked out once).
+#[derive(Default)]
+pub(crate) struct Active {
+    count: Cell<u64>,
+    floor: Cell<Option<u64>>,
+}
+
+impl Active {
+    fn get(&self) -> u64 {
+        self.count.get()
+    }
+
+    fn set(&self, n: u64) {
+        self.count.set(n);
+    }
+
+    /// The least share of `budget` a client has however many hold some (the settings and
+    /// the budget are fixed for the node's life).
+    fn floor(&self, shares: Shares, budget: u64) -> u64 {
+        if let Some(f) = self.floor.get() {
+            return f;
+        }
+        let f = shares.of(budget, u64::MAX);
+        self.floor.set(Some(f));
+        f
+    }
 }
 
 impl ClientTally {
@@ -36,12 +65,13 @@ impl ClientTally {
     }
 
     /// Whether `len` more bytes for the client keep it within its share of a shard budget of
-    /// `budget` bytes, of which `held` wait (the node's own machine is held to none).
+    /// `budget` bytes, of which `held` wait (the node's own machine is held to none). Within
+    /// the share's floor it is, at the cost of an addition (the fan-out asks for every frame).
     pub fn admits(&self, shares: Shares, held: u64, budget: u64, len: u64) -> bool {
-        if !self.key.is_shared() {
+        let mine = self.bytes.get();
+        if !self.key.is_shared() || mine + len <= self.active.floor(shares, budget) {
             return true;
         }
-        let mine = self.bytes.get();
         let level = PoolLevel {
             capacity: budget,
             held,
@@ -55,7 +85,7 @@ impl ClientTally {
 #[derive(Default)]
 pub(crate) struct ClientTallies {
     by: HashMap<ClientKey, Weak<ClientTally>>,
-    active: Rc<Cell<u64>>,
+    active: Rc<Active>,
 }
 
 impl ClientTallies {
