@@ -376,6 +376,26 @@ impl Shard {
         }
     }
 
+    /// Counts a connection on the fleet listener under its peer's share of it (as many as
+    /// `COMBD_MAX_CONNS_PER_ADDRESS`, at any rate: a node passes each request on over a
+    /// connection of its own); false past it (closed at once, `fleet_conns_refused`), so a host
+    /// on the fleet's network that holds connections open holds its share, not the listener.
+    fn admit_fleet_peer(&self, slot: &mut ConnSlot, ip: std::net::IpAddr) -> bool {
+        let key = AddressKey::of(ip);
+        if self
+            .state
+            .node()
+            .fleet_peers
+            .admit(key, Instant::now())
+            .is_err()
+        {
+            ShardStats::add(&self.stats().fleet_conns_refused, 1);
+            return false;
+        }
+        slot.count_address(key);
+        true
+    }
+
     /// Answers a connection that got in while the node is full: 503 for plain HTTP, closed
     /// for TLS (it cannot be answered before its handshake).
     fn refuse_late(&self, mut slot: ConnSlot, stream: TcpStream, tls: bool) {
@@ -476,6 +496,9 @@ impl Shard {
                     return;
                 }
             }
+        }
+        if kind == ConnKind::Fleet && !self.admit_fleet_peer(&mut slot, peer.ip()) {
+            return;
         }
         slot.open();
         // `/stats` and `/metrics` answer only the node's own machine.

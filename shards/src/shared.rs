@@ -38,6 +38,9 @@ pub struct NodeShared {
     pub admission: Admission,
     /// The public connections of each client address, against its share.
     pub addresses: Addresses,
+    /// The fleet listener's connections of each peer address, against its share (as many as
+    /// a client address, at any rate).
+    pub fleet_peers: Addresses,
     /// Where the memory budget came from.
     pub memory_budget_source: &'static str,
     /// Bytes waiting to be written per shard, every connection together
@@ -159,6 +162,10 @@ impl NodeShared {
             max_conns: p.settings.max_conns_per_address,
             rate: p.settings.accept_rate_per_address,
         });
+        let fleet_peers = Addresses::new(AddressLimits {
+            max_conns: p.settings.max_conns_per_address,
+            rate: u32::MAX,
+        });
         let objects = ObjectCounts::count(
             &p.settings.data_dir,
             &p.apps,
@@ -193,6 +200,7 @@ impl NodeShared {
             max_conns_effective: p.max_conns_effective,
             admission,
             addresses,
+            fleet_peers,
             memory_budget_source: p.memory_budget_source,
             outbound_budget_bytes: p.outbound_budget_bytes,
             inbound_budget_bytes: p.inbound_budget_bytes,

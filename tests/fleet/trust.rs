@@ -296,3 +296,37 @@ fn an_owner_that_answers_what_is_not_a_bounded_http_answer_gets_its_caller_a_503
     // The node still serves its own.
     assert_eq!(post_acked(&a, "mine"), 1);
 }
+
+/// A host on the fleet's network holding connections open to the fleet listener (which is
+/// never stopped, past admission) holds its share of it, as many as a client address's, and
+/// a node's request is served beside them once they are gone.
+#[test]
+fn the_fleet_listener_holds_each_peer_to_its_share_of_connections() {
+    let Some(fleet) = Fleet::start("the_fleet_listener_holds_each_peer") else {
+        return;
+    };
+    let me = format!("127.0.0.1:{}", fleet_support::free_port());
+    let more = [("COMBD_MAX_CONNS_PER_ADDRESS", "8")];
+    let a = fleet.node_at(&me, LEASE_TTL, &fleet.s3.bucket.endpoint, &more);
+    let at: SocketAddr = me.parse().unwrap();
+    let silent: Vec<std::net::TcpStream> = (0..12)
+        .map(|_| std::net::TcpStream::connect(at).unwrap())
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stat(&a, "fleet_conns_refused") < 4 {
+        assert!(std::time::Instant::now() < deadline, "the peer was not held to its share");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(stat(&a, "fleet_conns_refused"), 4);
+    drop(silent);
+    // Once the node has seen them close, a node's request is served.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stat(&a, "conns_fleet") > 0 {
+        assert!(std::time::Instant::now() < deadline, "the silent connections stayed");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let key = parse_fleet_key(FLEET_KEY).unwrap();
+    let signed = key.sign(&me, "POST", "/o/counter/p", b"");
+    let r = forwarded_post(at, "p", "", Some(&signed));
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -64,7 +64,11 @@ impl Drop for ConnSlot {
         }
         self.state.node().release_conn(self.kind);
         if let Some(key) = self.address {
-            self.state.node().addresses.release(key);
+            let node = self.state.node();
+            match self.kind {
+                ConnKind::Fleet => node.fleet_peers.release(key),
+                _ => node.addresses.release(key),
+            }
         }
     }
 }
