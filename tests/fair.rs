@@ -316,7 +316,11 @@ fn non_reading_websockets_of_one_address_hold_its_share_of_the_outbound_budget()
             }
         }
     }
-    assert_eq!(got, ROUNDS * EACH, "every message reached the honest viewer");
+    assert_eq!(
+        got,
+        ROUNDS * EACH,
+        "every message reached the honest viewer"
+    );
     let s = node.stats();
     assert_eq!(figure(&s, "outbound_budget_closed"), 0, "{s}");
     assert!(figure(&s, "session_share_resyncs") >= 1, "{s}");
@@ -353,13 +357,22 @@ fn new_tokens_from_one_address_are_checked_at_its_rate() {
     let busy = answers.iter().filter(|r| r.status == 503).count();
     assert_eq!(unauthorized + busy, 2 * rate);
     // Checked at most a burst and what refilled while they came.
-    assert!(unauthorized >= rate && unauthorized < rate + rate / 2, "{unauthorized} checked");
-    assert!(busy > 0 && answers.iter().all(|r| r.status != 503 || r.header("retry-after") == Some("1")));
+    assert!(
+        unauthorized >= rate && unauthorized < rate + rate / 2,
+        "{unauthorized} checked"
+    );
+    assert!(
+        busy > 0
+            && answers
+                .iter()
+                .all(|r| r.status != 503 || r.header("retry-after") == Some("1"))
+    );
     let s = node.stats();
     assert_eq!(figure(&s, "auth_verify_busy"), busy as u64, "{s}");
     // Another address's valid token is checked and served.
     let good = support::auth::token(SECRET, "alice", None);
-    let raw = format!("GET /o/whoami/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {good}\r\n\r\n");
+    let raw =
+        format!("GET /o/whoami/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {good}\r\n\r\n");
     let r = pipelined(&node, HONEST, raw.as_bytes(), 1);
     assert_eq!(r[0].status, 200, "{}", r[0].text());
 }

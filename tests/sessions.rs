@@ -228,7 +228,9 @@ fn a_viewer_whose_write_stalls_is_closed_as_slow_and_counted() {
     });
     // Its mail is given back at once; its close frame is counted while it is written (at most
     // twice `close_linger_ms` on a socket that takes nothing), then given back too.
-    wait_stats(&node, "its bytes given back", |s| sum(s, "outbound_bytes") == 0);
+    wait_stats(&node, "its bytes given back", |s| {
+        sum(s, "outbound_bytes") == 0
+    });
     // Its socket ends once what was in flight is read; the clicker is kept.
     read_until_closed(&mut never);
     click_and_wait(&mut clicker, 1, 1_000_000);

@@ -314,7 +314,10 @@ fn the_fleet_listener_holds_each_peer_to_its_share_of_connections() {
         .collect();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while stat(&a, "fleet_conns_refused") < 4 {
-        assert!(std::time::Instant::now() < deadline, "the peer was not held to its share");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the peer was not held to its share"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert_eq!(stat(&a, "fleet_conns_refused"), 4);
@@ -322,7 +325,10 @@ fn the_fleet_listener_holds_each_peer_to_its_share_of_connections() {
     // Once the node has seen them close, a node's request is served.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while stat(&a, "conns_fleet") > 0 {
-        assert!(std::time::Instant::now() < deadline, "the silent connections stayed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the silent connections stayed"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let key = parse_fleet_key(FLEET_KEY).unwrap();
