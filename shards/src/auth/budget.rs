@@ -99,8 +99,14 @@ mod tests {
         }
         assert!(!b.spend(a, t), "past the burst");
         assert!(b.spend(c, t), "another client has its own");
-        assert!(!b.spend(d, t), "the table is full and no bucket has refilled");
-        assert!(b.spend(ClientKey::Local, t), "the node's own machine is never held");
+        assert!(
+            !b.spend(d, t),
+            "the table is full and no bucket has refilled"
+        );
+        assert!(
+            b.spend(ClientKey::Local, t),
+            "the node's own machine is never held"
+        );
         // A second later both have refilled: the third client takes a forgotten one's place.
         let later = t + Duration::from_secs(1);
         assert!(b.spend(d, later));
@@ -111,7 +117,9 @@ mod tests {
             b.spend(a, t);
         }
         let half = t + Duration::from_millis(500);
-        let n = (0..AUTH_VERIFY_RATE_PER_CLIENT).filter(|_| b.spend(a, half)).count() as u64;
+        let n = (0..AUTH_VERIFY_RATE_PER_CLIENT)
+            .filter(|_| b.spend(a, half))
+            .count() as u64;
         assert_eq!(n, AUTH_VERIFY_RATE_PER_CLIENT / 2);
     }
 }
