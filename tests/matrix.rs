@@ -11,9 +11,10 @@
 //! (`examples/wasm/apps/`, deployed by a reload). Not the test apps (`COMBD_TEST_APPS`): some
 //! hold the shard on purpose (`stall`), and none is served in production.
 //!
-//! `COMBD_MATRIX_LONG=1` runs each attack 10 s instead of 1 s; either way the figures (the
-//! honest client's p50 and p99, the attacker's refusals, the peak memory) print as a table
-//! (`cargo test --test matrix -- --nocapture`). `bench/hostile.py` stays for RESULTS.md.
+//! `MATRIX_LONG=1` runs each attack 10 s instead of 1 s (not a `COMBD_` name: the node
+//! refuses a `COMBD_` variable it does not know, and inherits the test's environment). Either
+//! way the figures (the honest client's p50 and p99, the attacker's refusals, the peak
+//! memory) print as a table (`cargo test --test matrix -- --nocapture`). `bench/hostile.py` stays for RESULTS.md.
 
 #![allow(clippy::unwrap_used)]
 
@@ -235,7 +236,7 @@ fn known(r: &Row) -> Option<&'static str> {
 
 #[test]
 fn every_attack_against_every_route() {
-    let long = std::env::var("COMBD_MATRIX_LONG").is_ok_and(|v| v == "1");
+    let long = std::env::var("MATRIX_LONG").is_ok_and(|v| v == "1");
     let window = Duration::from_secs(if long { 10 } else { 1 });
     let pair = make_pair();
     let dir = std::env::temp_dir().join(format!("combd-matrix-tls-{}", std::process::id()));
