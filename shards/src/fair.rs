@@ -50,7 +50,8 @@ impl Pool {
         Pool::Lookups,
     ];
 
-    /// Its name in `/stats` (`fair.<name>`) and `/metrics` (`pool="<name>"`).
+    /// Its name in its figures' names: `fair_<name>_<figure>` in `/stats`,
+    /// `combd_fair_<name>_<figure>` in `/metrics`.
     pub fn name(self) -> &'static str {
         match self {
             Pool::Objects => "objects",
