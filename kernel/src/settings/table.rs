@@ -196,9 +196,11 @@ settings_table! {
             parse: parse_percent,
             unit: Count,
             limit: "client_share_max_percent",
-            meaning: "the most of each shared pool (open objects, TLS handshakes in progress, object \
-                      answers waiting to be written, object creations) one client (IPv4 address, IPv6 /64) \
-                      may hold, in percent of the pool, even alone; 1 to 100 (the localhost listener is exempt)",
+            meaning: "the most of each shared pool (live objects, TLS handshakes in progress, object \
+                      answers waiting to be written, object creations, input held, sessions' bytes waiting, \
+                      the fleet's owner lookups) one client (a verified identity, else an IPv4 address or an \
+                      IPv6 /64) may hold, in percent of the pool, even alone; 1 to 100 (the localhost listener \
+                      is exempt)",
         }
         /// `COMBD_CLIENT_SHARE_MIN_PERCENT`.
         client_share_min_percent: u64 {
