@@ -91,43 +91,8 @@ async fn exchange(
             e => io_failure(e.into()),
         })?;
     let _ = stream.set_nodelay(true);
-    // The client's token goes with it, for the owner to verify again (the owner trusts no
-    // identity a peer asserts, only a token its own key verifies).
-    let authorization = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
-    // What the app is told of the client goes with it: its address (which the signature
-    // covers), its Origin and the fields the app declared (each checked as a header value
-    // when it was read).
-    let client = caller.addr.map_or(String::new(), |a| a.to_string());
-    let mut told = String::new();
-    if !client.is_empty() {
-        told.push_str(&format!("{CLIENT_HEADER}: {client}\r\n"));
-    }
-    if let Some(origin) = &caller.origin {
-        told.push_str(&format!("origin: {origin}\r\n"));
-    }
-    for (name, value) in &caller.headers {
-        // Not the fields this request frames or carries itself (a second `host`, a
-        // `content-length` or an `expect` would change what the owner reads).
-        const OWN: &[&str] = &[
-            "authorization",
-            "origin",
-            "host",
-            "content-length",
-            "transfer-encoding",
-            "expect",
-            "connection",
-            "keep-alive",
-            "te",
-            "trailer",
-            "upgrade",
-            "proxy-connection",
-        ];
-        if !OWN.iter().any(|o| name.eq_ignore_ascii_case(o)) {
-            told.push_str(&format!("{name}: {value}\r\n"));
-        }
-    }
+    let (client, fields) = told(token, caller);
     // The MAC covers the fields sent beside the client's address (`forward::covered`).
-    let fields = format!("{authorization}{told}");
     let signed = combd_fleet::forward::covered(&client, field_lines(&fields));
     let signature = key.sign_for(owner, method, target, &signed, body);
     let mut request = format!(
@@ -140,16 +105,54 @@ async fn exchange(
     stream.write_all(&request).await.map_err(io_failure)?;
     stream.flush().await.map_err(io_failure)?;
     let answer = read_answer(&mut stream, max_body).await?;
-    // The owner signs its answer for this request: one changed on the way, or from a node
-    // without the key, is not passed on.
+    signed_for(key, &signature, answer)
+}
+
+/// What a request passed on tells the owner of its client: its address (the
+/// [`CLIENT_HEADER`] value, which the signature covers on its own), and its header fields:
+/// the client's token, for the owner to verify again (the owner trusts no identity a peer
+/// asserts, only a token its own key verifies), its `Origin` and the fields the app declared
+/// (each checked as a header value when it was read), as `name: value\r\n` lines with the
+/// [`CLIENT_HEADER`] line.
+fn told(token: Option<&str>, caller: &crate::app::Caller) -> (String, String) {
+    // Not the fields this request frames or carries itself (a second `host`, a
+    // `content-length` or an `expect` would change what the owner reads).
+    const OWN: &[&str] = &[
+        "authorization",
+        "origin",
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "expect",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+    ];
+    let mut fields = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+    let client = caller.addr.map_or(String::new(), |a| a.to_string());
+    if !client.is_empty() {
+        fields.push_str(&format!("{CLIENT_HEADER}: {client}\r\n"));
+    }
+    if let Some(origin) = &caller.origin {
+        fields.push_str(&format!("origin: {origin}\r\n"));
+    }
+    for (name, value) in &caller.headers {
+        if !OWN.iter().any(|o| name.eq_ignore_ascii_case(o)) {
+            fields.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    (client, fields)
+}
+
+/// `answer` if the owner signed it for the request it sent with `signature`: one changed on
+/// the way, or from a node without the key, is not passed on.
+fn signed_for(key: &FleetKey, signature: &str, answer: Forwarded) -> Result<Forwarded, Failure> {
     let a = &answer;
-    if !key.check_answer(
-        a.signature.as_deref(),
-        &signature,
-        a.status,
-        &a.signed_fields,
-        &a.body,
-    ) {
+    let signed = a.signature.as_deref();
+    if !key.check_answer(signed, signature, a.status, &a.signed_fields, &a.body) {
         return Err(Failure::BadAnswer(
             "an answer the fleet key did not sign".into(),
         ));
@@ -179,16 +182,7 @@ async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded,
     let bad = |m: &str| Failure::BadAnswer(m.to_string());
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
-    let (
-        (signature, signed_fields),
-        status,
-        head_len,
-        content_type,
-        retry_after,
-        allow,
-        headers,
-        length,
-    ) = loop {
+    let (mut answer, length, head_len) = loop {
         let n = stream.read(&mut chunk).await.map_err(io_failure)?;
         if n == 0 {
             return Err(Failure::Unreachable(
@@ -200,48 +194,8 @@ async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded,
         let mut resp = httparse::Response::new(&mut headers);
         match resp.parse(&buf) {
             Ok(httparse::Status::Complete(head_len)) => {
-                let header = |name: &str| {
-                    resp.headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case(name))
-                        .and_then(|h| std::str::from_utf8(h.value).ok())
-                        .map(str::to_string)
-                };
-                if header("transfer-encoding").is_some() {
-                    return Err(bad("a chunked answer (a node always sends its length)"));
-                }
-                let length: u64 = header("content-length")
-                    .ok_or_else(|| bad("an answer without content-length"))?
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad("a content-length that is not a number"))?;
-                let signature = header(combd_fleet::auth::ANSWER_HEADER);
-                let signed_fields = combd_fleet::forward::answer_fields(
-                    header("content-type").as_deref(),
-                    resp.headers
-                        .iter()
-                        .filter_map(|h| Some((h.name, std::str::from_utf8(h.value).ok()?))),
-                    kept_in_answer,
-                );
-                break (
-                    (signature, signed_fields),
-                    resp.code.ok_or_else(|| bad("no status"))?,
-                    head_len,
-                    header("content-type"),
-                    header("retry-after"),
-                    header("allow"),
-                    // The fields an app's answer may carry (the node checks them again).
-                    resp.headers
-                        .iter()
-                        .filter(|h| crate::app::app_response_header(h.name).is_some())
-                        .filter_map(|h| {
-                            let v = std::str::from_utf8(h.value).ok()?;
-                            Some((h.name.to_string(), v.to_string()))
-                        })
-                        .take(combd_kernel::limits::APP_HEADERS_MAX)
-                        .collect(),
-                    length,
-                );
+                let (answer, length) = answer_head(&resp)?;
+                break (answer, length, head_len);
             }
             Ok(httparse::Status::Partial) if buf.len() <= HEADER_SECTION_MAX_BYTES => {}
             Ok(httparse::Status::Partial) => return Err(bad("a header section past its bound")),
@@ -264,14 +218,55 @@ async fn read_answer(stream: &mut TcpStream, max_body: u64) -> Result<Forwarded,
         }
         body.extend_from_slice(&chunk[..n]);
     }
-    Ok(Forwarded {
-        status,
-        content_type,
-        retry_after,
-        allow,
-        headers,
-        body,
-        signature,
+    answer.body = body;
+    Ok(answer)
+}
+
+/// What an owner's answer says in its header section (its body still to read), and its
+/// `content-length`.
+fn answer_head(resp: &httparse::Response<'_, '_>) -> Result<(Forwarded, u64), Failure> {
+    let bad = |m: &str| Failure::BadAnswer(m.to_string());
+    let header = |name: &str| {
+        resp.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .and_then(|h| std::str::from_utf8(h.value).ok())
+            .map(str::to_string)
+    };
+    if header("transfer-encoding").is_some() {
+        return Err(bad("a chunked answer (a node always sends its length)"));
+    }
+    let length: u64 = header("content-length")
+        .ok_or_else(|| bad("an answer without content-length"))?
+        .trim()
+        .parse()
+        .map_err(|_| bad("a content-length that is not a number"))?;
+    let signed_fields = combd_fleet::forward::answer_fields(
+        header("content-type").as_deref(),
+        resp.headers
+            .iter()
+            .filter_map(|h| Some((h.name, std::str::from_utf8(h.value).ok()?))),
+        kept_in_answer,
+    );
+    let answer = Forwarded {
+        status: resp.code.ok_or_else(|| bad("no status"))?,
+        content_type: header("content-type"),
+        retry_after: header("retry-after"),
+        allow: header("allow"),
+        // The fields an app's answer may carry (the node checks them again).
+        headers: resp
+            .headers
+            .iter()
+            .filter(|h| crate::app::app_response_header(h.name).is_some())
+            .filter_map(|h| {
+                let v = std::str::from_utf8(h.value).ok()?;
+                Some((h.name.to_string(), v.to_string()))
+            })
+            .take(combd_kernel::limits::APP_HEADERS_MAX)
+            .collect(),
+        body: Vec::new(),
+        signature: header(combd_fleet::auth::ANSWER_HEADER),
         signed_fields,
-    })
+    };
+    Ok((answer, length))
 }
