@@ -205,15 +205,9 @@ impl FleetKey {
     /// fields the node passing it on keeps (`fields`: `name: value` lines, as
     /// `crate::forward::answer_fields` makes them) and its body.
     pub fn sign_answer(&self, request: &str, status: u16, fields: &str, body: &[u8]) -> String {
-        let status = status.to_le_bytes();
-        let body = digest::digest(&digest::SHA256, body);
-        let parts: [&[u8]; 4] = [
-            request.as_bytes(),
-            &status,
-            fields.as_bytes(),
-            body.as_ref(),
-        ];
-        hex(&self.seal(ANSWER_LABEL, &parts))
+        answer_parts(request, status, fields, body, |p| {
+            hex(&self.seal(ANSWER_LABEL, p))
+        })
     }
 
     /// Whether `mac` (the answer's [`ANSWER_HEADER`], if any) is [`FleetKey::sign_answer`]'s.
@@ -228,15 +222,9 @@ impl FleetKey {
         let Some(mac) = mac.and_then(|m| unhex(m.trim())) else {
             return false;
         };
-        let status = status.to_le_bytes();
-        let body = digest::digest(&digest::SHA256, body);
-        let parts: [&[u8]; 4] = [
-            request.as_bytes(),
-            &status,
-            fields.as_bytes(),
-            body.as_ref(),
-        ];
-        self.check(ANSWER_LABEL, &parts, &mac)
+        answer_parts(request, status, fields, body, |p| {
+            self.check(ANSWER_LABEL, p, &mac)
+        })
     }
 
     /// The [`AUTH_HEADER`] value of `method target` with `body`, to the node at `to`, signed
@@ -332,6 +320,26 @@ impl FleetKey {
         }
         Ok(stamp)
     }
+}
+
+/// What an answer's MAC covers (after [`ANSWER_LABEL`]), handed to `f`: the request's
+/// [`AUTH_HEADER`] value, the status, the fields kept (`crate::forward::answer_fields`) and the
+/// body's SHA-256.
+fn answer_parts<R>(
+    request: &str,
+    status: u16,
+    fields: &str,
+    body: &[u8],
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> R {
+    let status = status.to_le_bytes();
+    let body = digest::digest(&digest::SHA256, body);
+    f(&[
+        request.as_bytes(),
+        &status,
+        fields.as_bytes(),
+        body.as_ref(),
+    ])
 }
 
 /// What a request's MAC covers (after [`REQUEST_LABEL`]), handed to `f`: the receiving node's
