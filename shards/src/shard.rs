@@ -376,6 +376,27 @@ impl Shard {
         }
     }
 
+    /// Counts a public connection under its address's share: false past it (closed at once,
+    /// dropped with its slot, before anything is read or spawned for it; counted).
+    fn admit_address(&self, slot: &mut ConnSlot, ip: std::net::IpAddr) -> bool {
+        let key = AddressKey::of(ip);
+        let stats = self.stats();
+        match self.state.node().addresses.admit(key, Instant::now()) {
+            Ok(()) => {
+                slot.count_address(key);
+                true
+            }
+            Err(why) => {
+                let refused = match why {
+                    AddressRefusal::Conns => &stats.address_conns_refused,
+                    AddressRefusal::Rate => &stats.address_rate_refused,
+                };
+                ShardStats::add(refused, 1);
+                false
+            }
+        }
+    }
+
     /// Counts a connection on the fleet listener under its peer's share of it (as many as
     /// `COMBD_MAX_CONNS_PER_ADDRESS`, at any rate: a node passes each request on over a
     /// connection of its own); false past it (closed at once, `fleet_conns_refused`), so a host
@@ -480,21 +501,8 @@ impl Shard {
             if node.admission.refusing() || conns > node.max_conns_effective {
                 return self.refuse_late(slot, stream, l.tls);
             }
-            // Its address's share: past it, closed at once (dropped with its slot), before
-            // anything is read or spawned for it.
-            let key = AddressKey::of(peer.ip());
-            match node.addresses.admit(key, Instant::now()) {
-                Ok(()) => slot.count_address(key),
-                Err(why) => {
-                    ShardStats::add(
-                        match why {
-                            AddressRefusal::Conns => &stats.address_conns_refused,
-                            AddressRefusal::Rate => &stats.address_rate_refused,
-                        },
-                        1,
-                    );
-                    return;
-                }
+            if !self.admit_address(&mut slot, peer.ip()) {
+                return;
             }
         }
         if kind == ConnKind::Fleet && !self.admit_fleet_peer(&mut slot, peer.ip()) {
