@@ -11,10 +11,13 @@ beside the attack for S seconds, and prints one JSON line: the node's RSS before
 (VmRSS, sampled every 20 ms) against its memory budget, the honest client's p50/p99 and its
 failed requests in both runs, and what the node refused (its /stats counters that moved).
 
-Two honest clients run together: one writes a counter (POST /o/counter/honest) every 10 ms on
-its own keep-alive connection from 127.0.0.9, reconnecting if the node closes it (a request
-not answered 200 is lost); the other views page 0 of a million board from 127.0.0.7 and clicks
-every 10 ms, waiting for each click in the board's updates (a click not echoed is lost).
+Three honest clients run together: one writes a counter (POST /o/counter/honest) every 10 ms
+on its own keep-alive connection from 127.0.0.9, reconnecting if the node closes it (a request
+not answered 200 is lost); one reads the same counter (GET, no sync to wait for) every 10 ms
+from 127.0.0.10; the third views page 0 of a million board from 127.0.0.7 and clicks every
+10 ms, waiting for each click in the board's updates (a click not echoed is lost). With
+--droplet their threads run at real-time priority (SCHED_FIFO, where allowed): they share the
+clients' CPU with the attacker, and their latencies are to measure the node, not that CPU.
 Attackers come from other loopback addresses (127.0.0.x); nothing leaves the machine. Each
 attack is a function below (its docstring says what it sends); the node holds each address to
 a share of each pool it shares (README, "Fair shares"), so the honest clients are other
@@ -126,17 +129,22 @@ def read_response(f):
     return status
 
 
-def honest(port, seconds, out):
-    """POSTs a counter every 10 ms for `seconds`; latencies in ms and failures into `out`."""
+WRITE = b"POST /o/counter/honest HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1"
+READ = b"GET /o/counter/honest HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def honest(port, seconds, out, req=WRITE, src="127.0.0.9", key=""):
+    """Sends `req` every 10 ms for `seconds` from `src`; latencies in ms and failures into
+    `out` (under `key`latencies and `key`failed)."""
+    realtime(out)
     lat, failed = [], 0
     end = time.time() + seconds
     s = f = None
-    req = b"POST /o/counter/honest HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1"
     while time.time() < end:
         t0 = time.time()
         try:
             if s is None:
-                s = connect(port, "127.0.0.9")
+                s = connect(port, src)
                 f = s.makefile("rb")
             s.sendall(req)
             ok = read_response(f) == 200
@@ -148,7 +156,7 @@ def honest(port, seconds, out):
         else:
             failed += 1
         time.sleep(max(0.0, 0.010 - (time.time() - t0)))
-    out["latencies"], out["failed"] = lat, failed
+    out[key + "latencies"], out[key + "failed"] = lat, failed
 
 
 def ws_frame(text):
@@ -176,6 +184,7 @@ def ws_read(f):
 def clicker(port, seconds, out):
     """A viewer of a million board clicking every 10 ms for `seconds`, each click waited for
     in the board's updates; a click not echoed (or a connection that ends) is lost."""
+    realtime(out)
     lat, lost = [], 0
     end = time.time() + seconds
     s = f = None
@@ -211,12 +220,32 @@ def clicker(port, seconds, out):
     out["click_latencies"], out["clicks_lost"] = lat, lost
 
 
+def realtime(out):
+    """With `REALTIME` set (--droplet), puts the calling thread at real-time priority
+    (SCHED_FIFO, reset in any child it forks); `out["realtime"]` says whether it could."""
+    if not REALTIME:
+        return
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(10))
+    except (OSError, AttributeError):
+        out["realtime"] = False
+        return
+    out.setdefault("realtime", True)
+
+
+REALTIME = False
+
+
 def both(port, seconds, out):
-    """The honest HTTP client and the honest clicker together."""
-    c = threading.Thread(target=clicker, args=(port, seconds, out))
-    c.start()
-    honest(port, seconds, out)
-    c.join()
+    """The honest clients together (each in a thread of its own)."""
+    threads = [threading.Thread(target=clicker, args=(port, seconds, out)),
+               threading.Thread(target=honest, args=(port, seconds, out)),
+               threading.Thread(target=honest,
+                                args=(port, seconds, out, READ, "127.0.0.10", "read_"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def pct(values, p):
@@ -809,6 +838,9 @@ def run(name, binary, droplet, seconds):
         attacker = ctx.Process(target=attack_process, args=(attack, node, stop, reports),
                                daemon=True)
         attacker.start()
+        # The sampler below runs as the honest clients do: they share the interpreter's lock
+        # with it, and a sampler preempted by the attacker while holding it would stall them.
+        realtime({})
         out = {}
         h = threading.Thread(target=both, args=(node.port, seconds, out))
         h.start()
@@ -850,6 +882,13 @@ def run(name, binary, droplet, seconds):
             "clicker_p50_ms": pct(out["click_latencies"], 50),
             "clicker_p99_ms": pct(out["click_latencies"], 99),
             "clicks": len(out["click_latencies"]), "clicks_lost": out["clicks_lost"],
+            "reader_alone_p99_ms": pct(base_out["read_latencies"], 99),
+            "reader_p50_ms": pct(out["read_latencies"], 50),
+            "reader_p99_ms": pct(out["read_latencies"], 99),
+            "reads": len(out["read_latencies"]), "reads_failed": out["read_failed"],
+            "sync_p99_us_alone": before.get("stages", {}).get("sync", {}).get("p99_us"),
+            "sync_p99_us_end": after.get("stages", {}).get("sync", {}).get("p99_us"),
+            "honest_realtime": out.get("realtime", False),
             "refused": moved,
             "object_files": object_files(node.data),
             "clients_cpus": sorted(os.sched_getaffinity(0)),
@@ -869,6 +908,11 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("attacks", nargs="*")
     a = ap.parse_args()
+    global REALTIME
+    REALTIME = a.droplet
+    # The honest clients' three threads share the interpreter's lock: hand it over within
+    # half a millisecond, not Python's default 5 ms, so one's parsing does not delay another.
+    sys.setswitchinterval(0.0005)
     if a.list or not a.attacks:
         print("\n".join(ATTACKS))
         return
