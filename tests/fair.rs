@@ -405,3 +405,55 @@ fn a_verified_identity_is_one_client_from_every_address() {
     assert_eq!(figure(&s, "fair_objects_client_max"), 2, "{s}");
     assert_eq!(figure(&s, "fair_objects_refused_share"), 1, "{s}");
 }
+
+/// A spray of absent names from one address queued a hundred restores (each a scratch
+/// database opened on a blocking thread), and another address's first read of an object
+/// waited behind every one of them: the restore line was first in, first out. Now each client
+/// has a line of its own there and the clients take turns, so the other address waits for one
+/// restore of the spray's, not for the spray.
+#[test]
+fn a_spray_of_names_waits_behind_itself_for_restores() {
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_RESTORES_AT_ONCE", "1"),
+        // The spray may hold every live object: this is about the restore line only.
+        ("COMBD_CLIENT_SHARE_MAX_PERCENT", "100"),
+    ]);
+    const CONNS: usize = 16;
+    const EACH: usize = 64;
+    let sprays: Vec<TcpStream> = (0..CONNS)
+        .map(|c| {
+            let raw: String = (0..EACH)
+                .map(|i| format!("GET /o/counter/spray{c}-{i} HTTP/1.1\r\nHost: x\r\n\r\n"))
+                .collect();
+            let mut s = connect_from(ATTACKER, node.public());
+            s.write_all(raw.as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    // Eight requests of each connection at their objects at once: up to 128 restores waiting.
+    let before = wait_stats(&node, "the spray's restores to queue", |s| {
+        figure(s, "restores_waiting") >= 64
+    });
+    let r = request_from(
+        HONEST,
+        node.public(),
+        b"GET /o/counter/honest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    let after = node.stats();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let waiting = figure(&before, "restores_waiting");
+    let restored = figure(&after, "restores") - figure(&before, "restores");
+    assert!(
+        restored < waiting / 4,
+        "the honest read waited for {restored} restores, {waiting} of the spray's waiting when it came"
+    );
+    // And the spray is served, all of it.
+    for s in sprays {
+        let mut r = BufReader::new(s);
+        for _ in 0..EACH {
+            let resp = read_response(&mut r);
+            assert_eq!(resp.status, 200, "{}", resp.text());
+        }
+    }
+}

@@ -115,7 +115,7 @@ pub(super) async fn create(
         node.objects.release(app);
         return Err(Refusal::CreateRate);
     }
-    let permit = state.acquire_restore().await;
+    let permit = state.acquire_restore(cell.opened_by()).await;
     let counts = node.clone();
     let (opened, created) = glommio::executor()
         .spawn_blocking(move || {

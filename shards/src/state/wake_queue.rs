@@ -1,36 +1,40 @@
 //! The wake queue: at most `COMBD_MAX_AWAKE` cells at work at once on a shard, the rest
 //! waiting asleep in a first-in-first-out ready line; and the same for the objects being
-//! restored (`COMBD_RESTORES_AT_ONCE`). The queue publishes its own gauges, and a change of
+//! restored (`COMBD_RESTORES_AT_ONCE`), except that there each client has a line of its own
+//! and the clients take turns (the client that made the object live: one client's spray of
+//! names waits behind itself, not in front of everyone). The queue publishes its own gauges, and a change of
 //! "behind" (the ready line as long as the awake cap) raises the shard's admission signal and
 //! wakes the coordinator.
 //!
 //! The ready lines are bounded: each entry is a task waiting for one slot, and a task waits
 //! for at most one at a time. The tasks are connection tasks (at most the connection cap) and
 //! object tasks, each holding mail a connection sent; so a line never holds more than twice
-//! the connection cap, which [`Fifo`] asserts.
+//! the connection cap, which [`Line`] asserts.
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use combd_kernel::settings::Settings;
 
-use crate::fifo::Fifo;
+use combd_kernel::fair::ClientKey;
+
+use crate::line::Line;
 use crate::stats::ShardStats;
 
 use super::ShardState;
 
 /// The awake and restore slots of a shard.
 pub(crate) struct WakeQueue {
-    awake: Rc<Fifo>,
-    restores: Rc<Fifo>,
+    awake: Rc<Line>,
+    restores: Rc<Line>,
 }
 
 impl WakeQueue {
     pub fn new(settings: &Settings, max_conns: u64) -> WakeQueue {
         let line_max = (max_conns as usize).saturating_mul(2);
         WakeQueue {
-            awake: Rc::new(Fifo::new(settings.max_awake, line_max)),
-            restores: Rc::new(Fifo::new(settings.restores_at_once, line_max)),
+            awake: Rc::new(Line::new(settings.max_awake, line_max)),
+            restores: Rc::new(Line::new(settings.restores_at_once, line_max)),
         }
     }
 
@@ -96,15 +100,19 @@ impl ShardState {
     /// Waits (in FIFO order, asleep) for an awake slot.
     pub async fn acquire_awake(self: &Rc<Self>) -> AwakePermit {
         let awake = self.wake_queue.awake.clone();
-        awake.acquire_observed(|| self.publish_awake()).await;
+        // One line for the shard: the cells waiting to wake are let in in order.
+        awake
+            .acquire_observed(ClientKey::Local, || self.publish_awake())
+            .await;
         AwakePermit(self.clone())
     }
 
-    /// Waits (in FIFO order) for a restore slot.
-    pub async fn acquire_restore(self: &Rc<Self>) -> RestorePermit {
+    /// Waits for a restore slot for an object `client` made live: in order among that client's
+    /// restores, the clients taking turns ([`Line`]).
+    pub async fn acquire_restore(self: &Rc<Self>, client: ClientKey) -> RestorePermit {
         let restores = self.wake_queue.restores.clone();
         restores
-            .acquire_observed(|| self.wake_queue.publish_restores(self.stats()))
+            .acquire_observed(client, || self.wake_queue.publish_restores(self.stats()))
             .await;
         RestorePermit(self.clone())
     }

@@ -282,7 +282,7 @@ enum Opened {
 /// scratch database if it has none. In a fleet the object is first claimed and, if this node
 /// owns it, written from the bucket.
 async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durability) -> Opened {
-    let permit = state.acquire_restore().await;
+    let permit = state.acquire_restore(cell.opened_by()).await;
     let (path, config) = cell.store_config(state);
     let fleet = durability.fleet();
     let key = cell.key.clone();
