@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 
 use nix::sys::socket::{self as nixsock, sockopt, Backlog};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
+
+use crate::limits;
 
 /// The CPUs this process may run on (`sched_getaffinity`), in ascending order. `taskset -c 0`
 /// gives `[0]`, so the node runs one shard.
@@ -64,6 +66,7 @@ pub fn bind_listener(addr: SocketAddr, backlog: i32) -> io::Result<Socket> {
         None
     };
     let sock = reuseport_socket(addr)?;
+    set_inherited_options(&sock)?;
     sock.bind(&addr.into())?;
     // The backlog through the same check as [`resume_listening`]'s, so one it would refuse fails
     // here, at start-up, and not at the first resume after the node was full. (socket2 0.4's
@@ -73,6 +76,24 @@ pub fn bind_listener(addr: SocketAddr, backlog: i32) -> io::Result<Socket> {
     // ever blocking its loop (io_uring's accept works on non-blocking sockets too).
     sock.set_nonblocking(true)?;
     Ok(sock)
+}
+
+/// Sets on a listener what every connection it accepts gets: no Nagle delay, and TCP keepalive
+/// ([`limits::TCP_KEEPIDLE_SECS`], probing every [`limits::TCP_KEEPINTVL_SECS`],
+/// [`limits::TCP_KEEPCNT`] times) so the kernel finds half-open peers. Linux copies a listening
+/// socket into each connection it accepts, these options with it, so no connection makes the
+/// five `setsockopt` calls of its own: they were 11 % of a shard's time while it accepted a
+/// burst of 2,000 connections (`perf`, `bench/hostile.py slowloris`, the droplet). A test below
+/// checks the inheritance on the running kernel.
+fn set_inherited_options(sock: &Socket) -> io::Result<()> {
+    sock.set_nodelay(true)?;
+    let secs = |s: u32| std::time::Duration::from_secs(u64::from(s));
+    sock.set_tcp_keepalive(
+        &TcpKeepalive::new()
+            .with_time(secs(limits::TCP_KEEPIDLE_SECS))
+            .with_interval(secs(limits::TCP_KEEPINTVL_SECS))
+            .with_retries(limits::TCP_KEEPCNT),
+    )
 }
 
 /// Stops a listening socket from taking new connections: after `shutdown(fd, SHUT_RD)` the
@@ -215,6 +236,28 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
         resume_listening(&l, 16).expect("listen");
         TcpStream::connect(addr).expect("resumed: connect succeeds");
+    }
+
+    #[test]
+    fn an_accepted_connection_inherits_the_listeners_options() {
+        let l = std::net::TcpListener::from(
+            bind_listener("127.0.0.2:0".parse().unwrap(), 16).expect("bind"),
+        );
+        let _c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        let s = socket2::SockRef::from(&a);
+        assert!(s.nodelay().unwrap());
+        assert!(s.keepalive().unwrap());
+        let secs = |d: std::time::Duration| d.as_secs();
+        assert_eq!(
+            secs(s.keepalive_time().unwrap()),
+            u64::from(limits::TCP_KEEPIDLE_SECS)
+        );
+        assert_eq!(
+            secs(s.keepalive_interval().unwrap()),
+            u64::from(limits::TCP_KEEPINTVL_SECS)
+        );
+        assert_eq!(s.keepalive_retries().unwrap(), limits::TCP_KEEPCNT);
     }
 
     #[test]

@@ -96,8 +96,10 @@ impl Drop for Conn {
     }
 }
 
-/// Sets the socket options every accepted connection gets: no Nagle delay, TCP keepalive
-/// (so the kernel finds half-open peers), and a write stall timeout.
+/// Sets the socket options a connection the node made itself gets (a fleet forward's socket to
+/// the owner): no Nagle delay, TCP keepalive (so the kernel finds half-open peers), and a write
+/// stall timeout. An accepted connection inherits the first two from its listener
+/// (`combd_kernel::sys::bind_listener`) and gets only the timeout ([`set_write_stall`]).
 fn set_socket_options(stream: &TcpStream) {
     let _ = stream.set_nodelay(true);
     let _ = combd_kernel::sys::set_keepalive(
@@ -106,6 +108,11 @@ fn set_socket_options(stream: &TcpStream) {
         limits::TCP_KEEPINTVL_SECS,
         limits::TCP_KEEPCNT,
     );
+    set_write_stall(stream);
+}
+
+/// The write stall timeout ([`limits::WRITE_STALL_TIMEOUT`]): glommio's own, no system call.
+fn set_write_stall(stream: &TcpStream) {
     let _ = stream.set_write_timeout(Some(limits::WRITE_STALL_TIMEOUT));
 }
 
@@ -122,7 +129,7 @@ pub(crate) fn serve(
     stream: TcpStream,
     local: bool,
 ) -> impl std::future::Future<Output = ()> + 'static {
-    set_socket_options(&stream);
+    set_write_stall(&stream);
     let mut conn = Conn::new(cells, slot, Stream::Plain(stream), local);
     async move { conn.run().await }
 }
@@ -135,7 +142,7 @@ pub(crate) fn serve_tls(
     stream: TcpStream,
     local: bool,
 ) -> impl std::future::Future<Output = ()> + 'static {
-    set_socket_options(&stream);
+    set_write_stall(&stream);
     let own_machine = slot.kind() == crate::shared::ConnKind::Local;
     let asker = ClientKey::of_peer(own_machine, stream.peer_addr().ok().map(|a| a.ip()));
     async move {
