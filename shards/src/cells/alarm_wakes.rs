@@ -67,72 +67,80 @@ impl AlarmWakes {
         }
         self.reading.set(true);
         self.read_at.set(alarms::now_ms());
-        let wakes = self.clone();
-        let (cells, waking, reading) = (cells.clone(), self.waking.clone(), self.reading.clone());
-        let task = cells.clone().state.spawn(async move {
-            let node = cells.state.node();
-            let index = node.alarms.clone();
-            let apps = node.apps.clone();
-            let shard = cells.state.id();
-            let skip = waking.borrow().clone();
-            let due = glommio::executor()
-                .spawn_blocking(move || {
-                    let now = alarms::now_ms();
-                    let due = index.due(shard, now, room, |app, name| {
-                        // An app a reload removed keeps its objects' alarms for its return.
-                        !apps.contains(app) || skip.contains(&format!("{app}/{name}"))
-                    })?;
-                    Ok::<_, rusqlite::Error>((due, index.next_after(shard, now)?))
-                })
-                .await;
-            reading.set(false);
-            let due = match due {
-                Ok((due, next)) => {
-                    if let Some(next) = next {
-                        wakes.arm(&cells, next);
-                    }
-                    due
-                }
-                Err(e) => {
-                    tracing::warn!("cannot read the alarm index: {e}");
-                    return;
-                }
-            };
-            for w in due {
-                let Some(app) = node.apps.get(&w.app) else {
-                    continue;
-                };
-                let key = format!("{}/{}", w.app, w.name);
-                waking.borrow_mut().insert(key.clone());
-                // Taken before the wake: a refused wake postpones the entry only if no call
-                // lowered it since.
-                let mark = node.alarms.mark(shard);
-                let (tx, rx) = async_channel::bounded(1);
-                cells.submit(&app, &w.name, Job::alarms(tx));
-                ShardStats::add(&cells.state.stats().alarm_wakes, 1);
-                let (cells, waking, wakes) = (cells.clone(), waking.clone(), wakes.clone());
-                let answered = cells.clone().state.spawn(async move {
-                    match rx.recv().await {
-                        Ok(resp) if resp.status == 200 => {
-                            let next = cells.settle_alarms(&w.app, &w.name, &resp, mark).await;
-                            if let Some(next) = next {
-                                wakes.arm(&cells, next);
-                            }
-                        }
-                        _ => cells.postpone_alarms(&w.app, &w.name, mark).await,
-                    }
-                    waking.borrow_mut().remove(&key);
-                });
-                if let Ok(t) = answered {
-                    t.detach();
-                }
-            }
-        });
+        let (wakes, for_task) = (self.clone(), cells.clone());
+        let task = cells
+            .state
+            .spawn(async move { wakes.read_and_wake(&for_task, room).await });
         match task {
             Ok(t) => {
                 t.detach();
             }
             Err(()) => self.reading.set(false),
+        }
+    }
+
+    /// Reads (on a blocking thread) up to `room` objects of this shard that are due and not
+    /// being woken already, arms the next read for the index's next entry, and wakes each.
+    async fn read_and_wake(&self, cells: &Rc<Cells>, room: usize) {
+        let node = cells.state.node();
+        let index = node.alarms.clone();
+        let apps = node.apps.clone();
+        let shard = cells.state.id();
+        let skip = self.waking.borrow().clone();
+        let due = glommio::executor()
+            .spawn_blocking(move || {
+                let now = alarms::now_ms();
+                let due = index.due(shard, now, room, |app, name| {
+                    // An app a reload removed keeps its objects' alarms for its return.
+                    !apps.contains(app) || skip.contains(&format!("{app}/{name}"))
+                })?;
+                Ok::<_, rusqlite::Error>((due, index.next_after(shard, now)?))
+            })
+            .await;
+        self.reading.set(false);
+        match due {
+            Ok((due, next)) => {
+                if let Some(next) = next {
+                    self.arm(cells, next);
+                }
+                for w in due {
+                    self.wake(cells, w);
+                }
+            }
+            Err(e) => tracing::warn!("cannot read the alarm index: {e}"),
+        }
+    }
+
+    /// Wakes the object `w` names with its alarms' job, then settles its entry by the answer
+    /// (or postpones it, refused).
+    fn wake(&self, cells: &Rc<Cells>, w: alarms::Wake) {
+        let node = cells.state.node();
+        let Some(app) = node.apps.get(&w.app) else {
+            return;
+        };
+        let key = format!("{}/{}", w.app, w.name);
+        self.waking.borrow_mut().insert(key.clone());
+        // Taken before the wake: a refused wake postpones the entry only if no call lowered it
+        // since.
+        let mark = node.alarms.mark(cells.state.id());
+        let (tx, rx) = async_channel::bounded(1);
+        cells.submit(&app, &w.name, Job::alarms(tx));
+        ShardStats::add(&cells.state.stats().alarm_wakes, 1);
+        let (cells, wakes) = (cells.clone(), self.clone());
+        let answered = cells.clone().state.spawn(async move {
+            match rx.recv().await {
+                Ok(resp) if resp.status == 200 => {
+                    let next = cells.settle_alarms(&w.app, &w.name, &resp, mark).await;
+                    if let Some(next) = next {
+                        wakes.arm(&cells, next);
+                    }
+                }
+                _ => cells.postpone_alarms(&w.app, &w.name, mark).await,
+            }
+            wakes.waking.borrow_mut().remove(&key);
+        });
+        if let Ok(t) = answered {
+            t.detach();
         }
     }
 }
