@@ -11,31 +11,62 @@ const USE: &str =
                    [--app <app>, with COMBD_AUTH_AUDIENCE: for that app only] \
                    [--key-file <file>, default COMBD_AUTH_JWT_KEY_FILE]";
 
+/// `combd token`'s arguments, as given.
+struct Args {
+    sub: Option<String>,
+    name: Option<String>,
+    ttl: String,
+    key_file: Option<String>,
+    app: Option<String>,
+}
+
+impl Args {
+    /// Reads the arguments; `Err` holds the exit status of a usage error (printed).
+    fn parse(args: &[String]) -> Result<Args, i32> {
+        let mut a = Args {
+            sub: None,
+            name: None,
+            ttl: "1h".to_string(),
+            key_file: None,
+            app: None,
+        };
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let slot = match arg.as_str() {
+                "--sub" => &mut a.sub,
+                "--name" => &mut a.name,
+                "--key-file" => &mut a.key_file,
+                "--app" => &mut a.app,
+                "--ttl" => {
+                    match it.next() {
+                        Some(t) => a.ttl = t.clone(),
+                        None => return Err(usage("--ttl needs a duration")),
+                    }
+                    continue;
+                }
+                other => return Err(usage(&format!("unknown argument {other:?}"))),
+            };
+            match it.next() {
+                Some(v) => *slot = Some(v.clone()),
+                None => return Err(usage(&format!("{arg} needs a value"))),
+            }
+        }
+        Ok(a)
+    }
+}
+
 /// Runs `combd token` with its own arguments; returns the exit status.
 pub fn run(args: &[String]) -> i32 {
-    let (mut sub, mut name, mut ttl, mut key_file) = (None, None, "1h".to_string(), None);
-    let mut app = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let slot = match a.as_str() {
-            "--sub" => &mut sub,
-            "--name" => &mut name,
-            "--key-file" => &mut key_file,
-            "--app" => &mut app,
-            "--ttl" => {
-                match it.next() {
-                    Some(t) => ttl = t.clone(),
-                    None => return usage("--ttl needs a duration"),
-                }
-                continue;
-            }
-            other => return usage(&format!("unknown argument {other:?}")),
-        };
-        match it.next() {
-            Some(v) => *slot = Some(v.clone()),
-            None => return usage(&format!("{a} needs a value")),
-        }
-    }
+    let Args {
+        sub,
+        name,
+        ttl,
+        key_file,
+        app,
+    } = match Args::parse(args) {
+        Ok(a) => a,
+        Err(status) => return status,
+    };
     let Some(sub) = sub else {
         return usage("--sub is required");
     };
