@@ -123,40 +123,26 @@ impl ObjectCell {
     }
 }
 
-/// The life of one object.
+/// The life of one object: restored, then a batch of its mail at a time until it goes. It
+/// goes when idle, when its module's version was replaced (a reload: what waits and the next
+/// mail restore it on the version in force), and, absent, as soon as nothing waits: its scratch
+/// database with it, so a spray of names holds only the objects being answered at once (each
+/// idle scratch database kept its second cost ~57 KB: 10,000 names took a 1 GB node to
+/// 588 MB).
 pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     let state = cells.state.clone();
     let durability = Durability::of(&state, &cell);
     // An earlier cell of this object still closing (a fleet's, or one whose module version
     // was replaced while mail waited): this one restores only once it has closed.
     cells.wait_closed(&cell.key).await;
-    let (mut db, shipping) = match restore(&state, &cell, &durability).await {
-        Opened::Db(db, shipping) => {
-            // Served here now: no route sends its requests away once this cell is gone.
-            cells.forget_route(&cell.key);
-            (db, shipping.map(|s| *s))
-        }
-        Opened::NotHere(refusal, owner) => {
-            // In a fleet: another node owns it, or the fleet is unreachable. Pass what waits
-            // on to the owner (HTTP requests not already passed on) or refuse it, and let go:
-            // the next mail makes a fresh cell that asks again.
-            cells.let_go(&cell.key);
-            let mail = cell.take_mail().into_iter().map(|q| q.job).collect();
-            cells.pass_on(&cell.key, mail, refusal, owner).await;
-            return;
-        }
+    let Some((mut db, shipping)) = open_here(&cells, &cell, &durability).await else {
+        return;
     };
     let mut pipeline = Pipeline::start(&cells, &cell.key, shipping);
     // In a fleet: the WAL's length after the last commit (what the next shipment reads up to,
     // and what decides a checkpoint).
     let mut wal_len = 0;
     loop {
-        // A module's version replaced (a reload): go now, so what waits and the next mail
-        // restore the object on the version in force; else wait for mail.
-        // An absent object keeps nothing either: it goes as soon as nothing waits, its scratch
-        // database with it, so a spray of names holds only the objects being answered at once
-        // (each idle scratch database kept its second cost ~57 KB: 10,000 names took a 1 GB
-        // node to 588 MB).
         let absent = matches!(db, Some(Store::Absent(_)));
         // A version retired with no successor (its app removed) finishes what waits first.
         let succeeded = || state.node().apps.contains(cell.app.name());
@@ -172,42 +158,11 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         // again and restores it from the bucket, or finds its new owner.
         let failed_in_fleet = durability.lets_go_on_failure() && pipeline.failed();
         if go || failed_in_fleet {
-            // Idle (or draining with nothing queued), or a module's version replaced: let the
-            // object go. It leaves the map in this turn, so new mail makes a fresh cell. Its
-            // connection closes only once every batch is durable and answered; in a fleet the
-            // fresh cell waits for that before it restores.
-            let closing = if durability.closes_before_reopen(retired) {
-                Some(cells.let_go_closing(&cell.key))
-            } else {
-                cells.let_go(&cell.key);
-                None
+            let gone = Gone {
+                retired,
+                failed_in_fleet,
             };
-            if retired && !failed_in_fleet {
-                // Its version was replaced: what waits goes, in order and in this turn (before
-                // any newer mail), to a fresh cell on the version in force, which restores once
-                // this one has closed. A hot object whose mailbox is never empty gets the new
-                // version after its current batch, not never.
-                cells.hand_over(&cell.app, &cell.name, cell.take_mail());
-            }
-            // Whether a shipment failed is known only once the last one is over: one still on
-            // its way may fail now, and then the database holds writes answered 503, which no
-            // snapshot may bring back.
-            let (shipping, failed_since) = pipeline.finish().await;
-            let failed = failed_in_fleet || (durability.lets_go_on_failure() && failed_since);
-            durability
-                .close(
-                    &state,
-                    &cell,
-                    db.take().map(Store::into_conn),
-                    shipping,
-                    failed,
-                )
-                .await;
-            drop(closing);
-            if failed_in_fleet {
-                refuse_mail(&cells, &cell, Refusal::FleetUnavailable);
-            }
-            return;
+            return let_object_go(&cells, &cell, &durability, pipeline, db, gone).await;
         }
         if pipeline.failed() {
             // A WAL sync failed since the last batch: reload before running more.
@@ -237,6 +192,77 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         } else {
             Some(store)
         };
+    }
+}
+
+/// Restores the object (see [`restore`]): its database, or none if it could not be opened, and
+/// in a fleet what it ships from. `None` when a fleet says it is not served here: what waits is
+/// passed on to its owner (HTTP requests not already passed on) or refused, and the cell let
+/// go, so the next mail makes a fresh cell that asks again.
+async fn open_here(
+    cells: &Rc<Cells>,
+    cell: &ObjectCell,
+    durability: &Durability,
+) -> Option<(Option<Store>, Option<Shipping>)> {
+    match restore(&cells.state, cell, durability).await {
+        Opened::Db(db, shipping) => {
+            // Served here now: no route sends its requests away once this cell is gone.
+            cells.forget_route(&cell.key);
+            Some((db, shipping.map(|s| *s)))
+        }
+        Opened::NotHere(refusal, owner) => {
+            cells.let_go(&cell.key);
+            let mail = cell.take_mail().into_iter().map(|q| q.job).collect();
+            cells.pass_on(&cell.key, mail, refusal, owner).await;
+            None
+        }
+    }
+}
+
+/// Why an object goes: its module's version replaced (`retired`), and whether a shipment or
+/// sync failed in a fleet.
+struct Gone {
+    retired: bool,
+    failed_in_fleet: bool,
+}
+
+/// Lets the object go: idle (or draining with nothing queued), its module's version replaced,
+/// or in a fleet a failed shipment. It leaves the map in this turn, so new mail makes a fresh
+/// cell. Its connection closes only once every batch is durable and answered; in a fleet the
+/// fresh cell waits for that before it restores.
+async fn let_object_go(
+    cells: &Rc<Cells>,
+    cell: &ObjectCell,
+    durability: &Durability,
+    pipeline: Pipeline,
+    db: Option<Store>,
+    gone: Gone,
+) {
+    let closing = if durability.closes_before_reopen(gone.retired) {
+        Some(cells.let_go_closing(&cell.key))
+    } else {
+        cells.let_go(&cell.key);
+        None
+    };
+    if gone.retired && !gone.failed_in_fleet {
+        // Its version was replaced: what waits goes, in order and in this turn (before any
+        // newer mail), to a fresh cell on the version in force, which restores once this one
+        // has closed. A hot object whose mailbox is never empty gets the new version after its
+        // current batch, not never.
+        cells.hand_over(&cell.app, &cell.name, cell.take_mail());
+    }
+    // Whether a shipment failed is known only once the last one is over: one still on its way
+    // may fail now, and then the database holds writes answered 503, which no snapshot may
+    // bring back.
+    let (shipping, failed_since) = pipeline.finish().await;
+    let failed = gone.failed_in_fleet || (durability.lets_go_on_failure() && failed_since);
+    let db = db.map(Store::into_conn);
+    durability
+        .close(&cells.state, cell, db, shipping, failed)
+        .await;
+    drop(closing);
+    if gone.failed_in_fleet {
+        refuse_mail(cells, cell, Refusal::FleetUnavailable);
     }
 }
 
