@@ -298,8 +298,16 @@ impl ShardStats {
     }
 
     /// Every figure, in a fixed order.
-    #[rustfmt::skip]
     pub fn fields(&self) -> Vec<Field> {
+        let mut all = self.connection_fields();
+        all.extend(self.cell_fields());
+        all.extend(self.limit_fields());
+        all
+    }
+
+    /// The connections' figures: accepted, requests, WebSockets, bytes, refusals, admission.
+    #[rustfmt::skip]
+    fn connection_fields(&self) -> Vec<Field> {
         use Kind::*;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         vec![
@@ -335,6 +343,15 @@ impl ShardStats {
             ("listening", "combd_listening", Gauge, "1 while the public listener listens.", g(&self.listening)),
             ("behind", "combd_behind", Gauge, "1 while the shard is behind.", g(&self.behind)),
             ("lag_ms", "combd_lag_milliseconds", Gauge, "How late the last housekeeping tick ran.", g(&self.lag_ms)),
+        ]
+    }
+
+    /// The cells' figures: awake, sessions, objects and their restores, mailboxes, alarms, batches, the WAL.
+    #[rustfmt::skip]
+    fn cell_fields(&self) -> Vec<Field> {
+        use Kind::*;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
             ("cells_awake", "combd_cells_awake", Gauge, "Cells at work now.", g(&self.cells_awake)),
             ("cells_awake_max", "combd_cells_awake_max", Gauge, "The most cells at work at once.", g(&self.cells_awake_max)),
             ("sessions_ready", "combd_sessions_ready", Gauge, "Cells waiting for an awake slot now.", g(&self.sessions_ready)),
@@ -374,6 +391,15 @@ impl ShardStats {
             ("wal_syncs_slow", "combd_wal_syncs_slow_total", Counter, "WAL syncs over 10 ms.", g(&self.wal_syncs_slow)),
             ("wal_sync_failed_inputs", "combd_wal_sync_failed_inputs_total", Counter, "Inputs answered 500 because their WAL sync failed.", g(&self.wal_sync_failed_inputs)),
             ("mailbox_oldest_age_ms", "combd_mailbox_oldest_age_milliseconds", Gauge, "The oldest a waiting input got.", g(&self.mailbox_oldest_age_ms)),
+        ]
+    }
+
+    /// The limits' figures: calls cut, budgets, TLS handshakes, the loop's turns, the logs.
+    #[rustfmt::skip]
+    fn limit_fields(&self) -> Vec<Field> {
+        use Kind::*;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
             ("slow_calls", "combd_slow_calls_total", Counter, "Calls longer than 10 ms.", g(&self.slow_calls)),
             ("cpu_limit_killed", "combd_cpu_limit_killed_total", Counter, "Calls killed past the tick limit.", g(&self.cpu_limit_killed)),
             ("host_time_killed", "combd_host_time_killed_total", Counter, "Calls killed past 1 s of host calls.", g(&self.host_time_killed)),
