@@ -199,22 +199,10 @@ impl Conn {
         let Some(app) = self.state().node().apps.get(app) else {
             return Routed::Respond(Response::error(404, "no such app"));
         };
-        let (object, rest) = match object.split_once('/') {
-            Some((object, rest)) => (object, Some(rest)),
-            None => (object, None),
+        let (object, rest) = match object_and_rest(object) {
+            Ok(parts) => parts,
+            Err(resp) => return Routed::Respond(resp),
         };
-        if !valid_object_name(object) {
-            return Routed::Respond(Response::error(
-                400,
-                "invalid object name: 1 to 64 of A-Z a-z 0-9 _ . -, not starting with a dot",
-            ));
-        }
-        if rest.is_some_and(|r| r.len() > combd_kernel::limits::APP_PATH_REST_MAX_BYTES) {
-            return Routed::Respond(Response::error(
-                400,
-                "the path under the object is longer than 1024 bytes (app_path_rest_max_bytes)",
-            ));
-        }
         // A preflight carries no credentials: answered by the app's CORS policy before its
         // identity check.
         if !head.upgrade_websocket && is_preflight(req) {
@@ -226,48 +214,18 @@ impl Conn {
             Err(resp) => return Routed::Respond(resp),
         };
         if head.upgrade_websocket {
-            // In a fleet, a stateful app's WebSocket may be passed through to its object's
-            // owner: keep the request to send it on (not one another node already passed on).
-            let replay = (!app.stateless()
-                && self.state().node().fleet.is_some()
-                && req.header(combd_fleet::forward::FORWARDED_HEADER).is_none())
-            .then(|| replay_head(req, caller.addr));
-            return match websocket_accept(req, head) {
-                Ok(accept) => {
-                    self.keep_upgrade(req.method, req.path, head.len as u64);
-                    let deflate = self
-                        .state()
-                        .settings()
-                        .ws_deflate
-                        .then(|| {
-                            crate::ws::deflate::offered(
-                                req.headers
-                                    .iter()
-                                    .filter(|h| {
-                                        h.name.eq_ignore_ascii_case("sec-websocket-extensions")
-                                    })
-                                    .map(|h| h.value),
-                            )
-                        })
-                        .flatten();
-                    let protocol = subprotocol(
-                        app.subprotocols(),
-                        auth::offered_protocols(req.headers.iter().map(|h| (h.name, h.value))),
-                    );
-                    Routed::Upgrade(Upgrade {
-                        app: app.clone(),
-                        object: object.to_string(),
-                        accept,
-                        deflate,
-                        protocol,
-                        query: req.query.map(str::to_string),
-                        replay,
-                        client,
-                        caller,
-                    })
-                }
-                Err(resp) => Routed::Respond(resp),
+            let to = Upgrade {
+                app,
+                object: object.to_string(),
+                accept: String::new(),
+                deflate: None,
+                protocol: None,
+                query: req.query.map(str::to_string),
+                replay: None,
+                client,
+                caller,
             };
+            return self.route_upgrade(req, head, to);
         }
         if app
             .max_input_bytes()
@@ -294,8 +252,55 @@ impl Conn {
             client: client.as_deref(),
             caller: &caller,
         };
-        let (result, _) = self.call_stateless(app.as_ref(), &input);
-        let mut resp = match result.and_then(|out| match out {
+        let mut resp = self.answer_stateless(app.as_ref(), &input);
+        if let Some(cors) = &cors {
+            cors.apply(&mut resp);
+        }
+        Routed::Respond(resp)
+    }
+
+    /// A WebSocket upgrade of an object's route: `to` as the route found it (its app, object,
+    /// query, client and caller), completed here with the handshake's accept key, the
+    /// compression and subprotocol negotiated and, in a fleet, the request kept to pass on.
+    fn route_upgrade(&self, req: &Request<'_>, head: &Head, mut to: Upgrade) -> Routed {
+        // In a fleet, a stateful app's WebSocket may be passed through to its object's owner:
+        // keep the request to send it on (not one another node already passed on).
+        to.replay = (!to.app.stateless()
+            && self.state().node().fleet.is_some()
+            && req.header(combd_fleet::forward::FORWARDED_HEADER).is_none())
+        .then(|| replay_head(req, to.caller.addr));
+        match websocket_accept(req, head) {
+            Ok(accept) => {
+                self.keep_upgrade(req.method, req.path, head.len as u64);
+                to.accept = accept;
+                to.deflate = self
+                    .state()
+                    .settings()
+                    .ws_deflate
+                    .then(|| {
+                        crate::ws::deflate::offered(
+                            req.headers
+                                .iter()
+                                .filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-extensions"))
+                                .map(|h| h.value),
+                        )
+                    })
+                    .flatten();
+                to.protocol = subprotocol(
+                    to.app.subprotocols(),
+                    auth::offered_protocols(req.headers.iter().map(|h| (h.name, h.value))),
+                );
+                Routed::Upgrade(to)
+            }
+            Err(resp) => Routed::Respond(resp),
+        }
+    }
+
+    /// A stateless app's answer to `input`, called on the shard's loop; a failed call as the
+    /// error response it makes (logged with its detail).
+    fn answer_stateless(&self, app: &dyn App, input: &Input<'_>) -> Response {
+        let (result, _) = self.call_stateless(app, input);
+        match result.and_then(|out| match out {
             Output::Http(resp) => check_app_response(&resp).map(|()| resp),
             Output::None => Ok(Response::bytes(204, "application/json", Vec::new())),
         }) {
@@ -306,11 +311,7 @@ impl Conn {
                 }
                 e.response()
             }
-        };
-        if let Some(cors) = &cors {
-            cors.apply(&mut resp);
         }
-        Routed::Respond(resp)
     }
 
     /// The client the request's token names, if it has a valid one; for an identified app,
@@ -516,6 +517,29 @@ fn valid_websocket_key(key: &[u8]) -> bool {
         && key[..21].iter().all(b64)
         && b"AQgw".contains(&key[21])
         && &key[22..] == b"=="
+}
+
+/// An object's part of its route: its name and what follows it (`<object>/<rest>`, the app is
+/// told `rest`), or the 400 for a name that is not one or a rest past
+/// `app_path_rest_max_bytes`.
+fn object_and_rest(path: &str) -> Result<(&str, Option<&str>), Response> {
+    let (object, rest) = match path.split_once('/') {
+        Some((object, rest)) => (object, Some(rest)),
+        None => (path, None),
+    };
+    if !valid_object_name(object) {
+        return Err(Response::error(
+            400,
+            "invalid object name: 1 to 64 of A-Z a-z 0-9 _ . -, not starting with a dot",
+        ));
+    }
+    if rest.is_some_and(|r| r.len() > combd_kernel::limits::APP_PATH_REST_MAX_BYTES) {
+        return Err(Response::error(
+            400,
+            "the path under the object is longer than 1024 bytes (app_path_rest_max_bytes)",
+        ));
+    }
+    Ok((object, rest))
 }
 
 #[cfg(test)]
