@@ -2,9 +2,9 @@
 //! waiting asleep in a first-in-first-out ready line; and the same for the objects being
 //! restored (`COMBD_RESTORES_AT_ONCE`), except that there each client has a line of its own
 //! and the clients take turns (the client that made the object live: one client's spray of
-//! names waits behind itself, not in front of everyone). The queue publishes its own gauges, and a change of
-//! "behind" (the ready line as long as the awake cap) raises the shard's admission signal and
-//! wakes the coordinator.
+//! names waits behind itself, not in front of everyone). The queue publishes its own gauges,
+//! and a change of "behind" (the ready line as long as the awake cap) raises the shard's
+//! admission signal and wakes the coordinator.
 //!
 //! The ready lines are bounded: each entry is a task waiting for one slot, and a task waits
 //! for at most one at a time. The tasks are connection tasks (at most the connection cap) and
