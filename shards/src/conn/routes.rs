@@ -214,18 +214,7 @@ impl Conn {
             Err(resp) => return Routed::Respond(resp),
         };
         if head.upgrade_websocket {
-            let to = Upgrade {
-                app,
-                object: object.to_string(),
-                accept: String::new(),
-                deflate: None,
-                protocol: None,
-                query: req.query.map(str::to_string),
-                replay: None,
-                client,
-                caller,
-            };
-            return self.route_upgrade(req, head, to);
+            return self.route_upgrade(req, head, app, object, (client, caller));
         }
         if app
             .max_input_bytes()
@@ -259,21 +248,28 @@ impl Conn {
         Routed::Respond(resp)
     }
 
-    /// A WebSocket upgrade of an object's route: `to` as the route found it (its app, object,
-    /// query, client and caller), completed here with the handshake's accept key, the
-    /// compression and subprotocol negotiated and, in a fleet, the request kept to pass on.
-    fn route_upgrade(&self, req: &Request<'_>, head: &Head, mut to: Upgrade) -> Routed {
+    /// A WebSocket upgrade of `object` of `app`, for the client and caller the route found
+    /// (`who`): the handshake's accept key, the compression and subprotocol negotiated and, in a
+    /// fleet, the request kept to pass on.
+    fn route_upgrade(
+        &self,
+        req: &Request<'_>,
+        head: &Head,
+        app: Arc<dyn App>,
+        object: &str,
+        who: (Option<Arc<Client>>, Arc<Caller>),
+    ) -> Routed {
+        let (client, caller) = who;
         // In a fleet, a stateful app's WebSocket may be passed through to its object's owner:
         // keep the request to send it on (not one another node already passed on).
-        to.replay = (!to.app.stateless()
+        let replay = (!app.stateless()
             && self.state().node().fleet.is_some()
             && req.header(combd_fleet::forward::FORWARDED_HEADER).is_none())
-        .then(|| replay_head(req, to.caller.addr));
+        .then(|| replay_head(req, caller.addr));
         match websocket_accept(req, head) {
             Ok(accept) => {
                 self.keep_upgrade(req.method, req.path, head.len as u64);
-                to.accept = accept;
-                to.deflate = self
+                let deflate = self
                     .state()
                     .settings()
                     .ws_deflate
@@ -286,11 +282,21 @@ impl Conn {
                         )
                     })
                     .flatten();
-                to.protocol = subprotocol(
-                    to.app.subprotocols(),
+                let protocol = subprotocol(
+                    app.subprotocols(),
                     auth::offered_protocols(req.headers.iter().map(|h| (h.name, h.value))),
                 );
-                Routed::Upgrade(to)
+                Routed::Upgrade(Upgrade {
+                    app,
+                    object: object.to_string(),
+                    accept,
+                    deflate,
+                    protocol,
+                    query: req.query.map(str::to_string),
+                    replay,
+                    client,
+                    caller,
+                })
             }
             Err(resp) => Routed::Respond(resp),
         }
