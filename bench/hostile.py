@@ -888,6 +888,7 @@ def run(name, binary, droplet, seconds):
             "reads": len(out["read_latencies"]), "reads_failed": out["read_failed"],
             "sync_p99_us_alone": before.get("stages", {}).get("sync", {}).get("p99_us"),
             "sync_p99_us_end": after.get("stages", {}).get("sync", {}).get("p99_us"),
+            "stages_p99_us_end": {k: v.get("p99_us") for k, v in after.get("stages", {}).items()},
             "honest_realtime": out.get("realtime", False),
             "refused": moved,
             "object_files": object_files(node.data),

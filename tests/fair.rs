@@ -457,3 +457,60 @@ fn a_spray_of_names_waits_behind_itself_for_restores() {
         }
     }
 }
+
+/// Requests of one address that each hold a blocking thread for seconds (the `hold` app's
+/// sleep: a slow batch, as a slow disk's sync or a heavy scratch restore would be) took all four
+/// of the shard's blocking threads, and another address's read of a counter waited until one of
+/// them ended: glommio's pool took jobs first in, first out. Now one client holds at most all
+/// but one of them (`blocking_threads_per_client`), and a freed thread goes to the waiting
+/// client that holds the fewest.
+#[test]
+fn one_client_holds_all_but_one_of_the_blocking_threads() {
+    let node = TestNode::start(&[("COMBD_SHARDS", "1"), ("COMBD_TEST_APPS", "on")]);
+    const HOLDS: usize = 6;
+    // The objects made first, so what holds the threads below is the holds' batches alone.
+    let made: String = (0..HOLDS)
+        .map(|i| format!("POST /o/hold/h{i} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"))
+        .collect();
+    for r in pipelined(&node, ATTACKER, made.as_bytes(), HOLDS) {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let holds: Vec<TcpStream> = (0..HOLDS)
+        .map(|i| {
+            let mut s = connect_from(ATTACKER, node.public());
+            write!(
+                s,
+                "POST /o/hold/h{i}?ms=3000 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+            )
+            .unwrap();
+            s
+        })
+        .collect();
+    wait_stats(&node, "the holds to take the threads and queue", |s| {
+        figure(s, "blocking_busy") >= 3 && figure(s, "blocking_waiting") >= 1
+    });
+    let r = request_from(
+        HONEST,
+        node.public(),
+        b"GET /o/counter/honest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Answered while every hold still holds: it did not wait for one of them to end.
+    for s in &holds {
+        s.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 1];
+        let e = s
+            .peek(&mut b)
+            .expect_err("a hold answered before the honest read");
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+        s.set_nonblocking(false).unwrap();
+    }
+    let s = node.stats();
+    assert_eq!(figure(&s, "blocking_busy_max"), 4, "{s}");
+    assert!(figure(&s, "blocking_waited_share") >= 1, "{s}");
+    // And every hold is served, in turn.
+    for s in holds {
+        let resp = read_response(&mut BufReader::new(s));
+        assert_eq!(resp.status, 200, "{}", resp.text());
+    }
+}

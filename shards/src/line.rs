@@ -1,11 +1,14 @@
-//! A line for slots: at most `cap` holders; the rest wait, asleep, in a line of their own per
-//! client ([`ClientKey`]), and the clients take turns. A released slot goes to the first waiter
-//! of the next client in turn, who then goes to the back of the turns if it has more waiting. So
-//! a client with a hundred waiters and one with one are let in one each, in turn, and within a
-//! client in order; a newcomer never overtakes its own client's line, and a client that had no
-//! one waiting joins the turns at the back. With a single client it is first in, first out. The
-//! awake cap (the wake queue, one client: the shard) and the restore cap (per client: the
-//! restores of one client's name spray do not hold up another's) are both this.
+//! A line for slots: at most `cap` holders, and at most `client_cap` of them one client's
+//! ([`ClientKey`]; the node's own, [`ClientKey::Local`], is never held to it); the rest wait,
+//! asleep, in a line of their own per client. A free slot goes to the first waiter of the
+//! client that holds the fewest slots now, among those under their cap (max-min fairness), the
+//! clients holding as many taking turns: a client with a hundred waiters and one with one are
+//! let in one each, in turn, and within a client in order; a newcomer never overtakes its own
+//! client's line, and a client that had no one waiting joins the turns at the back. With a
+//! single client it is first in, first out. The awake cap (the wake queue, one client: the
+//! shard), the restore cap (per client: the restores of one client's name spray do not hold up
+//! another's) and the blocking threads (per client, one client at most all but one of them: an
+//! honest batch never waits for an attacker's restore or sync to end) are all this.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -25,7 +28,7 @@ struct Waiter {
 /// The waiters: a line per client, and the clients' turns.
 #[derive(Default)]
 struct Waiting {
-    /// Clients with someone waiting, the next to be let in first; each once.
+    /// Clients with someone waiting, in turn order; each once.
     turns: VecDeque<ClientKey>,
     lines: HashMap<ClientKey, VecDeque<Rc<Waiter>>>,
     len: usize,
@@ -41,10 +44,26 @@ impl Waiting {
         self.len += 1;
     }
 
-    /// The first waiter of the client whose turn it is; the client goes to the back of the
+    fn has(&self, client: ClientKey) -> bool {
+        self.lines.contains_key(&client)
+    }
+
+    /// The first waiter of the client `pick` chooses among those waiting (by its place in the
+    /// turns, the first of the lowest), with that client; the client goes to the back of the
     /// turns if more of its own wait.
-    fn pop(&mut self) -> Option<Rc<Waiter>> {
-        let client = self.turns.pop_front()?;
+    fn pop(
+        &mut self,
+        pick: impl Fn(ClientKey) -> Option<usize>,
+    ) -> Option<(ClientKey, Rc<Waiter>)> {
+        let mut best: Option<(usize, usize)> = None;
+        for (i, c) in self.turns.iter().enumerate() {
+            if let Some(rank) = pick(*c) {
+                if best.is_none_or(|(_, r)| rank < r) {
+                    best = Some((i, rank));
+                }
+            }
+        }
+        let client = self.turns.remove(best?.0)?;
         let line = self.lines.get_mut(&client)?;
         let w = line.pop_front()?;
         if line.is_empty() {
@@ -53,7 +72,7 @@ impl Waiting {
             self.turns.push_back(client);
         }
         self.len -= 1;
-        Some(w)
+        Some((client, w))
     }
 
     /// Takes `w` (a cancelled waiter) out of its client's line.
@@ -74,26 +93,41 @@ impl Waiting {
 /// The slots and their lines.
 pub(crate) struct Line {
     cap: usize,
+    /// The most slots one client may hold at once (not the node's own).
+    client_cap: usize,
     /// The most that may wait at once: the caller's bound on how many tasks can wait.
     line_max: usize,
     used: Cell<usize>,
+    /// Slots held per client, those holding any.
+    held: RefCell<HashMap<ClientKey, usize>>,
     waiting: RefCell<Waiting>,
     /// The most slots ever held at once.
     pub used_max: Cell<usize>,
     /// How many had to wait, in all.
     pub waited: Cell<u64>,
+    /// How many waited while a slot was free, their client holding its `client_cap`.
+    pub waited_share: Cell<u64>,
 }
 
 impl Line {
-    /// `cap` slots; at most `line_max` waiters (asserted: the caller's bound on its tasks).
+    /// `cap` slots, any number of them one client's; at most `line_max` waiters (asserted: the
+    /// caller's bound on its tasks).
     pub fn new(cap: usize, line_max: usize) -> Line {
+        Line::with_client_cap(cap, cap, line_max)
+    }
+
+    /// `cap` slots, at most `client_cap` of them one client's (the node's own excepted).
+    pub fn with_client_cap(cap: usize, client_cap: usize, line_max: usize) -> Line {
         Line {
             cap,
+            client_cap: client_cap.clamp(1, cap.max(1)),
             line_max,
             used: Cell::new(0),
+            held: RefCell::new(HashMap::new()),
             waiting: RefCell::new(Waiting::default()),
             used_max: Cell::new(0),
             waited: Cell::new(0),
+            waited_share: Cell::new(0),
         }
     }
 
@@ -111,28 +145,66 @@ impl Line {
         self.waiting.borrow().len
     }
 
-    fn take(&self) -> bool {
-        if self.used.get() < self.cap && self.waiting() == 0 {
-            self.used.set(self.used.get() + 1);
-            self.used_max.set(self.used_max.get().max(self.used.get()));
+    fn held_by(&self, client: ClientKey) -> usize {
+        self.held.borrow().get(&client).copied().unwrap_or(0)
+    }
+
+    fn under_cap(&self, client: ClientKey) -> bool {
+        client == ClientKey::Local || self.held_by(client) < self.client_cap
+    }
+
+    fn hold(&self, client: ClientKey) {
+        *self.held.borrow_mut().entry(client).or_insert(0) += 1;
+        self.used.set(self.used.get() + 1);
+        self.used_max.set(self.used_max.get().max(self.used.get()));
+    }
+
+    /// A slot for `client` at once: one is free, the client is under its cap and none of its
+    /// own waits. (No one else under their cap waits while a slot is free: [`Line::grant`]
+    /// hands each free slot on as it frees.)
+    fn take(&self, client: ClientKey) -> bool {
+        let free = self.used.get() < self.cap;
+        if free && self.under_cap(client) && !self.waiting.borrow().has(client) {
+            self.hold(client);
             true
         } else {
             false
         }
     }
 
-    /// Gives a slot back: to the next client's first waiter if anyone waits.
-    pub fn release(&self) {
-        let next = self.waiting.borrow_mut().pop();
-        match next {
-            Some(w) => {
-                w.granted.set(true);
-                if let Some(waker) = w.waker.borrow_mut().take() {
-                    waker.wake();
-                }
+    /// Hands free slots to waiters: each to the first waiter of the client holding the fewest.
+    fn grant(&self) {
+        while self.used.get() < self.cap {
+            let next = self
+                .waiting
+                .borrow_mut()
+                .pop(|c| self.under_cap(c).then(|| self.held_by(c)));
+            let Some((client, w)) = next else {
+                return;
+            };
+            self.hold(client);
+            w.granted.set(true);
+            let waker = w.waker.borrow_mut().take();
+            if let Some(waker) = waker {
+                waker.wake();
             }
-            None => self.used.set(self.used.get().saturating_sub(1)),
         }
+    }
+
+    /// Gives back a slot `client` held: to the next waiter if anyone waits.
+    pub fn release(&self, client: ClientKey) {
+        {
+            let mut held = self.held.borrow_mut();
+            match held.get_mut(&client) {
+                Some(n) if *n > 1 => *n -= 1,
+                Some(_) => {
+                    held.remove(&client);
+                }
+                None => debug_assert!(false, "a slot released that {client:?} did not hold"),
+            }
+        }
+        self.used.set(self.used.get().saturating_sub(1));
+        self.grant();
     }
 
     /// Waits for a slot for `client`. The caller must [`Line::release`] it exactly once.
@@ -176,19 +248,23 @@ impl Future for Acquire {
         }
         match &self.waiter {
             None => {
-                if self.line.take() {
+                let line = &self.line;
+                if line.take(self.client) {
                     self.done = true;
                     return Poll::Ready(());
                 }
                 let w = Rc::new(Waiter::default());
                 *w.waker.borrow_mut() = Some(cx.waker().clone());
-                self.line.waited.set(self.line.waited.get() + 1);
+                line.waited.set(line.waited.get() + 1);
+                if line.used() < line.cap() && !line.under_cap(self.client) {
+                    line.waited_share.set(line.waited_share.get() + 1);
+                }
                 debug_assert!(
-                    self.line.waiting() < self.line.line_max,
+                    line.waiting() < line.line_max,
                     "a line past its bound of {}",
-                    self.line.line_max
+                    line.line_max
                 );
-                self.line.waiting.borrow_mut().push(self.client, w.clone());
+                line.waiting.borrow_mut().push(self.client, w.clone());
                 self.waiter = Some(w);
                 Poll::Pending
             }
@@ -211,7 +287,7 @@ impl Drop for Acquire {
         }
         if let Some(w) = self.waiter.take() {
             if w.granted.get() {
-                self.line.release();
+                self.line.release(self.client);
             } else {
                 self.line.waiting.borrow_mut().remove(self.client, &w);
             }
@@ -250,13 +326,13 @@ mod tests {
         assert!(poll(&mut a) && poll(&mut b));
         assert!(!poll(&mut c) && !poll(&mut d));
         assert_eq!((line.used(), line.waiting(), line.waited.get()), (2, 2, 2));
-        line.release();
+        line.release(ONE);
         assert!(poll(&mut c), "the first in line gets the slot");
         assert!(!poll(&mut d));
         // A newcomer cannot overtake the line.
         let mut e = line.acquire(ONE);
         assert!(!poll(&mut e));
-        line.release();
+        line.release(ONE);
         assert!(poll(&mut d) && !poll(&mut e));
         assert_eq!(line.used_max.get(), 2);
     }
@@ -269,12 +345,12 @@ mod tests {
         let mut b = line.acquire(ONE);
         let mut c = line.acquire(ONE);
         assert!(!poll(&mut b) && !poll(&mut c));
-        line.release(); // granted to b...
+        line.release(ONE); // granted to b...
         drop(b); // ...which is cancelled before it saw it: c gets it.
         assert!(poll(&mut c));
         assert_eq!(line.used(), 1);
         drop(c);
-        line.release();
+        line.release(ONE);
         assert_eq!(line.used(), 0);
     }
 
@@ -291,19 +367,63 @@ mod tests {
         }
         assert!(!poll(&mut two));
         assert_eq!(line.waiting(), 4);
-        line.release();
+        line.release(ONE);
         assert!(poll(&mut one[0]) && !poll(&mut one[1]) && !poll(&mut two));
-        line.release();
+        line.release(ONE);
         assert!(poll(&mut two), "the other client's turn comes next");
         assert!(!poll(&mut one[1]));
-        line.release();
+        line.release(TWO);
         assert!(poll(&mut one[1]) && !poll(&mut one[2]));
         // A client cancelled while waiting leaves the turns with its line.
         let mut three = line.acquire(ClientKey::V4(3));
         assert!(!poll(&mut three));
         drop(three);
-        line.release();
+        line.release(ONE);
         assert!(poll(&mut one[2]));
         assert_eq!((line.used(), line.waiting()), (1, 0));
+    }
+
+    #[test]
+    fn a_free_slot_goes_to_the_client_holding_fewest() {
+        let line = Rc::new(Line::new(3, 16));
+        let mut one: Vec<Acquire> = (0..5).map(|_| line.acquire(ONE)).collect();
+        for a in one.iter_mut().take(3) {
+            assert!(poll(a));
+        }
+        assert!(!poll(&mut one[3]) && !poll(&mut one[4]));
+        let mut two = line.acquire(TWO);
+        assert!(!poll(&mut two));
+        // ONE is first in the turns, but holds two slots to TWO's none.
+        line.release(ONE);
+        assert!(poll(&mut two), "the client holding fewer goes first");
+        assert!(!poll(&mut one[3]));
+        line.release(ONE);
+        assert!(poll(&mut one[3]) && !poll(&mut one[4]));
+        assert_eq!((line.used(), line.waiting()), (3, 1));
+    }
+
+    #[test]
+    fn one_client_holds_at_most_its_cap_and_the_node_is_not_held_to_it() {
+        let line = Rc::new(Line::with_client_cap(3, 2, 16));
+        let mut one: Vec<Acquire> = (0..3).map(|_| line.acquire(ONE)).collect();
+        assert!(poll(&mut one[0]) && poll(&mut one[1]));
+        assert!(!poll(&mut one[2]), "past its cap while a slot is free");
+        assert_eq!((line.used(), line.waited_share.get()), (2, 1));
+        let mut two = line.acquire(TWO);
+        assert!(poll(&mut two), "the free slot is another client's at once");
+        line.release(TWO);
+        assert!(!poll(&mut one[2]), "still at its cap");
+        line.release(ONE);
+        assert!(poll(&mut one[2]));
+        let mut local: Vec<Acquire> = (0..3).map(|_| line.acquire(ClientKey::Local)).collect();
+        assert!(poll(&mut local[0]));
+        assert!(!poll(&mut local[1]), "no slot free");
+        line.release(ONE);
+        line.release(ONE);
+        assert!(
+            poll(&mut local[1]) && poll(&mut local[2]),
+            "the node's own: no cap"
+        );
+        assert_eq!(line.used(), 3);
     }
 }

@@ -315,6 +315,13 @@ pub const CROSS_SHARD_QUEUE: usize = 16 * 1024;
 /// OS thread with its own stack.
 pub const BLOCKING_THREADS_PER_SHARD: usize = 4;
 
+/// The most of a shard's blocking threads one client's work holds at once (the client whose
+/// request made the object live; the node's own work, such as the alarm index, is not held to
+/// it): all but one, so a batch, sync or restore of another client never waits for one of its
+/// restores, batches or syncs to end. A free thread goes to the waiting client that holds the
+/// fewest (`crate::line` in `shards`).
+pub const BLOCKING_THREADS_PER_CLIENT: usize = BLOCKING_THREADS_PER_SHARD - 1;
+
 // ---------------------------------------------------------------------------------------------
 // Cells: objects and sessions
 // ---------------------------------------------------------------------------------------------
@@ -584,6 +591,10 @@ const _: () =
     assert!(TLS_HELLO_TIMEOUT_DEFAULT.as_nanos() <= TLS_HANDSHAKE_TIMEOUT_DEFAULT.as_nanos());
 // A shard needs at least one thread for SQLite and must accept at least one TLS handshake.
 const _: () = assert!(BLOCKING_THREADS_PER_SHARD > 0 && TLS_HANDSHAKES_MAX > 0);
+// One client must be able to use a blocking thread, and leave one to the others.
+const _: () = assert!(
+    BLOCKING_THREADS_PER_CLIENT > 0 && BLOCKING_THREADS_PER_CLIENT < BLOCKING_THREADS_PER_SHARD
+);
 // The accept-triggered measurement uses `is_multiple_of`, and the divisors divide: none is zero.
 const _: () = assert!(
     MEASURE_EVERY_ACCEPTS > 0

@@ -121,6 +121,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("shard_ring_depth", SHARD_RING_DEPTH),
     fixed!("cross_shard_queue", CROSS_SHARD_QUEUE),
     fixed!("blocking_threads_per_shard", BLOCKING_THREADS_PER_SHARD),
+    fixed!("blocking_threads_per_client", BLOCKING_THREADS_PER_CLIENT),
     fixed!("object_name_max_bytes", OBJECT_NAME_MAX_BYTES),
     fixed!("mailbox_default", MAILBOX_DEFAULT),
     fixed!("batch_default", BATCH_DEFAULT),

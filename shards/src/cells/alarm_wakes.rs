@@ -16,6 +16,8 @@ use combd_kernel::limits::{
     ALARM_READ_GAP_MS, ALARM_WAKES_PER_TICK, FLEET_WAKE_SWEEP_INTERVAL, SHARD_TICK,
 };
 
+use combd_kernel::fair::ClientKey;
+
 use crate::alarms;
 use crate::job::Job;
 use crate::stats::ShardStats;
@@ -87,8 +89,9 @@ impl AlarmWakes {
         let apps = node.apps.clone();
         let shard = cells.state.id();
         let skip = self.waking.borrow().clone();
-        let due = glommio::executor()
-            .spawn_blocking(move || {
+        let due = cells
+            .state
+            .on_thread(ClientKey::Local, move || {
                 let now = alarms::now_ms();
                 let due = index.due(shard, now, room, |app, name| {
                     // An app a reload removed keeps its objects' alarms for its return.
@@ -197,9 +200,10 @@ impl AlarmWakes {
         self.sweeping.set(true);
         let sweeping = self.sweeping.clone();
         let (index, apps, shards) = (node.alarms.clone(), node.apps.clone(), node.stats.len());
+        let state = cells.state.clone();
         let task = cells.state.spawn(async move {
-            glommio::executor()
-                .spawn_blocking(move || {
+            state
+                .on_thread(ClientKey::Local, move || {
                     fleet.sweep_wakes(&index, &apps, shards, alarms::now_ms());
                 })
                 .await;
@@ -222,8 +226,11 @@ impl Cells {
         let index = self.state.node().alarms.clone();
         let (app, name, shard) = (app.to_string(), name.to_string(), self.state.id());
         let until = alarms::now_ms() + combd_kernel::limits::ALARM_WAKE_RETRY_MS;
-        let r = glommio::executor()
-            .spawn_blocking(move || index.postpone(&app, &name, shard, until, mark))
+        let r = self
+            .state
+            .on_thread(ClientKey::Local, move || {
+                index.postpone(&app, &name, shard, until, mark)
+            })
             .await;
         if let Err(e) = r {
             tracing::warn!("cannot update the alarm index: {e}");
@@ -256,8 +263,11 @@ impl Cells {
         let (count, mark) = (n("count"), said["mark"].as_u64().unwrap_or(mark));
         let index = self.state.node().alarms.clone();
         let (app, name, shard) = (app.to_string(), name.to_string(), self.state.id());
-        let settled = glommio::executor()
-            .spawn_blocking(move || index.settle(&app, &name, shard, next, count, mark))
+        let settled = self
+            .state
+            .on_thread(ClientKey::Local, move || {
+                index.settle(&app, &name, shard, next, count, mark)
+            })
             .await;
         if let Err(e) = settled {
             tracing::warn!("cannot update the alarm index: {e}");

@@ -23,7 +23,9 @@ use tracing::warn;
 use crate::app::{AppError, Effect, Output};
 use crate::fleet::{Shipped, Shipping};
 use crate::job::Reply;
+use crate::state::ShardState;
 use crate::stats::{ShardStats, Stage};
+use combd_kernel::fair::ClientKey;
 
 use super::store::Wal;
 use super::{Cells, Refusal};
@@ -85,8 +87,9 @@ pub(crate) fn syncs_wal(state: &crate::state::ShardState) -> bool {
 }
 
 /// Committed batches between the object's task (the giver) and its commit task (the taker).
-#[derive(Default)]
 struct Pipe {
+    /// The client the object's blocking threads' time is counted to (who made it live).
+    client: ClientKey,
     queue: RefCell<VecDeque<Committed>>,
     /// Batches handed over and not answered yet (queued, or being synced and answered).
     unanswered: Cell<usize>,
@@ -104,6 +107,20 @@ struct Pipe {
 }
 
 impl Pipe {
+    fn new(client: ClientKey, shipping: Option<Shipping>) -> Pipe {
+        Pipe {
+            client,
+            queue: RefCell::default(),
+            unanswered: Cell::default(),
+            closed: Cell::default(),
+            failed: Cell::default(),
+            refusal: Cell::default(),
+            shipping: RefCell::new(shipping),
+            taker: RefCell::default(),
+            giver: RefCell::default(),
+        }
+    }
+
     fn wake(slot: &RefCell<Option<Waker>>) {
         if let Some(w) = slot.borrow_mut().take() {
             w.wake();
@@ -152,11 +169,16 @@ pub(super) struct Pipeline {
 }
 
 impl Pipeline {
-    /// Starts the commit task of the object `key` (in a fleet, with what it ships from).
-    pub fn start(cells: &Rc<Cells>, key: &str, shipping: Option<Shipping>) -> Pipeline {
+    /// Starts the commit task of the object `key` (in a fleet, with what it ships from), its
+    /// syncs and shipments counted to `client`.
+    pub fn start(
+        cells: &Rc<Cells>,
+        key: &str,
+        client: ClientKey,
+        shipping: Option<Shipping>,
+    ) -> Pipeline {
         let durability = Durability::of(&cells.state);
-        let pipe = Rc::new(Pipe::default());
-        *pipe.shipping.borrow_mut() = shipping;
+        let pipe = Rc::new(Pipe::new(client, shipping));
         let key: Rc<str> = key.into();
         let task = cells
             .state
@@ -363,7 +385,7 @@ async fn start(
         return started;
     }
     if durability == Durability::SyncFirst
-        && !sync(&cells.state, key, wal, started.group.len()).await
+        && !sync(&cells.state, pipe.client, key, wal, started.group.len()).await
     {
         started.refusal = Some(Refusal::StorageUnavailable);
         return started;
@@ -373,7 +395,7 @@ async fn start(
     };
     let wal_len = started.group.iter().map(|c| c.wal_len).max().unwrap_or(0);
     let cutter = fleet.clone();
-    match on_shipping(key, pipe, move |s| cutter.cut(s, wal_len)).await {
+    match on_shipping(&cells.state, key, pipe, move |s| cutter.cut(s, wal_len)).await {
         None => started.refusal = Some(Refusal::FleetUnavailable),
         Some(Ok(segments)) => started.upload = Some(fleet.upload(segments, answers)),
         Some(Err(e)) => {
@@ -420,7 +442,7 @@ async fn finish(
             }
             (None, false, Ok(segments)) => {
                 let due = group.iter().rev().find_map(|c| c.due);
-                advance(key, pipe, fleet.clone(), segments, due).await
+                advance(&cells.state, key, pipe, fleet.clone(), segments, due).await
             }
         };
         fleet.uploaded(answers);
@@ -430,20 +452,21 @@ async fn finish(
     if refusal.is_some() && pipe.refusal.get().is_none() {
         pipe.refusal.set(refusal);
     }
-    answer_group(cells, key, group, refusal, durability).await
+    answer_group(cells, (key, pipe.client), group, refusal, durability).await
 }
 
 /// Makes the group's last segment the head (on a blocking thread): the refusal its inputs get
 /// if that failed.
 async fn advance(
+    state: &ShardState,
     key: &str,
     pipe: &Pipe,
     fleet: std::sync::Arc<crate::fleet::Fleet>,
     segments: Vec<Segment>,
     due: Option<Option<u64>>,
 ) -> Option<Refusal> {
-    let Some(shipped) = on_shipping(key, pipe, move |s| fleet.advance(s, &segments, due)).await
-    else {
+    let advance = move |s: &mut Shipping| fleet.advance(s, &segments, due);
+    let Some(shipped) = on_shipping(state, key, pipe, advance).await else {
         return Some(Refusal::FleetUnavailable);
     };
     match shipped {
@@ -464,6 +487,7 @@ async fn advance(
 /// (an owned object ships from the start), and its batches are refused rather than answered
 /// unshipped.
 async fn on_shipping<T: Send + 'static>(
+    state: &ShardState,
     key: &str,
     pipe: &Pipe,
     f: impl FnOnce(&mut Shipping) -> T + Send + 'static,
@@ -472,8 +496,8 @@ async fn on_shipping<T: Send + 'static>(
         warn!(object = %key, "nothing to ship from: this batch is not answered");
         return None;
     };
-    let (shipping, out) = glommio::executor()
-        .spawn_blocking(move || {
+    let (shipping, out) = state
+        .on_thread(pipe.client, move || {
             let out = f(&mut shipping);
             (shipping, out)
         })
@@ -484,7 +508,8 @@ async fn on_shipping<T: Send + 'static>(
 
 /// Syncs the WAL on a blocking thread; false if the disk refused.
 async fn sync(
-    state: &crate::state::ShardState,
+    state: &ShardState,
+    client: ClientKey,
     key: &str,
     wal: Option<Wal>,
     batches: usize,
@@ -495,7 +520,9 @@ async fn sync(
     let stats = state.stats();
     let handed = std::time::Instant::now();
     let stages = [Stage::SyncToThread, Stage::Sync, Stage::SyncBack];
-    let r = stats.stages.on_thread(stages, move || wal.sync()).await;
+    let r = state
+        .on_thread_timed(client, stages, move || wal.sync())
+        .await;
     let took = handed.elapsed();
     ShardStats::add(&stats.wal_syncs, 1);
     stats

@@ -117,8 +117,8 @@ pub(super) async fn create(
     }
     let permit = state.acquire_restore(cell.opened_by()).await;
     let counts = node.clone();
-    let (opened, created) = glommio::executor()
-        .spawn_blocking(move || {
+    let (opened, created) = state
+        .on_thread(cell.opened_by(), move || {
             let existed = matches!(path.try_exists(), Ok(true));
             let opened = store::open(&path, config);
             // Counted once there is a file, even if opening it failed after making it.

@@ -169,13 +169,15 @@ impl Cells {
             ShardStats::add(&self.state.stats().fleet_lookups_overflowed, 1);
             return Some(job);
         };
+        let asker = job.asker;
         self.lookups.start(key, job, self.state.stats());
         let (cells, app, name, object) =
             (self.clone(), app.clone(), name.to_string(), key.to_string());
         let task = self.state.spawn(async move {
             let asked = object.clone();
-            let owner = glommio::executor()
-                .spawn_blocking(move || fleet.lookup(&asked))
+            let owner = cells
+                .state
+                .on_thread(asker, move || fleet.lookup(&asked))
                 .await;
             drop(slot);
             let jobs = cells.lookups.end(&object, cells.state.stats());

@@ -13,12 +13,14 @@
 //! - the gate every connection and object task is spawned through, so a drain can wait for
 //!   them;
 //! - the wake queue ([`wake_queue`]): the awake and restore slots with their ready lines;
+//! - the blocking threads' slots ([`blocking`]), taken per client by every job handed to them;
 //! - connection slots ([`slot`]): reserve → open → release, once;
 //! - the per-turn budget ([`turn`]) every loop that grows with load spends;
 //! - the shard's outbound bytes, TLS handshakes in progress and ping epoch;
 //! - the shard's end of the access log, when it is on, and the budget of its warnings about
 //!   apps' failed calls ([`log_budget`]).
 
+pub(crate) mod blocking;
 pub(crate) mod log_budget;
 pub(crate) mod slot;
 pub(crate) mod turn;
@@ -42,6 +44,7 @@ use crate::fair::Share;
 use crate::http::{http_date, HttpDate};
 use crate::shared::NodeShared;
 use crate::stats::ShardStats;
+use blocking::BlockingThreads;
 use log_budget::LogBudget;
 use wake_queue::WakeQueue;
 
@@ -89,6 +92,8 @@ pub(crate) struct ShardState {
     /// Every connection and object task holds a pass; the drain waits for the gate to close.
     gate: Gate,
     wake_queue: WakeQueue,
+    /// The slots of the shard's blocking threads, per client.
+    blocking: BlockingThreads,
     /// Bytes waiting to be written on this shard, every session together.
     outbound: Cell<u64>,
     tls_in_progress: Cell<usize>,
@@ -108,6 +113,7 @@ pub(crate) struct ShardState {
 impl ShardState {
     pub fn new(id: usize, node: Arc<NodeShared>) -> ShardState {
         let wake_queue = WakeQueue::new(&node.settings, node.max_conns_effective);
+        let blocking = BlockingThreads::new(&node.settings, node.max_conns_effective);
         let access_log = node.access_log.as_ref().map(|l| l.shard(id));
         let window_ms = limits::APP_ERROR_LOG_WINDOW.as_millis() as u64;
         ShardState {
@@ -122,6 +128,7 @@ impl ShardState {
             scratch: RefCell::new(vec![0u8; limits::READ_SCRATCH_BYTES].into_boxed_slice()),
             gate: Gate::new(),
             wake_queue,
+            blocking,
             outbound: Cell::new(0),
             tls_in_progress: Cell::new(0),
             ping_epoch: Cell::new(0),

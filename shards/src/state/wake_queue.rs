@@ -74,18 +74,18 @@ pub(crate) struct AwakePermit(Rc<ShardState>);
 
 impl Drop for AwakePermit {
     fn drop(&mut self) {
-        self.0.wake_queue.awake.release();
+        self.0.wake_queue.awake.release(ClientKey::Local);
         self.0.publish_awake();
     }
 }
 
 /// A restore slot; given back when dropped.
-pub(crate) struct RestorePermit(Rc<ShardState>);
+pub(crate) struct RestorePermit(Rc<ShardState>, ClientKey);
 
 impl Drop for RestorePermit {
     fn drop(&mut self) {
         let q = &self.0.wake_queue;
-        q.restores.release();
+        q.restores.release(self.1);
         q.publish_restores(self.0.stats());
         ShardStats::add(&self.0.stats().restores, 1);
     }
@@ -114,7 +114,7 @@ impl ShardState {
         restores
             .acquire_observed(client, || self.wake_queue.publish_restores(self.stats()))
             .await;
-        RestorePermit(self.clone())
+        RestorePermit(self.clone(), client)
     }
 
     fn publish_awake(&self) {

@@ -136,6 +136,17 @@ pub struct ShardStats {
     pub objects_refused_rate: AtomicU64,
     /// The most objects opened at once.
     pub restores_active_max: AtomicU64,
+    /// Blocking threads' slots held now (a job running or handed to a thread).
+    pub blocking_busy: AtomicU64,
+    /// The most held at once.
+    pub blocking_busy_max: AtomicU64,
+    /// Jobs waiting for a blocking thread's slot now.
+    pub blocking_waiting: AtomicU64,
+    /// Jobs that waited for one, in all.
+    pub blocking_waited: AtomicU64,
+    /// Jobs that waited while a slot was free, their client holding its
+    /// `blocking_threads_per_client`.
+    pub blocking_waited_share: AtomicU64,
     /// Inputs refused because an object's mailbox (or the shard's inbox) was full.
     pub mailbox_refused: AtomicU64,
     /// Messages dropped for a session (its mailbox full, or its shard behind, or another shard
@@ -369,6 +380,11 @@ impl ShardStats {
             ("objects_refused_count", "combd_objects_refused_count_total", Counter, "Writes to new objects refused past the objects per app.", g(&self.objects_refused_count)),
             ("objects_refused_rate", "combd_objects_refused_rate_total", Counter, "Writes to new objects refused past the creation rate.", g(&self.objects_refused_rate)),
             ("restores_active_max", "combd_restores_active_max", Gauge, "The most objects opened at once.", g(&self.restores_active_max)),
+            ("blocking_busy", "combd_blocking_busy", Gauge, "Blocking threads' slots held now.", g(&self.blocking_busy)),
+            ("blocking_busy_max", "combd_blocking_busy_max", Gauge, "The most blocking threads' slots held at once.", g(&self.blocking_busy_max)),
+            ("blocking_waiting", "combd_blocking_waiting", Gauge, "Jobs waiting for a blocking thread now.", g(&self.blocking_waiting)),
+            ("blocking_waited", "combd_blocking_waited_total", Counter, "Jobs that waited for a blocking thread.", g(&self.blocking_waited)),
+            ("blocking_waited_share", "combd_blocking_waited_share_total", Counter, "Jobs that waited while a blocking thread was free, their client holding blocking_threads_per_client.", g(&self.blocking_waited_share)),
             ("mailbox_refused", "combd_mailbox_refused_total", Counter, "Inputs refused at a full mailbox.", g(&self.mailbox_refused)),
             ("session_mailbox_dropped", "combd_session_mailbox_dropped_total", Counter, "Messages dropped at a full session mailbox.", g(&self.session_mailbox_dropped)),
             ("session_share_resyncs", "combd_session_share_resyncs_total", Counter, "Sessions resynced because their client's sessions held its share of the outbound budget.", g(&self.session_share_resyncs)),

@@ -7,7 +7,7 @@
 //! add up bucket by bucket.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The stages, in the order an input goes through them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,28 +127,6 @@ impl Histogram {
 }
 
 impl StageTimes {
-    /// Runs `f` on one of the shard's blocking threads, timing its hand-off to the thread, its
-    /// run there and its way back as the three `stages`.
-    pub async fn on_thread<T: Send + 'static>(
-        &self,
-        stages: [Stage; 3],
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> T {
-        let handed = Instant::now();
-        let (started, done, out) = glommio::executor()
-            .spawn_blocking(move || {
-                let started = Instant::now();
-                let out = f();
-                (started, Instant::now(), out)
-            })
-            .await;
-        let [to, run, back] = stages;
-        self.record(to, started.saturating_duration_since(handed));
-        self.record(run, done.saturating_duration_since(started));
-        self.record(back, done.elapsed());
-        out
-    }
-
     /// Records that `stage` took `took`.
     pub fn record(&self, stage: Stage, took: Duration) {
         let us = took.as_micros().min(u64::MAX as u128) as u64;

@@ -2,6 +2,7 @@
 //! goes where its job said and the group's sends and broadcasts go out together; or every
 //! input is refused.
 
+use combd_kernel::fair::ClientKey;
 use std::rc::Rc;
 
 use crate::app::{AppError, Effect, Output};
@@ -16,7 +17,7 @@ use super::{sync, Committed, Durability};
 /// then, for the power-cut test's broken order, syncs. True if it was answered.
 pub(super) async fn answer_group(
     cells: &Rc<Cells>,
-    key: &str,
+    (key, client): (&str, ClientKey),
     group: Vec<Committed>,
     refusal: Option<Refusal>,
     durability: Durability,
@@ -59,7 +60,7 @@ pub(super) async fn answer_group(
     }
     drop(permit);
     if durability == Durability::AnswerFirst {
-        sync(state, key, wal, 1).await;
+        sync(state, client, key, wal, 1).await;
     }
     synced
 }

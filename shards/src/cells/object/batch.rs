@@ -286,9 +286,7 @@ async fn run_on(
     let shard = state.id();
     let stages = [Stage::BatchToThread, Stage::BatchRun, Stage::BatchBack];
     state
-        .stats()
-        .stages
-        .on_thread(stages, move || {
+        .on_thread_timed(cell.opened_by(), stages, move || {
             let mut db = db;
             let target = Target {
                 app: app.name(),

@@ -119,8 +119,8 @@ impl Durability {
         let fleet = fleet.clone();
         let (path, _) = cell.store_config(state);
         let key = cell.key.clone();
-        glommio::executor()
-            .spawn_blocking(move || {
+        state
+            .on_thread(cell.opened_by(), move || {
                 if fleet.release_if_unwritten(&shipping, &path) {
                     // Never written (its reads ran on a scratch database): nothing to snapshot,
                     // and its claim is given back.
@@ -168,8 +168,8 @@ impl Durability {
             return conn;
         };
         let (fleet, key) = (fleet.clone(), cell.key.clone());
-        let (conn, shipping) = glommio::executor()
-            .spawn_blocking(move || {
+        let (conn, shipping) = state
+            .on_thread(cell.opened_by(), move || {
                 if let Err(e) = fleet.snapshot(&mut shipping, &conn, &path) {
                     warn!(object = %key, "cannot checkpoint and upload a snapshot: {e}");
                 }

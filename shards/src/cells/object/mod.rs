@@ -138,7 +138,7 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     let Some((mut db, shipping)) = open_here(&cells, &cell, &durability).await else {
         return;
     };
-    let mut pipeline = Pipeline::start(&cells, &cell.key, shipping);
+    let mut pipeline = Pipeline::start(&cells, &cell.key, cell.opened_by(), shipping);
     // In a fleet: the WAL's length after the last commit (what the next shipment reads up to,
     // and what decides a checkpoint).
     let mut wal_len = 0;
@@ -285,7 +285,10 @@ async fn reload(
     pipeline: &mut Pipeline,
     store: Option<Store>,
 ) -> Option<Store> {
-    let old = std::mem::replace(pipeline, Pipeline::start(cells, &cell.key, None));
+    let old = std::mem::replace(
+        pipeline,
+        Pipeline::start(cells, &cell.key, cell.opened_by(), None),
+    );
     let (shipping, _) = old.finish().await;
     *pipeline.shipping() = shipping;
     match store {
@@ -313,8 +316,8 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
     let fleet = durability.fleet();
     let key = cell.key.clone();
     let (alarms, shard) = (state.node().alarms.clone(), state.id());
-    let opened = glommio::executor()
-        .spawn_blocking(move || {
+    let opened = state
+        .on_thread(cell.opened_by(), move || {
             let shipping = match &fleet {
                 Some(fleet) => match fleet.open(&key, &path) {
                     Ok(shipping) => Some(shipping),
@@ -419,8 +422,8 @@ async fn wait_for_mail(state: &ShardState, cell: &ObjectCell, durability: &Durab
 async fn reopen(state: &ShardState, cell: &ObjectCell, store: Store) -> Option<Store> {
     ShardStats::add(&state.stats().reloads, 1);
     let (path, config) = cell.store_config(state);
-    glommio::executor()
-        .spawn_blocking(move || store.reopen(&path, config))
+    state
+        .on_thread(cell.opened_by(), move || store.reopen(&path, config))
         .await
         .map_err(|e| warn!(object = %cell.key, "cannot reopen: {e}"))
         .ok()
