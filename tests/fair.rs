@@ -462,8 +462,9 @@ fn a_spray_of_names_waits_behind_itself_for_restores() {
 /// sleep: a slow batch, as a slow disk's sync or a heavy scratch restore would be) took all four
 /// of the shard's blocking threads, and another address's read of a counter waited until one of
 /// them ended: glommio's pool took jobs first in, first out. Now one client holds at most all
-/// but one of them (`blocking_threads_per_client`), and a freed thread goes to the waiting
-/// client that holds the fewest.
+/// but one of them (`blocking_threads_per_client`), one computing while another client is
+/// active (`blocking_compute_shared_per_client`), and a freed thread goes to the waiting client
+/// that holds the fewest.
 #[test]
 fn one_client_holds_all_but_one_of_the_blocking_threads() {
     let node = TestNode::start(&[("COMBD_SHARDS", "1"), ("COMBD_TEST_APPS", "on")]);
@@ -508,6 +509,8 @@ fn one_client_holds_all_but_one_of_the_blocking_threads() {
     let s = node.stats();
     assert_eq!(figure(&s, "blocking_busy_max"), 4, "{s}");
     assert!(figure(&s, "blocking_waited_share") >= 1, "{s}");
+    // Two clients active: each computes on one thread at a time now.
+    assert_eq!(figure(&s, "blocking_client_share"), 1, "{s}");
     // And every hold is served, in turn.
     for s in holds {
         let resp = read_response(&mut BufReader::new(s));

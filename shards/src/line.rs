@@ -1,5 +1,6 @@
 //! A line for slots: at most `cap` holders, and at most `client_cap` of them one client's
-//! ([`ClientKey`]; the node's own, [`ClientKey::Local`], is never held to it); the rest wait,
+//! ([`ClientKey`]; the node's own, [`ClientKey::Local`], is never held to it), or fewer, its
+//! `share`, for slots that are not taken to wait on a device ([`Line::acquire_io`]); the rest wait,
 //! asleep, in a line of their own per client. A free slot goes to the first waiter of the
 //! client that holds the fewest slots now, among those under their cap (max-min fairness), the
 //! clients holding as many taking turns: a client with a hundred waiters and one with one are
@@ -21,6 +22,8 @@ use combd_kernel::fair::ClientKey;
 
 #[derive(Default)]
 struct Waiter {
+    /// Taken to wait on a device (a sync): held to `client_cap`, not to the share.
+    io: bool,
     granted: Cell<bool>,
     waker: RefCell<Option<Waker>>,
 }
@@ -53,11 +56,12 @@ impl Waiting {
     /// turns if more of its own wait.
     fn pop(
         &mut self,
-        pick: impl Fn(ClientKey) -> Option<usize>,
+        pick: impl Fn(ClientKey, &Waiter) -> Option<usize>,
     ) -> Option<(ClientKey, Rc<Waiter>)> {
         let mut best: Option<(usize, usize)> = None;
         for (i, c) in self.turns.iter().enumerate() {
-            if let Some(rank) = pick(*c) {
+            let first = self.lines.get(c).and_then(|l| l.front());
+            if let Some(rank) = first.and_then(|w| pick(*c, w)) {
                 if best.is_none_or(|(_, r)| rank < r) {
                     best = Some((i, rank));
                 }
@@ -95,6 +99,9 @@ pub(crate) struct Line {
     cap: usize,
     /// The most slots one client may hold at once (not the node's own).
     client_cap: usize,
+    /// The most one client may hold at once for jobs that are not device waits: at most
+    /// `client_cap`, set by the line's owner as clients come and go.
+    share: Cell<usize>,
     /// The most that may wait at once: the caller's bound on how many tasks can wait.
     line_max: usize,
     used: Cell<usize>,
@@ -121,6 +128,7 @@ impl Line {
         Line {
             cap,
             client_cap: client_cap.clamp(1, cap.max(1)),
+            share: Cell::new(client_cap.clamp(1, cap.max(1))),
             line_max,
             used: Cell::new(0),
             held: RefCell::new(HashMap::new()),
@@ -149,8 +157,29 @@ impl Line {
         self.held.borrow().get(&client).copied().unwrap_or(0)
     }
 
-    fn under_cap(&self, client: ClientKey) -> bool {
-        client == ClientKey::Local || self.held_by(client) < self.client_cap
+    /// Whether `client` may take one more slot, for a device wait (`io`) or not.
+    fn under_cap(&self, client: ClientKey, io: bool) -> bool {
+        let cap = if io {
+            self.client_cap
+        } else {
+            self.share.get()
+        };
+        client == ClientKey::Local || self.held_by(client) < cap
+    }
+
+    /// The most slots one client may hold now for jobs that are not device waits.
+    pub fn share(&self) -> usize {
+        self.share.get()
+    }
+
+    /// Sets that share (at least one, at most `client_cap`): a client holding more keeps them
+    /// until it releases them; a higher share hands free slots to waiters.
+    pub fn set_share(&self, n: usize) {
+        let n = n.clamp(1, self.client_cap);
+        let raised = n > self.share.replace(n);
+        if raised {
+            self.grant();
+        }
     }
 
     fn hold(&self, client: ClientKey) {
@@ -162,9 +191,9 @@ impl Line {
     /// A slot for `client` at once: one is free, the client is under its cap and none of its
     /// own waits. (No one else under their cap waits while a slot is free: [`Line::grant`]
     /// hands each free slot on as it frees.)
-    fn take(&self, client: ClientKey) -> bool {
+    fn take(&self, client: ClientKey, io: bool) -> bool {
         let free = self.used.get() < self.cap;
-        if free && self.under_cap(client) && !self.waiting.borrow().has(client) {
+        if free && self.under_cap(client, io) && !self.waiting.borrow().has(client) {
             self.hold(client);
             true
         } else {
@@ -178,7 +207,7 @@ impl Line {
             let next = self
                 .waiting
                 .borrow_mut()
-                .pop(|c| self.under_cap(c).then(|| self.held_by(c)));
+                .pop(|c, w| self.under_cap(c, w.io).then(|| self.held_by(c)));
             let Some((client, w)) = next else {
                 return;
             };
@@ -208,19 +237,38 @@ impl Line {
     }
 
     /// Waits for a slot for `client`. The caller must [`Line::release`] it exactly once.
+    #[cfg(test)]
     pub fn acquire(self: &Rc<Self>, client: ClientKey) -> Acquire {
+        self.acquire_as(client, false)
+    }
+
+    /// [`Line::acquire`] for a job that waits on a device (a sync): held to `client_cap`, not
+    /// to the share.
+    #[cfg(test)]
+    pub fn acquire_io(self: &Rc<Self>, client: ClientKey) -> Acquire {
+        self.acquire_as(client, true)
+    }
+
+    fn acquire_as(self: &Rc<Self>, client: ClientKey, io: bool) -> Acquire {
         Acquire {
             line: self.clone(),
             client,
+            io,
             waiter: None,
             done: false,
         }
     }
 
-    /// [`Line::acquire`], calling `observe` after every poll (joining the line, leaving it),
-    /// so the caller can publish the line's figures as they change.
-    pub async fn acquire_observed(self: &Rc<Self>, client: ClientKey, mut observe: impl FnMut()) {
-        let mut acquire = self.acquire(client);
+    /// [`Line::acquire`] (or [`Line::acquire_io`] if `io`), calling `observe` after every poll
+    /// (joining the line, leaving it), so the caller can publish the line's figures as they
+    /// change.
+    pub async fn acquire_observed(
+        self: &Rc<Self>,
+        client: ClientKey,
+        io: bool,
+        mut observe: impl FnMut(),
+    ) {
+        let mut acquire = self.acquire_as(client, io);
         futures_lite::future::poll_fn(|cx| {
             let r = Pin::new(&mut acquire).poll(cx);
             observe();
@@ -235,6 +283,7 @@ impl Line {
 pub(crate) struct Acquire {
     line: Rc<Line>,
     client: ClientKey,
+    io: bool,
     waiter: Option<Rc<Waiter>>,
     done: bool,
 }
@@ -249,14 +298,17 @@ impl Future for Acquire {
         match &self.waiter {
             None => {
                 let line = &self.line;
-                if line.take(self.client) {
+                if line.take(self.client, self.io) {
                     self.done = true;
                     return Poll::Ready(());
                 }
-                let w = Rc::new(Waiter::default());
+                let w = Rc::new(Waiter {
+                    io: self.io,
+                    ..Waiter::default()
+                });
                 *w.waker.borrow_mut() = Some(cx.waker().clone());
                 line.waited.set(line.waited.get() + 1);
-                if line.used() < line.cap() && !line.under_cap(self.client) {
+                if line.used() < line.cap() && !line.under_cap(self.client, self.io) {
                     line.waited_share.set(line.waited_share.get() + 1);
                 }
                 debug_assert!(
@@ -425,5 +477,29 @@ mod tests {
             "the node's own: no cap"
         );
         assert_eq!(line.used(), 3);
+    }
+
+    #[test]
+    fn a_lowered_share_holds_back_new_slots_and_a_raised_one_hands_them_out() {
+        let line = Rc::new(Line::with_client_cap(4, 3, 16));
+        let mut one: Vec<Acquire> = (0..4).map(|_| line.acquire(ONE)).collect();
+        assert!(poll(&mut one[0]) && poll(&mut one[1]) && poll(&mut one[2]));
+        assert!(!poll(&mut one[3]));
+        line.set_share(1);
+        line.release(ONE);
+        assert!(!poll(&mut one[3]), "holding two, past a share of one");
+        let mut io = line.acquire_io(TWO);
+        assert!(poll(&mut io), "another client's slot at once");
+        line.release(TWO);
+        // A device wait of ONE's is held to the cap (three), not the share.
+        let mut sync = line.acquire_io(ONE);
+        assert!(!poll(&mut sync), "behind its own waiter, in order");
+        line.set_share(3);
+        assert!(poll(&mut one[3]), "the raised share lets the waiter in");
+        assert!(!poll(&mut sync), "three held: the cap");
+        line.set_share(0);
+        assert_eq!(line.share(), 1, "never below one");
+        line.set_share(9);
+        assert_eq!(line.share(), 3, "never above the cap");
     }
 }

@@ -322,6 +322,18 @@ pub const BLOCKING_THREADS_PER_SHARD: usize = 4;
 /// fewest (`crate::line` in `shards`).
 pub const BLOCKING_THREADS_PER_CLIENT: usize = BLOCKING_THREADS_PER_SHARD - 1;
 
+/// While another client is active on a shard's blocking threads, the most jobs that compute
+/// (a batch, a restore, a creation, a fleet lookup or shipment: every job but a WAL sync,
+/// which waits on the disk) one client has on them at once. The threads share the shard's
+/// CPU: a client's second job computing at once gives it more of that CPU and the others less,
+/// and runs no sooner (beside `bench/hostile.py object-fill` on one CPU, the honest p99 was
+/// about halved from three such jobs at once to one).
+pub const BLOCKING_COMPUTE_SHARED_PER_CLIENT: usize = 1;
+
+/// How recently a client must have handed a job to a shard's blocking threads to count as
+/// active there, for [`BLOCKING_COMPUTE_SHARED_PER_CLIENT`].
+pub const BLOCKING_CLIENT_ACTIVE_WINDOW: Duration = Duration::from_secs(1);
+
 // ---------------------------------------------------------------------------------------------
 // Cells: objects and sessions
 // ---------------------------------------------------------------------------------------------
@@ -594,6 +606,10 @@ const _: () = assert!(BLOCKING_THREADS_PER_SHARD > 0 && TLS_HANDSHAKES_MAX > 0);
 // One client must be able to use a blocking thread, and leave one to the others.
 const _: () = assert!(
     BLOCKING_THREADS_PER_CLIENT > 0 && BLOCKING_THREADS_PER_CLIENT < BLOCKING_THREADS_PER_SHARD
+);
+const _: () = assert!(
+    BLOCKING_COMPUTE_SHARED_PER_CLIENT > 0
+        && BLOCKING_COMPUTE_SHARED_PER_CLIENT <= BLOCKING_THREADS_PER_CLIENT
 );
 // The accept-triggered measurement uses `is_multiple_of`, and the divisors divide: none is zero.
 const _: () = assert!(

@@ -122,6 +122,15 @@ pub const FIXED: &[Fixed] = &[
     fixed!("cross_shard_queue", CROSS_SHARD_QUEUE),
     fixed!("blocking_threads_per_shard", BLOCKING_THREADS_PER_SHARD),
     fixed!("blocking_threads_per_client", BLOCKING_THREADS_PER_CLIENT),
+    fixed!(
+        "blocking_compute_shared_per_client",
+        BLOCKING_COMPUTE_SHARED_PER_CLIENT
+    ),
+    fixed!(
+        "blocking_client_active_window_ms",
+        BLOCKING_CLIENT_ACTIVE_WINDOW,
+        ms
+    ),
     fixed!("object_name_max_bytes", OBJECT_NAME_MAX_BYTES),
     fixed!("mailbox_default", MAILBOX_DEFAULT),
     fixed!("batch_default", BATCH_DEFAULT),

@@ -23,6 +23,7 @@ use tracing::warn;
 use crate::app::{AppError, Effect, Output};
 use crate::fleet::{Shipped, Shipping};
 use crate::job::Reply;
+use crate::state::blocking::Work;
 use crate::state::ShardState;
 use crate::stats::{ShardStats, Stage};
 use combd_kernel::fair::ClientKey;
@@ -521,7 +522,7 @@ async fn sync(
     let handed = std::time::Instant::now();
     let stages = [Stage::SyncToThread, Stage::Sync, Stage::SyncBack];
     let r = state
-        .on_thread_timed(client, stages, move || wal.sync())
+        .on_thread_timed((client, Work::Sync), stages, move || wal.sync())
         .await;
     let took = handed.elapsed();
     ShardStats::add(&stats.wal_syncs, 1);

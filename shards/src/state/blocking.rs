@@ -1,20 +1,31 @@
 //! The shard's blocking threads, shared per client: every job handed to them (a batch, a WAL
 //! sync, a restore, a creation, a fleet lookup or shipment, the alarm index) first takes one
-//! of [`BLOCKING_THREADS_PER_SHARD`] slots in a [`Line`], for the client it works for. One
-//! client holds at most [`BLOCKING_THREADS_PER_CLIENT`] (all but one), and a freed slot goes to
-//! the waiting client holding the fewest. Before this, glommio's pool took jobs first in, first
-//! out: beside a client reading a thousand absent names, an honest object's batch and sync
-//! waited behind its scratch restores.
+//! of [`BLOCKING_THREADS_PER_SHARD`] slots in a [`Line`], for the client it works for. A freed
+//! slot goes to the waiting client holding the fewest. One client holds at most
+//! [`BLOCKING_THREADS_PER_CLIENT`] (all but one); and while another client is active (handed a
+//! job within [`BLOCKING_CLIENT_ACTIVE_WINDOW`]), at most
+//! [`BLOCKING_COMPUTE_SHARED_PER_CLIENT`] of its jobs that compute (every job but a WAL sync,
+//! which waits on the disk) at once: the threads share the shard's CPU, so a client's second
+//! job computing at once only slows the others'. Before this, glommio's pool took jobs first
+//! in, first out: beside a client reading a thousand absent names, an honest object's batch
+//! and sync waited behind its scratch restores; and with three of the attacker's jobs
+//! computing beside it, the honest one had a fifth of the CPU (`bench/hostile.py object-fill`:
+//! the honest p99 about halved from three to one at once).
 //!
 //! The line is bounded by the tasks that can wait in it: every job is an object's, a
 //! connection's or one of the node's own tasks, each waiting for one slot at a time.
 
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use combd_kernel::fair::ClientKey;
-use combd_kernel::limits::{BLOCKING_THREADS_PER_CLIENT, BLOCKING_THREADS_PER_SHARD};
+use combd_kernel::limits::{
+    BLOCKING_CLIENT_ACTIVE_WINDOW, BLOCKING_COMPUTE_SHARED_PER_CLIENT, BLOCKING_THREADS_PER_CLIENT,
+    BLOCKING_THREADS_PER_SHARD,
+};
 use combd_kernel::settings::Settings;
 
 use crate::line::Line;
@@ -23,9 +34,51 @@ use crate::stats::Stage;
 
 use super::ShardState;
 
+/// The clients that handed a job to the threads lately (not the node's own).
+#[derive(Default)]
+struct Active {
+    /// Each client's latest job, in milliseconds of the shard's clock.
+    last: HashMap<ClientKey, u64>,
+    /// (client, when) of every job in the window, oldest first: what expires next.
+    seen: VecDeque<(ClientKey, u64)>,
+}
+
+impl Active {
+    /// Notes a job of `client` (if any) at `now_ms`, forgets the clients idle for the window,
+    /// and gives how many are active.
+    fn note(&mut self, client: Option<ClientKey>, now_ms: u64) -> usize {
+        let window = BLOCKING_CLIENT_ACTIVE_WINDOW.as_millis() as u64;
+        while let Some(&(c, at)) = self.seen.front() {
+            if at + window > now_ms {
+                break;
+            }
+            self.seen.pop_front();
+            if self.last.get(&c) == Some(&at) {
+                self.last.remove(&c);
+            }
+        }
+        if let Some(client) = client.filter(|c| *c != ClientKey::Local) {
+            if self.last.insert(client, now_ms) != Some(now_ms) {
+                self.seen.push_back((client, now_ms));
+            }
+        }
+        self.last.len()
+    }
+}
+
+/// The most computing jobs one client may have on the threads with `active` clients.
+fn share(active: usize) -> usize {
+    if active <= 1 {
+        BLOCKING_THREADS_PER_CLIENT
+    } else {
+        BLOCKING_COMPUTE_SHARED_PER_CLIENT
+    }
+}
+
 /// The slots of the shard's blocking threads.
 pub(crate) struct BlockingThreads {
     line: Rc<Line>,
+    active: RefCell<Active>,
 }
 
 impl BlockingThreads {
@@ -38,7 +91,15 @@ impl BlockingThreads {
                 BLOCKING_THREADS_PER_CLIENT,
                 line_max,
             )),
+            active: RefCell::default(),
         }
+    }
+
+    /// Notes a job of `client` (if any: a job's end notes none) and sets every client's share
+    /// from the clients active now.
+    fn note(&self, client: Option<ClientKey>, now_ms: u64) {
+        let active = self.active.borrow_mut().note(client, now_ms);
+        self.line.set_share(share(active));
     }
 
     fn publish(&self, stats: &ShardStats) {
@@ -49,6 +110,7 @@ impl BlockingThreads {
         set(&stats.blocking_waiting, l.waiting() as u64);
         set(&stats.blocking_waited, l.waited.get());
         set(&stats.blocking_waited_share, l.waited_share.get());
+        set(&stats.blocking_client_share, l.share() as u64);
     }
 }
 
@@ -62,31 +124,42 @@ impl Drop for Held<'_> {
     fn drop(&mut self) {
         let b = &self.state.blocking;
         b.line.release(self.client);
+        b.note(None, self.state.now_ms());
         b.publish(self.state.stats());
     }
 }
 
+/// What a job does on its thread: compute (held to its client's share while other clients
+/// are active), or wait on a device (a WAL sync: held only to `client_cap`, so one client's
+/// syncs still overlap each other).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Work {
+    Compute,
+    Sync,
+}
+
 impl ShardState {
-    /// Runs `f` on one of the shard's blocking threads once `client` has its turn for one.
+    /// Runs `f` (computing) on one of the shard's blocking threads once `client` has its turn
+    /// for one.
     pub async fn on_thread<T: Send + 'static>(
         &self,
         client: ClientKey,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> T {
-        let _held = self.hold_thread(client).await;
+        let _held = self.hold_thread(client, Work::Compute).await;
         glommio::executor().spawn_blocking(f).await
     }
 
-    /// [`ShardState::on_thread`], timing the hand-off to the thread (its turn included), the
-    /// run there and the way back as the three `stages`.
+    /// Runs `f` (doing `work`) as [`ShardState::on_thread`] does, timing the hand-off to the
+    /// thread (its turn included), the run there and the way back as the three `stages`.
     pub async fn on_thread_timed<T: Send + 'static>(
         &self,
-        client: ClientKey,
+        (client, work): (ClientKey, Work),
         stages: [Stage; 3],
         f: impl FnOnce() -> T + Send + 'static,
     ) -> T {
         let handed = Instant::now();
-        let held = self.hold_thread(client).await;
+        let held = self.hold_thread(client, work).await;
         let (started, done, out) = glommio::executor()
             .spawn_blocking(move || {
                 let started = Instant::now();
@@ -103,14 +176,56 @@ impl ShardState {
         out
     }
 
-    async fn hold_thread(&self, client: ClientKey) -> Held<'_> {
+    async fn hold_thread(&self, client: ClientKey, work: Work) -> Held<'_> {
         let b = &self.blocking;
+        b.note(Some(client), self.now_ms());
+        let io = work == Work::Sync;
         b.line
-            .acquire_observed(client, || b.publish(self.stats()))
+            .acquire_observed(client, io, || b.publish(self.stats()))
             .await;
         Held {
             state: self,
             client,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: ClientKey = ClientKey::V4(1);
+    const TWO: ClientKey = ClientKey::V4(2);
+
+    #[test]
+    fn clients_count_while_their_last_job_is_in_the_window() {
+        let window = BLOCKING_CLIENT_ACTIVE_WINDOW.as_millis() as u64;
+        let mut a = Active::default();
+        assert_eq!(a.note(Some(ONE), 10), 1);
+        assert_eq!(a.note(Some(TWO), 20), 2);
+        let local = Some(ClientKey::Local);
+        assert_eq!(a.note(local, 30), 2, "the node's own is not a client");
+        assert_eq!(
+            a.note(Some(ONE), 10 + window - 1),
+            2,
+            "ONE again, TWO still in"
+        );
+        assert_eq!(a.note(Some(ONE), 20 + window), 1, "TWO idle for the window");
+        assert_eq!(a.note(Some(ONE), 20 + window), 1);
+        assert_eq!(a.seen.len(), 2, "one entry per client and time");
+        assert_eq!(
+            a.note(None, 20 + 2 * window),
+            0,
+            "a job's end: ONE idle too"
+        );
+        assert_eq!(a.note(Some(TWO), 30 + 3 * window), 1);
+    }
+
+    #[test]
+    fn a_client_alone_computes_on_all_but_one_thread_and_one_among_others() {
+        assert_eq!(share(0), BLOCKING_THREADS_PER_CLIENT);
+        assert_eq!(share(1), BLOCKING_THREADS_PER_CLIENT);
+        assert_eq!(share(2), BLOCKING_COMPUTE_SHARED_PER_CLIENT);
+        assert_eq!(share(100), BLOCKING_COMPUTE_SHARED_PER_CLIENT);
     }
 }

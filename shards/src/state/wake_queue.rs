@@ -102,7 +102,7 @@ impl ShardState {
         let awake = self.wake_queue.awake.clone();
         // One line for the shard: the cells waiting to wake are let in in order.
         awake
-            .acquire_observed(ClientKey::Local, || self.publish_awake())
+            .acquire_observed(ClientKey::Local, false, || self.publish_awake())
             .await;
         AwakePermit(self.clone())
     }
@@ -112,7 +112,9 @@ impl ShardState {
     pub async fn acquire_restore(self: &Rc<Self>, client: ClientKey) -> RestorePermit {
         let restores = self.wake_queue.restores.clone();
         restores
-            .acquire_observed(client, || self.wake_queue.publish_restores(self.stats()))
+            .acquire_observed(client, false, || {
+                self.wake_queue.publish_restores(self.stats())
+            })
             .await;
         RestorePermit(self.clone(), client)
     }

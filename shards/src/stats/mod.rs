@@ -147,6 +147,8 @@ pub struct ShardStats {
     /// Jobs that waited while a slot was free, their client holding its
     /// `blocking_threads_per_client`.
     pub blocking_waited_share: AtomicU64,
+    /// The most blocking threads one client may hold now (its share).
+    pub blocking_client_share: AtomicU64,
     /// Inputs refused because an object's mailbox (or the shard's inbox) was full.
     pub mailbox_refused: AtomicU64,
     /// Messages dropped for a session (its mailbox full, or its shard behind, or another shard
@@ -384,6 +386,7 @@ impl ShardStats {
             ("blocking_busy_max", "combd_blocking_busy_max", Gauge, "The most blocking threads' slots held at once.", g(&self.blocking_busy_max)),
             ("blocking_waiting", "combd_blocking_waiting", Gauge, "Jobs waiting for a blocking thread now.", g(&self.blocking_waiting)),
             ("blocking_waited", "combd_blocking_waited_total", Counter, "Jobs that waited for a blocking thread.", g(&self.blocking_waited)),
+            ("blocking_client_share", "combd_blocking_client_share", Gauge, "The most blocking threads one client may hold now.", g(&self.blocking_client_share)),
             ("blocking_waited_share", "combd_blocking_waited_share_total", Counter, "Jobs that waited while a blocking thread was free, their client holding blocking_threads_per_client.", g(&self.blocking_waited_share)),
             ("mailbox_refused", "combd_mailbox_refused_total", Counter, "Inputs refused at a full mailbox.", g(&self.mailbox_refused)),
             ("session_mailbox_dropped", "combd_session_mailbox_dropped_total", Counter, "Messages dropped at a full session mailbox.", g(&self.session_mailbox_dropped)),

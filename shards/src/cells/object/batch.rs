@@ -20,6 +20,7 @@ use crate::app::{AppError, Output};
 use crate::http::Reserved;
 use crate::inbound::Hold;
 use crate::job::{Owned, Reply};
+use crate::state::blocking::Work;
 use crate::state::log_budget::warn_app_errors_suppressed;
 use crate::state::ShardState;
 use crate::stats::{ShardStats, Stage};
@@ -286,7 +287,7 @@ async fn run_on(
     let shard = state.id();
     let stages = [Stage::BatchToThread, Stage::BatchRun, Stage::BatchBack];
     state
-        .on_thread_timed(cell.opened_by(), stages, move || {
+        .on_thread_timed((cell.opened_by(), Work::Compute), stages, move || {
             let mut db = db;
             let target = Target {
                 app: app.name(),
