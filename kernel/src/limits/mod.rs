@@ -327,7 +327,7 @@ pub const BLOCKING_THREADS_PER_CLIENT: usize = BLOCKING_THREADS_PER_SHARD - 1;
 /// which waits on the disk) one client has on them at once. The threads share the shard's
 /// CPU: a client's second job computing at once gives it more of that CPU and the others less,
 /// and runs no sooner (beside `bench/hostile.py object-fill` on one CPU, the honest p99 was
-/// about halved from three such jobs at once to one).
+/// 6.3–6.5 ms with three such jobs of the attacker's at once and 3.8–4.0 with one).
 pub const BLOCKING_COMPUTE_SHARED_PER_CLIENT: usize = 1;
 
 /// How recently a client must have handed a job to a shard's blocking threads to count as
