@@ -93,7 +93,7 @@ pub fn parse_fleet_key(text: &str) -> Result<FleetKey, String> {
 /// Reads the fleet key from `path`; the error names `COMBD_FLEET_KEY_FILE` and the file,
 /// never the key.
 pub fn read_fleet_key(path: &Path) -> Result<FleetKey, ConfigError> {
-    crate::config::read_key_file("COMBD_FLEET_KEY_FILE", path, parse_fleet_key)
+    crate::key_file::read_key_file("COMBD_FLEET_KEY_FILE", path, parse_fleet_key)
 }
 
 /// Why a request from the fleet was refused.

@@ -9,6 +9,7 @@ use std::path::Path;
 use combd_kernel::settings::{ConfigError, FleetSettings};
 
 use crate::bucket::BucketConfig;
+use crate::key_file::read_key_file;
 
 /// The secret key in a key file's text: its first line, trimmed; it must be printable ASCII
 /// without spaces, and the only line.
@@ -44,21 +45,6 @@ pub fn read_etcd_password(path: &Path) -> Result<String, ConfigError> {
 /// file, never the key.
 pub fn read_secret_key(path: &Path) -> Result<String, ConfigError> {
     read_key_file("COMBD_FLEET_SECRET_KEY_FILE", path, parse_secret_key)
-}
-
-/// Reads the key file at `path` that `setting` names and parses its text with `parse`; the
-/// error names the setting and the file, never what the file holds.
-pub(crate) fn read_key_file<T>(
-    setting: &str,
-    path: &Path,
-    parse: impl FnOnce(&str) -> Result<T, String>,
-) -> Result<T, ConfigError> {
-    let error = |m: String| ConfigError {
-        setting: setting.to_string(),
-        message: format!("{}: {m}", path.display()),
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-    parse(&text).map_err(error)
 }
 
 /// The bucket client's configuration from the settings and the secret key.

@@ -67,6 +67,7 @@ pub mod config;
 pub mod coordinator;
 pub mod forward;
 mod http;
+mod key_file;
 pub mod keys;
 pub mod restore;
 pub mod segment;

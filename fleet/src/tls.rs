@@ -10,7 +10,7 @@ use std::sync::Arc;
 use combd_kernel::settings::ConfigError;
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 
-use crate::config::read_key_file;
+use crate::key_file::read_key_file;
 
 /// The TLS configuration of one fleet client.
 #[derive(Debug, Clone)]

@@ -30,9 +30,22 @@ use combd_kernel::limits::{
     INBOUND_CONN_FLOOR_BYTES, INBOUND_CONN_QUEUED_MAX_BYTES, INBOUND_MEASURE_STEPS,
 };
 
-use crate::fair::Share;
-use crate::shared::NodeShared;
+use crate::fair::{Ledger, Share};
 use crate::stats::ShardStats;
+
+/// What a connection's account needs of the node: its shard's counters and share of the
+/// budget, the budget, and the coordinator to wake at a burst. The node's shared state
+/// provides it (`crate::shared`); this module needs nothing else of the node.
+pub(crate) trait InboundNode: Send + Sync {
+    /// Shard `shard`'s counters.
+    fn shard_stats(&self, shard: usize) -> &ShardStats;
+    /// Shard `shard`'s pool of input held past connections' floors (`inbound_bytes`).
+    fn inbound_pool(&self, shard: usize) -> &Arc<Ledger>;
+    /// `COMBD_INBOUND_BUDGET`, a shard's.
+    fn inbound_budget(&self) -> u64;
+    /// Wakes the coordinator to measure now.
+    fn wake_coordinator(&self);
+}
 
 /// Whether `n` more bytes of a connection's input may be queued: within the connection's
 /// floor always, else within the shard's budget.
@@ -43,7 +56,7 @@ pub fn admits(conn_queued: u64, shard_held: u64, budget: u64, n: u64) -> bool {
 
 /// One connection's input waiting in mailboxes and inboxes, on its shard's account.
 pub(crate) struct ConnInbound {
-    node: Arc<NodeShared>,
+    node: Arc<dyn InboundNode>,
     shard: usize,
     /// Who the connection is, for its share of the shard's budget.
     client: ClientKey,
@@ -64,7 +77,7 @@ pub(crate) struct Hold {
 }
 
 impl ConnInbound {
-    pub fn new(node: Arc<NodeShared>, shard: usize, client: ClientKey) -> Arc<ConnInbound> {
+    pub fn new(node: Arc<dyn InboundNode>, shard: usize, client: ClientKey) -> Arc<ConnInbound> {
         Arc::new(ConnInbound {
             node,
             shard,
@@ -75,7 +88,7 @@ impl ConnInbound {
     }
 
     fn stats(&self) -> &ShardStats {
-        &self.node.stats[self.shard]
+        self.node.shard_stats(self.shard)
     }
 
     /// Reserves `n` bytes for a job, or `None` past the shard's budget (counted in
@@ -94,7 +107,7 @@ impl ConnInbound {
     fn hold(self: &Arc<Self>, n: u64, queued: bool) -> Option<Hold> {
         let stats = self.stats();
         let held = stats.inbound_bytes.load(Ordering::Relaxed);
-        let budget = self.node.inbound_budget_bytes;
+        let budget = self.node.inbound_budget();
         let queued_now = self.queued.load(Ordering::Relaxed);
         if !admits(queued_now, held, budget, n) {
             ShardStats::add(&stats.inbound_refused, 1);
@@ -103,7 +116,7 @@ impl ConnInbound {
         // Past the connection's floor, the bytes come from the client's share too.
         let share = match queued_now.saturating_add(n) <= INBOUND_CONN_FLOOR_BYTES {
             true => None,
-            false => match self.node.pools.inbound[self.shard].take(self.client, n) {
+            false => match self.node.inbound_pool(self.shard).take(self.client, n) {
                 Ok(share) => Some(share),
                 Err(_) => {
                     ShardStats::add(&stats.inbound_refused, 1);
@@ -166,7 +179,7 @@ impl Drop for Hold {
         let c = &self.conn;
         let stats = c.stats();
         let held = stats.inbound_bytes.fetch_sub(self.bytes, Ordering::Relaxed) - self.bytes;
-        let step = (c.node.inbound_budget_bytes / INBOUND_MEASURE_STEPS).max(1);
+        let step = (c.node.inbound_budget() / INBOUND_MEASURE_STEPS).max(1);
         stats
             .inbound_wake_level
             .fetch_min(held / step, Ordering::Relaxed);

@@ -155,6 +155,24 @@ pub(crate) struct SharedParts {
     pub alarms: Arc<crate::alarms::AlarmIndex>,
 }
 
+impl crate::inbound::InboundNode for NodeShared {
+    fn shard_stats(&self, shard: usize) -> &ShardStats {
+        &self.stats[shard]
+    }
+
+    fn inbound_pool(&self, shard: usize) -> &Arc<crate::fair::Ledger> {
+        &self.pools.inbound[shard]
+    }
+
+    fn inbound_budget(&self) -> u64 {
+        self.inbound_budget_bytes
+    }
+
+    fn wake_coordinator(&self) {
+        NodeShared::wake_coordinator(self);
+    }
+}
+
 impl NodeShared {
     /// The shared state of a node about to start its shards.
     pub(crate) fn new(p: SharedParts) -> NodeShared {

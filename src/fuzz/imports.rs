@@ -16,6 +16,7 @@
 //! call, the session's own id. Every input decodes to a script (unknown opcodes wrap around, a
 //! truncated operation ends it), so a mutation never wastes a run on a parse error.
 
+use super::cursor::Cursor;
 use super::steps::{decode_step, encode_step};
 pub use super::steps::{Body, Method, Step, CONNS_MAX, METHODS, OBJECTS};
 
@@ -207,30 +208,9 @@ pub struct Script {
     pub steps: Vec<Step>,
 }
 
-/// Reads the input front to back.
-pub(super) struct Cursor<'a> {
-    data: &'a [u8],
-}
-
-impl Cursor<'_> {
-    pub(super) fn byte(&mut self) -> Option<u8> {
-        let (&b, rest) = self.data.split_first()?;
-        self.data = rest;
-        Some(b)
-    }
-
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let mut a = [0u8; N];
-        for b in &mut a {
-            *b = self.byte()?;
-        }
-        Some(a)
-    }
-}
-
 /// The script an input stands for.
 pub fn decode(data: &[u8]) -> Script {
-    let mut c = Cursor { data };
+    let mut c = Cursor::new(data);
     // The header: missing bytes are zeros.
     let [h0, h1, h2, h3] = [0; 4].map(|_| c.byte().unwrap_or(0));
     let pages = 1 + (h1 & 3);

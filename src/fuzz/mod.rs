@@ -12,6 +12,7 @@
 
 pub mod clients;
 pub mod conn;
+mod cursor;
 pub mod host;
 pub mod imports;
 pub mod node;

@@ -2,7 +2,7 @@
 //! connections to the script's objects, WebSocket sessions attaching, sending and closing;
 //! and how a step is read from the fuzzer's bytes and written back ([`super::imports`]).
 
-use super::imports::Cursor;
+use super::cursor::Cursor;
 
 /// The objects a script addresses, `/o/fz/<name>`.
 pub const OBJECTS: [&str; 3] = ["a", "b", "c"];

@@ -12,7 +12,7 @@ use combd_shards::http::carries_body;
 use combd_shards::limit::Limit;
 use wasmtime::{Caller, Linker, ResourceLimiter};
 
-use crate::sql::Sql;
+use crate::sql_state::Sql;
 
 /// Why a call stopped before its module returned: a limit, or a host call that failed the
 /// call (the module trapped on purpose). Travels as the error of the host call.
@@ -473,11 +473,10 @@ fn input_part(i: &CallInput, part: i32) -> Option<&[u8]> {
     }
 }
 
-/// Defines the `combd` imports (the input, the answer, SQL, sends, the log).
+/// Defines the host's own `combd` imports (the input, the answer, sends, the log); the SQL
+/// ones are `sql`'s, the second version's `v2`'s.
 pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     link_input(linker)?;
-    crate::sql::link(linker)?;
-    crate::v2::link(linker)?;
     link_sends(linker)
 }
 

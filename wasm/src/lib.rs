@@ -36,6 +36,7 @@ mod cache;
 mod host;
 mod module;
 mod sql;
+mod sql_state;
 mod v2;
 mod wasi;
 
@@ -276,6 +277,8 @@ impl Deployed {
         let engine = engine().map_err(|m| fail(dir, m))?;
         let mut linker = Linker::new(&engine);
         host::link(&mut linker)
+            .and_then(|()| sql::link(&mut linker))
+            .and_then(|()| v2::link(&mut linker))
             .and_then(|()| wasi::link(&mut linker))
             .map_err(|e| fail(dir, e.to_string()))?;
         let loader = Loader {

@@ -9,34 +9,6 @@ use wasmtime::{Caller, Linker};
 
 use crate::host::{charge, copy_out, len, read, text, write, Host, Stop};
 
-/// The SQL state of one call.
-#[derive(Debug, Default)]
-pub(crate) struct Sql {
-    params: Vec<Value>,
-    /// What `params` holds, in bytes.
-    params_bytes: u64,
-    rows: Vec<Vec<Value>>,
-    columns: usize,
-    changes: i64,
-    error: String,
-    /// The error of the call's last statement that failed, kept past the statements after it:
-    /// what the node's warning says when the call then fails.
-    failed: Option<String>,
-}
-
-impl Sql {
-    /// The error of the call's last statement that failed, if one did.
-    pub(crate) fn last_failure(&self) -> Option<&str> {
-        self.failed.as_deref()
-    }
-
-    fn value(&self, row: i32, col: i32) -> Option<&Value> {
-        self.rows
-            .get(usize::try_from(row).ok()?)?
-            .get(usize::try_from(col).ok()?)
-    }
-}
-
 impl Host {
     /// Binds the next parameter. Parameters are held for the module like its rows: each is a
     /// tick of the call's work with the call's memory checked, so a module binding in a loop

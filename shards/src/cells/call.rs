@@ -148,7 +148,8 @@ pub(super) struct CallLimits {
     pub memory_bytes: Option<u64>,
 }
 
-/// Runs inputs in one transaction (a batch), or each in its own when the batch fails, the app
+/// Runs the app's inputs (none the node made: [`super::fire::run_inputs`] runs those where
+/// they stand) in one transaction (a batch), or each in its own when the batch fails, the app
 /// takes one at a time, or the run refuses writes ([`On::ScratchRefusing`]).
 pub(super) fn run_batch(
     app: &dyn App,
@@ -158,11 +159,7 @@ pub(super) fn run_batch(
     limits: CallLimits,
     on: &On,
 ) -> BatchResult {
-    // What the node makes (an alarm wake, a message from another object, a delivery's
-    // acknowledgement) runs where it stands among the inputs, apart from the app's batch.
-    if let Some(k) = inputs.iter().position(Owned::is_node_input) {
-        return super::fire::around(app, target, db, inputs, k, limits, on);
-    }
+    debug_assert!(!inputs.iter().any(Owned::is_node_input));
     let mut result = BatchResult::new();
     let scratch = !matches!(on, On::Db);
     if inputs.len() > 1 && !matches!(on, On::ScratchRefusing(_)) {

@@ -17,9 +17,26 @@ use crate::job::Owned;
 use super::call::{call, checked, run_batch, BatchResult, CallLimits, On, Target};
 use super::sandbox::NodeSql;
 
+/// Runs a batch's inputs: the app's in batches ([`run_batch`]), and what the node makes (an
+/// alarm wake, a message from another object, a delivery's acknowledgement) where it stands
+/// among them, apart from the app's batch.
+pub(super) fn run_inputs(
+    app: &dyn App,
+    target: Target<'_>,
+    db: &mut rusqlite::Connection,
+    inputs: &[Owned],
+    limits: CallLimits,
+    on: &On,
+) -> BatchResult {
+    match inputs.iter().position(Owned::is_node_input) {
+        Some(k) => around(app, target, db, inputs, k, limits, on),
+        None => run_batch(app, target, db, inputs, limits, on),
+    }
+}
+
 /// Runs `inputs`, whose `k`th the node made: the inputs before it, it, then the inputs after
 /// it.
-pub(super) fn around(
+fn around(
     app: &dyn App,
     target: Target<'_>,
     db: &mut rusqlite::Connection,
@@ -58,7 +75,7 @@ pub(super) fn around(
     }
     result.due_moved = true;
     result.outputs.push(answer);
-    let after = run_batch(app, target, db, &inputs[k + 1..], limits, on);
+    let after = run_inputs(app, target, db, &inputs[k + 1..], limits, on);
     result.append(after);
     result
 }

@@ -166,7 +166,7 @@ impl Conn {
     pub(super) async fn pass_through(
         &mut self,
         owner: &str,
-        replay: super::routes::Replay,
+        replay: super::upgrade::Replay,
         object: &str,
     ) {
         let Some(fleet) = self.state().node().fleet.clone() else {

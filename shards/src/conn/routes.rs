@@ -15,7 +15,7 @@ use crate::http::{Head, Request, Response};
 use crate::stats::ShardStats;
 
 use super::caller::{allow_origin, is_preflight, preflight, AllowOrigin};
-use super::upgrade::Upgrade;
+use super::upgrade::{Replay, Upgrade};
 use super::Conn;
 
 /// Where a request goes.
@@ -265,7 +265,7 @@ impl Conn {
         let replay = (!app.stateless()
             && self.state().node().fleet.is_some()
             && req.header(combd_fleet::forward::FORWARDED_HEADER).is_none())
-        .then(|| replay_head(req, caller.addr));
+        .then(|| Replay::of(req, caller.addr));
         match websocket_accept(req, head) {
             Ok(accept) => {
                 self.keep_upgrade(req.method, req.path, head.len as u64);
@@ -398,71 +398,6 @@ impl Conn {
         let mut budget = CallBudget::new(self.state().settings().cpu_limit_ticks);
         let result = app.handle(&mut Cx::new(None, &mut effects, &mut budget), input);
         (result, effects)
-    }
-}
-
-/// An upgrade request as it is sent on to the object's owner, but for its signature: its
-/// request line and every header field as the client sent them but the fleet's own (a client
-/// cannot speak for the fleet), and the fleet's forwarded header (so the owner never passes it
-/// on again). The signature and the blank line that ends the head are added once the owner
-/// is known ([`Replay::signed`]).
-pub(super) struct Replay {
-    head: Vec<u8>,
-    /// The request target, as the signature covers it.
-    target: String,
-    /// The client's address and the head's fields, as the signature covers them
-    /// (`combd_fleet::forward::covered`).
-    covered: String,
-}
-
-impl Replay {
-    /// The head to send to `owner`, signed for it.
-    pub(super) fn signed(mut self, fleet: &crate::fleet::Fleet, owner: &str) -> Vec<u8> {
-        let signature = fleet.sign(owner, "GET", &self.target, &self.covered, b"");
-        self.head
-            .extend_from_slice(combd_fleet::auth::AUTH_HEADER.as_bytes());
-        self.head.extend_from_slice(b": ");
-        self.head.extend_from_slice(signature.as_bytes());
-        self.head.extend_from_slice(b"\r\n\r\n");
-        self.head
-    }
-}
-
-fn replay_head(req: &Request<'_>, client: Option<std::net::IpAddr>) -> Replay {
-    let mut out = Vec::with_capacity(256);
-    let target = req.target();
-    out.extend_from_slice(req.method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    for h in req.headers {
-        if h.name
-            .eq_ignore_ascii_case(combd_fleet::forward::FORWARDED_HEADER)
-            || h.name.eq_ignore_ascii_case(combd_fleet::auth::AUTH_HEADER)
-            || h.name
-                .eq_ignore_ascii_case(combd_fleet::forward::CLIENT_HEADER)
-        {
-            continue;
-        }
-        out.extend_from_slice(h.name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(h.value);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(combd_fleet::forward::FORWARDED_HEADER.as_bytes());
-    out.extend_from_slice(b": 1\r\n");
-    let client = client.map_or(String::new(), |a| a.to_string());
-    if !client.is_empty() {
-        out.extend_from_slice(combd_fleet::forward::CLIENT_HEADER.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(client.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    let fields = req.headers.iter().map(|h| (h.name, h.value));
-    Replay {
-        head: out,
-        target,
-        covered: combd_fleet::forward::covered(&client, fields),
     }
 }
 

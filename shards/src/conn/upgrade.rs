@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::app::App;
+use crate::http::Request;
 use crate::job::{Attached, Job};
 use crate::ws;
 
@@ -23,7 +24,7 @@ pub(super) struct Upgrade {
     pub query: Option<String>,
     /// In a fleet: the request as it is sent on to the object's owner, if the object turns
     /// out to be another node's (none when another node passed it on here).
-    pub replay: Option<super::routes::Replay>,
+    pub replay: Option<Replay>,
     /// The client its token named, if any; the session keeps it.
     pub client: Option<Arc<crate::auth::Client>>,
     /// What else the node saw of the upgrade; the session keeps it.
@@ -138,5 +139,71 @@ impl Conn {
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// An upgrade request as it is sent on to the object's owner, but for its signature: its
+/// request line and every header field as the client sent them but the fleet's own (a client
+/// cannot speak for the fleet), and the fleet's forwarded header (so the owner never passes it
+/// on again). The signature and the blank line that ends the head are added once the owner
+/// is known ([`Replay::signed`]).
+pub(super) struct Replay {
+    head: Vec<u8>,
+    /// The request target, as the signature covers it.
+    target: String,
+    /// The client's address and the head's fields, as the signature covers them
+    /// (`combd_fleet::forward::covered`).
+    covered: String,
+}
+
+impl Replay {
+    /// The replay of the upgrade request `req` from `client`.
+    pub(super) fn of(req: &Request<'_>, client: Option<std::net::IpAddr>) -> Replay {
+        let mut out = Vec::with_capacity(256);
+        let target = req.target();
+        out.extend_from_slice(req.method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        for h in req.headers {
+            if h.name
+                .eq_ignore_ascii_case(combd_fleet::forward::FORWARDED_HEADER)
+                || h.name.eq_ignore_ascii_case(combd_fleet::auth::AUTH_HEADER)
+                || h.name
+                    .eq_ignore_ascii_case(combd_fleet::forward::CLIENT_HEADER)
+            {
+                continue;
+            }
+            out.extend_from_slice(h.name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(h.value);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(combd_fleet::forward::FORWARDED_HEADER.as_bytes());
+        out.extend_from_slice(b": 1\r\n");
+        let client = client.map_or(String::new(), |a| a.to_string());
+        if !client.is_empty() {
+            out.extend_from_slice(combd_fleet::forward::CLIENT_HEADER.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(client.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        let fields = req.headers.iter().map(|h| (h.name, h.value));
+        Replay {
+            head: out,
+            target,
+            covered: combd_fleet::forward::covered(&client, fields),
+        }
+    }
+
+    /// The head to send to `owner`, signed for it.
+    pub(super) fn signed(mut self, fleet: &crate::fleet::Fleet, owner: &str) -> Vec<u8> {
+        let signature = fleet.sign(owner, "GET", &self.target, &self.covered, b"");
+        self.head
+            .extend_from_slice(combd_fleet::auth::AUTH_HEADER.as_bytes());
+        self.head.extend_from_slice(b": ");
+        self.head.extend_from_slice(signature.as_bytes());
+        self.head.extend_from_slice(b"\r\n\r\n");
+        self.head
     }
 }
