@@ -33,16 +33,17 @@ use combd_kernel::limits::{
 use crate::fair::{Ledger, Share};
 use crate::stats::ShardStats;
 
-/// What a connection's account needs of the node: its shard's counters and share of the
-/// budget, the budget, and the coordinator to wake at a burst. The node's shared state
-/// provides it (`crate::shared`); this module needs nothing else of the node.
-pub(crate) trait InboundNode: Send + Sync {
-    /// Shard `shard`'s counters.
-    fn shard_stats(&self, shard: usize) -> &ShardStats;
-    /// Shard `shard`'s pool of input held past connections' floors (`inbound_bytes`).
-    fn inbound_pool(&self, shard: usize) -> &Arc<Ledger>;
-    /// `COMBD_INBOUND_BUDGET`, a shard's.
-    fn inbound_budget(&self) -> u64;
+/// What a connection's account needs of its shard: its counters, its pool of input held past
+/// connections' floors, its budget, and the coordinator to wake at a burst. The node's shared
+/// state provides one per shard (`crate::shared::ShardInbound`); this module needs nothing
+/// else of the node.
+pub(crate) trait InboundShard: Send + Sync {
+    /// The shard's counters.
+    fn stats(&self) -> &ShardStats;
+    /// The shard's pool of input held past connections' floors (`inbound_bytes`).
+    fn pool(&self) -> &Arc<Ledger>;
+    /// `COMBD_INBOUND_BUDGET`.
+    fn budget(&self) -> u64;
     /// Wakes the coordinator to measure now.
     fn wake_coordinator(&self);
 }
@@ -56,8 +57,7 @@ pub fn admits(conn_queued: u64, shard_held: u64, budget: u64, n: u64) -> bool {
 
 /// One connection's input waiting in mailboxes and inboxes, on its shard's account.
 pub(crate) struct ConnInbound {
-    node: Arc<dyn InboundNode>,
-    shard: usize,
+    shard: Arc<dyn InboundShard>,
     /// Who the connection is, for its share of the shard's budget.
     client: ClientKey,
     queued: AtomicU64,
@@ -77,9 +77,8 @@ pub(crate) struct Hold {
 }
 
 impl ConnInbound {
-    pub fn new(node: Arc<dyn InboundNode>, shard: usize, client: ClientKey) -> Arc<ConnInbound> {
+    pub fn new(shard: Arc<dyn InboundShard>, client: ClientKey) -> Arc<ConnInbound> {
         Arc::new(ConnInbound {
-            node,
             shard,
             client,
             queued: AtomicU64::new(0),
@@ -88,7 +87,7 @@ impl ConnInbound {
     }
 
     fn stats(&self) -> &ShardStats {
-        self.node.shard_stats(self.shard)
+        self.shard.stats()
     }
 
     /// Reserves `n` bytes for a job, or `None` past the shard's budget (counted in
@@ -107,7 +106,7 @@ impl ConnInbound {
     fn hold(self: &Arc<Self>, n: u64, queued: bool) -> Option<Hold> {
         let stats = self.stats();
         let held = stats.inbound_bytes.load(Ordering::Relaxed);
-        let budget = self.node.inbound_budget();
+        let budget = self.shard.budget();
         let queued_now = self.queued.load(Ordering::Relaxed);
         if !admits(queued_now, held, budget, n) {
             ShardStats::add(&stats.inbound_refused, 1);
@@ -116,7 +115,7 @@ impl ConnInbound {
         // Past the connection's floor, the bytes come from the client's share too.
         let share = match queued_now.saturating_add(n) <= INBOUND_CONN_FLOOR_BYTES {
             true => None,
-            false => match self.node.inbound_pool(self.shard).take(self.client, n) {
+            false => match self.shard.pool().take(self.client, n) {
                 Ok(share) => Some(share),
                 Err(_) => {
                     ShardStats::add(&stats.inbound_refused, 1);
@@ -136,7 +135,7 @@ impl ConnInbound {
         let step = (budget / INBOUND_MEASURE_STEPS).max(1);
         let level = now / step;
         if level > stats.inbound_wake_level.fetch_max(level, Ordering::Relaxed) {
-            self.node.wake_coordinator();
+            self.shard.wake_coordinator();
         }
         Some(Hold {
             conn: self.clone(),
@@ -179,7 +178,7 @@ impl Drop for Hold {
         let c = &self.conn;
         let stats = c.stats();
         let held = stats.inbound_bytes.fetch_sub(self.bytes, Ordering::Relaxed) - self.bytes;
-        let step = (c.node.inbound_budget() / INBOUND_MEASURE_STEPS).max(1);
+        let step = (c.shard.budget() / INBOUND_MEASURE_STEPS).max(1);
         stats
             .inbound_wake_level
             .fetch_min(held / step, Ordering::Relaxed);

@@ -155,21 +155,33 @@ pub(crate) struct SharedParts {
     pub alarms: Arc<crate::alarms::AlarmIndex>,
 }
 
-impl crate::inbound::InboundNode for NodeShared {
-    fn shard_stats(&self, shard: usize) -> &ShardStats {
-        &self.stats[shard]
+/// One shard's side of the node for its connections' input accounts (`crate::inbound`).
+pub(crate) struct ShardInbound {
+    node: Arc<NodeShared>,
+    shard: usize,
+}
+
+impl ShardInbound {
+    pub fn new(node: Arc<NodeShared>, shard: usize) -> ShardInbound {
+        ShardInbound { node, shard }
+    }
+}
+
+impl crate::inbound::InboundShard for ShardInbound {
+    fn stats(&self) -> &ShardStats {
+        &self.node.stats[self.shard]
     }
 
-    fn inbound_pool(&self, shard: usize) -> &Arc<crate::fair::Ledger> {
-        &self.pools.inbound[shard]
+    fn pool(&self) -> &Arc<crate::fair::Ledger> {
+        &self.node.pools.inbound[self.shard]
     }
 
-    fn inbound_budget(&self) -> u64 {
-        self.inbound_budget_bytes
+    fn budget(&self) -> u64 {
+        self.node.inbound_budget_bytes
     }
 
     fn wake_coordinator(&self) {
-        NodeShared::wake_coordinator(self);
+        self.node.wake_coordinator();
     }
 }
 

@@ -209,7 +209,7 @@ impl Conn {
         let local = self.slot.kind() == crate::shared::ConnKind::Local;
         let peer = self.stream.tcp().peer_addr().ok().map(|a| a.ip());
         let client = ClientKey::of_peer(local, peer);
-        ConnInbound::new(self.state().node().clone(), self.state().id(), client)
+        ConnInbound::new(self.state().inbound(), client)
     }
 
     /// Whether the connection may be read: its input waiting is under its bound.

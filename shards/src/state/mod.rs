@@ -42,7 +42,7 @@ use slab::Slab;
 use crate::access_log::ShardLog;
 use crate::fair::Share;
 use crate::http::{http_date, HttpDate};
-use crate::shared::NodeShared;
+use crate::shared::{NodeShared, ShardInbound};
 use crate::stats::ShardStats;
 use blocking::BlockingThreads;
 use log_budget::LogBudget;
@@ -80,6 +80,8 @@ struct Parked {
 pub(crate) struct ShardState {
     id: usize,
     node: Arc<NodeShared>,
+    /// This shard's side of the node for its connections' input accounts.
+    inbound: Arc<ShardInbound>,
     /// Set once the node drains; tasks see it when they next wait.
     draining: Cell<bool>,
     /// The waker of each task waiting for input, and its deadline.
@@ -116,11 +118,13 @@ impl ShardState {
         let blocking = BlockingThreads::new(&node.settings, node.max_conns_effective);
         let access_log = node.access_log.as_ref().map(|l| l.shard(id));
         let window_ms = limits::APP_ERROR_LOG_WINDOW.as_millis() as u64;
+        let inbound = Arc::new(ShardInbound::new(node.clone(), id));
         ShardState {
             access_log,
             app_errors: LogBudget::new(limits::APP_ERROR_LOGS_PER_WINDOW, window_ms),
             id,
             node,
+            inbound,
             draining: Cell::new(false),
             wakers: RefCell::new(Slab::new()),
             epoch: Instant::now(),
@@ -164,6 +168,11 @@ impl ShardState {
 
     pub fn node(&self) -> &Arc<NodeShared> {
         &self.node
+    }
+
+    /// This shard's side of the node, for a connection's input account.
+    pub fn inbound(&self) -> Arc<ShardInbound> {
+        self.inbound.clone()
     }
 
     pub fn settings(&self) -> &Settings {
