@@ -261,54 +261,6 @@ impl WalCursor {
     }
 }
 
-/// Reads the frames between two offsets of a WAL file (`from` and `to` on frame boundaries, the
-/// frame before `to` a commit frame) as segment `seq` of `object`.
-pub fn segment_from_wal(
-    wal_path: &Path,
-    from: u64,
-    to: u64,
-    object: &str,
-    seq: u64,
-    token: i64,
-    prev_token: i64,
-) -> Result<Segment, SegmentError> {
-    let mut file = File::open(wal_path).map_err(io("open the WAL"))?;
-    let mut head = [0u8; WAL_HEADER_BYTES as usize];
-    file.read_exact(&mut head)
-        .map_err(io("read the WAL header"))?;
-    let header = WalHeader::parse(&head)?;
-    let frame_bytes = WAL_FRAME_HEADER_BYTES + u64::from(header.page_size);
-    if from < WAL_HEADER_BYTES
-        || to <= from
-        || !(from - WAL_HEADER_BYTES).is_multiple_of(frame_bytes)
-        || !(to - from).is_multiple_of(frame_bytes)
-    {
-        return Err(malformed(format!(
-            "offsets {from}..{to} are not whole frames of {frame_bytes} bytes after the header"
-        )));
-    }
-    let bytes = to - from + (FIXED_HEADER_BYTES + object.len() + 4) as u64;
-    if bytes > FLEET_SEGMENT_MAX_BYTES as u64 {
-        return Err(SegmentError::TooLarge {
-            bytes,
-            limit: FLEET_SEGMENT_MAX_BYTES,
-        });
-    }
-    let mut frames = vec![0u8; (to - from) as usize];
-    file.seek(SeekFrom::Start(from))
-        .map_err(io("seek in the WAL"))?;
-    file.read_exact(&mut frames)
-        .map_err(io("read WAL frames"))?;
-    for (i, f) in frames.chunks(frame_bytes as usize).enumerate() {
-        if f[8..16] != header.salts {
-            return Err(malformed(format!(
-                "frame {i} after offset {from} is of another WAL generation"
-            )));
-        }
-    }
-    Segment::new(object, seq, token, prev_token, header.page_size, frames)
-}
-
 /// One segment: whole transactions' WAL frames of one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {

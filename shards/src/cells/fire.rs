@@ -137,7 +137,7 @@ fn fire(
         if st.wrote {
             // Never on a scratch database (it has no alarms), but a run that wrote is redone.
             result.wrote = true;
-            return Ok(Response::error(503, "overloaded"));
+            return Ok(Response::overloaded());
         }
         result.note(st);
         match r {

@@ -301,7 +301,7 @@ impl Conn {
         // budget, so bodies that arrive slowly (or never) cannot hold more than it. Past it:
         // 503 and close, nothing read of it.
         let Some(_reading) = self.hold_reading(head.body_len) else {
-            let busy = Response::error(503, "overloaded").with_header("retry-after", "1");
+            let busy = Response::overloaded();
             self.respond(out, &busy, false, false, self.asked_inbuf());
             self.flush_and_close(out).await;
             return false;
@@ -561,8 +561,7 @@ impl Conn {
                 self.cells.submit(&req.app, &req.object, job);
             }
             None => {
-                let _ =
-                    tx.try_send(Response::error(503, "overloaded").with_header("retry-after", "1"));
+                let _ = tx.try_send(Response::overloaded());
             }
         }
         pipeline.owed.push_back(Owed::Object {
@@ -605,7 +604,7 @@ impl Conn {
                     let mut resp = answer
                         .recv()
                         .await
-                        .unwrap_or_else(|_| Response::error(503, "overloaded"));
+                        .unwrap_or_else(|_| Response::overloaded());
                     if let Some(cors) = &cors {
                         cors.apply(&mut resp);
                     }

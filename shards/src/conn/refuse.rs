@@ -20,7 +20,7 @@ pub(crate) async fn refuse(cells: Rc<Cells>, slot: ConnSlot, stream: TcpStream) 
     let _ = stream.set_write_timeout(Some(combd_kernel::limits::WRITE_STALL_TIMEOUT));
     let mut conn = Conn::new(cells, slot, Stream::Plain(stream), false);
     let mut out = Vec::new();
-    let overloaded = Response::error(503, "overloaded").with_header("retry-after", "1");
+    let overloaded = Response::overloaded();
     conn.respond(&mut out, &overloaded, false, false, Asked::Nothing);
     conn.flush_and_close(&mut out).await;
 }

@@ -354,9 +354,7 @@ impl Conn {
             false => Err(Refused::Invalid("the token is for other apps".into())),
         });
         match verified {
-            Err(Refused::Busy) if app.identified() => {
-                Err(Response::error(503, "overloaded").with_header("retry-after", "1"))
-            }
+            Err(Refused::Busy) if app.identified() => Err(Response::overloaded()),
             Ok(client) => {
                 ShardStats::add(&self.stats().auth_verified, 1);
                 Ok(Some(Arc::new(client)))

@@ -73,7 +73,7 @@ impl Fleet {
 /// retry-after 1 when the node remembers too many to take one more).
 pub fn auth_refused(e: AuthError) -> Response {
     match e {
-        AuthError::Busy => Response::error(503, "overloaded").with_header("retry-after", "1"),
+        AuthError::Busy => Response::overloaded(),
         e => Response::error(401, &format!("fleet authentication failed: {e}"))
             .with_header("www-authenticate", "combd-fleet"),
     }

@@ -76,6 +76,12 @@ impl Response {
         Response::json(status, &serde_json::json!({ "error": message }))
     }
 
+    /// `503 {"error":"overloaded"}` with `retry-after: 1`: the node's one answer to a request
+    /// it turns away for load, which may pass a second later.
+    pub fn overloaded() -> Response {
+        Response::error(503, "overloaded").with_header("retry-after", "1")
+    }
+
     /// A response with a body of the given type.
     pub fn bytes(
         status: u16,

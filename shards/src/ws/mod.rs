@@ -434,11 +434,6 @@ pub fn encode_text(out: &mut Vec<u8>, text: &str) {
     encode(out, OpCode::Data(Data::Text), text.as_bytes());
 }
 
-/// Appends a binary message.
-pub fn encode_binary(out: &mut Vec<u8>, bytes: &[u8]) {
-    encode(out, OpCode::Data(Data::Binary), bytes);
-}
-
 /// Appends a text (`text`) or binary message.
 pub fn encode_message(out: &mut Vec<u8>, text: bool, payload: &[u8]) {
     let data = if text { Data::Text } else { Data::Binary };
