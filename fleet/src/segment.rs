@@ -231,21 +231,7 @@ impl WalCursor {
         file.read_exact(&mut frames)
             .map_err(io("read WAL frames"))?;
         // Keep the frames of this generation up to the last commit frame that fits.
-        let mut end = 0usize;
-        let mut at = 0usize;
-        while at + frame_bytes as usize <= frames.len() {
-            let h = &frames[at..at + WAL_FRAME_HEADER_BYTES as usize];
-            if h[8..16] != header.salts {
-                break; // a frame of an older generation: the end of this one
-            }
-            at += frame_bytes as usize;
-            if at as u64 > max_frames {
-                break; // past what one segment holds
-            }
-            if be32(h, 4) != 0 {
-                end = at;
-            }
-        }
+        let (end, at) = commits_end(&frames, frame_bytes as usize, &header.salts, max_frames);
         if end == 0 {
             if at as u64 > max_frames {
                 return Err(SegmentError::TooLarge {
@@ -259,6 +245,28 @@ impl WalCursor {
         self.offset += end as u64;
         Segment::new(object, seq, token, prev_token, header.page_size, frames).map(Some)
     }
+}
+
+/// Where the frames of one WAL generation (its `salts`) end at their last commit frame, reading
+/// no more than `max` bytes of them, and how far the reading went: `(end, read)`, `end` 0 if
+/// no commit frame ended within them.
+fn commits_end(frames: &[u8], frame_bytes: usize, salts: &[u8], max: u64) -> (usize, usize) {
+    let mut end = 0usize;
+    let mut at = 0usize;
+    while at + frame_bytes <= frames.len() {
+        let h = &frames[at..at + WAL_FRAME_HEADER_BYTES as usize];
+        if h[8..16] != *salts {
+            break; // a frame of an older generation: the end of this one
+        }
+        at += frame_bytes;
+        if at as u64 > max {
+            break; // past what one segment holds
+        }
+        if be32(h, 4) != 0 {
+            end = at;
+        }
+    }
+    (end, at)
 }
 
 /// One segment: whole transactions' WAL frames of one object.
@@ -436,6 +444,34 @@ pub fn restore(
     restore_onto(out, snapshot.is_some(), snapshot_seq, segments)
 }
 
+/// Writes the pages of `seg` into the database `file` (and its size, at each commit frame).
+fn write_pages(file: &mut File, seg: &Segment) -> Result<(), SegmentError> {
+    let page = u64::from(seg.page_size);
+    // No page past the largest database a fleet node keeps: a forged number would make a
+    // sparse file at a huge offset.
+    let pages_max = FLEET_SNAPSHOT_MAX_BYTES / page;
+    for (pgno, db_pages, data) in seg.frames() {
+        if pgno == 0 {
+            return Err(malformed(format!("segment {} writes page 0", seg.seq)));
+        }
+        if u64::from(pgno) > pages_max || u64::from(db_pages) > pages_max {
+            return Err(malformed(format!(
+                "segment {} writes page {pgno} of a database of {db_pages} pages: past the \
+                 {pages_max} pages of {page} bytes a fleet database may have",
+                seg.seq
+            )));
+        }
+        file.seek(SeekFrom::Start((u64::from(pgno) - 1) * page))
+            .map_err(io("seek in the restored database"))?;
+        file.write_all(data).map_err(io("write a page"))?;
+        if db_pages != 0 {
+            file.set_len(u64::from(db_pages) * page)
+                .map_err(io("size the restored database"))?;
+        }
+    }
+    Ok(())
+}
+
 /// [`restore`] onto the snapshot already written at `out` (streamed there from the bucket) if
 /// `on_snapshot`, else onto a new empty file.
 pub fn restore_onto(
@@ -483,29 +519,7 @@ pub fn restore_onto(
                 seg.seq, seg.page_size, expected_page_size
             )));
         }
-        let page = u64::from(seg.page_size);
-        // No page past the largest database a fleet node keeps: a forged number would make a
-        // sparse file at a huge offset.
-        let pages_max = FLEET_SNAPSHOT_MAX_BYTES / page;
-        for (pgno, db_pages, data) in seg.frames() {
-            if pgno == 0 {
-                return Err(malformed(format!("segment {} writes page 0", seg.seq)));
-            }
-            if u64::from(pgno) > pages_max || u64::from(db_pages) > pages_max {
-                return Err(malformed(format!(
-                    "segment {} writes page {pgno} of a database of {db_pages} pages: past the \
-                     {pages_max} pages of {page} bytes a fleet database may have",
-                    seg.seq
-                )));
-            }
-            file.seek(SeekFrom::Start((u64::from(pgno) - 1) * page))
-                .map_err(io("seek in the restored database"))?;
-            file.write_all(data).map_err(io("write a page"))?;
-            if db_pages != 0 {
-                file.set_len(u64::from(db_pages) * page)
-                    .map_err(io("size the restored database"))?;
-            }
-        }
+        write_pages(&mut file, seg)?;
         seq = seg.seq;
     }
     file.sync_all().map_err(io("sync the restored database"))?;

@@ -510,6 +510,11 @@ fn link_input(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
             None => -1,
         }
     })?;
+    link_answer(linker)
+}
+
+/// The answer's imports: `respond`, `fail`, and the call's `log`.
+fn link_answer(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap(
         "combd",
         "respond",

@@ -312,6 +312,39 @@ impl Deployed {
             .collect()
     }
 
+    /// Loads and registers the app of a file that was not deployed: into `deployed`, or its
+    /// refusal into `report`.
+    fn add_new(
+        &self,
+        registry: &Apps,
+        (name, file): (&String, &PathBuf),
+        deployed: &mut Vec<Arc<WasmApp>>,
+        report: &mut ReloadReport,
+    ) {
+        // `Apps::add` counts the app it refuses (a built-in app's name).
+        let added = match load_app(&self.loader, name.clone(), file) {
+            Ok(_) if registry.contains(name) => {
+                registry.add_refused();
+                Err(format!("{name:?} is a built-in app's name"))
+            }
+            Ok(app) => registry.add(app.clone()).map(|()| app),
+            Err(message) => {
+                registry.add_refused();
+                Err(message)
+            }
+        };
+        match added {
+            Ok(app) => {
+                deployed.push(app);
+                report.added.push(name.clone());
+            }
+            Err(message) => report.refused.push(DeployError {
+                file: file.clone(),
+                message,
+            }),
+        }
+    }
+
     /// Loads the directory again, changing `registry` (the node's apps) to match it: each
     /// deployed app whose module changed gets its new version (objects restored from now on
     /// run it; live ones after their current batch), a new module is deployed, and the app of
@@ -341,28 +374,7 @@ impl Deployed {
         });
         for (name, file) in &files {
             if !deployed.iter().any(|a| a.name == name) {
-                // `Apps::add` counts the app it refuses (a built-in app's name).
-                let added = match load_app(&self.loader, name.clone(), file) {
-                    Ok(_) if registry.contains(name) => {
-                        registry.add_refused();
-                        Err(format!("{name:?} is a built-in app's name"))
-                    }
-                    Ok(app) => registry.add(app.clone()).map(|()| app),
-                    Err(message) => {
-                        registry.add_refused();
-                        Err(message)
-                    }
-                };
-                match added {
-                    Ok(app) => {
-                        deployed.push(app);
-                        report.added.push(name.clone());
-                    }
-                    Err(message) => report.refused.push(DeployError {
-                        file: file.clone(),
-                        message,
-                    }),
-                }
+                self.add_new(registry, (name, file), &mut deployed, &mut report);
             }
         }
         for app in deployed.iter() {

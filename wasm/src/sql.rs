@@ -174,6 +174,11 @@ fn link_rows(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
             _ => 0.0,
         },
     )?;
+    link_text(linker)
+}
+
+/// `sql_text` (a value as text or bytes, copied from where it lies) and `sql_error`.
+fn link_text(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap(
         "combd",
         "sql_text",

@@ -161,49 +161,78 @@ pub(super) fn run_batch(
 ) -> BatchResult {
     debug_assert!(!inputs.iter().any(Owned::is_node_input));
     let mut result = BatchResult::new();
-    let scratch = !matches!(on, On::Db);
     if inputs.len() > 1 && !matches!(on, On::ScratchRefusing(_)) {
-        let all: u64 = inputs.iter().map(Owned::bytes).sum();
-        let mut effects = Vec::new();
-        let mut logs = String::new();
-        let (r, st) = call(
-            target,
-            db,
-            limits,
-            scratch,
-            all,
-            &mut effects,
-            &mut logs,
-            |cx| {
-                let borrowed: Vec<Input<'_>> =
-                    inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
-                let outs = app.handle_batch(cx, &borrowed)?;
-                if outs.len() != inputs.len() {
-                    return Err(AppError::new(
-                        500,
-                        "handle_batch answered the wrong number of inputs",
-                    ));
-                }
-                outs.into_iter().map(checked).collect::<Result<Vec<_>, _>>()
-            },
-        );
-        if st.wrote {
-            result.wrote = true;
-            return result;
+        match run_together(app, target, db, inputs, limits, on) {
+            Ok(done) => return done,
+            // Nothing of the batch was applied; retry one by one so one bad input does not
+            // fail its neighbours.
+            Err(tried) => result = tried,
         }
-        result.slow_calls += st.slow as u64;
-        if r.is_ok() {
-            result.set_due(st);
-        }
-        if let Ok(outs) = r {
-            result.outputs = outs.into_iter().map(Ok).collect();
-            result.effects = effects;
-            result.logs = logs;
-            return result;
-        }
-        // Nothing of the batch was applied; retry one by one so one bad input does not fail
-        // its neighbours.
     }
+    run_each(result, app, (target, db), inputs, limits, on)
+}
+
+/// Runs `inputs` in one call of the app's `handle_batch`: the result, or, if the batch failed
+/// (nothing of it applied), what the attempt counted.
+fn run_together(
+    app: &dyn App,
+    target: Target<'_>,
+    db: &mut rusqlite::Connection,
+    inputs: &[Owned],
+    limits: CallLimits,
+    on: &On,
+) -> Result<BatchResult, BatchResult> {
+    let mut result = BatchResult::new();
+    let scratch = !matches!(on, On::Db);
+    let all: u64 = inputs.iter().map(Owned::bytes).sum();
+    let mut effects = Vec::new();
+    let mut logs = String::new();
+    let (r, st) = call(
+        target,
+        db,
+        limits,
+        scratch,
+        all,
+        &mut effects,
+        &mut logs,
+        |cx| {
+            let borrowed: Vec<Input<'_>> =
+                inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
+            let outs = app.handle_batch(cx, &borrowed)?;
+            if outs.len() != inputs.len() {
+                return Err(AppError::new(
+                    500,
+                    "handle_batch answered the wrong number of inputs",
+                ));
+            }
+            outs.into_iter().map(checked).collect::<Result<Vec<_>, _>>()
+        },
+    );
+    if st.wrote {
+        result.wrote = true;
+        return Ok(result);
+    }
+    result.slow_calls += st.slow as u64;
+    let Ok(outs) = r else {
+        return Err(result);
+    };
+    result.set_due(st);
+    result.outputs = outs.into_iter().map(Ok).collect();
+    result.effects = effects;
+    result.logs = logs;
+    Ok(result)
+}
+
+/// Runs each of `inputs` in its own call and transaction, into `result`.
+fn run_each(
+    mut result: BatchResult,
+    app: &dyn App,
+    (target, db): (Target<'_>, &mut rusqlite::Connection),
+    inputs: &[Owned],
+    limits: CallLimits,
+    on: &On,
+) -> BatchResult {
+    let scratch = !matches!(on, On::Db);
     for input in inputs {
         let mut mine = Vec::new();
         let (r, st) = call(
@@ -240,6 +269,46 @@ pub(super) fn run_batch(
         result.outputs.push(r);
     }
     result
+}
+
+/// What a call's transaction must pass once the app's code ran, before it commits: the
+/// call's limits, no write on a scratch database (`wrote` then set), and an alarm it set
+/// known to the shard's index.
+fn before_commit(
+    tx: &rusqlite::Transaction<'_>,
+    target: Target<'_>,
+    scratch: bool,
+    budget: &mut CallBudget,
+    wrote: &mut bool,
+) -> Result<(), AppError> {
+    let _ = budget.check_memory();
+    if let Some(limit) = budget.tripped {
+        return Err(limit_error(limit));
+    }
+    // The one point where a scratch run is told from a write: the app's code has run, the
+    // transaction is still open, and nothing but the commit is left. A call that fails
+    // before here is rolled back on any database and applied nothing either way.
+    if scratch && writing(tx) {
+        *wrote = true;
+        // Dropping the transaction rolls it back: the scratch database stays as new.
+        return Err(AppError::new(500, "wrote on the scratch database"));
+    }
+    // An alarm set: the index of the object's shard learns it, durably (a sync shared with
+    // the shard's other lowers waiting, or none if the entry is due by then already), before
+    // the commit makes it real (`crate::alarms`); if it cannot, the call fails and sets
+    // nothing.
+    if let (Some(at), Some(index)) = (budget.alarm_set, target.alarms) {
+        let (_, count) = {
+            let _node = sandbox::NodeSql::enter();
+            crate::alarms::remaining(tx)?
+        };
+        index
+            .lower(target.app, target.name, target.shard, at, count)
+            .map_err(|e| {
+                AppError::new(503, "alarm index unavailable").with_detail(e.to_string())
+            })?;
+    }
+    Ok(())
 }
 
 /// An answer the app may give (`check_app_response`: its content type, the header fields it
@@ -295,33 +364,7 @@ pub(super) fn call<T>(
             return Err(limit_error(Limit::SqlDenied));
         }
         let out = out?;
-        let _ = budget.check_memory();
-        if let Some(limit) = budget.tripped {
-            return Err(limit_error(limit));
-        }
-        // The one point where a scratch run is told from a write: the app's code has run, the
-        // transaction is still open, and nothing but the commit is left. A call that fails
-        // before here is rolled back on any database and applied nothing either way.
-        if scratch && writing(&tx) {
-            wrote = true;
-            // Dropping the transaction rolls it back: the scratch database stays as new.
-            return Err(AppError::new(500, "wrote on the scratch database"));
-        }
-        // An alarm set: the index of the object's shard learns it, durably (a sync shared with
-        // the shard's other lowers waiting, or none if the entry is due by then already),
-        // before the commit makes it real (`crate::alarms`); if it cannot, the call fails and
-        // sets nothing.
-        if let (Some(at), Some(index)) = (budget.alarm_set, target.alarms) {
-            let (_, count) = {
-                let _node = sandbox::NodeSql::enter();
-                crate::alarms::remaining(&tx)?
-            };
-            index
-                .lower(target.app, target.name, target.shard, at, count)
-                .map_err(|e| {
-                    AppError::new(503, "alarm index unavailable").with_detail(e.to_string())
-                })?;
-        }
+        before_commit(&tx, target, scratch, &mut budget, &mut wrote)?;
         tx.commit()?;
         Ok(out)
     })();

@@ -98,68 +98,16 @@ fn fire(
     };
     let scratch = !matches!(on, On::Db);
     let (mut fired, mut failed, mut late_max) = (0u64, 0u64, 0u64);
-    for Due {
-        id,
-        at_ms,
-        payload,
-        tries,
-    } in due
-    {
-        let late_ms = now.saturating_sub(at_ms);
-        let input = Owned::Alarm {
-            id,
-            payload,
-            late_ms,
-        };
-        let mut mine = Vec::new();
-        let (r, st) = call(
-            target,
-            db,
-            limits,
-            scratch,
-            input.bytes(),
-            &mut mine,
-            &mut result.logs,
-            |cx| {
-                // Consumed in the handler's own transaction: exactly once.
-                let gone = {
-                    let db = cx.db()?;
-                    let _node = NodeSql::enter();
-                    db.prepare("DELETE FROM _combd_alarms WHERE id = ?1")?
-                        .execute([id])?
-                };
-                if gone != 1 {
-                    return Err(AppError::new(409, "the alarm was cancelled"));
-                }
-                app.handle(cx, &input.input()?).and_then(checked)
-            },
-        );
-        if st.wrote {
+    for alarm in due {
+        match fire_one(app, (target, &mut *db), limits, scratch, result, alarm, now)? {
             // Never on a scratch database (it has no alarms), but a run that wrote is redone.
-            result.wrote = true;
-            return Ok(Response::overloaded());
-        }
-        result.note(st);
-        match r {
-            Ok(_) => {
-                result.effects.append(&mut mine);
+            Fired::Wrote => return Ok(Response::overloaded()),
+            Fired::Done { late_ms } => {
                 fired += 1;
                 late_max = late_max.max(late_ms);
             }
-            Err(e) if e.status == 409 && e.message == "the alarm was cancelled" => {}
-            Err(e) => {
-                // Rolled back with its alarm: tried again after a backoff.
-                failed += 1;
-                tracing::warn!(
-                    app = target.app,
-                    object = target.name,
-                    alarm = id,
-                    "an alarm's handler failed ({e}); it fires again later"
-                );
-                let _node = NodeSql::enter();
-                db.prepare("UPDATE _combd_alarms SET tries = tries + 1, at_ms = ?2 WHERE id = ?1")?
-                    .execute([id, alarms::retry_at(now, tries) as i64])?;
-            }
+            Fired::Failed => failed += 1,
+            Fired::Cancelled => {}
         }
         if result.killed {
             // The object is reloaded: what is left fires at the next wake.
@@ -182,6 +130,89 @@ fn fire(
             "late_ms_max": late_max, "mark": mark,
         }),
     ))
+}
+
+/// What firing one alarm came to.
+enum Fired {
+    /// Its handler committed, `late_ms` past its time.
+    Done { late_ms: u64 },
+    /// It was cancelled before it fired.
+    Cancelled,
+    /// Its handler failed: rolled back with its alarm, which is tried again after a backoff.
+    Failed,
+    /// The run wrote where it may not (a scratch database): the batch is redone.
+    Wrote,
+}
+
+/// Fires `alarm` in its own transaction, consumed in the one that runs its handler.
+fn fire_one(
+    app: &dyn App,
+    (target, db): (Target<'_>, &mut rusqlite::Connection),
+    limits: CallLimits,
+    scratch: bool,
+    result: &mut BatchResult,
+    alarm: Due,
+    now: u64,
+) -> Result<Fired, AppError> {
+    let Due {
+        id,
+        at_ms,
+        payload,
+        tries,
+    } = alarm;
+    let late_ms = now.saturating_sub(at_ms);
+    let input = Owned::Alarm {
+        id,
+        payload,
+        late_ms,
+    };
+    let mut mine = Vec::new();
+    let (r, st) = call(
+        target,
+        db,
+        limits,
+        scratch,
+        input.bytes(),
+        &mut mine,
+        &mut result.logs,
+        |cx| {
+            // Consumed in the handler's own transaction: exactly once.
+            let gone = {
+                let db = cx.db()?;
+                let _node = NodeSql::enter();
+                db.prepare("DELETE FROM _combd_alarms WHERE id = ?1")?
+                    .execute([id])?
+            };
+            if gone != 1 {
+                return Err(AppError::new(409, "the alarm was cancelled"));
+            }
+            app.handle(cx, &input.input()?).and_then(checked)
+        },
+    );
+    if st.wrote {
+        result.wrote = true;
+        return Ok(Fired::Wrote);
+    }
+    result.note(st);
+    match r {
+        Ok(_) => {
+            result.effects.append(&mut mine);
+            Ok(Fired::Done { late_ms })
+        }
+        Err(e) if e.status == 409 && e.message == "the alarm was cancelled" => Ok(Fired::Cancelled),
+        Err(e) => {
+            tracing::warn!(
+                app = target.app,
+                object = target.name,
+                alarm = id,
+                "an alarm's handler failed ({e}); it fires again later"
+            );
+            let _node = NodeSql::enter();
+            db.prepare("UPDATE _combd_alarms SET tries = tries + 1, at_ms = ?2 WHERE id = ?1")?
+                .execute([id, alarms::retry_at(now, tries) as i64])?;
+            Ok(Fired::Failed)
+        }
+    }
 }
 
 /// Sends the messages at the head of the outbox that are due (one per receiver: they arrive in

@@ -178,19 +178,7 @@ impl Conn {
             self.owner_unreachable().await;
             return;
         };
-        let connected = match owner.parse::<SocketAddr>() {
-            Ok(addr) => TcpStream::connect_timeout(addr, attempt.connect_within())
-                .await
-                .map_err(|e| {
-                    let e = io::Error::from(e);
-                    let how = match e.kind() {
-                        io::ErrorKind::TimedOut => Failed::Waited,
-                        _ => Failed::AtOnce,
-                    };
-                    (how, e.to_string())
-                }),
-            Err(e) => Err((Failed::AtOnce, format!("{owner:?} is not an address: {e}"))),
-        };
+        let connected = connect_owner(owner, attempt.connect_within()).await;
         // The owner counts as reached only once it answers (a frozen node's kernel still
         // accepts connections).
         let mut upstream = match connected {
@@ -214,6 +202,30 @@ impl Conn {
                 .await;
         }
         drop(first);
+        let end = self.relay(&mut upstream, &fleet, owner).await;
+        self.state().set_deadline(self.waker.index(), 0);
+        drop(upstream);
+        let failed = match end {
+            End::NoAnswer => Some((Failed::AtOnce, "it closed without answering")),
+            End::NoAnswerInTime => Some((Failed::Waited, "it did not answer in time")),
+            _ => None,
+        };
+        if let Some((how, why)) = failed {
+            return self
+                .pass_failed(&fleet, owner, attempt, how, why, object)
+                .await;
+        }
+        tracing::debug!(object, %owner, ?end, "WebSocket passed through to its owner ended");
+    }
+
+    /// Copies bytes both ways between the client and the owner until one side ends (and the
+    /// other's linger), the owner fails to answer in time, or the shard drains.
+    async fn relay(
+        &mut self,
+        upstream: &mut TcpStream,
+        fleet: &crate::fleet::Fleet,
+        owner: &str,
+    ) -> End {
         let state = self.state().clone();
         let stats = state.stats();
         let mut up = Pipe::default();
@@ -231,26 +243,21 @@ impl Conn {
         // keeps its socket open after the close handshake does not keep this forever).
         let mut linger: Option<u64> = None;
         let end = futures_lite::future::poll_fn(|cx| {
-            if state.draining() {
-                return Poll::Ready(End::Drain);
-            }
-            if linger.is_some_and(|d| state.now_ms() >= d) {
-                return Poll::Ready(End::Lingered);
-            }
-            if !answered && down.moved == 0 && state.now_ms() >= answer_by {
-                return Poll::Ready(End::NoAnswerInTime);
+            let waiting = (!answered && down.moved == 0).then_some(answer_by);
+            if let Some(end) = ended_by_time(&state, linger, waiting) {
+                return Poll::Ready(end);
             }
             let to_owner = up.poll_copy(
                 cx,
                 &state,
                 Pin::new(&mut self.stream),
-                Pin::new(&mut upstream),
+                Pin::new(&mut *upstream),
                 &|n| ShardStats::add(&stats.bytes_in, n),
             );
             let to_client = down.poll_copy(
                 cx,
                 &state,
-                Pin::new(&mut upstream),
+                Pin::new(&mut *upstream),
                 Pin::new(&mut self.stream),
                 &|n| ShardStats::add(&stats.bytes_out, n),
             );
@@ -280,18 +287,39 @@ impl Conn {
             }
         })
         .await;
-        state.set_deadline(slot, 0);
-        drop(upstream);
-        let failed = match end {
-            End::NoAnswer => Some((Failed::AtOnce, "it closed without answering")),
-            End::NoAnswerInTime => Some((Failed::Waited, "it did not answer in time")),
-            _ => None,
-        };
-        if let Some((how, why)) = failed {
-            return self
-                .pass_failed(&fleet, owner, attempt, how, why, object)
-                .await;
-        }
-        tracing::debug!(object, %owner, ?end, "WebSocket passed through to its owner ended");
+        end
+    }
+}
+
+/// Connects to `owner` (a fleet address) within `within`; how and why it failed if it did.
+async fn connect_owner(
+    owner: &str,
+    within: std::time::Duration,
+) -> Result<TcpStream, (Failed, String)> {
+    match owner.parse::<SocketAddr>() {
+        Ok(addr) => TcpStream::connect_timeout(addr, within).await.map_err(|e| {
+            let e = io::Error::from(e);
+            let how = match e.kind() {
+                io::ErrorKind::TimedOut => Failed::Waited,
+                _ => Failed::AtOnce,
+            };
+            (how, e.to_string())
+        }),
+        Err(e) => Err((Failed::AtOnce, format!("{owner:?} is not an address: {e}"))),
+    }
+}
+
+/// How a relay ends before any bytes move: the shard drains, the linger after one side ended
+/// is over, or the owner has not answered by `answer_by` (while it has not).
+fn ended_by_time(state: &ShardState, linger: Option<u64>, answer_by: Option<u64>) -> Option<End> {
+    let now = state.now_ms();
+    if state.draining() {
+        Some(End::Drain)
+    } else if linger.is_some_and(|d| now >= d) {
+        Some(End::Lingered)
+    } else if answer_by.is_some_and(|d| now >= d) {
+        Some(End::NoAnswerInTime)
+    } else {
+        None
     }
 }
