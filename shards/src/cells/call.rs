@@ -148,57 +148,76 @@ pub(super) struct CallLimits {
     pub memory_bytes: Option<u64>,
 }
 
+/// What every call of one batch runs with: the app, the object it runs on, the calls' limits
+/// and the database it runs on (the object's, or a scratch one).
+#[derive(Clone, Copy)]
+pub(super) struct Run<'a> {
+    pub app: &'a dyn App,
+    pub target: Target<'a>,
+    pub limits: CallLimits,
+    pub on: &'a On,
+}
+
+impl<'a> Run<'a> {
+    pub fn new(app: &'a dyn App, target: Target<'a>, limits: CallLimits, on: &'a On) -> Self {
+        Run {
+            app,
+            target,
+            limits,
+            on,
+        }
+    }
+
+    /// Whether the run is on a scratch database.
+    pub fn scratch(&self) -> bool {
+        !matches!(self.on, On::Db)
+    }
+}
+
 /// Runs the app's inputs (none the node made: [`super::fire::run_inputs`] runs those where
 /// they stand) in one transaction (a batch), or each in its own when the batch fails, the app
 /// takes one at a time, or the run refuses writes ([`On::ScratchRefusing`]).
 pub(super) fn run_batch(
-    app: &dyn App,
-    target: Target<'_>,
+    run: Run<'_>,
     db: &mut rusqlite::Connection,
     inputs: &[Owned],
-    limits: CallLimits,
-    on: &On,
 ) -> BatchResult {
     debug_assert!(!inputs.iter().any(Owned::is_node_input));
     let mut result = BatchResult::new();
-    if inputs.len() > 1 && !matches!(on, On::ScratchRefusing(_)) {
-        match run_together(app, target, db, inputs, limits, on) {
+    if inputs.len() > 1 && !matches!(run.on, On::ScratchRefusing(_)) {
+        match run_together(run, db, inputs) {
             Ok(done) => return done,
             // Nothing of the batch was applied; retry one by one so one bad input does not
             // fail its neighbours.
             Err(tried) => result = tried,
         }
     }
-    run_each(result, app, (target, db), inputs, limits, on)
+    run_each(result, run, db, inputs)
 }
 
 /// Runs `inputs` in one call of the app's `handle_batch`: the result, or, if the batch failed
 /// (nothing of it applied), what the attempt counted.
 fn run_together(
-    app: &dyn App,
-    target: Target<'_>,
+    run: Run<'_>,
     db: &mut rusqlite::Connection,
     inputs: &[Owned],
-    limits: CallLimits,
-    on: &On,
 ) -> Result<BatchResult, BatchResult> {
     let mut result = BatchResult::new();
-    let scratch = !matches!(on, On::Db);
     let all: u64 = inputs.iter().map(Owned::bytes).sum();
     let mut effects = Vec::new();
     let mut logs = String::new();
     let (r, st) = call(
-        target,
+        run.target,
         db,
-        limits,
-        scratch,
+        run.limits,
+        run.scratch(),
         all,
         &mut effects,
         &mut logs,
         |cx| {
             let borrowed: Vec<Input<'_>> =
                 inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
-            let outs = app.handle_batch(cx, &borrowed)?;
+            let outs = run.app.handle_batch(cx, &borrowed)?;
             if outs.len() != inputs.len() {
                 return Err(AppError::new(
                     500,
@@ -226,27 +245,24 @@ fn run_together(
 /// Runs each of `inputs` in its own call and transaction, into `result`.
 fn run_each(
     mut result: BatchResult,
-    app: &dyn App,
-    (target, db): (Target<'_>, &mut rusqlite::Connection),
+    run: Run<'_>,
+    db: &mut rusqlite::Connection,
     inputs: &[Owned],
-    limits: CallLimits,
-    on: &On,
 ) -> BatchResult {
-    let scratch = !matches!(on, On::Db);
     for input in inputs {
         let mut mine = Vec::new();
         let (r, st) = call(
-            target,
+            run.target,
             db,
-            limits,
-            scratch,
+            run.limits,
+            run.scratch(),
             input.bytes(),
             &mut mine,
             &mut result.logs,
-            |cx| app.handle(cx, &input.input()?).and_then(checked),
+            |cx| run.app.handle(cx, &input.input()?).and_then(checked),
         );
         if st.wrote {
-            match on {
+            match run.on {
                 On::ScratchRefusing(refusal) => {
                     result.refused += 1;
                     result.slow_calls += st.slow as u64;

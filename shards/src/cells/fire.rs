@@ -10,42 +10,31 @@ use combd_kernel::limits::ALARMS_PER_WAKE;
 use rusqlite::OptionalExtension;
 
 use crate::alarms::{self, Due};
-use crate::app::{App, AppError, Effect, Output};
+use crate::app::{AppError, Effect, Output};
 use crate::http::Response;
 use crate::job::Owned;
 
-use super::call::{call, checked, run_batch, BatchResult, CallLimits, On, Target};
+use super::call::{call, checked, run_batch, BatchResult, On, Run};
 use super::sandbox::NodeSql;
 
 /// Runs a batch's inputs: the app's in batches ([`run_batch`]), and what the node makes (an
 /// alarm wake, a message from another object, a delivery's acknowledgement) where it stands
 /// among them, apart from the app's batch.
 pub(super) fn run_inputs(
-    app: &dyn App,
-    target: Target<'_>,
+    run: Run<'_>,
     db: &mut rusqlite::Connection,
     inputs: &[Owned],
-    limits: CallLimits,
-    on: &On,
 ) -> BatchResult {
     match inputs.iter().position(Owned::is_node_input) {
-        Some(k) => around(app, target, db, inputs, k, limits, on),
-        None => run_batch(app, target, db, inputs, limits, on),
+        Some(k) => around(run, db, inputs, k),
+        None => run_batch(run, db, inputs),
     }
 }
 
 /// Runs `inputs`, whose `k`th the node made: the inputs before it, it, then the inputs after
 /// it.
-fn around(
-    app: &dyn App,
-    target: Target<'_>,
-    db: &mut rusqlite::Connection,
-    inputs: &[Owned],
-    k: usize,
-    limits: CallLimits,
-    on: &On,
-) -> BatchResult {
-    let mut result = run_batch(app, target, db, &inputs[..k], limits, on);
+fn around(run: Run<'_>, db: &mut rusqlite::Connection, inputs: &[Owned], k: usize) -> BatchResult {
+    let mut result = run_batch(run, db, &inputs[..k]);
     if result.wrote {
         return result;
     }
@@ -56,26 +45,18 @@ fn around(
             id,
             body,
             ..
-        } => take(
-            app,
-            target,
-            db,
-            limits,
-            on,
-            &mut result,
-            (from, name, *id, body),
-        ),
+        } => take(run, db, &mut result, (from, name, *id, body)),
         Owned::Delivered { app: to, name, id } => delivered(db, &mut result, to, name, *id)
             .map(|()| Output::None)
             .map_err(AppError::from),
-        _ => fire(app, target, db, limits, on, &mut result).map(Output::Http),
+        _ => fire(run, db, &mut result).map(Output::Http),
     };
     if result.wrote {
         return result;
     }
     result.due_moved = true;
     result.outputs.push(answer);
-    let after = run_inputs(app, target, db, &inputs[k + 1..], limits, on);
+    let after = run_inputs(run, db, &inputs[k + 1..]);
     result.append(after);
     result
 }
@@ -84,11 +65,8 @@ fn around(
 /// `{"next_ms":…,"count":…,"fired":…,"failed":…,"late_ms_max":…}` (what remains, and what
 /// this wake did), for the shard to settle the index with once the batch is durable.
 fn fire(
-    app: &dyn App,
-    target: Target<'_>,
+    run: Run<'_>,
     db: &mut rusqlite::Connection,
-    limits: CallLimits,
-    on: &On,
     result: &mut BatchResult,
 ) -> Result<Response, AppError> {
     let now = alarms::now_ms();
@@ -96,10 +74,9 @@ fn fire(
         let _node = NodeSql::enter();
         alarms::due(db, now, ALARMS_PER_WAKE)?
     };
-    let scratch = !matches!(on, On::Db);
     let (mut fired, mut failed, mut late_max) = (0u64, 0u64, 0u64);
     for alarm in due {
-        match fire_one(app, (target, &mut *db), limits, scratch, result, alarm, now)? {
+        match fire_one(run, &mut *db, result, alarm, now)? {
             // Never on a scratch database (it has no alarms), but a run that wrote is redone.
             Fired::Wrote => return Ok(Response::overloaded()),
             Fired::Done { late_ms } => {
@@ -114,11 +91,11 @@ fn fire(
             break;
         }
     }
-    if !scratch {
+    if !run.scratch() {
         send_heads(db, now, result)?;
     }
     // Taken as what remains is read: a call that lowers the index after it wins.
-    let mark = target.alarms.map_or(0, |ix| ix.mark(target.shard));
+    let mark = run.target.alarms.map_or(0, |ix| ix.mark(run.target.shard));
     let (next, count) = {
         let _node = NodeSql::enter();
         alarms::remaining(db)?
@@ -146,14 +123,13 @@ enum Fired {
 
 /// Fires `alarm` in its own transaction, consumed in the one that runs its handler.
 fn fire_one(
-    app: &dyn App,
-    (target, db): (Target<'_>, &mut rusqlite::Connection),
-    limits: CallLimits,
-    scratch: bool,
+    run: Run<'_>,
+    db: &mut rusqlite::Connection,
     result: &mut BatchResult,
     alarm: Due,
     now: u64,
 ) -> Result<Fired, AppError> {
+    let Run { app, target, .. } = run;
     let Due {
         id,
         at_ms,
@@ -170,8 +146,8 @@ fn fire_one(
     let (r, st) = call(
         target,
         db,
-        limits,
-        scratch,
+        run.limits,
+        run.scratch(),
         input.bytes(),
         &mut mine,
         &mut result.logs,
@@ -280,14 +256,12 @@ fn delivered(
 /// after a crash, or before its acknowledgement came back) is answered without calling the
 /// app. Answers 200 once taken.
 fn take(
-    app: &dyn App,
-    target: Target<'_>,
+    run: Run<'_>,
     db: &mut rusqlite::Connection,
-    limits: CallLimits,
-    on: &On,
     result: &mut BatchResult,
     (from, name, id, body): (&str, &str, i64, &[u8]),
 ) -> Result<Output, AppError> {
+    let (app, target, on) = (run.app, run.target, run.on);
     let input = Owned::FromObject {
         app: from.to_string(),
         name: name.to_string(),
@@ -299,8 +273,8 @@ fn take(
     let (r, st) = call(
         target,
         db,
-        limits,
-        !matches!(on, On::Db),
+        run.limits,
+        run.scratch(),
         input.bytes(),
         &mut mine,
         &mut result.logs,

@@ -18,6 +18,20 @@ const TEST_TARGET: Target<'static> = Target {
     alarms: None,
 };
 
+/// `run_batch` on the test object, without limits.
+fn batch(app: &dyn App, db: &mut rusqlite::Connection, inputs: &[Owned], on: &On) -> BatchResult {
+    run_batch(
+        Run {
+            app,
+            target: TEST_TARGET,
+            limits: NO_LIMITS,
+            on,
+        },
+        db,
+        inputs,
+    )
+}
+
 fn open(name: &str, schema: &'static str) -> rusqlite::Connection {
     let path = std::env::temp_dir().join(format!("combd-{name}-{}.sqlite", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -74,7 +88,7 @@ fn http(body: &str) -> Owned {
 fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
     let mut db = open("batch", Log.schema());
     let inputs = [http("a"), http("bad"), http("b")];
-    let r = run_batch(&Log, TEST_TARGET, &mut db, &inputs, NO_LIMITS, &On::Db);
+    let r = batch(&Log, &mut db, &inputs, &On::Db);
     assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
     assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
     assert!(r.outputs[2].is_ok());
@@ -106,14 +120,7 @@ fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
     assert_eq!(sent, ["a", "b"]);
 
     // A batch that succeeds is one transaction with every effect.
-    let r = run_batch(
-        &Log,
-        TEST_TARGET,
-        &mut db,
-        &[http("c"), http("d")],
-        NO_LIMITS,
-        &On::Db,
-    );
+    let r = batch(&Log, &mut db, &[http("c"), http("d")], &On::Db);
     assert!(r.outputs.iter().all(|o| o.is_ok()));
     assert_eq!(r.effects.len(), 2);
 }
@@ -197,14 +204,7 @@ fn a_batch_that_reads_on_scratch_is_answered_and_leaves_it_as_new() {
     let mut db = scratch(Notes.schema());
     // A failed write applied nothing: it is answered too.
     let inputs = [method("GET"), method("BAD"), method("GET")];
-    let r = run_batch(
-        &Notes,
-        TEST_TARGET,
-        &mut db,
-        &inputs,
-        NO_LIMITS,
-        &On::Scratch,
-    );
+    let r = batch(&Notes, &mut db, &inputs, &On::Scratch);
     assert!(!r.wrote);
     assert!(matches!(&r.outputs[0], Ok(Output::Http(resp)) if resp.status == 200));
     assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 400);
@@ -228,25 +228,11 @@ fn a_write_on_scratch_stops_the_batch_and_is_rolled_back() {
         ),
     ] {
         let mut db = scratch(Notes.schema());
-        let r = run_batch(
-            &Notes,
-            TEST_TARGET,
-            &mut db,
-            &inputs,
-            NO_LIMITS,
-            &On::Scratch,
-        );
+        let r = batch(&Notes, &mut db, &inputs, &On::Scratch);
         assert!(r.wrote, "{what}");
         assert_eq!(notes(&db), 0, "{what}: nothing of it stays");
         // The scratch database is as new: a read after it is answered from it.
-        let r = run_batch(
-            &Notes,
-            TEST_TARGET,
-            &mut db,
-            &[method("GET")],
-            NO_LIMITS,
-            &On::Scratch,
-        );
+        let r = batch(&Notes, &mut db, &[method("GET")], &On::Scratch);
         assert!(!r.wrote && r.outputs[0].is_ok(), "{what}");
     }
 }
@@ -257,7 +243,7 @@ fn refusing_writes_on_scratch_answers_the_reads_and_refuses_the_writes() {
     let refusal = AppError::new(507, "too many objects");
     let inputs = [method("GET"), method("POST"), method("GET")];
     let on = On::ScratchRefusing(refusal.clone());
-    let r = run_batch(&Notes, TEST_TARGET, &mut db, &inputs, NO_LIMITS, &on);
+    let r = batch(&Notes, &mut db, &inputs, &on);
     assert!(!r.wrote);
     assert_eq!(r.refused, 1);
     assert!(
@@ -273,14 +259,7 @@ fn refusing_writes_on_scratch_answers_the_reads_and_refuses_the_writes() {
 #[test]
 fn on_the_database_a_write_commits() {
     let mut db = open("notes", Notes.schema());
-    let r = run_batch(
-        &Notes,
-        TEST_TARGET,
-        &mut db,
-        &[method("POST")],
-        NO_LIMITS,
-        &On::Db,
-    );
+    let r = batch(&Notes, &mut db, &[method("POST")], &On::Db);
     assert!(!r.wrote && r.outputs[0].is_ok());
     assert_eq!(notes(&db), 1);
 }
@@ -307,7 +286,7 @@ impl App for Panics {
 fn an_app_panic_fails_its_input_and_rolls_back() {
     let mut db = open("panic", Panics.schema());
     let inputs = [http("ok"), http("panic"), http("ok")];
-    let r = run_batch(&Panics, TEST_TARGET, &mut db, &inputs, NO_LIMITS, &On::Db);
+    let r = batch(&Panics, &mut db, &inputs, &On::Db);
     assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
     assert_eq!(r.outputs[1].as_ref().unwrap_err().status, 500);
     assert_eq!(r.failed, [1], "the panic is a failure the node warns about");
@@ -325,14 +304,13 @@ fn a_tripped_limit_decides_the_result_and_kills_the_call() {
         memory_bytes: None,
     };
     // Each db() is a host call of 1,000 ticks: past 10 at once.
-    let r = run_batch(
-        &Panics,
-        TEST_TARGET,
-        &mut db,
-        &[http("ok")],
+    let run = Run {
+        app: &Panics,
+        target: TEST_TARGET,
         limits,
-        &On::Db,
-    );
+        on: &On::Db,
+    };
+    let r = run_batch(run, &mut db, &[http("ok")]);
     assert_eq!(r.outputs[0].as_ref().unwrap_err().message, "cpu_limit");
     assert_eq!(r.limits, [Limit::Cpu]);
     assert_eq!(r.failed, [0]);
@@ -346,7 +324,7 @@ fn a_tripped_limit_decides_the_result_and_kills_the_call() {
 fn sql_apps_may_not_run_fails_the_call_and_rolls_it_back() {
     let mut db = open("denied", Notes.schema());
     let inputs = [method("POST"), method("TEMP"), method("POST")];
-    let r = run_batch(&Notes, TEST_TARGET, &mut db, &inputs, NO_LIMITS, &On::Db);
+    let r = batch(&Notes, &mut db, &inputs, &On::Db);
     assert!(r.outputs[0].is_ok() && r.outputs[2].is_ok());
     let e = r.outputs[1].as_ref().unwrap_err();
     assert_eq!(e.limit(), Some(Limit::SqlDenied));

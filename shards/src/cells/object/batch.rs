@@ -25,7 +25,7 @@ use crate::state::log_budget::warn_app_errors_suppressed;
 use crate::state::ShardState;
 use crate::stats::{ShardStats, Stage};
 
-use super::super::call::{BatchResult, CallLimits, On, Target};
+use super::super::call::{BatchResult, CallLimits, On, Run, Target};
 use super::super::commit::Committed;
 use super::super::create::create;
 use super::super::fire::run_inputs;
@@ -296,7 +296,8 @@ async fn run_on(
                 shard,
                 alarms: Some(&alarms),
             };
-            let result = run_inputs(app.as_ref(), target, &mut db, &inputs, limits, &on);
+            let run = Run::new(app.as_ref(), target, limits, &on);
+            let result = run_inputs(run, &mut db, &inputs);
             // A scratch database has nothing to make durable: it is answered without a sync.
             let wal = match on {
                 On::Db if syncs => Wal::of(&db),
