@@ -5,7 +5,8 @@
 # (CPU 0, 1 GiB; bench/targets.sh) with `combd-bench fanout` on CPU 1; targets alternate within a
 # round.
 # Usage: bench/fanout.sh [FRAMES...]   (default 1 8 16)
-# ROUNDS (default 3), DURATION seconds (10), CONNS (5000), TARGETS ("combd uws"), NODE_BIN, NO_BUILD=1.
+# ROUNDS (default 3), DURATION seconds (10), CONNS (5000), TARGETS ("combd uws"; "base" is combd
+# built from another commit, BASE_BIN), NODE_BIN, NO_BUILD=1.
 # Writes bench/out/fanout/<target>-<frames>-<round>.json and prints the medians of the rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +41,7 @@ for who in sorted({f.split("/")[-1].split("-")[0] for f in glob.glob(f"{dir}/*.j
             continue
         fps = [r["frames_per_second"] for r in runs]
         gen = med(r["generator_cpu_percent"] for r in runs)
-        per_send = med(r["node_frames_per_send"] for r in runs) if who == "combd" else None
+        per_send = med(r["node_frames_per_send"] for r in runs) if who in ("combd", "base") else None
         print(f"| {who} | {f} | {med(fps):,.0f} ({', '.join(f'{x:,.0f}' for x in fps)}) "
               f"| {med(r['calls_ok'] for r in runs):.0f} | {med(r['frames_missing'] for r in runs):,.0f} "
               f"| {'–' if per_send is None else f'{per_send:.1f}'} | {med(r['node_cpu_percent'] for r in runs):.1f} "

@@ -16,15 +16,17 @@ wait_for() { # file pattern
   echo "bench: timed out waiting for $2 in $1" >&2; cat "$1" >&2; exit 1
 }
 
-start_target() { # combd | nginx | ws | uws
+start_target() { # combd | base | nginx | ws | uws   (base: combd built from another commit, $BASE_BIN)
   rm -rf "$work/data" && mkdir -p "$work/data"
   case "$1" in
-    combd)
+    combd|base)
+      local bin=${NODE_BIN:-target/release/combd}
+      [ "$1" = base ] && bin=${BASE_BIN:?"set BASE_BIN to the other build of combd"}
       env COMBD_LISTEN=0.0.0.0:$port COMBD_DATA=$work/data COMBD_LOG=warn ${NODE_EXTRA:-} \
-        tools/droplet --cpu 0 --memory 1G -- "${NODE_BIN:-target/release/combd}" > "$work/out" 2>&1 &
+        tools/droplet --cpu 0 --memory 1G -- "$bin" > "$work/out" 2>&1 &
       wrapper=$!
       wait_for "$work/out" "combd ready"
-      target_pid=$("${NODE_BIN:-target/release/combd}" top --once --json --port $port | grep -o '"pid":[0-9]*' | cut -d: -f2) ;;
+      target_pid=$("$bin" top --once --json --port $port | grep -o '"pid":[0-9]*' | cut -d: -f2) ;;
     nginx)
       cat > "$work/nginx.conf" <<CONF
 worker_processes 1;

@@ -202,3 +202,85 @@ fn waiting_viewers_are_written_by_the_fan_out() {
         "{direct} of 20 viewers written by the fan-out"
     );
 }
+
+/// A viewer with a 4 KiB receive buffer that reads nothing: the fan-out's writes to it are
+/// cut short and the rest waits in its mail.
+fn stuck_viewer(node: &TestNode) -> WebSocket<TcpStream> {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect_timeout(&node.public().into(), WAIT).unwrap();
+    let stream: TcpStream = sock.into();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let url = format!("ws://127.0.0.2:{}/o/fanout/f", node.port);
+    tungstenite::client(url.as_str(), stream).unwrap().0
+}
+
+/// Viewers that go while their frames are being written (the fan-out's writes cut short, their
+/// connections writing the rest) leave nothing held: every session
+/// ends, the shard's outbound bytes come back to 0, and the viewers that stay get every frame
+/// whole and in order, then the next broadcast too.
+#[test]
+fn viewers_gone_while_their_frames_are_written_hold_nothing() {
+    const GONE: usize = 300;
+    const STAY: usize = 10;
+    const SIZE: usize = 16_384;
+    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let gone: Vec<_> = (0..GONE).map(|_| stuck_viewer(&node)).collect();
+    // The viewers that stay are another client (the node's own machine), whose share the
+    // gone viewers' waiting bytes do not take.
+    let url = format!("ws://127.0.0.1:{}/o/fanout/f?topic=0", node.port);
+    let mut stay: Vec<_> = (0..STAY)
+        .map(|_| {
+            tungstenite::client(url.as_str(), connect(node.local()))
+                .unwrap()
+                .0
+        })
+        .collect();
+    let post = format!(
+        "POST /o/fanout/f?n={FRAMES}&size={SIZE} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    );
+    let resp = request(node.public(), post.as_bytes());
+    assert_eq!(resp.status, 200);
+    // Gone with a reset while their connections write the rest of what the fan-out cut short.
+    let s = wait_stats(&node, "the fan-out's writes cut short", |s| {
+        counter(s, "ws_direct_cut") >= GONE as u64
+    });
+    assert!(
+        counter(&s, "outbound_bytes") > 0,
+        "bytes wait for the viewers: {s}"
+    );
+    for ws in gone {
+        let s = ws.into_inner();
+        socket2::SockRef::from(&s)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .unwrap();
+    }
+    let mut read_all = |stay: &mut Vec<WebSocket<TcpStream>>| {
+        for ws in stay.iter_mut() {
+            for i in 0..FRAMES {
+                let Message::Text(t) = ws.read().expect("a frame of the broadcast") else {
+                    panic!("expected a text frame");
+                };
+                assert_eq!(t.len(), SIZE, "frame {i} whole");
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                assert_eq!(v["f"].as_u64(), Some(i as u64), "frames in order");
+            }
+        }
+    };
+    read_all(&mut stay);
+    wait_stats(
+        &node,
+        "the gone viewers' sessions ended, their bytes given back",
+        |s| {
+            counter(s, "sessions") == STAY as u64
+                && counter(s, "ws_open") == STAY as u64
+                && counter(s, "outbound_bytes") == 0
+        },
+    );
+    let resp = request(node.public(), post.as_bytes());
+    assert_eq!(resp.status, 200);
+    read_all(&mut stay);
+    wait_stats(&node, "nothing held after the next broadcast", |s| {
+        counter(s, "outbound_bytes") == 0
+    });
+}

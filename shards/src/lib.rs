@@ -48,8 +48,11 @@
 //! - *A message*: a session's WebSocket frame becomes a job like a request. What the object
 //!   sends or broadcasts after its commit goes to session mailboxes: a broadcast crosses to
 //!   each other shard once and fans out there, a bounded number of deliveries a turn, a run
-//!   of broadcasts viewer by viewer; a session with mail waits for an awake slot, then writes
-//!   all of it in one send (`ws_sends` beside `ws_messages_out` in the stats).
+//!   of broadcasts viewer by viewer. Each session's outbound side is one
+//!   `cells::session::SessionOut`, shared by its topic's list and its connection: the fan-out
+//!   writes a waiting viewer's frames itself in one send, else queues them and wakes the
+//!   connection, which waits for an awake slot, then writes all its mail in one send
+//!   (`ws_sends` beside `ws_messages_out` in the stats).
 //! - *A refusal*: the coordinator (in the `combd` crate) publishes "full"; each shard stops
 //!   its public listeners (answering its accept queue first), so the kernel refuses at TCP.
 //!   Inside a shard a full mailbox answers 503 at once, a slow reader or a spent outbound

@@ -10,7 +10,8 @@
 //!   runs on a scratch database ([`store::Store::Absent`]) until a batch writes; that batch
 //!   creates its database, within the bounds of [`create`].
 //! - A **session** ([`session`]) is a WebSocket attached to an object. It lives on its
-//!   connection's shard, with its own mailbox of frames to write.
+//!   connection's shard; its outbound side (its mailbox of frames to write, what it holds,
+//!   why it closes) is its [`session::SessionOut`], which its connection holds too.
 //! - Between shards, each shard has one bounded inbox: jobs for its objects, deliveries to its
 //!   sessions, and broadcasts, which cross to each shard once and fan out there.
 //!

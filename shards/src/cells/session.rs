@@ -1,20 +1,15 @@
-//! Sessions: the cells of WebSocket connections attached to an object. Each has a mailbox of
-//! frames to write, the bytes waiting for its client, and the topic it is subscribed to.
-//!
-//! Whether a frame is queued, makes the session resync, or closes it is one pure decision
-//! ([`decide`]); the registry applies it, counts it and wakes the connection. Nothing for a
-//! session is dropped silently: a frame that cannot be queued drops what waits and marks the
-//! session as having missed messages, and its connection asks its app for a resync
-//! ([`App::resync`](crate::app::App::resync)) or closes it with 1013 when it next runs.
+//! Sessions: the cells of WebSocket connections attached to an object, and the topics they are
+//! subscribed to. Each session's outbound side (its mail, what it holds, why it closes, and the
+//! fan-out's own writes to it) is its [`SessionOut`], shared by this table, its topic's list of
+//! subscribers and its connection: a fan-out walks its topic's list, with no lookup by id per
+//! viewer; a send to one session, or one from another shard, finds it by id.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use combd_kernel::fair::ClientKey;
-use combd_kernel::limits::{SESSION_MAILBOX, SESSION_MAILBOX_BEHIND, WS_SLOW_CLOSE_BYTES};
 
 use crate::app::SessionId;
 use crate::job::ShardMsg;
@@ -23,124 +18,12 @@ use crate::state::{Defer, ShardState};
 use crate::stats::ShardStats;
 use crate::ws::OutFrame;
 
-mod direct;
+pub(crate) mod out;
 pub(crate) mod tally;
 
-use tally::{ClientTallies, ClientTally};
-
-/// Why the node closes a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CloseWhy {
-    /// [`WS_SLOW_CLOSE_BYTES`] would be waiting for it, or it has taken none of what waits
-    /// for `COMBD_WS_SLOW_TIMEOUT`: it reads too slowly.
-    Slow,
-    /// The frame would take the shard past its outbound budget.
-    OutboundBudget,
-    /// Its app was removed (its module left the apps directory, and SIGHUP reloaded it).
-    AppRemoved,
-}
-
-/// What to do with a frame for a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Delivery {
-    /// Put it in the session's mailbox.
-    Queue,
-    /// The mailbox is full: drop it and what waits, and resync the session (counted).
-    Resync,
-    /// Close the session (its mailbox is dropped).
-    Close(CloseWhy),
-}
-
-/// What decides a delivery.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Waiting {
-    /// Frames in the session's mailbox.
-    pub frames: usize,
-    /// The mailbox's limit now: [`SESSION_MAILBOX`], or [`SESSION_MAILBOX_BEHIND`] while the
-    /// shard is behind.
-    pub frames_max: usize,
-    /// Bytes waiting for this session (mailbox and writes in progress).
-    pub session_bytes: u64,
-    /// Bytes waiting on the whole shard, and the shard's outbound budget.
-    pub shard_bytes: u64,
-    pub shard_budget: u64,
-    /// The frame keeps the session's client within its share of the shard's outbound budget
-    /// (every session of the client on the shard together).
-    pub client_within_share: bool,
-    /// How long the session has had bytes waiting with none taken, and
-    /// `COMBD_WS_SLOW_TIMEOUT`.
-    pub stuck_for: Duration,
-    pub slow_timeout: Duration,
-}
-
-/// Decides what happens to a frame of `len` bytes: a session with too much waiting, or
-/// waiting too long, is closed, never the node; a full mailbox, or a client past its share of
-/// the shard's outbound budget (its sessions that do not read), makes the session resync.
-pub(crate) fn decide(w: Waiting, len: u64) -> Delivery {
-    if w.session_bytes + len > WS_SLOW_CLOSE_BYTES || w.stuck_for > w.slow_timeout {
-        Delivery::Close(CloseWhy::Slow)
-    } else if w.shard_bytes + len > w.shard_budget {
-        Delivery::Close(CloseWhy::OutboundBudget)
-    } else if w.frames >= w.frames_max || !w.client_within_share {
-        Delivery::Resync
-    } else {
-        Delivery::Queue
-    }
-}
-
-/// A session on its connection's shard.
-struct SessionCell {
-    /// The connection's waker slot: a delivery wakes it.
-    slot: usize,
-    mail: VecDeque<Arc<OutFrame>>,
-    /// The object it is attached to and its topic: one allocation shared by every session of
-    /// the topic on this shard (the key of [`Sessions::topics`]).
-    topic: Rc<TopicKey>,
-    /// The query it attached with (a resync attaches with it again).
-    query: Option<String>,
-    /// The client its token named, for its whole life (a resync attaches with it again).
-    client: Option<Arc<crate::auth::Client>>,
-    /// What the node saw of its upgrade, for its whole life (a resync attaches with it again).
-    caller: Arc<crate::app::Caller>,
-    /// Bytes waiting for the client: the mailbox's, and those being written, until the
-    /// kernel has taken them ([`SessionCell::add_waiting`], [`SessionCell::release_waiting`]).
-    waiting_bytes: u64,
-    /// Its client's bytes waiting on this shard, every session of it together.
-    tally: Rc<ClientTally>,
-    /// Why the node closes this session. Its mail is dropped at once; the connection closes
-    /// when it next runs.
-    closing: Option<CloseWhy>,
-    /// It missed frames: its connection resyncs it when it next runs.
-    missed: bool,
-    /// Since when bytes have waited for the client with none taken.
-    stuck_since: Option<Instant>,
-    /// The socket the fan-out writes to itself while the connection waits to read (a plain
-    /// WebSocket without permessage-deflate or access log), -1 for none.
-    fd: i32,
-    /// A write of the fan-out sent part of a frame: the rest is at the head of `mail`, and
-    /// nothing else may be written to the connection before it (a close frame after it
-    /// would be read as that frame's payload).
-    cut: bool,
-}
-
-impl SessionCell {
-    /// Counts `n` more bytes waiting for the session's client: its own, its client's on the
-    /// shard, and the shard's outbound bytes.
-    fn add_waiting(&mut self, state: &ShardState, n: u64) {
-        self.waiting_bytes += n;
-        self.tally.add(n);
-        state.add_outbound(n);
-    }
-
-    /// `n` of the bytes waiting for the session were written or dropped (at most what
-    /// waits), given back to its client's tally and the shard's outbound bytes.
-    fn release_waiting(&mut self, state: &ShardState, n: u64) {
-        let b = n.min(self.waiting_bytes);
-        self.waiting_bytes -= b;
-        self.tally.release(b);
-        state.release_outbound(b);
-    }
-}
+use out::Joined;
+pub(crate) use out::{Attach, CloseWhy, DirectSocket, SessionOut};
+use tally::ClientTallies;
 
 /// An object's key and one of its topics.
 type TopicKey = (String, String);
@@ -148,10 +31,9 @@ type TopicKey = (String, String);
 /// The sessions of one shard, and the topics they are subscribed to.
 pub(crate) struct Sessions {
     state: Rc<ShardState>,
-    /// Boxed: a table grows to twice what it holds, and its empty places are the size of an
-    /// entry (a session's cell unboxed left ~90 bytes a session empty at 4,000 sessions).
-    map: RefCell<HashMap<u64, Box<SessionCell>>>,
-    topics: RefCell<HashMap<Rc<TopicKey>, HashSet<u64>>>,
+    map: RefCell<HashMap<u64, Rc<SessionOut>>>,
+    /// Each topic's sessions, in no order; each knows its place ([`SessionOut::place`]).
+    topics: RefCell<HashMap<Rc<TopicKey>, Vec<Rc<SessionOut>>>>,
     next: Cell<u64>,
     /// What each client's sessions have waiting, against its share of the outbound budget.
     tallies: RefCell<ClientTallies>,
@@ -169,158 +51,80 @@ impl Sessions {
     }
 
     /// A new session of the connection parked in `slot` (of the client `asker`), attached
-    /// to object `key` with `query` (and `client`, if its token named one) and subscribed to
-    /// `topic`.
-    #[allow(clippy::too_many_arguments)]
+    /// to object `key` as `who` and subscribed to `topic`.
     pub fn open(
         &self,
-        slot: usize,
-        asker: ClientKey,
+        (slot, asker): (usize, ClientKey),
         key: String,
         topic: String,
-        query: Option<String>,
-        client: Option<Arc<crate::auth::Client>>,
-        caller: Arc<crate::app::Caller>,
-    ) -> SessionId {
+        who: Attach,
+    ) -> Rc<SessionOut> {
         let id = self.next.get() + 1;
         self.next.set(id);
-        let topic = {
-            let mut topics = self.topics.borrow_mut();
-            let k = (key, topic);
-            let shared = match topics.get_key_value(&k) {
-                Some((shared, _)) => shared.clone(),
-                None => Rc::new(k),
-            };
-            topics.entry(shared.clone()).or_default().insert(id);
-            shared
-        };
-        self.map.borrow_mut().insert(
-            id,
-            Box::new(SessionCell {
-                slot,
-                mail: VecDeque::new(),
-                waiting_bytes: 0,
-                tally: self.tallies.borrow_mut().of(asker),
-                closing: None,
-                missed: false,
-                stuck_since: None,
-                fd: -1,
-                cut: false,
-                topic,
-                query,
-                client,
-                caller,
-            }),
-        );
-        ShardStats::add(&self.state.stats().sessions, 1);
-        SessionId::new(self.state.id() as u32, id)
-    }
-
-    /// Forgets a session (its connection closed).
-    pub fn end(&self, id: u64) {
-        let Some(s) = self.map.borrow_mut().remove(&id) else {
-            return;
-        };
-        ShardStats::sub(&self.state.stats().sessions, 1);
-        let mut s = s;
-        s.release_waiting(&self.state, s.waiting_bytes);
-        self.tallies.borrow_mut().session_ended(s.tally.clone());
+        let tally = self.tallies.borrow_mut().of(asker);
         let mut topics = self.topics.borrow_mut();
-        if let Some(set) = topics.get_mut(&*s.topic) {
-            set.remove(&id);
-            if set.is_empty() {
-                topics.remove(&*s.topic);
-            }
+        let k = (key, topic);
+        let shared = match topics.get_key_value(&k) {
+            Some((shared, _)) => shared.clone(),
+            None => Rc::new(k),
+        };
+        let s = Rc::new(SessionOut::new(
+            (id, slot),
+            self.state.clone(),
+            shared.clone(),
+            tally,
+            who,
+        ));
+        let list = topics.entry(shared).or_default();
+        s.set_place(list.len());
+        list.push(s.clone());
+        self.map.borrow_mut().insert(id, s.clone());
+        ShardStats::add(&self.state.stats().sessions, 1);
+        s
+    }
+
+    /// Forgets a session (its connection closes): after this nothing reaches it, and the
+    /// fan-out does not write to its socket.
+    pub fn end(&self, s: &SessionOut) {
+        if self.map.borrow_mut().remove(&s.id()).is_none() {
+            return;
         }
-    }
-
-    /// Whether a session has mail to write, or is to be closed.
-    pub fn has_mail(&self, id: u64) -> bool {
-        self.map
-            .borrow()
-            .get(&id)
-            .is_some_and(|s| !s.mail.is_empty() || s.closing.is_some() || s.missed)
-    }
-
-    /// The query the session attached with.
-    pub fn query(&self, id: u64) -> Option<String> {
-        self.map.borrow().get(&id).and_then(|s| s.query.clone())
-    }
-
-    /// The client the session's token named, if any, and what the node saw of its upgrade.
-    pub fn client(
-        &self,
-        id: u64,
-    ) -> (
-        Option<Arc<crate::auth::Client>>,
-        Option<Arc<crate::app::Caller>>,
-    ) {
-        self.map
-            .borrow()
-            .get(&id)
-            .map_or((None, None), |s| (s.client.clone(), Some(s.caller.clone())))
-    }
-
-    /// Whether the session missed frames since it was last asked; the connection then
-    /// resyncs it.
-    pub fn take_missed(&self, id: u64) -> bool {
-        self.map
-            .borrow_mut()
-            .get_mut(&id)
-            .is_some_and(|s| std::mem::take(&mut s.missed))
-    }
-
-    /// Why the node is closing this session, if it is.
-    pub fn closing(&self, id: u64) -> Option<CloseWhy> {
-        self.map.borrow().get(&id).and_then(|s| s.closing)
-    }
-
-    /// Takes a session's mail; its bytes stay counted as waiting until [`Sessions::written`]
-    /// says the kernel took them.
-    pub fn take_mail(&self, id: u64) -> VecDeque<Arc<OutFrame>> {
-        self.map
-            .borrow_mut()
-            .get_mut(&id)
-            .map(|s| std::mem::take(&mut s.mail))
-            .unwrap_or_default()
-    }
-
-    /// The kernel took `bytes` of a session's output.
-    pub fn written(&self, id: u64, bytes: u64) {
-        if let Some(s) = self.map.borrow_mut().get_mut(&id) {
-            s.release_waiting(&self.state, bytes);
-            s.stuck_since = (s.waiting_bytes > 0).then(Instant::now);
+        ShardStats::sub(&self.state.stats().sessions, 1);
+        if let Some(tally) = s.end() {
+            self.tallies.borrow_mut().session_ended(tally);
+        }
+        let mut topics = self.topics.borrow_mut();
+        if let Some(list) = topics.get_mut(&**s.topic()) {
+            let place = s.place();
+            list.swap_remove(place);
+            if let Some(moved) = list.get(place) {
+                moved.set_place(place);
+            }
+            if list.is_empty() {
+                topics.remove(&**s.topic());
+            }
         }
     }
 
     /// Marks a session as having missed frames: what waits is dropped (counted), and its
     /// connection is woken to resync it.
     pub fn missed(&self, id: u64) {
-        let slot = {
-            let mut map = self.map.borrow_mut();
-            let Some(s) = map.get_mut(&id) else {
-                return;
-            };
-            let dropped = self.drop_mail(s);
-            ShardStats::add(&self.state.stats().session_mailbox_dropped, dropped);
-            s.missed = true;
-            s.slot
-        };
-        self.state.wake_slot(slot);
+        let s = self.map.borrow().get(&id).cloned();
+        if let Some(s) = s {
+            self.state.wake_slot(s.missed());
+        }
     }
 
     /// Closes every session whose app `registered` no longer has (1001, `app removed`):
     /// their mail is dropped and each connection closes when it next runs. Returns how many.
     pub fn close_removed_apps(&self, registered: impl Fn(&str) -> bool) -> u64 {
-        let mut slots = Vec::new();
-        for s in self.map.borrow_mut().values_mut() {
-            let app = s.topic.0.split('/').next().unwrap_or("");
-            if s.closing.is_none() && !registered(app) {
-                self.drop_mail(s);
-                s.closing = Some(CloseWhy::AppRemoved);
-                slots.push(s.slot);
-            }
-        }
+        let slots: Vec<usize> = self
+            .map
+            .borrow()
+            .values()
+            .filter(|s| !registered(s.topic().0.split('/').next().unwrap_or("")))
+            .filter_map(|s| s.close_for(CloseWhy::AppRemoved))
+            .collect();
         for &slot in &slots {
             self.state.wake_slot(slot);
         }
@@ -332,109 +136,38 @@ impl Sessions {
     }
 
     /// The local sessions of object `key` subscribed to `topic`, now.
-    fn subscribers(&self, key: &str, topic: &str) -> Vec<u64> {
+    fn subscribers(&self, key: &str, topic: &str) -> Vec<Rc<SessionOut>> {
         self.topics
             .borrow()
             .get(&(key.to_string(), topic.to_string()))
-            .map(|s| s.iter().copied().collect())
+            .cloned()
             .unwrap_or_default()
     }
 
     /// Marks every local session of object `key` subscribed to `topic` as having missed a
     /// frame (a broadcast that could not cross to this shard).
     pub fn topic_missed(&self, key: &str, topic: &str) {
-        let ids = self.subscribers(key, topic);
-        ids.into_iter().for_each(|id| self.missed(id));
-    }
-
-    /// Drops what waits in a session's mailbox; what is being written is released as the
-    /// connection writes it or closes. Returns how many frames were dropped.
-    fn drop_mail(&self, s: &mut SessionCell) -> u64 {
-        // The rest of a frame cut short stays: the connection writes it before anything else.
-        let keep = usize::from(s.cut && !s.mail.is_empty());
-        let dropped = (s.mail.len() - keep) as u64;
-        let queued: u64 = s.mail.drain(keep..).map(|f| f.plain().len() as u64).sum();
-        s.release_waiting(&self.state, queued);
-        dropped
-    }
-
-    /// Puts a frame in a local session's mailbox and wakes its connection, as [`decide`]
-    /// says.
-    /// `from`: the object whose app sent the frame (`None`: the node's own message).
-    pub fn deliver_local(&self, from: Option<&str>, id: u64, frame: Arc<OutFrame>) {
-        if let Some(slot) = self.queue_local(from, id, frame) {
-            self.state.wake_slot(slot);
+        for s in self.subscribers(key, topic) {
+            self.state.wake_slot(s.missed());
         }
     }
 
-    /// Queues a frame for a session of this shard; the slot to wake, if any.
-    fn queue_local(&self, from: Option<&str>, id: u64, frame: Arc<OutFrame>) -> Option<usize> {
-        let len = frame.plain().len() as u64;
-        let stats = self.state.stats();
-        let slot = {
-            let mut map = self.map.borrow_mut();
-            let Some(s) = map.get_mut(&id) else {
-                return None;
-            };
-            // An object reaches its own sessions only: session ids are small and sequential,
-            // so an app could otherwise write into another app's WebSockets.
-            if from.is_some_and(|key| s.topic.0 != key) {
-                ShardStats::add(&stats.sends_foreign_dropped, 1);
-                return None;
-            }
-            if s.closing.is_some() {
-                return None;
-            }
-            let waiting = Waiting {
-                frames: s.mail.len(),
-                frames_max: if self.state.is_behind() {
-                    SESSION_MAILBOX_BEHIND
-                } else {
-                    SESSION_MAILBOX
-                },
-                session_bytes: s.waiting_bytes,
-                shard_bytes: self.state.outbound(),
-                shard_budget: self.state.node().outbound_budget_bytes,
-                client_within_share: s.tally.admits(
-                    self.state.settings().shares(),
-                    self.state.outbound(),
-                    self.state.node().outbound_budget_bytes,
-                    len,
-                ),
-                stuck_for: s.stuck_since.map_or(Duration::ZERO, |t| t.elapsed()),
-                slow_timeout: self.state.settings().ws_slow_timeout,
-            };
-            match decide(waiting, len) {
-                Delivery::Queue => {
-                    s.mail.push_back(frame);
-                    s.add_waiting(&self.state, len);
-                    s.stuck_since.get_or_insert_with(Instant::now);
-                }
-                Delivery::Resync => {
-                    // The new frame is dropped with what waits.
-                    let dropped = 1 + self.drop_mail(s);
-                    ShardStats::add(&stats.session_mailbox_dropped, dropped);
-                    if !waiting.client_within_share {
-                        ShardStats::add(&stats.session_share_resyncs, 1);
-                    }
-                    s.missed = true;
-                }
-                Delivery::Close(why) => {
-                    ShardStats::add(
-                        match why {
-                            CloseWhy::Slow => &stats.ws_slow_closed,
-                            CloseWhy::OutboundBudget => &stats.outbound_budget_closed,
-                            CloseWhy::AppRemoved => &stats.ws_app_removed_closed,
-                        },
-                        1,
-                    );
-                    self.drop_mail(s);
-                    s.closing = Some(why);
-                }
-            }
-            s.slot
+    /// Puts a frame in a local session's mailbox and wakes its connection, as
+    /// [`out::decide`] says.
+    /// `from`: the object whose app sent the frame (`None`: the node's own message).
+    pub fn deliver_local(&self, from: Option<&str>, id: u64, frame: Arc<OutFrame>) {
+        let Some(s) = self.map.borrow().get(&id).cloned() else {
+            return;
         };
-        Some(slot)
+        // An object reaches its own sessions only: session ids are small and sequential,
+        // so an app could otherwise write into another app's WebSockets.
+        if from.is_some_and(|key| s.topic().0 != key) {
+            ShardStats::add(&self.state.stats().sends_foreign_dropped, 1);
+            return;
+        }
+        if let Some(slot) = s.queue(frame) {
+            self.state.wake_slot(slot);
+        }
     }
 
     /// Delivers a frame to a session on any shard.
@@ -464,11 +197,11 @@ impl Sessions {
     }
 
     /// Delivers frames to every local session of object `key` subscribed to `topic`, all of
-    /// them to one session before the next (so its connection writes them in one send),
-    /// spending `turn`: the caller's budget of [`FANOUT_PER_TURN`](combd_kernel::limits::FANOUT_PER_TURN) deliveries a turn, shared by
-    /// every topic of a run of broadcasts (a budget per topic would never be spent when a run
-    /// goes to many small topics: 245 pages of 41 viewers each held the shard for a whole
-    /// 10,000-viewer fan-out, measured).
+    /// them to one session before the next (so they go out in one send), spending `turn`:
+    /// the caller's budget of [`FANOUT_PER_TURN`](combd_kernel::limits::FANOUT_PER_TURN)
+    /// deliveries a turn, shared by every topic of a run of broadcasts (a budget per topic
+    /// would never be spent when a run goes to many small topics: 245 pages of 41 viewers
+    /// each held the shard for a whole 10,000-viewer fan-out, measured).
     pub async fn fan_out(
         &self,
         key: &str,
@@ -476,92 +209,19 @@ impl Sessions {
         frames: &[Arc<OutFrame>],
         turn: &mut Turn<'_>,
     ) {
-        let ids = self.subscribers(key, topic);
-        if ids.is_empty() {
+        let subscribers = self.subscribers(key, topic);
+        if subscribers.is_empty() {
             return;
         }
         let stats = self.state.stats();
         ShardStats::add(&stats.fanouts_in_progress, 1);
         let _done = Defer(|| ShardStats::sub(&stats.fanouts_in_progress, 1));
-        for id in ids {
-            let mut slot = None;
-            for frame in frames {
-                slot = self.queue_local(Some(key), id, frame.clone()).or(slot);
-                turn.spend().await;
+        let joined = Joined::new(frames);
+        for s in subscribers {
+            if let Some(slot) = s.fan_out(frames, &joined) {
+                self.state.wake_slot(slot);
             }
-            if let Some(slot) = slot {
-                if !self.write_direct(id, slot) {
-                    self.state.wake_slot(slot);
-                }
-            }
+            turn.spend_many(frames.len()).await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn waiting() -> Waiting {
-        Waiting {
-            frames: 0,
-            frames_max: SESSION_MAILBOX,
-            session_bytes: 0,
-            shard_bytes: 0,
-            shard_budget: 1 << 30,
-            client_within_share: true,
-            stuck_for: Duration::ZERO,
-            slow_timeout: Duration::from_secs(30),
-        }
-    }
-
-    #[test]
-    fn a_frame_is_queued_dropped_or_closes_the_session() {
-        assert_eq!(decide(waiting(), 100), Delivery::Queue);
-        let full = Waiting {
-            frames: SESSION_MAILBOX,
-            ..waiting()
-        };
-        assert_eq!(decide(full, 100), Delivery::Resync);
-        let behind = Waiting {
-            frames: SESSION_MAILBOX_BEHIND,
-            frames_max: SESSION_MAILBOX_BEHIND,
-            ..waiting()
-        };
-        assert_eq!(decide(behind, 1), Delivery::Resync);
-        let stuck = Waiting {
-            stuck_for: Duration::from_secs(31),
-            ..waiting()
-        };
-        assert_eq!(decide(stuck, 1), Delivery::Close(CloseWhy::Slow));
-        let slow = Waiting {
-            session_bytes: WS_SLOW_CLOSE_BYTES - 10,
-            ..waiting()
-        };
-        assert_eq!(decide(slow, 10), Delivery::Queue);
-        assert_eq!(decide(slow, 11), Delivery::Close(CloseWhy::Slow));
-        let spent = Waiting {
-            shard_bytes: 1000,
-            shard_budget: 1000,
-            ..waiting()
-        };
-        assert_eq!(decide(spent, 1), Delivery::Close(CloseWhy::OutboundBudget));
-        // A client past its share of the budget: its session resyncs, it is not closed.
-        let hog = Waiting {
-            client_within_share: false,
-            ..waiting()
-        };
-        assert_eq!(decide(hog, 1), Delivery::Resync);
-        // Closing wins over dropping: a slow reader with a full mailbox is closed.
-        assert_eq!(
-            decide(
-                Waiting {
-                    frames: SESSION_MAILBOX,
-                    ..slow
-                },
-                11
-            ),
-            Delivery::Close(CloseWhy::Slow)
-        );
     }
 }

@@ -33,6 +33,7 @@ use futures_lite::io::AsyncWriteExt;
 use futures_lite::AsyncRead;
 use glommio::net::TcpStream;
 
+use crate::cells::session::SessionOut;
 use crate::cells::Cells;
 use crate::http::{self, Response};
 use crate::inbound::{ConnInbound, Hold};
@@ -76,8 +77,8 @@ struct Conn {
     /// The connection's place in the node's count, released when the connection is dropped.
     slot: ConnSlot,
     local: bool,
-    /// The session id while this connection is a session attached to an object.
-    session: Option<u64>,
+    /// Its session's outbound side while this connection is a session attached to an object.
+    session: Option<Rc<SessionOut>>,
     /// An upgrade the HTTP loop completed: the WebSocket loop runs next.
     upgraded: Option<Box<Upgrade>>,
     /// For a WebSocket: the shard's ping epoch it last pinged in.
@@ -90,8 +91,9 @@ struct Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if let Some(id) = self.session.take() {
-            self.cells.sessions().end(id);
+        // Before the stream closes: the fan-out writes to its socket no more.
+        if let Some(s) = self.session.take() {
+            self.cells.sessions().end(&s);
         }
     }
 }
@@ -298,14 +300,14 @@ impl Conn {
         discarding: bool,
     ) -> Poll<Input> {
         let state = self.waker.state();
-        state.stop_reading(self.waker.index());
+        if let Some(s) = &self.session {
+            s.stop_reading();
+        }
         if drain_ok && state.draining() {
             return Poll::Ready(Input::Drain);
         }
-        if let Some(id) = self.session {
-            if self.cells.sessions().has_mail(id) {
-                return Poll::Ready(Input::Mail);
-            }
+        if self.session.as_ref().is_some_and(|s| s.has_mail()) {
+            return Poll::Ready(Input::Mail);
         }
         if self.ping_epoch.is_some_and(|e| e != state.ping_epoch()) {
             return Poll::Ready(Input::PingDue);
@@ -338,7 +340,11 @@ impl Conn {
         if deadline.is_some_and(|d| state.now_ms() >= d) {
             return Poll::Ready(Input::Timeout);
         }
-        state.park_reading(self.waker.index(), cx.waker());
+        state.park(self.waker.index(), cx.waker());
+        // Nothing of its own is being written while it waits here: the fan-out may write.
+        if let Some(s) = &self.session {
+            s.wait_reading();
+        }
         Poll::Pending
     }
 

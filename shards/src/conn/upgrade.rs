@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::app::App;
+use crate::cells::session::Attach;
 use crate::http::Request;
 use crate::job::{Attached, Job};
 use crate::ws;
@@ -68,16 +69,14 @@ impl Conn {
                 self.waker.index(),
                 self.asker(&up.caller, up.client.as_deref()),
             );
-            let session = self.cells.sessions().open(
-                slot,
-                asker,
-                key,
-                topic,
-                up.query.clone(),
-                up.client.clone(),
-                up.caller.clone(),
-            );
-            self.session = Some(session.id);
+            let who = Attach {
+                query: up.query.clone(),
+                client: up.client.clone(),
+                caller: up.caller.clone(),
+            };
+            let opened = self.cells.sessions().open((slot, asker), key, topic, who);
+            let session = opened.session_id();
+            self.session = Some(opened);
             let (tx, rx) = async_channel::bounded(1);
             let job = Job::attach(
                 session,

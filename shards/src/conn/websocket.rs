@@ -11,7 +11,7 @@ use combd_kernel::limits;
 use combd_kernel::settings::Settings;
 
 use crate::app::{App, Effect, Input as AppInput, Message, Resync, SessionId};
-use crate::cells::session::CloseWhy;
+use crate::cells::session::{CloseWhy, DirectSocket};
 use crate::inbound::Hold;
 use crate::job::Job;
 use crate::state::Defer;
@@ -271,12 +271,11 @@ impl Conn {
         let rate = Rate::new(settings);
         let _ = combd_kernel::sys::set_send_buffer(&self.stream, limits::WS_SEND_BUFFER_BYTES);
         // A plain WebSocket without permessage-deflate or access log: while it waits to read,
-        // the fan-out writes its frames itself rather than waking it (`Sessions::write_direct`).
-        if let (Some(id), crate::tls::Stream::Plain(tcp), None, None) =
-            (self.session, &self.stream, &ws.to.deflate, &self.log)
+        // the fan-out writes its frames itself rather than waking it (`SessionOut::fan_out`).
+        if let (Some(s), crate::tls::Stream::Plain(tcp), None, None) =
+            (&self.session, &self.stream, &ws.to.deflate, &self.log)
         {
-            use std::os::fd::AsRawFd;
-            self.cells.sessions().set_direct(id, tcp.as_raw_fd());
+            s.set_socket(DirectSocket::of(tcp));
         }
         // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
         // the HTTP write stall timeout: both mean a slow reader, and end it the same way.
@@ -488,17 +487,11 @@ impl Conn {
         }
         // A session's verified client whose token expired since: closed, to come back with a
         // new one (the JavaScript client asks for it: `unauthorized`).
-        if let Some(id) = self.session {
+        if let Some(s) = &self.session {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
-            if self
-                .cells
-                .sessions()
-                .client(id)
-                .0
-                .is_some_and(|c| c.expired(now))
-            {
+            if s.client().is_some_and(|c| c.expired(now)) {
                 ShardStats::add(&self.stats().auth_expired_closed, 1);
                 return Some(Close::Frame(Some(close::UNAUTHORIZED), "token expired"));
             }
@@ -512,14 +505,19 @@ impl Conn {
     /// waits its turn), after resyncing it if it missed messages. `Some`: the session is to
     /// close.
     async fn write_mail(&mut self, to: &Target) -> Option<Close> {
-        let id = self.session?;
+        let session = self.session.clone()?;
         let state = self.state().clone();
-        if let Some(why) = self.cells.sessions().closing(id) {
+        if let Some(why) = session.closing() {
             // It reads too slowly, or the shard's outbound budget is spent.
-            tracing::debug!(shard = state.id(), session = id, ?why, "closing a session");
+            tracing::debug!(
+                shard = state.id(),
+                session = session.id(),
+                ?why,
+                "closing a session"
+            );
             return Some(closing(why));
         }
-        if self.cells.sessions().take_missed(id) {
+        if session.take_missed() {
             ShardStats::add(&state.stats().session_resyncs, 1);
             match to.app.resync() {
                 Resync::Close => {
@@ -529,45 +527,27 @@ impl Conn {
                     ))
                 }
                 Resync::Attach => {
-                    let session = self.session_id()?;
-                    let query = self.cells.sessions().query(id);
-                    let (client, caller) = self.cells.sessions().client(id);
-                    let job = Job::reattach(session, query, client, caller.unwrap_or_default());
+                    let job = Job::reattach(
+                        session.session_id(),
+                        session.query().map(str::to_string),
+                        session.client().cloned(),
+                        session.caller().clone(),
+                    );
                     self.cells.submit(&to.app, &to.object, job);
                 }
             }
         }
         let permit = state.acquire_awake().await;
-        let mut out = Vec::new();
-        // Counted as waiting at their plain size; a compressed frame owes less.
-        let mut saved = 0;
-        // The rest of a frame the fan-out cut short comes first in the mail.
-        let after_cut = self.cells.sessions().take_cut(id);
-        for frame in self.cells.sessions().take_mail(id) {
-            if frame.is_rest() {
-                out.extend_from_slice(frame.plain());
-                continue;
-            }
-            ShardStats::add(&state.stats().ws_messages_out, 1);
-            if let Some(log) = &self.log {
-                log.on_message(false);
-            }
-            let (bytes, deflated) = frame.for_session(to.deflate);
-            if deflated {
-                ShardStats::add(&state.stats().ws_deflated_out, 1);
-                saved += frame.plain().len() - bytes.len();
-            }
-            out.extend_from_slice(bytes);
+        let mut w = session.take_for_write(to.deflate);
+        if let Some(log) = &self.log {
+            (0..w.messages).for_each(|_| log.on_message(false));
         }
-        if saved > 0 {
-            self.cells.sessions().written(id, saved as u64);
-        }
-        let written = self.write_session(&mut out).await;
+        let written = self.write_session(&mut w.bytes).await;
         drop(permit);
         let Cut { e, cut } = written.err()?;
         // A failed write after a cut may have left that frame short too.
-        let cut = cut || after_cut;
-        Some(match self.cells.sessions().closing(id) {
+        let cut = cut || w.after_cut;
+        Some(match session.closing() {
             // The node decided to close it while the write waited; a close frame after a frame
             // cut short would be read as that frame's payload: then it is dropped.
             Some(why) if !cut => closing(why),
@@ -603,9 +583,7 @@ impl Conn {
         use std::task::Poll;
         let mut pos = 0;
         let r = futures_lite::future::poll_fn(|cx| loop {
-            let closing = self
-                .session
-                .is_some_and(|id| self.cells.sessions().closing(id).is_some());
+            let closing = self.session.as_ref().is_some_and(|s| s.closing().is_some());
             if closing {
                 return Poll::Ready(Err(std::io::Error::other("session closing")));
             }
@@ -624,8 +602,8 @@ impl Conn {
                     if let Some(log) = &self.log {
                         log.on_written(n);
                     }
-                    if let Some(id) = self.session {
-                        self.cells.sessions().written(id, n as u64);
+                    if let Some(s) = &self.session {
+                        s.written(n as u64);
                     }
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -647,8 +625,8 @@ impl Conn {
     /// not read cannot hold the connection longer.
     async fn close_with(&mut self, ws: &Ws, close: Close, mut out: Vec<u8>) {
         // After a frame cut short, a close frame would be read as its payload.
-        let close = match self.session {
-            Some(id) if self.cells.sessions().is_cut(id) => Close::Drop,
+        let close = match &self.session {
+            Some(s) if s.is_cut() => Close::Drop,
             _ => close,
         };
         if let Some(s) = self.session_id() {
@@ -681,14 +659,13 @@ impl Conn {
 
     /// The session of a stateful app's WebSocket, as objects name it.
     fn session_id(&self) -> Option<SessionId> {
-        self.session
-            .map(|id| SessionId::new(self.state().id() as u32, id))
+        self.session.as_ref().map(|s| s.session_id())
     }
 
     /// Forgets this connection's session here.
     pub(super) fn end_session(&mut self) {
-        if let Some(id) = self.session.take() {
-            self.cells.sessions().end(id);
+        if let Some(s) = self.session.take() {
+            self.cells.sessions().end(&s);
         }
     }
 }

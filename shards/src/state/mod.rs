@@ -72,8 +72,6 @@ impl<F: Future> Future for WithPass<F> {
 struct Parked {
     waker: Option<Waker>,
     deadline_ms: u64,
-    /// Parked in its read wait (`Conn::poll_fill`), between writes.
-    reading: bool,
 }
 
 /// A shard's state, shared by its tasks.
@@ -254,34 +252,11 @@ impl ShardState {
 
     /// Remembers the waker of a task about to wait.
     pub fn park(&self, slot: usize, waker: &Waker) {
-        self.park_as(slot, waker, false);
-    }
-
-    /// [`ShardState::park`] for a task about to wait in its read (`Conn::poll_fill`), where it
-    /// writes nothing: marked reading until it is polled again ([`ShardState::stop_reading`]).
-    pub fn park_reading(&self, slot: usize, waker: &Waker) {
-        self.park_as(slot, waker, true);
-    }
-
-    fn park_as(&self, slot: usize, waker: &Waker, reading: bool) {
         if let Some(p) = self.wakers.borrow_mut().get_mut(slot) {
             if !p.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
                 p.waker = Some(waker.clone());
             }
-            p.reading = reading;
         }
-    }
-
-    /// The slot's task is polled again: no longer waiting in its read.
-    pub fn stop_reading(&self, slot: usize) {
-        if let Some(p) = self.wakers.borrow_mut().get_mut(slot) {
-            p.reading = false;
-        }
-    }
-
-    /// Whether the slot's task waits in its read (the fan-out may then write to its socket).
-    pub fn is_reading(&self, slot: usize) -> bool {
-        self.wakers.borrow().get(slot).is_some_and(|p| p.reading)
     }
 
     /// Wakes the task parked in a slot.

@@ -45,6 +45,17 @@ impl<'a> Turn<'a> {
         false
     }
 
+    /// Counts `n` units of work done at once (a fan-out's frames to one session): yields as
+    /// [`Turn::spend`] once the turn's budget is spent. True when it yielded.
+    pub async fn spend_many(&mut self, n: usize) -> bool {
+        self.left = self.left.saturating_sub(n.max(1));
+        if self.left == 0 {
+            self.yield_now().await;
+            return true;
+        }
+        false
+    }
+
     /// Ends this turn now: yields the shard's loop, counted as a forced yield.
     pub async fn yield_now(&mut self) {
         self.end_turn();
