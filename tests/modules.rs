@@ -4,7 +4,9 @@
 //! tested together; when one appears, this test names the modules on it.
 //!
 //! The graph is read from the sources, one module a file (`a/b.rs` and `a/b/mod.rs` are
-//! `crate::a::b`); a path names the longest module that it starts with.
+//! `crate::a::b`); a path names the longest module that it starts with. The same holds between
+//! each crate's top-level modules (each with every module under it): they stand in layers,
+//! and no arrow goes back up (`docs/ARCHITECTURE.md` lists `combd-shards`' layers).
 
 #![allow(clippy::unwrap_used)]
 
@@ -257,6 +259,18 @@ fn circles(edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<Vec<Module>> {
     walk.out
 }
 
+/// The arrows between top-level modules: each module with every module under it, the arrows
+/// within one left out.
+fn top_level(edges: &BTreeMap<Module, BTreeSet<Module>>) -> BTreeMap<Module, BTreeSet<Module>> {
+    let mut out: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (m, to) in edges {
+        let top = m[..1.min(m.len())].to_vec();
+        let arrows = out.entry(top.clone()).or_default();
+        arrows.extend(to.iter().map(|t| t[..1].to_vec()).filter(|t| *t != top));
+    }
+    out
+}
+
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -275,6 +289,22 @@ fn no_crate_has_a_module_import_circle() {
     assert!(
         found.is_empty(),
         "module import circles:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn no_crate_has_an_arrow_back_up_between_its_top_level_modules() {
+    let mut found = Vec::new();
+    for krate in CRATES {
+        for c in circles(&top_level(&graph(&workspace().join(krate)))) {
+            let names: Vec<String> = c.iter().map(|m| m.join("::")).collect();
+            found.push(format!("{krate}: {}", names.join(" ↔ ")));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "top-level modules that reach each other:\n{}",
         found.join("\n")
     );
 }
@@ -302,5 +332,12 @@ fn the_check_finds_a_planted_circle_and_nothing_else() {
     assert_eq!(edges[&key("a")], [key("c"), key("d")].into_iter().collect());
     assert!(edges[&key("d")].is_empty(), "{:?}", edges[&key("d")]);
     assert_eq!(circles(&edges), vec![vec![key("a::b"), key("c")]]);
+    assert_eq!(circles(&top_level(&edges)), vec![vec![key("a"), key("c")]]);
+    // Without a::b's arrow to c, no circle of files remains, but a and c still reach each
+    // other as top-level modules (a names c, c names a::b).
+    write("a/b.rs", "fn f() {}\n");
+    let edges = graph(&dir);
+    assert!(circles(&edges).is_empty());
+    assert_eq!(circles(&top_level(&edges)), vec![vec![key("a"), key("c")]]);
     let _ = std::fs::remove_dir_all(&dir);
 }

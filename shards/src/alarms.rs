@@ -18,7 +18,7 @@
 //!   batch was synced, from what the object says remains.
 //!
 //! **One index a shard.** The index is a file a shard, `<COMBD_DATA>/alarms-<shard>.sqlite`,
-//! holding the objects whose home is that shard (`crate::app::home_shard`, where the object
+//! holding the objects whose home is that shard (`crate::home::home_shard`, where the object
 //! runs), each behind its own lock: the lock is taken by that shard's blocking threads (and, in
 //! a fleet, by the once-a-second sweep that takes up a dead owner's objects), so a client
 //! setting alarms on one shard's objects never holds up another shard's commits. A start with

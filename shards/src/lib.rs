@@ -8,31 +8,43 @@
 //!
 //! ## The modules, bottom to top
 //!
-//! Imports go one way, from each layer to the ones below it; no two modules import each
-//! other.
+//! Imports go one way, from each layer to the ones below it: `tests/modules.rs` fails on a
+//! circle between two files and on one between two of these modules (each with every file
+//! under it).
 //!
-//! 1. **Pure pieces**, each on its own: the HTTP/1.1 head parser and response writer
-//!    ([`http`]), the WebSocket frame codec ([`ws`]), the app interface ([`app`]), the typed
-//!    limits a call can trip ([`limit`]), what reaches a cell ([`job`]: a job and the messages
-//!    between shards), the FIFO slot counter behind the wake queue (`fifo`), the counters and
-//!    their two renderings ([`stats`]), the published admission state ([`admission`]), the
-//!    connections of each client address ([`addresses`]), TLS
-//!    configuration and streams ([`tls`]), and the allocator ([`alloc`]).
-//! 2. **Node-wide state** (`shared`): settings, apps, every shard's stats, the admission
-//!    state, the connection count, the shards' inboxes and wake sockets, the drain flag, and
-//!    each app's count of object databases (`object_counts`); and the access log
-//!    ([`access_log`]): every shard's chunks of lines, and the thread that writes them.
-//! 3. **A shard's own state** (`state`): waker slots (each with the deadline of its wait, on
+//! 1. **Leaves**, each on its own: the connections of each client address ([`addresses`]), the
+//!    published admission state ([`admission`]), the counting allocator ([`alloc`]), work done
+//!    when a scope ends (`defer`), an object's home shard ([`home`]), the fair line behind the
+//!    slot caps (`line`), what an app's SQL may do (`sandbox`), the counters and their two
+//!    renderings ([`stats`]), TLS configuration and streams ([`tls`]), and the WebSocket frame
+//!    codec ([`ws`]).
+//! 2. The alarm index and the node's tables in an object's database ([`alarms`]), tokens and
+//!    the verified client ([`auth`]), the pools with a share per client ([`fair`]), and the
+//!    typed limits a call can trip ([`limit`]).
+//! 3. The HTTP/1.1 head parser and response writer ([`http`]); a connection's input held
+//!    against its shard's inbound budget (`inbound`).
+//! 4. The app interface and the registry of apps ([`app`]); the access log ([`access_log`]).
+//! 5. What reaches a cell (`job`: a job, and the messages between shards), each app's count
+//!    of object databases (`object_counts`), and the fleet's side in a node ([`fleet`]).
+//! 6. **Node-wide state** (`shared`): settings, apps, every shard's stats, the admission state,
+//!    the connection count, the pools, the shards' inboxes and wake sockets, the drain flag.
+//! 7. **A shard's own state** (`state`): waker slots (each with the deadline of its wait, on
 //!    the shard's clock read once a tick, so no request reads a clock or arms a timer), the
-//!    scratch buffer, the task gate, the wake queue (awake and restore slots with their ready lines), connection slots
-//!    (reserve → open → release once), the per-turn budget, outbound bytes, the ping epoch.
-//! 4. **Cells** (`cells`): sessions, objects (their task, their calls under limits, their
-//!    SQLite store), and routing between shards. **Connections** (`conn`): the HTTP loop and
-//!    route table, the WebSocket loop, the TLS hand-off, the late refusal. A connection
-//!    reaches cells only by submitting a job and through its session.
-//! 5. **The run loop** (`shard`): listeners, the accept loop (the only place that spawns
-//!    connection tasks), admission applied to the listeners, the inbox, the housekeeping tick.
-//! 6. **Node start and drain** ([`node`]).
+//!    scratch buffer, the task gate, the wake queue (awake and restore slots), the blocking
+//!    threads' line, connection slots (reserve → open → release once), the per-turn budget,
+//!    outbound bytes, the ping epoch.
+//! 8. **Cells** (`cells`): sessions (each session's outbound side is its `SessionOut`),
+//!    objects (their task, their calls under limits, their commit task, their SQLite store),
+//!    alarms and messages fired, and routing between shards and to other nodes.
+//! 9. **Connections** (`conn`): the HTTP loop and route table, the WebSocket upgrade and loop,
+//!    the TLS hand-off, a WebSocket passed through to another node, the late refusal. A
+//!    connection reaches cells only by submitting a job and through its session.
+//! 10. **The run loop** (`shard`): listeners, the accept loop (the only place that spawns
+//!     connection tasks), admission applied to the listeners, the inbox, the housekeeping
+//!     tick.
+//! 11. **Node start and drain** ([`node`]).
+//!
+//! `docs/ARCHITECTURE.md` has the same map for the whole workspace.
 //!
 //! ## A request, a message, a refusal
 //!
@@ -76,8 +88,10 @@ pub mod app;
 pub mod auth;
 mod cells;
 mod conn;
+mod defer;
 pub mod fair;
 pub mod fleet;
+pub mod home;
 pub mod http;
 mod inbound;
 mod job;
@@ -85,6 +99,7 @@ pub mod limit;
 mod line;
 pub mod node;
 mod object_counts;
+mod sandbox;
 mod shard;
 mod shared;
 mod state;

@@ -326,8 +326,8 @@ fn allowed(cx: &AuthContext<'_>) -> bool {
     }
 }
 
-#[cfg(test)]
 #[allow(clippy::unwrap_used)]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -339,7 +339,7 @@ mod tests {
         let db = rusqlite::Connection::open_with_flags(dir.join("o.sqlite"), open_flags()).unwrap();
         db.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (v);")
             .unwrap();
-        super::super::store::watch::install(&db);
+        crate::cells::watch::install(&db);
         lock_down(&db).unwrap();
         (db, dir)
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rusqlite::OptionalExtension;
 
-use crate::app::home_shard;
+use crate::home::home_shard;
 
 /// A shard's index file: the entries of the objects whose home is that shard.
 const SCHEMA: &str = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;

@@ -49,6 +49,7 @@ mod caller;
 mod cx;
 pub(crate) mod registry;
 pub use crate::auth::Client;
+pub use crate::home::home_shard;
 use crate::limit::Limit;
 pub use crate::stats::Deployment;
 pub use caller::{
@@ -493,17 +494,6 @@ pub fn valid_object_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// The shard an object lives on: FNV-1a of `app/name`, modulo the shard count. Stable across
-/// restarts and builds.
-pub fn home_shard(app: &str, name: &str, shards: usize) -> usize {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in app.bytes().chain(std::iter::once(b'/')).chain(name.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    (h % shards.max(1) as u64) as usize
-}
-
 /// An object's database file: `<data>/objects/<app>/<name>.sqlite`. With a name that passed
 /// [`valid_object_name`], it is always inside the data directory.
 pub fn object_path(data_dir: &std::path::Path, app: &str, name: &str) -> std::path::PathBuf {
@@ -557,18 +547,6 @@ mod tests {
         assert!(!valid_object_name("a/b"));
         assert!(!valid_object_name("a%2fb"));
         assert!(!valid_object_name("é"));
-    }
-
-    #[test]
-    fn home_shard_is_stable_and_spread() {
-        assert_eq!(home_shard("counter", "a", 1), 0);
-        let a = home_shard("counter", "a", 4);
-        assert_eq!(a, home_shard("counter", "a", 4));
-        let mut seen = [0usize; 4];
-        for i in 0..400 {
-            seen[home_shard("million", &format!("b{i}"), 4)] += 1;
-        }
-        assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
     }
 
     #[test]

@@ -7,8 +7,8 @@ use crate::app::{limit_error, App, AppError, CallBudget, Cx, Effect, Input, Outp
 use crate::job::Owned;
 use crate::limit::Limit;
 
-use super::sandbox;
 use super::store::watch;
+use crate::sandbox;
 
 /// The object a batch runs for: its app's and its own name, its shard, and the node's alarm
 /// index (which a call that sets an alarm updates before it commits).

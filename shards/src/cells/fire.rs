@@ -15,7 +15,7 @@ use crate::http::Response;
 use crate::job::Owned;
 
 use super::call::{call, checked, run_batch, BatchResult, On, Run};
-use super::sandbox::NodeSql;
+use crate::sandbox::NodeSql;
 
 /// Runs a batch's inputs: the app's in batches ([`run_batch`]), and what the node makes (an
 /// alarm wake, a message from another object, a delivery's acknowledgement) where it stands

@@ -25,11 +25,12 @@ mod deliver;
 mod fire;
 mod object;
 mod route;
-mod sandbox;
 pub(crate) use alarm_wakes::AlarmWakes;
-pub(crate) use sandbox::NodeSql;
 pub(crate) mod session;
 mod store;
+/// The hook that tells the sandbox each statement's start, for its tests.
+#[cfg(test)]
+pub(crate) use store::watch;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

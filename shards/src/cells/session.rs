@@ -12,9 +12,10 @@ use std::sync::Arc;
 use combd_kernel::fair::ClientKey;
 
 use crate::app::SessionId;
+use crate::defer::Defer;
 use crate::job::ShardMsg;
 use crate::state::turn::Turn;
-use crate::state::{Defer, ShardState};
+use crate::state::ShardState;
 use crate::stats::ShardStats;
 use crate::ws::OutFrame;
 

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use combd_kernel::limits::{SQLITE_BUSY_TIMEOUT, SQL_PROGRESS_STEPS, SQL_VALUE_MAX_BYTES};
 
-use super::sandbox;
+use crate::sandbox;
 
 /// Why an object's database could not be opened.
 #[derive(Debug)]
@@ -262,13 +262,13 @@ pub(crate) mod watch {
             let ns = unsafe { *(x as *const i64) };
             SQL_SPENT.with(|s| s.set(s.get() + Duration::from_nanos(ns.max(0) as u64)));
             STMT_START.with(|s| s.set(None));
-            crate::cells::sandbox::statement_ends();
+            crate::sandbox::statement_ends();
         } else {
             STMT_START.with(|s| s.set(Some(Instant::now())));
             // SAFETY: for SQLITE_TRACE_STMT, P is the statement and X its text (NUL-ended,
             // alive while the callback runs, which is when the closure is called).
             let sql = || unsafe { std::ffi::CStr::from_ptr(x as *const std::ffi::c_char) };
-            if crate::cells::sandbox::statement_starts(sql) {
+            if crate::sandbox::statement_starts(sql) {
                 // SAFETY: P is a live statement of this connection, running on this thread.
                 unsafe {
                     ffi::sqlite3_interrupt(ffi::sqlite3_db_handle(p as *mut ffi::sqlite3_stmt))

@@ -12,9 +12,9 @@ use combd_kernel::settings::Settings;
 
 use crate::app::{App, Effect, Input as AppInput, Message, Resync, SessionId};
 use crate::cells::session::{CloseWhy, DirectSocket};
+use crate::defer::Defer;
 use crate::inbound::Hold;
 use crate::job::Job;
-use crate::state::Defer;
 use crate::stats::ShardStats;
 use crate::ws::{self, close, Decoder, WsEvent};
 

@@ -1,5 +1,5 @@
 //! The fleet, when `COMBD_FLEET_ETCD` is set: this node's lease in the coordinator, and what
-//! its objects do with it (DESIGN.md, "The fleet"; the clients are the `combd-fleet` crate).
+//! its objects do with it (README.md, "The fleet"; the clients are the `combd-fleet` crate).
 //!
 //! - **Opening an object** ([`Fleet::open`]): claim it in the coordinator (the first node
 //!   asked for an unowned object owns it); if this node owns it, write its database from the

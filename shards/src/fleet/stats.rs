@@ -129,7 +129,7 @@ impl FleetStats {
     pub fn ws_passing(&self) -> impl Drop + '_ {
         self.ws_passed.fetch_add(1, Ordering::Relaxed);
         self.ws_passing.fetch_add(1, Ordering::Relaxed);
-        crate::state::Defer(move || {
+        crate::defer::Defer(move || {
             self.ws_passing.fetch_sub(1, Ordering::Relaxed);
         })
     }

@@ -450,12 +450,3 @@ impl Signal {
         .await
     }
 }
-
-/// Runs a closure when dropped: a gauge counted down however its future ends.
-pub(crate) struct Defer<F: FnMut()>(pub F);
-
-impl<F: FnMut()> Drop for Defer<F> {
-    fn drop(&mut self) {
-        (self.0)()
-    }
-}

@@ -7,7 +7,7 @@ use combd_kernel::limits::{
 
 use super::Cx;
 use crate::app::AppError;
-use crate::cells::NodeSql;
+use crate::sandbox::NodeSql;
 
 impl Cx<'_> {
     /// Sets an alarm: at `at_ms` (milliseconds since the Unix epoch; a time already past fires

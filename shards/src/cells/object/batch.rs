@@ -310,7 +310,7 @@ async fn run_on(
             // In a fleet, what the fleet's wake index is to say once this batch is the head.
             let due = (fleet && matches!(on, On::Db) && result.due_moved)
                 .then(|| {
-                    let _node = super::super::sandbox::NodeSql::enter();
+                    let _node = crate::sandbox::NodeSql::enter();
                     crate::alarms::remaining(&db)
                 })
                 .map(|r| match r {
