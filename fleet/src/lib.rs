@@ -1,10 +1,11 @@
-//! combd's fleet groundwork: what a node needs to share its objects with other nodes.
+//! combd's fleet clients: what a node needs to share its objects with other nodes.
 //!
-//! In a fleet (DESIGN.md, "The fleet") each object has one owner at a time, chosen at first use
-//! and held by a lease in a coordinator (etcd); an object's committed batches are shipped to a
-//! bucket (S3-compatible) as segments before their replies leave, fenced by the owner's lease,
-//! so another node can restore every acknowledged write. This crate holds the three parts that
-//! do not depend on how a node runs:
+//! In a fleet (README.md, "The fleet") each object has one owner at a time, chosen at first
+//! use and held by a lease in a coordinator (etcd); an object's committed batches are shipped to
+//! a bucket (S3-compatible) as segments before their replies leave, fenced by the owner's
+//! lease, so another node can restore every acknowledged write. A request for an object another
+//! node owns is passed on to the owner, signed with the fleet key. This crate holds the parts
+//! that do not depend on how a node runs (the node's side is `combd_shards::fleet`):
 //!
 //! - [`bucket`]: a minimal S3 client (put, get, delete, list), signed with SigV4 by `rusty-s3`
 //!   (which does no I/O) and sent by `ureq` (blocking, every timeout and size bounded from
@@ -18,16 +19,16 @@
 //! - [`ship`]: a segment uploaded, then the head advanced, fenced: what the commit task waits
 //!   for before a batch's replies leave;
 //! - [`restore`]: an object's database back from the bucket, following the chain of segments
-//!   from the head the coordinator records.
-//!
-//! - [`auth`]: the fleet key, and the signature every request one node passes on to another
-//!   carries (an HMAC under the key, checked before the request is taken).
+//!   from the head the coordinator records;
+//! - [`auth`]: the fleet key, and the MAC every request one node passes on to another carries,
+//!   and the owner's answer too (checked before either is taken), with the replay stamps;
+//! - [`forward`]: what the two sides of a request passed on agree on (the header that marks it
+//!   forwarded, the client it was asked by, the fields the MAC leaves out).
 //!
 //! [`tls`] holds what an `https://` endpoint of etcd or the bucket is trusted by, and etcd's
-//! client certificate.
-//!
-//! [`config`] turns the node's validated `COMBD_FLEET_*` settings into the clients'
-//! configurations (and reads the bucket's secret key from its file).
+//! client certificate. [`config`] turns the node's validated `COMBD_FLEET_*` settings into the
+//! clients' configurations; `key_file` reads a key file a setting names (etcd's password, the
+//! bucket's secret key, the fleet key, a client certificate's private key). [`keys`] names an object's files in the bucket (below).
 //!
 //! Nothing here runs on a glommio executor: every call blocks, so a shard runs it on a blocking
 //! thread (`spawn_blocking`), as it does a WAL sync. The fleet is off unless `COMBD_FLEET_ETCD`
@@ -51,8 +52,8 @@
 //!   node's lease and start its [`coordinator::LeaseKeeper`].
 //! - Opening an object (under `COMBD_RESTORES_AT_ONCE`): [`coordinator::Coordinator::claim`];
 //!   if won, [`restore::restore_object`] from the head unless the local file is already at it;
-//!   open it with `wal_autocheckpoint=0`; if held by another node, answer 503 (passing the
-//!   request through to the owner is not built yet).
+//!   open it with `wal_autocheckpoint=0`; if held by another node, the request is passed on to
+//!   that node ([`forward`]), and a WebSocket passed through to it.
 //! - The commit task, after the group's WAL sync and before any reply: on a blocking thread,
 //!   [`segment::WalCursor::next_segment`] until `None`, [`ship::ship_segment`] each; `Done`
 //!   releases the replies if the keeper still holds the lease; `Fenced` refuses them and drops
