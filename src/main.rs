@@ -94,31 +94,61 @@ fn fail(f: Failure) -> ! {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("top") {
-        std::process::exit(top::run(&args[1..]));
+    match args.first().map(String::as_str) {
+        Some("top") => std::process::exit(top::run(&args[1..])),
+        Some("token") => std::process::exit(token::run(&args[1..])),
+        _ => {}
     }
-    if args.first().map(String::as_str) == Some("token") {
-        std::process::exit(token::run(&args[1..]));
+    // Output to stdout stops quietly when its reader goes away (`combd --help | head -1`):
+    // every write is checked, none panics.
+    let mut stdout = std::io::stdout();
+    let Some((command, settings, cpus)) = read_settings(&args, &mut stdout) else {
+        return;
+    };
+    start_logging(&settings);
+    let running = command == Command::Run;
+    let machine = Machine::find(&settings, running);
+    let parts = Parts::make(&settings, running);
+    if command == Command::CheckConfig {
+        // Every check of a start has run but those a running node would fail (its data
+        // directory's lock, its ports). The report stops quietly on a closed stdout.
+        let _ = check::report(
+            &mut stdout,
+            &settings,
+            &machine.probe,
+            machine.nofile,
+            machine.max_conns,
+            settings.shards,
+        )
+        .and_then(|()| stdout.flush());
+        return;
     }
+    serve(settings, &cpus, machine, parts, &mut stdout);
+}
+
+/// The settings from the environment and `args`, the CPUs the node may use, and whether to
+/// run or check them; `None` once `--help` or `--version` printed their answer. A setting that
+/// is not valid, or an unknown `COMBD_*` variable, ends the process here.
+fn read_settings(
+    args: &[String],
+    stdout: &mut std::io::Stdout,
+) -> Option<(Command, Settings, Vec<usize>)> {
     let cpus = sys::allowed_cpus().unwrap_or_else(|e| {
         fail(Failure::Software(format!(
             "cannot read the CPUs this process may use: {e}"
         )))
     });
-    let (command, settings) = Settings::load(|k| std::env::var(k).ok(), &args, cpus.len())
+    let (command, settings) = Settings::load(|k| std::env::var(k).ok(), args, cpus.len())
         .unwrap_or_else(|e| fail(e.into()));
-    // Output to stdout stops quietly when its reader goes away (`combd --help | head -1`):
-    // every write is checked, none panics.
-    let mut stdout = std::io::stdout();
     match command {
         Command::Help => {
             let _ = write!(stdout, "{}", help_text()).and_then(|()| stdout.flush());
-            return;
+            return None;
         }
         Command::Version => {
             let _ = writeln!(stdout, "combd {}", env!("CARGO_PKG_VERSION"))
                 .and_then(|()| stdout.flush());
-            return;
+            return None;
         }
         Command::Run | Command::CheckConfig => {}
     }
@@ -126,89 +156,129 @@ fn main() {
         .map(|(name, _)| name.to_string_lossy().into_owned())
         .collect();
     check_env_names(names.iter().map(String::as_str)).unwrap_or_else(|e| fail(e.into()));
+    Some((command, settings, cpus))
+}
 
+/// Logs to stderr with `COMBD_LOG`'s filter, coloured only on a terminal (a file or the
+/// journal gets plain text).
+fn start_logging(settings: &Settings) {
     let filter = tracing_subscriber::EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
         fail(Failure::Config(format!(
             "COMBD_LOG: {:?} is not a log filter: {e}",
             settings.log
         )))
     });
-    // Colour codes only for a terminal: a file or the journal gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+}
 
-    // Where io_uring is refused nothing else matters: say so first, and in a check of the
-    // configuration too, which would otherwise call a node that cannot start valid.
-    if let Err(refused) = combd_kernel::uring::probe() {
-        fail(Failure::Config(refused.to_string()));
-    }
-    let nofile = sys::raise_nofile_limit().unwrap_or_else(|e| {
-        warn!("cannot raise RLIMIT_NOFILE: {e}");
-        limits::NOFILE_FALLBACK
-    });
-    let max_conns = settings.max_conns_effective(nofile);
-    // A check of the configuration reports these itself, and creates nothing.
-    let running = command == Command::Run;
-    if running && max_conns < settings.max_conns {
-        info!(
-            configured = settings.max_conns,
-            effective = max_conns,
-            rlimit_nofile = nofile,
-            "COMBD_MAX_CONNS clamped to the file-descriptor limit"
-        );
-    }
-    if running {
-        prepare_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
-    } else {
-        check::data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
-    }
+/// What start-up found of the machine: the file-descriptor limit, the connections it allows,
+/// and the memory budget.
+struct Machine {
+    nofile: u64,
+    max_conns: u64,
+    probe: MemoryProbe,
+}
 
-    let probe = MemoryProbe::discover(settings.memory_budget_bytes)
-        .unwrap_or_else(|e| fail(Failure::Software(format!("cannot read /proc/meminfo: {e}"))));
-    if running {
-        info!(
-            budget_bytes = probe.budget_bytes,
-            source = probe.budget_source.as_str(),
-            cgroup = ?probe.cgroup.as_ref().map(|(v, d)| format!("{v:?} {}", d.display())),
-            "memory budget"
-        );
+impl Machine {
+    /// Checks io_uring, the file-descriptor limit, the data directory (created when
+    /// `running`, only checked otherwise) and the memory budget; ends the process on what
+    /// stops a start.
+    fn find(settings: &Settings, running: bool) -> Machine {
+        // Where io_uring is refused nothing else matters: say so first, and in a check of the
+        // configuration too, which would otherwise call a node that cannot start valid.
+        if let Err(refused) = combd_kernel::uring::probe() {
+            fail(Failure::Config(refused.to_string()));
+        }
+        let nofile = sys::raise_nofile_limit().unwrap_or_else(|e| {
+            warn!("cannot raise RLIMIT_NOFILE: {e}");
+            limits::NOFILE_FALLBACK
+        });
+        let max_conns = settings.max_conns_effective(nofile);
+        // A check of the configuration reports these itself, and creates nothing.
+        if running && max_conns < settings.max_conns {
+            info!(
+                configured = settings.max_conns,
+                effective = max_conns,
+                rlimit_nofile = nofile,
+                "COMBD_MAX_CONNS clamped to the file-descriptor limit"
+            );
+        }
+        if running {
+            prepare_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
+        } else {
+            check::data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
+        }
+        let probe = MemoryProbe::discover(settings.memory_budget_bytes)
+            .unwrap_or_else(|e| fail(Failure::Software(format!("cannot read /proc/meminfo: {e}"))));
+        if running {
+            info!(
+                budget_bytes = probe.budget_bytes,
+                source = probe.budget_source.as_str(),
+                cgroup = ?probe.cgroup.as_ref().map(|(v, d)| format!("{v:?} {}", d.display())),
+                "memory budget"
+            );
+        }
+        Machine {
+            nofile,
+            max_conns,
+            probe,
+        }
     }
+}
 
+/// What the node is started with besides its settings: TLS, the token verifier, the apps
+/// (built in and deployed modules), and the access log's sink.
+struct Parts {
+    tls: Option<combd_shards::tls::Tls>,
+    auth: Option<combd_shards::auth::Auth>,
+    deployed: (combd_wasm::Deployed, combd_shards::app::Apps),
+    access_log: Option<Sink>,
+}
+
+impl Parts {
+    /// Loads each part, or (when not `running`) checks it without creating anything; ends
+    /// the process naming the setting of a part that cannot be had.
+    fn make(settings: &Settings, running: bool) -> Parts {
+        let tls = settings.tls.as_ref().map(|t| {
+            combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
+                .unwrap_or_else(|e| fail(e.into()))
+        });
+        let auth = settings.auth.clone().map(|a| {
+            combd_shards::auth::Auth::new(a)
+                .unwrap_or_else(|e| fail(Failure::Config(format!("COMBD_AUTH_JWT_KEY_FILE: {e}"))))
+        });
+        let deployed = deploy(settings, running).unwrap_or_else(|f| fail(f));
+        let access_log = if running {
+            open_access_log(settings).unwrap_or_else(|f| fail(f))
+        } else {
+            check::access_log(&settings.access_log).unwrap_or_else(|f| fail(f));
+            None
+        };
+        Parts {
+            tls,
+            auth,
+            deployed,
+            access_log,
+        }
+    }
+}
+
+/// Starts the node and its coordinator, says it is ready, and serves until a signal drains
+/// it; the process ends with the node.
+fn serve(
+    settings: Settings,
+    cpus: &[usize],
+    machine: Machine,
+    parts: Parts,
+    stdout: &mut std::io::Stdout,
+) {
     let shards = settings.shards;
-    let outbound_budget = limits::outbound_budget_per_shard(
-        settings.outbound_budget_bytes,
-        probe.budget_bytes,
-        shards,
-    );
-    let inbound_budget =
-        limits::inbound_budget_per_shard(settings.inbound_budget_bytes, probe.budget_bytes, shards);
-    let tls = settings.tls.as_ref().map(|t| {
-        combd_shards::tls::Tls::new(t.cert.clone(), t.key.clone())
-            .unwrap_or_else(|e| fail(e.into()))
-    });
-    let auth = settings.auth.clone().map(|a| {
-        combd_shards::auth::Auth::new(a)
-            .unwrap_or_else(|e| fail(Failure::Config(format!("COMBD_AUTH_JWT_KEY_FILE: {e}"))))
-    });
-    let deployed = deploy(&settings, running).unwrap_or_else(|f| fail(f));
-    let access_log = if running {
-        open_access_log(&settings).unwrap_or_else(|f| fail(f))
-    } else {
-        check::access_log(&settings.access_log).unwrap_or_else(|f| fail(f));
-        None
-    };
-    if command == Command::CheckConfig {
-        // Every check of a start has run but those a running node would fail (its data
-        // directory's lock, its ports). The report stops quietly on a closed stdout.
-        let _ = check::report(&mut stdout, &settings, &probe, nofile, max_conns, shards)
-            .and_then(|()| stdout.flush());
-        return;
-    }
     let _data_lock = lock_data_dir(&settings.data_dir).unwrap_or_else(|f| fail(f));
-    let access_log = access_log.map(|sink| {
+    let access_log = parts.access_log.map(|sink| {
         AccessLog::start(sink, shards).unwrap_or_else(|e| {
             fail(Failure::Software(format!(
                 "cannot start the access log's writer: {e}"
@@ -216,20 +286,29 @@ fn main() {
         })
     });
     let (wake_coordinator, coordinator_wakes) = std::sync::mpsc::sync_channel(1);
+    let probe = machine.probe;
     let config = NodeConfig {
+        outbound_budget_bytes: limits::outbound_budget_per_shard(
+            settings.outbound_budget_bytes,
+            probe.budget_bytes,
+            shards,
+        ),
+        inbound_budget_bytes: limits::inbound_budget_per_shard(
+            settings.inbound_budget_bytes,
+            probe.budget_bytes,
+            shards,
+        ),
         settings,
-        apps: deployed.1,
-        max_conns_effective: max_conns,
+        apps: parts.deployed.1,
+        max_conns_effective: machine.max_conns,
         memory_budget_source: probe.budget_source.as_str(),
         memory_budget_bytes: probe.budget_bytes,
-        outbound_budget_bytes: outbound_budget,
-        inbound_budget_bytes: inbound_budget,
         coordinator: wake_coordinator,
-        tls,
-        auth,
+        tls: parts.tls,
+        auth: parts.auth,
         access_log: access_log.clone(),
     };
-    let node = Node::start(config, &cpus).unwrap_or_else(|e: StartError| fail(e.into()));
+    let node = Node::start(config, cpus).unwrap_or_else(|e: StartError| fail(e.into()));
     let shared = node.shared().clone();
     let coordinator = std::thread::Builder::new()
         .name("combd-coordinator".into())
@@ -239,8 +318,24 @@ fn main() {
                 "cannot start the coordinator: {e}"
             )))
         });
+    say_ready(&node, shards, machine.max_conns, stdout);
+    handle_signals(&node, parts.deployed.0);
+    let result = node.wait();
+    let _ = coordinator.join();
+    // The shards handed over their last lines as they ended: written before the exit.
+    if let Some(log) = &access_log {
+        log.finish();
+    }
+    match result {
+        Ok(()) => info!("stopped"),
+        Err(e) => fail(Failure::Software(e)),
+    }
+}
+
+/// Tells the log, stdout (one line that scripts and tests wait for; nobody reading it is no
+/// failure) and systemd that the node serves.
+fn say_ready(node: &Node, shards: usize, max_conns: u64, stdout: &mut std::io::Stdout) {
     info!(public = %node.public_addr(), local = %node.local_addr(), shards, max_conns, "serving");
-    // One line on stdout that scripts and tests wait for (nobody reading it is no failure).
     let _ = writeln!(
         stdout,
         "combd ready: public={} local={} shards={shards}{}",
@@ -255,19 +350,6 @@ fn main() {
         "READY=1\nSTATUS=serving on {} with {shards} shard(s)",
         node.public_addr()
     ));
-
-    handle_signals(&node, deployed.0);
-
-    let result = node.wait();
-    let _ = coordinator.join();
-    // The shards handed over their last lines as they ended: written before the exit.
-    if let Some(log) = &access_log {
-        log.finish();
-    }
-    match result {
-        Ok(()) => info!("stopped"),
-        Err(e) => fail(Failure::Software(e)),
-    }
 }
 
 /// Creates the data directory if it is missing and checks that objects can be written under

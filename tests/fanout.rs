@@ -255,7 +255,7 @@ fn viewers_gone_while_their_frames_are_written_hold_nothing() {
             .set_linger(Some(std::time::Duration::ZERO))
             .unwrap();
     }
-    let mut read_all = |stay: &mut Vec<WebSocket<TcpStream>>| {
+    let read_all = |stay: &mut Vec<WebSocket<TcpStream>>| {
         for ws in stay.iter_mut() {
             for i in 0..FRAMES {
                 let Message::Text(t) = ws.read().expect("a frame of the broadcast") else {
