@@ -15,6 +15,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::app::Apps;
 use crate::fleet::Fleet;
+use crate::job::ShardMsg;
 use crate::shard::{self, ListenerFd};
 use crate::shared::{NodeShared, SharedParts};
 use crate::tls::Tls;
@@ -90,6 +91,56 @@ impl Drop for ShardEnd {
     }
 }
 
+/// What one shard is started with: its listeners, its end of the wake socket, its inbox.
+struct ShardStart {
+    id: usize,
+    shared: Arc<NodeShared>,
+    listener_fds: Vec<ListenerFd>,
+    wake_fd: RawFd,
+    inbox: async_channel::Receiver<ShardMsg>,
+}
+
+impl ShardStart {
+    /// Starts the shard's executor on `cpu`, with its blocking threads; it tells `tx` when it
+    /// accepts and when it ends ([`ShardEnd`]).
+    fn spawn(self, cpu: usize, tx: mpsc::Sender<(usize, ShardEvent)>) -> std::io::Result<()> {
+        let ShardStart {
+            id,
+            shared,
+            listener_fds,
+            wake_fd,
+            inbox,
+        } = self;
+        let ready = tx.clone();
+        let end = ShardEnd {
+            id,
+            tx,
+            clean: false,
+        };
+        LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("combd-shard{id}"))
+            .io_memory(limits::SHARD_IO_MEMORY_BYTES)
+            .ring_depth(limits::SHARD_RING_DEPTH)
+            .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(
+                limits::BLOCKING_THREADS_PER_SHARD,
+            ))
+            .spawn(move || {
+                SHARD_END.with(|e| *e.borrow_mut() = Some(end));
+                async move {
+                    shard::run(id, shared, listener_fds, wake_fd, inbox, move || {
+                        let _ = ready.send((id, ShardEvent::Ready));
+                    })
+                    .await;
+                    if let Some(mut end) = SHARD_END.with(|e| e.borrow_mut().take()) {
+                        end.clean = true;
+                    }
+                }
+            })
+            .map(drop)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+}
+
 thread_local! {
     static SHARD_END: std::cell::RefCell<Option<ShardEnd>> = const { std::cell::RefCell::new(None) };
 }
@@ -133,24 +184,40 @@ pub struct NodeConfig {
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
 }
 
+impl NodeConfig {
+    /// The node-wide state's parts: this configuration with what start made for it.
+    fn into_parts(
+        self,
+        shard_wakers: Vec<UnixStream>,
+        inboxes: Vec<async_channel::Sender<ShardMsg>>,
+        fleet: Option<Arc<Fleet>>,
+        alarms: Arc<crate::alarms::AlarmIndex>,
+    ) -> SharedParts {
+        SharedParts {
+            settings: self.settings,
+            apps: self.apps,
+            max_conns_effective: self.max_conns_effective,
+            memory_budget_source: self.memory_budget_source,
+            memory_budget_bytes: self.memory_budget_bytes,
+            outbound_budget_bytes: self.outbound_budget_bytes,
+            inbound_budget_bytes: self.inbound_budget_bytes,
+            shard_wakers,
+            coordinator: self.coordinator,
+            inboxes,
+            tls: self.tls,
+            auth: self.auth,
+            fleet,
+            access_log: self.access_log,
+            alarms,
+        }
+    }
+}
+
 impl Node {
     /// Binds the listeners of every shard on `cpus[..settings.shards]` and starts the shards.
     /// Returns once every shard accepts connections.
     pub fn start(config: NodeConfig, cpus: &[usize]) -> Result<Node, StartError> {
-        let NodeConfig {
-            settings,
-            apps,
-            max_conns_effective,
-            memory_budget_source,
-            memory_budget_bytes,
-            outbound_budget_bytes,
-            inbound_budget_bytes,
-            coordinator,
-            tls,
-            auth,
-            access_log,
-        } = config;
-        let n = settings.shards;
+        let n = config.settings.shards;
         // Where io_uring is refused glommio panics in every shard: say why, before binding.
         combd_kernel::uring::probe().map_err(|r| StartError::Unsupported(r.to_string()))?;
         if cpus.len() < n {
@@ -159,73 +226,42 @@ impl Node {
                 message: format!("{n} shards need {n} CPUs, {} allowed", cpus.len()),
             });
         }
-        let fleet = match &settings.fleet {
+        let fleet = match &config.settings.fleet {
             Some(f) => Some(Arc::new(Fleet::start(f).map_err(
                 |(setting, message)| StartError::Setting { setting, message },
             )?)),
             None => None,
         };
         let alarms = Arc::new(
-            crate::alarms::AlarmIndex::open(&settings.data_dir, n).map_err(|message| {
+            crate::alarms::AlarmIndex::open(&config.settings.data_dir, n).map_err(|message| {
                 StartError::Setting {
                     setting: "COMBD_DATA",
                     message: format!("cannot open the alarm index: {message}"),
                 }
             })?,
         );
-        let bound = bind_all(&settings, n)?;
+        let bound = bind_all(&config.settings, n)?;
         let (shard_wakers, wake_fds) = wake_sockets(n)?;
         let (inboxes, inbox_rx): (Vec<_>, Vec<_>) = (0..n)
             .map(|_| async_channel::bounded(limits::CROSS_SHARD_QUEUE))
             .unzip();
-        let shared = Arc::new(NodeShared::new(SharedParts {
-            settings,
-            apps,
-            max_conns_effective,
-            memory_budget_source,
-            memory_budget_bytes,
-            outbound_budget_bytes,
-            inbound_budget_bytes,
+        let shared = Arc::new(NodeShared::new(config.into_parts(
             shard_wakers,
-            coordinator,
             inboxes,
-            tls,
-            auth,
             fleet,
-            access_log,
             alarms,
-        }));
+        )));
         let (tx, events) = mpsc::channel();
         let per_shard = bound.per_shard.into_iter().zip(wake_fds).zip(inbox_rx);
         for (id, ((listener_fds, wake_fd), inbox)) in per_shard.enumerate() {
-            let tx = tx.clone();
-            let for_shard = shared.clone();
-            let ready = tx.clone();
-            let end = ShardEnd {
+            let shard = ShardStart {
                 id,
-                tx,
-                clean: false,
+                shared: shared.clone(),
+                listener_fds,
+                wake_fd,
+                inbox,
             };
-            let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
-                .name(&format!("combd-shard{id}"))
-                .io_memory(limits::SHARD_IO_MEMORY_BYTES)
-                .ring_depth(limits::SHARD_RING_DEPTH)
-                .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(
-                    limits::BLOCKING_THREADS_PER_SHARD,
-                ))
-                .spawn(move || {
-                    SHARD_END.with(|e| *e.borrow_mut() = Some(end));
-                    async move {
-                        shard::run(id, for_shard, listener_fds, wake_fd, inbox, move || {
-                            let _ = ready.send((id, ShardEvent::Ready));
-                        })
-                        .await;
-                        if let Some(mut end) = SHARD_END.with(|e| e.borrow_mut().take()) {
-                            end.clean = true;
-                        }
-                    }
-                });
-            if let Err(e) = spawned {
+            if let Err(e) = shard.spawn(cpus[id], tx.clone()) {
                 shared.start_drain();
                 return Err(StartError::Runtime(format!(
                     "cannot start shard {id} on CPU {}: {e}",
