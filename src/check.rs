@@ -137,6 +137,27 @@ pub fn report(
     }
     table(out, &rows)?;
     writeln!(out, "\nin force:")?;
+    table(out, &in_force(settings, probe, nofile, max_conns, shards))?;
+    writeln!(
+        out,
+        "\nfixed limits (kernel/src/limits/, each with its reason there; durations in ms, or µs for a name ending in _us):"
+    )?;
+    let rows: Vec<[String; 3]> = limits::FIXED
+        .iter()
+        .map(|f| [f.name.to_string(), f.value.to_string(), String::new()])
+        .collect();
+    table(out, &rows)
+}
+
+/// The limits start-up works out from the settings and the machine, each with where it came
+/// from: the connection cap, the memory budget, and each shard's outbound and inbound budget.
+fn in_force(
+    settings: &Settings,
+    probe: &MemoryProbe,
+    nofile: u64,
+    max_conns: u64,
+    shards: usize,
+) -> [[String; 3]; 4] {
     let clamp = if max_conns < settings.max_conns {
         format!(
             "clamped to RLIMIT_NOFILE {nofile} less {}",
@@ -159,42 +180,30 @@ pub fn report(
     );
     let inbound =
         limits::inbound_budget_per_shard(settings.inbound_budget_bytes, probe.budget_bytes, shards);
-    table(
-        out,
-        &[
-            ["max_conns".into(), max_conns.to_string(), clamp],
-            [
-                "memory_budget_bytes".into(),
-                probe.budget_bytes.to_string(),
-                probe.budget_source.as_str().into(),
-            ],
-            [
-                "outbound_budget_bytes".into(),
-                outbound.to_string(),
-                from(
-                    settings.outbound_budget_bytes.is_some(),
-                    "COMBD_OUTBOUND_BUDGET",
-                ),
-            ],
-            [
-                "inbound_budget_bytes".into(),
-                inbound.to_string(),
-                from(
-                    settings.inbound_budget_bytes.is_some(),
-                    "COMBD_INBOUND_BUDGET",
-                ),
-            ],
+    [
+        ["max_conns".into(), max_conns.to_string(), clamp],
+        [
+            "memory_budget_bytes".into(),
+            probe.budget_bytes.to_string(),
+            probe.budget_source.as_str().into(),
         ],
-    )?;
-    writeln!(
-        out,
-        "\nfixed limits (kernel/src/limits/, each with its reason there; durations in ms, or µs for a name ending in _us):"
-    )?;
-    let rows: Vec<[String; 3]> = limits::FIXED
-        .iter()
-        .map(|f| [f.name.to_string(), f.value.to_string(), String::new()])
-        .collect();
-    table(out, &rows)
+        [
+            "outbound_budget_bytes".into(),
+            outbound.to_string(),
+            from(
+                settings.outbound_budget_bytes.is_some(),
+                "COMBD_OUTBOUND_BUDGET",
+            ),
+        ],
+        [
+            "inbound_budget_bytes".into(),
+            inbound.to_string(),
+            from(
+                settings.inbound_budget_bytes.is_some(),
+                "COMBD_INBOUND_BUDGET",
+            ),
+        ],
+    ]
 }
 
 #[cfg(test)]

@@ -84,33 +84,63 @@ fn measure(
     last_error: &mut Option<Instant>,
 ) -> FullReasons {
     let a = &node.admission;
-    let mut level = a.pressure.load(Ordering::Relaxed);
-    match probe.sample() {
-        Ok(m) => {
-            let p = admission::pressure(
-                m.own_bytes,
-                probe.budget_bytes,
-                m.machine_total_bytes,
-                m.machine_available_bytes,
-            );
-            level = p.level;
-            a.pressure.store(p.level, Ordering::Relaxed);
-            a.memory_own_bytes.store(m.own_bytes, Ordering::Relaxed);
-            a.memory_rss_bytes.store(m.rss_bytes, Ordering::Relaxed);
-            a.memory_own_percent.store(p.own_percent, Ordering::Relaxed);
-            a.memory_budget_bytes
-                .store(probe.budget_bytes, Ordering::Relaxed);
-            a.machine_total_bytes
-                .store(m.machine_total_bytes, Ordering::Relaxed);
-            a.machine_available_bytes
-                .store(m.machine_available_bytes, Ordering::Relaxed);
-            a.machine_percent
-                .store(p.machine_percent, Ordering::Relaxed);
-            a.tcp_kernel_bytes
-                .store(m.tcp_kernel_bytes, Ordering::Relaxed);
+    let level = measure_memory(node, probe, last_error);
+    measure_disk(node, last_error);
+    let m = Measurements {
+        pressure: level,
+        conns: node.conns(),
+        max_conns: node.max_conns_effective,
+        shards_behind: node
+            .stats
+            .iter()
+            .filter(|s| s.behind.load(Ordering::Relaxed) != 0)
+            .count(),
+        shards: node.stats.len(),
+    };
+    let reasons = admission::full_reasons(&m);
+    a.full_reasons.store(reasons.0, Ordering::Relaxed);
+    // Counted last, so a reader that sees a measurement counted sees its figures too.
+    a.measurements.fetch_add(1, Ordering::Release);
+    reasons
+}
+
+/// The node's and the machine's memory against the budget, published; the pressure level
+/// (the last one when memory cannot be read).
+fn measure_memory(node: &NodeShared, probe: &MemoryProbe, last_error: &mut Option<Instant>) -> u8 {
+    let a = &node.admission;
+    let m = match probe.sample() {
+        Ok(m) => m,
+        Err(e) => {
+            rate_limited(last_error, || warn!("cannot measure memory: {e}"));
+            return a.pressure.load(Ordering::Relaxed);
         }
-        Err(e) => rate_limited(last_error, || warn!("cannot measure memory: {e}")),
-    }
+    };
+    let p = admission::pressure(
+        m.own_bytes,
+        probe.budget_bytes,
+        m.machine_total_bytes,
+        m.machine_available_bytes,
+    );
+    a.pressure.store(p.level, Ordering::Relaxed);
+    a.memory_own_bytes.store(m.own_bytes, Ordering::Relaxed);
+    a.memory_rss_bytes.store(m.rss_bytes, Ordering::Relaxed);
+    a.memory_own_percent.store(p.own_percent, Ordering::Relaxed);
+    a.memory_budget_bytes
+        .store(probe.budget_bytes, Ordering::Relaxed);
+    a.machine_total_bytes
+        .store(m.machine_total_bytes, Ordering::Relaxed);
+    a.machine_available_bytes
+        .store(m.machine_available_bytes, Ordering::Relaxed);
+    a.machine_percent
+        .store(p.machine_percent, Ordering::Relaxed);
+    a.tcp_kernel_bytes
+        .store(m.tcp_kernel_bytes, Ordering::Relaxed);
+    p.level
+}
+
+/// The data disk's free space, published, and whether it is low (logged when that changes).
+fn measure_disk(node: &NodeShared, last_error: &mut Option<Instant>) {
+    let a = &node.admission;
     match sys::disk_space(&node.settings.data_dir) {
         Ok((free, total)) => {
             let low = admission::disk_low(free, total);
@@ -134,22 +164,6 @@ fn measure(
         }
         Err(e) => rate_limited(last_error, || warn!("cannot measure the data disk: {e}")),
     }
-    let m = Measurements {
-        pressure: level,
-        conns: node.conns(),
-        max_conns: node.max_conns_effective,
-        shards_behind: node
-            .stats
-            .iter()
-            .filter(|s| s.behind.load(Ordering::Relaxed) != 0)
-            .count(),
-        shards: node.stats.len(),
-    };
-    let reasons = admission::full_reasons(&m);
-    a.full_reasons.store(reasons.0, Ordering::Relaxed);
-    // Counted last, so a reader that sees a measurement counted sees its figures too.
-    a.measurements.fetch_add(1, Ordering::Release);
-    reasons
 }
 
 fn publish_state(node: &NodeShared, full: bool, reasons: FullReasons) {

@@ -203,29 +203,9 @@ fn watch_for_quit(quit: &mpsc::Sender<()>) -> Option<RawStdin> {
 /// second, so it can watch a restart), and ends on `q` or when its stdout closes
 /// (`combd top --json | head`).
 pub fn run(args: &[String]) -> i32 {
-    let mut port: u16 = std::env::var("COMBD_LISTEN")
-        .ok()
-        .and_then(|l| l.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
-        .unwrap_or(8080);
-    let (mut once, mut json) = (false, false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--once" => once = true,
-            "--json" => json = true,
-            "--port" => match it.next().and_then(|p| p.parse().ok()) {
-                Some(p) => port = p,
-                None => {
-                    eprintln!("combd top: --port needs a port number");
-                    return 2;
-                }
-            },
-            other => {
-                eprintln!("combd top: unknown argument {other:?} (use --port P, --once, --json)");
-                return 2;
-            }
-        }
-    }
+    let Some((port, once, json)) = parse_args(args) else {
+        return 2;
+    };
     let color = std::io::stdout().is_terminal();
     let mut stdout = std::io::stdout();
     if once {
@@ -273,4 +253,33 @@ pub fn run(args: &[String]) -> i32 {
             Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return 0,
         }
     }
+}
+
+/// The port to ask (`--port`, else `COMBD_LISTEN`'s, else 8080), and `--once` and `--json`;
+/// `None` after saying on stderr what is wrong with them.
+fn parse_args(args: &[String]) -> Option<(u16, bool, bool)> {
+    let mut port: u16 = std::env::var("COMBD_LISTEN")
+        .ok()
+        .and_then(|l| l.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+        .unwrap_or(8080);
+    let (mut once, mut json) = (false, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--once" => once = true,
+            "--json" => json = true,
+            "--port" => match it.next().and_then(|p| p.parse().ok()) {
+                Some(p) => port = p,
+                None => {
+                    eprintln!("combd top: --port needs a port number");
+                    return None;
+                }
+            },
+            other => {
+                eprintln!("combd top: unknown argument {other:?} (use --port P, --once, --json)");
+                return None;
+            }
+        }
+    }
+    Some((port, once, json))
 }
