@@ -92,48 +92,13 @@ pub fn parse_request<'a>(
     headers: &'a mut [httparse::Header<'a>],
 ) -> Result<ParsedRequest<'a>, HeadError> {
     let mut req = httparse::Request::new(headers);
-    let len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => {
-            if buf.len() > HEADER_SECTION_MAX_BYTES {
-                return Err(HeadError {
-                    status: 431,
-                    message: "request header section too large",
-                });
-            }
-            return Ok(ParsedRequest::Partial);
-        }
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(HeadError {
-                status: 431,
-                message: "too many header fields",
-            })
-        }
-        Err(_) => {
-            return Err(HeadError {
-                status: 400,
-                message: "malformed request",
-            })
-        }
+    let Some(len) = head_len(req.parse(buf), buf.len())? else {
+        return Ok(ParsedRequest::Partial);
     };
-    if len > HEADER_SECTION_MAX_BYTES {
-        return Err(HeadError {
-            status: 431,
-            message: "request header section too large",
-        });
-    }
     let Some(target) = req.path else {
         return Err(bad("malformed request"));
     };
-    if target.len() > URL_MAX_BYTES {
-        return Err(HeadError {
-            status: 414,
-            message: "request target too long",
-        });
-    }
-    if !target_ok(target) {
-        return Err(bad("invalid request target"));
-    }
+    check_target(target)?;
     let http11 = req.version == Some(1);
     let f = read_fields(req.headers, http11)?;
     let head = Head {
@@ -161,6 +126,41 @@ pub fn parse_request<'a>(
         body: &buf[len..end as usize],
     };
     Ok(ParsedRequest::Complete(head, request))
+}
+
+/// The head's length once it is whole (`None`: not yet, with `buffered` bytes of it), or why
+/// it is refused: too large (431), too many fields (431), or malformed (400).
+fn head_len(parsed: httparse::Result<usize>, buffered: usize) -> Result<Option<usize>, HeadError> {
+    const TOO_LARGE: HeadError = HeadError {
+        status: 431,
+        message: "request header section too large",
+    };
+    match parsed {
+        Ok(httparse::Status::Complete(len)) if len > HEADER_SECTION_MAX_BYTES => Err(TOO_LARGE),
+        Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
+        Ok(httparse::Status::Partial) if buffered > HEADER_SECTION_MAX_BYTES => Err(TOO_LARGE),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(HeadError {
+            status: 431,
+            message: "too many header fields",
+        }),
+        Err(_) => Err(bad("malformed request")),
+    }
+}
+
+/// A request target the node takes: at most `URL_MAX_BYTES` (else 414), and one that
+/// [`target_ok`] accepts (else 400).
+fn check_target(target: &str) -> Result<(), HeadError> {
+    if target.len() > URL_MAX_BYTES {
+        return Err(HeadError {
+            status: 414,
+            message: "request target too long",
+        });
+    }
+    if !target_ok(target) {
+        return Err(bad("invalid request target"));
+    }
+    Ok(())
 }
 
 /// What the header fields of a request say about its framing and connection.
