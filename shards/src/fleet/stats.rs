@@ -147,12 +147,22 @@ impl FleetStats {
 }
 
 impl Fleet {
-    /// The fleet's figures for `/stats` and `/metrics`.
+    /// The fleet's figures for `/stats` and `/metrics`, in a fixed order.
     pub fn figures(fleet: Option<&Fleet>) -> Vec<Field> {
+        let mut all = Fleet::lease_figures(fleet);
+        all.extend(Fleet::wake_figures(fleet));
+        all.extend(Fleet::ownership_figures(fleet));
+        all.extend(Fleet::shipping_figures(fleet));
+        all.extend(Fleet::restore_figures(fleet));
+        all.extend(Fleet::bucket_figures(fleet));
+        all.extend(Fleet::forwarding_figures(fleet));
+        all
+    }
+
+    /// The node in the fleet: its lease, and the fleet key's checks of what other nodes send.
+    fn lease_figures(fleet: Option<&Fleet>) -> Vec<Field> {
         use Kind::*;
-        let g = |f: fn(&FleetStats) -> &AtomicU64| {
-            fleet.map_or(0, |fl| f(&fl.stats).load(Ordering::Relaxed))
-        };
+        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
         vec![
             (
                 "fleet",
@@ -209,6 +219,14 @@ impl Fleet {
                  fleet_auth_replays_max).",
                 fleet.map_or(0, |f| f.replays_held() as u64),
             ),
+        ]
+    }
+
+    /// Heads and owners that could not be read, and the alarms and messages this node passes on to other nodes' objects.
+    fn wake_figures(fleet: Option<&Fleet>) -> Vec<Field> {
+        use Kind::*;
+        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+        vec![
             (
                 "fleet_owner_invalid",
                 "combd_fleet_owner_invalid_total",
@@ -255,6 +273,14 @@ impl Fleet {
                 "Messages between objects passed on to the receiver's owner on another node                  (each sent until its receiver took it).",
                 g(|s| &s.messages_passed),
             ),
+        ]
+    }
+
+    /// The objects this node owns, its claims, and the owners it learned (routes and lookups).
+    fn ownership_figures(fleet: Option<&Fleet>) -> Vec<Field> {
+        use Kind::*;
+        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+        vec![
             (
                 "fleet_objects_owned",
                 "combd_fleet_objects_owned",
@@ -297,6 +323,14 @@ impl Fleet {
                 "Owners read from the coordinator before an object had a cell here (no claim).",
                 g(|s| &s.lookups),
             ),
+        ]
+    }
+
+    /// Committed batches shipped to the bucket before their answers leave.
+    fn shipping_figures(fleet: Option<&Fleet>) -> Vec<Field> {
+        use Kind::*;
+        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+        vec![
             (
                 "fleet_segments_uploaded",
                 "combd_fleet_segments_uploaded_total",
@@ -347,6 +381,14 @@ impl Fleet {
                 "Shipments that failed (bucket, coordinator, lease).",
                 g(|s| &s.ship_failed),
             ),
+        ]
+    }
+
+    /// Objects restored from the bucket, and snapshots taken.
+    fn restore_figures(fleet: Option<&Fleet>) -> Vec<Field> {
+        use Kind::*;
+        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+        vec![
             (
                 "fleet_restores",
                 "combd_fleet_restores_total",
@@ -392,6 +434,14 @@ impl Fleet {
                  shipped since).",
                 g(|s| &s.snapshots_skipped),
             ),
+        ]
+    }
+
+    /// The bucket's retries, and the keys pruned after a snapshot.
+    fn bucket_figures(fleet: Option<&Fleet>) -> Vec<Field> {
+        use Kind::*;
+        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+        vec![
             (
                 "fleet_bucket_retried",
                 "combd_fleet_bucket_retried_total",
@@ -413,6 +463,14 @@ impl Fleet {
                 "Deletions of replaced segments that failed (retried at the next snapshot).",
                 g(|s| &s.prune_failed),
             ),
+        ]
+    }
+
+    /// Requests and WebSockets passed on to their object's owner.
+    fn forwarding_figures(fleet: Option<&Fleet>) -> Vec<Field> {
+        use Kind::*;
+        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+        vec![
             (
                 "fleet_forwarded",
                 "combd_fleet_forwarded_total",
@@ -459,6 +517,11 @@ impl Fleet {
             ),
         ]
     }
+}
+
+/// A counter of the fleet's, 0 on a node alone.
+fn load(fleet: Option<&Fleet>, f: fn(&FleetStats) -> &AtomicU64) -> u64 {
+    fleet.map_or(0, |fl| f(&fl.stats).load(Ordering::Relaxed))
 }
 
 #[cfg(test)]
