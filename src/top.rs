@@ -39,19 +39,37 @@ fn mb(v: &serde_json::Value) -> String {
 
 /// Renders one snapshot. `color` highlights refusal states.
 pub fn render(s: &serde_json::Value, color: bool) -> String {
-    let (hi, lo) = if color {
-        ("\x1b[1;31m", "\x1b[0m")
-    } else {
-        ("", "")
-    };
-    let flag = |on: bool, text: &str| {
-        if on {
-            format!("{hi}{text}{lo}")
+    let style = Style { color };
+    let mut out = node_lines(s, style);
+    out.push_str(&shard_table(s, style));
+    out
+}
+
+/// How a figure that needs attention is shown: bold red on a terminal.
+#[derive(Clone, Copy)]
+struct Style {
+    color: bool,
+}
+
+impl Style {
+    /// `text`, marked when `on`.
+    fn flag(self, on: bool, text: &str) -> String {
+        if on && self.color {
+            format!("\x1b[1;31m{text}\x1b[0m")
         } else {
             text.to_string()
         }
-    };
-    let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    }
+}
+
+/// A figure of `/stats` as a number (0 when missing).
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// The node's three lines: version, uptime and whether it accepts; memory, pressure,
+/// connections and disk; the refusals.
+fn node_lines(s: &serde_json::Value, style: Style) -> String {
     let mut out = String::new();
     let refusing = u(&s["tcp_refusing"]) == 1;
     out.push_str(&format!(
@@ -60,7 +78,7 @@ pub fn render(s: &serde_json::Value, color: bool) -> String {
         u(&s["pid"]),
         u(&s["uptime_ms"]) / 1000,
         if refusing {
-            flag(
+            style.flag(
                 true,
                 &format!(
                     "REFUSING AT TCP ({})",
@@ -77,14 +95,14 @@ pub fn render(s: &serde_json::Value, color: bool) -> String {
         mb(&s["memory_budget_bytes"]),
         u(&s["memory_own_percent"]),
         s["memory_budget_source"].as_str().unwrap_or("?"),
-        flag(
+        style.flag(
             u(&s["pressure"]) >= 2,
             &format!("pressure {}", u(&s["pressure"]))
         ),
         u(&s["machine_percent"]),
         u(&s["conns"]),
         u(&s["max_conns_effective"]),
-        flag(
+        style.flag(
             u(&s["disk_low"]) == 1,
             &format!(
                 "disk free {}{}",
@@ -100,7 +118,12 @@ pub fn render(s: &serde_json::Value, color: bool) -> String {
         u(&s["mailbox_refused"]),
         u(&s["session_mailbox_dropped"])
     ));
-    out.push_str(&format!(
+    out
+}
+
+/// A line a shard, under a header.
+fn shard_table(s: &serde_json::Value, style: Style) -> String {
+    let mut out = format!(
         "{:>5} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>5}\n",
         "shard",
         "conns",
@@ -114,7 +137,7 @@ pub fn render(s: &serde_json::Value, color: bool) -> String {
         "batches",
         "requests",
         "lag"
-    ));
+    );
     for sh in s["shards"].as_array().into_iter().flatten() {
         let behind = u(&sh["behind"]) == 1;
         let listening = u(&sh["listening"]) == 1;
@@ -126,8 +149,8 @@ pub fn render(s: &serde_json::Value, color: bool) -> String {
             u(&sh["objects_live"]),
             format!("{}/{}", u(&sh["cells_awake"]), u(&sh["cells_awake_max"])),
             u(&sh["sessions_ready"]),
-            flag(behind, if behind { "YES" } else { "no" }),
-            flag(!listening, if listening { "yes" } else { "NO" }),
+            style.flag(behind, if behind { "YES" } else { "no" }),
+            style.flag(!listening, if listening { "yes" } else { "NO" }),
             u(&sh["mailbox_refused"]),
             u(&sh["batches"]),
             u(&sh["requests"]),
