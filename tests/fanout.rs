@@ -130,13 +130,7 @@ fn a_fan_out_write_cut_short_is_finished_by_the_connection() {
     const BIG: usize = 16;
     const SIZE: usize = 16_384;
     let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    sock.connect_timeout(&node.public().into(), WAIT).unwrap();
-    let stream: TcpStream = sock.into();
-    stream.set_read_timeout(Some(WAIT)).unwrap();
-    let url = format!("ws://127.0.0.2:{}/o/fanout/f", node.port);
-    let mut ws = tungstenite::client(url.as_str(), stream).unwrap().0;
+    let mut ws = stuck_viewer(&node);
     let before = node.stats();
     for call in 0..2 {
         let resp = request(
@@ -203,8 +197,8 @@ fn waiting_viewers_are_written_by_the_fan_out() {
     );
 }
 
-/// A viewer with a 4 KiB receive buffer that reads nothing: the fan-out's writes to it are
-/// cut short and the rest waits in its mail.
+/// A viewer with a 4 KiB receive buffer: while it does not read, the fan-out's writes to it
+/// are cut short and the rest waits in its mail.
 fn stuck_viewer(node: &TestNode) -> WebSocket<TcpStream> {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     sock.set_recv_buffer_size(4096).unwrap();
