@@ -109,22 +109,8 @@ pub(super) fn fleet_settings(
     }
     let secret_key_file = PathBuf::from(required("COMBD_FLEET_SECRET_KEY_FILE")?.trim());
     let key_file = PathBuf::from(required("COMBD_FLEET_KEY_FILE")?.trim());
-    let node_public = match get("COMBD_FLEET_NODE_PUBLIC") {
-        Some(text) => {
-            super::values::parse_switch(&text).map_err(|m| err("COMBD_FLEET_NODE_PUBLIC", m))?
-        }
-        None => false,
-    };
-    let node = parse_fleet_address(&required("COMBD_FLEET_NODE")?, node_public)
-        .map_err(|m| err("COMBD_FLEET_NODE", m))?;
-    let lease_ttl = match get("COMBD_FLEET_LEASE_TTL") {
-        Some(text) => parse_lease_ttl(&text).map_err(|m| err("COMBD_FLEET_LEASE_TTL", m))?,
-        None => limits::FLEET_LEASE_TTL_DEFAULT,
-    };
-    let object_idle = match get("COMBD_FLEET_OBJECT_IDLE") {
-        Some(text) => parse_object_idle(&text).map_err(|m| err("COMBD_FLEET_OBJECT_IDLE", m))?,
-        None => limits::FLEET_OBJECT_IDLE_DEFAULT,
-    };
+    let (node, node_public) = fleet_node(&get, &required("COMBD_FLEET_NODE")?)?;
+    let (lease_ttl, object_idle) = fleet_times(&get)?;
     let region = get("COMBD_FLEET_BUCKET_REGION");
     let bucket_region = parse_region(
         region
@@ -148,6 +134,35 @@ pub(super) fn fleet_settings(
         lease_ttl,
         object_idle,
     }))
+}
+
+/// `COMBD_FLEET_NODE` (given as `text`), checked against `COMBD_FLEET_NODE_PUBLIC`: the
+/// node's fleet address, and whether it may be a public one.
+fn fleet_node(
+    get: &impl Fn(&str) -> Option<String>,
+    text: &str,
+) -> Result<(SocketAddr, bool), ConfigError> {
+    let public = match get("COMBD_FLEET_NODE_PUBLIC") {
+        Some(text) => {
+            super::values::parse_switch(&text).map_err(|m| err("COMBD_FLEET_NODE_PUBLIC", m))?
+        }
+        None => false,
+    };
+    let node = parse_fleet_address(text, public).map_err(|m| err("COMBD_FLEET_NODE", m))?;
+    Ok((node, public))
+}
+
+/// `COMBD_FLEET_LEASE_TTL` and `COMBD_FLEET_OBJECT_IDLE`, or their defaults.
+fn fleet_times(get: &impl Fn(&str) -> Option<String>) -> Result<(Duration, Duration), ConfigError> {
+    let lease_ttl = match get("COMBD_FLEET_LEASE_TTL") {
+        Some(text) => parse_lease_ttl(&text).map_err(|m| err("COMBD_FLEET_LEASE_TTL", m))?,
+        None => limits::FLEET_LEASE_TTL_DEFAULT,
+    };
+    let object_idle = match get("COMBD_FLEET_OBJECT_IDLE") {
+        Some(text) => parse_object_idle(&text).map_err(|m| err("COMBD_FLEET_OBJECT_IDLE", m))?,
+        None => limits::FLEET_OBJECT_IDLE_DEFAULT,
+    };
+    Ok((lease_ttl, object_idle))
 }
 
 /// Parses `COMBD_FLEET_LEASE_TTL`: a duration in whole seconds (etcd's leases count seconds),
