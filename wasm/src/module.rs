@@ -163,24 +163,35 @@ impl Loader {
             pre,
             ticks: self.ticks,
         };
+        v.ask_at_load(&module, self.memory_max_kb)?;
+        Ok(v)
+    }
+}
+
+impl Version {
+    /// Asks the module what it declares, each export it has called once: its memory
+    /// (`memory_kb`, at most `memory_max_kb`), its resync, whether it is identified, its
+    /// schema, the header fields it reads and its CORS origins.
+    fn ask_at_load(&mut self, module: &wasmtime::Module, memory_max_kb: u64) -> Result<(), String> {
+        let has = |n: &str| module.get_export(n).is_some();
         if has("memory_kb") {
-            let kb = v.call_at_load("memory_kb")?;
+            let kb = self.call_at_load("memory_kb")?;
             if kb <= 0 {
                 return Err(format!("memory_kb() answered {kb}; it must be at least 1"));
             }
-            if kb as u64 > self.memory_max_kb {
+            if kb as u64 > memory_max_kb {
                 return Err(format!(
                     "memory_kb() answered {kb} KiB, past COMBD_MODULE_MEMORY_MAX ({} KiB)",
-                    self.memory_max_kb
+                    memory_max_kb
                 ));
             }
-            v.memory_kb = kb as u64;
+            self.memory_kb = kb as u64;
         }
-        if has("resync") && v.call_at_load("resync")? == 1 {
-            v.resync = Resync::Attach;
+        if has("resync") && self.call_at_load("resync")? == 1 {
+            self.resync = Resync::Attach;
         }
         if has("identified") {
-            v.identified = match v.call_at_load("identified")? {
+            self.identified = match self.call_at_load("identified")? {
                 0 => false,
                 1 => true,
                 n => return Err(format!("identified() answered {n}; it must be 0 or 1")),
@@ -188,19 +199,17 @@ impl Loader {
         }
         if has("schema") {
             // Leaked once per version loaded (at start and at each reload that changes it).
-            v.schema = Box::leak(v.string_at_load("schema")?.into_boxed_str());
+            self.schema = Box::leak(self.string_at_load("schema")?.into_boxed_str());
         }
         if has("headers") {
-            v.headers = header_names(&v.string_at_load("headers")?)?;
+            self.headers = header_names(&self.string_at_load("headers")?)?;
         }
         if has("cors") {
-            v.cors = Some(origins(&v.string_at_load("cors")?)?);
+            self.cors = Some(origins(&self.string_at_load("cors")?)?);
         }
-        Ok(v)
+        Ok(())
     }
-}
 
-impl Version {
     /// A store for one call: `fuel` ticks, and `deadline` of wall time (in whole epoch
     /// ticks, counted from now), past either of which the call traps.
     fn store(&self, inputs: Vec<CallInput>, fuel: u64, deadline: Duration) -> Store<Host> {
