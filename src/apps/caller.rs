@@ -67,38 +67,7 @@ impl App for CallerApp {
                 query,
                 caller,
                 ..
-            } => {
-                if *method == "POST" {
-                    cx.db()?
-                        .execute("INSERT INTO calls (rest) VALUES (?1)", [&caller.rest])?;
-                } else if let Some(to) = super::query_param(*query, "go") {
-                    return Ok(Output::Http(
-                        Response::json(302, &serde_json::json!({ "location": to }))
-                            .with_header("location", to),
-                    ));
-                }
-                let calls: i64 = cx
-                    .db()?
-                    .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))?;
-                let mut said = told(caller);
-                said["calls"] = calls.into();
-                said["object"] = cx.object().into();
-                let mut resp = match super::query_param(*query, "type") {
-                    Some(ct) => {
-                        Response::bytes(200, ct.replace("%20", " "), said.to_string().into_bytes())
-                    }
-                    None => Response::json(200, &said),
-                };
-                resp = resp
-                    .with_header("set-cookie", "seen=1; Path=/; HttpOnly; SameSite=Lax")
-                    .with_header("cache-control", "no-store");
-                match super::query_param(*query, "bad") {
-                    Some("split") => resp = resp.with_header("location", "/\r\nx-evil: 1"),
-                    Some("field") => resp = resp.with_header("content-length", "0"),
-                    _ => {}
-                }
-                Ok(Output::Http(resp))
-            }
+            } => http(cx, method, *query, caller),
             Input::Attach {
                 session, caller, ..
             } => {
@@ -111,30 +80,75 @@ impl App for CallerApp {
                 cx.send(*session, &hello.to_string())?;
                 Ok(Output::None)
             }
-            Input::Message { session, msg } => {
-                // `to:<life>:<shard>:<id>` pokes that session (one of another life is dropped).
-                let to = match msg {
-                    combd_shards::app::Message::Text(t) => t.strip_prefix("to:"),
-                    combd_shards::app::Message::Binary(_) => None,
-                };
-                let parts: Option<Vec<u64>> =
-                    to.map(|t| t.split(':').map(|p| p.parse().unwrap_or(0)).collect());
-                match parts.as_deref() {
-                    Some(&[life, shard, id]) => {
-                        let to = SessionId {
-                            life,
-                            shard: shard as u32,
-                            id,
-                        };
-                        cx.send(to, r#"{"t":"poke"}"#)?;
-                    }
-                    _ => cx.send(*session, r#"{"t":"seen"}"#)?,
-                }
-                Ok(Output::None)
-            }
+            Input::Message { session, msg } => message(cx, *session, msg),
             Input::Detach { .. } | Input::Alarm { .. } | Input::FromObject { .. } => {
                 Ok(Output::None)
             }
         }
     }
+}
+
+/// A request: a POST records its path's rest; `?go=` redirects; else what the app was told,
+/// with the calls recorded, as JSON or as `?type=`, and `?bad=` asks for a header the node
+/// must refuse to send.
+fn http(
+    cx: &mut Cx<'_>,
+    method: &str,
+    query: Option<&str>,
+    caller: &Caller,
+) -> Result<Output, AppError> {
+    if method == "POST" {
+        cx.db()?
+            .execute("INSERT INTO calls (rest) VALUES (?1)", [&caller.rest])?;
+    } else if let Some(to) = super::query_param(query, "go") {
+        return Ok(Output::Http(
+            Response::json(302, &serde_json::json!({ "location": to })).with_header("location", to),
+        ));
+    }
+    let calls: i64 = cx
+        .db()?
+        .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))?;
+    let mut said = told(caller);
+    said["calls"] = calls.into();
+    said["object"] = cx.object().into();
+    let mut resp = match super::query_param(query, "type") {
+        Some(ct) => Response::bytes(200, ct.replace("%20", " "), said.to_string().into_bytes()),
+        None => Response::json(200, &said),
+    };
+    resp = resp
+        .with_header("set-cookie", "seen=1; Path=/; HttpOnly; SameSite=Lax")
+        .with_header("cache-control", "no-store");
+    match super::query_param(query, "bad") {
+        Some("split") => resp = resp.with_header("location", "/\r\nx-evil: 1"),
+        Some("field") => resp = resp.with_header("content-length", "0"),
+        _ => {}
+    }
+    Ok(Output::Http(resp))
+}
+
+/// A message: `to:<life>:<shard>:<id>` pokes that session (one of another life is dropped);
+/// anything else is answered `seen`.
+fn message(
+    cx: &mut Cx<'_>,
+    session: SessionId,
+    msg: &combd_shards::app::Message<'_>,
+) -> Result<Output, AppError> {
+    let to = match msg {
+        combd_shards::app::Message::Text(t) => t.strip_prefix("to:"),
+        combd_shards::app::Message::Binary(_) => None,
+    };
+    let parts: Option<Vec<u64>> =
+        to.map(|t| t.split(':').map(|p| p.parse().unwrap_or(0)).collect());
+    match parts.as_deref() {
+        Some(&[life, shard, id]) => {
+            let to = SessionId {
+                life,
+                shard: shard as u32,
+                id,
+            };
+            cx.send(to, r#"{"t":"poke"}"#)?;
+        }
+        _ => cx.send(session, r#"{"t":"seen"}"#)?,
+    }
+    Ok(Output::None)
 }
