@@ -161,52 +161,7 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
             query,
             client,
             ..
-        } => {
-            let client = client_of(*client)?;
-            let after = after_of(*query)?;
-            forget_other_lives(cx)?;
-            cx.db()?
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO presence (session, epoch, sub, name) VALUES (?1, ?2, ?3, ?4)",
-                )?
-                .execute(rusqlite::params![
-                    session_key(*session),
-                    epoch(),
-                    client.subject,
-                    client.name
-                ])?;
-            let last = last_id(cx)?;
-            let mut hello = serde_json::json!({
-                "t": "hello",
-                "me": client.subject,
-                "presence": present(cx)?,
-                "last": last,
-            });
-            let gap =
-                |cx: &mut Cx<'_>, hello: &mut serde_json::Value| -> Result<String, AppError> {
-                    hello["history"] = messages(cx, None, HISTORY)?.into();
-                    hello["gap"] = true.into();
-                    Ok(hello.to_string())
-                };
-            let text = match after {
-                Some(after) if last - after > RESUME_MAX => gap(cx, &mut hello)?,
-                Some(after) => {
-                    hello["history"] = messages(cx, Some(after), RESUME_MAX)?.into();
-                    let text = hello.to_string();
-                    if text.len() > RESUME_MAX_BYTES {
-                        gap(cx, &mut hello)?
-                    } else {
-                        text
-                    }
-                }
-                None => {
-                    hello["history"] = messages(cx, None, HISTORY)?.into();
-                    hello.to_string()
-                }
-            };
-            cx.send(*session, &text)?;
-            Ok(Output::None)
-        }
+        } => attach(cx, *session, *query, *client),
         // The chat sets no alarms.
         Input::Alarm { .. } | Input::FromObject { .. } => Ok(Output::None),
         Input::Detach { session } => {
@@ -216,50 +171,104 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
                 .execute([session_key(*session)])?;
             Ok(Output::None)
         }
-        Input::Message { session, msg } => {
-            let Message::Text(text) = msg else {
-                return Err(AppError::new(400, "messages are JSON text"));
-            };
-            let said: serde_json::Value = serde_json::from_str(text).map_err(|_| {
-                AppError::new(400, "a message is JSON: {\"t\":\"say\",\"text\":\"…\"}")
-            })?;
-            if said["t"] != "say" {
-                return Err(AppError::new(
-                    400,
-                    "unknown message: send {\"t\":\"say\",\"text\":\"…\"}",
-                ));
-            }
-            let text = said["text"]
-                .as_str()
-                .filter(|t| !t.is_empty() && t.len() <= TEXT_MAX_BYTES)
-                .ok_or_else(|| {
-                    AppError::new(400, format!("text must be 1 to {TEXT_MAX_BYTES} bytes"))
-                })?;
-            let (sub, name): (String, Option<String>) = cx
-                .db()?
-                .prepare_cached("SELECT sub, name FROM presence WHERE session = ?1 AND epoch = ?2")?
-                .query_row(rusqlite::params![session_key(*session), epoch()], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .map_err(|_| AppError::new(409, "not in the room: reconnect"))?;
-            let at = now_ms();
-            let id: i64 = cx
-                .db()?
-                .prepare_cached(
-                    "INSERT INTO messages (sub, name, text, at) VALUES (?1, ?2, ?3, ?4) RETURNING id",
-                )?
-                .query_row(rusqlite::params![sub, name, text, at], |r| r.get(0))?;
-            // The room keeps its last RETAIN messages (a resume never asks for older ones).
-            cx.db()?
-                .prepare_cached("DELETE FROM messages WHERE id <= ?1")?
-                .execute([id - RETAIN])?;
-            let msg = serde_json::json!({
-                "t": "msg", "id": id, "from": sub, "name": name, "text": text, "at": at,
-            });
-            cx.broadcast("room", &msg.to_string())?;
-            Ok(Output::None)
-        }
+        Input::Message { session, msg } => say(cx, *session, msg),
     }
+}
+
+/// A user joins: present from now, and sent its hello with the room's recent messages, or
+/// with what it missed since `after` (a resume), or with a gap and the recent ones when it
+/// missed more than a resume carries.
+fn attach(
+    cx: &mut Cx<'_>,
+    session: SessionId,
+    query: Option<&str>,
+    client: Option<&Client>,
+) -> Result<Output, AppError> {
+    let client = client_of(client)?;
+    let after = after_of(query)?;
+    forget_other_lives(cx)?;
+    cx.db()?
+        .prepare_cached(
+            "INSERT OR REPLACE INTO presence (session, epoch, sub, name) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(rusqlite::params![
+            session_key(session),
+            epoch(),
+            client.subject,
+            client.name
+        ])?;
+    let last = last_id(cx)?;
+    let mut hello = serde_json::json!({
+        "t": "hello",
+        "me": client.subject,
+        "presence": present(cx)?,
+        "last": last,
+    });
+    let gap = |cx: &mut Cx<'_>, hello: &mut serde_json::Value| -> Result<String, AppError> {
+        hello["history"] = messages(cx, None, HISTORY)?.into();
+        hello["gap"] = true.into();
+        Ok(hello.to_string())
+    };
+    let text = match after {
+        Some(after) if last - after > RESUME_MAX => gap(cx, &mut hello)?,
+        Some(after) => {
+            hello["history"] = messages(cx, Some(after), RESUME_MAX)?.into();
+            let text = hello.to_string();
+            if text.len() > RESUME_MAX_BYTES {
+                gap(cx, &mut hello)?
+            } else {
+                text
+            }
+        }
+        None => {
+            hello["history"] = messages(cx, None, HISTORY)?.into();
+            hello.to_string()
+        }
+    };
+    cx.send(session, &text)?;
+    Ok(Output::None)
+}
+
+/// A user says something: stored (the room keeps its last `RETAIN`) and broadcast to the room.
+fn say(cx: &mut Cx<'_>, session: SessionId, msg: &Message<'_>) -> Result<Output, AppError> {
+    let Message::Text(text) = msg else {
+        return Err(AppError::new(400, "messages are JSON text"));
+    };
+    let said: serde_json::Value = serde_json::from_str(text)
+        .map_err(|_| AppError::new(400, "a message is JSON: {\"t\":\"say\",\"text\":\"…\"}"))?;
+    if said["t"] != "say" {
+        return Err(AppError::new(
+            400,
+            "unknown message: send {\"t\":\"say\",\"text\":\"…\"}",
+        ));
+    }
+    let text = said["text"]
+        .as_str()
+        .filter(|t| !t.is_empty() && t.len() <= TEXT_MAX_BYTES)
+        .ok_or_else(|| AppError::new(400, format!("text must be 1 to {TEXT_MAX_BYTES} bytes")))?;
+    let (sub, name): (String, Option<String>) = cx
+        .db()?
+        .prepare_cached("SELECT sub, name FROM presence WHERE session = ?1 AND epoch = ?2")?
+        .query_row(rusqlite::params![session_key(session), epoch()], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .map_err(|_| AppError::new(409, "not in the room: reconnect"))?;
+    let at = now_ms();
+    let id: i64 = cx
+        .db()?
+        .prepare_cached(
+            "INSERT INTO messages (sub, name, text, at) VALUES (?1, ?2, ?3, ?4) RETURNING id",
+        )?
+        .query_row(rusqlite::params![sub, name, text, at], |r| r.get(0))?;
+    // The room keeps its last RETAIN messages (a resume never asks for older ones).
+    cx.db()?
+        .prepare_cached("DELETE FROM messages WHERE id <= ?1")?
+        .execute([id - RETAIN])?;
+    let msg = serde_json::json!({
+        "t": "msg", "id": id, "from": sub, "name": name, "text": text, "at": at,
+    });
+    cx.broadcast("room", &msg.to_string())?;
+    Ok(Output::None)
 }
 
 /// Sends who joined and who left between `before` and now, if anyone did.
