@@ -39,6 +39,14 @@ const DEFINED: &[&str] = &[
 
 /// Defines the WASI imports of [`DEFINED`].
 pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    link_stdio(linker)?;
+    link_no_files(linker)?;
+    link_clock_and_exit(linker)
+}
+
+/// `fd_write` to stdout and stderr (kept within the call's output, the rest counted and cut),
+/// `fd_close` and `fd_fdstat_get` of the three standard descriptors.
+fn link_stdio(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap(
         MODULE,
         "fd_write",
@@ -92,6 +100,11 @@ pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
             Ok(ESUCCESS)
         },
     )?;
+    Ok(())
+}
+
+/// No files, no preopened directories, an empty environment and no arguments.
+fn link_no_files(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap(
         MODULE,
         "fd_prestat_get",
@@ -131,6 +144,11 @@ pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
         )?;
         linker.func_wrap(MODULE, get, |_: Caller<'_, Host>, _: i32, _: i32| ESUCCESS)?;
     }
+    Ok(())
+}
+
+/// The wall clock, and `proc_exit`, which fails the input.
+fn link_clock_and_exit(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap(
         MODULE,
         "clock_time_get",
