@@ -172,6 +172,27 @@ impl<'a> Run<'a> {
     pub fn scratch(&self) -> bool {
         !matches!(self.on, On::Db)
     }
+
+    /// One call of the run ([`call`]) on `db`, for input of `input_bytes`.
+    pub fn call<T>(
+        &self,
+        db: &mut rusqlite::Connection,
+        input_bytes: u64,
+        effects: &mut Vec<Effect>,
+        logs: &mut String,
+        f: impl FnOnce(&mut Cx<'_>) -> Result<T, AppError>,
+    ) -> (Result<T, AppError>, CallStats) {
+        call(
+            self.target,
+            db,
+            self.limits,
+            self.scratch(),
+            input_bytes,
+            effects,
+            logs,
+            f,
+        )
+    }
 }
 
 /// Runs the app's inputs (none the node made: [`super::fire::run_inputs`] runs those where
@@ -206,27 +227,17 @@ fn run_together(
     let all: u64 = inputs.iter().map(Owned::bytes).sum();
     let mut effects = Vec::new();
     let mut logs = String::new();
-    let (r, st) = call(
-        run.target,
-        db,
-        run.limits,
-        run.scratch(),
-        all,
-        &mut effects,
-        &mut logs,
-        |cx| {
-            let borrowed: Vec<Input<'_>> =
-                inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
-            let outs = run.app.handle_batch(cx, &borrowed)?;
-            if outs.len() != inputs.len() {
-                return Err(AppError::new(
-                    500,
-                    "handle_batch answered the wrong number of inputs",
-                ));
-            }
-            outs.into_iter().map(checked).collect::<Result<Vec<_>, _>>()
-        },
-    );
+    let (r, st) = run.call(db, all, &mut effects, &mut logs, |cx| {
+        let borrowed: Vec<Input<'_>> = inputs.iter().map(Owned::input).collect::<Result<_, _>>()?;
+        let outs = run.app.handle_batch(cx, &borrowed)?;
+        if outs.len() != inputs.len() {
+            return Err(AppError::new(
+                500,
+                "handle_batch answered the wrong number of inputs",
+            ));
+        }
+        outs.into_iter().map(checked).collect::<Result<Vec<_>, _>>()
+    });
     if st.wrote {
         result.wrote = true;
         return Ok(result);
@@ -251,16 +262,9 @@ fn run_each(
 ) -> BatchResult {
     for input in inputs {
         let mut mine = Vec::new();
-        let (r, st) = call(
-            run.target,
-            db,
-            run.limits,
-            run.scratch(),
-            input.bytes(),
-            &mut mine,
-            &mut result.logs,
-            |cx| run.app.handle(cx, &input.input()?).and_then(checked),
-        );
+        let (r, st) = run.call(db, input.bytes(), &mut mine, &mut result.logs, |cx| {
+            run.app.handle(cx, &input.input()?).and_then(checked)
+        });
         if st.wrote {
             match run.on {
                 On::ScratchRefusing(refusal) => {

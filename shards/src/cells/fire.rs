@@ -14,7 +14,7 @@ use crate::app::{AppError, Effect, Output};
 use crate::http::Response;
 use crate::job::Owned;
 
-use super::call::{call, checked, run_batch, BatchResult, On, Run};
+use super::call::{checked, run_batch, BatchResult, On, Run};
 use crate::sandbox::NodeSql;
 
 /// Runs a batch's inputs: the app's in batches ([`run_batch`]), and what the node makes (an
@@ -143,28 +143,19 @@ fn fire_one(
         late_ms,
     };
     let mut mine = Vec::new();
-    let (r, st) = call(
-        target,
-        db,
-        run.limits,
-        run.scratch(),
-        input.bytes(),
-        &mut mine,
-        &mut result.logs,
-        |cx| {
-            // Consumed in the handler's own transaction: exactly once.
-            let gone = {
-                let db = cx.db()?;
-                let _node = NodeSql::enter();
-                db.prepare("DELETE FROM _combd_alarms WHERE id = ?1")?
-                    .execute([id])?
-            };
-            if gone != 1 {
-                return Err(AppError::new(409, "the alarm was cancelled"));
-            }
-            app.handle(cx, &input.input()?).and_then(checked)
-        },
-    );
+    let (r, st) = run.call(db, input.bytes(), &mut mine, &mut result.logs, |cx| {
+        // Consumed in the handler's own transaction: exactly once.
+        let gone = {
+            let db = cx.db()?;
+            let _node = NodeSql::enter();
+            db.prepare("DELETE FROM _combd_alarms WHERE id = ?1")?
+                .execute([id])?
+        };
+        if gone != 1 {
+            return Err(AppError::new(409, "the alarm was cancelled"));
+        }
+        app.handle(cx, &input.input()?).and_then(checked)
+    });
     if st.wrote {
         result.wrote = true;
         return Ok(Fired::Wrote);
@@ -261,7 +252,7 @@ fn take(
     result: &mut BatchResult,
     (from, name, id, body): (&str, &str, i64, &[u8]),
 ) -> Result<Output, AppError> {
-    let (app, target, on) = (run.app, run.target, run.on);
+    let (app, on) = (run.app, run.on);
     let input = Owned::FromObject {
         app: from.to_string(),
         name: name.to_string(),
@@ -270,39 +261,30 @@ fn take(
         passed: false,
     };
     let mut mine = Vec::new();
-    let (r, st) = call(
-        target,
-        db,
-        run.limits,
-        run.scratch(),
-        input.bytes(),
-        &mut mine,
-        &mut result.logs,
-        |cx| {
-            let fresh = {
-                let db = cx.db()?;
-                let _node = NodeSql::enter();
-                db.execute_batch(alarms::INBOX)?;
-                let last: Option<i64> = db
-                    .prepare("SELECT last_id FROM _combd_inbox WHERE app = ?1 AND name = ?2")?
-                    .query_row([from, name], |r| r.get(0))
-                    .optional()?;
-                let fresh = last.is_none_or(|l| id > l);
-                if fresh {
-                    db.prepare(
-                        "INSERT INTO _combd_inbox (app, name, last_id) VALUES (?1, ?2, ?3)
-                         ON CONFLICT (app, name) DO UPDATE SET last_id = excluded.last_id",
-                    )?
-                    .execute(rusqlite::params![from, name, id])?;
-                }
-                fresh
-            };
+    let (r, st) = run.call(db, input.bytes(), &mut mine, &mut result.logs, |cx| {
+        let fresh = {
+            let db = cx.db()?;
+            let _node = NodeSql::enter();
+            db.execute_batch(alarms::INBOX)?;
+            let last: Option<i64> = db
+                .prepare("SELECT last_id FROM _combd_inbox WHERE app = ?1 AND name = ?2")?
+                .query_row([from, name], |r| r.get(0))
+                .optional()?;
+            let fresh = last.is_none_or(|l| id > l);
             if fresh {
-                app.handle(cx, &input.input()?).and_then(checked)?;
+                db.prepare(
+                    "INSERT INTO _combd_inbox (app, name, last_id) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (app, name) DO UPDATE SET last_id = excluded.last_id",
+                )?
+                .execute(rusqlite::params![from, name, id])?;
             }
-            Ok(fresh)
-        },
-    );
+            fresh
+        };
+        if fresh {
+            app.handle(cx, &input.input()?).and_then(checked)?;
+        }
+        Ok(fresh)
+    });
     if st.wrote {
         // On a scratch database that may not become the object's: the message is refused (the
         // sender sends it again later); else the run is redone on the object's database.
