@@ -20,7 +20,7 @@ use combd_kernel::limits::{ACCESS_LOG_METHOD_MAX_BYTES, ACCESS_LOG_PATH_MAX_BYTE
 
 use crate::access_log::{request_line, Kind, Line};
 
-use super::Conn;
+use crate::state::ShardState;
 
 /// A connection's figures for the access log, made only while it is on.
 pub(super) struct ConnLog {
@@ -146,9 +146,7 @@ impl ConnLog {
     pub fn request_done(&self, pipelined: bool) {
         self.started.set(pipelined.then(|| self.last_read.get()));
     }
-}
 
-impl ConnLog {
     /// What the log keeps of the request in progress, about to leave `inbuf`.
     fn entry(&self, method: &str, path: &str, bytes_in: u64) -> Entry {
         let method = &method.as_bytes()[..method.len().min(ACCESS_LOG_METHOD_MAX_BYTES)];
@@ -160,29 +158,31 @@ impl ConnLog {
             started: self.started.get().unwrap_or_else(Instant::now),
         }
     }
-}
 
-impl Conn {
-    /// What the log keeps of a request for an object, about to leave `inbuf`: `None` while
-    /// the log is off.
-    pub(super) fn kept(&self, method: &str, path: &str, bytes_in: u64) -> Option<Box<Entry>> {
-        let log = self.log.as_deref()?;
-        Some(Box::new(log.entry(method, path, bytes_in)))
+    /// What the log keeps of a request for an object, about to leave `inbuf`.
+    pub fn kept(&self, method: &str, path: &str, bytes_in: u64) -> Box<Entry> {
+        Box::new(self.entry(method, path, bytes_in))
     }
 
-    /// Keeps the upgrade request about to leave `inbuf` (while the log is on).
-    pub(super) fn keep_upgrade(&self, method: &str, path: &str, bytes_in: u64) {
-        if let Some(log) = self.log.as_deref() {
-            *log.upgrade.borrow_mut() = Some(log.entry(method, path, bytes_in));
-        }
+    /// Keeps the upgrade request about to leave `inbuf`.
+    pub fn keep_upgrade(&self, method: &str, path: &str, bytes_in: u64) {
+        *self.upgrade.borrow_mut() = Some(self.entry(method, path, bytes_in));
     }
 
-    /// The line of a response of `status`, `bytes_out` long, to the request `asked`.
-    pub(super) fn log_http(&self, asked: Asked<'_>, status: u16, bytes_out: u64) {
-        let (Some(log), Some(shard)) = (self.log.as_deref(), self.state().access_log()) else {
+    /// The line of a response of `status`, `bytes_out` long, to the request `asked` (`inbuf`:
+    /// the connection's, where [`Asked::Inbuf`] finds its request line).
+    pub fn http(
+        &self,
+        state: &ShardState,
+        inbuf: &[u8],
+        asked: Asked<'_>,
+        status: u16,
+        bytes_out: u64,
+    ) {
+        let Some(shard) = state.access_log() else {
             return;
         };
-        let upgrade = log.upgrade.borrow();
+        let upgrade = self.upgrade.borrow();
         let asked = match asked {
             Asked::Upgrade => Asked::Kept(upgrade.as_ref()),
             other => other,
@@ -192,11 +192,11 @@ impl Conn {
                 Some(method.as_bytes()),
                 Some(path.as_bytes()),
                 bytes,
-                log.started.get(),
+                self.started.get(),
             ),
             Asked::Inbuf(bytes) => {
-                let (method, path) = request_line(&self.inbuf);
-                (method, path, bytes, log.started.get())
+                let (method, path) = request_line(inbuf);
+                (method, path, bytes, self.started.get())
             }
             Asked::Kept(Some(e)) => (
                 Some(e.method()),
@@ -205,12 +205,11 @@ impl Conn {
                 Some(e.started),
             ),
             Asked::Kept(None) | Asked::Upgrade => (None, None, 0, None),
-            Asked::Nothing => (None, None, 0, Some(log.opened)),
+            Asked::Nothing => (None, None, 0, Some(self.opened)),
         };
         let took = started.map_or(Duration::ZERO, |s| s.elapsed());
-        let id = self.state().id();
-        shard.record(self.stats(), |out| {
-            Line::begin(out, SystemTime::now(), id, log.peer, Kind::Http)
+        shard.record(state.stats(), |out| {
+            Line::begin(out, SystemTime::now(), state.id(), self.peer, Kind::Http)
                 .text("method", method, ACCESS_LOG_METHOD_MAX_BYTES)
                 .text("path", path, ACCESS_LOG_PATH_MAX_BYTES)
                 .number("status", u64::from(status))
@@ -222,39 +221,37 @@ impl Conn {
     }
 
     /// The WebSocket of the upgrade asked for opened (its 101 is written).
-    pub(super) fn log_ws_open(&self) {
-        let (Some(log), Some(shard)) = (self.log.as_deref(), self.state().access_log()) else {
+    pub fn ws_open(&self, state: &ShardState) {
+        let Some(shard) = state.access_log() else {
             return;
         };
-        let Some(upgrade) = log.upgrade.borrow_mut().take() else {
+        let Some(upgrade) = self.upgrade.borrow_mut().take() else {
             return;
         };
-        let id = self.state().id();
-        shard.record(self.stats(), |out| {
-            Line::begin(out, SystemTime::now(), id, log.peer, Kind::WsOpen)
+        shard.record(state.stats(), |out| {
+            Line::begin(out, SystemTime::now(), state.id(), self.peer, Kind::WsOpen)
                 .text("path", Some(upgrade.path()), ACCESS_LOG_PATH_MAX_BYTES)
                 .ms(upgrade.started.elapsed())
                 .end()
         });
-        *log.ws.borrow_mut() = Some(WsLog {
+        *self.ws.borrow_mut() = Some(WsLog {
             upgrade,
             opened: Instant::now(),
-            read: log.read.get(),
-            written: log.written.get(),
+            read: self.read.get(),
+            written: self.written.get(),
         });
     }
 
     /// The WebSocket ended as `end` says (its close frame, if any, written).
-    pub(super) fn log_ws_close(&self, end: WsEnd) {
-        let (Some(log), Some(shard)) = (self.log.as_deref(), self.state().access_log()) else {
+    pub fn ws_close(&self, state: &ShardState, end: WsEnd) {
+        let Some(shard) = state.access_log() else {
             return;
         };
-        let Some(ws) = log.ws.borrow_mut().take() else {
+        let Some(ws) = self.ws.borrow_mut().take() else {
             return;
         };
-        let id = self.state().id();
-        shard.record(self.stats(), |out| {
-            let line = Line::begin(out, SystemTime::now(), id, log.peer, Kind::WsClose)
+        shard.record(state.stats(), |out| {
+            let line = Line::begin(out, SystemTime::now(), state.id(), self.peer, Kind::WsClose)
                 .text("path", Some(ws.upgrade.path()), ACCESS_LOG_PATH_MAX_BYTES)
                 .number("code", u64::from(end.code))
                 .word("by", end.by);
@@ -262,10 +259,10 @@ impl Conn {
                 Some(r) => line.word("reason", r),
                 None => line.text("reason", None, 0),
             };
-            line.number("bytes_in", log.read.get() - ws.read)
-                .number("bytes_out", log.written.get() - ws.written)
-                .number("messages_in", log.messages_in.get())
-                .number("messages_out", log.messages_out.get())
+            line.number("bytes_in", self.read.get() - ws.read)
+                .number("bytes_out", self.written.get() - ws.written)
+                .number("messages_in", self.messages_in.get())
+                .number("messages_out", self.messages_out.get())
                 .ms(ws.opened.elapsed())
                 .end()
         });

@@ -14,7 +14,7 @@ use crate::app::{
 };
 use crate::http::{Request, Response};
 
-use super::Conn;
+use crate::tls::Stream;
 
 /// An answer to a page of another origin that the app's CORS policy lets read it.
 pub(super) struct AllowOrigin {
@@ -112,68 +112,67 @@ pub(super) fn preflight(req: &Request<'_>, app: &dyn App) -> Response {
     resp
 }
 
-impl Conn {
-    /// What `app` is told of `req`: `rest` is the path under the object. `from_fleet`: another
-    /// node passed it on (signed), so the client's address is the one it vouches for.
-    pub(super) fn caller(
-        &self,
-        req: &Request<'_>,
-        app: &dyn App,
-        from_fleet: bool,
-        rest: Option<&str>,
-    ) -> Arc<Caller> {
-        let text = |v: &[u8]| {
-            std::str::from_utf8(v)
-                .ok()
-                .filter(|v| valid_header_value(v))
-                .map(str::to_string)
-        };
-        let addr = if from_fleet {
-            req.header(CLIENT_HEADER)
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .and_then(|v| v.parse::<IpAddr>().ok())
-        } else {
-            self.peer_ip()
-        };
-        let mut headers = Vec::new();
-        let mut bytes = 0;
-        for h in req.headers.iter() {
-            if headers.len() == APP_HEADERS_MAX {
-                break;
-            }
-            // The fleet's own fields never reach an app, nor the client's credentials.
-            if withheld_header(h.name)
-                || h.name
-                    .get(..6)
-                    .is_some_and(|p| p.eq_ignore_ascii_case("combd-"))
-            {
-                continue;
-            }
-            if h.value.len() <= APP_HEADER_VALUE_MAX_BYTES && app.wants_header(h.name) {
-                if let Some(v) = text(h.value) {
-                    if bytes + h.name.len() + v.len() > APP_HEADERS_MAX_BYTES {
-                        continue;
-                    }
-                    bytes += h.name.len() + v.len();
-                    headers.push((h.name.to_ascii_lowercase(), v));
+/// What `app` is told of `req`, which came on `stream`: `rest` is the path under the object.
+/// `from_fleet`: another node passed it on (signed), so the client's address is the one it
+/// vouches for.
+pub(super) fn of(
+    req: &Request<'_>,
+    app: &dyn App,
+    from_fleet: bool,
+    rest: Option<&str>,
+    stream: &Stream,
+) -> Arc<Caller> {
+    let text = |v: &[u8]| {
+        std::str::from_utf8(v)
+            .ok()
+            .filter(|v| valid_header_value(v))
+            .map(str::to_string)
+    };
+    let addr = if from_fleet {
+        req.header(CLIENT_HEADER)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.parse::<IpAddr>().ok())
+    } else {
+        peer_ip(stream)
+    };
+    let mut headers = Vec::new();
+    let mut bytes = 0;
+    for h in req.headers.iter() {
+        if headers.len() == APP_HEADERS_MAX {
+            break;
+        }
+        // The fleet's own fields never reach an app, nor the client's credentials.
+        if withheld_header(h.name)
+            || h.name
+                .get(..6)
+                .is_some_and(|p| p.eq_ignore_ascii_case("combd-"))
+        {
+            continue;
+        }
+        if h.value.len() <= APP_HEADER_VALUE_MAX_BYTES && app.wants_header(h.name) {
+            if let Some(v) = text(h.value) {
+                if bytes + h.name.len() + v.len() > APP_HEADERS_MAX_BYTES {
+                    continue;
                 }
+                bytes += h.name.len() + v.len();
+                headers.push((h.name.to_ascii_lowercase(), v));
             }
         }
-        Arc::new(Caller {
-            addr,
-            origin: req.header("origin").and_then(text),
-            rest: rest.map(str::to_string),
-            headers,
-        })
     }
+    Arc::new(Caller {
+        addr,
+        origin: req.header("origin").and_then(text),
+        rest: rest.map(str::to_string),
+        headers,
+    })
+}
 
-    /// The address of the connection's peer (for a client behind the node's own TLS, the
-    /// client's), as an IPv4 address when it is one mapped into IPv6.
-    fn peer_ip(&self) -> Option<IpAddr> {
-        let ip = self.stream.tcp().peer_addr().ok()?.ip();
-        Some(match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        })
-    }
+/// The address of the peer of `stream` (for a client behind the node's own TLS, the
+/// client's), as an IPv4 address when it is one mapped into IPv6.
+pub(super) fn peer_ip(stream: &Stream) -> Option<IpAddr> {
+    let ip = stream.tcp().peer_addr().ok()?.ip();
+    Some(match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    })
 }

@@ -14,7 +14,7 @@ use crate::fleet::MESSAGE_PATH;
 use crate::http::{Request, Response};
 
 use super::routes::Routed;
-use super::Conn;
+use crate::app::Apps;
 
 /// The sender (`app/name`) and its outbox id of a message's `?from=<app>/<name>&id=<id>`.
 fn sender(query: Option<&str>) -> Option<(String, i64)> {
@@ -36,40 +36,38 @@ fn sender(query: Option<&str>) -> Option<(String, i64)> {
     (app_ok && valid_object_name(name)).then_some((from.to_string(), id?))
 }
 
-impl Conn {
-    /// Where a message passed on by the fleet goes (`path` under [`MESSAGE_PATH`]).
-    pub(super) fn route_message(&self, req: &Request<'_>, path: &str) -> Routed {
-        if req.method != "POST" {
-            return Routed::Respond(
-                Response::error(405, "method not allowed").with_header("allow", "POST"),
-            );
-        }
-        let Some((app, name)) = path[MESSAGE_PATH.len()..].split_once('/') else {
-            return Routed::Respond(Response::error(404, "not found"));
-        };
-        let Some(app) = self.state().node().apps.get(app) else {
-            return Routed::Respond(Response::error(404, "no such app"));
-        };
-        if !valid_object_name(name) || app.stateless() {
-            return Routed::Respond(Response::error(400, "not an object that takes messages"));
-        }
-        let Some(message) = sender(req.query) else {
-            return Routed::Respond(Response::error(400, "from=<app>/<name>&id=<id>"));
-        };
-        if req.body.len() > OBJECT_MESSAGE_MAX_BYTES {
-            return Routed::Respond(Response::error(
-                413,
-                "a message is at most object_message_max_bytes",
-            ));
-        }
-        Routed::Object {
-            app,
-            object: name.to_string(),
-            client: None,
-            caller: Arc::new(Caller::default()),
-            cors: None,
-            message: Some(message),
-        }
+/// Where a message passed on by the fleet goes (`path` under [`MESSAGE_PATH`]), among `apps`.
+pub(super) fn route(apps: &Apps, req: &Request<'_>, path: &str) -> Routed {
+    if req.method != "POST" {
+        return Routed::Respond(
+            Response::error(405, "method not allowed").with_header("allow", "POST"),
+        );
+    }
+    let Some((app, name)) = path[MESSAGE_PATH.len()..].split_once('/') else {
+        return Routed::Respond(Response::error(404, "not found"));
+    };
+    let Some(app) = apps.get(app) else {
+        return Routed::Respond(Response::error(404, "no such app"));
+    };
+    if !valid_object_name(name) || app.stateless() {
+        return Routed::Respond(Response::error(400, "not an object that takes messages"));
+    }
+    let Some(message) = sender(req.query) else {
+        return Routed::Respond(Response::error(400, "from=<app>/<name>&id=<id>"));
+    };
+    if req.body.len() > OBJECT_MESSAGE_MAX_BYTES {
+        return Routed::Respond(Response::error(
+            413,
+            "a message is at most object_message_max_bytes",
+        ));
+    }
+    Routed::Object {
+        app,
+        object: name.to_string(),
+        client: None,
+        caller: Arc::new(Caller::default()),
+        cors: None,
+        message: Some(message),
     }
 }
 

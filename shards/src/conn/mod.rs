@@ -1,8 +1,13 @@
-//! One connection: what it holds, how it waits for input, writes and closes. The protocols
-//! are in their own rooms: the HTTP/1.1 loop ([`http_loop`]) and its route table
-//! ([`routes`]), the WebSocket loop ([`websocket`]) after an upgrade, the TLS hand-off
-//! ([`tls_handoff`]) before either, and the late refusal ([`refuse`]) of a connection that got
-//! in while the node is full; what each tells the access log is in [`access`].
+//! One connection: an I/O core ([`Conn`]: its stream, input buffer, waker, slot, input
+//! budget and access-log figures; how it waits for input, writes and closes) and the two
+//! protocols over it, each a type that borrows the core for as long as it runs:
+//! [`http_conn::HttpConn`] (the HTTP/1.1 loop and its pipeline; where a request goes is
+//! [`routes::Routes`], a WebSocket upgrade is [`upgrade::Upgrade`], a WebSocket passed on to
+//! another node is [`pass_through::PassThrough`]), then, if it upgraded,
+//! [`ws_conn::WsConn`] (the WebSocket loop, owning its session's outbound side). Before
+//! either, the TLS hand-off ([`tls_handoff`]); instead of either, the late refusal
+//! ([`refuse`]) of a connection that got in while the node is full. What each tells the access
+//! log is [`access::ConnLog`]'s.
 //!
 //! Memory: a connection waiting for input holds no buffer. Reads go into the shard's scratch
 //! buffer inside a poll; only the bytes of an incomplete request or frame are copied into the
@@ -11,14 +16,14 @@
 
 mod access;
 mod caller;
-mod http_loop;
+mod http_conn;
 mod message;
 mod pass_through;
 mod refuse;
 mod routes;
 mod tls_handoff;
 mod upgrade;
-mod websocket;
+mod ws_conn;
 
 use std::io;
 use std::pin::Pin;
@@ -43,8 +48,10 @@ use crate::stats::ShardStats;
 use crate::tls::Stream;
 
 use access::{Asked, ConnLog};
+use http_conn::HttpConn;
 pub(crate) use refuse::refuse;
-use upgrade::Upgrade;
+use routes::Routes;
+use ws_conn::WsConn;
 
 /// What a wait for input ended with.
 enum Input {
@@ -77,23 +84,43 @@ struct Conn {
     /// The connection's place in the node's count, released when the connection is dropped.
     slot: ConnSlot,
     local: bool,
-    /// Its session's outbound side while this connection is a session attached to an object.
-    session: Option<Rc<SessionOut>>,
-    /// An upgrade the HTTP loop completed: the WebSocket loop runs next.
-    upgraded: Option<Box<Upgrade>>,
-    /// For a WebSocket: the shard's ping epoch it last pinged in.
-    ping_epoch: Option<u64>,
     /// Its input waiting in mailboxes and inboxes, made at its first job.
     inbound: std::cell::OnceCell<Arc<ConnInbound>>,
     /// Its figures for the access log, only while the log is on.
     log: Option<Box<ConnLog>>,
 }
 
-impl Drop for Conn {
-    fn drop(&mut self) {
-        // Before the stream closes: the fan-out writes to its socket no more.
-        if let Some(s) = self.session.take() {
-            self.cells.sessions().end(&s);
+/// What else ends a WebSocket's wait for input, beside input, its deadline and a drain: its
+/// session's mail, and a new ping epoch on the shard. While it waits to read, its session may
+/// be written by the fan-out ([`SessionOut::wait_reading`]). An HTTP connection's waits watch
+/// nothing else (`None`).
+struct Watch {
+    /// Its session's outbound side, while it is a session attached to an object.
+    session: Option<Rc<SessionOut>>,
+    /// The shard's ping epoch it last pinged in.
+    ping_epoch: u64,
+}
+
+impl Watch {
+    /// The task polls: the session's socket is its own from here on.
+    fn polled(&self) {
+        if let Some(s) = &self.session {
+            s.stop_reading();
+        }
+    }
+
+    /// What ends the wait before a read: the session has mail, or a ping is due.
+    fn due(&self, state: &ShardState) -> Option<Input> {
+        if self.session.as_ref().is_some_and(|s| s.has_mail()) {
+            return Some(Input::Mail);
+        }
+        (self.ping_epoch != state.ping_epoch()).then_some(Input::PingDue)
+    }
+
+    /// The task parks: nothing of its own is being written, so the fan-out may write.
+    fn parked(&self) {
+        if let Some(s) = &self.session {
+            s.wait_reading();
         }
     }
 }
@@ -163,9 +190,9 @@ impl Conn {
     /// other, not one inside the other, and the HTTP loop's state (624 bytes) boxed for as
     /// long as it runs, so an idle WebSocket's task holds only the WebSocket loop's state.
     async fn run(&mut self) {
-        Box::pin(self.http()).await;
-        if let Some(up) = self.upgraded.take() {
-            self.websocket(up).await;
+        let upgraded = Box::pin(HttpConn::new(self).run()).await;
+        if let Some(up) = upgraded {
+            WsConn::new(self, up).run().await;
         }
     }
 
@@ -182,9 +209,6 @@ impl Conn {
             inbuf: Vec::new(),
             slot,
             local,
-            session: None,
-            upgraded: None,
-            ping_epoch: None,
             inbound: std::cell::OnceCell::new(),
         }
     }
@@ -223,24 +247,16 @@ impl Conn {
         self.waker.state()
     }
 
-    /// Who asks by address, for the pools shared before its identity is known (`crate::fair`):
-    /// the node's own machine on the localhost listener, else the client's address as the
-    /// caller has it (for a request another node passed on, the address the client connected
-    /// to it from).
-    fn address_key(&self, caller: &crate::app::Caller) -> ClientKey {
-        let local = self.slot.kind() == crate::shared::ConnKind::Local;
-        ClientKey::of_peer(local, caller.addr)
-    }
-
     /// Who asks, for the pools a job takes from: the verified identity its token named, if
-    /// any, else [`Conn::address_key`] (the node's own machine stays itself either way).
+    /// any, else its address ([`Routes::address_key`]; the node's own machine stays itself either
+    /// way).
     fn asker(
         &self,
         caller: &crate::app::Caller,
         client: Option<&crate::auth::Client>,
     ) -> ClientKey {
-        match (self.address_key(caller), client) {
-            (ClientKey::Local, _) | (_, None) => self.address_key(caller),
+        match (self.routes().address_key(caller), client) {
+            (ClientKey::Local, _) | (_, None) => self.routes().address_key(caller),
             (_, Some(c)) => ClientKey::identity(&c.subject),
         }
     }
@@ -265,7 +281,16 @@ impl Conn {
         deadline: Option<u64>,
         drain_ok: bool,
     ) -> impl std::future::Future<Output = Input> + '_ {
-        self.fill_with(deadline, drain_ok, false)
+        self.fill_with(deadline, drain_ok, false, None)
+    }
+
+    /// As [`Conn::fill`], for a WebSocket: its [`Watch`] ends the wait too.
+    fn fill_watching<'a>(
+        &'a mut self,
+        drain_ok: bool,
+        watch: &'a Watch,
+    ) -> impl std::future::Future<Output = Input> + 'a {
+        self.fill_with(None, drain_ok, false, Some(watch))
     }
 
     /// As [`Conn::fill`]; `discarding`: the bytes are thrown away (a closing connection's
@@ -275,6 +300,7 @@ impl Conn {
         deadline: Option<u64>,
         drain_ok: bool,
         discarding: bool,
+        watch: Option<&Watch>,
     ) -> Input {
         let slot = self.waker.index();
         if let Some(d) = deadline {
@@ -283,34 +309,32 @@ impl Conn {
         if !discarding && !self.has_room() {
             ShardStats::add(&self.stats().inbound_waits, 1);
         }
-        let input =
-            futures_lite::future::poll_fn(|cx| self.poll_fill(cx, deadline, drain_ok, discarding))
-                .await;
+        let input = futures_lite::future::poll_fn(|cx| {
+            self.poll_fill(cx, (deadline, drain_ok, discarding), watch)
+        })
+        .await;
         if deadline.is_some() {
             self.state().set_deadline(slot, 0);
         }
         input
     }
 
+    /// One poll of [`Conn::fill_with`]'s wait (`deadline`, `drain_ok`, `discarding` as its).
     fn poll_fill(
         &mut self,
         cx: &mut Context<'_>,
-        deadline: Option<u64>,
-        drain_ok: bool,
-        discarding: bool,
+        (deadline, drain_ok, discarding): (Option<u64>, bool, bool),
+        watch: Option<&Watch>,
     ) -> Poll<Input> {
         let state = self.waker.state();
-        if let Some(s) = &self.session {
-            s.stop_reading();
+        if let Some(w) = watch {
+            w.polled();
         }
         if drain_ok && state.draining() {
             return Poll::Ready(Input::Drain);
         }
-        if self.session.as_ref().is_some_and(|s| s.has_mail()) {
-            return Poll::Ready(Input::Mail);
-        }
-        if self.ping_epoch.is_some_and(|e| e != state.ping_epoch()) {
-            return Poll::Ready(Input::PingDue);
+        if let Some(input) = watch.and_then(|w| w.due(state)) {
+            return Poll::Ready(input);
         }
         if let Some(ib) = self
             .inbound
@@ -341,9 +365,8 @@ impl Conn {
             return Poll::Ready(Input::Timeout);
         }
         state.park(self.waker.index(), cx.waker());
-        // Nothing of its own is being written while it waits here: the fan-out may write.
-        if let Some(s) = &self.session {
-            s.wait_reading();
+        if let Some(w) = watch {
+            w.parked();
         }
         Poll::Pending
     }
@@ -389,7 +412,7 @@ impl Conn {
                 break;
             }
             if !matches!(
-                self.fill_with(Some(deadline), false, true).await,
+                self.fill_with(Some(deadline), false, true, None).await,
                 Input::Data
             ) {
                 break;
@@ -423,14 +446,26 @@ impl Conn {
         self.count_status(resp.status);
         let before = out.len();
         http::write_response(out, resp, keep_alive, head_only, &self.state().date());
-        if self.log.is_some() {
-            self.log_http(asked, resp.status, (out.len() - before) as u64);
+        if let Some(log) = &self.log {
+            let bytes = (out.len() - before) as u64;
+            log.http(self.state(), &self.inbuf, asked, resp.status, bytes);
         }
     }
 
     /// The bytes of `inbuf`, as the request whose response is being written read them.
     fn asked_inbuf(&self) -> Asked<'static> {
         Asked::Inbuf(self.inbuf.len() as u64)
+    }
+
+    /// What routing knows of this connection.
+    fn routes(&self) -> Routes<'_> {
+        Routes {
+            state: self.state(),
+            local: self.local,
+            listener: self.slot.kind(),
+            stream: &self.stream,
+            log: self.log.as_deref(),
+        }
     }
 
     fn count_status(&self, status: u16) {

@@ -21,7 +21,7 @@ use futures_lite::io::AsyncWriteExt;
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 
-use crate::fleet::{Attempt, Failed};
+use crate::fleet::{Attempt, Failed, Fleet};
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 
@@ -133,77 +133,69 @@ enum End {
     NoAnswerInTime,
 }
 
-impl Conn {
+/// A WebSocket upgrade passed through to its object's owner, `owner` (a fleet address), over
+/// the client's connection `conn`.
+pub(super) struct PassThrough<'a> {
+    pub conn: &'a mut Conn,
+    pub owner: &'a str,
+    /// The object, for the log.
+    pub object: &'a str,
+}
+
+impl PassThrough<'_> {
     /// Answers the upgrade 503 (retry-after 1): its object's owner cannot be reached.
     async fn owner_unreachable(&mut self) {
         let resp = crate::fleet::owner_unreachable();
         let mut out = Vec::new();
-        self.respond(&mut out, &resp, false, false, super::Asked::Upgrade);
-        self.flush_and_close(&mut out).await;
+        self.conn
+            .respond(&mut out, &resp, false, false, super::Asked::Upgrade);
+        self.conn.flush_and_close(&mut out).await;
     }
 
     /// The pass-through failed before the owner answered (`how`, `why`): counted, the owner
     /// reported, and the client answered 503.
-    async fn pass_failed(
-        &mut self,
-        fleet: &crate::fleet::Fleet,
-        owner: &str,
-        attempt: Attempt,
-        how: Failed,
-        why: &str,
-        object: &str,
-    ) {
+    async fn failed(&mut self, fleet: &Fleet, attempt: Attempt, how: Failed, why: &str) {
+        let (owner, object) = (self.owner, self.object);
         fleet.owner_failed(owner, attempt, how);
         fleet.stats.ws_pass_failed();
         tracing::warn!(object, %owner, "cannot pass the WebSocket on to the owner: {why}");
         self.owner_unreachable().await;
     }
 
-    /// Passes this connection through to `owner` (a fleet address), starting with `replay`
-    /// (the client's upgrade request, marked forwarded and signed for the owner) and what the
-    /// client sent after it.
+    /// Passes the connection through, starting with `replay` (the client's upgrade request,
+    /// marked forwarded and signed for the owner) and what the client sent after it.
     /// Answers 503 (retry-after 1) if the owner cannot be reached.
-    pub(super) async fn pass_through(
-        &mut self,
-        owner: &str,
-        replay: super::upgrade::Replay,
-        object: &str,
-    ) {
-        let Some(fleet) = self.state().node().fleet.clone() else {
+    pub(super) async fn run(mut self, replay: super::upgrade::Replay) {
+        let Some(fleet) = self.conn.state().node().fleet.clone() else {
             return;
         };
-        let Some(attempt) = fleet.may_try(owner) else {
+        let Some(attempt) = fleet.may_try(self.owner) else {
             // It made a request wait in vain a moment ago: answered at once, not after a
             // timeout.
             self.owner_unreachable().await;
             return;
         };
-        let connected = connect_owner(owner, attempt.connect_within()).await;
+        let connected = connect_owner(self.owner, attempt.connect_within()).await;
         // The owner counts as reached only once it answers (a frozen node's kernel still
         // accepts connections).
         let mut upstream = match connected {
             Ok(s) => s,
-            Err((how, e)) => {
-                return self
-                    .pass_failed(&fleet, owner, attempt, how, &e, object)
-                    .await;
-            }
+            Err((how, e)) => return self.failed(&fleet, attempt, how, &e).await,
         };
         super::set_socket_options(&upstream);
         let _passing = fleet.stats.ws_passing();
         // What the client sent after its request (frames it did not wait to send) follows it.
-        let mut first = replay.signed(&fleet, owner);
-        first.append(&mut self.inbuf);
-        self.inbuf = Vec::new();
+        let mut first = replay.signed(&fleet, self.owner);
+        first.append(&mut self.conn.inbuf);
+        self.conn.inbuf = Vec::new();
         if let Err(e) = upstream.write_all(&first).await {
             let why = format!("sending the upgrade: {e}");
-            return self
-                .pass_failed(&fleet, owner, attempt, Failed::AtOnce, &why, object)
-                .await;
+            return self.failed(&fleet, attempt, Failed::AtOnce, &why).await;
         }
         drop(first);
-        let end = self.relay(&mut upstream, &fleet, owner).await;
-        self.state().set_deadline(self.waker.index(), 0);
+        let end = self.relay(&mut upstream, &fleet).await;
+        let state = self.conn.state();
+        state.set_deadline(self.conn.waker.index(), 0);
         drop(upstream);
         let failed = match end {
             End::NoAnswer => Some((Failed::AtOnce, "it closed without answering")),
@@ -211,29 +203,25 @@ impl Conn {
             _ => None,
         };
         if let Some((how, why)) = failed {
-            return self
-                .pass_failed(&fleet, owner, attempt, how, why, object)
-                .await;
+            return self.failed(&fleet, attempt, how, why).await;
         }
+        let (owner, object) = (self.owner, self.object);
         tracing::debug!(object, %owner, ?end, "WebSocket passed through to its owner ended");
     }
 
     /// Copies bytes both ways between the client and the owner until one side ends (and the
     /// other's linger), the owner fails to answer in time, or the shard drains.
-    async fn relay(
-        &mut self,
-        upstream: &mut TcpStream,
-        fleet: &crate::fleet::Fleet,
-        owner: &str,
-    ) -> End {
-        let state = self.state().clone();
+    async fn relay(&mut self, upstream: &mut TcpStream, fleet: &Fleet) -> End {
+        let conn = &mut *self.conn;
+        let owner = self.owner;
+        let state = conn.state().clone();
         let stats = state.stats();
         let mut up = Pipe::default();
         let mut down = Pipe {
             must_answer: true,
             ..Pipe::default()
         };
-        let slot = self.waker.index();
+        let slot = conn.waker.index();
         // The owner answers the upgrade within `FLEET_FORWARD_TIMEOUT`, as it would a request
         // passed on.
         let answer_by = state.deadline_after(limits::FLEET_FORWARD_TIMEOUT);
@@ -242,7 +230,7 @@ impl Conn {
         // Once one side has ended, the other gets `CLOSE_LINGER` to end too (a client that
         // keeps its socket open after the close handshake does not keep this forever).
         let mut linger: Option<u64> = None;
-        let end = futures_lite::future::poll_fn(|cx| {
+        futures_lite::future::poll_fn(|cx| {
             let waiting = (!answered && down.moved == 0).then_some(answer_by);
             if let Some(end) = ended_by_time(&state, linger, waiting) {
                 return Poll::Ready(end);
@@ -250,7 +238,7 @@ impl Conn {
             let to_owner = up.poll_copy(
                 cx,
                 &state,
-                Pin::new(&mut self.stream),
+                Pin::new(&mut conn.stream),
                 Pin::new(&mut *upstream),
                 &|n| ShardStats::add(&stats.bytes_in, n),
             );
@@ -258,7 +246,7 @@ impl Conn {
                 cx,
                 &state,
                 Pin::new(&mut *upstream),
-                Pin::new(&mut self.stream),
+                Pin::new(&mut conn.stream),
                 &|n| ShardStats::add(&stats.bytes_out, n),
             );
             if !answered && down.moved > 0 {
@@ -281,13 +269,12 @@ impl Conn {
                         linger = Some(d);
                     }
                     // A drain wakes the task through its slot.
-                    state.park(self.waker.index(), cx.waker());
+                    state.park(slot, cx.waker());
                     Poll::Pending
                 }
             }
         })
-        .await;
-        end
+        .await
     }
 }
 

@@ -14,9 +14,23 @@ use crate::auth::{self, Client, Refused};
 use crate::http::{Head, Request, Response};
 use crate::stats::ShardStats;
 
+use super::access::ConnLog;
 use super::caller::{allow_origin, is_preflight, preflight, AllowOrigin};
 use super::upgrade::{Replay, Upgrade};
-use super::Conn;
+use crate::shared::ConnKind;
+use crate::state::ShardState;
+use crate::tls::Stream;
+
+/// What routing knows of the connection a request came on: its shard, its listener, its
+/// transport and peer, and its access-log figures (while the log is on).
+pub(super) struct Routes<'a> {
+    pub state: &'a ShardState,
+    /// On the localhost listener: the node's own endpoints are served.
+    pub local: bool,
+    pub listener: ConnKind,
+    pub stream: &'a Stream,
+    pub log: Option<&'a ConnLog>,
+}
 
 /// Where a request goes.
 pub(super) enum Routed {
@@ -123,10 +137,10 @@ fn redirect(path: &str, pages: &[(&'static str, &'static str)]) -> Option<(u16, 
         .map(|(p, _)| (308, *p))
 }
 
-impl Conn {
+impl Routes<'_> {
     /// Where `req` goes. `from_fleet`: another node of the fleet passed it on, signed.
     pub(super) fn route(&self, req: &Request<'_>, head: &Head, from_fleet: bool) -> Routed {
-        let node = self.state().node();
+        let node = self.state.node();
         let get = matches!(req.method, "GET" | "HEAD");
         let resp = match req.path {
             "/healthz" if get => {
@@ -152,7 +166,7 @@ impl Conn {
             "/routes" if self.local && get => Response::json(200, &routes_json(&node.apps)),
             "/stats" | "/metrics" | "/routes" if self.local => method_not_allowed(),
             path if from_fleet && path.starts_with(crate::fleet::MESSAGE_PATH) => {
-                return self.route_message(req, path)
+                return super::message::route(&node.apps, req, path)
             }
             path => match path
                 .strip_prefix("/o/")
@@ -196,7 +210,7 @@ impl Conn {
         app: &str,
         object: &str,
     ) -> Routed {
-        let Some(app) = self.state().node().apps.get(app) else {
+        let Some(app) = self.state.node().apps.get(app) else {
             return Routed::Respond(Response::error(404, "no such app"));
         };
         let (object, rest) = match object_and_rest(object) {
@@ -208,7 +222,7 @@ impl Conn {
         if !head.upgrade_websocket && is_preflight(req) {
             return Routed::Respond(preflight(req, app.as_ref()));
         }
-        let caller = self.caller(req, app.as_ref(), from_fleet, rest);
+        let caller = super::caller::of(req, app.as_ref(), from_fleet, rest, self.stream);
         let client = match self.identify(req, app.as_ref(), self.address_key(&caller)) {
             Ok(client) => client,
             Err(resp) => return Routed::Respond(resp),
@@ -263,14 +277,16 @@ impl Conn {
         // In a fleet, a stateful app's WebSocket may be passed through to its object's owner:
         // keep the request to send it on (not one another node already passed on).
         let replay = (!app.stateless()
-            && self.state().node().fleet.is_some()
+            && self.state.node().fleet.is_some()
             && req.header(combd_fleet::forward::FORWARDED_HEADER).is_none())
         .then(|| Replay::of(req, caller.addr));
         match websocket_accept(req, head) {
             Ok(accept) => {
-                self.keep_upgrade(req.method, req.path, head.len as u64);
+                if let Some(log) = self.log {
+                    log.keep_upgrade(req.method, req.path, head.len as u64);
+                }
                 let deflate = self
-                    .state()
+                    .state
                     .settings()
                     .ws_deflate
                     .then(|| {
@@ -296,6 +312,7 @@ impl Conn {
                     replay,
                     client,
                     caller,
+                    session: None,
                 })
             }
             Err(resp) => Routed::Respond(resp),
@@ -305,7 +322,7 @@ impl Conn {
     /// A stateless app's answer to `input`, called on the shard's loop; a failed call as the
     /// error response it makes (logged with its detail).
     fn answer_stateless(&self, app: &dyn App, input: &Input<'_>) -> Response {
-        let (result, _) = self.call_stateless(app, input);
+        let (result, _) = call_stateless(self.state, app, input);
         match result.and_then(|out| match out {
             Output::Http(resp) => check_app_response(&resp).map(|()| resp),
             Output::None => Ok(Response::bytes(204, "application/json", Vec::new())),
@@ -331,7 +348,7 @@ impl Conn {
         app: &dyn App,
         asker: combd_kernel::fair::ClientKey,
     ) -> Result<Option<Arc<Client>>, Response> {
-        let node = self.state().node();
+        let node = self.state.node();
         // A page of another origin that only the app's CORS policy lets in, without the
         // user's cookies (`credentials: false`, a module's `*`): its request does not act with
         // the `combd_token` cookie the browser sent along.
@@ -356,14 +373,14 @@ impl Conn {
         match verified {
             Err(Refused::Busy) if app.identified() => Err(Response::overloaded()),
             Ok(client) => {
-                ShardStats::add(&self.stats().auth_verified, 1);
+                ShardStats::add(&self.state.stats().auth_verified, 1);
                 Ok(Some(Arc::new(client)))
             }
             Err(why) if app.identified() => {
                 if let Refused::Invalid(reason) = &why {
                     tracing::debug!(app = app.name(), "token refused: {reason}");
                 }
-                ShardStats::add(&self.stats().auth_refused, 1);
+                ShardStats::add(&self.state.stats().auth_refused, 1);
                 Err(unauthorized(&why))
             }
             Err(_) => Ok(None),
@@ -374,10 +391,10 @@ impl Conn {
     /// node's Origin policy takes, or one the app's CORS policy takes with credentials.
     fn origin_may_use_cookies(&self, req: &Request<'_>, app: &dyn App) -> bool {
         if req.header("origin").is_none()
-            || self.state().settings().allowed_origins.allows(
+            || self.state.settings().allowed_origins.allows(
                 req.header("origin"),
                 req.header("host"),
-                matches!(self.stream, crate::tls::Stream::Tls(_)),
+                matches!(self.stream, Stream::Tls(_)),
             )
         {
             return true;
@@ -385,18 +402,27 @@ impl Conn {
         super::caller::cors_of(req, app).is_some_and(|(_, c)| c.credentials)
     }
 
-    /// Calls a stateless app right here, on the shard's loop: no database, no mailbox, its
-    /// ticks limited as any call's. Returns its answer and the sends it made.
-    pub(super) fn call_stateless(
-        &self,
-        app: &dyn App,
-        input: &Input<'_>,
-    ) -> (Result<Output, AppError>, Vec<Effect>) {
-        let mut effects = Vec::new();
-        let mut budget = CallBudget::new(self.state().settings().cpu_limit_ticks);
-        let result = app.handle(&mut Cx::new(None, &mut effects, &mut budget), input);
-        (result, effects)
+    /// Who asks by address, for the pools shared before its identity is known (`crate::fair`):
+    /// the node's own machine on the localhost listener, else the client's address as the
+    /// caller has it (for a request another node passed on, the address the client connected
+    /// to it from).
+    pub(super) fn address_key(&self, caller: &Caller) -> combd_kernel::fair::ClientKey {
+        let local = self.listener == ConnKind::Local;
+        combd_kernel::fair::ClientKey::of_peer(local, caller.addr)
     }
+}
+
+/// Calls a stateless app right here, on the shard's loop: no database, no mailbox, its
+/// ticks limited as any call's. Returns its answer and the sends it made.
+pub(super) fn call_stateless(
+    state: &ShardState,
+    app: &dyn App,
+    input: &Input<'_>,
+) -> (Result<Output, AppError>, Vec<Effect>) {
+    let mut effects = Vec::new();
+    let mut budget = CallBudget::new(state.settings().cpu_limit_ticks);
+    let result = app.handle(&mut Cx::new(None, &mut effects, &mut budget), input);
+    (result, effects)
 }
 
 /// Checks a WebSocket upgrade request (RFC 6455, 4.2.1) and computes `Sec-WebSocket-Accept`.

@@ -1,17 +1,17 @@
-//! Answering a WebSocket upgrade that passed its checks (`routes.rs`): a stateful app's
-//! session attaches to its object first, which may refuse it or say another node owns it
-//! (then the whole WebSocket passes through); then the 101, with the subprotocol and the
-//! compression negotiated.
+//! A WebSocket upgrade that passed its checks (`routes.rs`): what the HTTP loop
+//! ([`super::http_conn::HttpConn::upgrade`]) needs to answer it (a stateful app's session
+//! attaches to its object first, [`Attaching`], which may refuse it or say another node owns
+//! it, then the whole WebSocket passes through with its [`Replay`]; then the 101, with the
+//! subprotocol and the compression negotiated), and what the WebSocket loop keeps of it.
 
 use std::sync::Arc;
 
-use crate::app::App;
-use crate::cells::session::Attach;
-use crate::http::Request;
-use crate::job::{Attached, Job};
-use crate::ws;
+use std::rc::Rc;
 
-use super::{Asked, Conn};
+use crate::app::App;
+use crate::cells::session::{SessionOut, Sessions};
+use crate::http::Request;
+use crate::ws;
 
 /// A WebSocket upgrade that passed its checks.
 pub(super) struct Upgrade {
@@ -30,6 +30,16 @@ pub(super) struct Upgrade {
     pub client: Option<Arc<crate::auth::Client>>,
     /// What else the node saw of the upgrade; the session keeps it.
     pub caller: Arc<crate::app::Caller>,
+    /// A stateful app's session, once its object took it ([`Attaching::keep`]).
+    pub session: Option<Rc<SessionOut>>,
+}
+
+/// The parts of an upgrade the WebSocket loop keeps.
+pub(super) struct ForLoop {
+    pub app: Arc<dyn App>,
+    pub object: String,
+    pub deflate: Option<ws::deflate::Negotiated>,
+    pub session: Option<Rc<SessionOut>>,
 }
 
 impl Upgrade {
@@ -37,107 +47,79 @@ impl Upgrade {
     /// negotiated. The rest, and the box, are freed here (taken apart in place, a box is
     /// freed only when its binding goes, at the end of the loop).
     #[allow(clippy::boxed_local)] // taking the box is the point: it is freed here
-    pub(super) fn into_loop(
-        self: Box<Self>,
-    ) -> (Arc<dyn App>, String, Option<ws::deflate::Negotiated>) {
+    pub(super) fn into_loop(self: Box<Self>) -> ForLoop {
         let Upgrade {
             app,
             object,
             deflate,
+            session,
             ..
         } = *self;
-        (app, object, deflate)
-    }
-}
-
-impl Conn {
-    /// Answers an upgrade: `Some` once the 101 is written and the WebSocket loop may start.
-    /// A stateful app's session attaches to its object first; the object may refuse it (503
-    /// `overloaded`, 507 `disk_low`, or the app's own error), and then no upgrade happens.
-    pub(super) async fn upgrade(&mut self, up: Upgrade, mut out: Vec<u8>) -> Option<Upgrade> {
-        if !up.app.stateless() {
-            let topic = match up.app.topic(up.query.as_deref()) {
-                Ok(t) => t,
-                Err(e) => {
-                    self.fail(&mut out, e.status, &e.message, Asked::Upgrade)
-                        .await;
-                    return None;
-                }
-            };
-            let key = format!("{}/{}", up.app.name(), up.object);
-            let (slot, asker) = (
-                self.waker.index(),
-                self.asker(&up.caller, up.client.as_deref()),
-            );
-            let who = Attach {
-                query: up.query.clone(),
-                client: up.client.clone(),
-                caller: up.caller.clone(),
-            };
-            let opened = self.cells.sessions().open((slot, asker), key, topic, who);
-            let session = opened.session_id();
-            self.session = Some(opened);
-            let (tx, rx) = async_channel::bounded(1);
-            let job = Job::attach(
-                session,
-                up.query.clone(),
-                up.client.clone(),
-                up.caller.clone(),
-                tx,
-                up.replay.is_some(),
-            )
-            .asked_by(asker);
-            self.cells.submit(&up.app, &up.object, job);
-            match rx.recv().await {
-                Ok(Attached::Yes) => {}
-                Ok(Attached::Refused(resp)) => {
-                    self.end_session();
-                    self.respond(&mut out, &resp, false, false, Asked::Upgrade);
-                    self.flush_and_close(&mut out).await;
-                    return None;
-                }
-                Ok(Attached::Owner(owner)) => {
-                    // Another node owns the object: the whole WebSocket goes through to it.
-                    self.end_session();
-                    if let Some(replay) = up.replay {
-                        Box::pin(self.pass_through(&owner, replay, &up.object)).await;
-                    }
-                    return None;
-                }
-                Err(_) => return None,
-            }
+        ForLoop {
+            app,
+            object,
+            deflate,
+            session,
         }
-        self.count_status(101);
-        self.write_101(&up, &mut out);
-        if self.flush(&mut out).await.is_err() {
-            return None;
-        }
-        self.log_ws_open();
-        Some(up)
     }
 
-    /// Appends the 101 that answers `up` to `out`.
-    fn write_101(&self, up: &Upgrade, out: &mut Vec<u8>) {
+    /// The object's key (`app/name`) its session attaches to.
+    pub(super) fn object_key(&self) -> String {
+        format!("{}/{}", self.app.name(), self.object)
+    }
+
+    /// Appends the 101 that answers the upgrade to `out` (`date`: the shard's date header).
+    pub(super) fn write_101(&self, out: &mut Vec<u8>, date: &[u8]) {
         out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\ndate: ");
-        out.extend_from_slice(&self.state().date());
+        out.extend_from_slice(date);
         out.extend_from_slice(
             format!(
                 "\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n",
-                up.accept
+                self.accept
             )
             .as_bytes(),
         );
-        if let Some(protocol) = &up.protocol {
+        if let Some(protocol) = &self.protocol {
             out.extend_from_slice(b"sec-websocket-protocol: ");
             out.extend_from_slice(protocol.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        if let Some(negotiated) = &up.deflate {
+        if let Some(negotiated) = &self.deflate {
             out.extend_from_slice(b"sec-websocket-extensions: ");
             out.extend_from_slice(negotiated.response().as_bytes());
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A session opened for an upgrade while its object is asked to take it: ended here unless
+/// the upgrade keeps it (refused, passed on to another node, or its task dropped while it
+/// waits), so a session the WebSocket loop never owned stays in no table.
+pub(super) struct Attaching<'a> {
+    sessions: &'a Sessions,
+    session: Option<Rc<SessionOut>>,
+}
+
+impl<'a> Attaching<'a> {
+    pub(super) fn new(sessions: &'a Sessions, session: Rc<SessionOut>) -> Attaching<'a> {
+        Attaching {
+            sessions,
+            session: Some(session),
+        }
+    }
+
+    /// The object took the session: the WebSocket loop owns it from here.
+    pub(super) fn keep(mut self) -> Option<Rc<SessionOut>> {
+        self.session.take()
+    }
+}
+
+impl Drop for Attaching<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            self.sessions.end(&s);
+        }
     }
 }
 

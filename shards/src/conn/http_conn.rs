@@ -11,14 +11,16 @@ use combd_kernel::fair::ClientKey;
 use combd_kernel::limits;
 
 use crate::app::App;
+use crate::cells::session::{Attach, Sessions};
 use crate::http::{self, Head, ParsedRequest, Request, Reserved, Response};
-use crate::job::Job;
+use crate::job::{Attached, Job};
 use crate::stats::ShardStats;
 
 use super::access::Entry;
 use super::caller::AllowOrigin;
+use super::pass_through::PassThrough;
 use super::routes::Routed;
-use super::upgrade::Upgrade;
+use super::upgrade::{Attaching, Upgrade};
 use super::{Asked, Conn, Input};
 
 /// What the loop does after a request was answered (or handed on).
@@ -113,17 +115,26 @@ impl Clock {
     }
 }
 
-impl Conn {
-    /// The HTTP/1.1 loop. Returns when the connection is to close, or after an upgrade (with
-    /// `self.upgraded` set).
-    pub(super) async fn http(&mut self) {
+/// A connection speaking HTTP/1.1: the loop over its I/O core, until it closes or upgrades.
+pub(super) struct HttpConn<'c> {
+    conn: &'c mut Conn,
+}
+
+impl<'c> HttpConn<'c> {
+    pub(super) fn new(conn: &'c mut Conn) -> HttpConn<'c> {
+        HttpConn { conn }
+    }
+
+    /// The HTTP/1.1 loop. Returns when the connection is to close (`None`), or after an
+    /// upgrade, with the upgrade for the WebSocket loop.
+    pub(super) async fn run(mut self) -> Option<Box<Upgrade>> {
         let mut out: Vec<u8> = Vec::new();
         let mut pipeline = Pipeline::default();
-        let mut clock = Clock::Request(self.state().now_ms());
+        let mut clock = Clock::Request(self.conn.state().now_ms());
         loop {
             let Some((head, answered)) = self.read_head(&mut out, &mut clock, &mut pipeline).await
             else {
-                return;
+                return None;
             };
             let (next, keep_alive) = match answered {
                 Some(answered) => answered,
@@ -131,29 +142,30 @@ impl Conn {
                 None => {
                     self.settle(&mut pipeline, &mut out).await;
                     if !self.read_body(&mut out, &head).await {
-                        return;
+                        return None;
                     }
-                    let keep_alive = head.keep_alive && !self.state().draining();
+                    let keep_alive = head.keep_alive && !self.conn.state().draining();
                     (self.answer(&head, keep_alive, &mut out), keep_alive)
                 }
             };
-            self.inbuf.drain(..head.len + head.body_len as usize);
+            self.conn.inbuf.drain(..head.len + head.body_len as usize);
             // A pipelined request's head timeout runs from now; else the connection is idle
             // once this request is answered.
-            let pipelined = !self.inbuf.is_empty();
-            if let Some(log) = &self.log {
+            let pipelined = !self.conn.inbuf.is_empty();
+            if let Some(log) = &self.conn.log {
                 log.request_done(pipelined);
             }
             if pipelined {
-                clock = Clock::Request(self.state().now_ms());
+                clock = Clock::Request(self.conn.state().now_ms());
             } else {
-                self.inbuf = Vec::new();
+                self.conn.inbuf = Vec::new();
             }
             match next {
                 Next::Continue => {}
                 Next::Close => {
                     self.settle(&mut pipeline, &mut out).await;
-                    return self.flush_and_close(&mut out).await;
+                    self.conn.flush_and_close(&mut out).await;
+                    return None;
                 }
                 Next::Object(req) => {
                     self.ask_object(*req, keep_alive, &mut pipeline);
@@ -163,19 +175,19 @@ impl Conn {
                 }
                 Next::Upgrade(up) => {
                     self.settle(&mut pipeline, &mut out).await;
-                    self.upgraded = Box::pin(self.upgrade(up, out)).await.map(Box::new);
-                    return;
+                    return Box::pin(self.upgrade(up, out)).await.map(Box::new);
                 }
             }
             if !keep_alive {
                 self.settle(&mut pipeline, &mut out).await;
-                return self.flush_and_close(&mut out).await;
+                self.conn.flush_and_close(&mut out).await;
+                return None;
             }
             if self.hold_back(&mut pipeline, &mut out).await.is_err() {
-                return;
+                return None;
             }
             if !pipelined {
-                clock = Clock::Idle(self.state().now_ms());
+                clock = Clock::Idle(self.conn.state().now_ms());
             }
         }
     }
@@ -187,9 +199,9 @@ impl Conn {
         let held = out.len() + pipeline.written;
         self.note_held(held);
         if held >= limits::PIPELINE_HELD_MAX_BYTES {
-            ShardStats::add(&self.stats().pipeline_held_waits, 1);
+            ShardStats::add(&self.conn.stats().pipeline_held_waits, 1);
             self.settle(pipeline, out).await;
-            self.flush(out).await.map_err(|_| ())?;
+            self.conn.flush(out).await.map_err(|_| ())?;
             pipeline.reserved.clear();
         }
         Ok(())
@@ -206,14 +218,14 @@ impl Conn {
         clock: &mut Clock,
         pipeline: &mut Pipeline,
     ) -> Option<(Head, Option<Answered>)> {
-        let settings = self.state().settings();
+        let settings = self.conn.state().settings();
         let (header_timeout, idle_timeout) = (settings.header_timeout, settings.idle_timeout);
-        // How much of `inbuf` the last parse saw ([`Conn::parse_if_grown`]).
+        // How much of `inbuf` the last parse saw ([`HttpConn::parse_if_grown`]).
         let mut seen = 0;
         loop {
-            if !self.inbuf.is_empty() {
+            if !self.conn.inbuf.is_empty() {
                 if let Clock::Idle(_) = clock {
-                    *clock = Clock::Request(self.state().now_ms());
+                    *clock = Clock::Request(self.conn.state().now_ms());
                 }
                 let mark = out.len();
                 match self.parse_if_grown(out, &mut seen) {
@@ -224,8 +236,8 @@ impl Conn {
                     Ok(None) => {}
                     Err(e) => {
                         self.settle(pipeline, out).await;
-                        let asked = self.asked_inbuf();
-                        self.fail(out, e.status, e.message, asked).await;
+                        let asked = self.conn.asked_inbuf();
+                        self.conn.fail(out, e.status, e.message, asked).await;
                         return None;
                     }
                 }
@@ -234,27 +246,32 @@ impl Conn {
             // from when they are.
             if self.settle(pipeline, out).await {
                 if let Clock::Idle(_) = clock {
-                    *clock = Clock::Idle(self.state().now_ms());
+                    *clock = Clock::Idle(self.conn.state().now_ms());
                 }
             }
-            if self.flush(out).await.is_err() {
+            if self.conn.flush(out).await.is_err() {
                 return None;
             }
             pipeline.reserved.clear();
             let deadline = clock.deadline(header_timeout, idle_timeout);
-            if let (Clock::Request(started), false) = (&*clock, self.inbuf.is_empty()) {
+            if let (Clock::Request(started), false) = (&*clock, self.conn.inbuf.is_empty()) {
                 self.pace_if_slow(*started, true, deadline).await;
             }
-            match self.fill(Some(deadline), self.inbuf.is_empty()).await {
+            match self
+                .conn
+                .fill(Some(deadline), self.conn.inbuf.is_empty())
+                .await
+            {
                 Input::Data | Input::Mail | Input::PingDue | Input::Room => {}
                 Input::Eof | Input::Failed | Input::Drain => return None,
                 Input::Timeout => {
                     if let Clock::Idle(_) = clock {
-                        ShardStats::add(&self.stats().idle_closed, 1);
+                        ShardStats::add(&self.conn.stats().idle_closed, 1);
                     } else {
-                        ShardStats::add(&self.stats().request_timeouts, 1);
-                        let asked = self.asked_inbuf();
-                        self.fail(out, 408, "request head not received in time", asked)
+                        ShardStats::add(&self.conn.stats().request_timeouts, 1);
+                        let asked = self.conn.asked_inbuf();
+                        self.conn
+                            .fail(out, 408, "request head not received in time", asked)
                             .await;
                     }
                     return None;
@@ -263,7 +280,7 @@ impl Conn {
         }
     }
 
-    /// [`Conn::parse_and_answer`], if a line of the head in `inbuf` ended since the last parse
+    /// [`HttpConn::parse_and_answer`], if a line of the head in `inbuf` ended since the last parse
     /// (which saw `seen` bytes of it; updated) or the head passed its limit; else `Ok(None)`. A
     /// head is not parsed again for every byte a slow client trickles (2,000 clients sending a
     /// header a byte at a time made the node parse their growing heads 20,000 times a second:
@@ -273,9 +290,9 @@ impl Conn {
         out: &mut Vec<u8>,
         seen: &mut usize,
     ) -> Result<Option<(Head, Option<Answered>)>, http::HeadError> {
-        let line_ended = self.inbuf[(*seen).min(self.inbuf.len())..].contains(&b'\n');
-        let over = self.inbuf.len() > limits::HEADER_SECTION_MAX_BYTES;
-        *seen = self.inbuf.len();
+        let line_ended = self.conn.inbuf[(*seen).min(self.conn.inbuf.len())..].contains(&b'\n');
+        let over = self.conn.inbuf.len() > limits::HEADER_SECTION_MAX_BYTES;
+        *seen = self.conn.inbuf.len();
         if line_ended || over {
             self.parse_and_answer(out)
         } else {
@@ -286,49 +303,53 @@ impl Conn {
     /// Reads the body of `head` into `inbuf` (answering `Expect: 100-continue`), within the
     /// body limit and timeout. False: the connection is done.
     async fn read_body(&mut self, out: &mut Vec<u8>, head: &Head) -> bool {
-        let settings = self.state().settings();
+        let settings = self.conn.state().settings();
         let (max_body, body_timeout) = (settings.max_body_bytes, settings.body_timeout);
         if head.body_len > max_body {
-            let asked = self.asked_inbuf();
-            self.fail(out, 413, "request body too large", asked).await;
+            let asked = self.conn.asked_inbuf();
+            self.conn
+                .fail(out, 413, "request body too large", asked)
+                .await;
             return false;
         }
         let total = head.len + head.body_len as usize;
-        if self.inbuf.len() >= total {
+        if self.conn.inbuf.len() >= total {
             return true;
         }
         // The body is held while it arrives: reserved first, against the shard's inbound
         // budget, so bodies that arrive slowly (or never) cannot hold more than it. Past it:
         // 503 and close, nothing read of it.
-        let Some(_reading) = self.hold_reading(head.body_len) else {
+        let Some(_reading) = self.conn.hold_reading(head.body_len) else {
             let busy = Response::overloaded();
-            self.respond(out, &busy, false, false, self.asked_inbuf());
-            self.flush_and_close(out).await;
+            self.conn
+                .respond(out, &busy, false, false, self.conn.asked_inbuf());
+            self.conn.flush_and_close(out).await;
             return false;
         };
         if head.expect_continue {
             out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
-        if self.flush(out).await.is_err() {
+        if self.conn.flush(out).await.is_err() {
             return false;
         }
-        let deadline = self.state().deadline_after(body_timeout);
-        let started = self.state().now_ms();
+        let deadline = self.conn.state().deadline_after(body_timeout);
+        let started = self.conn.state().now_ms();
         // Bytes the last read brought (none read yet: not a small read).
         let mut last_read = usize::MAX;
-        while self.inbuf.len() < total {
+        while self.conn.inbuf.len() < total {
             let small = last_read < limits::SLOW_READ_MIN_BYTES;
             self.pace_if_slow(started, small, deadline).await;
-            let before = self.inbuf.len();
+            let before = self.conn.inbuf.len();
             last_read = usize::MAX;
-            match self.fill(Some(deadline), false).await {
-                Input::Data => last_read = self.inbuf.len() - before,
+            match self.conn.fill(Some(deadline), false).await {
+                Input::Data => last_read = self.conn.inbuf.len() - before,
                 Input::Mail | Input::PingDue | Input::Room => {}
                 Input::Eof | Input::Failed | Input::Drain => return false,
                 Input::Timeout => {
-                    ShardStats::add(&self.stats().request_timeouts, 1);
-                    let asked = self.asked_inbuf();
-                    self.fail(out, 408, "request body not received in time", asked)
+                    ShardStats::add(&self.conn.stats().request_timeouts, 1);
+                    let asked = self.conn.asked_inbuf();
+                    self.conn
+                        .fail(out, 408, "request body not received in time", asked)
                         .await;
                     return false;
                 }
@@ -342,19 +363,19 @@ impl Conn {
     /// when its last read brought little. Returns at once for a request that is not slow, and
     /// never waits past `deadline`, so the request's timeout fires on time.
     async fn pace_if_slow(&self, started: u64, small: bool, deadline: u64) {
-        let now = self.state().now_ms();
+        let now = self.conn.state().now_ms();
         let after = limits::SLOW_REQUEST_AFTER.as_millis() as u64;
         if !small || now.saturating_sub(started) < after {
             return;
         }
         let interval = limits::SLOW_READ_INTERVAL.as_millis() as u64;
         // A phase of its own: slow clients that send together are not read together.
-        let phase = (self.waker.index() as u64).wrapping_mul(7_919) % interval;
+        let phase = (self.conn.waker.index() as u64).wrapping_mul(7_919) % interval;
         let pause = (interval + phase).min(deadline.saturating_sub(now));
         if pause == 0 {
             return;
         }
-        ShardStats::add(&self.stats().slow_reads_paced, 1);
+        ShardStats::add(&self.conn.stats().slow_reads_paced, 1);
         // Boxed: the timer is held only while pausing, not in every connection's future.
         Box::pin(glommio::timer::sleep(Duration::from_millis(pause))).await;
     }
@@ -368,17 +389,17 @@ impl Conn {
         out: &mut Vec<u8>,
     ) -> Result<Option<(Head, Option<Answered>)>, http::HeadError> {
         let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
-        Ok(match http::parse_request(&self.inbuf, &mut headers)? {
+        Ok(match http::parse_request(&self.conn.inbuf, &mut headers)? {
             ParsedRequest::Partial => None,
             ParsedRequest::Head(head) => Some((head, None)),
             // Past the body limit: the body check refuses it (413).
             ParsedRequest::Complete(head, _)
-                if head.body_len > self.state().settings().max_body_bytes =>
+                if head.body_len > self.conn.state().settings().max_body_bytes =>
             {
                 Some((head, None))
             }
             ParsedRequest::Complete(head, req) => {
-                let keep_alive = head.keep_alive && !self.state().draining();
+                let keep_alive = head.keep_alive && !self.conn.state().draining();
                 let next = self.answer_request(&req, &head, keep_alive, out);
                 Some((head, Some((next, keep_alive))))
             }
@@ -389,13 +410,13 @@ impl Conn {
     /// again: the rare path of a body that came after its head).
     fn answer(&self, head: &Head, keep_alive: bool, out: &mut Vec<u8>) -> Next {
         let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
-        let Some(req) = http::borrow_request(&self.inbuf, head, &mut headers) else {
-            self.respond(
+        let Some(req) = http::borrow_request(&self.conn.inbuf, head, &mut headers) else {
+            self.conn.respond(
                 out,
                 &Response::error(400, "malformed request"),
                 false,
                 false,
-                self.asked_inbuf(),
+                self.conn.asked_inbuf(),
             );
             return Next::Close;
         };
@@ -416,7 +437,7 @@ impl Conn {
             Ok(fleet_auth) => fleet_auth,
             Err(resp) => {
                 let asked = Asked::Parsed(req.method, req.path, bytes_in);
-                self.respond(out, &resp, keep_alive, head_only, asked);
+                self.conn.respond(out, &resp, keep_alive, head_only, asked);
                 return Next::Continue;
             }
         };
@@ -425,17 +446,17 @@ impl Conn {
         // user's name (`combd_kernel::origins`); what the fleet passes on was checked where the
         // client connected.
         if !from_fleet && !self.origin_allowed(req, head) {
-            ShardStats::add(&self.stats().origin_refused, 1);
+            ShardStats::add(&self.conn.stats().origin_refused, 1);
             let resp = Response::error(403, "origin not allowed");
             let asked = Asked::Parsed(req.method, req.path, bytes_in);
-            self.respond(out, &resp, keep_alive, head_only, asked);
+            self.conn.respond(out, &resp, keep_alive, head_only, asked);
             return Next::Continue;
         }
-        match self.route(req, head, from_fleet) {
+        match self.conn.routes().route(req, head, from_fleet) {
             Routed::Respond(resp) => {
                 let resp = self.signed_for_fleet(resp, fleet_auth.as_deref());
                 let asked = Asked::Parsed(req.method, req.path, bytes_in);
-                self.respond(out, &resp, keep_alive, head_only, asked);
+                self.conn.respond(out, &resp, keep_alive, head_only, asked);
                 Next::Continue
             }
             Routed::Upgrade(up) => Next::Upgrade(up),
@@ -459,7 +480,7 @@ impl Conn {
                 caller,
                 cors,
                 message,
-                entry: self.kept(req.method, req.path, bytes_in),
+                entry: (self.conn.log.as_deref()).map(|l| l.kept(req.method, req.path, bytes_in)),
             })),
         }
     }
@@ -467,14 +488,14 @@ impl Conn {
     /// Whether the request comes from the fleet: what does (the fleet listener takes nothing
     /// else, and the mark that a request was passed on is believed only so) is signed with the
     /// fleet key, within the sending node's share of the signed requests remembered. `Some`:
-    /// its signature (its answer is signed for it, [`Conn::signed_for_fleet`]); `Err`: the
+    /// its signature (its answer is signed for it, [`HttpConn::signed_for_fleet`]); `Err`: the
     /// refusal to answer it with.
     fn from_fleet(&self, req: &Request<'_>) -> Result<Option<String>, Response> {
-        let Some(fleet) = &self.state().node().fleet else {
+        let Some(fleet) = &self.conn.state().node().fleet else {
             return Ok(None);
         };
         let forwarded = req.header(combd_fleet::forward::FORWARDED_HEADER).is_some();
-        if !self.on_fleet_listener() && !forwarded {
+        if !self.conn.on_fleet_listener() && !forwarded {
             return Ok(None);
         }
         let signature = req.header(combd_fleet::auth::AUTH_HEADER);
@@ -482,7 +503,7 @@ impl Conn {
             .header(combd_fleet::forward::CLIENT_HEADER)
             .and_then(|v| std::str::from_utf8(v).ok())
             .unwrap_or("");
-        let peer = self.stream.tcp().peer_addr().ok().map(|a| a.ip());
+        let peer = self.conn.stream.tcp().peer_addr().ok().map(|a| a.ip());
         let peer = ClientKey::of_peer(false, peer);
         let target = req.target();
         let fields = req.headers.iter().map(|h| (h.name, h.value));
@@ -496,7 +517,7 @@ impl Conn {
     /// `resp` signed for the fleet request whose signature was `fleet_auth`, if it was one
     /// (`combd_fleet::auth::ANSWER_HEADER`): the node passing it on takes it only so.
     fn signed_for_fleet(&self, resp: Response, fleet_auth: Option<&str>) -> Response {
-        let (Some(request), Some(fleet)) = (fleet_auth, &self.state().node().fleet) else {
+        let (Some(request), Some(fleet)) = (fleet_auth, &self.conn.state().node().fleet) else {
             return resp;
         };
         let fields = combd_fleet::forward::answer_fields(
@@ -515,10 +536,10 @@ impl Conn {
     fn origin_allowed(&self, req: &Request<'_>, head: &Head) -> bool {
         let checked = head.upgrade_websocket || !matches!(req.method, "GET" | "HEAD" | "OPTIONS");
         !checked
-            || self.state().settings().allowed_origins.allows(
+            || self.conn.state().settings().allowed_origins.allows(
                 req.header("origin"),
                 req.header("host"),
-                matches!(self.stream, crate::tls::Stream::Tls(_)),
+                matches!(self.conn.stream, crate::tls::Stream::Tls(_)),
             )
             || (!head.upgrade_websocket && self.app_takes_origin(req))
     }
@@ -529,7 +550,7 @@ impl Conn {
             .path
             .strip_prefix("/o/")
             .and_then(|rest| rest.split_once('/'))
-            .and_then(|(app, _)| self.state().node().apps.get(app));
+            .and_then(|(app, _)| self.conn.state().node().apps.get(app));
         app.is_some_and(|app| super::caller::cors_of(req, app.as_ref()).is_some())
     }
 
@@ -538,8 +559,8 @@ impl Conn {
     /// answer is owed in the pipeline.
     fn ask_object(&self, req: ObjectRequest, keep_alive: bool, pipeline: &mut Pipeline) {
         let (tx, answer) = async_channel::bounded(1);
-        let asker = self.asker(&req.caller, req.client.as_deref());
-        match self.hold_input(req.body.len() as u64) {
+        let asker = self.conn.asker(&req.caller, req.client.as_deref());
+        match self.conn.hold_input(req.body.len() as u64) {
             Some(hold) => {
                 let job = match req.message {
                     Some((from, id)) => {
@@ -558,7 +579,7 @@ impl Conn {
                     ),
                 };
                 let job = job.held(hold).asked_by(asker);
-                self.cells.submit(&req.app, &req.object, job);
+                self.conn.cells.submit(&req.app, &req.object, job);
             }
             None => {
                 let _ = tx.try_send(Response::overloaded());
@@ -585,7 +606,7 @@ impl Conn {
         }
         while let Some(owed) = pipeline.owed.pop_front() {
             if out.len() >= limits::PIPELINE_HELD_MAX_BYTES {
-                if self.flush(out).await.is_err() {
+                if self.conn.flush(out).await.is_err() {
                     pipeline.owed.clear();
                     break;
                 }
@@ -610,7 +631,7 @@ impl Conn {
                     }
                     let resp = self.signed_for_fleet(resp, fleet_auth.as_deref());
                     let asked = Asked::Kept(entry.as_deref());
-                    self.respond(out, &resp, keep_alive, head_only, asked);
+                    self.conn.respond(out, &resp, keep_alive, head_only, asked);
                     pipeline.reserved.push(resp.reserved);
                 }
             }
@@ -621,10 +642,93 @@ impl Conn {
         true
     }
 
+    /// Answers an upgrade: `Some` once the 101 is written and the WebSocket loop may start.
+    /// A stateful app's session attaches to its object first ([`HttpConn::attach`]).
+    async fn upgrade(&mut self, mut up: Upgrade, mut out: Vec<u8>) -> Option<Upgrade> {
+        let cells = self.conn.cells.clone();
+        // Its session, kept only once the 101 is written.
+        let attaching = match up.app.stateless() {
+            true => None,
+            false => Some(self.attach(cells.sessions(), &mut up, &mut out).await?),
+        };
+        self.conn.count_status(101);
+        up.write_101(&mut out, &self.conn.state().date());
+        if self.conn.flush(&mut out).await.is_err() {
+            return None;
+        }
+        if let Some(log) = &self.conn.log {
+            log.ws_open(self.conn.state());
+        }
+        up.session = attaching.and_then(Attaching::keep);
+        Some(up)
+    }
+
+    /// Opens the upgrade's session (of `sessions`) and asks its object to take it. The object
+    /// may refuse it (503 `overloaded`, 507 `disk_low`, or the app's own error: answered here),
+    /// or say another node owns it (the whole WebSocket passes through to it): then `None`,
+    /// the session ended, and no upgrade happens.
+    async fn attach<'s>(
+        &mut self,
+        sessions: &'s Sessions,
+        up: &mut Upgrade,
+        out: &mut Vec<u8>,
+    ) -> Option<Attaching<'s>> {
+        let topic = match up.app.topic(up.query.as_deref()) {
+            Ok(t) => t,
+            Err(e) => {
+                self.conn
+                    .fail(out, e.status, &e.message, Asked::Upgrade)
+                    .await;
+                return None;
+            }
+        };
+        let (slot, asker) = (
+            self.conn.waker.index(),
+            self.conn.asker(&up.caller, up.client.as_deref()),
+        );
+        let who = Attach {
+            query: up.query.clone(),
+            client: up.client.clone(),
+            caller: up.caller.clone(),
+        };
+        let opened = sessions.open((slot, asker), up.object_key(), topic, who);
+        let session = opened.session_id();
+        let attaching = Attaching::new(sessions, opened);
+        let (tx, rx) = async_channel::bounded(1);
+        let (query, client, caller) = (up.query.clone(), up.client.clone(), up.caller.clone());
+        let job = Job::attach(session, query, client, caller, tx, up.replay.is_some());
+        self.conn
+            .cells
+            .submit(&up.app, &up.object, job.asked_by(asker));
+        match rx.recv().await {
+            Ok(Attached::Yes) => return Some(attaching),
+            Ok(Attached::Refused(resp)) => {
+                drop(attaching);
+                self.conn.respond(out, &resp, false, false, Asked::Upgrade);
+                self.conn.flush_and_close(out).await;
+            }
+            Ok(Attached::Owner(owner)) => {
+                // Another node owns the object: the whole WebSocket goes through to it.
+                drop(attaching);
+                if let Some(replay) = up.replay.take() {
+                    let pass = PassThrough {
+                        conn: &mut *self.conn,
+                        owner: &owner,
+                        object: &up.object,
+                    };
+                    Box::pin(pass.run(replay)).await;
+                }
+            }
+            Err(_) => {}
+        }
+        None
+    }
+
     /// Records `bytes` of responses held by this connection in the shard's high-water mark
     /// (`pipeline_held_bytes_max`).
     fn note_held(&self, bytes: usize) {
-        self.stats()
+        self.conn
+            .stats()
             .pipeline_held_bytes_max
             .fetch_max(bytes as u64, std::sync::atomic::Ordering::Relaxed);
     }

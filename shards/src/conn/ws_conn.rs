@@ -1,8 +1,10 @@
-//! The WebSocket side of a connection, once upgraded (`upgrade.rs`): the loop: decode frames and hand messages to the app (called right
-//! here for a stateless app, sent to the object's mailbox for a session), write the session's
-//! mail while holding an awake slot, keep the client's message rate, ping it every
-//! `COMBD_WS_PING_INTERVAL`, and close with the code the reason calls for. Every close goes
-//! through [`Conn::close_with`].
+//! A connection once upgraded (`upgrade.rs`): [`WsConn`], the WebSocket loop over the
+//! connection's I/O core. It decodes frames and hands messages to the app (called right here
+//! for a stateless app, sent to the object's mailbox for a session), writes its session's mail
+//! while holding an awake slot, keeps the client's message rate, pings it every
+//! `COMBD_WS_PING_INTERVAL`, and closes with the code the reason calls for. Every close goes
+//! through [`WsConn::close_with`]. It owns its session's outbound side ([`SessionOut`]): the
+//! session ends when the loop does, before the connection's socket closes.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,16 +13,18 @@ use combd_kernel::limits;
 use combd_kernel::settings::Settings;
 
 use crate::app::{App, Effect, Input as AppInput, Message, Resync, SessionId};
-use crate::cells::session::{CloseWhy, DirectSocket};
+use crate::cells::session::{CloseWhy, DirectSocket, SessionOut};
 use crate::defer::Defer;
 use crate::inbound::Hold;
 use crate::job::Job;
+use crate::state::ShardState;
 use crate::stats::ShardStats;
 use crate::ws::{self, close, Decoder, WsEvent};
 
 use super::access::WsEnd;
-use super::upgrade::Upgrade;
-use super::{Conn, Input};
+use super::routes::call_stateless;
+use super::upgrade::{ForLoop, Upgrade};
+use super::{Conn, Input, Watch};
 
 /// A failed write of a session's output, and whether it cut a frame short (some of it was
 /// written, not all).
@@ -97,12 +101,14 @@ struct Ws {
 }
 
 impl Ws {
-    /// The loop's state for an upgrade, built outside the loop's future: a local the future
-    /// borrowed before moving it (the app, to ask its bound) would be kept in every idle
-    /// WebSocket's task. The upgrade's box is freed here, with what the loop does not need
-    /// (its accept key, query, replay), not kept for the WebSocket's life.
-    fn new(up: Box<Upgrade>, settings: &Settings) -> Ws {
-        let (app, object, deflate) = up.into_loop();
+    /// The loop's state for an upgrade (`up`, taken apart: [`Upgrade::into_loop`]).
+    fn new(up: ForLoop, settings: &Settings) -> Ws {
+        let ForLoop {
+            app,
+            object,
+            deflate,
+            ..
+        } = up;
         // The app's own bound on its inputs, within the node's.
         let max_message = app
             .max_input_bytes()
@@ -194,30 +200,87 @@ enum Decoded {
     Close(Close),
 }
 
-impl Conn {
+/// A connection speaking WebSocket: the loop over its I/O core, with its frames, its rate and
+/// its session's outbound side.
+pub(super) struct WsConn<'c> {
+    conn: &'c mut Conn,
+    ws: Ws,
+    rate: Rate,
+    /// Its session, and what ends its waits beside input.
+    watch: Watch,
+}
+
+impl Drop for WsConn<'_> {
+    /// The session ends with the loop, whatever ended it: from here the fan-out writes to
+    /// its socket no more (the connection's stream, which the loop borrowed, outlives it).
+    fn drop(&mut self) {
+        if let Some(s) = self.watch.session.take() {
+            self.conn.cells.sessions().end(&s);
+        }
+    }
+}
+
+impl<'c> WsConn<'c> {
+    /// The WebSocket of an upgrade, and its connection set for it. The upgrade's box is freed
+    /// here, with what the loop does not need (its accept key, query, replay), not kept for the
+    /// WebSocket's life; nothing here sizes the loop's future.
+    pub(super) fn new(conn: &'c mut Conn, up: Box<Upgrade>) -> WsConn<'c> {
+        let state = conn.state().clone();
+        let settings = state.settings();
+        let mut up = up.into_loop();
+        let session = up.session.take();
+        let ws = Ws::new(up, settings);
+        if ws.to.deflate.is_some() {
+            ShardStats::add(&state.stats().ws_deflate_opened, 1);
+        }
+        let _ = combd_kernel::sys::set_send_buffer(&conn.stream, limits::WS_SEND_BUFFER_BYTES);
+        // A plain WebSocket without permessage-deflate or access log: while it waits to read,
+        // the fan-out writes its frames itself rather than waking it (`SessionOut::fan_out`).
+        if let (Some(s), crate::tls::Stream::Plain(tcp), None, None) =
+            (&session, &conn.stream, &ws.to.deflate, &conn.log)
+        {
+            s.set_socket(DirectSocket::of(tcp));
+        }
+        // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
+        // the HTTP write stall timeout: both mean a slow reader, and end it the same way.
+        let _ = conn
+            .stream
+            .tcp()
+            .set_write_timeout(Some(settings.ws_slow_timeout));
+        WsConn {
+            conn,
+            ws,
+            rate: Rate::new(settings),
+            // Liveness: a ping every COMBD_WS_PING_INTERVAL; anything received answers it.
+            watch: Watch {
+                session,
+                ping_epoch: state.ping_epoch(),
+            },
+        }
+    }
+
     /// The WebSocket loop, until the connection closes.
-    pub(super) async fn websocket(&mut self, up: Box<Upgrade>) {
-        let state = self.state().clone();
+    pub(super) async fn run(&mut self) {
+        let state = self.conn.state().clone();
         let stats = state.stats();
         ShardStats::add(&stats.ws_open, 1);
         let _open = Defer(|| ShardStats::sub(&stats.ws_open, 1));
-        let (mut ws, mut rate) = self.start_websocket(up);
         let mut out: Vec<u8> = Vec::new();
         let close = loop {
             let mut paused = false;
             // Decoded only while its input waiting is under its bound (back-pressure): what it
             // sent meanwhile waits in `inbuf` and the kernel.
-            if !self.inbuf.is_empty() && self.has_room() {
+            if !self.conn.inbuf.is_empty() && self.conn.has_room() {
                 // What is decoded moves into jobs, which hold it themselves; the rest is held
                 // again below.
-                ws.partial = None;
-                match self.decode_input(&mut ws, &mut rate, &mut out) {
+                self.ws.partial = None;
+                match self.decode_input(&mut out) {
                     Decoded::Done => {}
                     Decoded::Paused => paused = true,
                     Decoded::Close(close) => break close,
                 }
             }
-            if let Some(close) = self.hold_partial(&mut ws) {
+            if let Some(close) = self.hold_partial() {
                 break close;
             }
             if !out.is_empty() {
@@ -233,18 +296,19 @@ impl Conn {
                 crate::state::turn::Turn::new(stats, 1).yield_now().await;
                 continue;
             }
-            match self.fill(None, !ws.decoder.in_message()).await {
-                Input::Data => ws.awaiting_pong = false,
+            let drain_ok = !self.ws.decoder.in_message();
+            match self.conn.fill_watching(drain_ok, &self.watch).await {
+                Input::Data => self.ws.awaiting_pong = false,
                 Input::Room => {}
                 Input::PingDue => {
-                    if let Some(close) = self.ping(&mut ws, &mut out) {
+                    if let Some(close) = self.ping(&mut out) {
                         break close;
                     }
                 }
                 Input::Mail => {
                     // Boxed: the largest of the loop's waits (184 bytes), which would size
                     // every idle WebSocket's task; an allocation a write of mail.
-                    if let Some(close) = Box::pin(self.write_mail(&ws.to)).await {
+                    if let Some(close) = Box::pin(self.write_mail()).await {
                         break close;
                     }
                 }
@@ -255,38 +319,9 @@ impl Conn {
             }
         };
         // What it had of a message is let go before the linger.
-        ws.partial = None;
+        self.ws.partial = None;
         // Boxed: a rare path whose state would otherwise size every idle WebSocket's task.
-        Box::pin(self.close_with(&ws, close, out)).await;
-    }
-
-    /// The WebSocket's state at its start, and its connection set for it. Not an `async fn`:
-    /// nothing here sizes the loop's future.
-    fn start_websocket(&mut self, up: Box<Upgrade>) -> (Ws, Rate) {
-        let state = self.state().clone();
-        let settings = state.settings();
-        let ws = Ws::new(up, settings);
-        if ws.to.deflate.is_some() {
-            ShardStats::add(&state.stats().ws_deflate_opened, 1);
-        }
-        let rate = Rate::new(settings);
-        let _ = combd_kernel::sys::set_send_buffer(&self.stream, limits::WS_SEND_BUFFER_BYTES);
-        // A plain WebSocket without permessage-deflate or access log: while it waits to read,
-        // the fan-out writes its frames itself rather than waking it (`SessionOut::fan_out`).
-        if let (Some(s), crate::tls::Stream::Plain(tcp), None, None) =
-            (&self.session, &self.stream, &ws.to.deflate, &self.log)
-        {
-            s.set_socket(DirectSocket::of(tcp));
-        }
-        // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
-        // the HTTP write stall timeout: both mean a slow reader, and end it the same way.
-        let _ = self
-            .stream
-            .tcp()
-            .set_write_timeout(Some(settings.ws_slow_timeout));
-        // Liveness: a ping every COMBD_WS_PING_INTERVAL; anything received answers it.
-        self.ping_epoch = Some(state.ping_epoch());
-        (ws, rate)
+        Box::pin(self.close_with(close, out)).await;
     }
 
     /// Holds what the connection has of an incomplete frame or message (its `inbuf` and the
@@ -294,8 +329,9 @@ impl Conn {
     /// connection's floor (below it nothing is held: clicks cost nothing here). `Some`: the
     /// budget cannot hold it, and the WebSocket closes with 1013 (a client sending a large
     /// message slowly, or never finishing it, cannot hold more than the budget).
-    fn hold_partial(&self, ws: &mut Ws) -> Option<Close> {
-        let pending = (self.inbuf.len() + ws.decoder.partial_len()) as u64;
+    fn hold_partial(&mut self) -> Option<Close> {
+        let ws = &mut self.ws;
+        let pending = (self.conn.inbuf.len() + ws.decoder.partial_len()) as u64;
         if pending == ws.partial.as_ref().map_or(0, |h| h.bytes()) {
             return None;
         }
@@ -303,7 +339,7 @@ impl Conn {
         if pending < limits::INBOUND_CONN_FLOOR_BYTES {
             return None;
         }
-        match self.hold_reading(pending) {
+        match self.conn.hold_reading(pending) {
             Some(hold) => {
                 ws.partial = Some(Box::new(hold));
                 None
@@ -314,11 +350,11 @@ impl Conn {
 
     /// Decodes what `inbuf` holds and handles each event, until a turn's worth
     /// ([`WS_DECODE_BYTES_PER_TURN`](limits::WS_DECODE_BYTES_PER_TURN)) of messages or of
-    /// answers; compressed messages decompress within what `rate` allows.
-    fn decode_input(&mut self, ws: &mut Ws, rate: &mut Rate, out: &mut Vec<u8>) -> Decoded {
-        let state = self.state().clone();
+    /// answers; compressed messages decompress within what its rate allows.
+    fn decode_input(&mut self, out: &mut Vec<u8>) -> Decoded {
+        let state = self.conn.state().clone();
         let stats = state.stats();
-        let mut inbuf = std::mem::take(&mut self.inbuf);
+        let mut inbuf = std::mem::take(&mut self.conn.inbuf);
         let mut client_close: Option<Option<u16>> = None;
         let mut over_rate = false;
         let mut closing = None;
@@ -326,10 +362,11 @@ impl Conn {
         // turn's worth.
         let mut handed = 0;
         let mut turn_spent = false;
-        let to = &ws.to;
+        let (conn, ws, rate) = (&*self.conn, &mut self.ws, &mut self.rate);
+        let (session, to) = (self.watch.session.as_ref().map(|s| s.session_id()), &ws.to);
         let mut message = |text: bool, payload: &[u8], out: &mut Vec<u8>| {
             handed += payload.len();
-            closing = self.on_message(to, text, payload, out);
+            closing = on_message(conn, session, to, (text, payload), out);
             turn_spent = handed.max(out.len()) >= limits::WS_DECODE_BYTES_PER_TURN;
             closing.is_none() && !turn_spent
         };
@@ -365,7 +402,7 @@ impl Conn {
         };
         let more = !inbuf.is_empty();
         if more {
-            self.inbuf = inbuf;
+            self.conn.inbuf = inbuf;
         }
         if over_rate {
             ShardStats::add(&stats.ws_rate_closed, 1);
@@ -379,125 +416,50 @@ impl Conn {
             return Decoded::Close(Close::Answer(code));
         }
         match error {
-            Some(e) => Decoded::Close(self.decode_failed(e)),
+            Some(e) => Decoded::Close(decode_failed(stats, e)),
             None if more && turn_spent => Decoded::Paused,
             None => Decoded::Done,
         }
     }
 
-    /// How a WebSocket whose input failed to decode closes, counted by why.
-    fn decode_failed(&self, e: ws::WsError) -> Close {
-        let stats = self.stats();
-        ShardStats::add(
-            match e {
-                ws::WsError::Ratio => &stats.ws_inflate_ratio_closed,
-                ws::WsError::InflateRate => &stats.ws_inflate_rate_closed,
-                _ => &stats.ws_protocol_closed,
-            },
-            1,
-        );
-        Close::Frame(Some(e.code()), e.reason())
-    }
-
-    /// A message from the client: to the session's object, or to a stateless app right here
-    /// (its sends and errors go straight back into `out`). `Some`: the WebSocket is to close.
-    fn on_message(
-        &self,
-        to: &Target,
-        text: bool,
-        payload: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Option<Close> {
-        ShardStats::add(&self.stats().ws_messages_in, 1);
-        if let Some(log) = &self.log {
-            log.on_message(true);
-        }
-        if let Some(s) = self.session_id() {
-            // Its bytes are held against the connection's and the shard's inbound budget
-            // until the object has run it; past the shard's, refused like a full mailbox.
-            let Some(hold) = self.hold_input(payload.len() as u64) else {
-                ws::encode_error(out, "overloaded");
-                return None;
-            };
-            let job = Job::message(s, text, payload.to_vec()).held(hold);
-            self.cells.submit(&to.app, &to.object, job);
-            return None;
-        }
-        let msg = if text {
-            // The decoder checked the UTF-8.
-            Message::Text(std::str::from_utf8(payload).unwrap_or_default())
-        } else {
-            Message::Binary(payload)
-        };
-        let session = SessionId::new(self.state().id() as u32, 0);
-        let (result, effects) =
-            self.call_stateless(to.app.as_ref(), &AppInput::Message { session, msg });
-        if let Err(e) = result {
-            ws::encode_error(out, &e.message);
-        }
-        for e in effects {
-            if let Effect::Send { text, payload, .. } = e {
-                if !self.outbound_room(out.len() + payload.len() + FRAME_HEADER_MAX) {
-                    ShardStats::add(&self.stats().outbound_budget_closed, 1);
-                    return Some(closing(CloseWhy::OutboundBudget));
-                }
-                ShardStats::add(&self.stats().ws_messages_out, 1);
-                if let Some(log) = &self.log {
-                    log.on_message(false);
-                }
-                if ws::deflate::encode_message(out, text, &payload, to.deflate) {
-                    ShardStats::add(&self.stats().ws_deflated_out, 1);
-                }
-            }
-        }
-        None
-    }
-
-    /// Whether the shard's outbound budget has room for `bytes` more of this loop's output
-    /// (what it built and has not written is counted in the shard's outbound bytes only while
-    /// it is written: [`Conn::flush_counted`]).
-    fn outbound_room(&self, bytes: usize) -> bool {
-        let state = self.state();
-        state.outbound() + bytes as u64 <= state.node().outbound_budget_bytes
-    }
-
     /// Writes the loop's own output (a stateless app's answers, pongs, pings, a close) and
     /// frees it, counted in the shard's outbound bytes until the kernel has taken it or it is
     /// dropped: a client that does not read holds it in sight of the budget. It is built and
-    /// written with no wait between (its budget checked as it is built,
-    /// [`Conn::outbound_room`]), so the count is right whenever another task looks.
+    /// written with no wait between (its budget checked as it is built, [`outbound_room`]), so
+    /// the count is right whenever another task looks.
     async fn flush_counted(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
         let bytes = out.len() as u64;
         if bytes == 0 {
             return Ok(());
         }
-        let state = self.state().clone();
+        let state = self.conn.state().clone();
         state.add_outbound(bytes);
         let _written = Defer(|| state.release_outbound(bytes));
-        self.flush(out).await
+        self.conn.flush(out).await
     }
 
     /// A ping is due: send one, or close a client that did not answer the last.
-    fn ping(&mut self, ws: &mut Ws, out: &mut Vec<u8>) -> Option<Close> {
-        self.ping_epoch = Some(self.state().ping_epoch());
+    fn ping(&mut self, out: &mut Vec<u8>) -> Option<Close> {
+        let state = self.conn.state();
+        self.watch.ping_epoch = state.ping_epoch();
         // A connection not read (its own input waiting, back-pressure) may have answered: its
         // pong would be in the kernel. It is not closed for it; it is pinged again.
-        if ws.awaiting_pong && self.has_room() {
-            ShardStats::add(&self.stats().ws_ping_timeouts, 1);
+        if self.ws.awaiting_pong && self.conn.has_room() {
+            ShardStats::add(&state.stats().ws_ping_timeouts, 1);
             return Some(Close::Frame(Some(close::GOING_AWAY), "ping timeout"));
         }
         // A session's verified client whose token expired since: closed, to come back with a
         // new one (the JavaScript client asks for it: `unauthorized`).
-        if let Some(s) = &self.session {
+        if let Some(s) = &self.watch.session {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
             if s.client().is_some_and(|c| c.expired(now)) {
-                ShardStats::add(&self.stats().auth_expired_closed, 1);
+                ShardStats::add(&state.stats().auth_expired_closed, 1);
                 return Some(Close::Frame(Some(close::UNAUTHORIZED), "token expired"));
             }
         }
-        ws.awaiting_pong = true;
+        self.ws.awaiting_pong = true;
         ws::encode_ping(out);
         None
     }
@@ -505,9 +467,9 @@ impl Conn {
     /// Writes the session's mail while holding an awake slot (a sleeping session with mail
     /// waits its turn), after resyncing it if it missed messages. `Some`: the session is to
     /// close.
-    async fn write_mail(&mut self, to: &Target) -> Option<Close> {
-        let session = self.session.clone()?;
-        let state = self.state().clone();
+    async fn write_mail(&mut self) -> Option<Close> {
+        let session = self.watch.session.clone()?;
+        let state = self.conn.state().clone();
         if let Some(why) = session.closing() {
             // It reads too slowly, or the shard's outbound budget is spent.
             tracing::debug!(
@@ -520,30 +482,16 @@ impl Conn {
         }
         if session.take_missed() {
             ShardStats::add(&state.stats().session_resyncs, 1);
-            match to.app.resync() {
-                Resync::Close => {
-                    return Some(Close::Frame(
-                        Some(close::TRY_AGAIN_LATER),
-                        "missed messages: reconnect",
-                    ))
-                }
-                Resync::Attach => {
-                    let job = Job::reattach(
-                        session.session_id(),
-                        session.query().map(str::to_string),
-                        session.client().cloned(),
-                        session.caller().clone(),
-                    );
-                    self.cells.submit(&to.app, &to.object, job);
-                }
+            if let Some(close) = self.resync(&session) {
+                return Some(close);
             }
         }
         let permit = state.acquire_awake().await;
-        let mut w = session.take_for_write(to.deflate);
-        if let Some(log) = &self.log {
+        let mut w = session.take_for_write(self.ws.to.deflate);
+        if let Some(log) = &self.conn.log {
             (0..w.messages).for_each(|_| log.on_message(false));
         }
-        let written = self.write_session(&mut w.bytes).await;
+        let written = self.write_session(&session, &mut w.bytes).await;
         drop(permit);
         let Cut { e, cut } = written.err()?;
         // A failed write after a cut may have left that frame short too.
@@ -557,6 +505,27 @@ impl Conn {
         })
     }
 
+    /// The session missed messages: it closes, or attaches again, as its app says.
+    fn resync(&self, session: &SessionOut) -> Option<Close> {
+        let to = &self.ws.to;
+        match to.app.resync() {
+            Resync::Close => Some(Close::Frame(
+                Some(close::TRY_AGAIN_LATER),
+                "missed messages: reconnect",
+            )),
+            Resync::Attach => {
+                let job = Job::reattach(
+                    session.session_id(),
+                    session.query().map(str::to_string),
+                    session.client().cloned(),
+                    session.caller().clone(),
+                );
+                self.conn.cells.submit(&to.app, &to.object, job);
+                None
+            }
+        }
+    }
+
     /// How a WebSocket whose write failed ends: one that took nothing for the write stall
     /// timeout is a slow reader like one past `COMBD_WS_SLOW_TIMEOUT` (whichever of the two
     /// fires first, counted in `ws_slow_closed`), closed with 1008 `slow` unless the write cut
@@ -566,7 +535,7 @@ impl Conn {
         if e.kind() != std::io::ErrorKind::TimedOut {
             return Close::Drop;
         }
-        ShardStats::add(&self.stats().ws_slow_closed, 1);
+        ShardStats::add(&self.conn.stats().ws_slow_closed, 1);
         if cut {
             Close::Drop
         } else {
@@ -578,38 +547,36 @@ impl Conn {
     /// takes each part. Unlike [`Conn::flush`], the wait for the socket to take it ends as soon
     /// as the node decides to close the session (a client that stopped reading cannot hold the
     /// task until the write stall timeout).
-    async fn write_session(&mut self, out: &mut Vec<u8>) -> Result<(), Cut> {
+    async fn write_session(&mut self, session: &SessionOut, out: &mut Vec<u8>) -> Result<(), Cut> {
         use futures_lite::AsyncWrite;
         use std::pin::Pin;
         use std::task::Poll;
+        let conn = &mut *self.conn;
         let mut pos = 0;
         let r = futures_lite::future::poll_fn(|cx| loop {
-            let closing = self.session.as_ref().is_some_and(|s| s.closing().is_some());
-            if closing {
+            if session.closing().is_some() {
                 return Poll::Ready(Err(std::io::Error::other("session closing")));
             }
             if pos >= out.len() {
-                return Pin::new(&mut self.stream).poll_flush(cx);
+                return Pin::new(&mut conn.stream).poll_flush(cx);
             }
-            match Pin::new(&mut self.stream).poll_write(cx, &out[pos..]) {
+            match Pin::new(&mut conn.stream).poll_write(cx, &out[pos..]) {
                 Poll::Ready(Ok(0)) => {
                     return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
                 }
                 Poll::Ready(Ok(n)) => {
                     pos += n;
-                    let stats = self.waker.state().stats();
+                    let stats = conn.waker.state().stats();
                     ShardStats::add(&stats.ws_sends, 1);
                     ShardStats::add(&stats.bytes_out, n as u64);
-                    if let Some(log) = &self.log {
+                    if let Some(log) = &conn.log {
                         log.on_written(n);
                     }
-                    if let Some(s) = &self.session {
-                        s.written(n as u64);
-                    }
+                    session.written(n as u64);
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
-                    self.waker.state().park(self.waker.index(), cx.waker());
+                    conn.waker.state().park(conn.waker.index(), cx.waker());
                     return Poll::Pending;
                 }
             }
@@ -624,16 +591,18 @@ impl Conn {
     /// way `close` says, and logs the close (while the access log is on). The close frame gets
     /// [`CLOSE_LINGER`](limits::CLOSE_LINGER) to be written and answered: a client that does
     /// not read cannot hold the connection longer.
-    async fn close_with(&mut self, ws: &Ws, close: Close, mut out: Vec<u8>) {
+    async fn close_with(&mut self, close: Close, mut out: Vec<u8>) {
         // After a frame cut short, a close frame would be read as its payload.
-        let close = match &self.session {
+        let close = match &self.watch.session {
             Some(s) if s.is_cut() => Close::Drop,
             _ => close,
         };
-        if let Some(s) = self.session_id() {
-            self.cells.submit(&ws.to.app, &ws.to.object, Job::detach(s));
+        if let Some(s) = self.watch.session.take() {
+            let to = &self.ws.to;
+            let job = Job::detach(s.session_id());
+            self.conn.cells.submit(&to.app, &to.object, job);
+            self.conn.cells.sessions().end(&s);
         }
-        self.end_session();
         let frame = match close {
             Close::Frame(code, reason) => Some((code, reason)),
             Close::Answer(code) => Some((code, "")),
@@ -642,31 +611,97 @@ impl Conn {
         if let Some((code, reason)) = frame {
             ws::encode_close(&mut out, code, reason);
             // Counted while it is written, as in the loop (`flush_counted`).
-            let state = self.state().clone();
+            let state = self.conn.state().clone();
             let bytes = out.len() as u64;
             state.add_outbound(bytes);
             let _written = Defer(|| state.release_outbound(bytes));
             let bound = 2 * limits::CLOSE_LINGER;
+            let conn = &mut *self.conn;
             let _ = glommio::timer::timeout(bound, async {
-                self.flush_and_close(&mut out).await;
+                conn.flush_and_close(&mut out).await;
                 Ok(())
             })
             .await;
         }
-        if self.log.is_some() {
-            self.log_ws_close(close.end());
+        if let Some(log) = &self.conn.log {
+            log.ws_close(self.conn.state(), close.end());
         }
     }
+}
 
-    /// The session of a stateful app's WebSocket, as objects name it.
-    fn session_id(&self) -> Option<SessionId> {
-        self.session.as_ref().map(|s| s.session_id())
+/// A message from the client, on the connection `conn` of `session` (none: a stateless
+/// app's): to the session's object, or to a stateless app right here (its sends and errors go
+/// straight back into `out`). `Some`: the WebSocket is to close.
+fn on_message(
+    conn: &Conn,
+    session: Option<SessionId>,
+    to: &Target,
+    (text, payload): (bool, &[u8]),
+    out: &mut Vec<u8>,
+) -> Option<Close> {
+    let stats = conn.stats();
+    ShardStats::add(&stats.ws_messages_in, 1);
+    if let Some(log) = &conn.log {
+        log.on_message(true);
     }
-
-    /// Forgets this connection's session here.
-    pub(super) fn end_session(&mut self) {
-        if let Some(s) = self.session.take() {
-            self.cells.sessions().end(&s);
+    if let Some(s) = session {
+        // Its bytes are held against the connection's and the shard's inbound budget
+        // until the object has run it; past the shard's, refused like a full mailbox.
+        let Some(hold) = conn.hold_input(payload.len() as u64) else {
+            ws::encode_error(out, "overloaded");
+            return None;
+        };
+        let job = Job::message(s, text, payload.to_vec()).held(hold);
+        conn.cells.submit(&to.app, &to.object, job);
+        return None;
+    }
+    let msg = if text {
+        // The decoder checked the UTF-8.
+        Message::Text(std::str::from_utf8(payload).unwrap_or_default())
+    } else {
+        Message::Binary(payload)
+    };
+    let state = conn.state();
+    let session = SessionId::new(state.id() as u32, 0);
+    let (result, effects) =
+        call_stateless(state, to.app.as_ref(), &AppInput::Message { session, msg });
+    if let Err(e) = result {
+        ws::encode_error(out, &e.message);
+    }
+    for e in effects {
+        if let Effect::Send { text, payload, .. } = e {
+            if !outbound_room(state, out.len() + payload.len() + FRAME_HEADER_MAX) {
+                ShardStats::add(&stats.outbound_budget_closed, 1);
+                return Some(closing(CloseWhy::OutboundBudget));
+            }
+            ShardStats::add(&stats.ws_messages_out, 1);
+            if let Some(log) = &conn.log {
+                log.on_message(false);
+            }
+            if ws::deflate::encode_message(out, text, &payload, to.deflate) {
+                ShardStats::add(&stats.ws_deflated_out, 1);
+            }
         }
     }
+    None
+}
+
+/// Whether the shard's outbound budget has room for `bytes` more of a loop's output (what it
+/// built and has not written is counted in the shard's outbound bytes only while it is
+/// written: [`WsConn::flush_counted`]).
+fn outbound_room(state: &ShardState, bytes: usize) -> bool {
+    state.outbound() + bytes as u64 <= state.node().outbound_budget_bytes
+}
+
+/// How a WebSocket whose input failed to decode closes, counted by why.
+fn decode_failed(stats: &ShardStats, e: ws::WsError) -> Close {
+    ShardStats::add(
+        match e {
+            ws::WsError::Ratio => &stats.ws_inflate_ratio_closed,
+            ws::WsError::InflateRate => &stats.ws_inflate_rate_closed,
+            _ => &stats.ws_protocol_closed,
+        },
+        1,
+    );
+    Close::Frame(Some(e.code()), e.reason())
 }
