@@ -327,7 +327,10 @@ impl Deployed {
                 registry.add_refused();
                 Err(format!("{name:?} is a built-in app's name"))
             }
-            Ok(app) => registry.add(app.clone()).map(|()| app),
+            Ok(app) => registry
+                .add(app.clone())
+                .map(|()| app)
+                .map_err(|e| e.to_string()),
             Err(message) => {
                 registry.add_refused();
                 Err(message)

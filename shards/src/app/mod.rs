@@ -58,7 +58,7 @@ pub use caller::{
     CORS_METHODS,
 };
 pub use cx::{limit_error, CallBudget, Cx};
-pub use registry::{Apps, Changes};
+pub use registry::{Apps, Changes, RegisterError};
 
 /// A session: one WebSocket attached to an object, on the shard that holds its connection.
 ///

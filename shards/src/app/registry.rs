@@ -4,7 +4,14 @@
 //! Every request looks its app up here, so an app removed is one no new request reaches (a
 //! 404, `no such app`); the shards see the registry's generation change and close the
 //! sessions of an app no longer in it (1001).
+//!
+//! Nothing here is shared on the request path: each thread (each shard) looks apps up in its
+//! own copy of the list ([`Copy`]), taken again only when the registry's version (one atomic
+//! load) says it changed. The lock is taken by changes, and by a thread's first lookup after
+//! one.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -16,9 +23,13 @@ pub struct Apps {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
+    /// This registry's number: no other registry of the process has it.
+    id: u64,
     apps: RwLock<Vec<Arc<dyn App>>>,
+    /// Bumped by every change of `apps` (a registration before the node starts too), after it:
+    /// a thread's [`Copy`] of another version is stale.
+    version: AtomicU64,
     /// Bumped by every change while the node runs.
     generation: AtomicU64,
     /// Apps added and removed while the node runs, and additions refused.
@@ -26,6 +37,26 @@ struct Inner {
     removed: AtomicU64,
     add_refused: AtomicU64,
 }
+
+/// Why an app was not registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegisterError {
+    /// Its name is not a valid name (`app::valid_object_name`).
+    BadName(&'static str),
+    /// An app of its name is registered.
+    Taken(&'static str),
+}
+
+impl std::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegisterError::BadName(name) => write!(f, "app name {name:?} is not a valid name"),
+            RegisterError::Taken(name) => write!(f, "app {name:?} registered twice"),
+        }
+    }
+}
+
+impl std::error::Error for RegisterError {}
 
 /// What changed in the registry while the node ran, for `/stats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,10 +69,62 @@ pub struct Changes {
     pub add_refused: u64,
 }
 
+/// The next registry's id.
+static REGISTRIES: AtomicU64 = AtomicU64::new(1);
+
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner {
+            id: REGISTRIES.fetch_add(1, Ordering::Relaxed),
+            apps: RwLock::default(),
+            version: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            added: AtomicU64::new(0),
+            removed: AtomicU64::new(0),
+            add_refused: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A thread's copy of a registry's list: the registry's id, the version it was taken at, and
+/// the apps.
+struct Copy {
+    id: u64,
+    version: u64,
+    apps: Rc<[Arc<dyn App>]>,
+}
+
+thread_local! {
+    /// This thread's (shard's) copy of the registry it last looked in.
+    static COPY: RefCell<Option<Copy>> = const { RefCell::new(None) };
+}
+
 impl Apps {
     /// No apps.
     pub fn new() -> Apps {
         Apps::default()
+    }
+
+    /// The apps, from this thread's copy; taken again if the registry changed since.
+    fn local(&self) -> Rc<[Arc<dyn App>]> {
+        let version = self.inner.version.load(Ordering::Acquire);
+        COPY.with(|c| {
+            let mut c = c.borrow_mut();
+            match &*c {
+                Some(copy) if copy.id == self.inner.id && copy.version == version => {
+                    copy.apps.clone()
+                }
+                _ => {
+                    let apps: Rc<[Arc<dyn App>]> = self.read().iter().cloned().collect();
+                    *c = Some(Copy {
+                        id: self.inner.id,
+                        version,
+                        apps: apps.clone(),
+                    });
+                    apps
+                }
+            }
+        })
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Vec<Arc<dyn App>>> {
@@ -55,20 +138,21 @@ impl Apps {
     }
 
     /// Adds an app; a second app of the same name is refused.
-    pub fn register(&self, app: Arc<dyn App>) -> Result<(), String> {
+    pub fn register(&self, app: Arc<dyn App>) -> Result<(), RegisterError> {
         if !valid_object_name(app.name()) {
-            return Err(format!("app name {:?} is not a valid name", app.name()));
+            return Err(RegisterError::BadName(app.name()));
         }
         let mut apps = self.write();
         if apps.iter().any(|a| a.name() == app.name()) {
-            return Err(format!("app {:?} registered twice", app.name()));
+            return Err(RegisterError::Taken(app.name()));
         }
         apps.push(app);
+        self.inner.version.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
     /// Adds an app while the node runs (a module that appeared): requests reach it at once.
-    pub fn add(&self, app: Arc<dyn App>) -> Result<(), String> {
+    pub fn add(&self, app: Arc<dyn App>) -> Result<(), RegisterError> {
         if let Err(e) = self.register(app) {
             self.add_refused();
             return Err(e);
@@ -84,31 +168,33 @@ impl Apps {
         let removed = {
             let mut apps = self.write();
             let i = apps.iter().position(|a| a.name() == name)?;
-            apps.remove(i)
+            let removed = apps.remove(i);
+            self.inner.version.fetch_add(1, Ordering::Release);
+            removed
         };
         self.inner.removed.fetch_add(1, Ordering::Relaxed);
         self.inner.generation.fetch_add(1, Ordering::Release);
         Some(removed)
     }
 
-    /// The app of this name.
+    /// The app of this name (from this thread's copy).
     pub fn get(&self, name: &str) -> Option<Arc<dyn App>> {
-        self.read().iter().find(|a| a.name() == name).cloned()
+        self.local().iter().find(|a| a.name() == name).cloned()
     }
 
-    /// Whether an app of this name is registered.
+    /// Whether an app of this name is registered (in this thread's copy).
     pub fn contains(&self, name: &str) -> bool {
-        self.read().iter().any(|a| a.name() == name)
+        self.local().iter().any(|a| a.name() == name)
     }
 
     /// Every app's page: (path, HTML).
     pub fn pages(&self) -> Vec<(&'static str, &'static str)> {
-        self.read().iter().filter_map(|a| a.page()).collect()
+        self.local().iter().filter_map(|a| a.page()).collect()
     }
 
     /// The names of every app.
     pub fn names(&self) -> Vec<&'static str> {
-        self.read().iter().map(|a| a.name()).collect()
+        self.local().iter().map(|a| a.name()).collect()
     }
 
     /// Changes since the node started: a shard that saw another number checks its sessions.
@@ -155,8 +241,14 @@ pub(crate) mod tests {
         let apps = Apps::new();
         apps.register(Arc::new(Named("counter"))).unwrap();
         assert_eq!(apps.generation(), 0);
-        assert!(apps.register(Arc::new(Named("counter"))).is_err());
-        assert!(apps.add(Arc::new(Named("bad/name"))).is_err());
+        let twice = apps.register(Arc::new(Named("counter")));
+        assert_eq!(twice, Err(RegisterError::Taken("counter")));
+        assert_eq!(
+            twice.unwrap_err().to_string(),
+            "app \"counter\" registered twice"
+        );
+        let bad = apps.add(Arc::new(Named("bad/name")));
+        assert_eq!(bad, Err(RegisterError::BadName("bad/name")));
         let shared = apps.clone();
         apps.add(Arc::new(Named("chat"))).unwrap();
         assert!(shared.contains("chat"), "clones share one registry");
@@ -169,5 +261,35 @@ pub(crate) mod tests {
         assert_eq!(apps.generation(), 2);
         let c = apps.changes();
         assert_eq!((c.added, c.removed, c.add_refused), (1, 1, 1));
+    }
+
+    #[test]
+    fn each_threads_copy_follows_changes_made_on_another() {
+        let apps = Apps::new();
+        apps.register(Arc::new(Named("counter"))).unwrap();
+        // This thread's copy, of this registry.
+        assert!(apps.get("counter").is_some());
+        // Another registry on the same thread is not answered from that copy.
+        let other = Apps::new();
+        assert!(other.get("counter").is_none());
+        assert!(apps.contains("counter"));
+        let shared = apps.clone();
+        let (copied, copied_rx) = std::sync::mpsc::channel();
+        let (changed, changed_rx) = std::sync::mpsc::channel::<()>();
+        let shard = std::thread::spawn(move || {
+            assert!(shared.get("counter").is_some(), "its first copy");
+            copied.send(()).unwrap();
+            // Changed on the main thread meanwhile: its copy is taken again.
+            changed_rx.recv().unwrap();
+            (
+                shared.get("chat").is_some(),
+                shared.get("counter").is_some(),
+            )
+        });
+        copied_rx.recv().unwrap();
+        apps.add(Arc::new(Named("chat"))).unwrap();
+        apps.remove("counter").unwrap();
+        changed.send(()).unwrap();
+        assert_eq!(shard.join().unwrap(), (true, false));
     }
 }

@@ -29,6 +29,8 @@
 //! cryptography written by hand. `exp`, `nbf` and `iat` are NumericDates (RFC 7519): one of
 //! another JSON type refuses the token here too, whatever the library checks.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -117,6 +119,7 @@ impl std::fmt::Display for KeyError {
 }
 
 /// A key and the validation that goes with it.
+#[derive(Clone)]
 struct Verifier {
     key: DecodingKey,
     validation: Validation,
@@ -129,6 +132,11 @@ struct Verifier {
 
 /// The next key's generation.
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's (shard's) copy of the key it last checked a token with.
+    static VERIFIER: RefCell<Option<Rc<Verifier>>> = const { RefCell::new(None) };
+}
 
 /// A refusal: why, and whether it lasts (not an `nbf` still ahead), so may be remembered.
 struct Failure {
@@ -145,9 +153,13 @@ impl Failure {
     }
 }
 
-/// The node's token verifier, shared by every shard.
+/// The node's token verifier. Each shard checks tokens with its own copy of the key
+/// ([`Auth::current`]), taken again when a reload changed it: nothing shared is locked, nor
+/// any count shared is written but the figures', on a token's way.
 pub struct Auth {
     verifier: RwLock<Arc<Verifier>>,
+    /// The generation of `verifier`, stored after it changes.
+    generation: AtomicU64,
     settings: AuthSettings,
     /// SIGHUP reloads of the key that took effect.
     pub reloads: AtomicU64,
@@ -198,6 +210,7 @@ impl Auth {
     pub fn new(settings: AuthSettings) -> Result<Auth, KeyError> {
         let v = verifier(&settings)?;
         Ok(Auth {
+            generation: AtomicU64::new(v.generation),
             verifier: RwLock::new(Arc::new(v)),
             settings,
             reloads: AtomicU64::new(0),
@@ -213,10 +226,12 @@ impl Auth {
         match verifier(&self.settings) {
             Ok(v) => {
                 self.reloads.fetch_add(1, Ordering::Relaxed);
+                let generation = v.generation;
                 match self.verifier.write() {
                     Ok(mut cur) => *cur = Arc::new(v),
                     Err(poisoned) => *poisoned.into_inner() = Arc::new(v),
                 }
+                self.generation.store(generation, Ordering::Release);
                 Ok(())
             }
             Err(e) => {
@@ -226,11 +241,25 @@ impl Auth {
         }
     }
 
-    fn current(&self) -> Arc<Verifier> {
-        match self.verifier.read() {
-            Ok(v) => v.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+    /// This thread's (shard's) copy of the key, taken again when its generation is not the
+    /// node's (one atomic load): a reload, or another node's [`Auth`] on the thread.
+    fn current(&self) -> Rc<Verifier> {
+        let generation = self.generation.load(Ordering::Acquire);
+        VERIFIER.with(|c| {
+            let mut c = c.borrow_mut();
+            match &*c {
+                Some(v) if v.generation == generation => v.clone(),
+                _ => {
+                    let shared = match self.verifier.read() {
+                        Ok(v) => v.clone(),
+                        Err(poisoned) => poisoned.into_inner().clone(),
+                    };
+                    let v = Rc::new(Verifier::clone(&shared));
+                    *c = Some(v.clone());
+                    v
+                }
+            }
+        })
     }
 
     /// Verifies `token`: the client it names, or why not. Once a shard: seen again, the
