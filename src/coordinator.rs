@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use combd_kernel::admission::{self, FullReasons, Hold, Measurements};
+use combd_kernel::admission::{self, AdmissionState, FullReasons, Measurements};
 use combd_kernel::limits::{
     COORDINATOR_WAIT_MIN, MEASURE_ERROR_LOG_EVERY, MEASURE_INTERVAL, STATE_HOLD, SUMMARY_EVERY,
     WATCHDOG_STALL,
@@ -23,7 +23,7 @@ use tracing::{info, warn};
 /// Runs the coordinator until the node drains.
 pub fn run(node: Arc<NodeShared>, probe: MemoryProbe, wake: Receiver<()>) {
     let started = Instant::now();
-    let mut hold = Hold::START;
+    let mut hold = AdmissionState::START;
     let mut last_error: Option<Instant> = None;
     let watchdog = crate::notify::watchdog_interval();
     let mut last_ping = Instant::now();

@@ -121,16 +121,16 @@ pub fn full_reasons(m: &Measurements) -> FullReasons {
 
 /// The published admission state with its hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hold {
+pub struct AdmissionState {
     /// Whether the node is full (refusing at TCP).
     pub full: bool,
     /// When the state last changed (ms on the caller's clock); `None` before the first decision.
     pub since_ms: Option<u64>,
 }
 
-impl Hold {
+impl AdmissionState {
     /// The state before any measurement: not full, and free to change at once.
-    pub const START: Hold = Hold {
+    pub const START: AdmissionState = AdmissionState {
         full: false,
         since_ms: None,
     };
@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn each_state_holds_a_second() {
-        let mut h = Hold::START;
+        let mut h = AdmissionState::START;
         // The first decision applies at once.
         assert!(h.decide(true, 10_000));
         assert!(h.full);
@@ -252,7 +252,7 @@ mod tests {
         }
         assert!(changes <= 5, "{changes} changes in 5 s");
         // The starting state holds nothing back: a node full 500 ms after start refuses then.
-        let mut h = Hold::START;
+        let mut h = AdmissionState::START;
         assert!(!h.decide(false, 0));
         assert!(h.decide(true, 500));
         assert!(!h.decide(false, 1499));

@@ -36,7 +36,7 @@
 //! the cgroup and `/proc` files and hands their text to the [`memory`] parsers, and
 //! [`sys::disk_space`] asks `statvfs` about the data disk. The plain numbers go to [`admission`]:
 //! [`admission::pressure`] turns memory into a level, [`admission::full_reasons`] adds the
-//! connection cap and the shards' lag, and [`admission::Hold`] keeps each state for
+//! connection cap and the shards' lag, and [`admission::AdmissionState`] keeps each state for
 //! [`limits::STATE_HOLD`]. The coordinator publishes the result in `combd-shards`' shared
 //! atomics and wakes the shards, which stop listening on their public sockets while the node is
 //! full: the refusal happens at TCP, and the thresholds behind it are all in [`limits`].

@@ -5,7 +5,7 @@
 //! whatever the cause) and leaves the process alive holding its ports. [`probe`] asks the same
 //! questions first: it sets up a two-entry ring, asks the kernel which opcodes it supports
 //! (`IORING_REGISTER_PROBE`), and closes it. A refusal comes back as one line naming the cause
-//! and what to do about it ([`Refused`]).
+//! and what to do about it ([`Unusable`]).
 //!
 //! The causes, from the `errno` of `io_uring_setup`:
 //! - `EPERM`: blocked by a seccomp filter (Docker's and podman's default profiles, since 2023)
@@ -49,7 +49,7 @@ pub const NEEDED_OPS: &[(u8, &str)] = &[
 
 /// Why io_uring cannot serve the shards.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refused {
+pub enum Unusable {
     /// `io_uring_setup` failed.
     Setup {
         /// Its `errno`.
@@ -66,11 +66,11 @@ pub enum Refused {
     MissingOps(Vec<&'static str>),
 }
 
-impl fmt::Display for Refused {
+impl fmt::Display for Unusable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let errno = |e: i32| std::io::Error::from_raw_os_error(e);
         match self {
-            Refused::Setup {
+            Unusable::Setup {
                 errno: nix::libc::EPERM,
                 disabled: Some(d @ 1..),
             } => write!(
@@ -83,7 +83,7 @@ impl fmt::Display for Refused {
                     ""
                 }
             ),
-            Refused::Setup {
+            Unusable::Setup {
                 errno: nix::libc::EPERM,
                 ..
             } => f.write_str(
@@ -92,7 +92,7 @@ impl fmt::Display for Refused {
                  profile that allows io_uring_setup, io_uring_enter and io_uring_register \
                  (--security-opt seccomp=<profile.json>, or seccomp=unconfined)",
             ),
-            Refused::Setup {
+            Unusable::Setup {
                 errno: nix::libc::ENOSYS,
                 ..
             } => f.write_str(
@@ -100,7 +100,7 @@ impl fmt::Display for Refused {
                  5.8 or built without CONFIG_IO_URING, or a sandbox (gVisor) does not \
                  implement it; combd needs Linux 5.8 or later with io_uring",
             ),
-            Refused::Setup {
+            Unusable::Setup {
                 errno: nix::libc::ENOMEM,
                 ..
             } => f.write_str(
@@ -108,20 +108,20 @@ impl fmt::Display for Refused {
                  locked-memory limit (ulimit -l, LimitMEMLOCK= in the unit), which kernels \
                  before 5.12 charge rings to",
             ),
-            Refused::Setup { errno: e, .. } => {
+            Unusable::Setup { errno: e, .. } => {
                 write!(
                     f,
                     "io_uring cannot be set up (io_uring_setup: {})",
                     errno(*e)
                 )
             }
-            Refused::Probe { errno: e } => write!(
+            Unusable::Probe { errno: e } => write!(
                 f,
                 "io_uring cannot be probed (IORING_REGISTER_PROBE: {}): combd needs Linux 5.8 \
                  or later",
                 errno(*e)
             ),
-            Refused::MissingOps(ops) => write!(
+            Unusable::MissingOps(ops) => write!(
                 f,
                 "the kernel's io_uring lacks {}: combd needs Linux 5.8 or later",
                 ops.join(", ")
@@ -161,14 +161,14 @@ fn disabled_sysctl() -> Option<u8> {
 }
 
 /// Asks the kernel whether this process may use io_uring with every opcode glommio needs.
-pub fn probe() -> Result<(), Refused> {
+pub fn probe() -> Result<(), Unusable> {
     // struct io_uring_params: 120 bytes, zeroed (no flags).
     let mut params = [0u32; 30];
     // SAFETY: io_uring_setup reads and writes the 120-byte params buffer it is given.
     let fd =
         unsafe { nix::libc::syscall(nix::libc::SYS_io_uring_setup, 2u32, params.as_mut_ptr()) };
     if fd < 0 {
-        return Err(Refused::Setup {
+        return Err(Unusable::Setup {
             errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
             disabled: disabled_sysctl(),
         });
@@ -189,7 +189,7 @@ pub fn probe() -> Result<(), Refused> {
         )
     };
     if rc < 0 {
-        return Err(Refused::Probe {
+        return Err(Unusable::Probe {
             errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
         });
     }
@@ -197,7 +197,7 @@ pub fn probe() -> Result<(), Refused> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(Refused::MissingOps(missing))
+        Err(Unusable::MissingOps(missing))
     }
 }
 
@@ -237,7 +237,7 @@ mod tests {
 
     #[test]
     fn each_cause_says_what_to_do() {
-        let setup = |errno, disabled| Refused::Setup { errno, disabled }.to_string();
+        let setup = |errno, disabled| Unusable::Setup { errno, disabled }.to_string();
         assert!(setup(nix::libc::EPERM, None).contains("seccomp"));
         assert!(setup(nix::libc::EPERM, Some(0)).contains("seccomp"));
         assert!(setup(nix::libc::EPERM, Some(2)).contains("kernel.io_uring_disabled=0"));
@@ -245,7 +245,7 @@ mod tests {
         assert!(setup(nix::libc::ENOSYS, None).contains("5.8"));
         assert!(setup(nix::libc::ENOMEM, None).contains("ulimit -l"));
         assert!(setup(nix::libc::EINVAL, None).contains("io_uring_setup"));
-        assert!(Refused::MissingOps(vec!["SEND"])
+        assert!(Unusable::MissingOps(vec!["SEND"])
             .to_string()
             .contains("lacks SEND"));
     }

@@ -18,7 +18,7 @@ use crate::http::civil_date;
 
 /// What a line records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum Event {
     /// An HTTP request and its response.
     Http,
     /// A WebSocket upgrade answered with 101.
@@ -27,41 +27,41 @@ pub(crate) enum Kind {
     WsClose,
 }
 
-impl Kind {
+impl Event {
     fn as_str(self) -> &'static str {
         match self {
-            Kind::Http => "http",
-            Kind::WsOpen => "ws_open",
-            Kind::WsClose => "ws_close",
+            Event::Http => "http",
+            Event::WsOpen => "ws_open",
+            Event::WsClose => "ws_close",
         }
     }
 }
 
-/// A line being written at the end of `out`; [`Line::end`] closes it.
-pub(crate) struct Line<'a> {
+/// A line being written at the end of `out`; [`LogLine::end`] closes it.
+pub(crate) struct LogLine<'a> {
     out: &'a mut Vec<u8>,
 }
 
-impl<'a> Line<'a> {
+impl<'a> LogLine<'a> {
     /// Starts a line with its common fields.
     pub fn begin(
         out: &'a mut Vec<u8>,
         now: SystemTime,
         shard: usize,
         peer: SocketAddr,
-        kind: Kind,
-    ) -> Line<'a> {
+        kind: Event,
+    ) -> LogLine<'a> {
         out.extend_from_slice(b"{\"ts\":\"");
         push_timestamp(out, now);
         let _ = write!(out, "\",\"shard\":{shard},\"peer\":\"{peer}\",\"kind\":\"");
         out.extend_from_slice(kind.as_str().as_bytes());
         out.push(b'"');
-        Line { out }
+        LogLine { out }
     }
 
     /// A text field from a client: its first `max` bytes as a JSON string, or `null` when
     /// there is none.
-    pub fn text(mut self, name: &str, value: Option<&[u8]>, max: usize) -> Line<'a> {
+    pub fn text(mut self, name: &str, value: Option<&[u8]>, max: usize) -> LogLine<'a> {
         self.name(name);
         match value {
             Some(v) => {
@@ -75,7 +75,7 @@ impl<'a> Line<'a> {
     }
 
     /// A fixed word of the node's own (no escaping needed).
-    pub fn word(mut self, name: &str, value: &'static str) -> Line<'a> {
+    pub fn word(mut self, name: &str, value: &'static str) -> LogLine<'a> {
         self.name(name);
         self.out.push(b'"');
         push_escaped(self.out, value.as_bytes());
@@ -84,14 +84,14 @@ impl<'a> Line<'a> {
     }
 
     /// A whole number.
-    pub fn number(mut self, name: &str, value: u64) -> Line<'a> {
+    pub fn number(mut self, name: &str, value: u64) -> LogLine<'a> {
         self.name(name);
         let _ = write!(self.out, "{value}");
         self
     }
 
     /// A duration, as `ms` in milliseconds with three decimals (microseconds).
-    pub fn ms(mut self, took: Duration) -> Line<'a> {
+    pub fn ms(mut self, took: Duration) -> LogLine<'a> {
         self.name("ms");
         let _ = write!(
             self.out,
@@ -199,7 +199,7 @@ mod tests {
     #[test]
     fn an_http_line_is_one_json_object() {
         let mut out = Vec::new();
-        Line::begin(&mut out, at(1_792_677_787_123), 1, peer(), Kind::Http)
+        LogLine::begin(&mut out, at(1_792_677_787_123), 1, peer(), Event::Http)
             .text("method", Some(b"POST"), ACCESS_LOG_METHOD_MAX_BYTES)
             .text("path", Some(b"/o/echo/a"), ACCESS_LOG_PATH_MAX_BYTES)
             .number("status", 200)
@@ -219,7 +219,7 @@ mod tests {
     #[test]
     fn client_text_is_escaped_cut_and_may_be_null() {
         let mut out = Vec::new();
-        Line::begin(&mut out, at(0), 0, peer(), Kind::WsOpen)
+        LogLine::begin(&mut out, at(0), 0, peer(), Event::WsOpen)
             .text("path", Some(b"/a\"b\\c\x01\xffd\xc3\xbc"), 64)
             .text("method", None, 16)
             .text("cut", Some(b"abcdef"), 3)
@@ -239,13 +239,13 @@ mod tests {
         let peer: SocketAddr = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"
             .parse()
             .unwrap();
-        fn fields(out: &mut Vec<u8>, peer: SocketAddr) -> Line<'_> {
-            Line::begin(
+        fn fields(out: &mut Vec<u8>, peer: SocketAddr) -> LogLine<'_> {
+            LogLine::begin(
                 out,
                 at(u64::MAX / 2_000_000),
                 usize::MAX,
                 peer,
-                Kind::WsClose,
+                Event::WsClose,
             )
             .number("code", u64::MAX)
             .word("by", "client")

@@ -37,7 +37,7 @@ use combd_kernel::settings::AccessLogSink;
 
 use crate::stats::ShardStats;
 
-pub(crate) use line::{request_line, Kind, Line};
+pub(crate) use line::{request_line, Event, LogLine};
 
 /// Where the lines go: standard error, or a file opened for append.
 pub enum Sink {

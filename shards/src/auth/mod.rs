@@ -139,14 +139,14 @@ thread_local! {
 }
 
 /// A refusal: why, and whether it lasts (not an `nbf` still ahead), so may be remembered.
-struct Failure {
+struct CheckFailure {
     why: String,
     lasting: bool,
 }
 
-impl Failure {
+impl CheckFailure {
     fn lasting(why: impl Into<String>) -> Self {
-        Failure {
+        CheckFailure {
             why: why.into(),
             lasting: true,
         }
@@ -333,16 +333,16 @@ fn unix_now() -> u64 {
 }
 
 /// Verifies `token` in full with `v`: its signature, its claims.
-fn check(v: &Verifier, token: &str) -> Result<Named, Failure> {
+fn check(v: &Verifier, token: &str) -> Result<Named, CheckFailure> {
     let data =
         jsonwebtoken::decode::<serde_json::Value>(token, &v.key, &v.validation).map_err(|e| {
-            Failure {
+            CheckFailure {
                 lasting: !matches!(e.kind(), ErrorKind::ImmatureSignature),
                 why: e.to_string(),
             }
         })?;
     numeric_dates(&data.claims)?;
-    let claim = |name: &str| -> Result<Option<String>, Failure> {
+    let claim = |name: &str| -> Result<Option<String>, CheckFailure> {
         match data.claims.get(name) {
             None | Some(serde_json::Value::Null) => Ok(None),
             Some(serde_json::Value::String(s))
@@ -350,20 +350,20 @@ fn check(v: &Verifier, token: &str) -> Result<Named, Failure> {
             {
                 Ok(Some(s.clone()))
             }
-            Some(_) => Err(Failure::lasting(format!(
+            Some(_) => Err(CheckFailure::lasting(format!(
                 "{name} must be a string of 1 to {} bytes",
                 limits::AUTH_CLAIM_MAX_BYTES
             ))),
         }
     };
     let apps = audience(v.audience.as_deref(), data.claims.get("aud"))?;
-    let subject = claim("sub")?.ok_or_else(|| Failure::lasting("no sub"))?;
+    let subject = claim("sub")?.ok_or_else(|| CheckFailure::lasting("no sub"))?;
     // Required and checked by the validation: a number.
     let expires_at = data.claims.get("exp").and_then(serde_json::Value::as_u64);
     Ok(Named {
         subject,
         name: claim("name")?,
-        expires_at: expires_at.ok_or_else(|| Failure::lasting("exp is not a number"))?,
+        expires_at: expires_at.ok_or_else(|| CheckFailure::lasting("exp is not a number"))?,
         apps,
     })
 }
@@ -375,14 +375,14 @@ fn check(v: &Verifier, token: &str) -> Result<Named, Failure> {
 fn audience(
     node: Option<&str>,
     aud: Option<&serde_json::Value>,
-) -> Result<Option<Box<[String]>>, Failure> {
+) -> Result<Option<Box<[String]>>, CheckFailure> {
     let Some(node) = node else {
         return Ok(None);
     };
     let named: Vec<&str> = match aud {
         Some(serde_json::Value::String(s)) => vec![s.as_str()],
         Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_str()).collect(),
-        _ => return Err(Failure::lasting("aud is missing or not a string")),
+        _ => return Err(CheckFailure::lasting("aud is missing or not a string")),
     };
     if named.contains(&node) {
         return Ok(None);
@@ -394,7 +394,7 @@ fn audience(
         .map(str::to_string)
         .collect();
     if apps.is_empty() {
-        return Err(Failure::lasting(
+        return Err(CheckFailure::lasting(
             "InvalidAudience: aud names neither this node nor an app of it",
         ));
     }
@@ -403,10 +403,12 @@ fn audience(
 
 /// `exp`, `nbf` and `iat`, where present, are numbers (RFC 7519's NumericDate): a string
 /// `nbf` far in the future is not taken as no `nbf` at all.
-fn numeric_dates(claims: &serde_json::Value) -> Result<(), Failure> {
+fn numeric_dates(claims: &serde_json::Value) -> Result<(), CheckFailure> {
     for name in ["exp", "nbf", "iat"] {
         if claims.get(name).is_some_and(|v| !v.is_number()) {
-            return Err(Failure::lasting(format!("{name} is not a NumericDate")));
+            return Err(CheckFailure::lasting(format!(
+                "{name} is not a NumericDate"
+            )));
         }
     }
     Ok(())

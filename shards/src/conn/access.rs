@@ -6,7 +6,7 @@
 //! A request is known by its parse ([`Asked::Parsed`]) or, refused before it was parsed, by
 //! its request line read from the start of `inbuf` ([`Asked::Inbuf`]); a request answered
 //! after it left `inbuf` keeps what the log needs of it
-//! in an [`Entry`]: an object's request in its place in the pipeline ([`Asked::Kept`]), an
+//! in an [`KeptRequest`]: an object's request in its place in the pipeline ([`Asked::Kept`]), an
 //! upgrade in the connection's [`ConnLog`] ([`Asked::Upgrade`]), where its WebSocket's lines
 //! find it too. Its duration
 //! runs from the read that brought its first byte to its response written into the
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use combd_kernel::limits::{ACCESS_LOG_METHOD_MAX_BYTES, ACCESS_LOG_PATH_MAX_BYTES};
 
-use crate::access_log::{request_line, Kind, Line};
+use crate::access_log::{request_line, Event, LogLine};
 
 use crate::state::ShardState;
 
@@ -37,14 +37,14 @@ pub(super) struct ConnLog {
     messages_in: Cell<u64>,
     messages_out: Cell<u64>,
     /// The upgrade the connection asked for, from its routing on.
-    upgrade: RefCell<Option<Entry>>,
+    upgrade: RefCell<Option<KeptRequest>>,
     /// The WebSocket, once open.
     ws: RefCell<Option<WsLog>>,
 }
 
 /// What a WebSocket's close line needs of its opening.
 struct WsLog {
-    upgrade: Entry,
+    upgrade: KeptRequest,
     opened: Instant,
     read: u64,
     written: u64,
@@ -52,14 +52,14 @@ struct WsLog {
 
 /// A request the log needs after it left `inbuf`: its method and path (each cut to its
 /// bound), its bytes, and when its first byte came.
-pub(super) struct Entry {
+pub(super) struct KeptRequest {
     text: Vec<u8>,
     method_len: usize,
     bytes_in: u64,
     started: Instant,
 }
 
-impl Entry {
+impl KeptRequest {
     fn method(&self) -> &[u8] {
         &self.text[..self.method_len]
     }
@@ -78,7 +78,7 @@ pub(super) enum Asked<'a> {
     /// which this many bytes were read.
     Inbuf(u64),
     /// A request kept when it left `inbuf` (none while the log is off).
-    Kept(Option<&'a Entry>),
+    Kept(Option<&'a KeptRequest>),
     /// The upgrade the connection asked for.
     Upgrade,
     /// Nothing was read: a connection refused as it came in.
@@ -148,10 +148,10 @@ impl ConnLog {
     }
 
     /// What the log keeps of the request in progress, about to leave `inbuf`.
-    fn entry(&self, method: &str, path: &str, bytes_in: u64) -> Entry {
+    fn entry(&self, method: &str, path: &str, bytes_in: u64) -> KeptRequest {
         let method = &method.as_bytes()[..method.len().min(ACCESS_LOG_METHOD_MAX_BYTES)];
         let path = &path.as_bytes()[..path.len().min(ACCESS_LOG_PATH_MAX_BYTES)];
-        Entry {
+        KeptRequest {
             text: [method, path].concat(),
             method_len: method.len(),
             bytes_in,
@@ -160,7 +160,7 @@ impl ConnLog {
     }
 
     /// What the log keeps of a request for an object, about to leave `inbuf`.
-    pub fn kept(&self, method: &str, path: &str, bytes_in: u64) -> Box<Entry> {
+    pub fn kept(&self, method: &str, path: &str, bytes_in: u64) -> Box<KeptRequest> {
         Box::new(self.entry(method, path, bytes_in))
     }
 
@@ -209,7 +209,7 @@ impl ConnLog {
         };
         let took = started.map_or(Duration::ZERO, |s| s.elapsed());
         shard.record(state.stats(), |out| {
-            Line::begin(out, SystemTime::now(), state.id(), self.peer, Kind::Http)
+            LogLine::begin(out, SystemTime::now(), state.id(), self.peer, Event::Http)
                 .text("method", method, ACCESS_LOG_METHOD_MAX_BYTES)
                 .text("path", path, ACCESS_LOG_PATH_MAX_BYTES)
                 .number("status", u64::from(status))
@@ -229,7 +229,7 @@ impl ConnLog {
             return;
         };
         shard.record(state.stats(), |out| {
-            Line::begin(out, SystemTime::now(), state.id(), self.peer, Kind::WsOpen)
+            LogLine::begin(out, SystemTime::now(), state.id(), self.peer, Event::WsOpen)
                 .text("path", Some(upgrade.path()), ACCESS_LOG_PATH_MAX_BYTES)
                 .ms(upgrade.started.elapsed())
                 .end()
@@ -251,10 +251,16 @@ impl ConnLog {
             return;
         };
         shard.record(state.stats(), |out| {
-            let line = Line::begin(out, SystemTime::now(), state.id(), self.peer, Kind::WsClose)
-                .text("path", Some(ws.upgrade.path()), ACCESS_LOG_PATH_MAX_BYTES)
-                .number("code", u64::from(end.code))
-                .word("by", end.by);
+            let line = LogLine::begin(
+                out,
+                SystemTime::now(),
+                state.id(),
+                self.peer,
+                Event::WsClose,
+            )
+            .text("path", Some(ws.upgrade.path()), ACCESS_LOG_PATH_MAX_BYTES)
+            .number("code", u64::from(end.code))
+            .word("by", end.by);
             let line = match end.reason {
                 Some(r) => line.word("reason", r),
                 None => line.text("reason", None, 0),

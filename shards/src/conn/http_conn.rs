@@ -16,15 +16,15 @@ use crate::http::{self, Head, ParsedRequest, Request, Reserved, Response};
 use crate::job::{Attached, Job};
 use crate::stats::ShardStats;
 
-use super::access::Entry;
+use super::access::KeptRequest;
 use super::caller::AllowOrigin;
 use super::pass_through::PassThrough;
 use super::routes::Routed;
 use super::upgrade::{Attaching, Upgrade};
-use super::{Asked, Conn, Input};
+use super::{Asked, Conn, Woke};
 
 /// What the loop does after a request was answered (or handed on).
-enum Next {
+enum AfterRequest {
     Continue,
     Close,
     Upgrade(Upgrade),
@@ -34,7 +34,7 @@ enum Next {
 
 /// A request answered from its one parse: what the loop does next, and whether the response
 /// kept the connection alive.
-type Answered = (Next, bool);
+type Answered = (AfterRequest, bool);
 
 /// A request for an object, owned so it can wait for its answer.
 struct ObjectRequest {
@@ -57,14 +57,14 @@ struct ObjectRequest {
     /// A message from another object passed on by the fleet: its sender and outbox id.
     message: Option<(String, i64)>,
     /// What the access log keeps of it, while the log is on.
-    entry: Option<Box<Entry>>,
+    entry: Option<Box<KeptRequest>>,
 }
 
 /// Answers owed on this connection, in request order: the answers of requests sent to objects
 /// and, behind the first of them, the responses of the requests that followed (written, kept
 /// here until the answers before them are in). Empty whenever the loop waits for input.
 #[derive(Default)]
-struct Pipeline {
+struct AnswersOwed {
     owed: VecDeque<Owed>,
     /// Requests in `owed` waiting for an object.
     objects: usize,
@@ -81,14 +81,14 @@ enum Owed {
         keep_alive: bool,
         head_only: bool,
         cors: Option<AllowOrigin>,
-        entry: Option<Box<Entry>>,
+        entry: Option<Box<KeptRequest>>,
         /// From the fleet: the request's signature, its answer signed for it.
         fleet_auth: Option<String>,
     },
     Written(Vec<u8>),
 }
 
-impl Pipeline {
+impl AnswersOwed {
     /// Moves what was written to `out` past `mark` behind the answers still owed, if any.
     fn keep_order(&mut self, out: &mut Vec<u8>, mark: usize) {
         if !self.owed.is_empty() && out.len() > mark {
@@ -129,7 +129,7 @@ impl<'c> HttpConn<'c> {
     /// upgrade, with the upgrade for the WebSocket loop.
     pub(super) async fn run(mut self) -> Option<Box<Upgrade>> {
         let mut out: Vec<u8> = Vec::new();
-        let mut pipeline = Pipeline::default();
+        let mut pipeline = AnswersOwed::default();
         let mut clock = Clock::Request(self.conn.state().now_ms());
         loop {
             let Some((head, answered)) = self.read_head(&mut out, &mut clock, &mut pipeline).await
@@ -161,19 +161,19 @@ impl<'c> HttpConn<'c> {
                 self.conn.inbuf = Vec::new();
             }
             match next {
-                Next::Continue => {}
-                Next::Close => {
+                AfterRequest::Continue => {}
+                AfterRequest::Close => {
                     self.settle(&mut pipeline, &mut out).await;
                     self.conn.flush_and_close(&mut out).await;
                     return None;
                 }
-                Next::Object(req) => {
+                AfterRequest::Object(req) => {
                     self.ask_object(*req, keep_alive, &mut pipeline);
                     if pipeline.objects >= limits::HTTP_OBJECT_PIPELINE {
                         self.settle(&mut pipeline, &mut out).await;
                     }
                 }
-                Next::Upgrade(up) => {
+                AfterRequest::Upgrade(up) => {
                     self.settle(&mut pipeline, &mut out).await;
                     return Box::pin(self.upgrade(up, out)).await.map(Box::new);
                 }
@@ -195,7 +195,7 @@ impl<'c> HttpConn<'c> {
     /// Back-pressure: past the bytes of responses a connection may hold, the ones owed are
     /// waited for and everything is written before the next request is answered. A client that
     /// reads nothing then stops the loop here, holding at most that. `Err`: the write failed.
-    async fn hold_back(&mut self, pipeline: &mut Pipeline, out: &mut Vec<u8>) -> Result<(), ()> {
+    async fn hold_back(&mut self, pipeline: &mut AnswersOwed, out: &mut Vec<u8>) -> Result<(), ()> {
         let held = out.len() + pipeline.written;
         self.note_held(held);
         if held >= limits::PIPELINE_HELD_MAX_BYTES {
@@ -216,7 +216,7 @@ impl<'c> HttpConn<'c> {
         &mut self,
         out: &mut Vec<u8>,
         clock: &mut Clock,
-        pipeline: &mut Pipeline,
+        pipeline: &mut AnswersOwed,
     ) -> Option<(Head, Option<Answered>)> {
         let settings = self.conn.state().settings();
         let (header_timeout, idle_timeout) = (settings.header_timeout, settings.idle_timeout);
@@ -262,9 +262,9 @@ impl<'c> HttpConn<'c> {
                 .fill(Some(deadline), self.conn.inbuf.is_empty())
                 .await
             {
-                Input::Data | Input::Mail | Input::PingDue | Input::Room => {}
-                Input::Eof | Input::Failed | Input::Drain => return None,
-                Input::Timeout => {
+                Woke::Data | Woke::Mail | Woke::PingDue | Woke::Room => {}
+                Woke::Eof | Woke::Failed | Woke::Drain => return None,
+                Woke::Timeout => {
                     if let Clock::Idle(_) = clock {
                         ShardStats::add(&self.conn.stats().idle_closed, 1);
                     } else {
@@ -342,10 +342,10 @@ impl<'c> HttpConn<'c> {
             let before = self.conn.inbuf.len();
             last_read = usize::MAX;
             match self.conn.fill(Some(deadline), false).await {
-                Input::Data => last_read = self.conn.inbuf.len() - before,
-                Input::Mail | Input::PingDue | Input::Room => {}
-                Input::Eof | Input::Failed | Input::Drain => return false,
-                Input::Timeout => {
+                Woke::Data => last_read = self.conn.inbuf.len() - before,
+                Woke::Mail | Woke::PingDue | Woke::Room => {}
+                Woke::Eof | Woke::Failed | Woke::Drain => return false,
+                Woke::Timeout => {
                     ShardStats::add(&self.conn.stats().request_timeouts, 1);
                     let asked = self.conn.asked_inbuf();
                     self.conn
@@ -408,7 +408,7 @@ impl<'c> HttpConn<'c> {
 
     /// Answers the request at the start of `inbuf` once its body is here (the head parsed
     /// again: the rare path of a body that came after its head).
-    fn answer(&self, head: &Head, keep_alive: bool, out: &mut Vec<u8>) -> Next {
+    fn answer(&self, head: &Head, keep_alive: bool, out: &mut Vec<u8>) -> AfterRequest {
         let mut headers = [httparse::EMPTY_HEADER; limits::HEADER_COUNT_MAX];
         let Some(req) = http::borrow_request(&self.conn.inbuf, head, &mut headers) else {
             self.conn.respond(
@@ -418,19 +418,19 @@ impl<'c> HttpConn<'c> {
                 false,
                 self.conn.asked_inbuf(),
             );
-            return Next::Close;
+            return AfterRequest::Close;
         };
         self.answer_request(&req, head, keep_alive, out)
     }
 
-    /// Routes a complete request and appends its response to `out`, or says where it goes.
+    /// Router a complete request and appends its response to `out`, or says where it goes.
     fn answer_request(
         &self,
         req: &Request<'_>,
         head: &Head,
         keep_alive: bool,
         out: &mut Vec<u8>,
-    ) -> Next {
+    ) -> AfterRequest {
         let head_only = req.method == "HEAD";
         let bytes_in = head.len as u64 + head.body_len;
         let fleet_auth = match self.from_fleet(req) {
@@ -438,7 +438,7 @@ impl<'c> HttpConn<'c> {
             Err(resp) => {
                 let asked = Asked::Parsed(req.method, req.path, bytes_in);
                 self.conn.respond(out, &resp, keep_alive, head_only, asked);
-                return Next::Continue;
+                return AfterRequest::Continue;
             }
         };
         let from_fleet = fleet_auth.is_some();
@@ -450,16 +450,16 @@ impl<'c> HttpConn<'c> {
             let resp = Response::error(403, "origin not allowed");
             let asked = Asked::Parsed(req.method, req.path, bytes_in);
             self.conn.respond(out, &resp, keep_alive, head_only, asked);
-            return Next::Continue;
+            return AfterRequest::Continue;
         }
         match self.conn.routes().route(req, head, from_fleet) {
             Routed::Respond(resp) => {
                 let resp = self.signed_for_fleet(resp, fleet_auth.as_deref());
                 let asked = Asked::Parsed(req.method, req.path, bytes_in);
                 self.conn.respond(out, &resp, keep_alive, head_only, asked);
-                Next::Continue
+                AfterRequest::Continue
             }
-            Routed::Upgrade(up) => Next::Upgrade(up),
+            Routed::Upgrade(up) => AfterRequest::Upgrade(up),
             Routed::Object {
                 app,
                 object,
@@ -467,7 +467,7 @@ impl<'c> HttpConn<'c> {
                 caller,
                 cors,
                 message,
-            } => Next::Object(Box::new(ObjectRequest {
+            } => AfterRequest::Object(Box::new(ObjectRequest {
                 app,
                 object,
                 method: req.method.to_string(),
@@ -557,7 +557,7 @@ impl<'c> HttpConn<'c> {
     /// Sends a request to its object's mailbox, its body held against the connection's and
     /// the shard's inbound budget (past the shard's: 503 `overloaded`, nothing queued); its
     /// answer is owed in the pipeline.
-    fn ask_object(&self, req: ObjectRequest, keep_alive: bool, pipeline: &mut Pipeline) {
+    fn ask_object(&self, req: ObjectRequest, keep_alive: bool, pipeline: &mut AnswersOwed) {
         let (tx, answer) = async_channel::bounded(1);
         let asker = self.conn.asker(&req.caller, req.client.as_deref());
         match self.conn.hold_input(req.body.len() as u64) {
@@ -600,7 +600,7 @@ impl<'c> HttpConn<'c> {
     /// `out` in request order, writing `out` whenever it holds
     /// [`limits::PIPELINE_HELD_MAX_BYTES`] (a large answer is written before the next is
     /// appended; a write that fails drops the rest). True if anything was owed.
-    async fn settle(&mut self, pipeline: &mut Pipeline, out: &mut Vec<u8>) -> bool {
+    async fn settle(&mut self, pipeline: &mut AnswersOwed, out: &mut Vec<u8>) -> bool {
         if pipeline.owed.is_empty() {
             return false;
         }

@@ -2,7 +2,7 @@
 //! budget and access-log figures; how it waits for input, writes and closes) and the two
 //! protocols over it, each a type that borrows the core for as long as it runs:
 //! [`http_conn::HttpConn`] (the HTTP/1.1 loop and its pipeline; where a request goes is
-//! [`routes::Routes`], a WebSocket upgrade is [`upgrade::Upgrade`], a WebSocket passed on to
+//! [`routes::Router`], a WebSocket upgrade is [`upgrade::Upgrade`], a WebSocket passed on to
 //! another node is [`pass_through::PassThrough`]), then, if it upgraded,
 //! [`ws_conn::WsConn`] (the WebSocket loop, owning its session's outbound side). Before
 //! either, the TLS hand-off ([`tls_handoff`]); instead of either, the late refusal
@@ -50,11 +50,11 @@ use crate::tls::Stream;
 use access::{Asked, ConnLog};
 use http_conn::HttpConn;
 pub(crate) use refuse::refuse;
-use routes::Routes;
+use routes::Router;
 use ws_conn::WsConn;
 
 /// What a wait for input ended with.
-enum Input {
+enum Woke {
     /// Bytes were appended to `inbuf`.
     Data,
     /// The client closed its side.
@@ -110,11 +110,11 @@ impl Watch {
     }
 
     /// What ends the wait before a read: the session has mail, or a ping is due.
-    fn due(&self, state: &ShardState) -> Option<Input> {
+    fn due(&self, state: &ShardState) -> Option<Woke> {
         if self.session.as_ref().is_some_and(|s| s.has_mail()) {
-            return Some(Input::Mail);
+            return Some(Woke::Mail);
         }
-        (self.ping_epoch != state.ping_epoch()).then_some(Input::PingDue)
+        (self.ping_epoch != state.ping_epoch()).then_some(Woke::PingDue)
     }
 
     /// The task parks: nothing of its own is being written, so the fan-out may write.
@@ -248,7 +248,7 @@ impl Conn {
     }
 
     /// Who asks, for the pools a job takes from: the verified identity its token named, if
-    /// any, else its address ([`Routes::address_key`]; the node's own machine stays itself either
+    /// any, else its address ([`Router::address_key`]; the node's own machine stays itself either
     /// way).
     fn asker(
         &self,
@@ -280,7 +280,7 @@ impl Conn {
         &mut self,
         deadline: Option<u64>,
         drain_ok: bool,
-    ) -> impl std::future::Future<Output = Input> + '_ {
+    ) -> impl std::future::Future<Output = Woke> + '_ {
         self.fill_with(deadline, drain_ok, false, None)
     }
 
@@ -289,7 +289,7 @@ impl Conn {
         &'a mut self,
         drain_ok: bool,
         watch: &'a Watch,
-    ) -> impl std::future::Future<Output = Input> + 'a {
+    ) -> impl std::future::Future<Output = Woke> + 'a {
         self.fill_with(None, drain_ok, false, Some(watch))
     }
 
@@ -301,7 +301,7 @@ impl Conn {
         drain_ok: bool,
         discarding: bool,
         watch: Option<&Watch>,
-    ) -> Input {
+    ) -> Woke {
         let slot = self.waker.index();
         if let Some(d) = deadline {
             self.state().set_deadline(slot, d);
@@ -325,13 +325,13 @@ impl Conn {
         cx: &mut Context<'_>,
         (deadline, drain_ok, discarding): (Option<u64>, bool, bool),
         watch: Option<&Watch>,
-    ) -> Poll<Input> {
+    ) -> Poll<Woke> {
         let state = self.waker.state();
         if let Some(w) = watch {
             w.polled();
         }
         if drain_ok && state.draining() {
-            return Poll::Ready(Input::Drain);
+            return Poll::Ready(Woke::Drain);
         }
         if let Some(input) = watch.and_then(|w| w.due(state)) {
             return Poll::Ready(input);
@@ -343,26 +343,26 @@ impl Conn {
         {
             // Back-pressure: not read while its input waits; woken when some of it ran.
             if ib.poll_room(cx).is_ready() {
-                return Poll::Ready(Input::Room);
+                return Poll::Ready(Woke::Room);
             }
         } else {
             let mut scratch = state.scratch();
             match Pin::new(&mut self.stream).poll_read(cx, &mut scratch[..]) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Input::Eof),
+                Poll::Ready(Ok(0)) => return Poll::Ready(Woke::Eof),
                 Poll::Ready(Ok(n)) => {
                     if let Some(log) = &self.log {
                         log.on_read(n, self.inbuf.is_empty());
                     }
                     self.inbuf.extend_from_slice(&scratch[..n]);
                     ShardStats::add(&state.stats().bytes_in, n as u64);
-                    return Poll::Ready(Input::Data);
+                    return Poll::Ready(Woke::Data);
                 }
-                Poll::Ready(Err(_)) => return Poll::Ready(Input::Failed),
+                Poll::Ready(Err(_)) => return Poll::Ready(Woke::Failed),
                 Poll::Pending => {}
             }
         }
         if deadline.is_some_and(|d| state.now_ms() >= d) {
-            return Poll::Ready(Input::Timeout);
+            return Poll::Ready(Woke::Timeout);
         }
         state.park(self.waker.index(), cx.waker());
         if let Some(w) = watch {
@@ -413,7 +413,7 @@ impl Conn {
             }
             if !matches!(
                 self.fill_with(Some(deadline), false, true, None).await,
-                Input::Data
+                Woke::Data
             ) {
                 break;
             }
@@ -458,8 +458,8 @@ impl Conn {
     }
 
     /// What routing knows of this connection.
-    fn routes(&self) -> Routes<'_> {
-        Routes {
+    fn routes(&self) -> Router<'_> {
+        Router {
             state: self.state(),
             local: self.local,
             listener: self.slot.kind(),

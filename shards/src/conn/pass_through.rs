@@ -29,7 +29,7 @@ use super::Conn;
 
 /// One direction of the copy.
 #[derive(Default)]
-struct Pipe {
+struct OneWay {
     /// Read but not yet written on (empty and unallocated while it keeps up).
     pending: Vec<u8>,
     /// Written but maybe not flushed (TLS keeps records until flushed).
@@ -45,7 +45,7 @@ struct Pipe {
     must_answer: bool,
 }
 
-impl Pipe {
+impl OneWay {
     /// Copies from `from` to `to` until `from` would block; `Ready(Ok)` once `from` ended
     /// and its end was passed on (not passed on if nothing was read and `must_answer`: the
     /// caller answers instead). `count` adds the bytes read.
@@ -216,10 +216,10 @@ impl PassThrough<'_> {
         let owner = self.owner;
         let state = conn.state().clone();
         let stats = state.stats();
-        let mut up = Pipe::default();
-        let mut down = Pipe {
+        let mut up = OneWay::default();
+        let mut down = OneWay {
             must_answer: true,
-            ..Pipe::default()
+            ..OneWay::default()
         };
         let slot = conn.waker.index();
         // The owner answers the upgrade within `FLEET_FORWARD_TIMEOUT`, as it would a request

@@ -23,7 +23,7 @@ use crate::tls::Stream;
 
 /// What routing knows of the connection a request came on: its shard, its listener, its
 /// transport and peer, and its access-log figures (while the log is on).
-pub(super) struct Routes<'a> {
+pub(super) struct Router<'a> {
     pub state: &'a ShardState,
     /// On the localhost listener: the node's own endpoints are served.
     pub local: bool,
@@ -137,7 +137,7 @@ fn redirect(path: &str, pages: &[(&'static str, &'static str)]) -> Option<(u16, 
         .map(|(p, _)| (308, *p))
 }
 
-impl Routes<'_> {
+impl Router<'_> {
     /// Where `req` goes. `from_fleet`: another node of the fleet passed it on, signed.
     pub(super) fn route(&self, req: &Request<'_>, head: &Head, from_fleet: bool) -> Routed {
         let node = self.state.node();

@@ -24,7 +24,7 @@ use crate::ws::{self, close, Decoder, WsEvent};
 use super::access::WsEnd;
 use super::routes::call_stateless;
 use super::upgrade::{ForLoop, Upgrade};
-use super::{Conn, Input, Watch};
+use super::{Conn, Watch, Woke};
 
 /// A failed write of a session's output, and whether it cut a frame short (some of it was
 /// written, not all).
@@ -81,7 +81,7 @@ impl Close {
 }
 
 /// Where a WebSocket's messages go.
-struct Target {
+struct Addressee {
     app: Arc<dyn App>,
     object: String,
     /// permessage-deflate as negotiated.
@@ -90,7 +90,7 @@ struct Target {
 
 /// What the loop knows of its WebSocket.
 struct Ws {
-    to: Target,
+    to: Addressee,
     decoder: Decoder,
     /// A ping was sent and nothing has come back since.
     awaiting_pong: bool,
@@ -117,7 +117,7 @@ impl Ws {
             });
         Ws {
             decoder: Decoder::new(max_message).with_deflate(deflate.is_some()),
-            to: Target {
+            to: Addressee {
                 app,
                 object,
                 deflate,
@@ -298,24 +298,22 @@ impl<'c> WsConn<'c> {
             }
             let drain_ok = !self.ws.decoder.in_message();
             match self.conn.fill_watching(drain_ok, &self.watch).await {
-                Input::Data => self.ws.awaiting_pong = false,
-                Input::Room => {}
-                Input::PingDue => {
+                Woke::Data => self.ws.awaiting_pong = false,
+                Woke::Room => {}
+                Woke::PingDue => {
                     if let Some(close) = self.ping(&mut out) {
                         break close;
                     }
                 }
-                Input::Mail => {
+                Woke::Mail => {
                     // Boxed: the largest of the loop's waits (184 bytes), which would size
                     // every idle WebSocket's task; an allocation a write of mail.
                     if let Some(close) = Box::pin(self.write_mail()).await {
                         break close;
                     }
                 }
-                Input::Eof | Input::Failed | Input::Timeout => break Close::Drop,
-                Input::Drain => {
-                    break Close::Frame(Some(close::GOING_AWAY), "server shutting down")
-                }
+                Woke::Eof | Woke::Failed | Woke::Timeout => break Close::Drop,
+                Woke::Drain => break Close::Frame(Some(close::GOING_AWAY), "server shutting down"),
             }
         };
         // What it had of a message is let go before the linger.
@@ -635,7 +633,7 @@ impl<'c> WsConn<'c> {
 fn on_message(
     conn: &Conn,
     session: Option<SessionId>,
-    to: &Target,
+    to: &Addressee,
     (text, payload): (bool, &[u8]),
     out: &mut Vec<u8>,
 ) -> Option<Close> {
