@@ -204,7 +204,7 @@ impl AlarmWakes {
         let task = cells.state.spawn(async move {
             state
                 .on_thread(ClientKey::Local, move || {
-                    fleet.sweep_wakes(&index, &apps, shards, alarms::now_ms());
+                    fleet.wakes.sweep(&index, &apps, shards, alarms::now_ms());
                 })
                 .await;
             sweeping.set(false);

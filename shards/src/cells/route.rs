@@ -460,12 +460,16 @@ impl Passing {
             } => {
                 let token = client.as_deref().map(crate::auth::Client::token);
                 let resp = fleet
+                    .pass_on
                     .forward(owner, key, &method, query.as_deref(), &body, token, &caller)
                     .await;
                 (resp, method == "GET" || method == "HEAD")
             }
             Pass::Message { from, id, body } => {
-                let resp = fleet.pass_message(owner, key, &from, id, &body).await;
+                let resp = fleet
+                    .pass_on
+                    .pass_message(owner, key, &from, id, &body)
+                    .await;
                 (resp, false)
             }
         };

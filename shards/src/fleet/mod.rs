@@ -15,27 +15,35 @@
 //!   checkpointed and the database uploaded as a snapshot at the head, so a restore reads one
 //!   file and the segments after it.
 //!
+//! [`Fleet`] holds its parts, each with its own state, in its own file: this node's lease
+//! (`lease`: granted, kept, replaced when lost), the fleet key's trust (`trust`: checking what
+//! other nodes pass on, signing what this node passes on), passing on to owners ([`PassOn`],
+//! `pass_on`), the wake index's sweeps ([`WakeSweep`], `wakes`), snapshots (`snapshot`), and
+//! its figures ([`FleetStats`], `stats`). One object's open in progress is an `Opening`
+//! (`open`). The methods that connections call stay [`Fleet`]'s.
+//!
 //! Every call here but [`Fleet::upload`] blocks (HTTP to etcd and the bucket): the shard runs
 //! them on a blocking thread, like a WAL sync.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use combd_fleet::auth::{self, FleetKey, Replays};
+use combd_fleet::auth::{self, AuthError};
 use combd_fleet::bucket::Bucket;
 use combd_fleet::config;
-use combd_fleet::coordinator::{Advance, Coordinator, DueChange, Head, Lease, LeaseKeeper};
+use combd_fleet::coordinator::{Advance, Coordinator, DueChange, Head};
 use combd_fleet::segment::{Segment, WalCursor};
 use combd_fleet::tls::FleetTls;
-use combd_kernel::limits::{FLEET_LEASE_REGRANT_INTERVAL, FLEET_UPLOAD_THREADS};
+use combd_kernel::fair::ClientKey;
+use combd_kernel::limits::FLEET_UPLOAD_THREADS;
 use combd_kernel::settings::{parse_fleet_address, FleetSettings};
 
 mod at_head;
 mod client;
 pub(crate) use client::kept_in_answer;
 mod identity;
+mod lease;
 mod open;
 mod pass_on;
 mod snapshot;
@@ -45,12 +53,16 @@ mod unreachable;
 mod upload;
 mod wakes;
 
-pub use pass_on::{owner_unreachable, MESSAGE_PATH};
+use lease::NodeLease;
+use open::Opening;
+pub use pass_on::{owner_unreachable, PassOn, MESSAGE_PATH};
+use snapshot::Snapshots;
 pub use stats::FleetStats;
 pub use trust::auth_refused;
-use unreachable::Unreachable;
+use trust::Trust;
 pub use unreachable::{Attempt, Failed};
 use upload::{upload_thread, Upload};
+pub use wakes::WakeSweep;
 
 /// Where the fleet's keys live in the coordinator.
 const KEY_PREFIX: &str = "combd/";
@@ -59,41 +71,24 @@ const KEY_PREFIX: &str = "combd/";
 pub struct Fleet {
     bucket: Bucket,
     coordinator: Arc<Coordinator>,
-    /// The lease this node holds now, kept alive by its keeper; a lost one is replaced by a
-    /// new grant ([`Fleet::regrant_if_lost`]).
-    keeper: Mutex<LeaseKeeper>,
-    /// The TTL asked for (`COMBD_FLEET_LEASE_TTL`).
-    ttl: Duration,
-    /// When a new lease was last asked for.
-    last_grant: Mutex<Instant>,
-    /// The fleet key: what this node passes on is signed with it, and what another node passes
-    /// on is taken only signed with it.
-    key: Arc<FleetKey>,
-    /// The signed requests taken lately (a replay is refused).
-    replays: Replays,
+    /// The lease this node holds now.
+    lease: NodeLease,
+    /// The fleet key's checks of what other nodes pass on, and its signatures.
+    trust: Trust,
     /// Whether a fleet address may be public (`COMBD_FLEET_NODE_PUBLIC`).
     node_public: bool,
-    /// Owners that could not be reached a moment ago.
-    unreachable: Unreachable,
-    /// Where the next sweep of the fleet's wake index starts: after the last object of the
-    /// sweep before when its page was full, else from the earliest.
-    wake_cursor: Mutex<Option<(String, u64)>>,
+    /// Passing requests and messages on to other nodes' objects.
+    pub pass_on: PassOn,
+    /// The sweeps of the fleet's wake index.
+    pub wakes: WakeSweep,
+    /// Snapshots, and the pruning of what they replace.
+    snapshots: Snapshots,
     /// Segments to upload, taken by the node's upload threads.
     uploads: async_channel::Sender<Upload>,
     /// This node's fleet address, recorded as the owner of what it claims.
     node: String,
     /// The node's fleet figures.
     pub stats: Arc<FleetStats>,
-}
-
-/// Grants a lease of `ttl` and starts keeping it alive.
-fn grant(coordinator: &Arc<Coordinator>, ttl: Duration) -> Result<LeaseKeeper, String> {
-    let sent = Instant::now();
-    let lease = coordinator
-        .grant_lease(ttl)
-        .map_err(|e| format!("cannot grant this node's lease: {e}"))?;
-    LeaseKeeper::start(coordinator.clone(), lease, sent)
-        .map_err(|e| format!("cannot start the lease keeper: {e}"))
 }
 
 /// Why an object cannot be served here.
@@ -200,10 +195,9 @@ impl Fleet {
         let coordinator = Arc::new(coordinator(settings)?);
         let id = identity::check(&coordinator, &bucket)?;
         tracing::info!(fleet = %id, "this node is of fleet {id}");
-        let sent = Instant::now();
-        let keeper =
-            grant(&coordinator, settings.lease_ttl).map_err(|e| ("COMBD_FLEET_ETCD", e))?;
         let stats = Arc::new(FleetStats::default());
+        let lease = NodeLease::grant(coordinator.clone(), settings.lease_ttl, stats.clone())
+            .map_err(|e| ("COMBD_FLEET_ETCD", e))?;
         let (uploads, jobs) = async_channel::unbounded();
         for i in 0..FLEET_UPLOAD_THREADS {
             let (bucket, stats, jobs) = (bucket.clone(), stats.clone(), jobs.clone());
@@ -217,22 +211,23 @@ impl Fleet {
                     )
                 })?;
         }
-        stats.lease_grants.fetch_add(1, Ordering::Relaxed);
+        let node = settings.node.to_string();
         Ok(Fleet {
+            snapshots: Snapshots::new(
+                bucket.clone(),
+                coordinator.clone(),
+                uploads.clone(),
+                stats.clone(),
+            ),
             bucket,
-            coordinator,
-            keeper: Mutex::new(keeper),
-            ttl: settings.lease_ttl,
-            last_grant: Mutex::new(sent),
-            key,
-            // Nothing signed before this start is taken: a request captured before a
-            // restart is not replayed after it.
-            replays: Replays::since(combd_fleet::auth::now_ms()),
+            lease,
+            trust: Trust::new(key.clone(), node.clone(), stats.clone()),
             node_public: settings.node_public,
-            unreachable: Unreachable::default(),
-            wake_cursor: Mutex::new(None),
+            pass_on: PassOn::new(key, stats.clone()),
+            wakes: WakeSweep::new(coordinator.clone(), stats.clone()),
+            coordinator,
             uploads,
-            node: settings.node.to_string(),
+            node,
             stats,
         })
     }
@@ -240,63 +235,117 @@ impl Fleet {
     /// Gives this node's lease back (the node stopped, its objects let go and snapshotted), so
     /// its objects can be claimed at once instead of after the lease's TTL. Blocking.
     pub fn release(&self) {
-        if let Err(e) = self.coordinator.revoke(&self.lease()) {
-            tracing::warn!("cannot give the fleet lease back (it lapses after its TTL): {e}");
-        }
-    }
-
-    fn keeper(&self) -> std::sync::MutexGuard<'_, LeaseKeeper> {
-        self.keeper.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The lease this node holds now.
-    fn lease(&self) -> Lease {
-        self.keeper().lease()
+        self.lease.release();
     }
 
     /// Whether this node's lease holds now.
     pub fn holds(&self) -> bool {
-        self.keeper().holds_at(Instant::now())
+        self.lease.holds()
     }
 
-    /// Whether lease `id` is this node's lease now and holds: what an object claimed under it
-    /// may serve by.
-    fn holds_lease(&self, id: i64) -> bool {
-        let k = self.keeper();
-        k.lease().id == id && k.holds_at(Instant::now())
+    /// The fleet's figures for `/stats` and `/metrics`, in a fixed order (all zero but the
+    /// lease's on a node alone): [`stats::figures`].
+    pub fn figures(fleet: Option<&Fleet>) -> Vec<crate::stats::Field> {
+        let seen = fleet.map(|f| stats::Seen {
+            stats: &f.stats,
+            holds: f.holds(),
+            replays_held: f.trust.replays_held() as u64,
+            bucket_retries: f.bucket.retries(),
+        });
+        stats::figures(seen.as_ref())
     }
 
-    /// A node whose lease is gone (etcd refused a renewal, or none got through for a TTL)
-    /// asks for a new one, at most once every `FLEET_LEASE_REGRANT_INTERVAL`: its objects of
-    /// the old lease stay refused (their tokens are fenced, and they serve by the old lease),
-    /// and it claims objects again under the new one. Without this, a node cut off from etcd
-    /// for longer than its TTL would refuse every object until restarted. Blocking.
-    fn regrant_if_lost(&self) {
-        if !self.keeper().lost() {
-            return;
+    /// Claims object `key` and, if this node owns it, writes its database at `path` from the
+    /// bucket (the local files are replaced: the bucket holds every acknowledged write), or
+    /// keeps the file a clean close left at the head ([`Opening`]). Blocking.
+    pub fn open(&self, key: &str, path: &Path) -> Result<Shipping, OpenError> {
+        Opening::claim(self, key, path)?.open()
+    }
+
+    /// Gives back the claim of `s`'s object if it was never written: nothing shipped (no
+    /// head, nothing cut) and no database file made at `path` (its reads ran on a scratch
+    /// database). Then nothing of it stays in etcd (its owner key deleted, fenced on this
+    /// node's token), so a spray of names leaves nothing behind. Returns whether the object was
+    /// unwritten. Blocking.
+    pub fn release_if_unwritten(&self, s: &Shipping, path: &Path) -> bool {
+        if s.head.seq != 0 || s.cut.seq != 0 || path.exists() {
+            return false;
         }
-        {
-            let mut last = self.last_grant.lock().unwrap_or_else(|p| p.into_inner());
-            if last.elapsed() < FLEET_LEASE_REGRANT_INTERVAL {
-                return;
+        match self.coordinator.release(&s.key, s.token) {
+            Ok(Advance::Done) => {
+                self.stats.claims_released.fetch_add(1, Ordering::Relaxed);
             }
-            *last = Instant::now();
+            // Another node owns it already: nothing of this node's is left.
+            Ok(Advance::Fenced) => {}
+            // The claim lapses with this node's lease instead.
+            Err(e) => tracing::warn!(object = %s.key, "cannot give the claim back: {e}"),
         }
-        match grant(&self.coordinator, self.ttl) {
-            Ok(keeper) => {
-                // The old keeper's thread has ended (its lease was lost): dropping it joins
-                // at once.
-                *self.keeper() = keeper;
-                self.stats.lease_grants.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("this node's fleet lease was lost: granted a new one");
-            }
-            Err(e) => {
-                self.stats
-                    .lease_grant_failed
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("this node's fleet lease was lost; {e}")
-            }
-        }
+        true
+    }
+
+    /// Checkpoints the database (everything committed must be shipped already) and uploads it
+    /// as the snapshot at the head, so a restore starts from it ([`Snapshots`]). Blocking.
+    pub fn snapshot(
+        &self,
+        s: &mut Shipping,
+        db: &rusqlite::Connection,
+        path: &Path,
+    ) -> Result<(), String> {
+        self.snapshots.take(s, db, path, &self.lease)
+    }
+
+    /// After a clean close (everything committed shipped, snapshotted at the head, the
+    /// database closed): marks the local file as the head's database, so the next open here
+    /// at the same head restores nothing. Blocking.
+    pub fn left_at_head(&self, s: &Shipping, path: &Path) {
+        self.snapshots.left_at_head(s, path);
+    }
+
+    /// Checks a request that came from the fleet: [`Trust`]'s `authenticate`.
+    pub fn authenticate(
+        &self,
+        peer: ClientKey,
+        signature: Option<&[u8]>,
+        method: &str,
+        target: &str,
+        client: &str,
+        body: &[u8],
+    ) -> Result<(), AuthError> {
+        self.trust
+            .authenticate(peer, signature, method, target, client, body)
+    }
+
+    /// The [`auth::AUTH_HEADER`] value of a request to `owner` for the client at `client`.
+    pub fn sign(
+        &self,
+        owner: &str,
+        method: &str,
+        target: &str,
+        client: &str,
+        body: &[u8],
+    ) -> String {
+        self.trust.sign(owner, method, target, client, body)
+    }
+
+    /// The [`auth::ANSWER_HEADER`] value of this node's answer to the signed request whose
+    /// signature was `request`.
+    pub fn sign_answer(&self, request: &str, status: u16, fields: &str, body: &[u8]) -> String {
+        self.trust.sign_answer(request, status, fields, body)
+    }
+
+    /// Whether to try reaching `owner` now ([`PassOn::may_try`]).
+    pub fn may_try(&self, owner: &str) -> Option<Attempt> {
+        self.pass_on.may_try(owner)
+    }
+
+    /// `owner` answered.
+    pub fn owner_reached(&self, owner: &str) {
+        self.pass_on.owner_reached(owner);
+    }
+
+    /// `attempt` of `owner` failed `how`.
+    pub fn owner_failed(&self, owner: &str, attempt: Attempt, how: Failed) {
+        self.pass_on.owner_failed(owner, attempt, how);
     }
 
     /// Who owns `key`, read from the coordinator (a read, no claim): another node's fleet
@@ -307,7 +356,7 @@ impl Fleet {
     /// [`FLEET_LEASE_REGRANT_INTERVAL`]).
     pub fn lookup(&self, key: &str) -> Option<String> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
-        self.regrant_if_lost();
+        self.lease.regrant_if_lost();
         match self.coordinator.owner(key) {
             Ok(Some(owner)) if owner.node != self.node => {
                 match parse_fleet_address(&owner.node, self.node_public) {
@@ -424,7 +473,7 @@ impl Fleet {
             }
         };
         let shipped = match shipped {
-            Shipped::Done if !self.holds_lease(s.lease) => {
+            Shipped::Done if !self.lease.holds_lease(s.lease) => {
                 Shipped::Failed("this node's lease is gone".into())
             }
             other => other,

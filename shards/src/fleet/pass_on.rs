@@ -1,16 +1,37 @@
-//! Passing requests on to an object's owner, and remembering owners that made a request wait
-//! in vain (`unreachable`).
+//! Passing requests on to an object's owner ([`PassOn`]), and remembering owners that made a
+//! request wait in vain (`unreachable`).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
+use combd_fleet::auth::FleetKey;
 use combd_fleet::Failure;
 
 use crate::http::Response;
 
-use super::{Attempt, Failed, Fleet};
+use super::unreachable::Unreachable;
+use super::{Attempt, Failed, FleetStats};
 
-impl Fleet {
+/// What passing on to owners needs: the fleet key to sign with, the owners that could not be
+/// reached a moment ago, and the counters.
+pub struct PassOn {
+    key: Arc<FleetKey>,
+    /// Owners that could not be reached a moment ago.
+    unreachable: Unreachable,
+    stats: Arc<FleetStats>,
+}
+
+impl PassOn {
+    /// Passes on signed with `key`, no owner unreachable yet.
+    pub(super) fn new(key: Arc<FleetKey>, stats: Arc<FleetStats>) -> PassOn {
+        PassOn {
+            key,
+            unreachable: Unreachable::default(),
+            stats,
+        }
+    }
+
     /// Passes an HTTP request for object `key` (`app/name`) on to `owner` (its fleet address),
     /// over the shard's own sockets ([`super::client`]); the owner's answer (its body at most
     /// `fleet_forward_answer_max_bytes`), or 503 if the owner cannot be reached. What the
@@ -147,7 +168,7 @@ impl Fleet {
     /// Whether to try reaching `owner` now: not if it made a request wait in vain less than
     /// `FLEET_OWNER_RETRY_INTERVAL` ago, or another request is trying it again (counted in
     /// `fleet_owner_skipped`; the caller answers 503). An attempt is reported with
-    /// [`Fleet::owner_reached`] or [`Fleet::owner_failed`].
+    /// [`PassOn::owner_reached`] or [`PassOn::owner_failed`].
     pub fn may_try(&self, owner: &str) -> Option<Attempt> {
         let attempt = self.unreachable.may_try(owner, Instant::now());
         if attempt.is_none() {

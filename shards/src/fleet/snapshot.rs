@@ -1,25 +1,54 @@
-//! Snapshots: the database uploaded at the head, so a restore reads one file and the segments
+//! Snapshots ([`Snapshots`]): the database uploaded at the head, so a restore reads one file and the segments
 //! after it; skipped when the bucket has one at the head already; and the mark a clean close
 //! leaves (`at_head`).
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use combd_fleet::coordinator::{Advance, Head, Snapshot};
+use combd_fleet::bucket::Bucket;
+use combd_fleet::coordinator::{Advance, Coordinator, Head, Snapshot};
 use combd_fleet::segment::WalCursor;
 use combd_fleet::ship;
 
+use super::lease::NodeLease;
 use super::upload::Upload;
-use super::{at_head, Fleet, Shipping};
+use super::{at_head, FleetStats, Shipping};
 
-impl Fleet {
+/// What taking a snapshot needs: the bucket it goes to, the coordinator it is recorded in,
+/// the upload threads that prune what it replaced, and the counters.
+pub(super) struct Snapshots {
+    bucket: Bucket,
+    coordinator: Arc<Coordinator>,
+    uploads: async_channel::Sender<Upload>,
+    stats: Arc<FleetStats>,
+}
+
+impl Snapshots {
+    /// Snapshots to `bucket`, recorded in `coordinator`, pruned by the upload threads.
+    pub(super) fn new(
+        bucket: Bucket,
+        coordinator: Arc<Coordinator>,
+        uploads: async_channel::Sender<Upload>,
+        stats: Arc<FleetStats>,
+    ) -> Snapshots {
+        Snapshots {
+            bucket,
+            coordinator,
+            uploads,
+            stats,
+        }
+    }
+
     /// Checkpoints the database (everything committed must be shipped already) and uploads it
-    /// as the snapshot at the head, so a restore starts from it. Blocking.
-    pub fn snapshot(
+    /// as the snapshot at the head, so a restore starts from it, while `lease` holds the one
+    /// the object was claimed under. Blocking.
+    pub(super) fn take(
         &self,
         s: &mut Shipping,
         db: &rusqlite::Connection,
         path: &Path,
+        lease: &NodeLease,
     ) -> Result<(), String> {
         if s.head.seq == 0 {
             return Ok(());
@@ -33,7 +62,7 @@ impl Fleet {
                 s.cut.seq, s.head.seq
             ));
         }
-        if !self.holds_lease(s.lease) {
+        if !lease.holds_lease(s.lease) {
             return Err("this node's lease is gone".into());
         }
         db.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
@@ -45,7 +74,7 @@ impl Fleet {
             self.stats.snapshots_skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        self.ship_snapshot(&s.key, s.token, s.head, path)?;
+        self.ship(&s.key, s.token, s.head, path)?;
         s.snapshot_at = Some(s.head);
         Ok(())
     }
@@ -53,7 +82,7 @@ impl Fleet {
     /// Uploads the database at `path` (checkpointed) as `object`'s snapshot at `head`, taken by
     /// the owner with token `writer`, and records it in etcd if `writer` still owns the object
     /// (then deletes what it replaced). Blocking.
-    pub(super) fn ship_snapshot(
+    pub(super) fn ship(
         &self,
         object: &str,
         writer: i64,
@@ -82,7 +111,7 @@ impl Fleet {
     /// database closed): marks the local file as the head's database, so the next open here
     /// at the same head restores nothing. Blocking; a mark that cannot be written only costs
     /// that open a restore.
-    pub fn left_at_head(&self, s: &Shipping, path: &Path) {
+    pub(super) fn left_at_head(&self, s: &Shipping, path: &Path) {
         if s.head.seq == 0 || s.snapshot_at != Some(s.head) {
             return;
         }

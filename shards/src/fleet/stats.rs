@@ -1,10 +1,9 @@
-//! The fleet's figures: what [`FleetStats`] counts, and how `/stats` and `/metrics` show it.
+//! The fleet's figures: what [`FleetStats`] counts, and how `/stats` and `/metrics` show it
+//! ([`figures`], over what the fleet shows now: [`Seen`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::stats::{Field, Kind};
-
-use super::Fleet;
 
 /// The fleet's figures in `/stats` (all zero with the fleet off).
 #[derive(Default)]
@@ -146,87 +145,97 @@ impl FleetStats {
     }
 }
 
-impl Fleet {
-    /// The fleet's figures for `/stats` and `/metrics`, in a fixed order.
-    pub fn figures(fleet: Option<&Fleet>) -> Vec<Field> {
-        let mut all = Fleet::lease_figures(fleet);
-        all.extend(Fleet::wake_figures(fleet));
-        all.extend(Fleet::ownership_figures(fleet));
-        all.extend(Fleet::shipping_figures(fleet));
-        all.extend(Fleet::restore_figures(fleet));
-        all.extend(Fleet::bucket_figures(fleet));
-        all.extend(Fleet::forwarding_figures(fleet));
-        all
-    }
+/// What the fleet's figures read, as of now: its counters, and what they do not count.
+pub struct Seen<'a> {
+    pub(super) stats: &'a FleetStats,
+    /// Whether this node's lease holds.
+    pub(super) holds: bool,
+    /// Signed requests remembered.
+    pub(super) replays_held: u64,
+    /// The bucket's retries.
+    pub(super) bucket_retries: u64,
+}
 
-    /// The node in the fleet: its lease, and the fleet key's checks of what other nodes send.
-    fn lease_figures(fleet: Option<&Fleet>) -> Vec<Field> {
-        use Kind::*;
-        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
-        vec![
-            (
-                "fleet",
-                "combd_fleet",
-                Gauge,
-                "1 when the node is in a fleet (COMBD_FLEET_ETCD).",
-                fleet.is_some() as u64,
-            ),
-            (
-                "fleet_lease_holds",
-                "combd_fleet_lease_holds",
-                Gauge,
-                "1 while this node's lease holds.",
-                fleet.is_some_and(|f| f.holds()) as u64,
-            ),
-            (
-                "fleet_lease_grants",
-                "combd_fleet_lease_grants_total",
-                Counter,
-                "Leases granted to this node: 1 at start, and one more each time a lost lease \
+/// The fleet's figures for `/stats` and `/metrics`, in a fixed order (`None` on a node alone).
+pub fn figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+    let mut all = lease_figures(fleet);
+    all.extend(wake_figures(fleet));
+    all.extend(ownership_figures(fleet));
+    all.extend(shipping_figures(fleet));
+    all.extend(restore_figures(fleet));
+    all.extend(bucket_figures(fleet));
+    all.extend(forwarding_figures(fleet));
+    all
+}
+
+/// The node in the fleet: its lease, and the fleet key's checks of what other nodes send.
+fn lease_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+    use Kind::*;
+    let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+    vec![
+        (
+            "fleet",
+            "combd_fleet",
+            Gauge,
+            "1 when the node is in a fleet (COMBD_FLEET_ETCD).",
+            fleet.is_some() as u64,
+        ),
+        (
+            "fleet_lease_holds",
+            "combd_fleet_lease_holds",
+            Gauge,
+            "1 while this node's lease holds.",
+            fleet.is_some_and(|f| f.holds) as u64,
+        ),
+        (
+            "fleet_lease_grants",
+            "combd_fleet_lease_grants_total",
+            Counter,
+            "Leases granted to this node: 1 at start, and one more each time a lost lease \
                  was replaced.",
-                g(|s| &s.lease_grants),
-            ),
-            (
-                "fleet_lease_grant_failed",
-                "combd_fleet_lease_grant_failed_total",
-                Counter,
-                "New leases asked for after this node's lease was lost, and not granted (at \
+            g(|s| &s.lease_grants),
+        ),
+        (
+            "fleet_lease_grant_failed",
+            "combd_fleet_lease_grant_failed_total",
+            Counter,
+            "New leases asked for after this node's lease was lost, and not granted (at \
                  most one a fleet_lease_regrant_interval_ms).",
-                g(|s| &s.lease_grant_failed),
-            ),
-            (
-                "fleet_auth_refused",
-                "combd_fleet_auth_refused_total",
-                Counter,
-                "Requests from the fleet (on the fleet listener, or marked forwarded) refused 401: \
+            g(|s| &s.lease_grant_failed),
+        ),
+        (
+            "fleet_auth_refused",
+            "combd_fleet_auth_refused_total",
+            Counter,
+            "Requests from the fleet (on the fleet listener, or marked forwarded) refused 401: \
                  unsigned, signed with another key or for another request or node, out of date \
                  by more than fleet_auth_skew_ms, or replayed.",
-                g(|s| &s.auth_refused),
-            ),
-            (
-                "fleet_auth_busy",
-                "combd_fleet_auth_busy_total",
-                Counter,
-                "Signed requests from the fleet answered 503 because fleet_auth_replays_max were \
+            g(|s| &s.auth_refused),
+        ),
+        (
+            "fleet_auth_busy",
+            "combd_fleet_auth_busy_total",
+            Counter,
+            "Signed requests from the fleet answered 503 because fleet_auth_replays_max were \
                  remembered already.",
-                g(|s| &s.auth_busy),
-            ),
-            (
-                "fleet_auth_replays_held",
-                "combd_fleet_auth_replays_held",
-                Gauge,
-                "Signed requests from the fleet remembered to refuse a replay (at most \
+            g(|s| &s.auth_busy),
+        ),
+        (
+            "fleet_auth_replays_held",
+            "combd_fleet_auth_replays_held",
+            Gauge,
+            "Signed requests from the fleet remembered to refuse a replay (at most \
                  fleet_auth_replays_max).",
-                fleet.map_or(0, |f| f.replays_held() as u64),
-            ),
-        ]
-    }
+            fleet.map_or(0, |f| f.replays_held),
+        ),
+    ]
+}
 
-    /// Heads and owners that could not be read, and the alarms and messages this node passes on to other nodes' objects.
-    fn wake_figures(fleet: Option<&Fleet>) -> Vec<Field> {
-        use Kind::*;
-        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
-        vec![
+/// Heads and owners that could not be read, and the alarms and messages this node passes on to other nodes' objects.
+fn wake_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+    use Kind::*;
+    let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+    vec![
             (
                 "fleet_owner_invalid",
                 "combd_fleet_owner_invalid_total",
@@ -274,254 +283,253 @@ impl Fleet {
                 g(|s| &s.messages_passed),
             ),
         ]
-    }
+}
 
-    /// The objects this node owns, its claims, and the owners it learned (routes and lookups).
-    fn ownership_figures(fleet: Option<&Fleet>) -> Vec<Field> {
-        use Kind::*;
-        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
-        vec![
-            (
-                "fleet_objects_owned",
-                "combd_fleet_objects_owned",
-                Gauge,
-                "Objects this node owns and has open.",
-                g(|s| &s.objects_owned),
-            ),
-            (
-                "fleet_claims_won",
-                "combd_fleet_claims_won_total",
-                Counter,
-                "Objects claimed (owned from then on).",
-                g(|s| &s.claims_won),
-            ),
-            (
-                "fleet_claims_lost",
-                "combd_fleet_claims_lost_total",
-                Counter,
-                "Objects asked for here that another node owned.",
-                g(|s| &s.claims_lost),
-            ),
-            (
-                "fleet_claims_released",
-                "combd_fleet_claims_released_total",
-                Counter,
-                "Claims given back when an object never written was let go.",
-                g(|s| &s.claims_released),
-            ),
-            (
-                "fleet_routed",
-                "combd_fleet_routed_total",
-                Counter,
-                "Requests and attaches passed on to their object's known owner without a cell.",
-                g(|s| &s.routed),
-            ),
-            (
-                "fleet_lookups",
-                "combd_fleet_lookups_total",
-                Counter,
-                "Owners read from the coordinator before an object had a cell here (no claim).",
-                g(|s| &s.lookups),
-            ),
-        ]
-    }
+/// The objects this node owns, its claims, and the owners it learned (routes and lookups).
+fn ownership_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+    use Kind::*;
+    let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+    vec![
+        (
+            "fleet_objects_owned",
+            "combd_fleet_objects_owned",
+            Gauge,
+            "Objects this node owns and has open.",
+            g(|s| &s.objects_owned),
+        ),
+        (
+            "fleet_claims_won",
+            "combd_fleet_claims_won_total",
+            Counter,
+            "Objects claimed (owned from then on).",
+            g(|s| &s.claims_won),
+        ),
+        (
+            "fleet_claims_lost",
+            "combd_fleet_claims_lost_total",
+            Counter,
+            "Objects asked for here that another node owned.",
+            g(|s| &s.claims_lost),
+        ),
+        (
+            "fleet_claims_released",
+            "combd_fleet_claims_released_total",
+            Counter,
+            "Claims given back when an object never written was let go.",
+            g(|s| &s.claims_released),
+        ),
+        (
+            "fleet_routed",
+            "combd_fleet_routed_total",
+            Counter,
+            "Requests and attaches passed on to their object's known owner without a cell.",
+            g(|s| &s.routed),
+        ),
+        (
+            "fleet_lookups",
+            "combd_fleet_lookups_total",
+            Counter,
+            "Owners read from the coordinator before an object had a cell here (no claim).",
+            g(|s| &s.lookups),
+        ),
+    ]
+}
 
-    /// Committed batches shipped to the bucket before their answers leave.
-    fn shipping_figures(fleet: Option<&Fleet>) -> Vec<Field> {
-        use Kind::*;
-        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
-        vec![
-            (
-                "fleet_segments_uploaded",
-                "combd_fleet_segments_uploaded_total",
-                Counter,
-                "Segments uploaded to the bucket.",
-                g(|s| &s.segments_uploaded),
-            ),
-            (
-                "fleet_upload_max_us",
-                "combd_fleet_upload_max_microseconds",
-                Gauge,
-                "The longest upload of one segment.",
-                g(|s| &s.upload_max_us),
-            ),
-            (
-                "fleet_upload_p99_us",
-                "combd_fleet_upload_p99_microseconds",
-                Gauge,
-                "The 99th percentile of segment upload times since start (at most 12.5 % \
+/// Committed batches shipped to the bucket before their answers leave.
+fn shipping_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+    use Kind::*;
+    let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+    vec![
+        (
+            "fleet_segments_uploaded",
+            "combd_fleet_segments_uploaded_total",
+            Counter,
+            "Segments uploaded to the bucket.",
+            g(|s| &s.segments_uploaded),
+        ),
+        (
+            "fleet_upload_max_us",
+            "combd_fleet_upload_max_microseconds",
+            Gauge,
+            "The longest upload of one segment.",
+            g(|s| &s.upload_max_us),
+        ),
+        (
+            "fleet_upload_p99_us",
+            "combd_fleet_upload_p99_microseconds",
+            Gauge,
+            "The 99th percentile of segment upload times since start (at most 12.5 % \
                  above it: the top of its bucket).",
-                fleet.map_or(0, |f| f.stats.upload_p99_us()),
-            ),
-            (
-                "fleet_uploads_in_flight_max",
-                "combd_fleet_uploads_in_flight_max",
-                Gauge,
-                "The most groups of one object whose uploads were on their way at once.",
-                g(|s| &s.uploads_in_flight_max),
-            ),
-            (
-                "fleet_acks_waiting_upload",
-                "combd_fleet_acks_waiting_upload",
-                Gauge,
-                "Answers waiting for their segments to be shipped.",
-                g(|s| &s.acks_waiting_upload),
-            ),
-            (
-                "fleet_ship_fenced",
-                "combd_fleet_ship_fenced_total",
-                Counter,
-                "Shipments refused because another node owns the object now.",
-                g(|s| &s.ship_fenced),
-            ),
-            (
-                "fleet_ship_failed",
-                "combd_fleet_ship_failed_total",
-                Counter,
-                "Shipments that failed (bucket, coordinator, lease).",
-                g(|s| &s.ship_failed),
-            ),
-        ]
-    }
+            fleet.map_or(0, |f| f.stats.upload_p99_us()),
+        ),
+        (
+            "fleet_uploads_in_flight_max",
+            "combd_fleet_uploads_in_flight_max",
+            Gauge,
+            "The most groups of one object whose uploads were on their way at once.",
+            g(|s| &s.uploads_in_flight_max),
+        ),
+        (
+            "fleet_acks_waiting_upload",
+            "combd_fleet_acks_waiting_upload",
+            Gauge,
+            "Answers waiting for their segments to be shipped.",
+            g(|s| &s.acks_waiting_upload),
+        ),
+        (
+            "fleet_ship_fenced",
+            "combd_fleet_ship_fenced_total",
+            Counter,
+            "Shipments refused because another node owns the object now.",
+            g(|s| &s.ship_fenced),
+        ),
+        (
+            "fleet_ship_failed",
+            "combd_fleet_ship_failed_total",
+            Counter,
+            "Shipments that failed (bucket, coordinator, lease).",
+            g(|s| &s.ship_failed),
+        ),
+    ]
+}
 
-    /// Objects restored from the bucket, and snapshots taken.
-    fn restore_figures(fleet: Option<&Fleet>) -> Vec<Field> {
-        use Kind::*;
-        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
-        vec![
-            (
-                "fleet_restores",
-                "combd_fleet_restores_total",
-                Counter,
-                "Objects written from the bucket when claimed.",
-                g(|s| &s.restores),
-            ),
-            (
-                "fleet_restore_corrupt",
-                "combd_fleet_restore_corrupt_total",
-                Counter,
-                "Restores whose database failed PRAGMA quick_check: the object refused (503), an \
+/// Objects restored from the bucket, and snapshots taken.
+fn restore_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+    use Kind::*;
+    let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+    vec![
+        (
+            "fleet_restores",
+            "combd_fleet_restores_total",
+            Counter,
+            "Objects written from the bucket when claimed.",
+            g(|s| &s.restores),
+        ),
+        (
+            "fleet_restore_corrupt",
+            "combd_fleet_restore_corrupt_total",
+            Counter,
+            "Restores whose database failed PRAGMA quick_check: the object refused (503), an \
                  error logged.",
-                g(|s| &s.restore_corrupt),
-            ),
-            (
-                "fleet_restores_skipped",
-                "combd_fleet_restores_skipped_total",
-                Counter,
-                "Objects claimed whose local file a clean close here left at the head etcd \
+            g(|s| &s.restore_corrupt),
+        ),
+        (
+            "fleet_restores_skipped",
+            "combd_fleet_restores_skipped_total",
+            Counter,
+            "Objects claimed whose local file a clean close here left at the head etcd \
                  records: opened as they were, nothing read from the bucket.",
-                g(|s| &s.restores_skipped),
-            ),
-            (
-                "fleet_restore_max_ms",
-                "combd_fleet_restore_max_milliseconds",
-                Gauge,
-                "The longest restore from the bucket.",
-                g(|s| &s.restore_max_ms),
-            ),
-            (
-                "fleet_snapshots",
-                "combd_fleet_snapshots_total",
-                Counter,
-                "Snapshots uploaded.",
-                g(|s| &s.snapshots),
-            ),
-            (
-                "fleet_snapshots_skipped",
-                "combd_fleet_snapshots_skipped_total",
-                Counter,
-                "Snapshots not uploaded because the bucket has one at the same head (nothing \
+            g(|s| &s.restores_skipped),
+        ),
+        (
+            "fleet_restore_max_ms",
+            "combd_fleet_restore_max_milliseconds",
+            Gauge,
+            "The longest restore from the bucket.",
+            g(|s| &s.restore_max_ms),
+        ),
+        (
+            "fleet_snapshots",
+            "combd_fleet_snapshots_total",
+            Counter,
+            "Snapshots uploaded.",
+            g(|s| &s.snapshots),
+        ),
+        (
+            "fleet_snapshots_skipped",
+            "combd_fleet_snapshots_skipped_total",
+            Counter,
+            "Snapshots not uploaded because the bucket has one at the same head (nothing \
                  shipped since).",
-                g(|s| &s.snapshots_skipped),
-            ),
-        ]
-    }
+            g(|s| &s.snapshots_skipped),
+        ),
+    ]
+}
 
-    /// The bucket's retries, and the keys pruned after a snapshot.
-    fn bucket_figures(fleet: Option<&Fleet>) -> Vec<Field> {
-        use Kind::*;
-        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
-        vec![
-            (
-                "fleet_bucket_retried",
-                "combd_fleet_bucket_retried_total",
-                Counter,
-                "Bucket calls tried again after a server error (500, 502, 503, 504).",
-                fleet.map_or(0, |f| f.bucket.retries()),
-            ),
-            (
-                "fleet_pruned_keys",
-                "combd_fleet_pruned_keys_total",
-                Counter,
-                "Segments and snapshots deleted from the bucket once a newer snapshot replaced them.",
-                g(|s| &s.pruned_keys),
-            ),
-            (
-                "fleet_prune_failed",
-                "combd_fleet_prune_failed_total",
-                Counter,
-                "Deletions of replaced segments that failed (retried at the next snapshot).",
-                g(|s| &s.prune_failed),
-            ),
-        ]
-    }
+/// The bucket's retries, and the keys pruned after a snapshot.
+fn bucket_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+    use Kind::*;
+    let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+    vec![
+        (
+            "fleet_bucket_retried",
+            "combd_fleet_bucket_retried_total",
+            Counter,
+            "Bucket calls tried again after a server error (500, 502, 503, 504).",
+            fleet.map_or(0, |f| f.bucket_retries),
+        ),
+        (
+            "fleet_pruned_keys",
+            "combd_fleet_pruned_keys_total",
+            Counter,
+            "Segments and snapshots deleted from the bucket once a newer snapshot replaced them.",
+            g(|s| &s.pruned_keys),
+        ),
+        (
+            "fleet_prune_failed",
+            "combd_fleet_prune_failed_total",
+            Counter,
+            "Deletions of replaced segments that failed (retried at the next snapshot).",
+            g(|s| &s.prune_failed),
+        ),
+    ]
+}
 
-    /// Requests and WebSockets passed on to their object's owner.
-    fn forwarding_figures(fleet: Option<&Fleet>) -> Vec<Field> {
-        use Kind::*;
-        let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
-        vec![
-            (
-                "fleet_forwarded",
-                "combd_fleet_forwarded_total",
-                Counter,
-                "Requests passed on to their object's owner and answered.",
-                g(|s| &s.forwarded),
-            ),
-            (
-                "fleet_forward_failed",
-                "combd_fleet_forward_failed_total",
-                Counter,
-                "Requests whose object's owner could not be reached (answered 503).",
-                g(|s| &s.forward_failed),
-            ),
-            (
-                "fleet_owner_skipped",
-                "combd_fleet_owner_skipped_total",
-                Counter,
-                "Requests and WebSockets answered 503 without trying their object's owner: it \
+/// Requests and WebSockets passed on to their object's owner.
+fn forwarding_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+    use Kind::*;
+    let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
+    vec![
+        (
+            "fleet_forwarded",
+            "combd_fleet_forwarded_total",
+            Counter,
+            "Requests passed on to their object's owner and answered.",
+            g(|s| &s.forwarded),
+        ),
+        (
+            "fleet_forward_failed",
+            "combd_fleet_forward_failed_total",
+            Counter,
+            "Requests whose object's owner could not be reached (answered 503).",
+            g(|s| &s.forward_failed),
+        ),
+        (
+            "fleet_owner_skipped",
+            "combd_fleet_owner_skipped_total",
+            Counter,
+            "Requests and WebSockets answered 503 without trying their object's owner: it \
                  made a request wait in vain less than fleet_owner_retry_interval_ms ago, or \
                  another request was trying it again.",
-                g(|s| &s.owner_skipped),
-            ),
-            (
-                "fleet_ws_passed",
-                "combd_fleet_ws_passed_total",
-                Counter,
-                "WebSockets passed through whole to their object's owner.",
-                g(|s| &s.ws_passed),
-            ),
-            (
-                "fleet_ws_passing",
-                "combd_fleet_ws_passing",
-                Gauge,
-                "WebSockets being passed through to their object's owner now.",
-                g(|s| &s.ws_passing),
-            ),
-            (
-                "fleet_ws_pass_failed",
-                "combd_fleet_ws_pass_failed_total",
-                Counter,
-                "WebSockets whose object's owner could not be reached (answered 503).",
-                g(|s| &s.ws_pass_failed),
-            ),
-        ]
-    }
+            g(|s| &s.owner_skipped),
+        ),
+        (
+            "fleet_ws_passed",
+            "combd_fleet_ws_passed_total",
+            Counter,
+            "WebSockets passed through whole to their object's owner.",
+            g(|s| &s.ws_passed),
+        ),
+        (
+            "fleet_ws_passing",
+            "combd_fleet_ws_passing",
+            Gauge,
+            "WebSockets being passed through to their object's owner now.",
+            g(|s| &s.ws_passing),
+        ),
+        (
+            "fleet_ws_pass_failed",
+            "combd_fleet_ws_pass_failed_total",
+            Counter,
+            "WebSockets whose object's owner could not be reached (answered 503).",
+            g(|s| &s.ws_pass_failed),
+        ),
+    ]
 }
 
 /// A counter of the fleet's, 0 on a node alone.
-fn load(fleet: Option<&Fleet>, f: fn(&FleetStats) -> &AtomicU64) -> u64 {
-    fleet.map_or(0, |fl| f(&fl.stats).load(Ordering::Relaxed))
+fn load(fleet: Option<&Seen<'_>>, f: fn(&FleetStats) -> &AtomicU64) -> u64 {
+    fleet.map_or(0, |fl| f(fl.stats).load(Ordering::Relaxed))
 }
 
 #[cfg(test)]
