@@ -15,7 +15,7 @@
 //! The line is bounded by the tasks that can wait in it: every job is an object's, a
 //! connection's or one of the node's own tasks, each waiting for one slot at a time.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -31,8 +31,6 @@ use combd_kernel::settings::Settings;
 use crate::line::Line;
 use crate::stats::ShardStats;
 use crate::stats::Stage;
-
-use super::ShardState;
 
 /// The clients that handed a job to the threads lately (not the node's own).
 #[derive(Default)]
@@ -114,18 +112,27 @@ impl BlockingThreads {
     }
 }
 
+/// What the slots read of their shard: its clock (milliseconds, as of the last tick) and its
+/// figures.
+#[derive(Clone, Copy)]
+pub(crate) struct Shard<'a> {
+    pub(super) clock_ms: &'a Cell<u64>,
+    pub(super) stats: &'a ShardStats,
+}
+
 /// A slot held: given back when dropped, also when the job's future is dropped mid-way.
 struct Held<'a> {
-    state: &'a ShardState,
+    threads: &'a BlockingThreads,
+    shard: Shard<'a>,
     client: ClientKey,
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        let b = &self.state.blocking;
+        let b = self.threads;
         b.line.release(self.client);
-        b.note(None, self.state.now_ms());
-        b.publish(self.state.stats());
+        b.note(None, self.shard.clock_ms.get());
+        b.publish(self.shard.stats);
     }
 }
 
@@ -138,28 +145,29 @@ pub(crate) enum Work {
     Sync,
 }
 
-impl ShardState {
-    /// Runs `f` (computing) on one of the shard's blocking threads once `client` has its turn
-    /// for one.
-    pub async fn on_thread<T: Send + 'static>(
+impl BlockingThreads {
+    /// Runs `f` (computing) on one of the threads once `client` has its turn for one.
+    pub(super) async fn on_thread<T: Send + 'static>(
         &self,
+        shard: Shard<'_>,
         client: ClientKey,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> T {
-        let _held = self.hold_thread(client, Work::Compute).await;
+        let _held = self.hold(shard, client, Work::Compute).await;
         glommio::executor().spawn_blocking(f).await
     }
 
-    /// Runs `f` (doing `work`) as [`ShardState::on_thread`] does, timing the hand-off to the
-    /// thread (its turn included), the run there and the way back as the three `stages`.
-    pub async fn on_thread_timed<T: Send + 'static>(
+    /// Runs `f` (doing `work`) as [`BlockingThreads::on_thread`] does, timing the hand-off to
+    /// the thread (its turn included), the run there and the way back as the three `stages`.
+    pub(super) async fn on_thread_timed<T: Send + 'static>(
         &self,
+        shard: Shard<'_>,
         (client, work): (ClientKey, Work),
         stages: [Stage; 3],
         f: impl FnOnce() -> T + Send + 'static,
     ) -> T {
         let handed = Instant::now();
-        let held = self.hold_thread(client, work).await;
+        let held = self.hold(shard, client, work).await;
         let (started, done, out) = glommio::executor()
             .spawn_blocking(move || {
                 let started = Instant::now();
@@ -168,7 +176,7 @@ impl ShardState {
             })
             .await;
         drop(held);
-        let times = &self.stats().stages;
+        let times = &shard.stats.stages;
         let [to, run, back] = stages;
         times.record(to, started.saturating_duration_since(handed));
         times.record(run, done.saturating_duration_since(started));
@@ -176,15 +184,15 @@ impl ShardState {
         out
     }
 
-    async fn hold_thread(&self, client: ClientKey, work: Work) -> Held<'_> {
-        let b = &self.blocking;
-        b.note(Some(client), self.now_ms());
+    async fn hold<'a>(&'a self, shard: Shard<'a>, client: ClientKey, work: Work) -> Held<'a> {
+        self.note(Some(client), shard.clock_ms.get());
         let io = work == Work::Sync;
-        b.line
-            .acquire_observed(client, io, || b.publish(self.stats()))
+        self.line
+            .acquire_observed(client, io, || self.publish(shard.stats))
             .await;
         Held {
-            state: self,
+            threads: self,
+            shard,
             client,
         }
     }

@@ -28,6 +28,7 @@ pub(crate) mod wake_queue;
 
 use std::cell::{Cell, RefCell, RefMut};
 use std::future::Future;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
@@ -43,10 +44,10 @@ use crate::access_log::ShardLog;
 use crate::fair::Share;
 use crate::http::{http_date, HttpDate};
 use crate::shared::{NodeShared, ShardInbound};
-use crate::stats::ShardStats;
-use blocking::BlockingThreads;
+use crate::stats::{ShardStats, Stage};
+use blocking::{BlockingThreads, Work};
 use log_budget::LogBudget;
-use wake_queue::WakeQueue;
+use wake_queue::{AwakePermit, RestorePermit, WakeQueue};
 
 pin_project_lite::pin_project! {
     /// A task's future with the gate pass that lets a drain wait for it; the pass is dropped
@@ -396,6 +397,57 @@ impl ShardState {
         let now = self.outbound.get().saturating_sub(bytes);
         self.outbound.set(now);
         self.stats().outbound_bytes.store(now, Ordering::Relaxed);
+    }
+
+    // --- The blocking threads ---
+
+    /// Runs `f` (computing) on one of the shard's blocking threads once `client` has its turn
+    /// for one ([`blocking`]).
+    pub async fn on_thread<T: Send + 'static>(
+        &self,
+        client: ClientKey,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        self.blocking.on_thread(self.side(), client, f).await
+    }
+
+    /// Runs `f` (doing `work`) as [`ShardState::on_thread`] does, timing the hand-off to the
+    /// thread (its turn included), the run there and the way back as the three `stages`.
+    pub async fn on_thread_timed<T: Send + 'static>(
+        &self,
+        job: (ClientKey, Work),
+        stages: [Stage; 3],
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        self.blocking
+            .on_thread_timed(self.side(), job, stages, f)
+            .await
+    }
+
+    /// What the blocking threads' slots read of this shard.
+    fn side(&self) -> blocking::Shard<'_> {
+        blocking::Shard {
+            clock_ms: &self.clock_ms,
+            stats: self.stats(),
+        }
+    }
+
+    // --- The wake queue ---
+
+    /// Whether the ready line is as long as the awake cap.
+    pub fn is_behind(&self) -> bool {
+        self.stats().behind.load(Ordering::Relaxed) != 0
+    }
+
+    /// Waits (in FIFO order, asleep) for an awake slot ([`wake_queue`]).
+    pub async fn acquire_awake(self: &Rc<Self>) -> AwakePermit {
+        AwakePermit::acquire(self).await
+    }
+
+    /// Waits for a restore slot for an object `client` made live: in order among that client's
+    /// restores, the clients taking turns ([`Line`](crate::line::Line)).
+    pub async fn acquire_restore(self: &Rc<Self>, client: ClientKey) -> RestorePermit {
+        RestorePermit::acquire(self, client).await
     }
 
     // --- Admission ---

@@ -6,6 +6,10 @@
 //! and a change of "behind" (the ready line as long as the awake cap) raises the shard's
 //! admission signal and wakes the coordinator.
 //!
+//! The queue's state is [`WakeQueue`], held by the shard's state; a slot is an
+//! [`AwakePermit`] or a [`RestorePermit`], taken through the shard's state
+//! (`ShardState::acquire_awake`, `acquire_restore`).
+//!
 //! The ready lines are bounded: each entry is a task waiting for one slot, and a task waits
 //! for at most one at a time. The tasks are connection tasks (at most the connection cap) and
 //! object tasks, each holding mail a connection sent; so a line never holds more than twice
@@ -69,18 +73,53 @@ impl WakeQueue {
     }
 }
 
+/// Publishes `state`'s awake line; a change of "behind" raises the shard's admission signal
+/// and wakes the coordinator.
+fn publish_awake(state: &ShardState) {
+    if state.wake_queue.publish_awake(state.stats()) {
+        state.admission_changed();
+        state.node().wake_coordinator();
+    }
+}
+
 /// An awake slot; given back (to the first in the ready line) when dropped.
 pub(crate) struct AwakePermit(Rc<ShardState>);
+
+impl AwakePermit {
+    /// Waits (in FIFO order, asleep) for one of `state`'s awake slots.
+    pub(super) async fn acquire(state: &Rc<ShardState>) -> AwakePermit {
+        let awake = state.wake_queue.awake.clone();
+        // One line for the shard: the cells waiting to wake are let in in order.
+        awake
+            .acquire_observed(ClientKey::Local, false, || publish_awake(state))
+            .await;
+        AwakePermit(state.clone())
+    }
+}
 
 impl Drop for AwakePermit {
     fn drop(&mut self) {
         self.0.wake_queue.awake.release(ClientKey::Local);
-        self.0.publish_awake();
+        publish_awake(&self.0);
     }
 }
 
 /// A restore slot; given back when dropped.
 pub(crate) struct RestorePermit(Rc<ShardState>, ClientKey);
+
+impl RestorePermit {
+    /// Waits for one of `state`'s restore slots for an object `client` made live: in order
+    /// among that client's restores, the clients taking turns ([`Line`]).
+    pub(super) async fn acquire(state: &Rc<ShardState>, client: ClientKey) -> RestorePermit {
+        let restores = state.wake_queue.restores.clone();
+        restores
+            .acquire_observed(client, false, || {
+                state.wake_queue.publish_restores(state.stats())
+            })
+            .await;
+        RestorePermit(state.clone(), client)
+    }
+}
 
 impl Drop for RestorePermit {
     fn drop(&mut self) {
@@ -88,41 +127,5 @@ impl Drop for RestorePermit {
         q.restores.release(self.1);
         q.publish_restores(self.0.stats());
         ShardStats::add(&self.0.stats().restores, 1);
-    }
-}
-
-impl ShardState {
-    /// Whether the ready line is as long as the awake cap.
-    pub fn is_behind(&self) -> bool {
-        self.stats().behind.load(Ordering::Relaxed) != 0
-    }
-
-    /// Waits (in FIFO order, asleep) for an awake slot.
-    pub async fn acquire_awake(self: &Rc<Self>) -> AwakePermit {
-        let awake = self.wake_queue.awake.clone();
-        // One line for the shard: the cells waiting to wake are let in in order.
-        awake
-            .acquire_observed(ClientKey::Local, false, || self.publish_awake())
-            .await;
-        AwakePermit(self.clone())
-    }
-
-    /// Waits for a restore slot for an object `client` made live: in order among that client's
-    /// restores, the clients taking turns ([`Line`]).
-    pub async fn acquire_restore(self: &Rc<Self>, client: ClientKey) -> RestorePermit {
-        let restores = self.wake_queue.restores.clone();
-        restores
-            .acquire_observed(client, false, || {
-                self.wake_queue.publish_restores(self.stats())
-            })
-            .await;
-        RestorePermit(self.clone(), client)
-    }
-
-    fn publish_awake(&self) {
-        if self.wake_queue.publish_awake(self.stats()) {
-            self.admission_changed();
-            self.node().wake_coordinator();
-        }
     }
 }
