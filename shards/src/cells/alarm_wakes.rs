@@ -20,6 +20,7 @@ use combd_kernel::fair::ClientKey;
 
 use crate::alarms;
 use crate::job::Job;
+use crate::state::ShardState;
 use crate::stats::ShardStats;
 
 use super::Cells;
@@ -133,12 +134,12 @@ impl AlarmWakes {
         let answered = cells.clone().state.spawn(async move {
             match rx.recv().await {
                 Ok(resp) if resp.status == 200 => {
-                    let next = cells.settle_alarms(&w.app, &w.name, &resp, mark).await;
+                    let next = settle_alarms(&cells.state, &w.app, &w.name, &resp, mark).await;
                     if let Some(next) = next {
                         wakes.arm(&cells, next);
                     }
                 }
-                _ => cells.postpone_alarms(&w.app, &w.name, mark).await,
+                _ => postpone_alarms(&cells.state, &w.app, &w.name, mark).await,
             }
             wakes.waking.borrow_mut().remove(&key);
         });
@@ -218,62 +219,58 @@ impl AlarmWakes {
     }
 }
 
-impl Cells {
-    /// A wake refused (or never answered): the object is woken again after
-    /// [`ALARM_WAKE_RETRY_MS`](combd_kernel::limits::ALARM_WAKE_RETRY_MS).
-    async fn postpone_alarms(&self, app: &str, name: &str, mark: u64) {
-        ShardStats::add(&self.state.stats().alarm_wakes_refused, 1);
-        let index = self.state.node().alarms.clone();
-        let (app, name, shard) = (app.to_string(), name.to_string(), self.state.id());
-        let until = alarms::now_ms() + combd_kernel::limits::ALARM_WAKE_RETRY_MS;
-        let r = self
-            .state
-            .on_thread(ClientKey::Local, move || {
-                index.postpone(&app, &name, shard, until, mark)
-            })
-            .await;
-        if let Err(e) = r {
-            tracing::warn!("cannot update the alarm index: {e}");
-        }
+/// A wake refused (or never answered): the object is woken again after
+/// [`ALARM_WAKE_RETRY_MS`](combd_kernel::limits::ALARM_WAKE_RETRY_MS).
+async fn postpone_alarms(state: &ShardState, app: &str, name: &str, mark: u64) {
+    ShardStats::add(&state.stats().alarm_wakes_refused, 1);
+    let index = state.node().alarms.clone();
+    let (app, name, shard) = (app.to_string(), name.to_string(), state.id());
+    let until = alarms::now_ms() + combd_kernel::limits::ALARM_WAKE_RETRY_MS;
+    let r = state
+        .on_thread(ClientKey::Local, move || {
+            index.postpone(&app, &name, shard, until, mark)
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::warn!("cannot update the alarm index: {e}");
     }
+}
 
-    /// A wake's answer, once its batch is durable: counts what it fired, and settles the
-    /// object's entry in the index to what remains (taken when the batch read it); when the
-    /// object next has something due. In a fleet, an object another node owns answers
-    /// `{"elsewhere":…}`: its owner fires it, and the entry goes (unless a call lowered it
-    /// since the wake's `mark`).
-    async fn settle_alarms(
-        &self,
-        app: &str,
-        name: &str,
-        resp: &crate::http::Response,
-        mark: u64,
-    ) -> Option<u64> {
-        let Ok(said) = serde_json::from_slice::<serde_json::Value>(&resp.body) else {
-            return None;
-        };
-        let stats = self.state.stats();
-        let n = |k: &str| said[k].as_u64().unwrap_or(0);
-        ShardStats::add(&stats.alarms_fired, n("fired"));
-        ShardStats::add(&stats.alarms_failed, n("failed"));
-        stats
-            .alarm_late_ms_max
-            .fetch_max(n("late_ms_max"), Ordering::Relaxed);
-        let next = said["next_ms"].as_u64();
-        let (count, mark) = (n("count"), said["mark"].as_u64().unwrap_or(mark));
-        let index = self.state.node().alarms.clone();
-        let (app, name, shard) = (app.to_string(), name.to_string(), self.state.id());
-        let settled = self
-            .state
-            .on_thread(ClientKey::Local, move || {
-                index.settle(&app, &name, shard, next, count, mark)
-            })
-            .await;
-        if let Err(e) = settled {
-            tracing::warn!("cannot update the alarm index: {e}");
-        }
-        next
+/// A wake's answer, once its batch is durable: counts what it fired, and settles the
+/// object's entry in the index to what remains (taken when the batch read it); when the
+/// object next has something due. In a fleet, an object another node owns answers
+/// `{"elsewhere":…}`: its owner fires it, and the entry goes (unless a call lowered it
+/// since the wake's `mark`).
+async fn settle_alarms(
+    state: &ShardState,
+    app: &str,
+    name: &str,
+    resp: &crate::http::Response,
+    mark: u64,
+) -> Option<u64> {
+    let Ok(said) = serde_json::from_slice::<serde_json::Value>(&resp.body) else {
+        return None;
+    };
+    let stats = state.stats();
+    let n = |k: &str| said[k].as_u64().unwrap_or(0);
+    ShardStats::add(&stats.alarms_fired, n("fired"));
+    ShardStats::add(&stats.alarms_failed, n("failed"));
+    stats
+        .alarm_late_ms_max
+        .fetch_max(n("late_ms_max"), Ordering::Relaxed);
+    let next = said["next_ms"].as_u64();
+    let (count, mark) = (n("count"), said["mark"].as_u64().unwrap_or(mark));
+    let index = state.node().alarms.clone();
+    let (app, name, shard) = (app.to_string(), name.to_string(), state.id());
+    let settled = state
+        .on_thread(ClientKey::Local, move || {
+            index.settle(&app, &name, shard, next, count, mark)
+        })
+        .await;
+    if let Err(e) = settled {
+        tracing::warn!("cannot update the alarm index: {e}");
     }
+    next
 }
 
 #[cfg(test)]

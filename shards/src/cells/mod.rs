@@ -15,13 +15,17 @@
 //! - Between shards, each shard has one bounded inbox: jobs for its objects, deliveries to its
 //!   sessions, and broadcasts, which cross to each shard once and fan out there.
 //!
+//! - Between objects, a message from one's outbox goes through the other's mailbox
+//!   (`Cells::deliver_to_object`).
+//! - In a fleet, a shard's [`route::Router`] passes the jobs for objects other nodes own on
+//!   to them, and the objects whose alarms are due are woken by its [`AlarmWakes`].
+//!
 //! Connections reach cells only by [`Cells::submit`]ting a job and through their session.
 
 mod alarm_wakes;
 mod call;
 mod commit;
 mod create;
-mod deliver;
 mod fire;
 mod object;
 mod route;
@@ -62,10 +66,9 @@ pub(crate) struct Cells {
     sessions: Sessions,
     /// The shard's `COMBD_OBJECT_CREATE_RATE`.
     create_rate: create::CreateRate,
-    /// In a fleet: the owners (other nodes) of objects asked for lately.
-    routes: route::Routes,
-    /// In a fleet: the reads of an owner on their way.
-    lookups: route::Lookups,
+    /// In a fleet: the owners of objects asked for lately, and the reads of owners on their
+    /// way.
+    router: route::Router,
     /// The objects whose alarms are due, being woken (`alarm_wakes`).
     alarm_wakes: AlarmWakes,
 }
@@ -171,8 +174,7 @@ impl Cells {
             state,
             objects: RefCell::new(HashMap::new()),
             closing: RefCell::new(HashMap::new()),
-            routes: route::Routes::default(),
-            lookups: route::Lookups::default(),
+            router: route::Router::default(),
             alarm_wakes: AlarmWakes::default(),
         }
     }
@@ -228,8 +230,9 @@ impl Cells {
             // In a fleet, an object another node owns goes there without a cell: at once to an
             // owner this shard knows, else once the coordinator said who owns it.
             false => match self
-                .route(&key, job)
-                .and_then(|job| self.look_up(app, name, &key, job))
+                .router
+                .route(self, &key, job)
+                .and_then(|job| self.router.look_up(self, app, name, &key, job))
             {
                 Some(job) => job,
                 None => return,
@@ -439,6 +442,63 @@ impl Cells {
             }
         }
         self.broadcast_run(key, &mut run).await;
+    }
+
+    /// Sends message `id` of `from`'s outbox (`app/name`) to object `name` of `app`.
+    ///
+    /// A message between objects (`Cx::send_to_object`) leaves its sender's outbox once the
+    /// commit that queued it is durable, goes through the receiver's mailbox like any input,
+    /// and once the receiver's batch that took it is durable, the sender is told and drops it
+    /// from its outbox (and sends the next one for that receiver). A receiver that is not
+    /// there, refuses (a full mailbox) or fails leaves it in the outbox: sent again after a
+    /// backoff, never dropped; one taken twice (sent again before its acknowledgement came
+    /// back) is recognised by the receiver and not applied again.
+    fn deliver_to_object(
+        self: &Rc<Self>,
+        from: &str,
+        app: String,
+        name: String,
+        id: i64,
+        body: Vec<u8>,
+    ) {
+        let node = self.state.node();
+        // The outbox is the sender's database: checked again here, never trusted.
+        if !crate::app::valid_object_name(&name) {
+            tracing::warn!(object = %from, "an outbox message to an invalid object name: not sent");
+            return;
+        }
+        let (Some(to), Some((from_app, from_name))) = (node.apps.get(&app), from.split_once('/'))
+        else {
+            // No such app now (a module removed): the sender sends it again later.
+            return;
+        };
+        let Some(sender) = node.apps.get(from_app) else {
+            return;
+        };
+        let (from_app, from_name) = (from_app.to_string(), from_name.to_string());
+        let (tx, rx) = async_channel::bounded(1);
+        self.submit(
+            &to,
+            &name,
+            Job::from_object((from_app.clone(), from_name.clone(), id), body, false, tx),
+        );
+        ShardStats::add(&self.state.stats().object_messages_sent, 1);
+        let cells = self.clone();
+        let told = self.state.spawn(async move {
+            let Ok(resp) = rx.recv().await else { return };
+            if resp.status != 200 {
+                return;
+            }
+            let stats = cells.state.stats();
+            match serde_json::from_slice::<serde_json::Value>(&resp.body) {
+                Ok(v) if v["taken"] == true => ShardStats::add(&stats.object_messages_taken, 1),
+                _ => ShardStats::add(&stats.object_messages_taken_again, 1),
+            }
+            cells.submit(&sender, &from_name, Job::delivered(app, name, id));
+        });
+        if let Ok(t) = told {
+            t.detach();
+        }
     }
 
     /// Broadcasts a run's frames, topic by topic, within one fan-out budget a turn, and

@@ -1,6 +1,6 @@
 //! In a fleet: routing before the cell. A request (or a WebSocket's attach) for an object with
 //! no cell on this shard and no route first asks the coordinator who owns it: a read, not a
-//! claim ([`Cells::look_up`]; the requests for it that arrive meanwhile wait for the same
+//! claim ([`Router::look_up`]; the requests for it that arrive meanwhile wait for the same
 //! read). Owned by another node, it is passed on there with no object cell, no restore slot
 //! and no claim in etcd; unowned (or this node's, or unreadable), it goes to a cell, which
 //! claims it. Once the owner answered a request passed on to it, the next requests for the
@@ -26,9 +26,20 @@ use combd_kernel::limits::FLEET_ROUTES_MAX;
 use crate::app::App;
 use crate::fair::Ledger;
 use crate::job::{Attached, Job, Owned, Reply};
+use crate::state::ShardState;
 use crate::stats::ShardStats;
 
 use super::{Cells, Refusal};
+
+/// A shard's routing in a fleet: the owners it learned, and the reads of owners on their way.
+/// Its work is done for the shard's [`Cells`], which hold it.
+#[derive(Default)]
+pub(super) struct Router {
+    /// The owners (other nodes) of objects asked for lately.
+    routes: Routes,
+    /// The reads of an owner on their way.
+    lookups: Lookups,
+}
 
 /// The owners a shard knows, by object key.
 #[derive(Default)]
@@ -129,20 +140,21 @@ fn passable(job: &Job) -> bool {
     )
 }
 
-impl Cells {
+impl Router {
     /// In a fleet, a job for an object with no cell here and no fresh route: unless another
     /// node passed it on (it is for this node to serve or refuse), it waits for a read of the
     /// object's owner, shared with the jobs for the object that come meanwhile (as many as its
     /// mailbox holds; past that refused like a full mailbox), then goes to the owner or, if
     /// there is none, to a cell. The job back when it goes to a cell now.
     pub(super) fn look_up(
-        self: &Rc<Self>,
+        &self,
+        cells: &Rc<Cells>,
         app: &Arc<dyn App>,
         name: &str,
         key: &str,
         job: Job,
     ) -> Option<Job> {
-        let Some(fleet) = self.state.node().fleet.clone() else {
+        let Some(fleet) = cells.state.node().fleet.clone() else {
             return Some(job);
         };
         if !passable(&job) {
@@ -153,8 +165,8 @@ impl Cells {
             if let Some(jobs) = waiting.get_mut(key) {
                 if jobs.len() >= app.mailbox() {
                     drop(waiting);
-                    ShardStats::add(&self.state.stats().mailbox_refused, 1);
-                    self.refuse(job, Refusal::MailboxFull { cap: app.mailbox() });
+                    ShardStats::add(&cells.state.stats().mailbox_refused, 1);
+                    cells.refuse(job, Refusal::MailboxFull { cap: app.mailbox() });
                 } else {
                     jobs.push(job);
                 }
@@ -164,27 +176,33 @@ impl Cells {
         // A lookup slot of the shard's (`FLEET_LOOKUPS_MAX`), within the asker's share of them;
         // past either, a spray of names goes to a cell, bounded by the asker's share of the
         // node's live objects.
-        let lookups = &self.state.node().pools.lookups[self.state.id()];
+        let lookups = &cells.state.node().pools.lookups[cells.state.id()];
         let Ok(slot) = lookups.take(job.asker, 1) else {
-            ShardStats::add(&self.state.stats().fleet_lookups_overflowed, 1);
+            ShardStats::add(&cells.state.stats().fleet_lookups_overflowed, 1);
             return Some(job);
         };
         let asker = job.asker;
-        self.lookups.start(key, job, self.state.stats());
-        let (cells, app, name, object) =
-            (self.clone(), app.clone(), name.to_string(), key.to_string());
-        let task = self.state.spawn(async move {
+        self.lookups.start(key, job, cells.state.stats());
+        let (mine, app, name, object) = (
+            cells.clone(),
+            app.clone(),
+            name.to_string(),
+            key.to_string(),
+        );
+        let task = cells.state.spawn(async move {
+            let cells = mine;
             let asked = object.clone();
             let owner = cells
                 .state
                 .on_thread(asker, move || fleet.lookup(&asked))
                 .await;
             drop(slot);
-            let jobs = cells.lookups.end(&object, cells.state.stats());
+            let jobs = cells.router.lookups.end(&object, cells.state.stats());
             match owner {
                 Some(owner) => {
                     cells
-                        .pass_on(&object, jobs, Refusal::NotOwner, Some(owner))
+                        .router
+                        .pass_on(&cells, &object, jobs, Refusal::NotOwner, Some(owner))
                         .await
                 }
                 None => {
@@ -200,7 +218,7 @@ impl Cells {
             }
             // A shard that drains takes no task: the dropped replies answer the connections.
             Err(_) => {
-                self.lookups.end(key, self.state.stats());
+                self.lookups.end(key, cells.state.stats());
             }
         }
         None
@@ -215,13 +233,14 @@ impl Cells {
     /// passed on; with no owner, refuses them all. An owner that answered (not 503) is
     /// remembered as the object's route.
     pub(super) async fn pass_on(
-        self: &Rc<Self>,
+        &self,
+        cells: &Cells,
         key: &str,
         jobs: Vec<Job>,
         refusal: Refusal,
         owner: Option<String>,
     ) {
-        let fleet = self.state.node().fleet.clone();
+        let fleet = cells.state.node().fleet.clone();
         let mut passing = Vec::new();
         for job in jobs {
             match (job.input, job.reply, &owner, &fleet) {
@@ -232,7 +251,13 @@ impl Cells {
                     Reply::Http(reply),
                     Some(_),
                     Some(_),
-                ) => passing.push(self.passing(Pass::request(input), reply, job.hold, job.asker)),
+                ) => passing.push(Passing::new(
+                    &cells.state,
+                    Pass::request(input),
+                    reply,
+                    job.hold,
+                    job.asker,
+                )),
                 (
                     Owned::FromObject {
                         app,
@@ -247,7 +272,7 @@ impl Cells {
                 ) => {
                     let from = format!("{app}/{name}");
                     let what = Pass::Message { from, id, body };
-                    passing.push(self.passing(what, reply, job.hold, job.asker));
+                    passing.push(Passing::new(&cells.state, what, reply, job.hold, job.asker));
                 }
                 (Owned::Alarms, Reply::Http(reply), Some(owner), Some(_)) => {
                     // Its owner fires its alarms: this node's alarm index lets it go.
@@ -267,37 +292,19 @@ impl Cells {
                 ) => {
                     let _ = reply.try_send(Attached::Owner(owner.clone()));
                 }
-                (_, reply, _, _) => self.refuse_job_reply(reply, refusal),
+                (_, reply, _, _) => cells.refuse_job_reply(reply, refusal),
             }
         }
         if let (Some(owner), Some(fleet)) = (owner, fleet) {
-            self.pass_all(key, &owner, &fleet, passing).await;
-        }
-    }
-
-    /// `what` to pass on, answered on `reply`, its input's bytes held by `hold` until then, its
-    /// answer reserved for `asker`.
-    fn passing(
-        &self,
-        what: Pass,
-        reply: async_channel::Sender<crate::http::Response>,
-        hold: Option<crate::inbound::Hold>,
-        asker: ClientKey,
-    ) -> Passing {
-        let answers = self.state.node().pools.answers.clone();
-        Passing {
-            what,
-            reply,
-            hold,
-            asker,
-            answers,
+            self.pass_all(cells, key, &owner, &fleet, passing).await;
         }
     }
 
     /// Passes each of `passing` on to `owner` at once and waits for them; an owner that
     /// answered one (not 503) is remembered as `key`'s route.
     async fn pass_all(
-        self: &Rc<Self>,
+        &self,
+        cells: &Cells,
         key: &str,
         owner: &str,
         fleet: &Arc<crate::fleet::Fleet>,
@@ -305,7 +312,8 @@ impl Cells {
     ) {
         let forwards = passing.into_iter().map(|p| {
             let (fleet, owner, key) = (fleet.clone(), owner.to_string(), key.to_string());
-            self.state
+            cells
+                .state
                 .spawn(async move { p.go(&fleet, &owner, &key).await != 503 })
         });
         let mut served = false;
@@ -333,11 +341,11 @@ impl Cells {
     /// Passes `job` on to the owner this shard knows for `key`, without a cell: an HTTP request
     /// no node passed on yet, or an attach whose WebSocket may be passed through. The job back
     /// when there is no fresh route, or it is of another kind (it goes to a cell).
-    pub(super) fn route(self: &Rc<Self>, key: &str, job: Job) -> Option<Job> {
-        let Some(fleet) = self.state.node().fleet.clone() else {
+    pub(super) fn route(&self, cells: &Rc<Cells>, key: &str, job: Job) -> Option<Job> {
+        let Some(fleet) = cells.state.node().fleet.clone() else {
             return Some(job);
         };
-        let Some(ttl) = self.state.settings().fleet.as_ref().map(|f| f.lease_ttl) else {
+        let Some(ttl) = cells.state.settings().fleet.as_ref().map(|f| f.lease_ttl) else {
             return Some(job);
         };
         let Some(owner) = self.routes.owner(key, Instant::now(), ttl) else {
@@ -354,11 +362,12 @@ impl Cells {
                 asker,
             } => {
                 fleet.count_routed();
-                let (cells, key) = (self.clone(), key.to_string());
-                let p = self.passing(Pass::request(input), reply, hold, asker);
-                let task = self.state.spawn(async move {
+                let (mine, key) = (cells.clone(), key.to_string());
+                let p = Passing::new(&cells.state, Pass::request(input), reply, hold, asker);
+                let task = cells.state.spawn(async move {
+                    let cells = mine;
                     if p.go(&fleet, &owner, &key).await == 503 {
-                        cells.forget_route(&key);
+                        cells.router.forget_route(&key);
                     }
                 });
                 // A shard that drains takes no task: the dropped reply answers the connection.
@@ -439,6 +448,25 @@ impl Pass {
 }
 
 impl Passing {
+    /// `what` to pass on, answered on `reply`, its input's bytes held by `hold` until then, its
+    /// answer reserved for `asker` in the node's answer pool (`state`'s node's).
+    fn new(
+        state: &ShardState,
+        what: Pass,
+        reply: async_channel::Sender<crate::http::Response>,
+        hold: Option<crate::inbound::Hold>,
+        asker: ClientKey,
+    ) -> Passing {
+        let answers = state.node().pools.answers.clone();
+        Passing {
+            what,
+            reply,
+            hold,
+            asker,
+            answers,
+        }
+    }
+
     /// Passes it on to `owner` and answers it with the owner's answer (its bytes released once
     /// that came), reserved for the client that asked (past its share of the node's answer
     /// pool: 503 `overloaded`, the owner's answer dropped at once): the answer's status.

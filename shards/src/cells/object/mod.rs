@@ -207,13 +207,16 @@ async fn open_here(
     match restore(&cells.state, cell, durability).await {
         Opened::Db(db, shipping) => {
             // Served here now: no route sends its requests away once this cell is gone.
-            cells.forget_route(&cell.key);
+            cells.router.forget_route(&cell.key);
             Some((db, shipping.map(|s| *s)))
         }
         Opened::NotHere(refusal, owner) => {
             cells.let_go(&cell.key);
             let mail = cell.take_mail().into_iter().map(|q| q.job).collect();
-            cells.pass_on(&cell.key, mail, refusal, owner).await;
+            cells
+                .router
+                .pass_on(cells, &cell.key, mail, refusal, owner)
+                .await;
             None
         }
     }
