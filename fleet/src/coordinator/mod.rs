@@ -17,6 +17,14 @@
 //! - `<prefix>snap/<object>`: the snapshot restores start from ([`Snapshot`]), written only by
 //!   [`Coordinator::record_snapshot`], fenced the same way.
 //!
+//! ## The parts
+//!
+//! [`Coordinator`] holds etcd's members (`gateway`: the member that answered last, the etcd
+//! user and its tokens, `user`) and the fleet's prefix. Its calls about one object are
+//! `objects`'s, those about the wake index `wakes`'s, each a type over the gateway and the
+//! prefix; the coordinator's own methods hand each call to its part, and make the lease and
+//! fleet id calls themselves.
+//!
 //! ## Leases
 //!
 //! One lease per node covers all its objects. [`LeaseKeeper`] renews it on a thread every
@@ -24,25 +32,27 @@
 //! instant each successful renewal was *sent* plus the TTL it was granted, which is no later
 //! than etcd's own expiry. A node must stop serving its objects at that instant.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use combd_kernel::limits::{FLEET_COORDINATOR_ANSWER_MAX_BYTES, FLEET_COORDINATOR_TIMEOUT};
 use serde_json::{json, Value};
 
-use crate::http::{self, Failure};
+use crate::http::Failure;
 use crate::tls::FleetTls;
 
+mod gateway;
 mod keeper;
 mod objects;
 mod user;
 mod wakes;
 
+use gateway::Gateway;
 pub use keeper::LeaseKeeper;
-use user::{another_member_may_answer, EtcdUser};
+use objects::ObjectState;
+use objects::Objects;
 pub use wakes::DueChange;
+use wakes::Wakes;
 
 /// A coordinator call that failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,13 +184,10 @@ pub enum Advance {
 /// A client of the coordinator. Calls block: run them on a blocking thread.
 #[derive(Debug)]
 pub struct Coordinator {
-    endpoints: Vec<String>,
-    /// The endpoint that answered last: calls start there.
-    current: AtomicUsize,
+    /// etcd's members, and the user the calls are made as.
+    etcd: Gateway,
+    /// Where the fleet's keys are.
     prefix: String,
-    agent: ureq::Agent,
-    /// The etcd user the calls are made as, where etcd has authentication on.
-    user: Option<EtcdUser>,
 }
 
 /// The status [`Coordinator::keep_alive`] reports for a lease that is gone for good.
@@ -224,67 +231,150 @@ impl Coordinator {
     /// its keys under `prefix` (e.g. `combd/`).
     pub fn new(endpoints: &[String], prefix: &str) -> Coordinator {
         Coordinator {
-            endpoints: endpoints.to_vec(),
-            current: AtomicUsize::new(0),
+            etcd: Gateway::new(endpoints),
             prefix: prefix.to_string(),
-            agent: http::agent(FLEET_COORDINATOR_TIMEOUT, &FleetTls::default()),
-            user: None,
         }
     }
 
     /// The client, reaching `https://` endpoints with `tls` (the authorities trusted and the
     /// client certificate shown).
     pub fn with_tls(mut self, tls: &FleetTls) -> Coordinator {
-        self.agent = http::agent(FLEET_COORDINATOR_TIMEOUT, tls);
+        self.etcd = self.etcd.with_tls(tls);
         self
     }
 
-    /// Posts `body` to `path` on the first endpoint that answers, starting from the one that
-    /// answered last; the answer's JSON.
-    fn call(
-        &self,
-        op: &'static str,
-        object: &str,
-        path: &str,
-        body: &Value,
-    ) -> Result<Value, CoordinatorError> {
-        let error = |failure| CoordinatorError {
-            op,
-            object: object.to_string(),
-            failure,
-        };
-        let n = self.endpoints.len();
-        let start = self.current.load(Ordering::Relaxed);
-        let payload = body.to_string();
-        let mut last = Failure::Unreachable("no endpoint".to_string());
-        for i in 0..n {
-            let at = (start + i) % n;
-            let mut resp = match self.send_as_user(at, path, payload.as_bytes()) {
-                Ok(r) => r,
-                Err(f) if another_member_may_answer(&f) => {
-                    last = f;
-                    continue; // try the next member
-                }
-                Err(f) => return Err(error(f)),
-            };
-            if resp.status().is_server_error() {
-                // A member without a leader, or shutting down: another may answer.
-                last = http::status(&mut resp);
-                continue;
-            }
-            self.current.store(at, Ordering::Relaxed);
-            if !resp.status().is_success() {
-                return Err(error(http::status(&mut resp)));
-            }
-            let bytes = http::body(&mut resp, FLEET_COORDINATOR_ANSWER_MAX_BYTES).map_err(error)?;
-            return serde_json::from_slice(&bytes).map_err(|e| error(bad(format!("JSON: {e}"))));
-        }
-        Err(error(last))
+    /// The client, making every call as the etcd user `name` (RBAC): its token is asked for
+    /// with `password` at the first call, and again whenever a member no longer takes it.
+    pub fn with_user(mut self, name: &str, password: &str) -> Coordinator {
+        self.etcd = self.etcd.with_user(name, password);
+        self
     }
+
+    /// Authenticates as the configured user now (at start-up, so a wrong password fails it
+    /// naming the user's settings rather than at the first object); nothing without a user.
+    pub fn authenticate(&self) -> Result<(), CoordinatorError> {
+        self.etcd.authenticate()
+    }
+
+    /// The calls about one object ([`objects`]).
+    fn objects(&self) -> Objects<'_> {
+        Objects::new(&self.etcd, &self.prefix)
+    }
+
+    /// The calls about the wake index ([`wakes`]).
+    fn wakes(&self) -> Wakes<'_> {
+        Wakes::new(self.objects())
+    }
+
+    // --- One object (`objects`) ---
+
+    /// Claims `object` for `node` under `lease`: if nobody owns it, this node does from now
+    /// on ([`Claim::Won`], with the fencing token); else who does ([`Claim::Held`]).
+    pub fn claim(
+        &self,
+        object: &str,
+        node: &str,
+        lease: &Lease,
+    ) -> Result<Claim, CoordinatorError> {
+        self.objects().claim(object, node, lease)
+    }
+
+    /// Who owns `object`, if anyone.
+    pub fn owner(&self, object: &str) -> Result<Option<Owner>, CoordinatorError> {
+        self.objects().owner(object)
+    }
+
+    /// Gives back `object`'s claim made with `token` (its owner key deleted, if it is still
+    /// that claim's): for an object never written, so nothing of it stays. [`Advance::Fenced`]
+    /// when another claim holds it.
+    pub fn release(&self, object: &str, token: i64) -> Result<Advance, CoordinatorError> {
+        self.objects().release(object, token)
+    }
+
+    /// Records `snapshot` (uploaded already) as the one `object`'s restores start from, if
+    /// `writer` still owns the object: the same fence as [`Coordinator::advance_head`], so a
+    /// stale owner's snapshot is never recorded, and so never read.
+    pub fn record_snapshot(
+        &self,
+        object: &str,
+        snapshot: Snapshot,
+    ) -> Result<Advance, CoordinatorError> {
+        self.objects().record_snapshot(object, snapshot)
+    }
+
+    /// `object`'s head and its recorded snapshot, read together (one transaction, so at one
+    /// revision).
+    pub fn state(
+        &self,
+        object: &str,
+    ) -> Result<(Option<Head>, Option<Snapshot>), CoordinatorError> {
+        self.objects().state(object)
+    }
+
+    /// `object`'s head, its recorded snapshot and its due time (`super::wakes`), read together.
+    pub fn state_and_due(&self, object: &str) -> Result<ObjectState, CoordinatorError> {
+        self.objects().state_and_due(object)
+    }
+
+    /// `object`'s head, if a segment of it was ever shipped.
+    pub fn head(&self, object: &str) -> Result<Option<Head>, CoordinatorError> {
+        self.objects().head(object)
+    }
+
+    /// Records `head` as `object`'s head if `token` is still its owner's fencing token; else
+    /// changes nothing and answers [`Advance::Fenced`].
+    pub fn advance_head(
+        &self,
+        object: &str,
+        token: i64,
+        head: Head,
+    ) -> Result<Advance, CoordinatorError> {
+        self.wakes()
+            .advance_head_and_due(object, token, Some(head), DueChange::NONE)
+    }
+
+    // --- The wake index (`wakes`) ---
+
+    /// Records `head` as `object`'s head and moves its due time as `change` says (if it
+    /// moves), in one transaction fenced on `token` (as [`Coordinator::advance_head`]).
+    pub fn advance_head_and_due(
+        &self,
+        object: &str,
+        token: i64,
+        head: Option<Head>,
+        change: DueChange,
+    ) -> Result<Advance, CoordinatorError> {
+        self.wakes()
+            .advance_head_and_due(object, token, head, change)
+    }
+
+    /// When `object` next has something due, as its last owner recorded it.
+    pub fn due(&self, object: &str) -> Result<Option<u64>, CoordinatorError> {
+        self.wakes().due(object)
+    }
+
+    /// The objects due at `now` or before (earliest first, at most `limit`; after the wake
+    /// `after`, an object and its due time, if given: the last one of the page before), each
+    /// with its due time.
+    pub fn due_wakes(
+        &self,
+        now: u64,
+        limit: usize,
+        after: Option<&(String, u64)>,
+    ) -> Result<Vec<(String, u64)>, CoordinatorError> {
+        self.wakes().due_wakes(now, limit, after)
+    }
+
+    /// Which of `objects` have an owner now (one answer each, in order).
+    pub fn owned(&self, objects: &[String]) -> Result<Vec<bool>, CoordinatorError> {
+        self.wakes().owned(objects)
+    }
+
+    // --- Leases and the fleet id ---
 
     /// Grants a lease of `ttl` (whole seconds) for this node.
     pub fn grant_lease(&self, ttl: Duration) -> Result<Lease, CoordinatorError> {
-        let v = self.call(
+        let v = self.etcd.call(
             "grant",
             "",
             "/v3/lease/grant",
@@ -310,7 +400,7 @@ impl Coordinator {
     /// Renews `lease`; the TTL it has again. A lease that already lapsed (or was revoked)
     /// fails with [`Failure::Status`] [`LEASE_GONE`] (the gateway answers 200 with no TTL).
     pub fn keep_alive(&self, lease: &Lease) -> Result<Duration, CoordinatorError> {
-        let v = self.call(
+        let v = self.etcd.call(
             "keepalive",
             "",
             "/v3/lease/keepalive",
@@ -332,18 +422,19 @@ impl Coordinator {
 
     /// Revokes `lease` at once: every object it holds is unowned from now on.
     pub fn revoke(&self, lease: &Lease) -> Result<(), CoordinatorError> {
-        self.call(
-            "revoke",
-            "",
-            "/v3/lease/revoke",
-            &json!({ "ID": lease.id.to_string() }),
-        )
-        .map(|_| ())
+        self.etcd
+            .call(
+                "revoke",
+                "",
+                "/v3/lease/revoke",
+                &json!({ "ID": lease.id.to_string() }),
+            )
+            .map(|_| ())
     }
 
     /// The fleet's id, if one was ever recorded (see `combd_shards::fleet`'s start).
     pub fn fleet_id(&self) -> Result<Option<String>, CoordinatorError> {
-        let v = self.call(
+        let v = self.etcd.call(
             "fleet id",
             "",
             "/v3/kv/range",
@@ -366,7 +457,7 @@ impl Coordinator {
             "success": [{ "request_put": { "key": key, "value": b64(id) } }],
             "failure": [{ "request_range": { "key": key } }],
         });
-        let v = self.call("fleet id", "", "/v3/kv/txn", &txn)?;
+        let v = self.etcd.call("fleet id", "", "/v3/kv/txn", &txn)?;
         if v["succeeded"].as_bool().unwrap_or(false) {
             return Ok(id.to_string());
         }

@@ -1,17 +1,28 @@
-//! The coordinator's calls about one object: its claim, its owner, its head and its snapshot,
-//! each write fenced on the owner's token (the keys: see the module above).
+//! The coordinator's calls about one object ([`Objects`]): its claim, its owner, its head and
+//! its snapshot, each write fenced on the owner's token (the keys: see the module above).
 
 use serde_json::json;
 
+use super::gateway::Gateway;
 use super::{
-    b64, bad, first_kv, int, Advance, Claim, Coordinator, CoordinatorError, Head, Lease, Owner,
-    Snapshot,
+    b64, bad, first_kv, int, Advance, Claim, CoordinatorError, Head, Lease, Owner, Snapshot,
 };
 
 /// An object's head, its recorded snapshot and its due time, read together.
 pub type ObjectState = (Option<Head>, Option<Snapshot>, Option<u64>);
 
-impl Coordinator {
+/// The coordinator's calls about objects, over its gateway and under its prefix.
+pub(super) struct Objects<'c> {
+    pub(super) etcd: &'c Gateway,
+    pub(super) prefix: &'c str,
+}
+
+impl<'c> Objects<'c> {
+    /// The calls through `etcd`, on the keys under `prefix`.
+    pub(super) fn new(etcd: &'c Gateway, prefix: &'c str) -> Objects<'c> {
+        Objects { etcd, prefix }
+    }
+
     pub(super) fn owner_key(&self, object: &str) -> String {
         format!("{}owner/{object}", self.prefix)
     }
@@ -24,9 +35,13 @@ impl Coordinator {
         format!("{}snap/{object}", self.prefix)
     }
 
+    pub(super) fn due_key(&self, object: &str) -> String {
+        format!("{}due/{object}", self.prefix)
+    }
+
     /// Claims `object` for `node` under `lease`: if nobody owns it, this node does from now
     /// on ([`Claim::Won`], with the fencing token); else who does ([`Claim::Held`]).
-    pub fn claim(
+    pub(super) fn claim(
         &self,
         object: &str,
         node: &str,
@@ -38,7 +53,7 @@ impl Coordinator {
             "success": [{ "request_put": { "key": key, "value": b64(node), "lease": lease.id.to_string() } }],
             "failure": [{ "request_range": { "key": key } }],
         });
-        let v = self.call("claim", object, "/v3/kv/txn", &txn)?;
+        let v = self.etcd.call("claim", object, "/v3/kv/txn", &txn)?;
         let err = |failure| CoordinatorError {
             op: "claim",
             object: object.to_string(),
@@ -77,8 +92,8 @@ impl Coordinator {
     }
 
     /// Who owns `object`, if anyone.
-    pub fn owner(&self, object: &str) -> Result<Option<Owner>, CoordinatorError> {
-        let v = self.call(
+    pub(super) fn owner(&self, object: &str) -> Result<Option<Owner>, CoordinatorError> {
+        let v = self.etcd.call(
             "owner",
             object,
             "/v3/kv/range",
@@ -92,21 +107,10 @@ impl Coordinator {
         Ok(kv.map(|(node, token, lease)| Owner { node, token, lease }))
     }
 
-    /// Records `head` as `object`'s head if `token` is still its owner's fencing token; else
-    /// changes nothing and answers [`Advance::Fenced`].
-    pub fn advance_head(
-        &self,
-        object: &str,
-        token: i64,
-        head: Head,
-    ) -> Result<Advance, CoordinatorError> {
-        self.advance_head_and_due(object, token, Some(head), super::DueChange::NONE)
-    }
-
     /// Gives back `object`'s claim made with `token` (its owner key deleted, if it is still
     /// that claim's): for an object never written, so nothing of it stays. [`Advance::Fenced`]
     /// when another claim holds it.
-    pub fn release(&self, object: &str, token: i64) -> Result<Advance, CoordinatorError> {
+    pub(super) fn release(&self, object: &str, token: i64) -> Result<Advance, CoordinatorError> {
         let delete = json!({ "request_delete_range": { "key": b64(&self.owner_key(object)) } });
         self.fenced("release", object, token, delete)
     }
@@ -114,7 +118,7 @@ impl Coordinator {
     /// Records `snapshot` (uploaded already) as the one `object`'s restores start from, if
     /// `writer` still owns the object: the same fence as [`Coordinator::advance_head`], so a
     /// stale owner's snapshot is never recorded, and so never read.
-    pub fn record_snapshot(
+    pub(super) fn record_snapshot(
         &self,
         object: &str,
         snapshot: Snapshot,
@@ -160,7 +164,7 @@ impl Coordinator {
             "success": requests,
             "failure": [],
         });
-        let v = self.call(op, object, "/v3/kv/txn", &txn)?;
+        let v = self.etcd.call(op, object, "/v3/kv/txn", &txn)?;
         Ok(if v["succeeded"].as_bool().unwrap_or(false) {
             Advance::Done
         } else {
@@ -170,7 +174,7 @@ impl Coordinator {
 
     /// `object`'s head and its recorded snapshot, read together (one transaction, so at one
     /// revision).
-    pub fn state(
+    pub(super) fn state(
         &self,
         object: &str,
     ) -> Result<(Option<Head>, Option<Snapshot>), CoordinatorError> {
@@ -179,7 +183,7 @@ impl Coordinator {
     }
 
     /// `object`'s head, its recorded snapshot and its due time (`super::wakes`), read together.
-    pub fn state_and_due(&self, object: &str) -> Result<ObjectState, CoordinatorError> {
+    pub(super) fn state_and_due(&self, object: &str) -> Result<ObjectState, CoordinatorError> {
         let txn = json!({
             "compare": [],
             "success": [
@@ -189,7 +193,7 @@ impl Coordinator {
             ],
             "failure": [],
         });
-        let v = self.call("state", object, "/v3/kv/txn", &txn)?;
+        let v = self.etcd.call("state", object, "/v3/kv/txn", &txn)?;
         let err = |failure| CoordinatorError {
             op: "state",
             object: object.to_string(),
@@ -219,8 +223,8 @@ impl Coordinator {
     }
 
     /// `object`'s head, if a segment of it was ever shipped.
-    pub fn head(&self, object: &str) -> Result<Option<Head>, CoordinatorError> {
-        let v = self.call(
+    pub(super) fn head(&self, object: &str) -> Result<Option<Head>, CoordinatorError> {
+        let v = self.etcd.call(
             "head",
             object,
             "/v3/kv/range",

@@ -1,4 +1,4 @@
-//! The fleet's index of objects with something due (an alarm, a message to send): what lets
+//! The fleet's index of objects with something due ([`Wakes`]) (an alarm, a message to send): what lets
 //! another node take up a dead owner's alarms without opening every object.
 //!
 //! ## Keys
@@ -20,7 +20,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::{b64, bad, first_kv, Advance, Coordinator, CoordinatorError, Head};
+use super::objects::Objects;
+use super::{b64, bad, first_kv, Advance, CoordinatorError, Head};
 
 /// Digits of a time in a wake key: milliseconds since the epoch, zero-padded so keys sort by
 /// time (16 digits last until the year 318857).
@@ -44,15 +45,21 @@ impl DueChange {
     };
 }
 
-impl Coordinator {
-    pub(super) fn due_key(&self, object: &str) -> String {
-        format!("{}due/{object}", self.prefix)
+/// The coordinator's calls about the wake index: those about objects, and the wake keys.
+pub(super) struct Wakes<'c> {
+    objects: Objects<'c>,
+}
+
+impl<'c> Wakes<'c> {
+    /// The calls of `objects`' coordinator.
+    pub(super) fn new(objects: Objects<'c>) -> Wakes<'c> {
+        Wakes { objects }
     }
 
     fn wake_key(&self, ms: u64, object: &str) -> String {
         format!(
             "{}wake/{ms:0width$}/{object}",
-            self.prefix,
+            self.objects.prefix,
             width = MS_DIGITS
         )
     }
@@ -72,17 +79,17 @@ impl Coordinator {
                 requests.push(json!({ "request_put": {
                     "key": b64(&self.wake_key(now, object)), "value": "" } }));
                 requests.push(json!({ "request_put": {
-                    "key": b64(&self.due_key(object)), "value": b64(&now.to_string()) } }));
+                    "key": b64(&self.objects.due_key(object)), "value": b64(&now.to_string()) } }));
             }
             None => requests.push(json!({ "request_delete_range": {
-                "key": b64(&self.due_key(object)) } })),
+                "key": b64(&self.objects.due_key(object)) } })),
         }
         requests
     }
 
     /// Records `head` as `object`'s head and moves its due time as `change` says (if it
     /// moves), in one transaction fenced on `token` (as [`Coordinator::advance_head`]).
-    pub fn advance_head_and_due(
+    pub(super) fn advance_head_and_due(
         &self,
         object: &str,
         token: i64,
@@ -92,22 +99,23 @@ impl Coordinator {
         let mut requests = Vec::new();
         if let Some(head) = head {
             requests.push(json!({ "request_put": {
-                "key": b64(&self.head_key(object)), "value": b64(&head.encode()) } }));
+                "key": b64(&self.objects.head_key(object)), "value": b64(&head.encode()) } }));
         }
         requests.extend(self.due_requests(object, change));
         if requests.is_empty() {
             return Ok(Advance::Done);
         }
-        self.fenced_all("advance head", object, token, requests)
+        self.objects
+            .fenced_all("advance head", object, token, requests)
     }
 
     /// When `object` next has something due, as its last owner recorded it.
-    pub fn due(&self, object: &str) -> Result<Option<u64>, CoordinatorError> {
-        let v = self.call(
+    pub(super) fn due(&self, object: &str) -> Result<Option<u64>, CoordinatorError> {
+        let v = self.objects.etcd.call(
             "due",
             object,
             "/v3/kv/range",
-            &json!({ "key": b64(&self.due_key(object)) }),
+            &json!({ "key": b64(&self.objects.due_key(object)) }),
         )?;
         let err = |failure| CoordinatorError {
             op: "due",
@@ -126,20 +134,20 @@ impl Coordinator {
     /// The objects due at `now` or before (earliest first, at most `limit`; after the wake
     /// `after`, an object and its due time, if given: the last one of the page before), each
     /// with its due time.
-    pub fn due_wakes(
+    pub(super) fn due_wakes(
         &self,
         now: u64,
         limit: usize,
         after: Option<&(String, u64)>,
     ) -> Result<Vec<(String, u64)>, CoordinatorError> {
-        let from = format!("{}wake/", self.prefix);
+        let from = format!("{}wake/", self.objects.prefix);
         let start = match after {
             // The first key past it.
             Some((object, ms)) => format!("{}\0", self.wake_key(*ms, object)),
             None => from.clone(),
         };
         let to = self.wake_key(now.saturating_add(1), "");
-        let v = self.call(
+        let v = self.objects.etcd.call(
             "due wakes",
             "",
             "/v3/kv/range",
@@ -174,7 +182,7 @@ impl Coordinator {
     }
 
     /// Which of `objects` have an owner now (one answer each, in order).
-    pub fn owned(&self, objects: &[String]) -> Result<Vec<bool>, CoordinatorError> {
+    pub(super) fn owned(&self, objects: &[String]) -> Result<Vec<bool>, CoordinatorError> {
         let mut out = Vec::with_capacity(objects.len());
         // etcd takes at most 128 operations in a transaction (`--max-txn-ops`).
         for chunk in objects.chunks(64) {
@@ -182,11 +190,11 @@ impl Coordinator {
                 .iter()
                 .map(|o| {
                     json!({ "request_range": {
-                        "key": b64(&self.owner_key(o)), "count_only": true } })
+                        "key": b64(&self.objects.owner_key(o)), "count_only": true } })
                 })
                 .collect();
             let txn = json!({ "compare": [], "success": ranges, "failure": [] });
-            let v = self.call("owners", "", "/v3/kv/txn", &txn)?;
+            let v = self.objects.etcd.call("owners", "", "/v3/kv/txn", &txn)?;
             for i in 0..chunk.len() {
                 let count = super::int(&v["responses"][i]["response_range"]["count"]);
                 out.push(count.unwrap_or(0) > 0);
