@@ -307,16 +307,14 @@ impl Host {
     }
 
     pub(crate) fn cx(&mut self) -> Result<&mut Cx<'static>, Stop> {
-        match self.cx {
-            // SAFETY: set by `with_cx` from a live `&mut Cx` for exactly the time `f` runs
-            // (see there); host calls run inside `f` on this thread, and the store holding
-            // the pointer is borrowed mutably by the caller, so no other reference exists.
-            Some(mut p) => Ok(unsafe { p.as_mut() }),
-            None => Err(Stop(AppError::new(
-                500,
-                "this host call is only possible while handling an input",
-            ))),
-        }
+        lent(&mut self.cx)
+    }
+
+    /// What the SQL imports use (`sql`): the call's SQL state, its context, and the module's
+    /// memory limit in bytes.
+    pub(crate) fn sql_parts(&mut self) -> (&mut Sql, Result<&mut Cx<'static>, Stop>, u64) {
+        let max = self.limiter.max_bytes as u64;
+        (&mut self.sql, lent(&mut self.cx), max)
     }
 
     pub(crate) fn input(&self) -> &CallInput {
@@ -340,6 +338,21 @@ impl Host {
     pub(crate) fn stop(&mut self, e: AppError) -> wasmtime::Error {
         let first = self.stopped.get_or_insert(e).clone();
         Stop(first).into()
+    }
+}
+
+/// The call's context lent to the store (`Host::with_cx`), while an input is handled.
+fn lent<'h>(cx: &'h mut Option<NonNull<Cx<'static>>>) -> Result<&'h mut Cx<'static>, Stop> {
+    match cx {
+        // SAFETY: set by `with_cx` from a live `&mut Cx` for exactly the time `f` runs
+        // (see there); host calls run inside `f` on this thread, and the store holding
+        // the pointer is borrowed mutably by the caller (through `cx`), so no other
+        // reference exists.
+        Some(p) => Ok(unsafe { p.as_mut() }),
+        None => Err(Stop(AppError::new(
+            500,
+            "this host call is only possible while handling an input",
+        ))),
     }
 }
 

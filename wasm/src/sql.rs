@@ -1,21 +1,38 @@
 //! The SQL imports: parameters bound in order, one statement run at a time in the call's
 //! transaction (through the call's `Cx`, so the node's SQL limits apply), its rows buffered
-//! for the module to read until the next statement.
+//! for the module to read until the next statement. The imports reach the host's parts they
+//! use through an `SqlCall`.
 
-use combd_shards::app::{limit_error, AppError};
+use combd_shards::app::{limit_error, AppError, Cx};
 use combd_shards::limit::Limit;
 use rusqlite::types::Value;
 use wasmtime::{Caller, Linker};
 
 use crate::host::{charge, copy_out, len, read, text, write, Host, Stop};
+use crate::sql_state::Sql;
 
-impl Host {
+/// What the SQL imports use of the host: the call's SQL state, its context (while an input is
+/// handled), and the module's memory limit. A limit met or a failure is given back as the
+/// error that stops the call ([`Host::stop`]).
+struct SqlCall<'h> {
+    sql: &'h mut Sql,
+    cx: Result<&'h mut Cx<'static>, Stop>,
+    max_bytes: u64,
+}
+
+impl<'h> SqlCall<'h> {
+    /// The SQL parts of `host`.
+    fn of(host: &'h mut Host) -> SqlCall<'h> {
+        let (sql, cx, max_bytes) = host.sql_parts();
+        SqlCall { sql, cx, max_bytes }
+    }
+
     /// Binds the next parameter. Parameters are held for the module like its rows: each is a
     /// tick of the call's work with the call's memory checked, so a module binding in a loop
     /// and never running a statement is stopped at its memory limit (it held 1.6 GB for a
     /// 1 MiB module before the call's fuel ran out; found by the `host_imports` fuzz target).
     /// Where no input is handled (`topic`, the calls at load) they hold at most that limit.
-    fn bind(&mut self, v: Value) -> wasmtime::Result<()> {
+    fn bind(self, v: Value) -> Result<(), AppError> {
         self.sql.params_bytes += std::mem::size_of::<Value>() as u64
             + match &v {
                 Value::Text(t) => t.len() as u64,
@@ -24,28 +41,25 @@ impl Host {
             };
         self.sql.params.push(v);
         let held = self.sql.params_bytes;
-        let max = self.limiter.max_bytes as u64;
-        let checked = match self.cx() {
+        match self.cx {
             Ok(cx) => cx.tick(),
-            Err(_) if held > max => Err(limit_error(Limit::Memory)),
+            Err(_) if held > self.max_bytes => Err(limit_error(Limit::Memory)),
             Err(_) => Ok(()),
-        };
-        checked.map_err(|e| self.stop(e))
+        }
     }
 
     /// Runs a statement with the bound parameters; buffers its rows. Returns the row count,
     /// or -1 with the error kept for `sql_error`. A limit the statement met stops the call.
-    pub(crate) fn run_sql(&mut self, sql: &str) -> Result<i32, wasmtime::Error> {
-        let params = std::mem::take(&mut self.sql.params);
-        self.sql.params_bytes = 0;
-        self.sql.rows.clear();
-        self.sql.columns = 0;
-        self.sql.changes = 0;
-        self.sql.error.clear();
-        let db = match self.cx().and_then(|cx| cx.db().map_err(Stop)) {
-            Ok(db) => db,
-            Err(Stop(e)) => return Err(self.stop(e)),
-        };
+    fn run(self, sql: &str) -> Result<i32, AppError> {
+        let state = self.sql;
+        let params = std::mem::take(&mut state.params);
+        state.params_bytes = 0;
+        state.rows.clear();
+        state.columns = 0;
+        state.changes = 0;
+        state.error.clear();
+        let cx = self.cx.map_err(|Stop(e)| e)?;
+        let db = cx.db()?;
         // Each row read is a tick of the call's work, and its memory is checked as it is
         // held: a statement returning a million rows trips the module's limits while it is
         // read, not once every row is buffered.
@@ -57,7 +71,7 @@ impl Host {
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
                 out.push((0..n).map(|i| row.get(i)).collect::<Result<_, _>>()?);
-                if let Err(e) = self.cx().map_err(|Stop(e)| e).and_then(|cx| cx.tick()) {
+                if let Err(e) = cx.tick() {
                     tripped = Some(e);
                     break;
                 }
@@ -65,26 +79,36 @@ impl Host {
             Ok((n, out))
         })();
         if let Some(e) = tripped {
-            return Err(self.stop(e));
+            return Err(e);
         }
         match r {
             Ok((n, rows)) => {
-                self.sql.columns = n;
-                self.sql.changes = db.changes() as i64;
+                state.columns = n;
+                state.changes = db.changes() as i64;
                 let count = rows.len();
-                self.sql.rows = rows;
+                state.rows = rows;
                 Ok(i32::try_from(count).unwrap_or(i32::MAX))
             }
             Err(e) => {
-                self.sql.error = e.to_string();
-                self.sql.failed = Some(self.sql.error.clone());
+                state.error = e.to_string();
+                state.failed = Some(state.error.clone());
                 if let Some(l) = AppError::from(e).limit() {
-                    return Err(self.stop(limit_error(l)));
+                    return Err(limit_error(l));
                 }
                 Ok(-1)
             }
         }
     }
+}
+
+/// Binds `v` as the next parameter of `host`'s call.
+fn bind(host: &mut Host, v: Value) -> wasmtime::Result<()> {
+    SqlCall::of(host).bind(v).map_err(|e| host.stop(e))
+}
+
+/// Runs `sql` in `host`'s call: [`SqlCall::run`].
+fn run_sql(host: &mut Host, sql: &str) -> wasmtime::Result<i32> {
+    SqlCall::of(host).run(sql).map_err(|e| host.stop(e))
 }
 
 /// Defines the SQL imports.
@@ -96,24 +120,24 @@ pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
 /// The parameters, and running a statement.
 fn link_bind(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap("combd", "sql_bind_null", |mut c: Caller<'_, Host>| {
-        c.data_mut().bind(Value::Null)
+        bind(c.data_mut(), Value::Null)
     })?;
     linker.func_wrap(
         "combd",
         "sql_bind_int",
-        |mut c: Caller<'_, Host>, v: i64| c.data_mut().bind(Value::Integer(v)),
+        |mut c: Caller<'_, Host>, v: i64| bind(c.data_mut(), Value::Integer(v)),
     )?;
     linker.func_wrap(
         "combd",
         "sql_bind_float",
-        |mut c: Caller<'_, Host>, v: f64| c.data_mut().bind(Value::Real(v)),
+        |mut c: Caller<'_, Host>, v: f64| bind(c.data_mut(), Value::Real(v)),
     )?;
     linker.func_wrap(
         "combd",
         "sql_bind_text",
         |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<()> {
             let t = text(read(&mut c, ptr, n)?, "a text parameter")?;
-            c.data_mut().bind(Value::Text(t))
+            bind(c.data_mut(), Value::Text(t))
         },
     )?;
     linker.func_wrap(
@@ -121,7 +145,7 @@ fn link_bind(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
         "sql_bind_blob",
         |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<()> {
             let b = read(&mut c, ptr, n)?;
-            c.data_mut().bind(Value::Blob(b))
+            bind(c.data_mut(), Value::Blob(b))
         },
     )?;
     linker.func_wrap(
@@ -130,7 +154,7 @@ fn link_bind(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
         |mut c: Caller<'_, Host>, ptr: i32, n: i32| -> wasmtime::Result<i32> {
             charge(&mut c)?;
             let sql = text(read(&mut c, ptr, n)?, "SQL")?;
-            c.data_mut().run_sql(&sql)
+            run_sql(c.data_mut(), &sql)
         },
     )?;
     Ok(())
