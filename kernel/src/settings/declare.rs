@@ -16,9 +16,14 @@
 //!   each member row says how its value is printed and, for a number, read for `/stats`.
 //!
 //! A parser's error becomes a [`ConfigError`] naming the setting's variable.
+//!
+//! [`Settings`]' methods are written here too, so they are in the module that defines it (the
+//! table's): [`Settings::load`] (reading the texts given and checking the settings against each
+//! other are functions of the settings' module, `mod.rs`), its clients' shares, its
+//! description for `--check-config`, its limits for `/stats`, and its connection cap in force.
 
-/// Writes [`Settings`], [`SETTINGS`] and `Settings::from_given` from the table; see the
-/// module's documentation for the rows' form.
+/// Writes [`Settings`], [`SETTINGS`] and `Settings::from_given` from the table, and
+/// [`Settings`]' methods; see the module's documentation for the rows' form.
 macro_rules! settings_table {
     (
         fields {
@@ -100,6 +105,72 @@ macro_rules! settings_table {
                     $($group: $build(given)?,)*
                     sources,
                 })
+            }
+
+            /// Every client's share of the node's shared pools (`COMBD_CLIENT_SHARE_MIN_PERCENT`,
+            /// `COMBD_CLIENT_SHARE_MAX_PERCENT`).
+            pub fn shares(&self) -> crate::fair::Shares {
+                crate::fair::Shares {
+                    min_percent: self.client_share_min_percent,
+                    max_percent: self.client_share_max_percent,
+                }
+            }
+
+            /// Reads the settings from an environment lookup and the command-line arguments
+            /// (without the program name), validating every one. `allowed_cpus` is how many CPUs
+            /// this process may run on: the default and the upper bound of `COMBD_SHARDS`.
+            pub fn load(
+                env: impl Fn(&str) -> Option<String>,
+                args: &[String],
+                allowed_cpus: usize,
+            ) -> Result<(Command, Settings), ConfigError> {
+                let (command, raw) = read_given(env, args)?;
+                let given = Given { raw: &raw };
+                let context = Context { allowed_cpus };
+                let settings = Settings::from_given(&given, &context, sources_of(&raw))?;
+                check_relations(&settings)?;
+                Ok((command, settings))
+            }
+
+            /// Every setting's effective value as text, with where it came from, in table order.
+            pub fn describe(&self) -> Vec<(&'static str, String, Source)> {
+                SETTINGS
+                    .iter()
+                    .map(|spec| {
+                        let source = self
+                            .sources
+                            .get(spec.env)
+                            .copied()
+                            .unwrap_or(Source::Default);
+                        (spec.env, (spec.value)(self), source)
+                    })
+                    .collect()
+            }
+
+            /// Every setting that is a number, under its `/stats` name with its value in force,
+            /// then the limits derived from a setting ([`DERIVED_LIMITS`]), in table order.
+            pub fn limits(&self, in_force: &InForce) -> Vec<(&'static str, u64)> {
+                SETTINGS
+                    .iter()
+                    .filter_map(|spec| spec.limit)
+                    .chain(DERIVED_LIMITS.iter().copied())
+                    .map(|l| (l.name, (l.value)(self, in_force)))
+                    .collect()
+            }
+
+            /// The public connection cap in force: `COMBD_MAX_CONNS`, clamped to the
+            /// file-descriptor limit less [`limits::FD_RESERVE`], the localhost listener's own cap
+            /// ([`limits::LOCAL_CONNS_MAX`]) and the live objects' descriptors
+            /// (`COMBD_MAX_OPEN_OBJECTS` × [`limits::OBJECT_FDS`]); in a fleet the fleet listener
+            /// has a cap of its own as large as the public one, so the descriptors left are split
+            /// between the two.
+            pub fn max_conns_effective(&self, nofile_soft: u64) -> u64 {
+                let objects = self.max_open_objects.saturating_mul(limits::OBJECT_FDS);
+                let fds = nofile_soft
+                    .saturating_sub(limits::FD_RESERVE + limits::LOCAL_CONNS_MAX)
+                    .saturating_sub(objects);
+                let fds = if self.fleet.is_some() { fds / 2 } else { fds };
+                self.max_conns.min(fds).max(1)
             }
         }
     };

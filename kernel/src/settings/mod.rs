@@ -3,7 +3,7 @@
 //! - `table`: every setting, declared once (its field and type, variable, flag, default,
 //!   parser, unit, `/stats` limit and meaning), and the `--help` text written from it;
 //! - `declare`: the macro that writes [`Settings`], [`SETTINGS`] and the loading from the
-//!   table;
+//!   table, and [`Settings`]' methods (so they are in the module that defines it);
 //! - `spec`: what the table says of one setting ([`SettingSpec`]), and how a value is printed
 //!   ([`Show`]) and shown as a limit ([`AsLimit`]);
 //! - `values`: the parsers of each kind of value (sizes, durations, counts, switches,
@@ -12,8 +12,8 @@
 //!   all or none;
 //! - `names`: refusing an unknown `COMBD_*` variable or flag, naming the closest setting;
 //! - `help`: a flag's setting, and the `--help` text, read off the table;
-//! - this file: reading the environment and the flags, the TLS group, and the checks between
-//!   settings.
+//! - this file: reading the environment and the flags, the TLS, auth and fleet groups, and
+//!   the checks between settings (functions over the settings, which `Settings::load` calls).
 //!
 //! Every setting is an environment variable `COMBD_*` with a matching command-line flag; a flag
 //! wins over the environment, which wins over the default. [`SETTINGS`] is the table that
@@ -130,10 +130,13 @@ pub struct AuthSettings {
     pub audience: Option<String>,
 }
 
+/// Each text given for a setting, by variable name, and where it came from.
+type Texts = BTreeMap<&'static str, (String, Source)>;
+
 /// The texts given for the settings, by variable name (a flag's value having replaced the
 /// environment's).
 struct Given<'a> {
-    raw: &'a BTreeMap<&'static str, (String, Source)>,
+    raw: &'a Texts,
 }
 
 impl<'a> Given<'a> {
@@ -213,212 +216,156 @@ fn fleet_group(given: &Given<'_>) -> Result<Option<FleetSettings>, ConfigError> 
     fleet::fleet_settings(|name| given.get(name).map(str::to_string))
 }
 
-impl Settings {
-    /// Every client's share of the node's shared pools (`COMBD_CLIENT_SHARE_MIN_PERCENT`,
-    /// `COMBD_CLIENT_SHARE_MAX_PERCENT`).
-    pub fn shares(&self) -> crate::fair::Shares {
-        crate::fair::Shares {
-            min_percent: self.client_share_min_percent,
-            max_percent: self.client_share_max_percent,
+/// The texts given for the settings, by variable (a flag's value replacing the environment's,
+/// each with where it came from), read from an environment lookup and the command-line
+/// arguments (without the program name), and what the command line asked for besides.
+fn read_given(
+    env: impl Fn(&str) -> Option<String>,
+    args: &[String],
+) -> Result<(Command, Texts), ConfigError> {
+    let mut raw: Texts = BTreeMap::new();
+    for spec in SETTINGS {
+        if let Some(v) = env(spec.env) {
+            raw.insert(spec.env, (v, Source::Env));
         }
     }
-
-    /// Reads the settings from an environment lookup and the command-line arguments (without
-    /// the program name), validating every one. `allowed_cpus` is how many CPUs this process
-    /// may run on: the default and the upper bound of `COMBD_SHARDS`.
-    pub fn load(
-        env: impl Fn(&str) -> Option<String>,
-        args: &[String],
-        allowed_cpus: usize,
-    ) -> Result<(Command, Settings), ConfigError> {
-        let mut raw: BTreeMap<&'static str, (String, Source)> = BTreeMap::new();
-        for spec in SETTINGS {
-            if let Some(v) = env(spec.env) {
-                raw.insert(spec.env, (v, Source::Env));
+    let mut command = Command::Run;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        i += 1;
+        match arg.as_str() {
+            "-h" | "--help" => {
+                command = Command::Help;
+                continue;
             }
-        }
-        let mut command = Command::Run;
-        let mut i = 0;
-        while i < args.len() {
-            let arg = &args[i];
-            i += 1;
-            match arg.as_str() {
-                "-h" | "--help" => {
-                    command = Command::Help;
-                    continue;
-                }
-                "-V" | "--version" => {
-                    command = Command::Version;
-                    continue;
-                }
-                "--check-config" => {
-                    command = Command::CheckConfig;
-                    continue;
-                }
-                _ => {}
+            "-V" | "--version" => {
+                command = Command::Version;
+                continue;
             }
-            let (flag, inline) = match arg.split_once('=') {
-                Some((f, v)) => (f, Some(v.to_string())),
-                None => (arg.as_str(), None),
-            };
-            let spec = spec_by_flag(flag).ok_or_else(|| {
-                let hint = closest(flag, SETTINGS.iter().map(|s| s.flag))
-                    .map(|f| format!("did you mean {f}? "))
-                    .unwrap_or_default();
-                err(arg, format!("unknown argument ({hint}see --help)"))
-            })?;
-            let value = match inline {
-                Some(v) => v,
-                None => {
-                    let v = args
-                        .get(i)
-                        .ok_or_else(|| err(spec.env, format!("{flag} needs a value")))?;
-                    i += 1;
-                    v.clone()
-                }
-            };
-            raw.insert(spec.env, (value, Source::Flag));
+            "--check-config" => {
+                command = Command::CheckConfig;
+                continue;
+            }
+            _ => {}
         }
-
-        let mut sources = BTreeMap::new();
-        for spec in SETTINGS {
-            let src = raw
-                .get(spec.env)
-                .map(|(_, s)| *s)
-                .unwrap_or(Source::Default);
-            sources.insert(spec.env, src);
-        }
-        let given = Given { raw: &raw };
-        let settings = Settings::from_given(&given, &Context { allowed_cpus }, sources)?;
-        settings.check_relations()?;
-        Ok((command, settings))
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let spec = spec_by_flag(flag).ok_or_else(|| {
+            let hint = closest(flag, SETTINGS.iter().map(|s| s.flag))
+                .map(|f| format!("did you mean {f}? "))
+                .unwrap_or_default();
+            err(arg, format!("unknown argument ({hint}see --help)"))
+        })?;
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                let v = args
+                    .get(i)
+                    .ok_or_else(|| err(spec.env, format!("{flag} needs a value")))?;
+                i += 1;
+                v.clone()
+            }
+        };
+        raw.insert(spec.env, (value, Source::Flag));
     }
+    Ok((command, raw))
+}
 
-    /// A client's share's floor (`COMBD_CLIENT_SHARE_MIN_PERCENT`) may not exceed its cap.
-    fn check_shares(&self) -> Result<(), ConfigError> {
-        if self.client_share_min_percent <= self.client_share_max_percent {
-            return Ok(());
+/// Where each setting came from, by variable, as `raw` gives them.
+fn sources_of(raw: &Texts) -> BTreeMap<&'static str, Source> {
+    let mut sources = BTreeMap::new();
+    for spec in SETTINGS {
+        let src = raw
+            .get(spec.env)
+            .map(|(_, s)| *s)
+            .unwrap_or(Source::Default);
+        sources.insert(spec.env, src);
+    }
+    sources
+}
+
+/// A client's share's floor (`COMBD_CLIENT_SHARE_MIN_PERCENT`) may not exceed its cap.
+fn check_shares(s: &Settings) -> Result<(), ConfigError> {
+    if s.client_share_min_percent <= s.client_share_max_percent {
+        return Ok(());
+    }
+    Err(err(
+        "COMBD_CLIENT_SHARE_MIN_PERCENT",
+        format!(
+            "is {} but COMBD_CLIENT_SHARE_MAX_PERCENT is {}: the floor of a share cannot be \
+             over its cap",
+            s.client_share_min_percent, s.client_share_max_percent
+        ),
+    ))
+}
+
+/// The checks between settings, once each parsed: the TLS listener and the fleet's
+/// address each need a port other than `COMBD_LISTEN`'s, a fleet node's `COMBD_DB_MAX` is
+/// at most what it restores, the ClientHello's timeout may not exceed the handshake's, and
+/// a client's share's floor may not exceed its cap.
+fn check_relations(s: &Settings) -> Result<(), ConfigError> {
+    check_shares(s)?;
+    let listen = s.listen;
+    if let Some(t) = s.tls.as_ref().filter(|t| t.listen.port() != 0) {
+        if t.listen.port() == listen.port() {
+            return Err(err(
+                "COMBD_TLS_LISTEN",
+                format!(
+                    "{} has the port of COMBD_LISTEN ({listen}); TLS needs a port of its own \
+                     (127.0.0.1:{} serves the localhost side of each)",
+                    t.listen,
+                    listen.port()
+                ),
+            ));
         }
-        Err(err(
-            "COMBD_CLIENT_SHARE_MIN_PERCENT",
+    }
+    if let Some(f) = s.fleet.as_ref().filter(|f| f.node.port() == listen.port()) {
+        return Err(err(
+            "COMBD_FLEET_NODE",
             format!(
-                "is {} but COMBD_CLIENT_SHARE_MAX_PERCENT is {}: the floor of a share cannot be \
-                 over its cap",
-                self.client_share_min_percent, self.client_share_max_percent
+                "{} has the port of COMBD_LISTEN ({listen}); the fleet listener needs a port \
+                 of its own (on the same port, that address's public connections would be \
+                 served past admission)",
+                f.node
             ),
-        ))
+        ));
     }
-
-    /// The checks between settings, once each parsed: the TLS listener and the fleet's
-    /// address each need a port other than `COMBD_LISTEN`'s, a fleet node's `COMBD_DB_MAX` is
-    /// at most what it restores, the ClientHello's timeout may not exceed the handshake's, and
-    /// a client's share's floor may not exceed its cap.
-    fn check_relations(&self) -> Result<(), ConfigError> {
-        self.check_shares()?;
-        let listen = self.listen;
-        if let Some(t) = self.tls.as_ref().filter(|t| t.listen.port() != 0) {
-            if t.listen.port() == listen.port() {
-                return Err(err(
-                    "COMBD_TLS_LISTEN",
-                    format!(
-                        "{} has the port of COMBD_LISTEN ({listen}); TLS needs a port of its own \
-                         (127.0.0.1:{} serves the localhost side of each)",
-                        t.listen,
-                        listen.port()
-                    ),
-                ));
-            }
-        }
-        if let Some(f) = self
-            .fleet
-            .as_ref()
-            .filter(|f| f.node.port() == listen.port())
-        {
-            return Err(err(
-                "COMBD_FLEET_NODE",
-                format!(
-                    "{} has the port of COMBD_LISTEN ({listen}); the fleet listener needs a port \
-                     of its own (on the same port, that address's public connections would be \
-                     served past admission)",
-                    f.node
-                ),
-            ));
-        }
-        if self.fleet.is_some() && self.db_max_bytes > limits::FLEET_DB_MAX_BYTES {
-            return Err(err(
-                "COMBD_DB_MAX",
-                format!(
-                    "{} bytes is more than a fleet node restores ({} bytes, \
-                     fleet_db_max_bytes): an object's snapshot goes up and comes down in one \
-                     call each within the bucket's timeout, and a database past it could be \
-                     snapshotted but never restored",
-                    self.db_max_bytes,
-                    limits::FLEET_DB_MAX_BYTES
-                ),
-            ));
-        }
-        let (hello, handshake) = (self.tls_hello_timeout, self.tls_handshake_timeout);
-        if hello > handshake {
-            let default = if self.sources.get("COMBD_TLS_HELLO_TIMEOUT") == Some(&Source::Default) {
-                " (the default)"
-            } else {
-                ""
-            };
-            return Err(err(
-                "COMBD_TLS_HELLO_TIMEOUT",
-                format!(
-                    "{}ms{default} is longer than COMBD_TLS_HANDSHAKE_TIMEOUT ({}ms): both run \
-                     from the accept, and the ClientHello is part of the handshake; set it to \
-                     at most {}ms",
-                    hello.as_millis(),
-                    handshake.as_millis(),
-                    handshake.as_millis()
-                ),
-            ));
-        }
-        Ok(())
+    if s.fleet.is_some() && s.db_max_bytes > limits::FLEET_DB_MAX_BYTES {
+        return Err(err(
+            "COMBD_DB_MAX",
+            format!(
+                "{} bytes is more than a fleet node restores ({} bytes, \
+                 fleet_db_max_bytes): an object's snapshot goes up and comes down in one \
+                 call each within the bucket's timeout, and a database past it could be \
+                 snapshotted but never restored",
+                s.db_max_bytes,
+                limits::FLEET_DB_MAX_BYTES
+            ),
+        ));
     }
-
-    /// Every setting's effective value as text, with where it came from, in table order.
-    pub fn describe(&self) -> Vec<(&'static str, String, Source)> {
-        SETTINGS
-            .iter()
-            .map(|spec| {
-                let source = self
-                    .sources
-                    .get(spec.env)
-                    .copied()
-                    .unwrap_or(Source::Default);
-                (spec.env, (spec.value)(self), source)
-            })
-            .collect()
+    let (hello, handshake) = (s.tls_hello_timeout, s.tls_handshake_timeout);
+    if hello > handshake {
+        let default = if s.sources.get("COMBD_TLS_HELLO_TIMEOUT") == Some(&Source::Default) {
+            " (the default)"
+        } else {
+            ""
+        };
+        return Err(err(
+            "COMBD_TLS_HELLO_TIMEOUT",
+            format!(
+                "{}ms{default} is longer than COMBD_TLS_HANDSHAKE_TIMEOUT ({}ms): both run \
+                 from the accept, and the ClientHello is part of the handshake; set it to \
+                 at most {}ms",
+                hello.as_millis(),
+                handshake.as_millis(),
+                handshake.as_millis()
+            ),
+        ));
     }
-
-    /// Every setting that is a number, under its `/stats` name with its value in force, then
-    /// the limits derived from a setting ([`DERIVED_LIMITS`]), in table order.
-    pub fn limits(&self, in_force: &InForce) -> Vec<(&'static str, u64)> {
-        SETTINGS
-            .iter()
-            .filter_map(|spec| spec.limit)
-            .chain(DERIVED_LIMITS.iter().copied())
-            .map(|l| (l.name, (l.value)(self, in_force)))
-            .collect()
-    }
-
-    /// The public connection cap in force: `COMBD_MAX_CONNS`, clamped to the file-descriptor
-    /// limit less [`limits::FD_RESERVE`], the localhost listener's own cap
-    /// ([`limits::LOCAL_CONNS_MAX`]) and the live objects' descriptors
-    /// (`COMBD_MAX_OPEN_OBJECTS` × [`limits::OBJECT_FDS`]); in a fleet the fleet listener has a
-    /// cap of its own as large as the public one, so the descriptors left are split between
-    /// the two.
-    pub fn max_conns_effective(&self, nofile_soft: u64) -> u64 {
-        let objects = self.max_open_objects.saturating_mul(limits::OBJECT_FDS);
-        let fds = nofile_soft
-            .saturating_sub(limits::FD_RESERVE + limits::LOCAL_CONNS_MAX)
-            .saturating_sub(objects);
-        let fds = if self.fleet.is_some() { fds / 2 } else { fds };
-        self.max_conns.min(fds).max(1)
-    }
+    Ok(())
 }
 
 #[cfg(test)]
