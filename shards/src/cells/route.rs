@@ -24,7 +24,8 @@ use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::FLEET_ROUTES_MAX;
 
 use crate::app::App;
-use crate::fair::Ledger;
+use crate::fair::{Ledger, Share};
+use crate::fleet::Fleet;
 use crate::job::{Attached, Job, Owned, Reply};
 use crate::state::ShardState;
 use crate::stats::ShardStats;
@@ -183,35 +184,10 @@ impl Router {
         };
         let asker = job.asker;
         self.lookups.start(key, job, cells.state.stats());
-        let (mine, app, name, object) = (
-            cells.clone(),
-            app.clone(),
-            name.to_string(),
-            key.to_string(),
-        );
-        let task = cells.state.spawn(async move {
-            let cells = mine;
-            let asked = object.clone();
-            let owner = cells
-                .state
-                .on_thread(asker, move || fleet.lookup(&asked))
-                .await;
-            drop(slot);
-            let jobs = cells.router.lookups.end(&object, cells.state.stats());
-            match owner {
-                Some(owner) => {
-                    cells
-                        .router
-                        .pass_on(&cells, &object, jobs, Refusal::NotOwner, Some(owner))
-                        .await
-                }
-                None => {
-                    for job in jobs {
-                        cells.to_cell(&app, &name, object.clone(), job);
-                    }
-                }
-            }
-        });
+        let what = (app.clone(), name.to_string(), key.to_string());
+        let task = cells
+            .state
+            .spawn(read_owner(cells.clone(), fleet, what, asker, slot));
         match task {
             Ok(t) => {
                 t.detach();
@@ -390,6 +366,38 @@ impl Router {
                 None
             }
             job => Some(job),
+        }
+    }
+}
+
+/// Reads the owner of `object` (of `app`, named `name`) on a blocking thread for `asker`,
+/// holding its lookup `slot` until then; then passes the jobs that waited for the read on to
+/// the owner, or, with none, gives them to the object's cell.
+async fn read_owner(
+    cells: Rc<Cells>,
+    fleet: Arc<Fleet>,
+    (app, name, object): (Arc<dyn App>, String, String),
+    asker: ClientKey,
+    slot: Share,
+) {
+    let asked = object.clone();
+    let owner = cells
+        .state
+        .on_thread(asker, move || fleet.lookup(&asked))
+        .await;
+    drop(slot);
+    let jobs = cells.router.lookups.end(&object, cells.state.stats());
+    match owner {
+        Some(owner) => {
+            cells
+                .router
+                .pass_on(&cells, &object, jobs, Refusal::NotOwner, Some(owner))
+                .await
+        }
+        None => {
+            for job in jobs {
+                cells.to_cell(&app, &name, object.clone(), job);
+            }
         }
     }
 }
