@@ -17,7 +17,7 @@
 //!
 //! - Between objects, a message from one's outbox goes through the other's mailbox
 //!   (`Cells::deliver_to_object`).
-//! - In a fleet, a shard's [`route::Router`] passes the jobs for objects other nodes own on
+//! - In a fleet, a shard's [`route::Owners`] passes the jobs for objects other nodes own on
 //!   to them, and the objects whose alarms are due are woken by its [`AlarmWakes`].
 //!
 //! Connections reach cells only by [`Cells::submit`]ting a job and through their session.
@@ -68,7 +68,7 @@ pub(crate) struct Cells {
     create_rate: create::CreateRate,
     /// In a fleet: the owners of objects asked for lately, and the reads of owners on their
     /// way.
-    router: route::Router,
+    owners: route::Owners,
     /// The objects whose alarms are due, being woken (`alarm_wakes`).
     alarm_wakes: AlarmWakes,
 }
@@ -174,7 +174,7 @@ impl Cells {
             state,
             objects: RefCell::new(HashMap::new()),
             closing: RefCell::new(HashMap::new()),
-            router: route::Router::default(),
+            owners: route::Owners::default(),
             alarm_wakes: AlarmWakes::default(),
         }
     }
@@ -230,9 +230,9 @@ impl Cells {
             // In a fleet, an object another node owns goes there without a cell: at once to an
             // owner this shard knows, else once the coordinator said who owns it.
             false => match self
-                .router
+                .owners
                 .route(self, &key, job)
-                .and_then(|job| self.router.look_up(self, app, name, &key, job))
+                .and_then(|job| self.owners.look_up(self, app, name, &key, job))
             {
                 Some(job) => job,
                 None => return,

@@ -1,6 +1,6 @@
 //! In a fleet: routing before the cell. A request (or a WebSocket's attach) for an object with
 //! no cell on this shard and no route first asks the coordinator who owns it: a read, not a
-//! claim ([`Router::look_up`]; the requests for it that arrive meanwhile wait for the same
+//! claim ([`Owners::look_up`]; the requests for it that arrive meanwhile wait for the same
 //! read). Owned by another node, it is passed on there with no object cell, no restore slot
 //! and no claim in etcd; unowned (or this node's, or unreadable), it goes to a cell, which
 //! claims it. Once the owner answered a request passed on to it, the next requests for the
@@ -35,7 +35,7 @@ use super::{Cells, Refusal};
 /// A shard's routing in a fleet: the owners it learned, and the reads of owners on their way.
 /// Its work is done for the shard's [`Cells`], which hold it.
 #[derive(Default)]
-pub(super) struct Router {
+pub(super) struct Owners {
     /// The owners (other nodes) of objects asked for lately.
     routes: Routes,
     /// The reads of an owner on their way.
@@ -141,7 +141,7 @@ fn passable(job: &Job) -> bool {
     )
 }
 
-impl Router {
+impl Owners {
     /// In a fleet, a job for an object with no cell here and no fresh route: unless another
     /// node passed it on (it is for this node to serve or refuse), it waits for a read of the
     /// object's owner, shared with the jobs for the object that come meanwhile (as many as its
@@ -343,7 +343,7 @@ impl Router {
                 let task = cells.state.spawn(async move {
                     let cells = mine;
                     if p.go(&fleet, &owner, &key).await == 503 {
-                        cells.router.forget_route(&key);
+                        cells.owners.forget_route(&key);
                     }
                 });
                 // A shard that drains takes no task: the dropped reply answers the connection.
@@ -386,11 +386,11 @@ async fn read_owner(
         .on_thread(asker, move || fleet.lookup(&asked))
         .await;
     drop(slot);
-    let jobs = cells.router.lookups.end(&object, cells.state.stats());
+    let jobs = cells.owners.lookups.end(&object, cells.state.stats());
     match owner {
         Some(owner) => {
             cells
-                .router
+                .owners
                 .pass_on(&cells, &object, jobs, Refusal::NotOwner, Some(owner))
                 .await
         }

@@ -246,7 +246,7 @@ impl Fleet {
     /// The fleet's figures for `/stats` and `/metrics`, in a fixed order (all zero but the
     /// lease's on a node alone): [`stats::figures`].
     pub fn figures(fleet: Option<&Fleet>) -> Vec<crate::stats::Field> {
-        let seen = fleet.map(|f| stats::Seen {
+        let seen = fleet.map(|f| stats::FleetNow {
             stats: &f.stats,
             holds: f.holds(),
             replays_held: f.trust.replays_held() as u64,

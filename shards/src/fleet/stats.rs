@@ -1,5 +1,5 @@
 //! The fleet's figures: what [`FleetStats`] counts, and how `/stats` and `/metrics` show it
-//! ([`figures`], over what the fleet shows now: [`Seen`]).
+//! ([`figures`], over what the fleet shows now: [`FleetNow`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -146,7 +146,7 @@ impl FleetStats {
 }
 
 /// What the fleet's figures read, as of now: its counters, and what they do not count.
-pub struct Seen<'a> {
+pub struct FleetNow<'a> {
     pub(super) stats: &'a FleetStats,
     /// Whether this node's lease holds.
     pub(super) holds: bool,
@@ -157,7 +157,7 @@ pub struct Seen<'a> {
 }
 
 /// The fleet's figures for `/stats` and `/metrics`, in a fixed order (`None` on a node alone).
-pub fn figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+pub fn figures(fleet: Option<&FleetNow<'_>>) -> Vec<Field> {
     let mut all = lease_figures(fleet);
     all.extend(wake_figures(fleet));
     all.extend(ownership_figures(fleet));
@@ -169,7 +169,7 @@ pub fn figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
 }
 
 /// The node in the fleet: its lease, and the fleet key's checks of what other nodes send.
-fn lease_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+fn lease_figures(fleet: Option<&FleetNow<'_>>) -> Vec<Field> {
     use Kind::*;
     let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
     vec![
@@ -232,7 +232,7 @@ fn lease_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
 }
 
 /// Heads and owners that could not be read, and the alarms and messages this node passes on to other nodes' objects.
-fn wake_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+fn wake_figures(fleet: Option<&FleetNow<'_>>) -> Vec<Field> {
     use Kind::*;
     let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
     vec![
@@ -286,7 +286,7 @@ fn wake_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
 }
 
 /// The objects this node owns, its claims, and the owners it learned (routes and lookups).
-fn ownership_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+fn ownership_figures(fleet: Option<&FleetNow<'_>>) -> Vec<Field> {
     use Kind::*;
     let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
     vec![
@@ -336,7 +336,7 @@ fn ownership_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
 }
 
 /// Committed batches shipped to the bucket before their answers leave.
-fn shipping_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+fn shipping_figures(fleet: Option<&FleetNow<'_>>) -> Vec<Field> {
     use Kind::*;
     let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
     vec![
@@ -394,7 +394,7 @@ fn shipping_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
 }
 
 /// Objects restored from the bucket, and snapshots taken.
-fn restore_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+fn restore_figures(fleet: Option<&FleetNow<'_>>) -> Vec<Field> {
     use Kind::*;
     let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
     vec![
@@ -447,7 +447,7 @@ fn restore_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
 }
 
 /// The bucket's retries, and the keys pruned after a snapshot.
-fn bucket_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+fn bucket_figures(fleet: Option<&FleetNow<'_>>) -> Vec<Field> {
     use Kind::*;
     let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
     vec![
@@ -476,7 +476,7 @@ fn bucket_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
 }
 
 /// Requests and WebSockets passed on to their object's owner.
-fn forwarding_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
+fn forwarding_figures(fleet: Option<&FleetNow<'_>>) -> Vec<Field> {
     use Kind::*;
     let g = |f: fn(&FleetStats) -> &AtomicU64| load(fleet, f);
     vec![
@@ -528,7 +528,7 @@ fn forwarding_figures(fleet: Option<&Seen<'_>>) -> Vec<Field> {
 }
 
 /// A counter of the fleet's, 0 on a node alone.
-fn load(fleet: Option<&Seen<'_>>, f: fn(&FleetStats) -> &AtomicU64) -> u64 {
+fn load(fleet: Option<&FleetNow<'_>>, f: fn(&FleetStats) -> &AtomicU64) -> u64 {
     fleet.map_or(0, |fl| f(fl.stats).load(Ordering::Relaxed))
 }
 

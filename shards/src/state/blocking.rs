@@ -115,7 +115,7 @@ impl BlockingThreads {
 /// What the slots read of their shard: its clock (milliseconds, as of the last tick) and its
 /// figures.
 #[derive(Clone, Copy)]
-pub(crate) struct Shard<'a> {
+pub(crate) struct ShardSide<'a> {
     pub(super) clock_ms: &'a Cell<u64>,
     pub(super) stats: &'a ShardStats,
 }
@@ -123,7 +123,7 @@ pub(crate) struct Shard<'a> {
 /// A slot held: given back when dropped, also when the job's future is dropped mid-way.
 struct Held<'a> {
     threads: &'a BlockingThreads,
-    shard: Shard<'a>,
+    shard: ShardSide<'a>,
     client: ClientKey,
 }
 
@@ -149,7 +149,7 @@ impl BlockingThreads {
     /// Runs `f` (computing) on one of the threads once `client` has its turn for one.
     pub(super) async fn on_thread<T: Send + 'static>(
         &self,
-        shard: Shard<'_>,
+        shard: ShardSide<'_>,
         client: ClientKey,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> T {
@@ -161,7 +161,7 @@ impl BlockingThreads {
     /// the thread (its turn included), the run there and the way back as the three `stages`.
     pub(super) async fn on_thread_timed<T: Send + 'static>(
         &self,
-        shard: Shard<'_>,
+        shard: ShardSide<'_>,
         (client, work): (ClientKey, Work),
         stages: [Stage; 3],
         f: impl FnOnce() -> T + Send + 'static,
@@ -184,7 +184,7 @@ impl BlockingThreads {
         out
     }
 
-    async fn hold<'a>(&'a self, shard: Shard<'a>, client: ClientKey, work: Work) -> Held<'a> {
+    async fn hold<'a>(&'a self, shard: ShardSide<'a>, client: ClientKey, work: Work) -> Held<'a> {
         self.note(Some(client), shard.clock_ms.get());
         let io = work == Work::Sync;
         self.line

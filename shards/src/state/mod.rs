@@ -425,8 +425,8 @@ impl ShardState {
     }
 
     /// What the blocking threads' slots read of this shard.
-    fn side(&self) -> blocking::Shard<'_> {
-        blocking::Shard {
+    fn side(&self) -> blocking::ShardSide<'_> {
+        blocking::ShardSide {
             clock_ms: &self.clock_ms,
             stats: self.stats(),
         }

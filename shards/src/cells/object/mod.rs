@@ -207,14 +207,14 @@ async fn open_here(
     match restore(&cells.state, cell, durability).await {
         Opened::Db(db, shipping) => {
             // Served here now: no route sends its requests away once this cell is gone.
-            cells.router.forget_route(&cell.key);
+            cells.owners.forget_route(&cell.key);
             Some((db, shipping.map(|s| *s)))
         }
         Opened::NotHere(refusal, owner) => {
             cells.let_go(&cell.key);
             let mail = cell.take_mail().into_iter().map(|q| q.job).collect();
             cells
-                .router
+                .owners
                 .pass_on(cells, &cell.key, mail, refusal, owner)
                 .await;
             None
