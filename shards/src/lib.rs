@@ -99,6 +99,7 @@ pub mod limit;
 mod line;
 pub mod node;
 mod object_counts;
+pub mod object_key;
 mod sandbox;
 mod shard;
 mod shared;

@@ -20,6 +20,7 @@ use combd_kernel::fair::ClientKey;
 
 use crate::alarms;
 use crate::job::Job;
+use crate::object_key::ObjectKey;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 
@@ -30,7 +31,7 @@ use super::Cells;
 #[derive(Default, Clone)]
 pub(crate) struct AlarmWakes {
     /// `app/name` of each object woken whose answer has not come back.
-    waking: Rc<RefCell<HashSet<String>>>,
+    waking: Rc<RefCell<HashSet<ObjectKey>>>,
     reading: Rc<Cell<bool>>,
     /// When the last read of the index began (milliseconds since the epoch).
     read_at: Rc<Cell<u64>>,
@@ -96,7 +97,7 @@ impl AlarmWakes {
                 let now = alarms::now_ms();
                 let due = index.due(shard, now, room, |app, name| {
                     // An app a reload removed keeps its objects' alarms for its return.
-                    !apps.contains(app) || skip.contains(&format!("{app}/{name}"))
+                    !apps.contains(app) || skip.contains(&ObjectKey::new(app, name))
                 })?;
                 Ok::<_, rusqlite::Error>((due, index.next_after(shard, now)?))
             })
@@ -122,7 +123,7 @@ impl AlarmWakes {
         let Some(app) = node.apps.get(&w.app) else {
             return;
         };
-        let key = format!("{}/{}", w.app, w.name);
+        let key = ObjectKey::new(&w.app, &w.name);
         self.waking.borrow_mut().insert(key.clone());
         // Taken before the wake: a refused wake postpones the entry only if no call lowered it
         // since.

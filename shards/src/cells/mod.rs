@@ -47,6 +47,7 @@ use combd_kernel::limits::{CROSS_SHARD_QUEUE, FANOUT_PER_TURN};
 use crate::app::{home_shard, App, AppError, Effect};
 use crate::http::Response;
 use crate::job::{Attached, Job, Reply, ShardMsg};
+use crate::object_key::ObjectKey;
 use crate::state::turn::Turn;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
@@ -57,7 +58,7 @@ use session::Sessions;
 /// The cells of one shard.
 pub(crate) struct Cells {
     state: Rc<ShardState>,
-    objects: RefCell<HashMap<String, Rc<ObjectCell>>>,
+    objects: RefCell<HashMap<ObjectKey, Rc<ObjectCell>>>,
     /// In a fleet: objects let go whose cell is still closing (shipping what committed,
     /// snapshotting). A new cell of the object waits until the receiver reports closed: its
     /// restore replaces the database files, and its shipments would number segments from a
@@ -222,7 +223,7 @@ impl Cells {
     }
 
     fn submit_local(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, job: Job) {
-        let key = format!("{}/{}", app.name(), name);
+        let key = ObjectKey::new(app.name(), name);
         let has_cell = self.objects.borrow().contains_key(&key);
         let job = match has_cell {
             true => job,
@@ -232,7 +233,7 @@ impl Cells {
             false => match self
                 .owners
                 .route(self, &key, job)
-                .and_then(|job| self.owners.look_up(self, app, name, &key, job))
+                .and_then(|job| self.owners.look_up(self, app, &key, job))
             {
                 Some(job) => job,
                 None => return,
@@ -243,7 +244,7 @@ impl Cells {
 
     /// Sends `job` to `key`'s cell, made if there is none (once the coordinator said no other
     /// node owns the object).
-    fn to_cell(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, key: String, job: Job) {
+    fn to_cell(self: &Rc<Self>, app: &Arc<dyn App>, name: &str, key: ObjectKey, job: Job) {
         let existing = self.objects.borrow().get(&key).cloned();
         let cell = match existing {
             Some(c) => c,
@@ -273,7 +274,7 @@ impl Cells {
         self: &Rc<Self>,
         app: &Arc<dyn App>,
         name: &str,
-        key: String,
+        key: ObjectKey,
         asker: ClientKey,
     ) -> Result<Rc<ObjectCell>, Refusal> {
         let node = self.state.node();
@@ -467,15 +468,14 @@ impl Cells {
             tracing::warn!(object = %from, "an outbox message to an invalid object name: not sent");
             return;
         }
-        let (Some(to), Some((from_app, from_name))) = (node.apps.get(&app), from.split_once('/'))
-        else {
+        let (Some(to), Some(from_key)) = (node.apps.get(&app), ObjectKey::parse(from)) else {
             // No such app now (a module removed): the sender sends it again later.
             return;
         };
-        let Some(sender) = node.apps.get(from_app) else {
+        let Some(sender) = node.apps.get(from_key.app()) else {
             return;
         };
-        let (from_app, from_name) = (from_app.to_string(), from_name.to_string());
+        let (from_app, from_name) = (from_key.app().to_string(), from_key.name().to_string());
         let (tx, rx) = async_channel::bounded(1);
         self.submit(
             &to,

@@ -27,6 +27,7 @@ use crate::app::App;
 use crate::fair::{Ledger, Share};
 use crate::fleet::Fleet;
 use crate::job::{Attached, Job, Owned, Reply};
+use crate::object_key::ObjectKey;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 
@@ -151,8 +152,7 @@ impl Owners {
         &self,
         cells: &Rc<Cells>,
         app: &Arc<dyn App>,
-        name: &str,
-        key: &str,
+        key: &ObjectKey,
         job: Job,
     ) -> Option<Job> {
         let Some(fleet) = cells.state.node().fleet.clone() else {
@@ -163,7 +163,7 @@ impl Owners {
         }
         {
             let mut waiting = self.lookups.waiting.borrow_mut();
-            if let Some(jobs) = waiting.get_mut(key) {
+            if let Some(jobs) = waiting.get_mut(key.as_str()) {
                 if jobs.len() >= app.mailbox() {
                     drop(waiting);
                     ShardStats::add(&cells.state.stats().mailbox_refused, 1);
@@ -184,7 +184,7 @@ impl Owners {
         };
         let asker = job.asker;
         self.lookups.start(key, job, cells.state.stats());
-        let what = (app.clone(), name.to_string(), key.to_string());
+        let what = (app.clone(), key.clone());
         let task = cells
             .state
             .spawn(read_owner(cells.clone(), fleet, what, asker, slot));
@@ -370,17 +370,17 @@ impl Owners {
     }
 }
 
-/// Reads the owner of `object` (of `app`, named `name`) on a blocking thread for `asker`,
+/// Reads the owner of `object` (of `app`) on a blocking thread for `asker`,
 /// holding its lookup `slot` until then; then passes the jobs that waited for the read on to
 /// the owner, or, with none, gives them to the object's cell.
 async fn read_owner(
     cells: Rc<Cells>,
     fleet: Arc<Fleet>,
-    (app, name, object): (Arc<dyn App>, String, String),
+    (app, object): (Arc<dyn App>, ObjectKey),
     asker: ClientKey,
     slot: Share,
 ) {
-    let asked = object.clone();
+    let asked = object.to_string();
     let owner = cells
         .state
         .on_thread(asker, move || fleet.lookup(&asked))
@@ -396,7 +396,7 @@ async fn read_owner(
         }
         None => {
             for job in jobs {
-                cells.to_cell(&app, &name, object.clone(), job);
+                cells.to_cell(&app, object.name(), object.clone(), job);
             }
         }
     }

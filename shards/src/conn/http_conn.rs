@@ -14,6 +14,7 @@ use crate::app::App;
 use crate::cells::session::{Attach, Sessions};
 use crate::http::{self, Head, ParsedRequest, Request, Reserved, Response};
 use crate::job::{Attached, Job};
+use crate::object_key::ObjectKey;
 use crate::stats::ShardStats;
 
 use super::access::KeptRequest;
@@ -55,7 +56,7 @@ struct ObjectRequest {
     /// The app's CORS policy lets the request's origin read the answer.
     cors: Option<AllowOrigin>,
     /// A message from another object passed on by the fleet: its sender and outbox id.
-    message: Option<(String, i64)>,
+    message: Option<(ObjectKey, i64)>,
     /// What the access log keeps of it, while the log is on.
     entry: Option<Box<KeptRequest>>,
 }
@@ -132,10 +133,7 @@ impl<'c> HttpConn<'c> {
         let mut pipeline = AnswersOwed::default();
         let mut clock = Clock::Request(self.conn.state().now_ms());
         loop {
-            let Some((head, answered)) = self.read_head(&mut out, &mut clock, &mut pipeline).await
-            else {
-                return None;
-            };
+            let (head, answered) = self.read_head(&mut out, &mut clock, &mut pipeline).await?;
             let (next, keep_alive) = match answered {
                 Some(answered) => answered,
                 // The body was not all here: read it, then parse the head again to answer.
@@ -564,8 +562,8 @@ impl<'c> HttpConn<'c> {
             Some(hold) => {
                 let job = match req.message {
                     Some((from, id)) => {
-                        let (app, name) = from.split_once('/').unwrap_or_default();
-                        let sender = (app.to_string(), name.to_string(), id);
+                        let (app, name) = (from.app().to_string(), from.name().to_string());
+                        let sender = (app, name, id);
                         Job::from_object(sender, req.body, true, tx)
                     }
                     None => Job::http(
@@ -691,7 +689,7 @@ impl<'c> HttpConn<'c> {
             client: up.client.clone(),
             caller: up.caller.clone(),
         };
-        let opened = sessions.open((slot, asker), up.object_key(), topic, who);
+        let opened = sessions.open((slot, asker), up.object_key().into(), topic, who);
         let session = opened.session_id();
         let attaching = Attaching::new(sessions, opened);
         let (tx, rx) = async_channel::bounded(1);

@@ -9,15 +9,22 @@ use std::sync::Arc;
 
 use combd_kernel::limits::OBJECT_MESSAGE_MAX_BYTES;
 
-use crate::app::{valid_object_name, Caller};
+use crate::app::{valid_object_name, App, Apps};
 use crate::fleet::MESSAGE_PATH;
 use crate::http::{Request, Response};
+use crate::object_key::ObjectKey;
 
-use super::routes::Routed;
-use crate::app::Apps;
+/// A message passed on by the fleet, for its receiver.
+pub(super) struct Passed {
+    /// The receiver's app and name.
+    pub app: Arc<dyn App>,
+    pub name: String,
+    /// The sender (`app/name`) and its outbox id of the message.
+    pub sender: (ObjectKey, i64),
+}
 
 /// The sender (`app/name`) and its outbox id of a message's `?from=<app>/<name>&id=<id>`.
-fn sender(query: Option<&str>) -> Option<(String, i64)> {
+fn sender(query: Option<&str>) -> Option<(ObjectKey, i64)> {
     let (mut from, mut id) = (None, None);
     for pair in query?.split('&') {
         match pair.split_once('=') {
@@ -26,60 +33,56 @@ fn sender(query: Option<&str>) -> Option<(String, i64)> {
             _ => return None,
         }
     }
-    let from = from?;
-    let (app, name) = from.split_once('/')?;
+    let from = ObjectKey::parse(from?)?;
+    let (app, name) = (from.app(), from.name());
     let app_ok = !app.is_empty()
         && app.len() <= 64
         && app
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    (app_ok && valid_object_name(name)).then_some((from.to_string(), id?))
+    (app_ok && valid_object_name(name)).then_some((from, id?))
 }
 
-/// Where a message passed on by the fleet goes (`path` under [`MESSAGE_PATH`]), among `apps`.
-pub(super) fn route(apps: &Apps, req: &Request<'_>, path: &str) -> Routed {
+/// Where a message passed on by the fleet goes (`path` under [`MESSAGE_PATH`]), among `apps`;
+/// else the refusal to answer it with.
+pub(super) fn route(apps: &Apps, req: &Request<'_>, path: &str) -> Result<Passed, Response> {
     if req.method != "POST" {
-        return Routed::Respond(
-            Response::error(405, "method not allowed").with_header("allow", "POST"),
-        );
+        return Err(Response::error(405, "method not allowed").with_header("allow", "POST"));
     }
     let Some((app, name)) = path[MESSAGE_PATH.len()..].split_once('/') else {
-        return Routed::Respond(Response::error(404, "not found"));
+        return Err(Response::error(404, "not found"));
     };
     let Some(app) = apps.get(app) else {
-        return Routed::Respond(Response::error(404, "no such app"));
+        return Err(Response::error(404, "no such app"));
     };
     if !valid_object_name(name) || app.stateless() {
-        return Routed::Respond(Response::error(400, "not an object that takes messages"));
+        return Err(Response::error(400, "not an object that takes messages"));
     }
-    let Some(message) = sender(req.query) else {
-        return Routed::Respond(Response::error(400, "from=<app>/<name>&id=<id>"));
+    let Some(sender) = sender(req.query) else {
+        return Err(Response::error(400, "from=<app>/<name>&id=<id>"));
     };
     if req.body.len() > OBJECT_MESSAGE_MAX_BYTES {
-        return Routed::Respond(Response::error(
+        return Err(Response::error(
             413,
             "a message is at most object_message_max_bytes",
         ));
     }
-    Routed::Object {
+    Ok(Passed {
         app,
-        object: name.to_string(),
-        client: None,
-        caller: Arc::new(Caller::default()),
-        cors: None,
-        message: Some(message),
-    }
+        name: name.to_string(),
+        sender,
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::sender;
+    use super::{sender, ObjectKey};
 
     #[test]
     fn a_sender_is_an_app_a_name_and_a_positive_id() {
         assert_eq!(
             sender(Some("from=bank/alice&id=7")),
-            Some(("bank/alice".to_string(), 7))
+            ObjectKey::parse("bank/alice").map(|k| (k, 7))
         );
         for bad in [
             "from=bank/alice",

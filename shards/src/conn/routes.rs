@@ -12,6 +12,7 @@ use crate::app::{
 };
 use crate::auth::{self, Client, Refused};
 use crate::http::{Head, Request, Response};
+use crate::object_key::ObjectKey;
 use crate::stats::ShardStats;
 
 use super::access::ConnLog;
@@ -45,7 +46,7 @@ pub(super) enum Routed {
         cors: Option<AllowOrigin>,
         /// A message from another object, passed on by the fleet: its sender (`app/name`) and
         /// the sender's outbox id of it.
-        message: Option<(String, i64)>,
+        message: Option<(ObjectKey, i64)>,
     },
 }
 
@@ -166,7 +167,7 @@ impl Router<'_> {
             "/routes" if self.local && get => Response::json(200, &routes_json(&node.apps)),
             "/stats" | "/metrics" | "/routes" if self.local => method_not_allowed(),
             path if from_fleet && path.starts_with(crate::fleet::MESSAGE_PATH) => {
-                return super::message::route(&node.apps, req, path)
+                return passed_message(&node.apps, req, path)
             }
             path => match path
                 .strip_prefix("/o/")
@@ -423,6 +424,22 @@ pub(super) fn call_stateless(
     let mut budget = CallBudget::new(state.settings().cpu_limit_ticks);
     let result = app.handle(&mut Cx::new(None, &mut effects, &mut budget), input);
     (result, effects)
+}
+
+/// A message between objects another node passed on (`path` under `MESSAGE_PATH`), to its
+/// receiver's mailbox.
+fn passed_message(apps: &crate::app::Apps, req: &Request<'_>, path: &str) -> Routed {
+    match super::message::route(apps, req, path) {
+        Ok(m) => Routed::Object {
+            app: m.app,
+            object: m.name,
+            client: None,
+            caller: Arc::new(Caller::default()),
+            cors: None,
+            message: Some(m.sender),
+        },
+        Err(resp) => Routed::Respond(resp),
+    }
 }
 
 /// Checks a WebSocket upgrade request (RFC 6455, 4.2.1) and computes `Sec-WebSocket-Accept`.

@@ -11,6 +11,7 @@ use std::rc::Rc;
 use crate::app::App;
 use crate::cells::session::{SessionOut, Sessions};
 use crate::http::Request;
+use crate::object_key::ObjectKey;
 use crate::ws;
 
 /// A WebSocket upgrade that passed its checks.
@@ -64,8 +65,8 @@ impl Upgrade {
     }
 
     /// The object's key (`app/name`) its session attaches to.
-    pub(super) fn object_key(&self) -> String {
-        format!("{}/{}", self.app.name(), self.object)
+    pub(super) fn object_key(&self) -> ObjectKey {
+        ObjectKey::new(self.app.name(), &self.object)
     }
 
     /// Appends the 101 that answers the upgrade to `out` (`date`: the shard's date header).

@@ -15,6 +15,7 @@ use combd_kernel::limits::FLEET_WAKE_SWEEP_MAX;
 
 use crate::alarms::AlarmIndex;
 use crate::app::{home_shard, valid_object_name, Apps};
+use crate::object_key::ObjectKey;
 
 use super::FleetStats;
 
@@ -75,9 +76,10 @@ impl WakeSweep {
             }
             // What etcd holds is checked like any input: an app this node serves, a name an
             // object may have.
-            let Some((app, name)) = object.split_once('/') else {
+            let Some(key) = ObjectKey::parse(&object) else {
                 continue;
             };
+            let (app, name) = (key.app(), key.name());
             if !apps.contains(app) || !valid_object_name(name) {
                 continue;
             }

@@ -279,11 +279,7 @@ async fn run_on(
     };
     let syncs = crate::cells::commit::syncs_wal(state);
     // The object's own name (its key is `app/name`), for `Cx::object`.
-    let name = cell
-        .key
-        .split_once('/')
-        .map_or(cell.key.as_str(), |(_, n)| n)
-        .to_string();
+    let name = cell.key.name().to_string();
     let alarms = state.node().alarms.clone();
     let shard = state.id();
     let stages = [Stage::BatchToThread, Stage::BatchRun, Stage::BatchBack];
@@ -344,7 +340,7 @@ fn file_result(state: &ShardState, cell: &ObjectCell, result: &BatchResult) {
     for l in &result.limits {
         ShardStats::add(l.counter(stats), 1);
     }
-    let object = key.split_once('/').map_or(key.as_str(), |(_, name)| name);
+    let object = key.name();
     for &i in &result.failed {
         if let Some(Err(e)) = result.outputs.get(i) {
             warn_failed(state, cell.app.name(), object, e);

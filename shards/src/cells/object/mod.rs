@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
+use crate::object_key::ObjectKey;
 use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::{OBJECT_IDLE, OBJECT_IDLE_UNDER_PRESSURE};
 use glommio::timer::Timer;
@@ -44,7 +45,7 @@ pub(super) struct Queued {
 
 /// A live object on its home shard.
 pub(super) struct ObjectCell {
-    key: String,
+    key: ObjectKey,
     app: Arc<dyn App>,
     name: String,
     mailbox: RefCell<VecDeque<Queued>>,
@@ -57,7 +58,7 @@ pub(super) struct ObjectCell {
 impl ObjectCell {
     pub fn new(
         state: &Rc<ShardState>,
-        key: String,
+        key: ObjectKey,
         app: Arc<dyn App>,
         name: &str,
         opened_by: ClientKey,
@@ -73,7 +74,7 @@ impl ObjectCell {
     }
 
     /// Its key, `app/name`.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &ObjectKey {
         &self.key
     }
 
@@ -378,13 +379,11 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
 /// something. A failure is logged: the object serves all the same.
 fn reconcile_alarms(
     alarms: &crate::alarms::AlarmIndex,
-    key: &str,
+    key: &ObjectKey,
     shard: usize,
     db: &rusqlite::Connection,
 ) {
-    let Some((app, name)) = key.split_once('/') else {
-        return;
-    };
+    let (app, name) = (key.app(), key.name());
     let r = crate::alarms::remaining(db).and_then(|(next, count)| match next {
         Some(next) => alarms.ensure(app, name, shard, next, count),
         None => Ok(()),
