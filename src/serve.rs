@@ -252,8 +252,10 @@ fn serve(
                 "cannot start the coordinator: {e}"
             )))
         });
-    say_ready(&node, shards, machine.max_conns, stdout);
+    // The signals are handled before the ready line: a SIGTERM sent as soon as the node said
+    // it serves drains it, where the default action would kill it.
     handle_signals(&node, parts.deployed.0);
+    say_ready(&node, shards, machine.max_conns, stdout);
     let result = node.wait();
     let _ = coordinator.join();
     // The shards handed over their last lines as they ended: written before the exit.
