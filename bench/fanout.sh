@@ -5,17 +5,20 @@
 # (CPU 0, 1 GiB; bench/targets.sh) with `combd-bench fanout` on CPU 1; targets alternate within a
 # round.
 # Usage: bench/fanout.sh [FRAMES...]   (default 1 8 16)
-# ROUNDS (default 3), DURATION seconds (10), CONNS (5000), TARGETS ("combd uws"; "base" is combd
-# built from another commit, BASE_BIN), NODE_BIN, NO_BUILD=1.
+# ROUNDS (default 3), DURATION seconds (10), CONNS (5000), TARGETS ("combd uws"; "base" is
+# combd-test-node built from another commit, BASE_BIN), NODE_BIN, NO_BUILD=1.
+# The `combd` target is target/release/combd-test-node (the node and the test apps: `fanout` is
+# one), or NODE_BIN.
 # Writes bench/out/fanout/<target>-<frames>-<round>.json and prints the medians of the rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 frames=${*:-1 8 16}
 dir=bench/out/fanout
 (cd bench/peers/uws-million && npm install --no-audit --no-fund --silent >/dev/null)
+# -p combd builds both of the package's binaries: combd and combd-test-node.
 [ -n "${NO_BUILD:-}" ] || cargo build --release -p combd -p combd-bench >&2
 rm -rf "$dir" && mkdir -p "$dir"
-NODE_EXTRA="COMBD_TEST_APPS=on"
+NODE_BIN=${NODE_BIN:-target/release/combd-test-node}
 . bench/targets.sh
 
 for round in $(seq "${ROUNDS:-3}"); do

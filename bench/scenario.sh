@@ -2,14 +2,15 @@
 # Runs one combd-bench scenario against a fresh node on the emulated droplet (tools/droplet:
 # CPU 0 and a 1 GiB memory cgroup), the load generator on CPU 1.
 # Usage: [NODE_ENV="COMBD_X=1 ..."] bench/scenario.sh SCENARIO OUT_NAME [combd-bench flags...]
-# NODE_BIN=path runs that node binary instead of target/release/combd (an A/B against an older build).
+# NODE_BIN=path runs that node binary instead of target/release/combd (an A/B against an older build;
+# NODE_BIN=target/release/combd-test-node for a scenario that uses a test app, e.g. `fanout`).
 # DROPLET_MEMORY=20G runs the node with a memory cgroup that never binds (default 1G).
 # Writes bench/out/OUT_NAME.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenario=$1; name=$2; shift 2
 port=${PORT:-18082}
-cargo build --release -p combd -p combd-bench >&2
+cargo build --release -p combd -p combd-bench >&2  # combd: both combd and combd-test-node
 mkdir -p bench/out
 data=$(mktemp -d)
 env COMBD_LISTEN=0.0.0.0:$port COMBD_DATA=$data COMBD_LOG=warn ${NODE_ENV:-} \

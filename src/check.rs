@@ -10,7 +10,7 @@ use combd_kernel::limits;
 use combd_kernel::memory::MemoryProbe;
 use combd_kernel::settings::{AccessLogSink, Settings, Source};
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// Checks that the node could use `dir` as its data directory without creating it: an
 /// existing one must be a directory whose `objects/` (or, missing, itself) the process may

@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-const TEST_APPS: (&str, &str) = ("COMBD_TEST_APPS", "on");
-
 fn alarmer(node: &TestNode, name: &str, query: &str) -> Resp {
     post(node, &format!("/o/alarmer/{name}?{query}"), "")
 }

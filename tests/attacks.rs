@@ -267,7 +267,7 @@ fn messages_larger_than_the_app_takes_are_refused_before_they_are_held() {
 /// once the object is free.
 #[test]
 fn a_connection_past_its_input_waiting_is_not_read_until_it_ran() {
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1")]);
     let mut ws = open_ws(&node, [127, 0, 0, 30], "/o/hold/busy");
     // The object busy for a while (its call holds an awake slot): the messages wait for it.
     let mut held = connect(node.public());
@@ -310,7 +310,7 @@ fn a_connection_past_its_input_waiting_is_not_read_until_it_ran() {
 #[test]
 fn past_the_shards_inbound_budget_large_input_is_refused_and_small_input_is_not() {
     let node = TestNode::start(&[
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
         ("COMBD_SHARDS", "1"),
         // One client may hold all of it: this crosses the node's bound, not a client's share
         // of it (tests/fair.rs crosses those).
@@ -552,7 +552,7 @@ fn messages_under_reassembly_cannot_hold_more_than_the_inbound_budget() {
 #[test]
 fn past_the_open_objects_a_new_object_is_refused() {
     let node = TestNode::start(&[
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
         ("COMBD_SHARDS", "1"),
         // One client may hold all of it: this crosses the node's bound, not a client's share
         // of it (tests/fair.rs crosses those).

@@ -15,7 +15,7 @@ use combd_kernel::limits::{APP_HEADERS_MAX, APP_HEADER_VALUE_MAX_BYTES, APP_PATH
 use support::*;
 
 fn node() -> TestNode {
-    TestNode::start(&[("COMBD_TEST_APPS", "on")])
+    TestNode::start(&[TEST_APPS])
 }
 
 /// `method path` with `headers` (each `name: value\r\n`) from client address 127.0.3.9.
@@ -289,7 +289,7 @@ fn a_session_keeps_what_its_upgrade_said_and_its_id_names_the_nodes_life() {
     // After a restart: another life; a send to a session kept from the last one is dropped
     // (counted), whatever session of this life has its shard and number.
     let dir = node.kill9();
-    let node = TestNode::start_in(dir, &[("COMBD_TEST_APPS", "on")]);
+    let node = TestNode::start_in(dir, &[TEST_APPS]);
     let mut three = ws_from(&node, "room", &[]);
     let hello_three = read_json(&mut three);
     assert_ne!(hello_three["life"], life.as_str());

@@ -118,7 +118,7 @@ fn acknowledged_increments_survive_kill_9() {
 #[test]
 fn mailbox_overflow_refuses_exactly_the_excess() {
     // hold's mailbox is 8. One request holds the object; 12 more arrive meanwhile.
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1")]);
     let first = std::thread::spawn({
         let addr = node.public();
         move || {
@@ -233,11 +233,7 @@ fn a_failing_request_in_a_batch_leaves_no_partial_write() {
 
 #[test]
 fn wake_queue_caps_cells_at_work() {
-    let node = TestNode::start(&[
-        ("COMBD_TEST_APPS", "on"),
-        ("COMBD_SHARDS", "1"),
-        ("COMBD_MAX_AWAKE", "2"),
-    ]);
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1"), ("COMBD_MAX_AWAKE", "2")]);
     let addr = node.public();
     let threads: Vec<_> = (0..6)
         .map(|i| {

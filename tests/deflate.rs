@@ -238,7 +238,7 @@ fn a_compression_bomb_closes_with_1009_and_garbage_with_1007() {
 
 #[test]
 fn a_broadcast_goes_compressed_to_viewers_that_asked_and_plain_to_the_rest() {
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on")]);
+    let node = TestNode::start(&[TEST_APPS]);
     let mut viewers: Vec<(TcpStream, bool)> = (0..4)
         .map(|i| {
             let deflate = i % 2 == 0;

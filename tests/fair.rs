@@ -226,7 +226,7 @@ fn new_names_from_one_address_spend_its_share_of_creations() {
 fn trickled_bodies_from_one_address_hold_its_share_of_the_inbound_budget() {
     let node = TestNode::start(&[
         ("COMBD_SHARDS", "1"),
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
         ("COMBD_INBOUND_BUDGET", "4M"),
     ]);
     // 50 bodies of 100,000 bytes declared, 10 sent: 5 MB asked of a 4 MiB budget.
@@ -271,7 +271,7 @@ fn trickled_bodies_from_one_address_hold_its_share_of_the_inbound_budget() {
 fn non_reading_websockets_of_one_address_hold_its_share_of_the_outbound_budget() {
     let node = TestNode::start(&[
         ("COMBD_SHARDS", "1"),
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
         ("COMBD_OUTBOUND_BUDGET", "4M"),
         ("COMBD_SQLITE_SYNC", "normal"),
     ]);
@@ -340,7 +340,7 @@ fn new_tokens_from_one_address_are_checked_at_its_rate() {
     let file = support::auth::key_file("fair", SECRET);
     let node = TestNode::start(&[
         ("COMBD_SHARDS", "1"),
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
         ("COMBD_AUTH_JWT_KEY_FILE", file.to_str().unwrap()),
     ]);
     let rate = combd_kernel::limits::AUTH_VERIFY_RATE_PER_CLIENT as usize;
@@ -382,7 +382,7 @@ fn a_verified_identity_is_one_client_from_every_address() {
     const SECRET: &str = "a-secret-of-more-than-thirty-two-bytes-for-hs256";
     let file = support::auth::key_file("fair-identity", SECRET);
     let node = TestNode::start(&[
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
         ("COMBD_MAX_OPEN_OBJECTS", "20"),
         ("COMBD_AUTH_JWT_KEY_FILE", file.to_str().unwrap()),
     ]);
@@ -467,7 +467,7 @@ fn a_spray_of_names_waits_behind_itself_for_restores() {
 /// that holds the fewest.
 #[test]
 fn one_client_holds_all_but_one_of_the_blocking_threads() {
-    let node = TestNode::start(&[("COMBD_SHARDS", "1"), ("COMBD_TEST_APPS", "on")]);
+    let node = TestNode::start(&[("COMBD_SHARDS", "1"), TEST_APPS]);
     const HOLDS: usize = 6;
     // The objects made first, so what holds the threads below is the holds' batches alone.
     let made: String = (0..HOLDS)

@@ -33,7 +33,7 @@ fn counter(stats: &serde_json::Value, name: &str) -> u64 {
 
 #[test]
 fn a_viewers_frames_of_one_broadcast_go_out_in_one_send() {
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1")]);
     let mut viewers: Vec<_> = (0..VIEWERS).map(|_| open_viewer(&node)).collect();
     let before = node.stats();
     let resp = request(
@@ -74,7 +74,7 @@ fn a_viewers_frames_of_one_broadcast_go_out_in_one_send() {
 #[test]
 fn a_broadcast_to_many_small_topics_yields_within_one_budget() {
     const TOPICS: usize = 300;
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1")]);
     let mut viewers: Vec<_> = (0..2 * TOPICS)
         .map(|i| open_viewer_of(&node, i % TOPICS))
         .collect();
@@ -109,7 +109,7 @@ fn a_broadcast_to_many_small_topics_yields_within_one_budget() {
 
 #[test]
 fn fanout_refuses_a_frame_count_out_of_range() {
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1")]);
     for q in ["n=0", "n=65", "n=x", "topics=0", "topics=1001"] {
         let resp = request(
             node.public(),
@@ -129,7 +129,7 @@ fn fanout_refuses_a_frame_count_out_of_range() {
 fn a_fan_out_write_cut_short_is_finished_by_the_connection() {
     const BIG: usize = 16;
     const SIZE: usize = 16_384;
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1")]);
     let mut ws = stuck_viewer(&node);
     let before = node.stats();
     for call in 0..2 {
@@ -172,7 +172,7 @@ fn a_fan_out_write_cut_short_is_finished_by_the_connection() {
 /// connections being woken: counted in `ws_direct_sends`.
 #[test]
 fn waiting_viewers_are_written_by_the_fan_out() {
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1")]);
     let mut viewers: Vec<_> = (0..20).map(|_| open_viewer(&node)).collect();
     let before = node.stats();
     let resp = request(
@@ -218,7 +218,7 @@ fn viewers_gone_while_their_frames_are_written_hold_nothing() {
     const GONE: usize = 300;
     const STAY: usize = 10;
     const SIZE: usize = 16_384;
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHARDS", "1")]);
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1")]);
     let gone: Vec<_> = (0..GONE).map(|_| stuck_viewer(&node)).collect();
     // The viewers that stay are another client (the node's own machine), whose share the
     // gone viewers' waiting bytes do not take.

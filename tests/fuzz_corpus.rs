@@ -19,30 +19,30 @@ fn run(target: &str, f: fn(&[u8])) {
 
 #[test]
 fn http_head_corpus() {
-    run("http_head", combd::fuzz::http_head);
+    run("http_head", combd_testkit::fuzz::http_head);
 }
 
 #[test]
 fn ws_frames_corpus() {
-    run("ws_frames", combd::fuzz::ws_frames);
+    run("ws_frames", combd_testkit::fuzz::ws_frames);
 }
 
 #[test]
 fn settings_text_corpus() {
-    run("settings_text", combd::fuzz::settings_text);
+    run("settings_text", combd_testkit::fuzz::settings_text);
 }
 
 #[test]
 fn proc_files_corpus() {
-    run("proc_files", combd::fuzz::proc_files);
+    run("proc_files", combd_testkit::fuzz::proc_files);
 }
 
 #[test]
 fn object_name_corpus() {
-    run("object_name", combd::fuzz::object_name);
+    run("object_name", combd_testkit::fuzz::object_name);
 }
 
 #[test]
 fn million_messages_corpus() {
-    run("million_messages", combd::fuzz::million_messages);
+    run("million_messages", combd::apps::million::fuzz_entry);
 }

@@ -2,7 +2,7 @@
 //! against the real node: its seed corpus (written from the scenarios below, each a way a
 //! hostile or careless module calls the node's imports), then mutants of it from fixed seeds
 //! (more with `COMBD_FUZZ_SCRIPTS=N`, from `COMBD_FUZZ_FIRST_SEED`). The harness
-//! (`combd::fuzz::host`) deploys each script's module and checks the node after it: no
+//! (`combd_testkit::fuzz::host`) deploys each script's module and checks the node after it: no
 //! panic, valid answers, at rest, nothing outside the script's objects changed, denials
 //! counted, the memory peak within the module's limit. It panics with the script that broke
 //! one.
@@ -12,11 +12,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use combd::fuzz::host::Harness;
-use combd::fuzz::imports::{
+use combd_testkit::fuzz::host::Harness;
+use combd_testkit::fuzz::imports::{
     decode, encode, import, Arg, Body, Call, Method, Module, Script, Step, A32,
 };
-use combd::fuzz::wat::{find, must_fail};
+use combd_testkit::fuzz::wat::{find, must_fail};
 
 /// How long the corpus may take to replay (it takes about a second a script).
 const CORPUS_TIME_MAX: Duration = Duration::from_secs(40);
@@ -107,7 +107,7 @@ fn script(module: Module, steps: Vec<Step>) -> Script {
 /// (the module checks each answered -1), then `{"ok":1}`: the call must answer
 /// `sql_denied` or fail, never run one.
 fn escapes(prefixes: &[&str]) -> Script {
-    let dict = combd::fuzz::wat::dictionary(&combd::fuzz::wat::Paths {
+    let dict = combd_testkit::fuzz::wat::dictionary(&combd_testkit::fuzz::wat::Paths {
         out: "/out".into(),
         data: "/data".into(),
     });
@@ -714,10 +714,10 @@ fn mutated_scripts_keep_the_node_whole() {
     let mut h = Harness::start(Path::new(env!("CARGO_BIN_EXE_combd")));
     let (mut loaded, mut calls, mut answers) = (0, 0, 0);
     let started = Instant::now();
-    let seeds = combd::fuzz::mutant_seeds(RANDOM_SCRIPTS);
+    let seeds = combd_testkit::fuzz::mutant_seeds(RANDOM_SCRIPTS);
     let n = seeds.end - seeds.start;
     for seed in seeds {
-        let data = combd::fuzz::mutant(seed, &corpus);
+        let data = combd_testkit::fuzz::mutant(seed, &corpus);
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(&data)))
             .unwrap_or_else(|e| {
                 let path = std::env::temp_dir().join(format!("host_imports-seed-{seed}"));

@@ -1,16 +1,18 @@
 //! The `http_conn` fuzz target (`fuzz/fuzz_targets/http_conn.rs`) run as plain tests against
 //! the real node: its seed corpus (written from the scenarios below, each a shape of client
 //! the node's bounds are for), then mutants of it from fixed seeds (more with
-//! `COMBD_FUZZ_SCRIPTS=N`, from `COMBD_FUZZ_FIRST_SEED`). The harness (`combd::fuzz::conn`) checks the node's byte bounds
-//! after every script and panics with the script that broke one.
+//! `COMBD_FUZZ_SCRIPTS=N`, from `COMBD_FUZZ_FIRST_SEED`). The harness
+//! (`combd_testkit::fuzz::conn`) checks the node's byte bounds after every script and panics
+//! with the script that broke one. The node is `combd-test-node`: the scripts use the test
+//! apps.
 
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use combd::fuzz::conn::Harness;
-use combd::fuzz::script::{encode, Item, Op};
+use combd_testkit::fuzz::conn::Harness;
+use combd_testkit::fuzz::script::{encode, Item, Op};
 
 /// How long the corpus may take to replay (it takes a few seconds).
 const CORPUS_TIME_MAX: Duration = Duration::from_secs(25);
@@ -316,7 +318,7 @@ fn the_seed_corpus_is_what_the_scenarios_encode() {
     for (name, ops) in seeds() {
         let path = dir.join(name);
         let bytes = encode(&ops);
-        assert_eq!(combd::fuzz::script::decode(&bytes), ops, "{name}");
+        assert_eq!(combd_testkit::fuzz::script::decode(&bytes), ops, "{name}");
         if write {
             std::fs::write(&path, &bytes).unwrap();
         }
@@ -331,7 +333,7 @@ fn the_seed_corpus_is_what_the_scenarios_encode() {
 #[test]
 fn the_corpus_keeps_the_nodes_byte_bounds() {
     let started = Instant::now();
-    let mut h = Harness::start(Path::new(env!("CARGO_BIN_EXE_combd")));
+    let mut h = Harness::start(Path::new(env!("CARGO_BIN_EXE_combd-test-node")));
     let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -393,12 +395,12 @@ fn mutated_scripts_keep_the_nodes_byte_bounds() {
         .collect();
     files.sort();
     let corpus: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
-    let mut h = Harness::start(Path::new(env!("CARGO_BIN_EXE_combd")));
+    let mut h = Harness::start(Path::new(env!("CARGO_BIN_EXE_combd-test-node")));
     let (mut clients, mut sent) = (0, 0);
-    let seeds = combd::fuzz::mutant_seeds(RANDOM_SCRIPTS);
+    let seeds = combd_testkit::fuzz::mutant_seeds(RANDOM_SCRIPTS);
     let n = seeds.end - seeds.start;
     for seed in seeds {
-        let data = combd::fuzz::mutant(seed, &corpus);
+        let data = combd_testkit::fuzz::mutant(seed, &corpus);
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(&data)))
             .unwrap_or_else(|e| {
                 let path = std::env::temp_dir().join(format!("http_conn-seed-{seed}"));

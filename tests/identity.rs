@@ -30,7 +30,7 @@ fn token(secret: &str, sub: &str, at: u64, ttl: u64, audience: &str) -> String {
 
 fn node_with(file: &Path) -> TestNode {
     TestNode::start(&[
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
         ("COMBD_AUTH_JWT_KEY_FILE", file.to_str().unwrap()),
         ("COMBD_AUTH_AUDIENCE", AUDIENCE),
     ])
@@ -263,7 +263,7 @@ fn whoami_ws(node: &TestNode, object: &str, token: &str) -> tungstenite::WebSock
 fn a_session_whose_token_expires_is_closed_3000_and_others_stay() {
     let file = key_file("expiring", SECRET);
     let node = TestNode::start(&[
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
         ("COMBD_AUTH_JWT_KEY_FILE", file.to_str().unwrap()),
         ("COMBD_AUTH_AUDIENCE", AUDIENCE),
         ("COMBD_WS_PING_INTERVAL", "200ms"),

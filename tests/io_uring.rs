@@ -163,7 +163,7 @@ fn check_config_fails_where_io_uring_is_blocked() {
 /// its ports go with it.
 #[test]
 fn a_shard_that_fails_while_serving_ends_the_process_with_70() {
-    let mut node = TestNode::start(&[("COMBD_TEST_APPS", "on"), ("COMBD_SHUTDOWN_TIMEOUT", "2s")]);
+    let mut node = TestNode::start(&[TEST_APPS, ("COMBD_SHUTDOWN_TIMEOUT", "2s")]);
     assert_eq!(post(&node, "/o/counter/a", "").status, 200);
     // The request's connection dies with its shard: no answer is expected.
     let mut s = connect(node.public());

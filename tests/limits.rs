@@ -35,7 +35,7 @@ fn open_ws(node: &TestNode, path: &str) -> WebSocket<TcpStream> {
 }
 
 fn test_node(extra: &[(&str, &str)]) -> TestNode {
-    let mut env = vec![("COMBD_TEST_APPS", "on")];
+    let mut env = vec![TEST_APPS];
     env.extend_from_slice(extra);
     TestNode::start(&env)
 }

@@ -7,9 +7,9 @@
 //! 64 MiB of its rest, no client ever held more than its share of any fair pool `/stats`
 //! shows, and the node returns to rest after.
 //!
-//! The node runs what a user runs: the built-in apps and the example modules
-//! (`examples/wasm/apps/`, deployed by a reload). Not the test apps (`COMBD_TEST_APPS`): some
-//! hold the shard on purpose (`stall`), and none is served in production.
+//! The node runs what a user runs: the `combd` binary, its built-in apps and the example
+//! modules (`examples/wasm/apps/`, deployed by a reload). Not the test apps (`combd-test-node`):
+//! some hold the shard on purpose (`stall`), and none is served in production.
 //!
 //! `MATRIX_LONG=1` runs each attack 10 s instead of 1 s (not a `COMBD_` name: the node
 //! refuses a `COMBD_` variable it does not know, and inherits the test's environment). Either
@@ -320,11 +320,11 @@ fn a_node_without_fair_shares_fails_the_matrix() {
     );
 }
 
-/// `/routes` lists the node's own routes and every app in its registry (test apps too when
-/// on), on the localhost listener only.
+/// `/routes` lists the node's own routes and every app in its registry (on `combd-test-node`,
+/// the test apps too), on the localhost listener only.
 #[test]
 fn the_registry_lists_every_route_on_the_localhost_listener_only() {
-    let node = TestNode::start(&[("COMBD_TEST_APPS", "on")]);
+    let node = TestNode::start(&[TEST_APPS]);
     let get = b"GET /routes HTTP/1.1\r\nHost: x\r\n\r\n";
     let r = request(node.local(), get);
     assert_eq!(r.status, 200, "{}", r.text());
@@ -381,4 +381,39 @@ fn the_registry_lists_every_route_on_the_localhost_listener_only() {
     );
     assert_eq!(post.status, 405);
     assert_eq!(post.header("allow"), Some("GET, HEAD"));
+}
+
+/// The `combd` binary serves the apps a user runs and no test app: its registry holds the five
+/// built-in apps, a test app's object is a 404 `no such app` there (and served by
+/// `combd-test-node`), and the setting that once turned the test apps on is refused as unknown.
+#[test]
+fn the_combd_binary_serves_no_test_app() {
+    let node = TestNode::start(&[]);
+    let routes = request(node.local(), b"GET /routes HTTP/1.1\r\nHost: x\r\n\r\n").json();
+    let mut apps: Vec<&str> = routes["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    apps.sort();
+    assert_eq!(apps, ["chat", "counter", "echo", "million", "reminder"]);
+    let test_node = TestNode::start(&[TEST_APPS]);
+    for (path, body) in [
+        ("/o/fanout/a?n=1", ""),
+        ("/o/hold/a?ms=1", ""),
+        ("/o/bank/a", ""),
+    ] {
+        let r = post(&node, path, body);
+        assert_eq!(
+            (r.status, error(&r).1.as_str()),
+            (404, "no such app"),
+            "{path}"
+        );
+    }
+    assert_eq!(post(&test_node, "/o/fanout/a?n=1", "").status, 200);
+    let data = std::env::temp_dir().join(format!("combd-no-test-apps-{}", std::process::id()));
+    let stderr = refused(&mut combd_command(&data, &[("COMBD_TEST_APPS", "on")]));
+    assert!(stderr.contains("COMBD_TEST_APPS"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&data);
 }

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-const TEST_APPS: (&str, &str) = ("COMBD_TEST_APPS", "on");
 const ACCOUNTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
 
 fn balance(node: &TestNode, account: &str) -> i64 {

@@ -16,7 +16,14 @@ use std::path::{Path, PathBuf};
 type Module = Vec<String>;
 
 /// The crates' source roots, from the workspace's root.
-const CRATES: &[&str] = &["src", "kernel/src", "shards/src", "fleet/src", "wasm/src"];
+const CRATES: &[&str] = &[
+    "src",
+    "kernel/src",
+    "shards/src",
+    "fleet/src",
+    "wasm/src",
+    "testkit/src",
+];
 
 /// Every module file under `root`, by its module path.
 fn modules(root: &Path) -> BTreeMap<Module, PathBuf> {

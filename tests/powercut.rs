@@ -70,7 +70,7 @@ fn start_node(data: &Path, sync: &str) -> Node {
     std::mem::forget(wakes);
     let config = NodeConfig {
         settings,
-        apps: combd::apps::builtin(false),
+        apps: combd::apps::builtin(),
         max_conns_effective: 1000,
         memory_budget_source: "env",
         memory_budget_bytes: 1 << 30,

@@ -196,7 +196,7 @@ fn a_modules_sends_reach_only_its_own_objects_sessions() {
     let node = TestNode::start(&[
         ("COMBD_APPS_DIR", dir.to_str().unwrap()),
         ("COMBD_SHARDS", "1"),
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
     ]);
     // A session of the test app `caller` says which ids the shard is at (its hello), and the
     // next session is the one after it.

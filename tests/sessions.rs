@@ -101,11 +101,7 @@ fn click_and_wait(ws: &mut WebSocket<TcpStream>, i: usize, c: u64) {
 #[test]
 fn a_viewer_on_a_shard_behind_is_resynced_and_ends_equal_to_the_database() {
     use combd_shards::app::home_shard;
-    let node = TestNode::start(&[
-        ("COMBD_SHARDS", "2"),
-        ("COMBD_MAX_AWAKE", "1"),
-        ("COMBD_TEST_APPS", "on"),
-    ]);
+    let node = TestNode::start(&[("COMBD_SHARDS", "2"), ("COMBD_MAX_AWAKE", "1"), TEST_APPS]);
     // A board living on shard 1, a viewer on shard 0, a clicker on shard 1.
     let board = (0..)
         .map(|i| format!("b{i}"))

@@ -124,7 +124,7 @@ fn a_broadcast_to_5000_viewers_leaves_room_for_other_requests() {
 
 #[test]
 fn a_task_that_holds_the_loop_is_counted_as_an_overrun() {
-    let node = TestNode::start(&[("COMBD_SHARDS", "1"), ("COMBD_TEST_APPS", "on")]);
+    let node = TestNode::start(&[("COMBD_SHARDS", "1"), TEST_APPS]);
     let before = sum(&node.stats(), "turn_overruns");
     // The stall app spins 300 ms on the shard's loop: the housekeeping tick (every 100 ms)
     // fires at least 200 ms late.

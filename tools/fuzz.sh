@@ -5,15 +5,16 @@
 # Usage: tools/fuzz.sh [SECONDS_PER_TARGET]   (default 600)
 # Needs cargo-fuzz (cargo install cargo-fuzz); RUSTC_BOOTSTRAP=1 lets the stable toolchain
 # build with the sanitizer flags cargo-fuzz passes. http_conn and host_imports play their scripts
-# against a real node: the release binary, built first (COMBD_BIN names it).
+# against a real node: the release combd-test-node (the node and the test apps, which http_conn
+# uses), built first (COMBD_BIN names it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-600}
 targets=(http_head ws_frames settings_text proc_files object_name million_messages http_conn host_imports)
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O >&2 || exit 1
-cargo build --release --bin combd >&2 || exit 1
-export COMBD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/combd"
+cargo build --release --bin combd-test-node >&2 || exit 1
+export COMBD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/combd-test-node"
 mkdir -p fuzz/work
 run() {
   local t=$1

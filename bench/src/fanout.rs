@@ -1,6 +1,6 @@
 //! The `fanout` scenario: how many frames a second the node delivers to many viewers of one
 //! object. `--conns` viewers open WebSockets to the `fanout` test app's object `--board`
-//! (the node runs with `COMBD_TEST_APPS=on`); then a publisher posts
+//! (the node is `combd-test-node`, which serves the test apps); then a publisher posts
 //! `POST /o/fanout/<board>?n=<--frames>` every `--interval-ms` (one call in flight at most:
 //! a call still unanswered when the next is due is counted late and skipped) for
 //! `--duration-s`. Each call broadcasts `--frames` frames of 40 bytes to every viewer.

@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    combd::fuzz::http_head(data);
+    combd_testkit::fuzz::http_head(data);
 });

@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    combd::fuzz::million_messages(data);
+    combd::apps::million::fuzz_entry(data);
 });

@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    combd::fuzz::object_name(data);
+    combd_testkit::fuzz::object_name(data);
 });

@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    combd::fuzz::ws_frames(data);
+    combd_testkit::fuzz::ws_frames(data);
 });

@@ -10,10 +10,8 @@ use std::time::{Duration, Instant};
 
 use combd_fleet::auth::{parse_fleet_key, AUTH_HEADER};
 
-use super::support::{self, request, Resp, TestNode};
+use super::support::{self, request, Resp, TestNode, TEST_APPS};
 use super::{fleet_support, retried, stat, Fleet, FLEET_KEY, LEASE_TTL};
-
-const TEST_APPS: (&str, &str) = ("COMBD_TEST_APPS", "on");
 
 /// Waits for `done()` within `within`, polling what the nodes' figures show: the wake comes
 /// from the nodes' own ticks, with nothing to wait on but what they report.

@@ -2,7 +2,7 @@
 //! owner keeps its client, because the owner verifies the same token again (it trusts no
 //! identity a peer asserts); a request without a token is refused where it arrived.
 
-use super::support::{request, Resp, TestNode};
+use super::support::{request, Resp, TestNode, TEST_APPS};
 use super::{Fleet, LEASE_TTL};
 
 const SECRET: &str = "combd-fleet-identity-secret-0123456789abcdef";
@@ -30,7 +30,7 @@ fn a_request_passed_on_to_the_owner_keeps_its_verified_client() {
     let key = dir.join("jwt.key");
     std::fs::write(&key, format!("{SECRET}\n")).unwrap();
     let settings = [
-        ("COMBD_TEST_APPS", "on"),
+        TEST_APPS,
         ("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap()),
     ];
     let bucket = fleet.s3.bucket.endpoint.clone();
@@ -77,7 +77,7 @@ fn a_request_passed_on_tells_the_owners_app_what_the_client_sent() {
     let Some(fleet) = Fleet::start("a_request_passed_on_tells_the_app") else {
         return;
     };
-    let settings = [("COMBD_TEST_APPS", "on")];
+    let settings = [TEST_APPS];
     let bucket = fleet.s3.bucket.endpoint.clone();
     let (a, b) = (
         fleet.node_on(LEASE_TTL, &bucket, &settings),

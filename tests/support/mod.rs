@@ -1,5 +1,9 @@
-//! Shared fixtures for the integration tests: start the real `combd` binary on a free port and
-//! talk to it with real sockets. Every wait is bounded and fails with "timed out waiting for ...".
+//! Shared fixtures for the integration tests: start the real node on a free port and talk to
+//! it with real sockets. Every wait is bounded and fails with "timed out waiting for ...".
+//!
+//! A node is the `combd` binary, or `combd-test-node` (the node and the test apps) when its
+//! settings list [`TEST_APPS`]. Either is started by `combd_testkit::launch`, the launcher the
+//! fuzz harness uses too; [`TestNode`] and [`start_captured`] add the tests' helpers.
 
 #![allow(dead_code, unused_imports, clippy::unwrap_used)]
 
@@ -18,16 +22,21 @@ pub use skip::skipped;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use combd_testkit::launch::{self, Stderr};
+pub use combd_testkit::launch::{ready_port, WAIT};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-/// How long any single wait in a test may take before it fails.
-pub const WAIT: Duration = Duration::from_secs(10);
+/// Put among a node's settings, starts `combd-test-node` (the node and the test apps:
+/// `fanout`, `hold`, `limits`, `stall`, `whoami`, `caller`, `alarmer`, `bank`) instead of
+/// `combd`. It is no setting: [`combd_command`] takes it out before the node sees the rest.
+pub const TEST_APPS: (&str, &str) = ("binary", "combd-test-node");
 
 pub(crate) static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -64,32 +73,11 @@ impl TestNode {
         env: &[(&str, &str)],
         stderr: Stdio,
     ) -> TestNode {
-        let mut cmd = combd_command(&data_dir, env);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr);
-        let mut child = cmd.spawn().expect("spawn combd");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx
-            .recv_timeout(WAIT)
-            .expect("timed out waiting for the node's ready line");
-        let port = ready_port(&line);
-        let tls_port = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("tls="))
-            .and_then(|a| a.rsplit_once(':'))
-            .and_then(|(_, p)| p.parse().ok());
+        let node = launch::start(combd_command(&data_dir, env), Stderr::To(stderr), false);
         TestNode {
-            child: Some(child),
-            port,
-            tls_port,
+            child: Some(node.child),
+            port: node.port,
+            tls_port: node.tls_port,
             data_dir,
         }
     }
@@ -165,16 +153,18 @@ impl Drop for TestNode {
     }
 }
 
-/// The `combd` binary set up as the tests run a node: public listener on `127.0.0.2` (port 0
-/// picks one), data in `data_dir`, logs at `warn`, then `env` on top. The tests' own
-/// `COMBD_SCREENSHOTS` is not the node's (which refuses a `COMBD_` variable it does not know).
-pub fn combd_command(data_dir: &std::path::Path, env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_combd"));
-    cmd.env_remove("COMBD_SCREENSHOTS")
-        .env("COMBD_LISTEN", "127.0.0.2:0")
-        .env("COMBD_DATA", data_dir)
-        .env("COMBD_LOG", "warn")
-        .envs(env.iter().copied());
+/// The node's binary set up as the tests run a node (`combd_testkit::launch::command`): public
+/// listener on `127.0.0.2` (port 0 picks one), data in `data_dir`, logs at `warn`, none of the
+/// tests' own `COMBD_*` variables, then `env` on top. The binary is `combd-test-node` when
+/// `env` holds [`TEST_APPS`], else `combd`.
+pub fn combd_command(data_dir: &Path, env: &[(&str, &str)]) -> Command {
+    let bin = if env.contains(&TEST_APPS) {
+        env!("CARGO_BIN_EXE_combd-test-node")
+    } else {
+        env!("CARGO_BIN_EXE_combd")
+    };
+    let mut cmd = launch::command(Path::new(bin), data_dir, "warn");
+    cmd.envs(env.iter().copied().filter(|kv| *kv != TEST_APPS));
     cmd
 }
 
@@ -261,14 +251,6 @@ pub fn wait_line(lines: &mpsc::Receiver<String>, text: &str) -> String {
     }
 }
 
-/// The localhost port a node's ready line names (`combd ready: … local=127.0.0.1:<port> …`).
-pub fn ready_port(line: &str) -> u16 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("local=127.0.0.1:"))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
-}
-
 /// A node whose stdout and stderr the test reads line by line: started, and its ready line
 /// waited for.
 pub struct Captured {
@@ -280,20 +262,12 @@ pub struct Captured {
 
 /// Starts the node on `data` with `env`, both its outputs captured; waits until it is ready.
 pub fn start_captured(data: &std::path::Path, env: &[(&str, &str)]) -> Captured {
-    let mut child = combd_command(data, env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn combd");
-    let out = lines(child.stdout.take().expect("stdout"));
-    let err = lines(child.stderr.take().expect("stderr"));
-    let port = ready_port(&wait_line(&out, "combd ready"));
+    let node = launch::start(combd_command(data, env), Stderr::Lines, false);
     Captured {
-        child,
-        out,
-        err,
-        port,
+        child: node.child,
+        out: node.out,
+        err: node.err.expect("the node's stderr, read line by line"),
+        port: node.port,
     }
 }
 

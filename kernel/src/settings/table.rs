@@ -434,17 +434,6 @@ settings_table! {
             meaning: "a WebSocket with messages waiting that takes none of them for this long is closed \
                       (1008 slow), as is one with 8 MiB waiting",
         }
-        /// `COMBD_TEST_APPS`.
-        test_apps: bool {
-            env: "COMBD_TEST_APPS",
-            flag: "--test-apps",
-            text: "off",
-            parse: parse_switch,
-            unit: Text,
-            limit: none,
-            show: |on: &bool| (if *on { "on" } else { "off" }).to_string(),
-            meaning: "on: also serve the test apps (hold: a request that takes ?ms=N); never in production",
-        }
     }
     groups {
         /// `COMBD_TLS_LISTEN`, `COMBD_TLS_CERT`, `COMBD_TLS_KEY`, when TLS is on.

@@ -34,7 +34,6 @@ fn defaults_match_the_limits_file() {
     );
     assert_eq!(s.restores_at_once, limits::RESTORES_AT_ONCE_DEFAULT);
     assert!(s.sqlite_sync_full);
-    assert!(!s.test_apps);
     assert_eq!(s.cpu_limit_ticks, limits::CPU_LIMIT_TICKS_DEFAULT);
     assert_eq!(s.db_max_bytes, limits::DB_MAX_BYTES);
     assert_eq!(s.max_objects_per_app, limits::MAX_OBJECTS_PER_APP_DEFAULT);
@@ -133,7 +132,6 @@ fn zero_and_garbage_fail_naming_the_setting() {
         ("COMBD_MAX_AWAKE", "0"),
         ("COMBD_RESTORES_AT_ONCE", "0"),
         ("COMBD_SQLITE_SYNC", "off"),
-        ("COMBD_TEST_APPS", "maybe"),
         ("COMBD_CPU_LIMIT_TICKS", "0"),
         ("COMBD_DB_MAX", "0"),
         ("COMBD_MAX_OBJECTS_PER_APP", "0"),

@@ -1,4 +1,4 @@
-//! `alarmer` (test app, served only with `COMBD_TEST_APPS=on`): sets alarms and records each
+//! `alarmer` (test app, served only by `combd-test-node`): sets alarms and records each
 //! one's firing, for the tests of durable alarms.
 //!
 //! - `POST /o/alarmer/<name>?n=<k>&in_ms=<ms>[&step_ms=<ms>][&fail=1][&tamper=1]` sets `k`

@@ -1,4 +1,4 @@
-//! `caller` (test app, served only with `COMBD_TEST_APPS=on`): a public app that says what the
+//! `caller` (test app, served only by `combd-test-node`): a public app that says what the
 //! node told it of its caller, and answers with header fields of its own.
 //!
 //! - It declares two request header fields, `x-request-id` and `accept-language` (and, as a

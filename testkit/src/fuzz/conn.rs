@@ -1,4 +1,5 @@
-//! The `http_conn` fuzz target's harness: the real node (the `combd` binary, started once) and
+//! The `http_conn` fuzz target's harness: the real node (the `combd-test-node` binary, started
+//! once: the node and the test apps) and
 //! a script of clients ([`super::script`]) played against it on loopback sockets: pipelined
 //! requests, heads and bodies split anywhere, WebSocket frames, clients that stop reading or
 //! close half-way. Nothing of the connection is modelled: the node's own loop answers.
@@ -88,11 +89,10 @@ struct Client {
 }
 
 impl Harness {
-    /// Starts `bin` (a built `combd`) on 127.0.0.2 with one shard and the test apps, and waits
-    /// for its ready line. Panics if it does not start.
+    /// Starts `bin` (a built `combd-test-node`: the test apps are asked for) on 127.0.0.2 with
+    /// one shard, and waits for its ready line. Panics if it does not start.
     pub fn start(bin: &Path) -> Harness {
         let env = [
-            ("COMBD_TEST_APPS", "on".to_string()),
             ("COMBD_INBOUND_BUDGET", INBOUND_BUDGET_BYTES.to_string()),
             // A client may hold half the small budget: the honest client's largest body
             // (`MAX_BODY_BYTES`) is within its share, and the bounds below still hold.
@@ -372,7 +372,8 @@ pub fn http_conn(data: &[u8]) {
     static HARNESS: OnceLock<Mutex<Harness>> = OnceLock::new();
     let h = HARNESS.get_or_init(|| {
         let bin = std::env::var_os("COMBD_BIN").expect(
-            "set COMBD_BIN to a built combd binary (cargo build --release: target/release/combd)",
+            "set COMBD_BIN to a built combd-test-node binary \
+             (cargo build --release -p combd: target/release/combd-test-node)",
         );
         Mutex::new(Harness::start(Path::new(&bin)))
     });

@@ -1,6 +1,9 @@
 //! Entry points for the fuzz targets (`fuzz/fuzz_targets/`), one per input format the node
 //! parses from outside. Each must return for any input, never panic, and keep its invariants
-//! (asserted here). `tests/fuzz_corpus.rs` runs every committed corpus file through them.
+//! (asserted here). `tests/fuzz_corpus.rs` runs every committed corpus file through them. The
+//! million app's messages are the one format not here: its entry is the app's own
+//! (`combd::apps::million::fuzz_entry`), as the app is `combd`'s and this crate does not use
+//! `combd`.
 //!
 //! Two targets are not parsers but scripts played against a real node ([`node`]), and
 //! `tests/<target>_fuzz.rs` replays each one's corpus and [`mutant`]s of it:
@@ -148,11 +151,6 @@ pub fn object_name(data: &[u8]) {
         assert_eq!(p.components().count(), 5, "{p:?}");
         assert!(!name.contains('/') && name != ".." && name != ".");
     }
-}
-
-/// The million app's protocol: client messages (clicks) and page queries.
-pub fn million_messages(data: &[u8]) {
-    crate::apps::million::fuzz_entry(data);
 }
 
 /// splitmix64: the random scripts' bytes, the same on every run.

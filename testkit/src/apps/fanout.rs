@@ -1,4 +1,4 @@
-//! `fanout` (test app, served only with `COMBD_TEST_APPS=on`): a session of an object subscribes
+//! `fanout` (test app, served only by `combd-test-node`): a session of an object subscribes
 //! to topic `t<T>` (`?topic=T` on the upgrade, 0–999; topic 0 without it), and
 //! `POST /o/fanout/<name>?n=N&topics=K&size=B` broadcasts N text frames (`{"f":<seq>}` padded
 //! to B bytes, 40 by default, 24–16,384) to each of topics 0..K (K 1–1,000, default 1) in one

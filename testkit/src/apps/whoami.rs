@@ -1,4 +1,4 @@
-//! `whoami` (test app, served only with `COMBD_TEST_APPS=on`): an identified app that says who
+//! `whoami` (test app, served only by `combd-test-node`): an identified app that says who
 //! its client is. `GET /o/whoami/<name>` answers `{"sub":…,"name":…}`; a `POST` also counts
 //! the client's visits in the object's database and answers `{"sub":…,"name":…,"n":…}`
 //! (a write, so that in a fleet the object has an owner to pass requests on to); a WebSocket's attach

@@ -1,4 +1,4 @@
-//! `bank` (test app, served only with `COMBD_TEST_APPS=on`): accounts that move value to each
+//! `bank` (test app, served only by `combd-test-node`): accounts that move value to each
 //! other with messages between objects, the reference for `Cx::send_to_object`. Each account
 //! starts with 1,000.
 //!

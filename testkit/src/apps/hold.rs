@@ -1,4 +1,4 @@
-//! `hold` (test app, served only with `COMBD_TEST_APPS=on`): each request holds its object for
+//! `hold` (test app, served only by `combd-test-node`): each request holds its object for
 //! `?ms=N` milliseconds (at most 10,000) before answering `{"seq": n}`, its place in the
 //! object's order, so tests can fill a mailbox and watch the wake queue. `&alloc=N` makes
 //! the call hold N bytes while it runs: its `memory_kb` is 4096.

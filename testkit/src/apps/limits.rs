@@ -1,4 +1,4 @@
-//! `limits` (test app, served only with `COMBD_TEST_APPS=on`): requests that cross a cell's
+//! `limits` (test app, served only by `combd-test-node`): requests that cross a cell's
 //! limits on purpose, so tests can check each error and that the object carries on.
 //! `POST /o/limits/<name>?do=<what>&n=<n>`:
 //! - `spin`: loops calling `cx.tick()` forever (killed: `cpu_limit`);

@@ -1,4 +1,4 @@
-//! `stall` (test app, served only with `COMBD_TEST_APPS=on`): a stateless app that holds its
+//! `stall` (test app, served only by `combd-test-node`): a stateless app that holds its
 //! shard's loop. `POST /o/stall/<name>?ms=N` spins for `N` milliseconds (at most 1,000) right
 //! on the loop, as a native app with a bug would, so tests can watch the shard's stall
 //! detector (`turn_overruns`) see it. `?panic=1` panics right there instead, as a bug in a

@@ -551,7 +551,8 @@ pub fn host_imports(data: &[u8]) {
     static HARNESS: OnceLock<Mutex<Harness>> = OnceLock::new();
     let h = HARNESS.get_or_init(|| {
         let bin = std::env::var_os("COMBD_BIN").expect(
-            "set COMBD_BIN to a built combd binary (cargo build --release: target/release/combd)",
+            "set COMBD_BIN to a built node binary \
+             (cargo build --release -p combd: target/release/combd or combd-test-node)",
         );
         Mutex::new(Harness::start(Path::new(&bin)))
     });
