@@ -436,7 +436,7 @@ impl ShardState {
 
     /// Whether the ready line is as long as the awake cap.
     pub fn is_behind(&self) -> bool {
-        self.stats().behind.load(Ordering::Relaxed) != 0
+        self.wake_queue.is_behind()
     }
 
     /// Waits (in FIFO order, asleep) for an awake slot ([`wake_queue`]).

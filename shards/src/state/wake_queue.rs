@@ -15,6 +15,7 @@
 //! object tasks, each holding mail a connection sent; so a line never holds more than twice
 //! the connection cap, which [`Line`] asserts.
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
@@ -31,6 +32,9 @@ use super::ShardState;
 pub(crate) struct WakeQueue {
     awake: Rc<Line>,
     restores: Rc<Line>,
+    /// The ready line is as long as the awake cap: the shard is behind. The shard's own state,
+    /// which its decisions read (the `behind` gauge only shows it).
+    behind: Cell<bool>,
 }
 
 impl WakeQueue {
@@ -39,7 +43,13 @@ impl WakeQueue {
         WakeQueue {
             awake: Rc::new(Line::new(settings.max_awake, line_max)),
             restores: Rc::new(Line::new(settings.restores_at_once, line_max)),
+            behind: Cell::new(false),
         }
+    }
+
+    /// Whether the shard is behind: its ready line as long as the awake cap.
+    pub fn is_behind(&self) -> bool {
+        self.behind.get()
     }
 
     /// Publishes the awake line's figures; true when "behind" changed.
@@ -56,7 +66,8 @@ impl WakeQueue {
             .sessions_waited
             .store(a.waited.get(), Ordering::Relaxed);
         let behind = a.waiting() >= a.cap();
-        behind != (stats.behind.swap(behind as u64, Ordering::Relaxed) != 0)
+        stats.behind.store(behind as u64, Ordering::Relaxed);
+        behind != self.behind.replace(behind)
     }
 
     fn publish_restores(&self, stats: &ShardStats) {
