@@ -105,28 +105,13 @@ mod shard;
 mod shared;
 mod state;
 pub mod stats;
+#[cfg(feature = "testing")]
+pub mod testing;
+#[cfg(not(feature = "testing"))]
+mod testing;
 pub mod tls;
 pub mod ws;
 
 pub use node::{DrainHandle, Node, NodeConfig, StartError};
 
-/// Switches for tests only: nothing in the node or its settings sets them.
-#[doc(hidden)]
-pub mod testing {
-    use std::path::Path;
-    use std::sync::atomic::AtomicBool;
-    use std::sync::OnceLock;
-
-    /// Answer a committed batch *before* its WAL sync, then sync: the broken durability the
-    /// power-cut test (`tests/powercut.rs`) must catch. Read when an object starts.
-    pub static ACK_BEFORE_SYNC: AtomicBool = AtomicBool::new(false);
-
-    /// Runs each WAL sync the node makes (its path, and the sync itself): the power-cut tests'
-    /// disk model learns through it which writes a sync covered, as its VFS does for SQLite's
-    /// own syncs. Without one, a sync just runs.
-    pub type WalSyncObserver = fn(&Path, &dyn Fn() -> std::io::Result<()>) -> std::io::Result<()>;
-
-    /// The observer, set once for the process.
-    pub static WAL_SYNC_OBSERVER: OnceLock<WalSyncObserver> = OnceLock::new();
-}
 pub use shared::NodeShared;

@@ -64,7 +64,7 @@ enum Durability {
     /// `COMBD_SQLITE_SYNC=normal`: answer at once (a crash of the process loses nothing; a
     /// power cut may lose the last answered writes).
     NoSync,
-    /// The deliberately broken order for the power-cut test (`testing::ACK_BEFORE_SYNC`):
+    /// The deliberately broken order for the power-cut test (`testing::ack_before_sync`):
     /// answer, then sync.
     AnswerFirst,
 }
@@ -72,7 +72,7 @@ enum Durability {
 impl Durability {
     /// What the node's settings (and the test-only switch) ask for.
     fn of(state: &crate::state::ShardState) -> Durability {
-        if crate::testing::ACK_BEFORE_SYNC.load(Ordering::Relaxed) {
+        if crate::testing::ack_before_sync() {
             Durability::AnswerFirst
         } else if state.settings().sqlite_sync_full {
             Durability::SyncFirst

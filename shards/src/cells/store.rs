@@ -72,11 +72,7 @@ impl Wal {
     /// Makes every write to the WAL that completed before this call durable (`fdatasync`).
     /// Blocks: call it on a blocking thread.
     pub fn sync(&self) -> std::io::Result<()> {
-        let sync = || self.file.sync_data();
-        match crate::testing::WAL_SYNC_OBSERVER.get() {
-            Some(observe) => observe(&self.path, &sync),
-            None => sync(),
-        }
+        crate::testing::sync_wal(&self.path, &|| self.file.sync_data())
     }
 }
 
