@@ -95,7 +95,7 @@ pub(crate) fn has(db: &rusqlite::Connection, name: &str) -> rusqlite::Result<boo
 /// A message at the head of the outbox for its receiver (messages go out one at a time per
 /// receiver, in order), due to be sent.
 #[derive(Debug, Clone)]
-pub(crate) struct Head {
+pub(crate) struct OutboxHead {
     pub id: i64,
     pub app: String,
     pub name: String,
@@ -108,7 +108,7 @@ pub(crate) fn heads(
     db: &rusqlite::Connection,
     now: u64,
     limit: usize,
-) -> rusqlite::Result<Vec<Head>> {
+) -> rusqlite::Result<Vec<OutboxHead>> {
     if !has(db, "_combd_outbox")? {
         return Ok(Vec::new());
     }
@@ -117,7 +117,7 @@ pub(crate) fn heads(
            AND id IN (SELECT min(id) FROM _combd_outbox GROUP BY app, name) ORDER BY id LIMIT ?2",
     )?;
     let rows = stmt.query_map([now as i64, limit as i64], |r| {
-        Ok(Head {
+        Ok(OutboxHead {
             id: r.get(0)?,
             app: r.get(1)?,
             name: r.get(2)?,

@@ -14,16 +14,18 @@
 //!
 //! 1. **Leaves**, each on its own: the connections of each client address ([`addresses`]), the
 //!    published admission state ([`admission`]), the counting allocator ([`alloc`]), work done
-//!    when a scope ends (`defer`), an object's home shard ([`home`]), the fair line behind the
-//!    slot caps (`line`), what an app's SQL may do (`sandbox`), the counters and their two
-//!    renderings ([`stats`]), TLS configuration and streams ([`tls`]), and the WebSocket frame
-//!    codec ([`ws`]).
+//!    when a scope ends (`defer`), an object's home shard ([`home`]), an object's key
+//!    ([`object_key`]), the fair line behind the slot caps (`line`), what an app's SQL may do
+//!    (`sandbox`), the counters and their two renderings ([`stats`]), the test suite's
+//!    switches, none in a release build (`testing`), TLS configuration and streams ([`tls`]),
+//!    and the WebSocket frame codec ([`ws`]).
 //! 2. The alarm index and the node's tables in an object's database ([`alarms`]), tokens and
 //!    the verified client ([`auth`]), the pools with a share per client ([`fair`]), and the
 //!    typed limits a call can trip ([`limit`]).
 //! 3. The HTTP/1.1 head parser and response writer ([`http`]); a connection's input held
 //!    against its shard's inbound budget (`inbound`).
-//! 4. The app interface and the registry of apps ([`app`]); the access log ([`access_log`]).
+//! 4. The app interface and the registry of apps ([`app`], which each shard reads from its own
+//!    copy); the access log ([`access_log`]).
 //! 5. What reaches a cell (`job`: a job, and the messages between shards), each app's count
 //!    of object databases (`object_counts`), and the fleet's side in a node ([`fleet`]).
 //! 6. **Node-wide state** (`shared`): settings, apps, every shard's stats, the admission state,
@@ -36,9 +38,11 @@
 //! 8. **Cells** (`cells`): sessions (each session's outbound side is its `SessionOut`),
 //!    objects (their task, their calls under limits, their commit task, their SQLite store),
 //!    alarms and messages fired, and routing between shards and to other nodes.
-//! 9. **Connections** (`conn`): the HTTP loop and route table, the WebSocket upgrade and loop,
-//!    the TLS hand-off, a WebSocket passed through to another node, the late refusal. A
-//!    connection reaches cells only by submitting a job and through its session.
+//! 9. **Connections** (`conn`): an I/O core (`Conn`) and the protocols that borrow it in turn,
+//!    the HTTP loop with its router and upgrade (`HttpConn`), then the WebSocket loop that owns
+//!    its session (`WsConn`); the TLS hand-off, a WebSocket passed through to another node, the
+//!    late refusal. A connection reaches cells only by submitting a job and through its
+//!    session.
 //! 10. **The run loop** (`shard`): listeners, the accept loop (the only place that spawns
 //!     connection tasks), admission applied to the listeners, the inbox, the housekeeping
 //!     tick.

@@ -30,14 +30,14 @@ struct Waiter {
 
 /// The waiters: a line per client, and the clients' turns.
 #[derive(Default)]
-struct Waiting {
+struct Waiters {
     /// Clients with someone waiting, in turn order; each once.
     turns: VecDeque<ClientKey>,
     lines: HashMap<ClientKey, VecDeque<Rc<Waiter>>>,
     len: usize,
 }
 
-impl Waiting {
+impl Waiters {
     fn push(&mut self, client: ClientKey, w: Rc<Waiter>) {
         let line = self.lines.entry(client).or_default();
         if line.is_empty() {
@@ -107,7 +107,7 @@ pub(crate) struct Line {
     used: Cell<usize>,
     /// Slots held per client, those holding any.
     held: RefCell<HashMap<ClientKey, usize>>,
-    waiting: RefCell<Waiting>,
+    waiting: RefCell<Waiters>,
     /// The most slots ever held at once.
     pub used_max: Cell<usize>,
     /// How many had to wait, in all.
@@ -132,7 +132,7 @@ impl Line {
             line_max,
             used: Cell::new(0),
             held: RefCell::new(HashMap::new()),
-            waiting: RefCell::new(Waiting::default()),
+            waiting: RefCell::new(Waiters::default()),
             used_max: Cell::new(0),
             waited: Cell::new(0),
             waited_share: Cell::new(0),

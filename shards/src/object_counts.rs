@@ -112,7 +112,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::app::registry::tests::Named;
+    use crate::app::registry::tests::NameOnly;
 
     #[test]
     fn counts_databases_at_start_and_reserves_up_to_the_most() {
@@ -130,8 +130,8 @@ mod tests {
             std::fs::write(a.join(f), b"").unwrap();
         }
         let apps = Apps::new();
-        apps.register(Arc::new(Named("a"))).unwrap();
-        apps.register(Arc::new(Named("b"))).unwrap();
+        apps.register(Arc::new(NameOnly("a"))).unwrap();
+        apps.register(Arc::new(NameOnly("b"))).unwrap();
         let counts = ObjectCounts::count(&dir, &apps, 3);
         assert_eq!((counts.get("a"), counts.get("b")), (2, 0));
         assert!(counts.reserve("a"));
@@ -143,7 +143,7 @@ mod tests {
         let c = dir.join("objects").join("c");
         std::fs::create_dir_all(&c).unwrap();
         std::fs::write(c.join("z.sqlite"), b"").unwrap();
-        apps.add(Arc::new(Named("c"))).unwrap();
+        apps.add(Arc::new(NameOnly("c"))).unwrap();
         assert_eq!(
             counts.get("c"),
             1,

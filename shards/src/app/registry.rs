@@ -225,9 +225,9 @@ pub(crate) mod tests {
     use crate::app::{AppError, Cx, Input, Output};
 
     /// An app that is only a name, for the tests of what registers apps.
-    pub(crate) struct Named(pub &'static str);
+    pub(crate) struct NameOnly(pub &'static str);
 
-    impl App for Named {
+    impl App for NameOnly {
         fn name(&self) -> &'static str {
             self.0
         }
@@ -239,18 +239,18 @@ pub(crate) mod tests {
     #[test]
     fn apps_added_and_removed_change_the_generation_and_are_counted() {
         let apps = Apps::new();
-        apps.register(Arc::new(Named("counter"))).unwrap();
+        apps.register(Arc::new(NameOnly("counter"))).unwrap();
         assert_eq!(apps.generation(), 0);
-        let twice = apps.register(Arc::new(Named("counter")));
+        let twice = apps.register(Arc::new(NameOnly("counter")));
         assert_eq!(twice, Err(RegisterError::Taken("counter")));
         assert_eq!(
             twice.unwrap_err().to_string(),
             "app \"counter\" registered twice"
         );
-        let bad = apps.add(Arc::new(Named("bad/name")));
+        let bad = apps.add(Arc::new(NameOnly("bad/name")));
         assert_eq!(bad, Err(RegisterError::BadName("bad/name")));
         let shared = apps.clone();
-        apps.add(Arc::new(Named("chat"))).unwrap();
+        apps.add(Arc::new(NameOnly("chat"))).unwrap();
         assert!(shared.contains("chat"), "clones share one registry");
         assert_eq!(shared.generation(), 1);
         assert!(apps.remove("nothing").is_none());
@@ -266,7 +266,7 @@ pub(crate) mod tests {
     #[test]
     fn each_threads_copy_follows_changes_made_on_another() {
         let apps = Apps::new();
-        apps.register(Arc::new(Named("counter"))).unwrap();
+        apps.register(Arc::new(NameOnly("counter"))).unwrap();
         // This thread's copy, of this registry.
         assert!(apps.get("counter").is_some());
         // Another registry on the same thread is not answered from that copy.
@@ -287,7 +287,7 @@ pub(crate) mod tests {
             )
         });
         copied_rx.recv().unwrap();
-        apps.add(Arc::new(Named("chat"))).unwrap();
+        apps.add(Arc::new(NameOnly("chat"))).unwrap();
         apps.remove("counter").unwrap();
         changed.send(()).unwrap();
         assert_eq!(shard.join().unwrap(), (true, false));

@@ -18,14 +18,14 @@ use combd_kernel::limits::{AUTH_VERIFY_CLIENTS_MAX, AUTH_VERIFY_RATE_PER_CLIENT}
 
 /// One client's bucket of full checks.
 #[derive(Debug, Clone, Copy)]
-struct Bucket {
+struct TokenBucket {
     tokens: f64,
     at: Instant,
 }
 
 /// The buckets of a shard's clients.
 pub(super) struct VerifyBudget {
-    buckets: HashMap<ClientKey, Bucket>,
+    buckets: HashMap<ClientKey, TokenBucket>,
     cap: usize,
 }
 
@@ -50,7 +50,7 @@ impl VerifyBudget {
                 return false;
             }
         }
-        let b = self.buckets.entry(client).or_insert(Bucket {
+        let b = self.buckets.entry(client).or_insert(TokenBucket {
             tokens: burst,
             at: now,
         });

@@ -57,7 +57,7 @@ impl Named {
 
 /// What the cache knows of a token.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Seen {
+pub(super) enum Known {
     /// Verified, and not expired.
     Verified(Named),
     /// Refused, and why.
@@ -154,7 +154,7 @@ impl TokenCache {
 
     /// What is known of the token `d` under key `generation` at `now` (Unix seconds); a new
     /// generation forgets everything first.
-    pub(super) fn look(&mut self, generation: u64, d: &Digest, now: u64) -> Seen {
+    pub(super) fn look(&mut self, generation: u64, d: &Digest, now: u64) -> Known {
         if generation != self.generation {
             self.verified.clear();
             self.refused.clear();
@@ -162,15 +162,15 @@ impl TokenCache {
         }
         if let Some(named) = self.verified.get(d) {
             if now <= named.expires_at.saturating_add(limits::AUTH_LEEWAY_SECONDS) {
-                return Seen::Verified(named.clone());
+                return Known::Verified(named.clone());
             }
             self.verified.remove(d);
             self.refused.insert(*d, "expired".into());
-            return Seen::Refused("expired".into());
+            return Known::Refused("expired".into());
         }
         match self.refused.get(d) {
-            Some(why) => Seen::Refused(why.to_string()),
-            None => Seen::Unseen,
+            Some(why) => Known::Refused(why.to_string()),
+            None => Known::Unseen,
         }
     }
 

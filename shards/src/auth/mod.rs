@@ -44,7 +44,7 @@ mod budget;
 mod cache;
 mod key;
 mod token;
-use cache::{Named, Seen};
+use cache::{Known, Named};
 use key::read_key;
 pub use key::{hs256_secret, key_from};
 pub use token::{mint, offered_protocols, token, BEARER_PROTOCOL_PREFIX, COOKIE, PROTOCOL};
@@ -282,15 +282,15 @@ impl Auth {
         let v = self.current();
         let d = cache::digest(token.as_bytes());
         match cache::with(|c| c.look(v.generation, &d, unix_now())) {
-            Seen::Verified(named) => {
+            Known::Verified(named) => {
                 self.cache_hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(named.client(token));
             }
-            Seen::Refused(why) => {
+            Known::Refused(why) => {
                 self.cache_hits.fetch_add(1, Ordering::Relaxed);
                 return Err(Refused::Invalid(why));
             }
-            Seen::Unseen => {
+            Known::Unseen => {
                 if !budget::spend(asker) {
                     self.verify_busy.fetch_add(1, Ordering::Relaxed);
                     return Err(Refused::Busy);

@@ -443,16 +443,19 @@ fn a_token_seen_again_is_answered_by_the_cache_and_verified_once() {
 fn a_cached_token_is_refused_from_its_exp_and_the_leeway_on() {
     let mut c = cache::TokenCache::new(8);
     let d = cache::digest(b"a.b.c");
-    assert_eq!(c.look(1, &d, 100), cache::Seen::Unseen);
+    assert_eq!(c.look(1, &d, 100), cache::Known::Unseen);
     c.verified(1, d, named("a", 1000));
     let last = 1000 + limits::AUTH_LEEWAY_SECONDS;
-    assert_eq!(c.look(1, &d, last), cache::Seen::Verified(named("a", 1000)));
+    assert_eq!(
+        c.look(1, &d, last),
+        cache::Known::Verified(named("a", 1000))
+    );
     assert_eq!(
         c.look(1, &d, last + 1),
-        cache::Seen::Refused("expired".into())
+        cache::Known::Refused("expired".into())
     );
     // Remembered as refused from then on, and no longer as verified.
-    assert_eq!(c.look(1, &d, last), cache::Seen::Refused("expired".into()));
+    assert_eq!(c.look(1, &d, last), cache::Known::Refused("expired".into()));
     assert_eq!(c.len(), (0, 1));
 }
 
@@ -461,14 +464,14 @@ fn the_cache_forgets_its_oldest_past_auth_token_cache_entries() {
     let cap = limits::AUTH_TOKEN_CACHE_ENTRIES;
     let mut c = cache::TokenCache::new(cap);
     let d = |i: usize| cache::digest(format!("token {i}").as_bytes());
-    assert_eq!(c.look(1, &d(0), 0), cache::Seen::Unseen);
+    assert_eq!(c.look(1, &d(0), 0), cache::Known::Unseen);
     for i in 0..=cap {
         c.verified(1, d(i), named("a", u64::MAX / 2));
     }
     assert_eq!(c.len(), (cap, 0));
-    assert_eq!(c.look(1, &d(0), 0), cache::Seen::Unseen, "the oldest went");
-    assert!(matches!(c.look(1, &d(1), 0), cache::Seen::Verified(_)));
-    assert!(matches!(c.look(1, &d(cap), 0), cache::Seen::Verified(_)));
+    assert_eq!(c.look(1, &d(0), 0), cache::Known::Unseen, "the oldest went");
+    assert!(matches!(c.look(1, &d(1), 0), cache::Known::Verified(_)));
+    assert!(matches!(c.look(1, &d(cap), 0), cache::Known::Verified(_)));
     // Refusals past the bound push out older refusals, never a verified token.
     for i in 0..cap + 10 {
         c.refused(
@@ -478,10 +481,10 @@ fn the_cache_forgets_its_oldest_past_auth_token_cache_entries() {
         );
     }
     assert_eq!(c.len(), (cap, cap));
-    assert!(matches!(c.look(1, &d(1), 0), cache::Seen::Verified(_)));
+    assert!(matches!(c.look(1, &d(1), 0), cache::Known::Verified(_)));
     // A long reason is kept short.
     c.refused(1, d(1), &"é".repeat(200));
-    let cache::Seen::Refused(why) = c.look(1, &d(1), 0) else {
+    let cache::Known::Refused(why) = c.look(1, &d(1), 0) else {
         panic!("refused")
     };
     assert!(why.len() <= 96 && why.starts_with('é'));
@@ -530,12 +533,12 @@ fn a_new_key_empties_the_cache() {
     let mut c = cache::TokenCache::new(4);
     let d = cache::digest(b"t");
     c.verified(0, d, named("a", u64::MAX / 2));
-    assert!(matches!(c.look(0, &d, 0), cache::Seen::Verified(_)));
-    assert_eq!(c.look(7, &d, 0), cache::Seen::Unseen);
+    assert!(matches!(c.look(0, &d, 0), cache::Known::Verified(_)));
+    assert_eq!(c.look(7, &d, 0), cache::Known::Unseen);
     c.verified(0, d, named("a", u64::MAX / 2));
     assert_eq!(
         c.look(7, &d, 0),
-        cache::Seen::Unseen,
+        cache::Known::Unseen,
         "an older key's is not kept"
     );
 }

@@ -58,7 +58,7 @@ pub(super) struct Committed {
 
 /// What the commit task does between a commit and its answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Durability {
+enum SyncOrder {
     /// `COMBD_SQLITE_SYNC=full`: sync the WAL, then answer.
     SyncFirst,
     /// `COMBD_SQLITE_SYNC=normal`: answer at once (a crash of the process loses nothing; a
@@ -69,22 +69,22 @@ enum Durability {
     AnswerFirst,
 }
 
-impl Durability {
+impl SyncOrder {
     /// What the node's settings (and the test-only switch) ask for.
-    fn of(state: &crate::state::ShardState) -> Durability {
+    fn of(state: &crate::state::ShardState) -> SyncOrder {
         if crate::testing::ack_before_sync() {
-            Durability::AnswerFirst
+            SyncOrder::AnswerFirst
         } else if state.settings().sqlite_sync_full {
-            Durability::SyncFirst
+            SyncOrder::SyncFirst
         } else {
-            Durability::NoSync
+            SyncOrder::NoSync
         }
     }
 }
 
 /// Whether the node syncs WALs itself: a batch then opens its [`Wal`] to hand it over.
 pub(crate) fn syncs_wal(state: &crate::state::ShardState) -> bool {
-    Durability::of(state) != Durability::NoSync
+    SyncOrder::of(state) != SyncOrder::NoSync
 }
 
 /// Committed batches between the object's task (the giver) and its commit task (the taker).
@@ -162,7 +162,7 @@ pub(super) struct Pipeline {
     task: Option<glommio::Task<()>>,
     cells: Rc<Cells>,
     key: Rc<str>,
-    durability: Durability,
+    durability: SyncOrder,
     /// Batches that may wait between commit and answer: [`OBJECT_UNSYNCED_BATCHES`], or in a
     /// fleet [`FLEET_UNSHIPPED_BATCHES`] (a shipment to the bucket takes tens of milliseconds,
     /// and everything committed meanwhile ships together).
@@ -178,7 +178,7 @@ impl Pipeline {
         client: ClientKey,
         shipping: Option<Shipping>,
     ) -> Pipeline {
-        let durability = Durability::of(&cells.state);
+        let durability = SyncOrder::of(&cells.state);
         let pipe = Rc::new(Pipe::new(client, shipping));
         let key: Rc<str> = key.into();
         let task = cells
@@ -302,7 +302,7 @@ enum Next {
 /// a group's segments upload while earlier groups' uploads are still on their way (at most
 /// [`FLEET_UPLOADS_IN_FLIGHT`]); groups finish in commit order: each one's head advance, then
 /// its answers, only after every group before it.
-async fn release(cells: Rc<Cells>, key: Rc<str>, pipe: Rc<Pipe>, durability: Durability) {
+async fn release(cells: Rc<Cells>, key: Rc<str>, pipe: Rc<Pipe>, durability: SyncOrder) {
     let mut started: VecDeque<Started> = VecDeque::new();
     loop {
         let next = match started.front() {
@@ -364,7 +364,7 @@ async fn start(
     key: &str,
     pipe: &Pipe,
     group: Vec<Committed>,
-    durability: Durability,
+    durability: SyncOrder,
 ) -> Started {
     let wal = group.iter().rev().find_map(|c| c.wal.clone());
     let answers = group.iter().map(|c| c.replies.len()).sum();
@@ -385,7 +385,7 @@ async fn start(
         started.refusal = Some(pipe.after_failure());
         return started;
     }
-    if durability == Durability::SyncFirst
+    if durability == SyncOrder::SyncFirst
         && !sync(&cells.state, pipe.client, key, wal, started.group.len()).await
     {
         started.refusal = Some(Refusal::StorageUnavailable);
@@ -416,7 +416,7 @@ async fn finish(
     key: &str,
     pipe: &Pipe,
     started: Started,
-    durability: Durability,
+    durability: SyncOrder,
 ) -> bool {
     let Started {
         group,

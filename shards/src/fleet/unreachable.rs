@@ -21,7 +21,7 @@ use combd_kernel::limits::{
 
 /// What is known of one owner.
 #[derive(Debug, Clone, Copy, Default)]
-struct Owner {
+struct UnreachableOwner {
     /// When it last made a request wait in vain, while it is marked.
     failed_at: Option<Instant>,
     /// When the try of it going on now began, if one is.
@@ -74,11 +74,11 @@ pub enum Failed {
 /// Owners (fleet addresses) that failed, and when.
 #[derive(Debug, Default)]
 pub struct Unreachable {
-    owners: Mutex<HashMap<String, Owner>>,
+    owners: Mutex<HashMap<String, UnreachableOwner>>,
 }
 
 impl Unreachable {
-    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Owner>> {
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, UnreachableOwner>> {
         self.owners.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -104,9 +104,9 @@ impl Unreachable {
 
     /// `owner` answered (at `at`): its requests go to it again.
     pub fn reached(&self, owner: &str, at: Instant) {
-        let answered = Owner {
+        let answered = UnreachableOwner {
             answered_at: Some(at),
-            ..Owner::default()
+            ..UnreachableOwner::default()
         };
         let mut owners = self.owners();
         if let Some(o) = owners.get_mut(owner) {
@@ -136,7 +136,7 @@ impl Unreachable {
 
 /// Whether one more owner may be remembered: past `FLEET_UNREACHABLE_MAX`, owners neither
 /// marked nor answered within the longest try are forgotten first.
-fn room(owners: &mut HashMap<String, Owner>, at: Instant) -> bool {
+fn room(owners: &mut HashMap<String, UnreachableOwner>, at: Instant) -> bool {
     if owners.len() < FLEET_UNREACHABLE_MAX {
         return true;
     }

@@ -34,14 +34,14 @@ use crate::stats::Stage;
 
 /// The clients that handed a job to the threads lately (not the node's own).
 #[derive(Default)]
-struct Active {
+struct Running {
     /// Each client's latest job, in milliseconds of the shard's clock.
     last: HashMap<ClientKey, u64>,
     /// (client, when) of every job in the window, oldest first: what expires next.
     seen: VecDeque<(ClientKey, u64)>,
 }
 
-impl Active {
+impl Running {
     /// Notes a job of `client` (if any) at `now_ms`, forgets the clients idle for the window,
     /// and gives how many are active.
     fn note(&mut self, client: Option<ClientKey>, now_ms: u64) -> usize {
@@ -76,7 +76,7 @@ fn share(active: usize) -> usize {
 /// The slots of the shard's blocking threads.
 pub(crate) struct BlockingThreads {
     line: Rc<Line>,
-    active: RefCell<Active>,
+    active: RefCell<Running>,
 }
 
 impl BlockingThreads {
@@ -121,13 +121,13 @@ pub(crate) struct ShardSide<'a> {
 }
 
 /// A slot held: given back when dropped, also when the job's future is dropped mid-way.
-struct Held<'a> {
+struct SlotHeld<'a> {
     threads: &'a BlockingThreads,
     shard: ShardSide<'a>,
     client: ClientKey,
 }
 
-impl Drop for Held<'_> {
+impl Drop for SlotHeld<'_> {
     fn drop(&mut self) {
         let b = self.threads;
         b.line.release(self.client);
@@ -184,13 +184,18 @@ impl BlockingThreads {
         out
     }
 
-    async fn hold<'a>(&'a self, shard: ShardSide<'a>, client: ClientKey, work: Work) -> Held<'a> {
+    async fn hold<'a>(
+        &'a self,
+        shard: ShardSide<'a>,
+        client: ClientKey,
+        work: Work,
+    ) -> SlotHeld<'a> {
         self.note(Some(client), shard.clock_ms.get());
         let io = work == Work::Sync;
         self.line
             .acquire_observed(client, io, || self.publish(shard.stats))
             .await;
-        Held {
+        SlotHeld {
             threads: self,
             shard,
             client,
@@ -208,7 +213,7 @@ mod tests {
     #[test]
     fn clients_count_while_their_last_job_is_in_the_window() {
         let window = BLOCKING_CLIENT_ACTIVE_WINDOW.as_millis() as u64;
-        let mut a = Active::default();
+        let mut a = Running::default();
         assert_eq!(a.note(Some(ONE), 10), 1);
         assert_eq!(a.note(Some(TWO), 20), 2);
         let local = Some(ClientKey::Local);

@@ -11,7 +11,7 @@ use crate::job::{Attached, Reply};
 use crate::stats::{ShardStats, Stage};
 
 use super::super::{Cells, Refusal};
-use super::{sync, Committed, Durability};
+use super::{sync, Committed, SyncOrder};
 
 /// Answers a group in order (or refuses every input with `refusal`), its effects together;
 /// then, for the power-cut test's broken order, syncs. True if it was answered.
@@ -20,7 +20,7 @@ pub(super) async fn answer_group(
     (key, client): (&str, ClientKey),
     group: Vec<Committed>,
     refusal: Option<Refusal>,
-    durability: Durability,
+    durability: SyncOrder,
 ) -> bool {
     let state = &cells.state;
     let stats = state.stats();
@@ -59,7 +59,7 @@ pub(super) async fn answer_group(
         stats.stages.record(Stage::InputToAnswer, at.elapsed());
     }
     drop(permit);
-    if durability == Durability::AnswerFirst {
+    if durability == SyncOrder::AnswerFirst {
         sync(state, client, key, wal, 1).await;
     }
     synced
