@@ -100,9 +100,18 @@ fn a_broadcast_to_5000_viewers_leaves_room_for_other_requests() {
             break;
         }
     }
+    let now = stats.get();
+    let moved = |k: &str| sum(&now, k) - sum(&before, k);
     assert!(
         seen_in_progress,
-        "no request on the shard was answered while a broadcast was fanning out"
+        "no request on the shard was answered while a broadcast was fanning out \
+         (since the first click: ws_messages_in {}, ws_messages_out {}, turn_yields {}, \
+         broadcasts refused {}, ws_rate_closed {})",
+        moved("ws_messages_in"),
+        moved("ws_messages_out"),
+        moved("turn_yields"),
+        moved("mailbox_refused"),
+        moved("ws_rate_closed"),
     );
     let after = wait_stats(&node, "the fan-outs to end", |s| {
         sum(s, "fanouts_in_progress") == 0
