@@ -507,6 +507,7 @@ impl<'c> HttpConn<'c> {
         let fields = req.headers.iter().map(|h| (h.name, h.value));
         let client = combd_fleet::forward::covered(client, fields);
         fleet
+            .trust
             .authenticate(peer, signature, req.method, &target, &client, req.body)
             .map(|()| signature.map(|s| String::from_utf8_lossy(s).into_owned()))
             .map_err(crate::fleet::auth_refused)

@@ -29,13 +29,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use combd_fleet::auth::{self, AuthError};
+use combd_fleet::auth;
 use combd_fleet::bucket::Bucket;
 use combd_fleet::config;
 use combd_fleet::coordinator::{Advance, Coordinator, DueChange, Head};
 use combd_fleet::segment::{Segment, WalCursor};
 use combd_fleet::tls::FleetTls;
-use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::FLEET_UPLOAD_THREADS;
 use combd_kernel::settings::{parse_fleet_address, FleetSettings};
 
@@ -59,7 +58,7 @@ pub use pass_on::{owner_unreachable, PassOn, MESSAGE_PATH};
 use snapshot::Snapshots;
 pub use stats::FleetStats;
 pub use trust::auth_refused;
-use trust::Trust;
+pub(crate) use trust::Trust;
 pub use unreachable::{Attempt, Failed};
 use upload::{upload_thread, Upload};
 pub use wakes::WakeSweep;
@@ -73,8 +72,9 @@ pub struct Fleet {
     coordinator: Arc<Coordinator>,
     /// The lease this node holds now.
     lease: NodeLease,
-    /// The fleet key's checks of what other nodes pass on, and its signatures.
-    trust: Trust,
+    /// The fleet key's checks of what other nodes pass on (connections call its
+    /// `authenticate`), and its signatures.
+    pub(crate) trust: Trust,
     /// Whether a fleet address may be public (`COMBD_FLEET_NODE_PUBLIC`).
     node_public: bool,
     /// Passing requests and messages on to other nodes' objects.
@@ -299,20 +299,6 @@ impl Fleet {
     /// at the same head restores nothing. Blocking.
     pub fn left_at_head(&self, s: &Shipping, path: &Path) {
         self.snapshots.left_at_head(s, path);
-    }
-
-    /// Checks a request that came from the fleet: [`Trust`]'s `authenticate`.
-    pub fn authenticate(
-        &self,
-        peer: ClientKey,
-        signature: Option<&[u8]>,
-        method: &str,
-        target: &str,
-        client: &str,
-        body: &[u8],
-    ) -> Result<(), AuthError> {
-        self.trust
-            .authenticate(peer, signature, method, target, client, body)
     }
 
     /// The [`auth::AUTH_HEADER`] value of a request to `owner` for the client at `client`.

@@ -12,7 +12,7 @@ use super::FleetStats;
 
 /// The fleet key, the signed requests taken lately, and this node's fleet address (what a
 /// request to this node is signed for).
-pub(super) struct Trust {
+pub(crate) struct Trust {
     /// The fleet key: what this node passes on is signed with it, and what another node passes
     /// on is taken only signed with it.
     pub(super) key: Arc<FleetKey>,
@@ -42,7 +42,7 @@ impl Trust {
     /// empty), to this node, lately, and not taken before, within the peer's share of the
     /// requests remembered. Refusals are counted.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn authenticate(
+    pub(crate) fn authenticate(
         &self,
         peer: ClientKey,
         signature: Option<&[u8]>,
