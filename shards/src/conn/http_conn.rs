@@ -524,7 +524,9 @@ impl<'c> HttpConn<'c> {
             resp.headers.iter().map(|(n, v)| (*n, v.as_str())),
             crate::fleet::kept_in_answer,
         );
-        let mac = fleet.sign_answer(request, resp.status, &fields, &resp.body);
+        let mac = fleet
+            .trust
+            .sign_answer(request, resp.status, &fields, &resp.body);
         resp.with_header(combd_fleet::auth::ANSWER_HEADER, mac)
     }
 

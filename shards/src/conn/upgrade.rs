@@ -180,7 +180,9 @@ impl Replay {
 
     /// The head to send to `owner`, signed for it.
     pub(super) fn signed(mut self, fleet: &crate::fleet::Fleet, owner: &str) -> Vec<u8> {
-        let signature = fleet.sign(owner, "GET", &self.target, &self.covered, b"");
+        let signature = fleet
+            .trust
+            .sign(owner, "GET", &self.target, &self.covered, b"");
         self.head
             .extend_from_slice(combd_fleet::auth::AUTH_HEADER.as_bytes());
         self.head.extend_from_slice(b": ");

@@ -301,24 +301,6 @@ impl Fleet {
         self.snapshots.left_at_head(s, path);
     }
 
-    /// The [`auth::AUTH_HEADER`] value of a request to `owner` for the client at `client`.
-    pub fn sign(
-        &self,
-        owner: &str,
-        method: &str,
-        target: &str,
-        client: &str,
-        body: &[u8],
-    ) -> String {
-        self.trust.sign(owner, method, target, client, body)
-    }
-
-    /// The [`auth::ANSWER_HEADER`] value of this node's answer to the signed request whose
-    /// signature was `request`.
-    pub fn sign_answer(&self, request: &str, status: u16, fields: &str, body: &[u8]) -> String {
-        self.trust.sign_answer(request, status, fields, body)
-    }
-
     /// Whether to try reaching `owner` now ([`PassOn::may_try`]).
     pub fn may_try(&self, owner: &str) -> Option<Attempt> {
         self.pass_on.may_try(owner)

@@ -72,7 +72,7 @@ impl Trust {
     /// The [`auth::AUTH_HEADER`] value of a request to `owner` (a WebSocket's upgrade passed
     /// through) for the client at `client` (the [`combd_fleet::forward::CLIENT_HEADER`] it
     /// carries).
-    pub(super) fn sign(
+    pub(crate) fn sign(
         &self,
         owner: &str,
         method: &str,
@@ -85,7 +85,7 @@ impl Trust {
 
     /// The [`combd_fleet::auth::ANSWER_HEADER`] value of this node's answer to the signed
     /// request whose signature was `request`.
-    pub(super) fn sign_answer(
+    pub(crate) fn sign_answer(
         &self,
         request: &str,
         status: u16,
