@@ -256,7 +256,7 @@ impl Conn {
         client: Option<&crate::auth::Client>,
     ) -> ClientKey {
         match (self.routes().address_key(caller), client) {
-            (ClientKey::Local, _) | (_, None) => self.routes().address_key(caller),
+            (key @ ClientKey::Local, _) | (key, None) => key,
             (_, Some(c)) => ClientKey::identity(&c.subject),
         }
     }
