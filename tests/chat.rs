@@ -324,3 +324,40 @@ fn a_resume_past_its_bytes_carries_the_last_fifty_and_says_gap() {
     assert!(hello.get("gap").is_none());
     assert_eq!(ids(&hello["history"]), (151..=200).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_user_who_leaves_after_the_room_was_let_go_leaves_presence() {
+    let file = key_file();
+    let node = start(&file);
+    let (mut alice, _) = join(&node, "r7", "alice", None);
+    next(&mut alice, "presence");
+    let (mut bob, _) = join(&node, "r7", "bob", None);
+    assert_eq!(
+        next(&mut alice, "presence")["join"],
+        serde_json::json!(["bob"])
+    );
+    // Both idle: the room object is let go while their sessions stay attached.
+    wait_stats(&node, "the idle room to be let go", |s| {
+        s["objects_live"] == 0
+    });
+    // Bob closes his tab: the room is opened again for his detach, and alice sees him leave.
+    bob.close(None).unwrap();
+    let diff = next(&mut alice, "presence");
+    assert_eq!(diff["leave"], serde_json::json!(["bob"]), "{diff}");
+    // The last one out, after another idle pause, leaves an empty room.
+    wait_stats(&node, "the idle room to be let go again", |s| {
+        s["objects_live"] == 0
+    });
+    let restores = node.stats()["restores"].as_u64().unwrap();
+    alice.close(None).unwrap();
+    // Her detach opens the room once more, runs, and the room is let go after it.
+    wait_stats(&node, "alice's detach to have run", |s| {
+        s["restores"].as_u64() > Some(restores) && s["objects_live"] == 0
+    });
+    let (_, hello) = join(&node, "r7", "carol", None);
+    assert_eq!(
+        hello["presence"],
+        serde_json::json!(["carol"]),
+        "nobody who left is still listed"
+    );
+}

@@ -175,7 +175,7 @@ impl Job {
         }
     }
 
-    /// Whether this is a detach (which is never refused and never creates an object).
+    /// Whether this is a detach (which a full mailbox never refuses).
     pub fn is_detach(&self) -> bool {
         matches!(self.input, Owned::Detach { .. })
     }

@@ -227,7 +227,11 @@ impl Cells {
         let has_cell = self.objects.borrow().contains_key(&key);
         let job = match has_cell {
             true => job,
-            false if job.is_detach() => return,
+            // A detach for an object let go while its sessions stayed attached (idle, or under
+            // pressure) opens it again: what it keeps for the session (a presence row, say) is
+            // freed, never left behind as a ghost. One that does not exist runs on a scratch
+            // database and creates nothing.
+            //
             // In a fleet, an object another node owns goes there without a cell: at once to an
             // owner this shard knows, else once the coordinator said who owns it.
             false => match self

@@ -213,10 +213,10 @@ pub(super) struct WsConn<'c> {
 impl Drop for WsConn<'_> {
     /// The session ends with the loop, whatever ended it: from here the fan-out writes to
     /// its socket no more (the connection's stream, which the loop borrowed, outlives it).
+    /// Its object is told the session left, as by a close: a task dropped mid-run (its shard
+    /// drains) leaves nothing kept for the session behind either.
     fn drop(&mut self) {
-        if let Some(s) = self.watch.session.take() {
-            self.conn.cells.sessions().end(&s);
-        }
+        self.leave();
     }
 }
 
@@ -585,6 +585,17 @@ impl<'c> WsConn<'c> {
         r.map_err(|e| Cut { e, cut })
     }
 
+    /// Tells the object the session left, and ends the session: from here the fan-out writes
+    /// to its socket no more. Once; nothing after the first.
+    fn leave(&mut self) {
+        if let Some(s) = self.watch.session.take() {
+            let to = &self.ws.to;
+            let job = Job::detach(s.session_id());
+            self.conn.cells.submit(&to.app, &to.object, job);
+            self.conn.cells.sessions().end(&s);
+        }
+    }
+
     /// Ends the WebSocket: tells the object the session left, then closes the connection the
     /// way `close` says, and logs the close (while the access log is on). The close frame gets
     /// [`CLOSE_LINGER`](limits::CLOSE_LINGER) to be written and answered: a client that does
@@ -595,12 +606,7 @@ impl<'c> WsConn<'c> {
             Some(s) if s.is_cut() => Close::Drop,
             _ => close,
         };
-        if let Some(s) = self.watch.session.take() {
-            let to = &self.ws.to;
-            let job = Job::detach(s.session_id());
-            self.conn.cells.submit(&to.app, &to.object, job);
-            self.conn.cells.sessions().end(&s);
-        }
+        self.leave();
         let frame = match close {
             Close::Frame(code, reason) => Some((code, reason)),
             Close::Answer(code) => Some((code, "")),
