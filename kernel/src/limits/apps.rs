@@ -118,3 +118,16 @@ pub const APP_CORS_ORIGINS_MAX: usize = 64;
 /// How long a browser may keep a preflight's answer (`access-control-max-age`), in seconds,
 /// unless a native app says otherwise: ten minutes, Chromium's own cap (Firefox keeps a day).
 pub const CORS_MAX_AGE_SECONDS: u64 = 600;
+
+/// Frames an object's log keeps per topic (`_combd_log`: each broadcast numbered in the
+/// transaction that committed it, what a client that reconnects resumes from); older ones are
+/// trimmed as new ones come. A viewer 1,000 frames behind is served a snapshot instead.
+pub const TOPIC_LOG_FRAMES: u64 = 1000;
+
+/// Bytes of payload an object's log keeps per topic: at most 1 MiB of it is ever read for one
+/// resume. Rows of the object's own database, within its `COMBD_DB_MAX` like any write.
+pub const TOPIC_LOG_BYTES: u64 = 1024 * 1024;
+
+/// How long an object's log keeps a frame: two minutes of disconnection resume without loss
+/// (Ably's promise of continuity).
+pub const TOPIC_LOG_AGE: std::time::Duration = std::time::Duration::from_secs(120);

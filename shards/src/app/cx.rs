@@ -181,6 +181,7 @@ impl<'a> Cx<'a> {
             topic: topic.to_string(),
             text: true,
             payload: text.as_bytes().to_vec(),
+            seq: 0,
         });
         Ok(())
     }

@@ -343,6 +343,9 @@ pub enum Effect {
         text: bool,
         /// The payload.
         payload: Vec<u8>,
+        /// Its sequence number in its topic's log, given in the transaction that commits it
+        /// (`cells::topic_log`); 0 until then, and on a run that keeps no log.
+        seq: u64,
     },
 }
 

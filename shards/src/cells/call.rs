@@ -8,6 +8,7 @@ use crate::job::Owned;
 use crate::limit::Limit;
 
 use super::store::watch;
+use super::topic_log::{self, Logged, Retention};
 use crate::sandbox;
 
 /// The object a batch runs for: its app's and its own name, its shard, and the node's alarm
@@ -62,6 +63,8 @@ pub(super) struct BatchResult {
     /// The earliest alarm a call that committed set (a shard's timer reads the index for it,
     /// if it is due before the next tick).
     pub alarm_at: Option<u64>,
+    /// What the calls that committed did to their topics' logs.
+    pub logged: Logged,
 }
 
 impl BatchResult {
@@ -79,6 +82,7 @@ impl BatchResult {
             failed: Vec::new(),
             due_moved: false,
             alarm_at: None,
+            logged: Logged::default(),
         }
     }
 
@@ -97,6 +101,12 @@ impl BatchResult {
     fn set_due(&mut self, st: CallStats) {
         self.due_moved |= st.due_moved;
         self.set_alarm_at(st.alarm_at);
+        self.add_logged(st.logged);
+    }
+
+    fn add_logged(&mut self, logged: Logged) {
+        self.logged.frames += logged.frames;
+        self.logged.trimmed += logged.trimmed;
     }
 
     /// The earliest alarm a call that committed set, if it set one.
@@ -119,6 +129,7 @@ impl BatchResult {
         self.refused += more.refused;
         self.due_moved |= more.due_moved;
         self.set_alarm_at(more.alarm_at);
+        self.add_logged(more.logged);
         self.failed.extend(more.failed.into_iter().map(|i| i + at));
     }
 }
@@ -137,6 +148,8 @@ pub(super) struct CallStats {
     pub due_moved: bool,
     /// The earliest alarm it set, if it set one and committed.
     pub alarm_at: Option<u64>,
+    /// What its broadcasts did to the log, if it committed.
+    pub logged: Logged,
 }
 
 /// The limits of every call of one batch.
@@ -371,6 +384,8 @@ pub(super) fn call<T>(
         crate::alloc::begin();
     }
     let mut wrote = false;
+    let mut logged = Logged::default();
+    let first_effect = effects.len();
     let r = (|| -> Result<T, AppError> {
         let tx = db.transaction()?;
         let out = {
@@ -385,7 +400,18 @@ pub(super) fn call<T>(
         }
         let out = out?;
         before_commit(&tx, target, scratch, &mut budget, &mut wrote)?;
+        // A scratch run commits nothing, so it keeps no log: its broadcasts go unnumbered.
+        let log = match scratch {
+            false => topic_log::append(
+                &tx,
+                &mut effects[first_effect..],
+                Retention::node(),
+                crate::alarms::now_ms(),
+            )?,
+            true => Logged::default(),
+        };
         tx.commit()?;
+        logged = log;
         Ok(out)
     })();
     let interrupted = watch::end();
@@ -407,6 +433,7 @@ pub(super) fn call<T>(
         wrote,
         due_moved: budget.alarm_set.is_some() && r.is_ok(),
         alarm_at: budget.first_alarm.filter(|_| r.is_ok()),
+        logged: if r.is_ok() { logged } else { Logged::default() },
     };
     (r, stats)
 }

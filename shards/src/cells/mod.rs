@@ -32,6 +32,7 @@ mod route;
 pub(crate) use alarm_wakes::AlarmWakes;
 pub(crate) mod session;
 mod store;
+mod topic_log;
 /// The hook that tells the sandbox each statement's start, for its tests.
 #[cfg(test)]
 pub(crate) use store::watch;
@@ -443,6 +444,7 @@ impl Cells {
                     topic,
                     text,
                     payload,
+                    ..
                 } => run.push(topic, OutFrame::message(text, &payload)),
             }
         }

@@ -201,6 +201,10 @@ pub struct ShardStats {
     pub mailbox_oldest_age_ms: AtomicU64,
     /// Calls that took longer than 10 ms.
     pub slow_calls: AtomicU64,
+    /// Broadcasts numbered and kept in their topic's log (`cells::topic_log`).
+    pub topic_log_frames: AtomicU64,
+    /// Frames trimmed from topics' logs past their retention.
+    pub topic_log_trimmed: AtomicU64,
     /// Calls killed past `COMBD_CPU_LIMIT_TICKS`.
     pub cpu_limit_killed: AtomicU64,
     /// Calls killed past 1 s of host calls.
@@ -420,6 +424,8 @@ impl ShardStats {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         vec![
             ("slow_calls", "combd_slow_calls_total", Counter, "Calls longer than 10 ms.", g(&self.slow_calls)),
+            ("topic_log_frames", "combd_topic_log_frames_total", Counter, "Broadcasts numbered and kept in their topic's log.", g(&self.topic_log_frames)),
+            ("topic_log_trimmed", "combd_topic_log_trimmed_total", Counter, "Frames trimmed from topics' logs past their retention.", g(&self.topic_log_trimmed)),
             ("cpu_limit_killed", "combd_cpu_limit_killed_total", Counter, "Calls killed past the tick limit.", g(&self.cpu_limit_killed)),
             ("host_time_killed", "combd_host_time_killed_total", Counter, "Calls killed past 1 s of host calls.", g(&self.host_time_killed)),
             ("sql_timeouts", "combd_sql_timeouts_total", Counter, "SQL statements interrupted past 100 ms.", g(&self.sql_timeouts)),

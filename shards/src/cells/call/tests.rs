@@ -119,10 +119,62 @@ fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
         .collect();
     assert_eq!(sent, ["a", "b"]);
 
+    // What committed was numbered in its topic's log, with nothing of what was rolled back
+    // (the failed batch's try, the failed input).
+    assert_eq!(seqs(&r.effects), [1, 2]);
+    assert_eq!(r.logged.frames, 2);
+
     // A batch that succeeds is one transaction with every effect.
     let r = batch(&Log, &mut db, &[http("c"), http("d")], &On::Db);
     assert!(r.outputs.iter().all(|o| o.is_ok()));
     assert_eq!(r.effects.len(), 2);
+    assert_eq!(seqs(&r.effects), [3, 4]);
+    let kept: Vec<(i64, Vec<u8>)> = db
+        .prepare("SELECT seq, payload FROM _combd_log WHERE topic = 't' ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let want: Vec<(i64, Vec<u8>)> = vec![
+        (1, b"a".to_vec()),
+        (2, b"b".to_vec()),
+        (3, b"c".to_vec()),
+        (4, b"d".to_vec()),
+    ];
+    assert_eq!(kept, want, "the log holds what viewers were sent, in order");
+
+    // A scratch run keeps no log: its broadcasts go unnumbered.
+    let mut scratch = open("batch-scratch", Log.schema());
+    let r = batch(&Echo, &mut scratch, &[http("e")], &On::Scratch);
+    assert!(!r.wrote);
+    assert_eq!(seqs(&r.effects), [0]);
+}
+
+/// The sequence numbers of `effects`' broadcasts.
+fn seqs(effects: &[Effect]) -> Vec<u64> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Broadcast { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Broadcasts its input, writing nothing.
+struct Echo;
+
+impl App for Echo {
+    fn name(&self) -> &'static str {
+        "echo"
+    }
+    fn handle(&self, cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
+        if let Input::Http { body, .. } = input {
+            cx.broadcast("t", &String::from_utf8_lossy(body))?;
+        }
+        Ok(Output::None)
+    }
 }
 
 /// `GET` reads, `POST` inserts a row, `NOOP` updates no row, `TEMP` inserts a row and tries

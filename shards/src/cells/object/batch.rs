@@ -337,6 +337,8 @@ fn file_result(state: &ShardState, cell: &ObjectCell, result: &BatchResult) {
     }
     let stats = state.stats();
     ShardStats::add(&stats.slow_calls, result.slow_calls);
+    ShardStats::add(&stats.topic_log_frames, result.logged.frames);
+    ShardStats::add(&stats.topic_log_trimmed, result.logged.trimmed);
     for l in &result.limits {
         ShardStats::add(l.counter(stats), 1);
     }
