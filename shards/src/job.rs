@@ -10,6 +10,7 @@ use crate::app::{AppError, Caller, Input, Message, SessionId};
 use crate::auth::Client;
 use crate::http::Response;
 use crate::inbound::Hold;
+use crate::ws::numbered::Resume;
 use crate::ws::OutFrame;
 
 /// Work for an object: what to handle, where its answer goes, and the bytes of its input held
@@ -94,6 +95,7 @@ impl Job {
                 query,
                 client,
                 caller,
+                resume: None,
             },
             reply: Reply::Attach { reply, may_pass },
             hold: None,
@@ -115,6 +117,7 @@ impl Job {
                 query,
                 client,
                 caller,
+                resume: None,
             },
             reply: Reply::Session(session),
             hold: None,
@@ -175,6 +178,14 @@ impl Job {
         }
     }
 
+    /// The attach of a numbered session: `resume`, its place and topic, if it has one.
+    pub fn resuming(mut self, resume: Option<(Resume, String)>) -> Job {
+        if let Owned::Attach { resume: r, .. } = &mut self.input {
+            *r = resume;
+        }
+        self
+    }
+
     /// Whether this is a detach (which a full mailbox never refuses).
     pub fn is_detach(&self) -> bool {
         matches!(self.input, Owned::Detach { .. })
@@ -230,6 +241,8 @@ pub(crate) enum Owned {
         query: Option<String>,
         client: Option<Arc<Client>>,
         caller: Arc<Caller>,
+        /// A numbered session's place, and its topic ([`crate::ws::numbered`]).
+        resume: Option<(Resume, String)>,
     },
     Detach {
         session: SessionId,
@@ -263,6 +276,18 @@ pub(crate) enum Owned {
 }
 
 impl Owned {
+    /// A numbered session's attach: the session, its place and its topic.
+    pub fn resume(&self) -> Option<(SessionId, Resume, &str)> {
+        match self {
+            Owned::Attach {
+                session,
+                resume: Some((resume, topic)),
+                ..
+            } => Some((*session, *resume, topic)),
+            _ => None,
+        }
+    }
+
     /// Whether the node makes this input (an alarm wake, another object's message, a delivery's
     /// acknowledgement), not a client: it is run apart from the app's batch.
     pub fn is_node_input(&self) -> bool {
@@ -309,6 +334,7 @@ impl Owned {
                 query,
                 client,
                 caller,
+                ..
             } => Input::Attach {
                 session: *session,
                 query: query.as_deref(),

@@ -182,6 +182,7 @@ impl<'a> Cx<'a> {
             text: true,
             payload: text.as_bytes().to_vec(),
             seq: 0,
+            epoch: 0,
         });
         Ok(())
     }

@@ -346,6 +346,17 @@ pub enum Effect {
         /// Its sequence number in its topic's log, given in the transaction that commits it
         /// (`cells::topic_log`); 0 until then, and on a run that keeps no log.
         seq: u64,
+        /// Its topic's log's epoch, with `seq`.
+        epoch: u64,
+    },
+    /// What the node sends a numbered session as it attaches (`crate::ws::numbered`): the
+    /// log's position and the frames after the session's place, encoded: the node's, not an
+    /// app's to make.
+    Resume {
+        /// The session.
+        to: SessionId,
+        /// WebSocket frames, one after the other.
+        frames: Vec<u8>,
     },
 }
 

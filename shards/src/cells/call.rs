@@ -218,7 +218,10 @@ pub(super) fn run_batch(
 ) -> BatchResult {
     debug_assert!(!inputs.iter().any(Owned::is_node_input));
     let mut result = BatchResult::new();
-    if inputs.len() > 1 && !matches!(run.on, On::ScratchRefusing(_)) {
+    // A numbered session's attach is sent what the log holds before its own call (it reads
+    // the log where the call starts): one by one.
+    let resumes = inputs.iter().any(|i| i.resume().is_some());
+    if inputs.len() > 1 && !resumes && !matches!(run.on, On::ScratchRefusing(_)) {
         match run_together(run, db, inputs) {
             Ok(done) => return done,
             // Nothing of the batch was applied; retry one by one so one bad input does not
@@ -275,6 +278,15 @@ fn run_each(
 ) -> BatchResult {
     for input in inputs {
         let mut mine = Vec::new();
+        if let Some((to, resume, topic)) = input.resume() {
+            match topic_log::resume(db, topic, to, resume) {
+                Ok(first) => mine.push(first),
+                Err(e) => {
+                    result.outputs.push(Err(e));
+                    continue;
+                }
+            }
+        }
         let (r, st) = run.call(db, input.bytes(), &mut mine, &mut result.logs, |cx| {
             run.app.handle(cx, &input.input()?).and_then(checked)
         });

@@ -444,8 +444,13 @@ impl Cells {
                     topic,
                     text,
                     payload,
-                    ..
-                } => run.push(topic, OutFrame::message(text, &payload)),
+                    seq,
+                    epoch,
+                } => run.push(topic, OutFrame::logged(text, &payload, seq, epoch)),
+                Effect::Resume { to, frames } => {
+                    self.broadcast_run(key, &mut run).await;
+                    self.sessions.deliver(Some(key), to, OutFrame::node(frames))
+                }
             }
         }
         self.broadcast_run(key, &mut run).await;

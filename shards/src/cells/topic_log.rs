@@ -2,31 +2,42 @@
 //! number of its topic in the transaction that commits it, and is kept in the object's own
 //! database (node tables, out of the app's reach: `crate::sandbox`), so what a viewer was sent
 //! and what the log says can never differ, whatever crashes. A viewer that reconnects resumes
-//! from it. The log keeps the last [`TOPIC_LOG_FRAMES`] frames, [`TOPIC_LOG_BYTES`] of
-//! payload and [`TOPIC_LOG_AGE`] of time per topic, whichever is least; older frames are
-//! trimmed in the same transaction. Its rows count against the object's `COMBD_DB_MAX` like
-//! any write: a broadcast that would pass it fails its call (`db_full`), applying nothing.
+//! from it ([`resume`], [`crate::ws::numbered`]).
+//!
+//! The log keeps the last [`TOPIC_LOG_FRAMES`] frames, [`TOPIC_LOG_BYTES`] of payload and
+//! [`TOPIC_LOG_AGE`] of time per topic, whichever is least, and always its newest frame (its
+//! number); older frames are trimmed in the same transaction, once a topic passes one of them
+//! by an eighth. Its rows count against the object's `COMBD_DB_MAX` like any write: a broadcast
+//! that would pass it fails its call (`db_full`), applying nothing.
 //!
 //! A topic's epoch is drawn when its first frame is logged: a sequence number means something
 //! only with its epoch, so a log that starts over (its rows lost, an object restored from
 //! before them) is told from the one a viewer followed.
-
-use std::collections::HashMap;
+//!
+//! A frame's row is keyed by one integer, its topic's id and its number (`id << 40 | seq`):
+//! a call appends at the end of its topic's range and trims from its start, with no text key
+//! compared (text keys and a row per topic rewritten each call cost a click 12–15 % more CPU
+//! than none, measured; this layout is what RESULTS gives). A running total of payload bytes
+//! in each row sizes any range from its two ends.
 
 use combd_kernel::limits::{TOPIC_LOG_AGE, TOPIC_LOG_BYTES, TOPIC_LOG_FRAMES};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::app::Effect;
+use crate::app::{AppError, Effect, SessionId};
 use crate::sandbox;
+use crate::ws::numbered::{position, prefixed, Resume, Why, PARAM};
 
-/// The log's tables: a topic's epoch, its last sequence number, and what its kept frames
-/// hold; and the frames.
+/// The log's tables: each topic's id and epoch, and the frames.
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS _combd_topics (\
-     topic TEXT PRIMARY KEY, epoch INTEGER NOT NULL, last INTEGER NOT NULL, \
-     frames INTEGER NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID; \
+     id INTEGER PRIMARY KEY, topic TEXT NOT NULL UNIQUE, epoch INTEGER NOT NULL); \
      CREATE TABLE IF NOT EXISTS _combd_log (\
-     topic TEXT NOT NULL, seq INTEGER NOT NULL, at_ms INTEGER NOT NULL, \
-     text INTEGER NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (topic, seq)) WITHOUT ROWID;";
+     key INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, text INTEGER NOT NULL, \
+     total INTEGER NOT NULL, payload BLOB NOT NULL);";
+
+/// Bits of a row's key that number its frame: past `2^40 - 1` frames (35 years at 1,000 a
+/// second) a topic's log starts over with a new epoch.
+const SEQ_BITS: u32 = 40;
+const SEQ_MAX: u64 = (1 << SEQ_BITS) - 1;
 
 /// How much of a topic's log is kept.
 #[derive(Debug, Clone, Copy)]
@@ -56,13 +67,36 @@ pub(super) struct Logged {
     pub trimmed: u64,
 }
 
-/// A topic's row: its epoch, last sequence number, and what its kept frames hold.
+/// A topic as a call finds it: its id and epoch, and its newest frame's number and running
+/// byte total (0 and 0 with none).
 #[derive(Debug, Clone, Copy)]
 struct Topic {
-    epoch: i64,
-    last: i64,
-    frames: i64,
-    bytes: i64,
+    id: i64,
+    epoch: u64,
+    last: u64,
+    total: u64,
+}
+
+impl Topic {
+    /// The key of frame `seq`.
+    fn key(&self, seq: u64) -> i64 {
+        (self.id << SEQ_BITS) | seq as i64
+    }
+
+    /// Its keys' range.
+    fn range(&self) -> (i64, i64) {
+        (self.key(0), self.key(SEQ_MAX))
+    }
+}
+
+/// A frame's row as the ends of a range are read: its number, when it was logged, its
+/// running byte total and its payload's length.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    seq: u64,
+    at_ms: i64,
+    total: u64,
+    len: u64,
 }
 
 /// Numbers the broadcasts among `effects` (one call's, in order) topic by topic, keeps them in
@@ -82,10 +116,18 @@ pub(super) fn append(
         return Ok(logged);
     }
     let _node = sandbox::NodeSql::enter();
-    tx.execute_batch(SCHEMA)?;
-    let mut topics: HashMap<String, Topic> = HashMap::new();
+    // The tables, made by the first broadcast: a cached statement says they are there (a
+    // CREATE per call cost a schema parse each time).
+    if tx
+        .prepare_cached("SELECT 1 FROM _combd_log LIMIT 0")
+        .is_err()
+    {
+        tx.execute_batch(SCHEMA)?;
+    }
+    // A call's broadcasts go to one topic or few: a short list, in first-seen order.
+    let mut topics: Vec<(String, Topic)> = Vec::new();
     let mut insert = tx.prepare_cached(
-        "INSERT INTO _combd_log (topic, seq, at_ms, text, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO _combd_log (key, at_ms, text, total, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     for e in effects.iter_mut() {
         let Effect::Broadcast {
@@ -93,102 +135,282 @@ pub(super) fn append(
             text,
             payload,
             seq,
+            epoch,
         } = e
         else {
             continue;
         };
-        let t = match topics.get_mut(topic.as_str()) {
-            Some(t) => t,
-            None => topics
-                .entry(topic.clone())
-                .or_insert(read_topic(tx, topic)?),
+        let i = match topics.iter().position(|(name, _)| name == topic) {
+            Some(i) => i,
+            None => {
+                topics.push((topic.clone(), open_topic(tx, topic)?));
+                topics.len() - 1
+            }
         };
+        let t = &mut topics[i].1;
+        if t.last == SEQ_MAX {
+            *t = start_over(tx, topic, t)?;
+        }
         t.last += 1;
-        t.frames += 1;
-        t.bytes += payload.len() as i64;
-        insert.execute(params![&*topic, t.last, now_ms as i64, *text, &*payload])?;
-        *seq = t.last as u64;
+        t.total += payload.len() as u64;
+        let row = params![
+            t.key(t.last),
+            now_ms as i64,
+            *text,
+            t.total as i64,
+            &*payload
+        ];
+        insert.execute(row)?;
+        (*seq, *epoch) = (t.last, t.epoch);
         logged.frames += 1;
     }
-    for (topic, t) in topics.iter_mut() {
-        logged.trimmed += trim(tx, topic, t, retention, now_ms)?;
-        tx.prepare_cached(
-            "INSERT OR REPLACE INTO _combd_topics (topic, epoch, last, frames, bytes) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?
-        .execute(params![topic, t.epoch, t.last, t.frames, t.bytes])?;
+    for (_, t) in &topics {
+        logged.trimmed += trim(tx, t, retention, now_ms)?;
     }
     Ok(logged)
 }
 
-/// `topic`'s row, or a new one with a fresh epoch.
-fn read_topic(tx: &Connection, topic: &str) -> rusqlite::Result<Topic> {
-    let row = tx
-        .prepare_cached("SELECT epoch, last, frames, bytes FROM _combd_topics WHERE topic = ?1")?
-        .query_row([topic], |r| {
-            Ok(Topic {
-                epoch: r.get(0)?,
-                last: r.get(1)?,
-                frames: r.get(2)?,
-                bytes: r.get(3)?,
-            })
-        })
-        .optional()?;
-    Ok(row.unwrap_or(Topic {
-        epoch: new_epoch(),
+/// `topic` as a call finds it: made, with a fresh epoch, if it has no row.
+fn open_topic(tx: &Connection, topic: &str) -> rusqlite::Result<Topic> {
+    let (id, epoch) = match find_topic(tx, topic)? {
+        Some(found) => found,
+        None => {
+            let epoch = new_epoch();
+            tx.prepare_cached("INSERT INTO _combd_topics (topic, epoch) VALUES (?1, ?2)")?
+                .execute(params![topic, epoch as i64])?;
+            (tx.last_insert_rowid(), epoch)
+        }
+    };
+    let t = Topic {
+        id,
+        epoch,
         last: 0,
-        frames: 0,
-        bytes: 0,
-    }))
+        total: 0,
+    };
+    Ok(match newest(tx, &t)? {
+        Some(end) => Topic {
+            last: end.seq,
+            total: end.total,
+            ..t
+        },
+        None => t,
+    })
 }
 
-/// Trims `topic`'s oldest frames while it keeps more than `retention` (frames, bytes, or one
-/// older than its age); how many went.
-fn trim(
-    tx: &Connection,
-    topic: &str,
-    t: &mut Topic,
-    retention: Retention,
-    now_ms: u64,
-) -> rusqlite::Result<u64> {
-    let too_old = now_ms.saturating_sub(retention.age_ms) as i64;
-    let over = |t: &Topic| t.frames as u64 > retention.frames || t.bytes as u64 > retention.bytes;
-    let mut trimmed = 0;
-    loop {
-        // The oldest frames, a few at a time: a batch trims about as many as it logged.
-        let oldest: Vec<(i64, i64, i64)> = tx
-            .prepare_cached(
-                "SELECT seq, at_ms, length(payload) FROM _combd_log WHERE topic = ?1 \
-                 ORDER BY seq LIMIT 64",
-            )?
-            .query_map([topic], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-            .collect::<rusqlite::Result<_>>()?;
-        let mut cut = None;
-        for (seq, at, len) in &oldest {
-            if !over(t) && *at >= too_old {
-                break;
-            }
-            t.frames -= 1;
-            t.bytes -= len;
-            cut = Some(*seq);
+/// `topic`'s id and epoch, if it has a row.
+fn find_topic(db: &Connection, topic: &str) -> rusqlite::Result<Option<(i64, u64)>> {
+    db.prepare_cached("SELECT id, epoch FROM _combd_topics WHERE topic = ?1")?
+        .query_row([topic], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))
+        .optional()
+}
+
+/// A topic past its last number: its frames dropped, a new epoch, numbered from 1 again.
+fn start_over(tx: &Connection, topic: &str, t: &Topic) -> rusqlite::Result<Topic> {
+    let (lo, hi) = t.range();
+    tx.prepare_cached("DELETE FROM _combd_log WHERE key BETWEEN ?1 AND ?2")?
+        .execute([lo, hi])?;
+    let epoch = new_epoch();
+    tx.prepare_cached("UPDATE _combd_topics SET epoch = ?2 WHERE topic = ?1")?
+        .execute(params![topic, epoch as i64])?;
+    Ok(Topic {
+        epoch,
+        last: 0,
+        total: 0,
+        ..*t
+    })
+}
+
+/// The newest or the oldest frame of `t`'s range, if it has one.
+fn end(db: &Connection, t: &Topic, newest: bool) -> rusqlite::Result<Option<End>> {
+    let sql = match newest {
+        true => {
+            "SELECT key, at_ms, total, length(payload) FROM _combd_log \
+                 WHERE key BETWEEN ?1 AND ?2 ORDER BY key DESC LIMIT 1"
         }
-        let Some(cut) = cut else { return Ok(trimmed) };
-        trimmed += tx
-            .prepare_cached("DELETE FROM _combd_log WHERE topic = ?1 AND seq <= ?2")?
-            .execute(params![topic, cut])? as u64;
-        if oldest.len() < 64 || Some(&cut) != oldest.last().map(|o| &o.0) {
-            return Ok(trimmed);
+        false => {
+            "SELECT key, at_ms, total, length(payload) FROM _combd_log \
+                  WHERE key BETWEEN ?1 AND ?2 ORDER BY key LIMIT 1"
+        }
+    };
+    let (lo, hi) = t.range();
+    db.prepare_cached(sql)?
+        .query_row([lo, hi], |r| {
+            Ok(End {
+                seq: (r.get::<_, i64>(0)? as u64) & SEQ_MAX,
+                at_ms: r.get(1)?,
+                total: r.get::<_, i64>(2)? as u64,
+                len: r.get::<_, i64>(3)? as u64,
+            })
+        })
+        .optional()
+}
+
+fn newest(db: &Connection, t: &Topic) -> rusqlite::Result<Option<End>> {
+    end(db, t, true)
+}
+
+fn oldest(db: &Connection, t: &Topic) -> rusqlite::Result<Option<End>> {
+    end(db, t, false)
+}
+
+/// Trims `t`'s oldest frames once it keeps more than `retention` by an eighth (frames, bytes,
+/// or its oldest frame's age), down to within it, never its newest; how many went. The
+/// eighth's slack makes a trim one statement for many frames, not one a call.
+fn trim(tx: &Connection, t: &Topic, retention: Retention, now_ms: u64) -> rusqlite::Result<u64> {
+    let Some(first) = oldest(tx, t)? else {
+        return Ok(0);
+    };
+    let slack = |v: u64| v.saturating_add(v / 8);
+    let kept = |from: &End| (t.last - from.seq + 1, t.total - from.total + from.len);
+    let (frames, bytes) = kept(&first);
+    let too_old = |at: i64, age: u64| at < now_ms.saturating_sub(age) as i64;
+    if frames <= slack(retention.frames)
+        && bytes <= slack(retention.bytes)
+        && !too_old(first.at_ms, slack(retention.age_ms))
+    {
+        return Ok(0);
+    }
+    // The first frame to keep: the oldest within every bound, at most the newest.
+    let mut keep = first;
+    let (lo, hi) = (t.key(first.seq), t.key(t.last));
+    let mut stmt = tx.prepare_cached(
+        "SELECT key, at_ms, total, length(payload) FROM _combd_log \
+         WHERE key BETWEEN ?1 AND ?2 ORDER BY key",
+    )?;
+    let mut q = stmt.query([lo, hi])?;
+    while let Some(r) = q.next()? {
+        let end = End {
+            seq: (r.get::<_, i64>(0)? as u64) & SEQ_MAX,
+            at_ms: r.get(1)?,
+            total: r.get::<_, i64>(2)? as u64,
+            len: r.get::<_, i64>(3)? as u64,
+        };
+        let (frames, bytes) = kept(&end);
+        keep = end;
+        let within = frames <= retention.frames
+            && bytes <= retention.bytes
+            && !too_old(end.at_ms, retention.age_ms);
+        if within || end.seq == t.last {
+            break;
         }
     }
+    drop(q);
+    if keep.seq == first.seq {
+        return Ok(0);
+    }
+    let cut = t.key(keep.seq - 1);
+    let gone = tx
+        .prepare_cached("DELETE FROM _combd_log WHERE key BETWEEN ?1 AND ?2")?
+        .execute([lo, cut])?;
+    Ok(gone as u64)
+}
+
+/// What a numbered session attaching to `topic` is sent first ([`crate::ws::numbered`]): the
+/// log's position, and if its place (`resume`) is in the log, the frames after it, encoded. A
+/// place in another epoch, trimmed, or further behind than [`TOPIC_LOG_BYTES`] of frames gets
+/// the position alone (`snapshot`: the app's attach gives the state); one ahead of the log is
+/// refused (400), as no client could have it. A place before a log began (`0.0`) resumes from
+/// its first frame if none was trimmed. Read on the object's connection before the attach's
+/// call, so nothing commits between the two.
+pub(super) fn resume(
+    db: &Connection,
+    topic: &str,
+    to: SessionId,
+    resume: Resume,
+) -> Result<Effect, AppError> {
+    let _node = sandbox::NodeSql::enter();
+    // No tables yet, or no row: no log, at epoch 0.
+    let found = match db.prepare_cached("SELECT 1 FROM _combd_log LIMIT 0") {
+        Ok(_) => find_topic(db, topic)?,
+        Err(_) => None,
+    };
+    let t = match found {
+        Some((id, epoch)) => {
+            let t = Topic {
+                id,
+                epoch,
+                last: 0,
+                total: 0,
+            };
+            match newest(db, &t)? {
+                Some(end) => Topic {
+                    last: end.seq,
+                    total: end.total,
+                    ..t
+                },
+                None => t,
+            }
+        }
+        None => Topic {
+            id: 0,
+            epoch: 0,
+            last: 0,
+            total: 0,
+        },
+    };
+    let why = match resume {
+        Resume::New => Why::New,
+        Resume::After { epoch, seq } => {
+            let same = epoch == t.epoch || (epoch == 0 && seq == 0);
+            if same && seq > t.last {
+                let e = format!(
+                    "{PARAM}: {epoch}.{seq} is ahead of the log, at {}.{}",
+                    t.epoch, t.last
+                );
+                return Err(AppError::new(400, e));
+            }
+            match same && replayable(db, &t, seq)? {
+                true => Why::Resumed,
+                false => Why::Snapshot,
+            }
+        }
+    };
+    let mut out = Vec::new();
+    crate::ws::encode_message(&mut out, true, position(t.epoch, t.last, why).as_bytes());
+    if let (Why::Resumed, Resume::After { seq: after, .. }) = (why, resume) {
+        let (_, hi) = t.range();
+        let mut stmt = db.prepare_cached(
+            "SELECT key, text, payload FROM _combd_log WHERE key BETWEEN ?1 AND ?2 ORDER BY key",
+        )?;
+        let mut rows = stmt.query([t.key(after + 1), hi])?;
+        while let Some(r) = rows.next()? {
+            let (key, text, payload): (i64, bool, Vec<u8>) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            let seq = key as u64 & SEQ_MAX;
+            crate::ws::encode_message(&mut out, text, &prefixed(seq, &payload));
+        }
+    }
+    Ok(Effect::Resume { to, frames: out })
+}
+
+/// Whether every frame after `after` is in `t`'s log and together within
+/// [`TOPIC_LOG_BYTES`]: a resume reads no more than that.
+fn replayable(db: &Connection, t: &Topic, after: u64) -> rusqlite::Result<bool> {
+    if after == t.last {
+        return Ok(true);
+    }
+    let Some(first) = oldest(db, t)? else {
+        return Ok(false);
+    };
+    if after + 1 < first.seq {
+        return Ok(false);
+    }
+    // The running total just before frame `after + 1`.
+    let before = match after + 1 == first.seq {
+        true => first.total - first.len,
+        false => db
+            .prepare_cached("SELECT total FROM _combd_log WHERE key = ?1")?
+            .query_row([t.key(after)], |r| r.get::<_, i64>(0))? as u64,
+    };
+    Ok(t.total - before <= TOPIC_LOG_BYTES)
 }
 
 /// A new topic's epoch: random (the system's random source), positive, and exact as a
 /// JavaScript number (below 2^53).
-fn new_epoch() -> i64 {
+fn new_epoch() -> u64 {
     use ring::rand::SecureRandom;
     let mut b = [0u8; 8];
     let _ = ring::rand::SystemRandom::new().fill(&mut b);
-    ((u64::from_le_bytes(b) >> 11) as i64).max(1)
+    (u64::from_le_bytes(b) >> 11).max(1)
 }
 
 #[cfg(test)]
@@ -211,6 +433,7 @@ mod tests {
             text: false,
             payload: payload.to_vec(),
             seq: 0,
+            epoch: 0,
         }
     }
 
@@ -222,22 +445,29 @@ mod tests {
         logged
     }
 
-    fn kept(db: &Connection, topic: &str) -> Vec<i64> {
-        db.prepare("SELECT seq FROM _combd_log WHERE topic = ?1 ORDER BY seq")
+    /// The numbers of `topic`'s frames kept.
+    fn kept(db: &Connection, topic: &str) -> Vec<u64> {
+        let (id, _) = find_topic(db, topic).unwrap().unwrap();
+        db.prepare("SELECT key FROM _combd_log WHERE key >> 40 = ?1 ORDER BY key")
             .unwrap()
-            .query_map([topic], |r| r.get(0))
+            .query_map([id], |r| r.get::<_, i64>(0))
             .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
+            .map(|k| k.unwrap() as u64 & SEQ_MAX)
+            .collect()
     }
 
-    fn topic_row(db: &Connection, topic: &str) -> (i64, i64, i64, i64) {
-        db.query_row(
-            "SELECT epoch, last, frames, bytes FROM _combd_topics WHERE topic = ?1",
-            [topic],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .unwrap()
+    fn epoch(db: &Connection, topic: &str) -> u64 {
+        find_topic(db, topic).unwrap().unwrap().1
+    }
+
+    fn seqs(effects: &[Effect]) -> Vec<u64> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Broadcast { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .collect()
     }
 
     const WIDE: Retention = Retention {
@@ -262,32 +492,27 @@ mod tests {
                 trimmed: 0
             }
         );
-        let seqs: Vec<u64> = e
-            .iter()
-            .map(|e| match e {
-                Effect::Broadcast { seq, .. } => *seq,
-                _ => 0,
-            })
-            .collect();
-        assert_eq!(seqs, [1, 1, 2]);
-        let (epoch, ..) = topic_row(&db, "a");
+        assert_eq!(seqs(&e), [1, 1, 2]);
+        let first = epoch(&db, "a");
+        assert!(matches!(e[0], Effect::Broadcast { epoch, .. } if epoch == first));
         let mut more = vec![broadcast("a", b"4")];
         commit(&mut db, &mut more, WIDE, 2_000);
-        assert!(matches!(more[0], Effect::Broadcast { seq: 3, .. }));
+        assert_eq!(seqs(&more), [3]);
         assert_eq!(kept(&db, "a"), [1, 2, 3]);
-        assert_eq!(topic_row(&db, "a"), (epoch, 3, 3, 3));
-        assert!(epoch > 0 && epoch < 1 << 53, "exact as a JavaScript number");
+        assert_eq!(kept(&db, "b"), [1]);
+        assert_eq!(epoch(&db, "a"), first);
+        assert!(first > 0 && first < 1 << 53, "exact as a JavaScript number");
         // Another object's log starts with an epoch of its own.
         let mut other = open("order-other");
         commit(&mut other, &mut [broadcast("a", b"x")], WIDE, 1_000);
-        assert_ne!(topic_row(&other, "a").0, epoch);
+        assert_ne!(epoch(&other, "a"), first);
     }
 
     #[test]
     fn a_call_without_broadcasts_makes_no_log() {
         let mut db = open("none");
         let mut e = vec![Effect::Send {
-            to: crate::app::SessionId::new(0, 1),
+            to: SessionId::new(0, 1),
             text: true,
             payload: b"x".to_vec(),
         }];
@@ -308,9 +533,7 @@ mod tests {
         }
         assert_eq!(kept(&db, "t"), [8, 9, 10, 11, 12]);
         assert_eq!(trimmed, 7);
-        let (_, last, frames, _) = topic_row(&db, "t");
-        assert_eq!((last, frames), (12, 5));
-        // Two hundred in one call: trimmed past one page of 64 oldest.
+        // Two hundred in one call.
         let mut many: Vec<Effect> = (0..200).map(|_| broadcast("t", b"y")).collect();
         let logged = commit(&mut db, &mut many, r, 1_000);
         assert_eq!(
@@ -324,18 +547,33 @@ mod tests {
     }
 
     #[test]
-    fn past_its_bytes_the_oldest_go() {
+    fn a_trim_waits_for_an_eighth_more_then_goes_back_to_the_retention() {
+        let mut db = open("slack");
+        let r = Retention { frames: 80, ..WIDE };
+        for _ in 0..90 {
+            assert_eq!(
+                commit(&mut db, &mut [broadcast("t", b"x")], r, 1_000).trimmed,
+                0
+            );
+        }
+        assert_eq!(kept(&db, "t").len(), 90, "80 and an eighth kept untrimmed");
+        let logged = commit(&mut db, &mut [broadcast("t", b"x")], r, 1_000);
+        assert_eq!(logged.trimmed, 11);
+        assert_eq!(kept(&db, "t"), (12..=91).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn past_its_bytes_the_oldest_go_but_never_the_newest() {
         let mut db = open("bytes");
         let r = Retention { bytes: 10, ..WIDE };
         for _ in 0..4 {
             commit(&mut db, &mut [broadcast("t", b"abcd")], r, 1_000);
         }
         assert_eq!(kept(&db, "t"), [3, 4], "8 bytes kept of 16, within 10");
-        assert_eq!(topic_row(&db, "t").3, 8);
-        // One frame larger than the whole log's bytes leaves it empty, its number counted.
-        commit(&mut db, &mut [broadcast("t", &[0; 11])], r, 1_000);
-        assert!(kept(&db, "t").is_empty());
-        assert_eq!(topic_row(&db, "t").1, 5);
+        // One frame larger than the whole log's bytes: alone, it is kept (its number is the
+        // log's last).
+        commit(&mut db, &mut [broadcast("t", &[0; 12])], r, 1_000);
+        assert_eq!(kept(&db, "t"), [5]);
     }
 
     #[test]
@@ -353,5 +591,78 @@ mod tests {
             [2, 3],
             "the frame of 10,000 is 1,200 ms old"
         );
+        commit(&mut db, &mut [broadcast("t", b"later")], r, 99_000);
+        assert_eq!(kept(&db, "t"), [4], "the newest stays, whatever its age");
+    }
+
+    /// The payloads of a resume's frames (unmasked, as the node writes them).
+    fn frames(effect: &Effect) -> Vec<String> {
+        let Effect::Resume { frames, .. } = effect else {
+            panic!("not a resume: {effect:?}");
+        };
+        let (mut out, mut at) = (Vec::new(), 0);
+        while at < frames.len() {
+            let (len, head) = match frames[at + 1] {
+                126 => (
+                    u16::from_be_bytes([frames[at + 2], frames[at + 3]]) as usize,
+                    4,
+                ),
+                127 => panic!("no frame here is that long"),
+                n => (n as usize, 2),
+            };
+            let payload = &frames[at + head..at + head + len];
+            out.push(String::from_utf8(payload.to_vec()).unwrap());
+            at += head + len;
+        }
+        out
+    }
+
+    #[test]
+    fn a_place_in_the_log_gets_what_came_after_it_else_a_snapshot_or_a_refusal() {
+        let mut db = open("resume");
+        let to = SessionId::new(0, 7);
+        let none = resume(&db, "t", to, Resume::New).unwrap();
+        assert_eq!(frames(&none), ["!0.0|new"]);
+        for i in 1..=5u8 {
+            commit(&mut db, &mut [broadcast("t", &[b'0' + i])], WIDE, 1_000);
+        }
+        let e = epoch(&db, "t");
+        let after = |seq| Resume::After { epoch: e, seq };
+        assert_eq!(
+            frames(&resume(&db, "t", to, after(3)).unwrap()),
+            [format!("!{e}.5|resumed"), "4|4".into(), "5|5".into()]
+        );
+        assert_eq!(
+            frames(&resume(&db, "t", to, after(5)).unwrap()),
+            [format!("!{e}.5|resumed")]
+        );
+        // From before the log began: every frame.
+        let from_zero = resume(&db, "t", to, Resume::After { epoch: 0, seq: 0 }).unwrap();
+        assert_eq!(frames(&from_zero).len(), 6);
+        // Another epoch: a snapshot; ahead of the log: refused.
+        let other = Resume::After {
+            epoch: e + 1,
+            seq: 2,
+        };
+        assert_eq!(
+            frames(&resume(&db, "t", to, other).unwrap()),
+            [format!("!{e}.5|snapshot")]
+        );
+        let ahead = resume(&db, "t", to, after(6)).unwrap_err();
+        assert_eq!(ahead.status, 400);
+        assert!(
+            ahead.message.contains("ahead of the log"),
+            "{}",
+            ahead.message
+        );
+        // Trimmed: a snapshot.
+        let r = Retention { frames: 2, ..WIDE };
+        commit(&mut db, &mut [broadcast("t", b"6")], r, 1_000);
+        assert_eq!(kept(&db, "t"), [5, 6]);
+        assert_eq!(
+            frames(&resume(&db, "t", to, after(3)).unwrap()),
+            [format!("!{e}.6|snapshot")]
+        );
+        assert_eq!(frames(&resume(&db, "t", to, after(4)).unwrap()).len(), 3);
     }
 }

@@ -21,6 +21,7 @@ use super::upgrade::{Replay, Upgrade};
 use crate::shared::ConnKind;
 use crate::state::ShardState;
 use crate::tls::Stream;
+use crate::ws::numbered::{Resume, PARAM};
 
 /// What routing knows of the connection a request came on: its shard, its listener, its
 /// transport and peer, and its access-log figures (while the log is on).
@@ -281,6 +282,10 @@ impl Router<'_> {
             && self.state.node().fleet.is_some()
             && req.header(combd_fleet::forward::FORWARDED_HEADER).is_none())
         .then(|| Replay::of(req, caller.addr));
+        let resume = match numbered_place(req, app.as_ref()) {
+            Ok(resume) => resume,
+            Err(resp) => return Routed::Respond(resp),
+        };
         match websocket_accept(req, head) {
             Ok(accept) => {
                 if let Some(log) = self.log {
@@ -313,6 +318,7 @@ impl Router<'_> {
                     replay,
                     client,
                     caller,
+                    resume,
                     session: None,
                 })
             }
@@ -443,6 +449,18 @@ fn passed_message(apps: &crate::app::Apps, req: &Request<'_>, path: &str) -> Rou
 }
 
 /// Checks a WebSocket upgrade request (RFC 6455, 4.2.1) and computes `Sec-WebSocket-Accept`.
+/// The place a numbered session starts from (`combd_after` in the upgrade's query:
+/// [`crate::ws::numbered`]), if it asks for one: a bad value, or an app that keeps no log (a
+/// stateless one), is a 400 naming the parameter.
+fn numbered_place(req: &Request<'_>, app: &dyn App) -> Result<Option<Resume>, Response> {
+    let resume = Resume::from_query(req.query).map_err(|e| Response::error(400, &e))?;
+    if resume.is_some() && app.stateless() {
+        let e = format!("{PARAM}: app {} keeps no log (it is stateless)", app.name());
+        return Err(Response::error(400, &e));
+    }
+    Ok(resume)
+}
+
 fn websocket_accept(req: &Request<'_>, head: &Head) -> Result<String, Response> {
     if req.method != "GET" {
         return Err(Response::error(405, "websocket upgrade needs GET").with_header("allow", "GET"));

@@ -31,6 +31,8 @@ pub(super) struct Upgrade {
     pub client: Option<Arc<crate::auth::Client>>,
     /// What else the node saw of the upgrade; the session keeps it.
     pub caller: Arc<crate::app::Caller>,
+    /// Where a numbered session starts, if its client asked for one ([`ws::numbered`]).
+    pub resume: Option<ws::numbered::Resume>,
     /// A stateful app's session, once its object took it ([`Attaching::keep`]).
     pub session: Option<Rc<SessionOut>>,
 }
@@ -40,6 +42,8 @@ pub(super) struct ForLoop {
     pub app: Arc<dyn App>,
     pub object: String,
     pub deflate: Option<ws::deflate::Negotiated>,
+    /// Its messages are numbered ([`ws::numbered`]).
+    pub numbered: bool,
     pub session: Option<Rc<SessionOut>>,
 }
 
@@ -53,6 +57,7 @@ impl Upgrade {
             app,
             object,
             deflate,
+            resume,
             session,
             ..
         } = *self;
@@ -60,6 +65,7 @@ impl Upgrade {
             app,
             object,
             deflate,
+            numbered: resume.is_some(),
             session,
         }
     }

@@ -19,6 +19,8 @@ use crate::inbound::Hold;
 use crate::job::Job;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
+use crate::ws::deflate::Framing;
+use crate::ws::numbered::Resume;
 use crate::ws::{self, close, Decoder, WsEvent};
 
 use super::access::WsEnd;
@@ -86,6 +88,8 @@ struct Addressee {
     object: String,
     /// permessage-deflate as negotiated.
     deflate: Option<ws::deflate::Negotiated>,
+    /// Its messages are numbered ([`ws::numbered`]): the session resumes from its log.
+    numbered: bool,
 }
 
 /// What the loop knows of its WebSocket.
@@ -107,6 +111,7 @@ impl Ws {
             app,
             object,
             deflate,
+            numbered,
             ..
         } = up;
         // The app's own bound on its inputs, within the node's.
@@ -121,6 +126,7 @@ impl Ws {
                 app,
                 object,
                 deflate,
+                numbered,
             },
             awaiting_pong: false,
             partial: None,
@@ -236,9 +242,13 @@ impl<'c> WsConn<'c> {
         let _ = combd_kernel::sys::set_send_buffer(&conn.stream, limits::WS_SEND_BUFFER_BYTES);
         // A plain WebSocket without permessage-deflate or access log: while it waits to read,
         // the fan-out writes its frames itself rather than waking it (`SessionOut::fan_out`).
-        if let (Some(s), crate::tls::Stream::Plain(tcp), None, None) =
-            (&session, &conn.stream, &ws.to.deflate, &conn.log)
-        {
+        if let (Some(s), crate::tls::Stream::Plain(tcp), None, None, false) = (
+            &session,
+            &conn.stream,
+            &ws.to.deflate,
+            &conn.log,
+            ws.to.numbered,
+        ) {
             s.set_socket(DirectSocket::of(tcp));
         }
         // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
@@ -485,7 +495,8 @@ impl<'c> WsConn<'c> {
             }
         }
         let permit = state.acquire_awake().await;
-        let mut w = session.take_for_write(self.ws.to.deflate);
+        let to = &self.ws.to;
+        let mut w = session.take_for_write(Framing::of(to.deflate, to.numbered));
         if let Some(log) = &self.conn.log {
             (0..w.messages).for_each(|_| log.on_message(false));
         }
@@ -512,12 +523,18 @@ impl<'c> WsConn<'c> {
                 "missed messages: reconnect",
             )),
             Resync::Attach => {
+                // A numbered session's place is lost with what it missed: its attach tells it
+                // where the log is now, after the app's state.
+                let resume = to
+                    .numbered
+                    .then(|| (Resume::New, session.topic_name().to_string()));
                 let job = Job::reattach(
                     session.session_id(),
                     session.query().map(str::to_string),
                     session.client().cloned(),
                     session.caller().clone(),
-                );
+                )
+                .resuming(resume);
                 self.conn.cells.submit(&to.app, &to.object, job);
                 None
             }

@@ -189,7 +189,8 @@ pub fn deflate(payload: &[u8]) -> Option<Vec<u8>> {
 /// A message frame as the node sends it, made once for every session it goes to: plain, and
 /// (at most once, by the first session that negotiated permessage-deflate and writes it)
 /// compressed, when its payload is at least [`WS_DEFLATE_MIN_BYTES`] and compressing makes it
-/// smaller.
+/// smaller; and (at most once, by the first numbered session that writes it) with its number
+/// ([`super::numbered`]).
 #[derive(Debug)]
 pub struct OutFrame {
     plain: Box<[u8]>,
@@ -197,39 +198,83 @@ pub struct OutFrame {
     header_len: usize,
     text: bool,
     deflated: OnceLock<Option<Box<[u8]>>>,
+    numbered: OnceLock<Box<[u8]>>,
+    kind: Kind,
+}
+
+/// What an [`OutFrame`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// An app's message: `seq` its number in its topic's log (0: not in one) of epoch `epoch`.
+    Message { seq: u64, epoch: u64 },
     /// The rest of a frame a write sent only part of: bytes, not a message of their own.
-    rest: bool,
+    Rest,
+    /// Frames the node made for one numbered session (a position, a replay), sent as they are.
+    Node,
+}
+
+/// How a session's messages are written: as they are, compressed where it is worth it
+/// (permessage-deflate negotiated), or numbered ([`super::numbered`]: never compressed).
+#[derive(Debug, Clone, Copy)]
+pub enum Framing {
+    /// As they are.
+    Plain,
+    /// Compressed where it is worth it.
+    Deflate(Negotiated),
+    /// Numbered, never compressed.
+    Numbered,
+}
+
+impl Framing {
+    /// A session's framing: numbered if its client asked, else as compression was negotiated.
+    pub fn of(deflate: Option<Negotiated>, numbered: bool) -> Framing {
+        match (numbered, deflate) {
+            (true, _) => Framing::Numbered,
+            (false, Some(d)) => Framing::Deflate(d),
+            (false, None) => Framing::Plain,
+        }
+    }
 }
 
 impl OutFrame {
+    fn new(plain: Vec<u8>, header_len: usize, text: bool, kind: Kind) -> Arc<OutFrame> {
+        Arc::new(OutFrame {
+            plain: plain.into_boxed_slice(),
+            header_len,
+            text,
+            deflated: OnceLock::new(),
+            numbered: OnceLock::new(),
+            kind,
+        })
+    }
+
     /// The unsent rest of a plain frame that a write cut short: written before anything else,
     /// never compressed, not counted as a message.
     pub fn rest(bytes: &[u8]) -> Arc<OutFrame> {
-        Arc::new(OutFrame {
-            plain: bytes.into(),
-            header_len: 0,
-            text: false,
-            deflated: OnceLock::new(),
-            rest: true,
-        })
+        OutFrame::new(bytes.to_vec(), 0, false, Kind::Rest)
     }
 
     /// Whether this is the rest of a frame cut short ([`OutFrame::rest`]).
     pub fn is_rest(&self) -> bool {
-        self.rest
+        self.kind == Kind::Rest
     }
 
     /// A final text (`text`) or binary message frame.
     pub fn message(text: bool, payload: &[u8]) -> Arc<OutFrame> {
+        OutFrame::logged(text, payload, 0, 0)
+    }
+
+    /// A broadcast's frame, number `seq` of its topic's log of epoch `epoch` (0: in none).
+    pub fn logged(text: bool, payload: &[u8], seq: u64, epoch: u64) -> Arc<OutFrame> {
         let mut plain = Vec::with_capacity(payload.len() + 10);
         super::encode_message(&mut plain, text, payload);
-        Arc::new(OutFrame {
-            header_len: plain.len() - payload.len(),
-            plain: plain.into_boxed_slice(),
-            text,
-            deflated: OnceLock::new(),
-            rest: false,
-        })
+        let header_len = plain.len() - payload.len();
+        OutFrame::new(plain, header_len, text, Kind::Message { seq, epoch })
+    }
+
+    /// Frames the node made for one numbered session, already encoded: sent as they are.
+    pub fn node(frames: Vec<u8>) -> Arc<OutFrame> {
+        OutFrame::new(frames, 0, false, Kind::Node)
     }
 
     /// The frame's bytes as written on the wire, plain.
@@ -237,16 +282,33 @@ impl OutFrame {
         &self.plain
     }
 
-    /// The bytes for a session: compressed if it negotiated permessage-deflate (`deflate`) and
-    /// compressing is worth it; and whether they are.
-    pub fn for_session(&self, deflate: Option<Negotiated>) -> (&[u8], bool) {
-        if self.rest || deflate.is_none() {
+    /// The bytes for a session written with `framing`, and whether they are compressed.
+    pub fn for_session(&self, framing: Framing) -> (&[u8], bool) {
+        let Kind::Message { seq, epoch } = self.kind else {
             return (&self.plain, false);
+        };
+        match framing {
+            Framing::Plain => (&self.plain, false),
+            Framing::Numbered => (self.numbered.get_or_init(|| self.number(seq, epoch)), false),
+            Framing::Deflate(_) => match self.deflated.get_or_init(|| self.compress()) {
+                Some(d) => (d, true),
+                None => (&self.plain, false),
+            },
         }
-        match self.deflated.get_or_init(|| self.compress()) {
-            Some(d) => (d, true),
-            None => (&self.plain, false),
+    }
+
+    /// The frame for a numbered session: its number before its payload; the first frame of
+    /// a log after the position that says the log begins (its epoch is new).
+    fn number(&self, seq: u64, epoch: u64) -> Box<[u8]> {
+        let payload = &self.plain[self.header_len..];
+        let mut out = Vec::with_capacity(payload.len() + 40);
+        if seq == 1 {
+            let begins = super::numbered::position(epoch, 0, super::numbered::Why::New);
+            super::encode_message(&mut out, true, begins.as_bytes());
         }
+        let numbered = super::numbered::prefixed(seq, payload);
+        super::encode_message(&mut out, self.text, &numbered);
+        out.into_boxed_slice()
     }
 
     fn compress(&self) -> Option<Box<[u8]>> {
@@ -445,10 +507,10 @@ mod tests {
     fn a_frame_is_compressed_once_and_only_when_it_pays() {
         let big = "{\"t\":\"page\",\"bits\":\"".to_string() + &"0".repeat(1024) + "\"}";
         let f = OutFrame::message(true, big.as_bytes());
-        let (plain, deflated) = f.for_session(None);
+        let (plain, deflated) = f.for_session(Framing::Plain);
         assert!(!deflated);
         assert_eq!(plain, f.plain());
-        let on = offered([&b"permessage-deflate"[..]]);
+        let on = Framing::of(offered([&b"permessage-deflate"[..]]), false);
         let (bytes, deflated) = f.for_session(on);
         assert!(deflated && bytes.len() < 100, "{}", bytes.len());
         assert_eq!(bytes[0], 0xc1, "FIN, RSV1, text");
@@ -456,9 +518,44 @@ mod tests {
         assert_eq!(again, bytes.as_ptr(), "made once");
         // Longer than any window under 15 bits: still compressed (no offer of one is taken).
         let window_15 = offered([&b"permessage-deflate; server_max_window_bits=15"[..]]);
+        let window_15 = Framing::of(window_15, false);
         assert_eq!(f.for_session(window_15).0.as_ptr(), bytes.as_ptr());
         // A payload under the threshold goes plain to everyone.
         let small = OutFrame::message(true, b"{\"t\":\"set\"}");
         assert_eq!(small.for_session(on), (small.plain(), false));
+    }
+
+    #[test]
+    fn a_numbered_session_gets_each_message_with_its_number_never_compressed() {
+        let text = |b: &[u8]| String::from_utf8(b[2..].to_vec()).unwrap();
+        let deflate = offered([&b"permessage-deflate"[..]]);
+        let numbered = Framing::of(deflate, true);
+        let sent = OutFrame::logged(true, b"{\"a\":1}", 42, 9);
+        let (bytes, deflated) = sent.for_session(numbered);
+        assert!(!deflated);
+        assert_eq!(bytes[0], 0x81, "FIN, text");
+        assert_eq!(text(bytes), "42|{\"a\":1}");
+        assert_eq!(
+            sent.for_session(numbered).0.as_ptr(),
+            bytes.as_ptr(),
+            "made once"
+        );
+        assert_eq!(
+            sent.for_session(Framing::Plain).0,
+            sent.plain(),
+            "others as they were"
+        );
+        // A message to the session alone, and the first of a log after its position.
+        let alone = OutFrame::message(false, b"x");
+        let (bytes, _) = alone.for_session(numbered);
+        assert_eq!((bytes[0], &bytes[2..]), (0x82, &b"|x"[..]));
+        let first = OutFrame::logged(true, b"y", 1, 9);
+        let (bytes, _) = first.for_session(numbered);
+        let position = b"!9.0|new";
+        assert_eq!(&bytes[2..2 + position.len()], position);
+        assert_eq!(text(&bytes[2 + position.len()..]), "1|y");
+        // The node's own frames go as they are.
+        let node = OutFrame::node(vec![0x81, 1, b'z']);
+        assert_eq!(node.for_session(numbered).0, &[0x81, 1, b'z']);
     }
 }

@@ -32,7 +32,7 @@ use super::TopicKey;
 use crate::app::SessionId;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
-use crate::ws::deflate::Negotiated;
+use crate::ws::deflate::Framing;
 use crate::ws::OutFrame;
 
 /// Why the node closes a session.
@@ -259,6 +259,11 @@ impl SessionOut {
         SessionId::new(self.state.id() as u32, self.id)
     }
 
+    /// The topic it is subscribed to.
+    pub fn topic_name(&self) -> &str {
+        &self.topic.1
+    }
+
     pub(super) fn topic(&self) -> &Rc<TopicKey> {
         &self.topic
     }
@@ -331,11 +336,11 @@ impl SessionOut {
         o.stuck_since = (o.waiting_bytes > 0).then(Instant::now);
     }
 
-    /// The connection takes the mail to write it: each message as `deflate` (as negotiated)
-    /// makes it, after the rest of a frame the fan-out cut short. Its bytes stay counted as
-    /// waiting until [`SessionOut::written`] says the kernel took them (less what compressing
-    /// saved).
-    pub fn take_for_write(&self, deflate: Option<Negotiated>) -> ForWrite {
+    /// The connection takes the mail to write it: each message as `framing` makes it, after
+    /// the rest of a frame the fan-out cut short. Its bytes stay counted as waiting until
+    /// [`SessionOut::written`] says the kernel took them (less what compressing saved, and
+    /// with what numbering added).
+    pub fn take_for_write(&self, framing: Framing) -> ForWrite {
         let stats = self.state.stats();
         let mut o = self.out.borrow_mut();
         let after_cut = std::mem::take(&mut o.cut);
@@ -344,23 +349,27 @@ impl SessionOut {
             messages: 0,
             after_cut,
         };
-        // Counted as waiting at their plain size; a compressed frame owes less.
-        let mut saved = 0;
+        // Counted as waiting at their plain size; a compressed frame owes less, a numbered one
+        // more (its number and `|`, and the position before a log's first frame).
+        let (mut saved, mut added) = (0, 0);
         for frame in std::mem::take(&mut o.mail) {
             if frame.is_rest() {
                 w.bytes.extend_from_slice(frame.plain());
                 continue;
             }
             w.messages += 1;
-            let (bytes, deflated) = frame.for_session(deflate);
+            let (bytes, deflated) = frame.for_session(framing);
             if deflated {
                 ShardStats::add(&stats.ws_deflated_out, 1);
-                saved += (frame.plain().len() - bytes.len()) as u64;
             }
+            let plain = frame.plain().len();
+            saved += plain.saturating_sub(bytes.len()) as u64;
+            added += bytes.len().saturating_sub(plain) as u64;
             w.bytes.extend_from_slice(bytes);
         }
         ShardStats::add(&stats.ws_messages_out, w.messages as u64);
         o.release(&self.state, saved);
+        o.add(&self.state, added);
         w
     }
 

@@ -1,0 +1,253 @@
+//! Numbered sessions (`combd_after`, README "Resuming a WebSocket"): a viewer that reconnects,
+//! after a dropped connection or a kill -9 of the node, gets exactly the broadcasts it missed
+//! from its object's log, in order, none twice, none lost, then the live stream; a place that
+//! is gone gets a snapshot and is told so; a bad or future place is refused.
+//!
+//! Each test compares a numbered viewer with a plain one that stayed: the plain viewer's
+//! broadcasts, in order, are what was committed; the numbered viewer must end with the same.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::net::TcpStream;
+
+use support::*;
+use tungstenite::{Message, WebSocket};
+
+/// A numbered viewer as the protocol asks a client to be: its log's epoch, its last frame,
+/// and the broadcasts it took, in order.
+struct Numbered {
+    ws: WebSocket<TcpStream>,
+    epoch: u64,
+    last: u64,
+    /// A position came on this connection: numbers count from it.
+    placed: bool,
+    got: Vec<String>,
+    /// Positions seen, as sent (`!<epoch>.<last>|<why>`).
+    positions: Vec<String>,
+}
+
+impl Numbered {
+    /// A viewer of page 0 of `board`: new, or after its place.
+    fn open(node: &TestNode, board: &str, place: Option<(u64, u64)>) -> WebSocket<TcpStream> {
+        let after = place.map_or("new".to_string(), |(e, s)| format!("{e}.{s}"));
+        open_ws(
+            node,
+            &format!("/o/million/{board}?page=0&combd_after={after}"),
+        )
+    }
+
+    fn new(node: &TestNode, board: &str) -> Numbered {
+        Numbered {
+            ws: Numbered::open(node, board, None),
+            epoch: 0,
+            last: 0,
+            placed: false,
+            got: Vec::new(),
+            positions: Vec::new(),
+        }
+    }
+
+    /// Reconnects with its place.
+    fn reconnect(&mut self, node: &TestNode, board: &str) {
+        self.ws = Numbered::open(node, board, Some((self.epoch, self.last)));
+        self.placed = false;
+    }
+
+    /// Takes the next message: a broadcast only if it is the next of its place; a gap fails.
+    fn take(&mut self) {
+        let text = match self.ws.read().expect("a message") {
+            Message::Text(t) => t.as_str().to_string(),
+            Message::Binary(b) => String::from_utf8(b.to_vec()).unwrap(),
+            _ => return,
+        };
+        let (header, payload) = text.split_once('|').expect("a header before |");
+        if let Some(place) = header.strip_prefix('!') {
+            let (epoch, last) = place.split_once('.').unwrap();
+            let (epoch, last): (u64, u64) = (epoch.parse().unwrap(), last.parse().unwrap());
+            self.positions.push(text.clone());
+            if payload != "resumed" {
+                self.last = last;
+            }
+            (self.epoch, self.placed) = (epoch, true);
+            return;
+        }
+        if header.is_empty() || !self.placed {
+            return; // a message to this session alone, or a broadcast from before its place
+        }
+        let seq: u64 = header.parse().unwrap();
+        assert!(seq <= self.last + 1, "a gap: {} after {}", seq, self.last);
+        if seq == self.last + 1 {
+            self.last = seq;
+            self.got.push(payload.to_string());
+        }
+    }
+
+    /// Takes messages until it has `n` broadcasts.
+    fn until(&mut self, n: usize) {
+        while self.got.len() < n {
+            self.take();
+        }
+    }
+}
+
+/// A plain viewer of page 0 of `board` that clicks; its broadcasts, in order.
+struct Plain {
+    ws: WebSocket<TcpStream>,
+    got: Vec<String>,
+}
+
+impl Plain {
+    fn new(node: &TestNode, board: &str) -> Plain {
+        let mut ws = open_ws(node, &format!("/o/million/{board}?page=0"));
+        assert_eq!(read_json(&mut ws)["t"], "page");
+        Plain {
+            ws,
+            got: Vec::new(),
+        }
+    }
+
+    /// Clicks `n` boxes, and waits until it saw every click broadcast (each is committed).
+    fn click(&mut self, n: u64) {
+        let before = self.updates();
+        for i in 0..n {
+            let click = format!(r#"{{"t":"click","i":{},"c":{}}}"#, i % 4096, before + i);
+            self.ws.send(Message::text(click)).unwrap();
+        }
+        while self.updates() < before + n {
+            match self.ws.read().expect("a broadcast") {
+                Message::Text(t) => self.got.push(t.as_str().to_string()),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Clicks seen in its broadcasts (several may share one frame).
+    fn updates(&self) -> u64 {
+        self.got
+            .iter()
+            .map(|f| {
+                let v: serde_json::Value = serde_json::from_str(f).unwrap();
+                v["u"].as_array().unwrap().len() as u64
+            })
+            .sum()
+    }
+}
+
+#[test]
+fn a_viewer_that_reconnects_gets_every_broadcast_it_missed_once_in_order() {
+    let node = TestNode::start(&[("COMBD_SHARDS", "2")]);
+    let mut plain = Plain::new(&node, "r1");
+    let mut v = Numbered::new(&node, "r1");
+    // Its first position says where the log is: none yet.
+    v.take();
+    v.take();
+    assert_eq!(v.positions, ["!0.0|new"]);
+    plain.click(40);
+    v.until(plain.got.len());
+    assert_eq!(
+        v.got, plain.got,
+        "live, numbered from the log's first frame"
+    );
+    let epoch = v.epoch;
+    assert!(epoch > 0);
+    // Gone for 60 clicks.
+    v.ws.close(None).unwrap();
+    plain.click(60);
+    v.reconnect(&node, "r1");
+    plain.click(20);
+    v.until(plain.got.len());
+    assert_eq!(v.got, plain.got, "every broadcast once, in order");
+    // The log's first frame came after the position that says it begins; the reconnection's
+    // position says the frames after its place follow.
+    assert_eq!(v.positions[1], format!("!{epoch}.0|new"));
+    let resumed = v.positions.last().unwrap();
+    assert!(
+        resumed.starts_with(&format!("!{epoch}.")),
+        "{:?}",
+        v.positions
+    );
+    assert!(resumed.ends_with("|resumed"), "{:?}", v.positions);
+    let s = node.stats();
+    assert!(s["topic_log_frames"].as_u64().unwrap() >= plain.got.len() as u64);
+}
+
+#[test]
+fn a_viewer_resumes_across_a_kill_9_of_the_node() {
+    let node = TestNode::start(&[]);
+    let mut plain = Plain::new(&node, "r2");
+    let mut v = Numbered::new(&node, "r2");
+    plain.click(30);
+    v.until(plain.got.len());
+    v.ws.close(None).unwrap();
+    // Committed while it was away (each click seen broadcast), then the node dies.
+    plain.click(50);
+    let committed = plain.got.clone();
+    let data = node.kill9();
+    let node = TestNode::start_in(data, &[]);
+    v.reconnect(&node, "r2");
+    v.until(committed.len());
+    assert_eq!(
+        v.got, committed,
+        "the log survived the kill with what was sent"
+    );
+    // And the live stream goes on after the replay, numbered on.
+    let mut plain = Plain::new(&node, "r2");
+    plain.click(5);
+    v.until(committed.len() + plain.got.len());
+    assert_eq!(v.got[committed.len()..], plain.got[..]);
+}
+
+/// The status and body of a refused upgrade.
+fn refused(node: &TestNode, path: &str) -> (u16, String) {
+    let url = format!("ws://127.0.0.2:{}{path}", node.port);
+    match tungstenite::client(url.as_str(), connect(node.public())) {
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => (
+            resp.status().as_u16(),
+            String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).into_owned(),
+        ),
+        Ok(_) => panic!("{path}: upgraded"),
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+#[test]
+fn a_place_that_is_gone_gets_a_snapshot_and_a_bad_one_is_refused() {
+    let node = TestNode::start(&[]);
+    let mut plain = Plain::new(&node, "r3");
+    let mut v = Numbered::new(&node, "r3");
+    plain.click(3);
+    v.until(plain.got.len());
+    let (epoch, last) = (v.epoch, v.last);
+    // Another epoch (a forged place, or a log that started over): the page, and a snapshot.
+    let mut other = Numbered::new(&node, "r3");
+    other.ws = Numbered::open(&node, "r3", Some((epoch + 1, 1)));
+    other.take();
+    assert_eq!(other.positions, [format!("!{epoch}.{last}|snapshot")]);
+    let page: serde_json::Value = match other.ws.read().unwrap() {
+        Message::Text(t) => serde_json::from_str(t.as_str().strip_prefix('|').unwrap()).unwrap(),
+        m => panic!("{m:?}"),
+    };
+    assert_eq!(page["t"], "page", "the app's attach gives the state");
+    // Ahead of the log: no client could have it.
+    let (status, body) = refused(
+        &node,
+        &format!("/o/million/r3?page=0&combd_after={epoch}.{}", last + 1),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("ahead of the log"), "{body}");
+    // Not a place; twice; an app that keeps no log.
+    for (path, says) in [
+        ("/o/million/r3?combd_after=banana", "combd_after: expected"),
+        (
+            "/o/million/r3?combd_after=new&combd_after=new",
+            "combd_after: given twice",
+        ),
+        ("/o/echo/x?combd_after=new", "keeps no log"),
+    ] {
+        let (status, body) = refused(&node, path);
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
+}
