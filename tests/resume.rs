@@ -57,10 +57,17 @@ impl Numbered {
 
     /// Takes the next message: a broadcast only if it is the next of its place; a gap fails.
     fn take(&mut self) {
-        let text = match self.ws.read().expect("a message") {
+        let m = self.ws.read().expect("a message");
+        self.take_message(m);
+    }
+
+    /// Takes `m` as [`Numbered::take`] does; false if it is a close.
+    fn take_message(&mut self, m: Message) -> bool {
+        let text = match m {
             Message::Text(t) => t.as_str().to_string(),
             Message::Binary(b) => String::from_utf8(b.to_vec()).unwrap(),
-            _ => return,
+            Message::Close(_) => return false,
+            _ => return true,
         };
         let (header, payload) = text.split_once('|').expect("a header before |");
         if let Some(place) = header.strip_prefix('!') {
@@ -71,10 +78,10 @@ impl Numbered {
                 self.last = last;
             }
             (self.epoch, self.placed) = (epoch, true);
-            return;
+            return true;
         }
         if header.is_empty() || !self.placed {
-            return; // a message to this session alone, or a broadcast from before its place
+            return true; // a message to this session alone, or a broadcast from before its place
         }
         let seq: u64 = header.parse().unwrap();
         assert!(seq <= self.last + 1, "a gap: {} after {}", seq, self.last);
@@ -82,6 +89,7 @@ impl Numbered {
             self.last = seq;
             self.got.push(payload.to_string());
         }
+        true
     }
 
     /// Takes messages until it has `n` broadcasts.
@@ -250,4 +258,95 @@ fn a_place_that_is_gone_gets_a_snapshot_and_a_bad_one_is_refused() {
         assert_eq!(status, 400, "{path}: {body}");
         assert!(body.contains(says), "{path}: {body}");
     }
+}
+
+const SLOW: [u8; 4] = [127, 0, 5, 1];
+const READER: [u8; 4] = [127, 0, 5, 2];
+
+/// A numbered viewer of `limits/lag` from `SLOW` whose socket buffers little (4 KiB).
+fn slow_viewer(node: &TestNode, after: &str) -> WebSocket<TcpStream> {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.bind(&std::net::SocketAddr::from((SLOW, 0)).into())
+        .unwrap();
+    sock.connect(&node.public().into()).unwrap();
+    let s: TcpStream = sock.into();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let url = format!(
+        "ws://127.0.0.2:{}/o/limits/lag?combd_after={after}",
+        node.port
+    );
+    tungstenite::client(url.as_str(), s).unwrap().0
+}
+
+#[test]
+fn a_numbered_viewer_that_falls_behind_resumes_in_place_with_every_broadcast() {
+    let node = TestNode::start(&[
+        TEST_APPS,
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_SQLITE_SYNC", "normal"),
+    ]);
+    let mut slow = Numbered {
+        ws: slow_viewer(&node, "new"),
+        epoch: 0,
+        last: 0,
+        placed: false,
+        got: Vec::new(),
+        positions: Vec::new(),
+    };
+    let url = format!("ws://127.0.0.2:{}/o/limits/lag", node.port);
+    let (mut reader, _) = tungstenite::client(url.as_str(), connect_from(READER, node.public()))
+        .expect("the reader's handshake");
+    wait_stats(&node, "both attached", |s| s["sessions"] == 2);
+    // The object writes once, so it has a database: its broadcasts are logged.
+    let value = "POST /o/limits/lag?do=value&n=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(request(node.local(), value.as_bytes()).status, 200);
+    // Rounds of 500 small broadcasts while the slow viewer reads nothing: once its socket's
+    // buffers are full, its mailbox (1,000 frames) overflows and it misses frames.
+    const EACH: usize = 500;
+    let send = format!(
+        "POST /o/limits/lag?do=sends&n={EACH}&size=8 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    );
+    let mut sent = 0;
+    for _ in 0..60 {
+        assert_eq!(request(node.local(), send.as_bytes()).status, 200);
+        sent += EACH;
+        let mut read = 0;
+        while read < EACH {
+            match reader.read().expect("the reader reads") {
+                Message::Text(_) => read += 1,
+                Message::Close(c) => panic!("the reader was closed: {c:?}"),
+                _ => {}
+            }
+        }
+        if node.stats()["session_mailbox_dropped"].as_u64() >= Some(1) {
+            break;
+        }
+    }
+    let s = node.stats();
+    assert!(
+        s["session_mailbox_dropped"].as_u64() >= Some(1),
+        "no miss after {sent}: {s}"
+    );
+    // Now it reads: its connection, no longer stuck in its write, resumes it in place; it ends
+    // with every broadcast, numbered 1 to the last with no gap (a second miss while its resume
+    // was on its way would close it with 1013: it reconnects with its place).
+    while slow.got.len() < sent {
+        let open = match slow.ws.read() {
+            Ok(m) => slow.take_message(m),
+            Err(_) => false,
+        };
+        if !open {
+            slow.ws = slow_viewer(&node, &format!("{}.{}", slow.epoch, slow.last));
+            slow.placed = false;
+        }
+    }
+    assert_eq!(slow.last, sent as u64);
+    assert!(slow.got.iter().all(|p| p == "xxxxxxxx"));
+    assert!(node.stats()["session_resumes"].as_u64() >= Some(1));
+    assert!(
+        slow.positions.iter().any(|p| p.ends_with("|resumed")),
+        "{:?}",
+        slow.positions
+    );
 }

@@ -21,6 +21,15 @@
 // session's token expired: unauthorized, until setToken gives a new one). A node
 // that closed with 1001 and cannot be reached yet is still restarting: reconnecting, not busy.
 //
+// Numbered (`numbered: true`, README "Resuming a WebSocket"): the node numbers every broadcast
+// in its topic's log, and the client keeps its place (client.place: { epoch, last }) and
+// reconnects with it (`combd_after`), so it gets exactly the broadcasts it missed, in order,
+// none twice; onMessage gets each message's payload and { seq } (0: a message to this session
+// alone). A broadcast that skips a number (the session fell behind) drops the connection and
+// resumes from the place. onPosition: (epoch, last, why) => { ... } when the node says where
+// the log is (why: "new", "resumed", or "snapshot": the place was gone, the app's attach
+// sends the state).
+//
 // For a page that shows more than the state (all optional):
 //   onState's third argument: { reason, wait } while a retry waits (`why` without its
 //     "retrying in …", and the wait in ms); with { code } after an open connection closed,
@@ -72,6 +81,8 @@ export function connect(path, options = {}) {
     token: firstToken,
     protocols = [],
     query = () => ({}),
+    numbered = false,
+    onPosition = () => {},
     onMessage = () => {},
     onState = () => {},
     onAttempt = () => {},
@@ -88,7 +99,7 @@ export function connect(path, options = {}) {
   let stopped = false;
   let attempting = false; // a WebSocket is opening or open, or why it ended is being asked
   let restarting = false; // the last connection that opened was closed with 1001
-  const client = { state: "connecting", lastClose: null, attempts: 0 };
+  const client = { state: "connecting", lastClose: null, attempts: 0, place: null };
 
   function setState(state, why = "", info = {}) {
     client.state = state;
@@ -100,6 +111,10 @@ export function connect(path, options = {}) {
     u.protocol = scheme === "ws" ? (u.protocol === "https:" || u.protocol === "wss:" ? "wss:" : "ws:")
       : (u.protocol === "wss:" || u.protocol === "https:" ? "https:" : "http:");
     for (const [k, v] of Object.entries(query() ?? {})) u.searchParams.set(k, v);
+    if (numbered && scheme === "ws") {
+      const p = client.place;
+      u.searchParams.set("combd_after", p ? `${p.epoch}.${p.last}` : "new");
+    }
     return u.toString();
   }
 
@@ -145,6 +160,7 @@ export function connect(path, options = {}) {
     if (token) offered.push("combd", `combd.bearer.${token}`);
     let opened = false;
     let greeted = false;
+    let placed = false; // a position came on this connection: numbers count from it
     try {
       ws = new WebSocketImpl(url("ws"), offered);
     } catch (err) {
@@ -154,9 +170,16 @@ export function connect(path, options = {}) {
       setState("invalid", err.message);
       return;
     }
+    if (numbered) ws.binaryType = "arraybuffer";
     ws.onopen = () => { opened = true; };
     ws.onmessage = (e) => {
       let m = e.data;
+      let info;
+      if (numbered) {
+        const taken = number(m);
+        if (!taken) return;
+        [m, info] = taken;
+      }
       if (typeof m === "string") {
         try { m = JSON.parse(m); } catch { /* not JSON: passed on as text */ }
       }
@@ -165,7 +188,43 @@ export function connect(path, options = {}) {
         failures = 0; // this connection delivered: the next loss starts the backoff again
         setState("live");
       }
-      onMessage(m);
+      onMessage(m, info);
+    };
+    // A numbered message: its payload and { seq } to pass on, or null (a position, a broadcast
+    // it has, or one from before this connection's position). A gap ends the connection, which
+    // resumes from the place.
+    const number = (data) => {
+      let header;
+      let payload;
+      if (typeof data === "string") {
+        const bar = data.indexOf("|");
+        if (bar < 0) return null;
+        [header, payload] = [data.slice(0, bar), data.slice(bar + 1)];
+      } else {
+        // A binary message: its header is ASCII, its payload bytes.
+        const bytes = new Uint8Array(data);
+        const bar = bytes.indexOf(0x7c);
+        if (bar < 0) return null;
+        header = new TextDecoder().decode(bytes.subarray(0, bar));
+        payload = bytes.slice(bar + 1).buffer;
+      }
+      if (header.startsWith("!")) {
+        const [epoch, last] = header.slice(1).split(".").map(Number);
+        if (payload !== "resumed" || !client.place) client.place = { epoch, last };
+        else client.place.epoch = epoch;
+        placed = true;
+        onPosition(epoch, last, payload);
+        return null;
+      }
+      if (header === "") return [payload, { seq: 0 }];
+      const seq = Number(header);
+      if (!placed || seq <= client.place.last) return null;
+      if (seq > client.place.last + 1) {
+        ws.close(4001, "a gap: resuming");
+        return null;
+      }
+      client.place.last = seq;
+      return [payload, { seq }];
     };
     // A handshake the node refused fires `error` and then (in browsers) `close` with 1006;
     // some runtimes fire only the `error`: whichever comes first ends this connection.

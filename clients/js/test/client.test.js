@@ -236,3 +236,52 @@ test("a dropped connection resumes after the last message: none lost, none twice
   alice.c.close();
   bob.c.close();
 });
+
+test("a numbered viewer that drops its link gets every broadcast it missed, once, in order", live, async () => {
+  const sockets = [];
+  class Kept extends WebSocket {
+    constructor(...a) { super(...a); sockets.push(this); }
+  }
+  const board = `/o/million/js-numbered-${RUN}?page=0`;
+  const seen = { got: [], positions: [], waiters: [] };
+  const poke = () => seen.waiters.forEach((w) => w());
+  const viewer = connect(board, {
+    base: URL_,
+    numbered: true,
+    WebSocketImpl: Kept,
+    random: () => 0,
+    onPosition: (epoch, last, why) => { seen.positions.push(why); poke(); },
+    onMessage: (m, { seq }) => { if (seq > 0) seen.got.push([seq, JSON.stringify(m)]); poke(); },
+    onState: poke,
+  });
+  opened.push(viewer);
+  // A plain viewer that clicks sees what was committed, in order.
+  const clicker = new WebSocket(new URL(board, URL_.replace("http", "ws")));
+  const committed = [];
+  const clicked = { waiters: [] };
+  clicker.onmessage = (e) => {
+    const m = JSON.parse(e.data);
+    if (m.t === "set") committed.push(JSON.stringify(m));
+    clicked.waiters.forEach((w) => w());
+  };
+  await new Promise((r) => { clicker.onopen = r; });
+  await until("the viewer live", seen.waiters, () => viewer.state === "live");
+  const click = async (from, n) => {
+    const updates = () => committed.reduce((sum, f) => sum + JSON.parse(f).u.length, 0);
+    const want = updates() + n;
+    for (let i = from; i < from + n; i += 1) clicker.send(JSON.stringify({ t: "click", i, c: i }));
+    await until("the clicks", clicked.waiters, () => updates() >= want);
+  };
+  await click(0, 20);
+  await until("live frames", seen.waiters, () => seen.got.length === committed.length);
+  sockets[0].close(4000); // the link drops
+  await until("reconnecting", seen.waiters, () => viewer.state === "reconnecting");
+  await click(20, 30);
+  await until("resumed", seen.waiters, () => sockets.length === 2 && seen.got.length === committed.length);
+  assert.deepEqual(seen.got.map(([, m]) => m), committed, "every broadcast once, in order");
+  assert.deepEqual(seen.got.map(([s]) => s), committed.map((_, i) => i + 1), "numbered 1, 2, …");
+  assert.ok(seen.positions.includes("resumed"), `${seen.positions}`);
+  assert.ok(sockets[1].url.includes(`combd_after=${viewer.place.epoch}.`), sockets[1].url);
+  clicker.close();
+  viewer.close();
+});

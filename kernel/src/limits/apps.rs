@@ -121,8 +121,11 @@ pub const CORS_MAX_AGE_SECONDS: u64 = 600;
 
 /// Frames an object's log keeps per topic (`_combd_log`: each broadcast numbered in the
 /// transaction that committed it, what a client that reconnects resumes from); older ones are
-/// trimmed as new ones come. A viewer 1,000 frames behind is served a snapshot instead.
-pub const TOPIC_LOG_FRAMES: u64 = 1000;
+/// trimmed as new ones come. Twice a session's mailbox ([`super::SESSION_MAILBOX`]): a
+/// numbered session that overflowed it resumes from frames still in the log. A viewer further
+/// behind is served a snapshot instead.
+pub const TOPIC_LOG_FRAMES: u64 = 2000;
+const _: () = assert!(TOPIC_LOG_FRAMES >= 2 * super::SESSION_MAILBOX as u64);
 
 /// Bytes of payload an object's log keeps per topic: at most 1 MiB of it is ever read for one
 /// resume. Rows of the object's own database, within its `COMBD_DB_MAX` like any write.

@@ -357,6 +357,8 @@ pub enum Effect {
         to: SessionId,
         /// WebSocket frames, one after the other.
         frames: Vec<u8>,
+        /// The log's epoch and last frame they bring the session to.
+        place: (u64, u64),
     },
 }
 

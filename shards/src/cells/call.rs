@@ -356,6 +356,21 @@ fn before_commit(
     Ok(())
 }
 
+/// Numbers a call's broadcasts in their topics' logs, in its transaction
+/// ([`topic_log::append`]). A scratch run commits nothing, so it keeps no log: its broadcasts
+/// go unnumbered.
+fn log_broadcasts(
+    tx: &rusqlite::Transaction<'_>,
+    effects: &mut [Effect],
+    scratch: bool,
+) -> Result<Logged, AppError> {
+    if scratch {
+        return Ok(Logged::default());
+    }
+    let now = crate::alarms::now_ms();
+    Ok(topic_log::append(tx, effects, Retention::node(), now)?)
+}
+
 /// An answer the app may give (`check_app_response`: its content type, the header fields it
 /// may set): checked before the commit, so an invalid one fails its call and applies nothing.
 pub(super) fn checked(out: Output) -> Result<Output, AppError> {
@@ -412,16 +427,7 @@ pub(super) fn call<T>(
         }
         let out = out?;
         before_commit(&tx, target, scratch, &mut budget, &mut wrote)?;
-        // A scratch run commits nothing, so it keeps no log: its broadcasts go unnumbered.
-        let log = match scratch {
-            false => topic_log::append(
-                &tx,
-                &mut effects[first_effect..],
-                Retention::node(),
-                crate::alarms::now_ms(),
-            )?,
-            true => Logged::default(),
-        };
+        let log = log_broadcasts(&tx, &mut effects[first_effect..], scratch)?;
         tx.commit()?;
         logged = log;
         Ok(out)

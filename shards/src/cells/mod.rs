@@ -447,9 +447,10 @@ impl Cells {
                     seq,
                     epoch,
                 } => run.push(topic, OutFrame::logged(text, &payload, seq, epoch)),
-                Effect::Resume { to, frames } => {
+                Effect::Resume { to, frames, place } => {
                     self.broadcast_run(key, &mut run).await;
-                    self.sessions.deliver(Some(key), to, OutFrame::node(frames))
+                    self.sessions
+                        .deliver(Some(key), to, OutFrame::node(frames, place))
                 }
             }
         }

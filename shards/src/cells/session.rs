@@ -38,6 +38,10 @@ pub(crate) struct Sessions {
     next: Cell<u64>,
     /// What each client's sessions have waiting, against its share of the outbound budget.
     tallies: RefCell<ClientTallies>,
+    /// Each numbered session's place in its topic's log, as far as its connection has taken
+    /// frames to write: where it resumes if it misses frames (`crate::ws::numbered`). Kept
+    /// here, not in every session: a plain viewer carries none of it.
+    places: RefCell<HashMap<u64, (u64, u64)>>,
 }
 
 impl Sessions {
@@ -48,7 +52,20 @@ impl Sessions {
             topics: RefCell::new(HashMap::new()),
             next: Cell::new(0),
             tallies: RefCell::new(ClientTallies::default()),
+            places: RefCell::new(HashMap::new()),
         }
+    }
+
+    /// A numbered session's connection took frames that bring it to `place`.
+    pub fn set_place(&self, s: &SessionOut, place: (u64, u64)) {
+        if self.map.borrow().contains_key(&s.id()) {
+            self.places.borrow_mut().insert(s.id(), place);
+        }
+    }
+
+    /// A numbered session's place, if its connection took any frame that sets one.
+    pub fn place(&self, s: &SessionOut) -> Option<(u64, u64)> {
+        self.places.borrow().get(&s.id()).copied()
     }
 
     /// A new session of the connection parked in `slot` (of the client `asker`), attached
@@ -91,6 +108,7 @@ impl Sessions {
             return;
         }
         ShardStats::sub(&self.state.stats().sessions, 1);
+        self.places.borrow_mut().remove(&s.id());
         if let Some(tally) = s.end() {
             self.tallies.borrow_mut().session_ended(tally);
         }

@@ -319,35 +319,7 @@ pub(super) fn resume(
     resume: Resume,
 ) -> Result<Effect, AppError> {
     let _node = sandbox::NodeSql::enter();
-    // No tables yet, or no row: no log, at epoch 0.
-    let found = match db.prepare_cached("SELECT 1 FROM _combd_log LIMIT 0") {
-        Ok(_) => find_topic(db, topic)?,
-        Err(_) => None,
-    };
-    let t = match found {
-        Some((id, epoch)) => {
-            let t = Topic {
-                id,
-                epoch,
-                last: 0,
-                total: 0,
-            };
-            match newest(db, &t)? {
-                Some(end) => Topic {
-                    last: end.seq,
-                    total: end.total,
-                    ..t
-                },
-                None => t,
-            }
-        }
-        None => Topic {
-            id: 0,
-            epoch: 0,
-            last: 0,
-            total: 0,
-        },
-    };
+    let t = current(db, topic)?;
     let why = match resume {
         Resume::New => Why::New,
         Resume::After { epoch, seq } => {
@@ -367,19 +339,60 @@ pub(super) fn resume(
     };
     let mut out = Vec::new();
     crate::ws::encode_message(&mut out, true, position(t.epoch, t.last, why).as_bytes());
-    if let (Why::Resumed, Resume::After { seq: after, .. }) = (why, resume) {
-        let (_, hi) = t.range();
-        let mut stmt = db.prepare_cached(
-            "SELECT key, text, payload FROM _combd_log WHERE key BETWEEN ?1 AND ?2 ORDER BY key",
-        )?;
-        let mut rows = stmt.query([t.key(after + 1), hi])?;
-        while let Some(r) = rows.next()? {
-            let (key, text, payload): (i64, bool, Vec<u8>) = (r.get(0)?, r.get(1)?, r.get(2)?);
-            let seq = key as u64 & SEQ_MAX;
-            crate::ws::encode_message(&mut out, text, &prefixed(seq, &payload));
+    // Nothing after its place (nothing at all with no log): the position alone.
+    match (why, resume) {
+        (Why::Resumed, Resume::After { seq, .. }) if seq < t.last => {
+            replay(db, &t, seq, &mut out)?;
         }
+        _ => {}
     }
-    Ok(Effect::Resume { to, frames: out })
+    Ok(Effect::Resume {
+        to,
+        frames: out,
+        place: (t.epoch, t.last),
+    })
+}
+
+/// `topic` as a resume finds it: its id, epoch, last frame and running total; all 0 with no
+/// log (no tables yet, or no row).
+fn current(db: &Connection, topic: &str) -> rusqlite::Result<Topic> {
+    let none = Topic {
+        id: 0,
+        epoch: 0,
+        last: 0,
+        total: 0,
+    };
+    let found = match db.prepare_cached("SELECT 1 FROM _combd_log LIMIT 0") {
+        Ok(_) => find_topic(db, topic)?,
+        Err(_) => None,
+    };
+    let Some((id, epoch)) = found else {
+        return Ok(none);
+    };
+    let t = Topic { id, epoch, ..none };
+    Ok(match newest(db, &t)? {
+        Some(end) => Topic {
+            last: end.seq,
+            total: end.total,
+            ..t
+        },
+        None => t,
+    })
+}
+
+/// Appends `t`'s frames after `after` to `out`, each numbered.
+fn replay(db: &Connection, t: &Topic, after: u64, out: &mut Vec<u8>) -> rusqlite::Result<()> {
+    let (_, hi) = t.range();
+    let mut stmt = db.prepare_cached(
+        "SELECT key, text, payload FROM _combd_log WHERE key BETWEEN ?1 AND ?2 ORDER BY key",
+    )?;
+    let mut rows = stmt.query([t.key(after + 1), hi])?;
+    while let Some(r) = rows.next()? {
+        let (key, text, payload): (i64, bool, Vec<u8>) = (r.get(0)?, r.get(1)?, r.get(2)?);
+        let seq = key as u64 & SEQ_MAX;
+        crate::ws::encode_message(out, text, &prefixed(seq, &payload));
+    }
+    Ok(())
 }
 
 /// Whether every frame after `after` is in `t`'s log and together within
@@ -623,6 +636,12 @@ mod tests {
         let to = SessionId::new(0, 7);
         let none = resume(&db, "t", to, Resume::New).unwrap();
         assert_eq!(frames(&none), ["!0.0|new"]);
+        // No log yet: a place before it is where the log is.
+        let zero = Resume::After { epoch: 0, seq: 0 };
+        assert_eq!(
+            frames(&resume(&db, "t", to, zero).unwrap()),
+            ["!0.0|resumed"]
+        );
         for i in 1..=5u8 {
             commit(&mut db, &mut [broadcast("t", &[b'0' + i])], WIDE, 1_000);
         }

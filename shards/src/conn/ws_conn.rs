@@ -497,6 +497,9 @@ impl<'c> WsConn<'c> {
         let permit = state.acquire_awake().await;
         let to = &self.ws.to;
         let mut w = session.take_for_write(Framing::of(to.deflate, to.numbered));
+        if let Some(place) = w.place {
+            self.conn.cells.sessions().set_place(&session, place);
+        }
         if let Some(log) = &self.conn.log {
             (0..w.messages).for_each(|_| log.on_message(false));
         }
@@ -514,31 +517,48 @@ impl<'c> WsConn<'c> {
         })
     }
 
-    /// The session missed messages: it closes, or attaches again, as its app says.
+    /// The session missed messages: it closes, or attaches again, as its app says. A numbered
+    /// one attaches again resuming from its place (what its connection took to write): what
+    /// it missed is in its log, and comes before anything newer.
     fn resync(&self, session: &SessionOut) -> Option<Close> {
         let to = &self.ws.to;
+        let try_again = Close::Frame(Some(close::TRY_AGAIN_LATER), "missed messages: reconnect");
+        if to.numbered {
+            // Missed again before its last resume reached it (the resume did not fit either):
+            // closed, and its client reconnects with its place, so a client that does not read
+            // cannot make its object read the log again and again.
+            if !session.start_resume() {
+                return Some(try_again);
+            }
+            let resume = match self.conn.cells.sessions().place(session) {
+                Some((epoch, seq)) => Resume::After { epoch, seq },
+                None => Resume::New,
+            };
+            ShardStats::add(&self.conn.state().stats().session_resumes, 1);
+            self.reattach(session, Some(resume));
+            return None;
+        }
         match to.app.resync() {
-            Resync::Close => Some(Close::Frame(
-                Some(close::TRY_AGAIN_LATER),
-                "missed messages: reconnect",
-            )),
+            Resync::Close => Some(try_again),
             Resync::Attach => {
-                // A numbered session's place is lost with what it missed: its attach tells it
-                // where the log is now, after the app's state.
-                let resume = to
-                    .numbered
-                    .then(|| (Resume::New, session.topic_name().to_string()));
-                let job = Job::reattach(
-                    session.session_id(),
-                    session.query().map(str::to_string),
-                    session.client().cloned(),
-                    session.caller().clone(),
-                )
-                .resuming(resume);
-                self.conn.cells.submit(&to.app, &to.object, job);
+                self.reattach(session, None);
                 None
             }
         }
+    }
+
+    /// Attaches the session again, in place, as it first attached; a numbered one from
+    /// `resume`.
+    fn reattach(&self, session: &SessionOut, resume: Option<Resume>) {
+        let to = &self.ws.to;
+        let job = Job::reattach(
+            session.session_id(),
+            session.query().map(str::to_string),
+            session.client().cloned(),
+            session.caller().clone(),
+        )
+        .resuming(resume.map(|r| (r, session.topic_name().to_string())));
+        self.conn.cells.submit(&to.app, &to.object, job);
     }
 
     /// How a WebSocket whose write failed ends: one that took nothing for the write stall

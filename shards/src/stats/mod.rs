@@ -288,6 +288,8 @@ pub struct ShardStats {
     pub fanouts_in_progress: AtomicU64,
     /// Sessions that missed messages and were resynced (attached again, or closed with 1013).
     pub session_resyncs: AtomicU64,
+    /// Numbered sessions that missed messages and resumed from their topic's log in place.
+    pub session_resumes: AtomicU64,
     /// Access-log lines queued for the writer.
     pub access_log_lines: AtomicU64,
     /// Access-log lines dropped: every chunk of the shard was waiting for the writer.
@@ -461,6 +463,7 @@ impl ShardStats {
             ("turn_overruns", "combd_turn_overruns_total", Counter, "Turns of the shard's loop longer than 10 ms.", g(&self.turn_overruns)),
             ("fanouts_in_progress", "combd_fanouts_in_progress", Gauge, "Broadcasts being fanned out now.", g(&self.fanouts_in_progress)),
             ("session_resyncs", "combd_session_resyncs_total", Counter, "Sessions resynced after missing messages.", g(&self.session_resyncs)),
+            ("session_resumes", "combd_session_resumes_total", Counter, "Numbered sessions that missed messages and resumed from their topic's log.", g(&self.session_resumes)),
             ("access_log_lines", "combd_access_log_lines_total", Counter, "Access-log lines queued for the writer.", g(&self.access_log_lines)),
             ("access_log_dropped", "combd_access_log_dropped_total", Counter, "Access-log lines dropped with every chunk waiting for the writer.", g(&self.access_log_dropped)),
             ("app_errors_log_suppressed", "combd_app_errors_log_suppressed_total", Counter, "Warnings about apps' failed calls not logged past the rate.", g(&self.app_errors_log_suppressed)),

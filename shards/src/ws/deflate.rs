@@ -209,8 +209,9 @@ enum Kind {
     Message { seq: u64, epoch: u64 },
     /// The rest of a frame a write sent only part of: bytes, not a message of their own.
     Rest,
-    /// Frames the node made for one numbered session (a position, a replay), sent as they are.
-    Node,
+    /// Frames the node made for one numbered session (a position, a replay), sent as they are;
+    /// the place they bring it to (epoch, last).
+    Node { place: (u64, u64) },
 }
 
 /// How a session's messages are written: as they are, compressed where it is worth it
@@ -273,8 +274,29 @@ impl OutFrame {
     }
 
     /// Frames the node made for one numbered session, already encoded: sent as they are.
-    pub fn node(frames: Vec<u8>) -> Arc<OutFrame> {
-        OutFrame::new(frames, 0, false, Kind::Node)
+    /// `place`: the log's epoch and last frame once the session has them.
+    pub fn node(frames: Vec<u8>, place: (u64, u64)) -> Arc<OutFrame> {
+        OutFrame::new(frames, 0, false, Kind::Node { place })
+    }
+
+    /// A broadcast numbered in its topic's log.
+    pub fn is_logged(&self) -> bool {
+        matches!(self.kind, Kind::Message { seq, .. } if seq > 0)
+    }
+
+    /// Frames the node made for one numbered session ([`OutFrame::node`]).
+    pub fn is_node(&self) -> bool {
+        matches!(self.kind, Kind::Node { .. })
+    }
+
+    /// The place in its topic's log a numbered session is at once it has this frame: (epoch,
+    /// seq) of a broadcast in a log, or what the node's own frames bring it to.
+    pub fn place(&self) -> Option<(u64, u64)> {
+        match self.kind {
+            Kind::Message { seq, epoch } if seq > 0 => Some((epoch, seq)),
+            Kind::Node { place } => Some(place),
+            _ => None,
+        }
     }
 
     /// The frame's bytes as written on the wire, plain.
@@ -555,7 +577,11 @@ mod tests {
         assert_eq!(&bytes[2..2 + position.len()], position);
         assert_eq!(text(&bytes[2 + position.len()..]), "1|y");
         // The node's own frames go as they are.
-        let node = OutFrame::node(vec![0x81, 1, b'z']);
+        let node = OutFrame::node(vec![0x81, 1, b'z'], (9, 3));
         assert_eq!(node.for_session(numbered).0, &[0x81, 1, b'z']);
+        assert_eq!(
+            (node.place(), first.place(), alone.place()),
+            (Some((9, 3)), Some((9, 1)), None)
+        );
     }
 }

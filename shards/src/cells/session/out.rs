@@ -161,6 +161,9 @@ pub(crate) struct ForWrite {
     pub messages: usize,
     /// It starts with the rest of a frame the fan-out cut short.
     pub after_cut: bool,
+    /// Written numbered: the place in its topic's log the session is at once it has these
+    /// bytes (the last broadcast's epoch and number, or the node's position), if they move it.
+    pub place: Option<(u64, u64)>,
 }
 
 /// What changes as frames come and go.
@@ -188,6 +191,9 @@ struct Outbox {
     socket: Option<DirectSocket>,
     /// The connection waits in its read: nothing of its own is being written.
     reading: bool,
+    /// A numbered session resuming in place: broadcasts of its log are dropped until the
+    /// node's frames of its resume come (they bring them, and those after come after).
+    resuming: bool,
 }
 
 /// A session's outbound side (see the module's notes). Shared by the session table, its
@@ -245,6 +251,7 @@ impl SessionOut {
                 cut: false,
                 socket: None,
                 reading: false,
+                resuming: false,
             }),
         }
     }
@@ -348,6 +355,7 @@ impl SessionOut {
             bytes: Vec::new(),
             messages: 0,
             after_cut,
+            place: None,
         };
         // Counted as waiting at their plain size; a compressed frame owes less, a numbered one
         // more (its number and `|`, and the position before a log's first frame).
@@ -358,6 +366,9 @@ impl SessionOut {
                 continue;
             }
             w.messages += 1;
+            if let Framing::Numbered = framing {
+                w.place = frame.place().or(w.place);
+            }
             let (bytes, deflated) = frame.for_session(framing);
             if deflated {
                 ShardStats::add(&stats.ws_deflated_out, 1);
@@ -429,6 +440,28 @@ impl SessionOut {
         }
     }
 
+    /// A numbered session that missed frames starts resuming in place: the broadcasts of its
+    /// log waiting for it, and those that come until its resume does, are dropped (its resume
+    /// brings them). False if it was resuming already: its resume did not reach it either.
+    pub fn start_resume(&self) -> bool {
+        let mut o = self.out.borrow_mut();
+        if o.resuming {
+            return false;
+        }
+        o.resuming = true;
+        let (kept, logged): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut o.mail)
+            .into_iter()
+            .partition(|f| !f.is_logged());
+        o.mail = kept;
+        let bytes: u64 = logged.iter().map(|f| f.plain().len() as u64).sum();
+        o.release(&self.state, bytes);
+        ShardStats::add(
+            &self.state.stats().session_mailbox_dropped,
+            logged.len() as u64,
+        );
+        true
+    }
+
     /// Puts a frame in the mailbox, as [`decide`] says. The slot to wake, if any.
     pub(super) fn queue(&self, frame: Arc<OutFrame>) -> Option<usize> {
         let len = frame.plain().len() as u64;
@@ -436,6 +469,13 @@ impl SessionOut {
         let mut o = self.out.borrow_mut();
         if o.closing.is_some() || o.tally.is_none() {
             return None;
+        }
+        if o.resuming {
+            if frame.is_logged() {
+                ShardStats::add(&stats.session_mailbox_dropped, 1);
+                return None;
+            }
+            o.resuming = !frame.is_node();
         }
         let waiting = self.waiting(&o, len);
         match decide(waiting, len) {
