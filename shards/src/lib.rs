@@ -18,7 +18,7 @@
 //!    ([`object_key`]), the fair line behind the slot caps (`line`), what an app's SQL may do
 //!    (`sandbox`), the counters and their two renderings ([`stats`]), the test suite's
 //!    switches, none in a release build (`testing`), TLS configuration and streams ([`tls`]),
-//!    and the WebSocket frame codec ([`ws`]).
+//!    and the WebSocket frame codec with the numbered sessions' wire format ([`ws`]).
 //! 2. The alarm index and the node's tables in an object's database ([`alarms`]), tokens and
 //!    the verified client ([`auth`]), the pools with a share per client ([`fair`]), and the
 //!    typed limits a call can trip ([`limit`]).
@@ -36,7 +36,8 @@
 //!    threads' line, connection slots (reserve → open → release once), the per-turn budget,
 //!    outbound bytes, the ping epoch.
 //! 8. **Cells** (`cells`): sessions (each session's outbound side is its `SessionOut`),
-//!    objects (their task, their calls under limits, their commit task, their SQLite store),
+//!    objects (their task, their calls under limits, their commit task, their SQLite store,
+//!    each topic's log of its broadcasts),
 //!    alarms and messages fired, and routing between shards and to other nodes.
 //! 9. **Connections** (`conn`): an I/O core (`Conn`) and the protocols that borrow it in turn,
 //!    the HTTP loop with its router and upgrade (`HttpConn`), then the WebSocket loop that owns

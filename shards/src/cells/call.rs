@@ -8,7 +8,7 @@ use crate::job::Owned;
 use crate::limit::Limit;
 
 use super::store::watch;
-use super::topic_log::{self, Logged, Retention};
+use super::topic_log::{self, Appended, Logged, Retention, TopicCache};
 use crate::sandbox;
 
 /// The object a batch runs for: its app's and its own name, its shard, and the node's alarm
@@ -19,6 +19,8 @@ pub(super) struct Target<'a> {
     pub name: &'a str,
     pub shard: usize,
     pub alarms: Option<&'a crate::alarms::AlarmIndex>,
+    /// What the object knows of its topics' logs between calls, kept as each call commits.
+    pub topics: Option<&'a TopicCache>,
 }
 
 /// The database a batch runs on.
@@ -363,12 +365,21 @@ fn log_broadcasts(
     tx: &rusqlite::Transaction<'_>,
     effects: &mut [Effect],
     scratch: bool,
-) -> Result<Logged, AppError> {
+    cache: Option<&TopicCache>,
+) -> Result<Appended, AppError> {
     if scratch {
-        return Ok(Logged::default());
+        return Ok(Appended::default());
     }
     let now = crate::alarms::now_ms();
-    Ok(topic_log::append(tx, effects, Retention::node(), now)?)
+    let none = TopicCache::default();
+    let cache = cache.unwrap_or(&none);
+    Ok(topic_log::append(
+        tx,
+        effects,
+        Retention::node(),
+        now,
+        cache,
+    )?)
 }
 
 /// An answer the app may give (`check_app_response`: its content type, the header fields it
@@ -427,9 +438,12 @@ pub(super) fn call<T>(
         }
         let out = out?;
         before_commit(&tx, target, scratch, &mut budget, &mut wrote)?;
-        let log = log_broadcasts(&tx, &mut effects[first_effect..], scratch)?;
+        let log = log_broadcasts(&tx, &mut effects[first_effect..], scratch, target.topics)?;
         tx.commit()?;
-        logged = log;
+        logged = log.logged;
+        if let Some(cache) = target.topics {
+            cache.keep(log.touched);
+        }
         Ok(out)
     })();
     let interrupted = watch::end();

@@ -20,6 +20,8 @@
 //! than none, measured; this layout is what RESULTS gives). A running total of payload bytes
 //! in each row sizes any range from its two ends.
 
+use std::collections::HashMap;
+
 use combd_kernel::limits::{TOPIC_LOG_AGE, TOPIC_LOG_BYTES, TOPIC_LOG_FRAMES};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -58,7 +60,15 @@ impl Retention {
     }
 }
 
-/// What one call's broadcasts did to the log.
+/// What one call's broadcasts did to the log, and its topics as its transaction leaves them
+/// (for [`TopicCache::keep`] once it committed).
+#[derive(Debug, Default)]
+pub(super) struct Appended {
+    pub logged: Logged,
+    pub touched: Vec<(String, Cached)>,
+}
+
+/// What calls' broadcasts did to the log.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Logged {
     /// Frames numbered and kept.
@@ -89,6 +99,38 @@ impl Topic {
     }
 }
 
+/// What an object knows of its topics' logs between its calls, so a call that broadcasts
+/// reads none of it from the database: each topic as the last commit left it, with its oldest
+/// frame (none: an empty log). Filled as calls commit ([`TopicCache::keep`]); dropped with the
+/// object's connection when it is opened again. At most [`TopicCache::MAX`] topics: past that
+/// it starts over (an app that broadcasts to ever new topics reads them again).
+#[derive(Debug, Default)]
+pub(super) struct TopicCache(std::cell::RefCell<HashMap<String, Cached>>);
+
+/// A topic as a call found or left it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cached {
+    t: Topic,
+    first: Option<End>,
+}
+
+impl TopicCache {
+    const MAX: usize = 1024;
+
+    fn get(&self, topic: &str) -> Option<Cached> {
+        self.0.borrow().get(topic).copied()
+    }
+
+    /// What a call's transaction left of its topics, once it committed.
+    pub fn keep(&self, touched: Vec<(String, Cached)>) {
+        let mut map = self.0.borrow_mut();
+        if map.len() + touched.len() > Self::MAX {
+            map.clear();
+        }
+        map.extend(touched);
+    }
+}
+
 /// A frame's row as the ends of a range are read: its number, when it was logged, its
 /// running byte total and its payload's length.
 #[derive(Debug, Clone, Copy)]
@@ -101,34 +143,24 @@ struct End {
 
 /// Numbers the broadcasts among `effects` (one call's, in order) topic by topic, keeps them in
 /// the log within `retention`, and trims what falls out of it; in `tx`, the call's own
-/// transaction, before it commits.
+/// transaction, before it commits. What `cache` knows of a topic is not read again.
 pub(super) fn append(
     tx: &Connection,
     effects: &mut [Effect],
     retention: Retention,
     now_ms: u64,
-) -> rusqlite::Result<Logged> {
-    let mut logged = Logged::default();
+    cache: &TopicCache,
+) -> rusqlite::Result<Appended> {
+    let mut out = Appended::default();
     if !effects
         .iter()
         .any(|e| matches!(e, Effect::Broadcast { .. }))
     {
-        return Ok(logged);
+        return Ok(out);
     }
     let _node = sandbox::NodeSql::enter();
-    // The tables, made by the first broadcast: a cached statement says they are there (a
-    // CREATE per call cost a schema parse each time).
-    if tx
-        .prepare_cached("SELECT 1 FROM _combd_log LIMIT 0")
-        .is_err()
-    {
-        tx.execute_batch(SCHEMA)?;
-    }
     // A call's broadcasts go to one topic or few: a short list, in first-seen order.
-    let mut topics: Vec<(String, Topic)> = Vec::new();
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO _combd_log (key, at_ms, text, total, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
+    let topics = &mut out.touched;
     for e in effects.iter_mut() {
         let Effect::Broadcast {
             topic,
@@ -140,38 +172,82 @@ pub(super) fn append(
         else {
             continue;
         };
-        let i = match topics.iter().position(|(name, _)| name == topic) {
-            Some(i) => i,
-            None => {
-                topics.push((topic.clone(), open_topic(tx, topic)?));
-                topics.len() - 1
-            }
-        };
-        let t = &mut topics[i].1;
-        if t.last == SEQ_MAX {
-            *t = start_over(tx, topic, t)?;
-        }
-        t.last += 1;
-        t.total += payload.len() as u64;
-        let row = params![
-            t.key(t.last),
-            now_ms as i64,
-            *text,
-            t.total as i64,
-            &*payload
-        ];
-        insert.execute(row)?;
-        (*seq, *epoch) = (t.last, t.epoch);
-        logged.frames += 1;
+        let c = entry(tx, cache, topics, topic)?;
+        log_frame(tx, c, *text, payload, now_ms)?;
+        (*seq, *epoch) = (c.t.last, c.t.epoch);
+        out.logged.frames += 1;
     }
-    for (_, t) in &topics {
-        logged.trimmed += trim(tx, t, retention, now_ms)?;
+    for (_, c) in topics.iter_mut() {
+        out.logged.trimmed += trim(tx, c, retention, now_ms)?;
     }
-    Ok(logged)
+    Ok(out)
 }
 
-/// `topic` as a call finds it: made, with a fresh epoch, if it has no row.
-fn open_topic(tx: &Connection, topic: &str) -> rusqlite::Result<Topic> {
+/// `topic` among a call's `topics`: from what the call found already, or what the object
+/// knew, or the database; started over past its last number.
+fn entry<'t>(
+    tx: &Connection,
+    cache: &TopicCache,
+    topics: &'t mut Vec<(String, Cached)>,
+    topic: &str,
+) -> rusqlite::Result<&'t mut Cached> {
+    let i = match topics.iter().position(|(name, _)| name == topic) {
+        Some(i) => i,
+        None => {
+            let found = match cache.get(topic) {
+                Some(c) => c,
+                None => open_topic(tx, topic)?,
+            };
+            topics.push((topic.to_string(), found));
+            topics.len() - 1
+        }
+    };
+    let c = &mut topics[i].1;
+    if c.t.last == SEQ_MAX {
+        *c = start_over(tx, topic, &c.t)?;
+    }
+    Ok(c)
+}
+
+/// Keeps one broadcast as `c`'s next frame.
+fn log_frame(
+    tx: &Connection,
+    c: &mut Cached,
+    text: bool,
+    payload: &[u8],
+    now_ms: u64,
+) -> rusqlite::Result<()> {
+    let t = &mut c.t;
+    t.last += 1;
+    t.total += payload.len() as u64;
+    tx.prepare_cached(
+        "INSERT INTO _combd_log (key, at_ms, text, total, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        t.key(t.last),
+        now_ms as i64,
+        text,
+        t.total as i64,
+        payload
+    ])?;
+    c.first.get_or_insert(End {
+        seq: t.last,
+        at_ms: now_ms as i64,
+        total: t.total,
+        len: payload.len() as u64,
+    });
+    Ok(())
+}
+
+/// `topic` as a call finds it in the database: made, with a fresh epoch, if it has no row (the
+/// tables too, at an object's first broadcast).
+fn open_topic(tx: &Connection, topic: &str) -> rusqlite::Result<Cached> {
+    if tx
+        .prepare_cached("SELECT 1 FROM _combd_log LIMIT 0")
+        .is_err()
+    {
+        tx.execute_batch(SCHEMA)?;
+    }
     let (id, epoch) = match find_topic(tx, topic)? {
         Some(found) => found,
         None => {
@@ -187,13 +263,17 @@ fn open_topic(tx: &Connection, topic: &str) -> rusqlite::Result<Topic> {
         last: 0,
         total: 0,
     };
-    Ok(match newest(tx, &t)? {
+    let t = match newest(tx, &t)? {
         Some(end) => Topic {
             last: end.seq,
             total: end.total,
             ..t
         },
         None => t,
+    };
+    Ok(Cached {
+        t,
+        first: oldest(tx, &t)?,
     })
 }
 
@@ -205,19 +285,20 @@ fn find_topic(db: &Connection, topic: &str) -> rusqlite::Result<Option<(i64, u64
 }
 
 /// A topic past its last number: its frames dropped, a new epoch, numbered from 1 again.
-fn start_over(tx: &Connection, topic: &str, t: &Topic) -> rusqlite::Result<Topic> {
+fn start_over(tx: &Connection, topic: &str, t: &Topic) -> rusqlite::Result<Cached> {
     let (lo, hi) = t.range();
     tx.prepare_cached("DELETE FROM _combd_log WHERE key BETWEEN ?1 AND ?2")?
         .execute([lo, hi])?;
     let epoch = new_epoch();
     tx.prepare_cached("UPDATE _combd_topics SET epoch = ?2 WHERE topic = ?1")?
         .execute(params![topic, epoch as i64])?;
-    Ok(Topic {
+    let t = Topic {
         epoch,
         last: 0,
         total: 0,
         ..*t
-    })
+    };
+    Ok(Cached { t, first: None })
 }
 
 /// The newest or the oldest frame of `t`'s range, if it has one.
@@ -256,8 +337,14 @@ fn oldest(db: &Connection, t: &Topic) -> rusqlite::Result<Option<End>> {
 /// Trims `t`'s oldest frames once it keeps more than `retention` by an eighth (frames, bytes,
 /// or its oldest frame's age), down to within it, never its newest; how many went. The
 /// eighth's slack makes a trim one statement for many frames, not one a call.
-fn trim(tx: &Connection, t: &Topic, retention: Retention, now_ms: u64) -> rusqlite::Result<u64> {
-    let Some(first) = oldest(tx, t)? else {
+fn trim(
+    tx: &Connection,
+    c: &mut Cached,
+    retention: Retention,
+    now_ms: u64,
+) -> rusqlite::Result<u64> {
+    let t = c.t;
+    let Some(first) = c.first else {
         return Ok(0);
     };
     let slack = |v: u64| v.saturating_add(v / 8);
@@ -298,6 +385,7 @@ fn trim(tx: &Connection, t: &Topic, retention: Retention, now_ms: u64) -> rusqli
     if keep.seq == first.seq {
         return Ok(0);
     }
+    c.first = Some(keep);
     let cut = t.key(keep.seq - 1);
     let gone = tx
         .prepare_cached("DELETE FROM _combd_log WHERE key BETWEEN ?1 AND ?2")?
@@ -431,13 +519,33 @@ fn new_epoch() -> u64 {
 mod tests {
     use super::*;
 
-    fn open(tag: &str) -> Connection {
+    /// An object's database and what it knows of its topics between calls.
+    struct Db {
+        conn: Connection,
+        cache: TopicCache,
+        /// Forget the cache after every call: each reads its topics from the database.
+        cold: bool,
+    }
+
+    impl std::ops::Deref for Db {
+        type Target = Connection;
+        fn deref(&self) -> &Connection {
+            &self.conn
+        }
+    }
+
+    fn open(tag: &str) -> Db {
         let path = std::env::temp_dir().join(format!(
             "combd-topic-log-{tag}-{}.sqlite",
             std::process::id()
         ));
         let _ = std::fs::remove_file(&path);
-        Connection::open(path).unwrap()
+        let conn = Connection::open(path).unwrap();
+        Db {
+            conn,
+            cache: TopicCache::default(),
+            cold: false,
+        }
     }
 
     fn broadcast(topic: &str, payload: &[u8]) -> Effect {
@@ -450,12 +558,17 @@ mod tests {
         }
     }
 
-    /// Appends `effects` in one transaction, as a call does.
-    fn commit(db: &mut Connection, effects: &mut [Effect], r: Retention, now: u64) -> Logged {
-        let tx = db.transaction().unwrap();
-        let logged = append(&tx, effects, r, now).unwrap();
+    /// Appends `effects` in one transaction, as a call does, and keeps what it left of its
+    /// topics once it committed.
+    fn commit(db: &mut Db, effects: &mut [Effect], r: Retention, now: u64) -> Logged {
+        let tx = db.conn.transaction().unwrap();
+        let appended = append(&tx, effects, r, now, &db.cache).unwrap();
         tx.commit().unwrap();
-        logged
+        match db.cold {
+            true => db.cache = TopicCache::default(),
+            false => db.cache.keep(appended.touched),
+        }
+        appended.logged
     }
 
     /// The numbers of `topic`'s frames kept.
@@ -538,74 +651,90 @@ mod tests {
 
     #[test]
     fn past_its_frames_the_oldest_go() {
-        let mut db = open("frames");
-        let r = Retention { frames: 5, ..WIDE };
-        let mut trimmed = 0;
-        for i in 0..12u8 {
-            trimmed += commit(&mut db, &mut [broadcast("t", &[i])], r, 1_000).trimmed;
-        }
-        assert_eq!(kept(&db, "t"), [8, 9, 10, 11, 12]);
-        assert_eq!(trimmed, 7);
-        // Two hundred in one call.
-        let mut many: Vec<Effect> = (0..200).map(|_| broadcast("t", b"y")).collect();
-        let logged = commit(&mut db, &mut many, r, 1_000);
-        assert_eq!(
-            logged,
-            Logged {
-                frames: 200,
-                trimmed: 200
+        // Cold: each call reads its topics from the database; warm: from what the last left.
+        for cold in [false, true] {
+            let mut db = open(&format!("frames-{cold}"));
+            db.cold = cold;
+            let r = Retention { frames: 5, ..WIDE };
+            let mut trimmed = 0;
+            for i in 0..12u8 {
+                trimmed += commit(&mut db, &mut [broadcast("t", &[i])], r, 1_000).trimmed;
             }
-        );
-        assert_eq!(kept(&db, "t"), [208, 209, 210, 211, 212]);
+            assert_eq!(kept(&db, "t"), [8, 9, 10, 11, 12]);
+            assert_eq!(trimmed, 7);
+            // Two hundred in one call.
+            let mut many: Vec<Effect> = (0..200).map(|_| broadcast("t", b"y")).collect();
+            let logged = commit(&mut db, &mut many, r, 1_000);
+            assert_eq!(
+                logged,
+                Logged {
+                    frames: 200,
+                    trimmed: 200
+                }
+            );
+            assert_eq!(kept(&db, "t"), [208, 209, 210, 211, 212]);
+        }
     }
 
     #[test]
     fn a_trim_waits_for_an_eighth_more_then_goes_back_to_the_retention() {
-        let mut db = open("slack");
-        let r = Retention { frames: 80, ..WIDE };
-        for _ in 0..90 {
-            assert_eq!(
-                commit(&mut db, &mut [broadcast("t", b"x")], r, 1_000).trimmed,
-                0
-            );
+        // Cold: each call reads its topics from the database; warm: from what the last left.
+        for cold in [false, true] {
+            let mut db = open(&format!("slack-{cold}"));
+            db.cold = cold;
+            let r = Retention { frames: 80, ..WIDE };
+            for _ in 0..90 {
+                assert_eq!(
+                    commit(&mut db, &mut [broadcast("t", b"x")], r, 1_000).trimmed,
+                    0
+                );
+            }
+            assert_eq!(kept(&db, "t").len(), 90, "80 and an eighth kept untrimmed");
+            let logged = commit(&mut db, &mut [broadcast("t", b"x")], r, 1_000);
+            assert_eq!(logged.trimmed, 11);
+            assert_eq!(kept(&db, "t"), (12..=91).collect::<Vec<u64>>());
         }
-        assert_eq!(kept(&db, "t").len(), 90, "80 and an eighth kept untrimmed");
-        let logged = commit(&mut db, &mut [broadcast("t", b"x")], r, 1_000);
-        assert_eq!(logged.trimmed, 11);
-        assert_eq!(kept(&db, "t"), (12..=91).collect::<Vec<u64>>());
     }
 
     #[test]
     fn past_its_bytes_the_oldest_go_but_never_the_newest() {
-        let mut db = open("bytes");
-        let r = Retention { bytes: 10, ..WIDE };
-        for _ in 0..4 {
-            commit(&mut db, &mut [broadcast("t", b"abcd")], r, 1_000);
+        // Cold: each call reads its topics from the database; warm: from what the last left.
+        for cold in [false, true] {
+            let mut db = open(&format!("bytes-{cold}"));
+            db.cold = cold;
+            let r = Retention { bytes: 10, ..WIDE };
+            for _ in 0..4 {
+                commit(&mut db, &mut [broadcast("t", b"abcd")], r, 1_000);
+            }
+            assert_eq!(kept(&db, "t"), [3, 4], "8 bytes kept of 16, within 10");
+            // One frame larger than the whole log's bytes: alone, it is kept (its number is the
+            // log's last).
+            commit(&mut db, &mut [broadcast("t", &[0; 12])], r, 1_000);
+            assert_eq!(kept(&db, "t"), [5]);
         }
-        assert_eq!(kept(&db, "t"), [3, 4], "8 bytes kept of 16, within 10");
-        // One frame larger than the whole log's bytes: alone, it is kept (its number is the
-        // log's last).
-        commit(&mut db, &mut [broadcast("t", &[0; 12])], r, 1_000);
-        assert_eq!(kept(&db, "t"), [5]);
     }
 
     #[test]
     fn past_its_age_the_oldest_go() {
-        let mut db = open("age");
-        let r = Retention {
-            age_ms: 1_000,
-            ..WIDE
-        };
-        commit(&mut db, &mut [broadcast("t", b"old")], r, 10_000);
-        commit(&mut db, &mut [broadcast("t", b"mid")], r, 10_500);
-        commit(&mut db, &mut [broadcast("t", b"new")], r, 11_200);
-        assert_eq!(
-            kept(&db, "t"),
-            [2, 3],
-            "the frame of 10,000 is 1,200 ms old"
-        );
-        commit(&mut db, &mut [broadcast("t", b"later")], r, 99_000);
-        assert_eq!(kept(&db, "t"), [4], "the newest stays, whatever its age");
+        // Cold: each call reads its topics from the database; warm: from what the last left.
+        for cold in [false, true] {
+            let mut db = open(&format!("age-{cold}"));
+            db.cold = cold;
+            let r = Retention {
+                age_ms: 1_000,
+                ..WIDE
+            };
+            commit(&mut db, &mut [broadcast("t", b"old")], r, 10_000);
+            commit(&mut db, &mut [broadcast("t", b"mid")], r, 10_500);
+            commit(&mut db, &mut [broadcast("t", b"new")], r, 11_200);
+            assert_eq!(
+                kept(&db, "t"),
+                [2, 3],
+                "the frame of 10,000 is 1,200 ms old"
+            );
+            commit(&mut db, &mut [broadcast("t", b"later")], r, 99_000);
+            assert_eq!(kept(&db, "t"), [4], "the newest stays, whatever its age");
+        }
     }
 
     /// The payloads of a resume's frames (unmasked, as the node writes them).

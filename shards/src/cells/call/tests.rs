@@ -16,6 +16,7 @@ const TEST_TARGET: Target<'static> = Target {
     name: "o",
     shard: 0,
     alarms: None,
+    topics: None,
 };
 
 /// `run_batch` on the test object, without limits.

@@ -283,7 +283,9 @@ async fn run_on(
     let alarms = state.node().alarms.clone();
     let shard = state.id();
     let stages = [Stage::BatchToThread, Stage::BatchRun, Stage::BatchBack];
-    state
+    // What the object knows of its topics' logs goes with its connection, and comes back.
+    let topics = cell.topics.take();
+    let (db, inputs, ran, topics) = state
         .on_thread_timed((cell.opened_by(), Work::Compute), stages, move || {
             let mut db = db;
             let target = Target {
@@ -291,6 +293,7 @@ async fn run_on(
                 name: &name,
                 shard,
                 alarms: Some(&alarms),
+                topics: Some(&topics),
             };
             let run = Run::new(app.as_ref(), target, limits, &on);
             let result = run_inputs(run, &mut db, &inputs);
@@ -303,29 +306,33 @@ async fn run_on(
             // reads.
             let fleet = fleet_wal.is_some();
             let wal_len = fleet_wal.map_or(0, |p| std::fs::metadata(p).map_or(0, |m| m.len()));
-            // In a fleet, what the fleet's wake index is to say once this batch is the head.
-            let due = (fleet && matches!(on, On::Db) && result.due_moved)
-                .then(|| {
-                    let _node = crate::sandbox::NodeSql::enter();
-                    crate::alarms::remaining(&db)
-                })
-                .map(|r| match r {
-                    Ok((next, _)) => next,
-                    Err(e) => {
-                        // Said due now: the index may be early, never late.
-                        tracing::warn!(object = %name, "cannot read what the object has due: {e}");
-                        Some(crate::alarms::now_ms())
-                    }
-                });
+            let due =
+                (fleet && matches!(on, On::Db) && result.due_moved).then(|| due_after(&db, &name));
             let ran = Ran {
                 result,
                 wal,
                 wal_len,
                 due,
             };
-            (db, inputs, ran)
+            (db, inputs, ran, topics)
         })
-        .await
+        .await;
+    cell.topics.set(topics);
+    (db, inputs, ran)
+}
+
+/// In a fleet, what the fleet's wake index is to say once a batch that moved what the object
+/// has due is the head: when its next alarm or message is due.
+fn due_after(db: &rusqlite::Connection, name: &str) -> Option<u64> {
+    let _node = crate::sandbox::NodeSql::enter();
+    match crate::alarms::remaining(db) {
+        Ok((next, _)) => next,
+        Err(e) => {
+            // Said due now: the index may be early, never late.
+            tracing::warn!(object = %name, "cannot read what the object has due: {e}");
+            Some(crate::alarms::now_ms())
+        }
+    }
 }
 
 /// Logs a batch's output, warns of its failed calls, and counts its slow calls and tripped

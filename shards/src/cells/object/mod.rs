@@ -30,6 +30,7 @@ use crate::stats::ShardStats;
 
 use super::commit::Pipeline;
 use super::store::{self, Store, StoreConfig};
+use super::topic_log::TopicCache;
 use super::{Cells, Refusal};
 
 mod batch;
@@ -53,6 +54,9 @@ pub(super) struct ObjectCell {
     slot: WakerSlot,
     /// The client whose job made it live: its database's creation is counted to it.
     opened_by: ClientKey,
+    /// What it knows of its topics' logs between batches (with its connection on a blocking
+    /// thread while a batch runs); forgotten when its database is opened again.
+    topics: std::cell::Cell<TopicCache>,
 }
 
 impl ObjectCell {
@@ -70,6 +74,7 @@ impl ObjectCell {
             mailbox: RefCell::new(VecDeque::new()),
             slot: WakerSlot::new(state),
             opened_by,
+            topics: Default::default(),
         }
     }
 
@@ -295,6 +300,8 @@ async fn reload(
     );
     let (shipping, _) = old.finish().await;
     *pipeline.shipping() = shipping;
+    // What it knew of its topics may be ahead of the database opened again.
+    cell.topics.take();
     match store {
         Some(store) => reopen(&cells.state, cell, store).await,
         None => None,
