@@ -179,9 +179,15 @@ impl Job {
     }
 
     /// The attach of a numbered session: `resume`, its place and topic, if it has one.
+    /// A session attaching again in place ([`Job::reattach`]) resumes in place.
     pub fn resuming(mut self, resume: Option<(Resume, String)>) -> Job {
+        let in_place = matches!(self.reply, Reply::Session(_));
         if let Owned::Attach { resume: r, .. } = &mut self.input {
-            *r = resume;
+            *r = resume.map(|(resume, topic)| Resuming {
+                resume,
+                topic,
+                in_place,
+            });
         }
         self
     }
@@ -190,6 +196,14 @@ impl Job {
     pub fn is_detach(&self) -> bool {
         matches!(self.input, Owned::Detach { .. })
     }
+}
+
+/// A numbered session's attach ([`crate::ws::numbered`]): its place, its topic, and whether it
+/// resumes in place (it fell behind) rather than as it connects.
+pub(crate) struct Resuming {
+    pub resume: Resume,
+    pub topic: String,
+    pub in_place: bool,
 }
 
 /// Where a job's answer goes.
@@ -242,7 +256,7 @@ pub(crate) enum Owned {
         client: Option<Arc<Client>>,
         caller: Arc<Caller>,
         /// A numbered session's place, and its topic ([`crate::ws::numbered`]).
-        resume: Option<(Resume, String)>,
+        resume: Option<Resuming>,
     },
     Detach {
         session: SessionId,
@@ -277,13 +291,13 @@ pub(crate) enum Owned {
 
 impl Owned {
     /// A numbered session's attach: the session, its place and its topic.
-    pub fn resume(&self) -> Option<(SessionId, Resume, &str)> {
+    pub fn resume(&self) -> Option<(SessionId, &Resuming)> {
         match self {
             Owned::Attach {
                 session,
-                resume: Some((resume, topic)),
+                resume: Some(r),
                 ..
-            } => Some((*session, *resume, topic)),
+            } => Some((*session, r)),
             _ => None,
         }
     }

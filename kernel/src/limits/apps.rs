@@ -131,6 +131,12 @@ const _: () = assert!(TOPIC_LOG_FRAMES >= 2 * super::SESSION_MAILBOX as u64);
 /// resume. Rows of the object's own database, within its `COMBD_DB_MAX` like any write.
 pub const TOPIC_LOG_BYTES: u64 = 1024 * 1024;
 
+/// Bytes of replay one batch of an object reads for the numbered sessions resuming in it (at
+/// most [`TOPIC_LOG_BYTES`] each): past it an attach is refused with 503 `overloaded` and its
+/// client comes back, so a storm of resumes holds at most this much per batch of an object, and
+/// at most 9 times it per object (its batches waiting for a sync, and the one running).
+pub const TOPIC_LOG_REPLAY_BATCH_BYTES: u64 = TOPIC_LOG_BYTES;
+
 /// How long an object's log keeps a frame: two minutes of disconnection resume without loss
 /// (Ably's promise of continuity).
 pub const TOPIC_LOG_AGE: std::time::Duration = std::time::Duration::from_secs(120);

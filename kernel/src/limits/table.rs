@@ -69,6 +69,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("topic_log_frames", TOPIC_LOG_FRAMES),
     fixed!("topic_log_bytes", TOPIC_LOG_BYTES),
     fixed!("topic_log_age_ms", TOPIC_LOG_AGE, ms),
+    fixed!("topic_log_replay_batch_bytes", TOPIC_LOG_REPLAY_BATCH_BYTES),
     fixed!("app_headers_max", APP_HEADERS_MAX),
     fixed!("app_header_value_max_bytes", APP_HEADER_VALUE_MAX_BYTES),
     fixed!("app_headers_max_bytes", APP_HEADERS_MAX_BYTES),

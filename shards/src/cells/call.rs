@@ -1,7 +1,7 @@
 //! One call of an app, under its limits, and a batch of calls in one transaction. Runs on a
 //! blocking thread, never on the shard's loop.
 
-use combd_kernel::limits::SLOW_CALL;
+use combd_kernel::limits::{SLOW_CALL, TOPIC_LOG_REPLAY_BATCH_BYTES};
 
 use crate::app::{limit_error, App, AppError, CallBudget, Cx, Effect, Input, Output};
 use crate::job::Owned;
@@ -278,10 +278,12 @@ fn run_each(
     db: &mut rusqlite::Connection,
     inputs: &[Owned],
 ) -> BatchResult {
+    // What the batch's resumes may read of the log, together.
+    let mut replay = TOPIC_LOG_REPLAY_BATCH_BYTES;
     for input in inputs {
         let mut mine = Vec::new();
-        if let Some((to, resume, topic)) = input.resume() {
-            match topic_log::resume(db, topic, to, resume) {
+        if let Some((to, r)) = input.resume() {
+            match topic_log::resume(db, &r.topic, to, (r.resume, &mut replay), r.in_place) {
                 Ok(first) => mine.push(first),
                 Err(e) => {
                     result.outputs.push(Err(e));

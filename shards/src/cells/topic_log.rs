@@ -16,12 +16,16 @@
 //!
 //! A frame's row is keyed by one integer, its topic's id and its number (`id << 40 | seq`):
 //! a call appends at the end of its topic's range and trims from its start, with no text key
-//! compared (text keys and a row per topic rewritten each call cost a click 12–15 % more CPU
-//! than none, measured; this layout is what RESULTS gives). A running total of payload bytes
-//! in each row sizes any range from its two ends.
+//! compared, and an object keeps its topics' state between calls ([`TopicCache`]), so a call
+//! reads nothing of the log. A running total of payload bytes in each row sizes any range from
+//! its two ends. Measured (RESULTS.md, "A log per topic"): text keys with a topic's row
+//! rewritten each call cost click 5,000 and heavy 2,000 13 % and 11 % more CPU than no log;
+//! this layout 7 % and 9 %, most of it the page of the log each commit writes.
 
 use std::collections::HashMap;
 
+#[cfg(doc)]
+use combd_kernel::limits::TOPIC_LOG_REPLAY_BATCH_BYTES;
 use combd_kernel::limits::{TOPIC_LOG_AGE, TOPIC_LOG_BYTES, TOPIC_LOG_FRAMES};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -399,12 +403,16 @@ fn trim(
 /// the position alone (`snapshot`: the app's attach gives the state); one ahead of the log is
 /// refused (400), as no client could have it. A place before a log began (`0.0`) resumes from
 /// its first frame if none was trimmed. Read on the object's connection before the attach's
-/// call, so nothing commits between the two.
+/// call, so nothing commits between the two. `budget`: the bytes of replay the batch may still
+/// read ([`TOPIC_LOG_REPLAY_BATCH_BYTES`]), less this one's; past it the attach is refused
+/// (503 `overloaded`: its client comes back) or, `in_place` (a session that fell behind),
+/// sent a snapshot, so a storm of resumes into one object holds at most that much a batch.
 pub(super) fn resume(
     db: &Connection,
     topic: &str,
     to: SessionId,
-    resume: Resume,
+    (resume, budget): (Resume, &mut u64),
+    in_place: bool,
 ) -> Result<Effect, AppError> {
     let _node = sandbox::NodeSql::enter();
     let t = current(db, topic)?;
@@ -419,9 +427,19 @@ pub(super) fn resume(
                 );
                 return Err(AppError::new(400, e));
             }
-            match same && replayable(db, &t, seq)? {
-                true => Why::Resumed,
-                false => Why::Snapshot,
+            match replayable(db, &t, seq)?.filter(|_| same) {
+                // Past what this batch may still read for resumes: a session resuming in
+                // place gets a snapshot (it stays consistent); one connecting comes back later.
+                Some(bytes) if bytes > *budget && in_place => Why::Snapshot,
+                Some(bytes) if bytes > *budget => {
+                    let e = AppError::new(503, "overloaded: too many resumes at once");
+                    return Err(e.with_detail(format!("{bytes} bytes of replay, {budget} left")));
+                }
+                Some(bytes) => {
+                    *budget -= bytes;
+                    Why::Resumed
+                }
+                None => Why::Snapshot,
             }
         }
     };
@@ -483,17 +501,17 @@ fn replay(db: &Connection, t: &Topic, after: u64, out: &mut Vec<u8>) -> rusqlite
     Ok(())
 }
 
-/// Whether every frame after `after` is in `t`'s log and together within
-/// [`TOPIC_LOG_BYTES`]: a resume reads no more than that.
-fn replayable(db: &Connection, t: &Topic, after: u64) -> rusqlite::Result<bool> {
+/// The bytes of payload after `after` in `t`'s log, if every frame after it is there and
+/// together within [`TOPIC_LOG_BYTES`] (a resume reads no more than that); `None` if not.
+fn replayable(db: &Connection, t: &Topic, after: u64) -> rusqlite::Result<Option<u64>> {
     if after == t.last {
-        return Ok(true);
+        return Ok(Some(0));
     }
     let Some(first) = oldest(db, t)? else {
-        return Ok(false);
+        return Ok(None);
     };
     if after + 1 < first.seq {
-        return Ok(false);
+        return Ok(None);
     }
     // The running total just before frame `after + 1`.
     let before = match after + 1 == first.seq {
@@ -502,7 +520,8 @@ fn replayable(db: &Connection, t: &Topic, after: u64) -> rusqlite::Result<bool> 
             .prepare_cached("SELECT total FROM _combd_log WHERE key = ?1")?
             .query_row([t.key(after)], |r| r.get::<_, i64>(0))? as u64,
     };
-    Ok(t.total - before <= TOPIC_LOG_BYTES)
+    let bytes = t.total - before;
+    Ok((bytes <= TOPIC_LOG_BYTES).then_some(bytes))
 }
 
 /// A new topic's epoch: random (the system's random source), positive, and exact as a
@@ -763,12 +782,12 @@ mod tests {
     fn a_place_in_the_log_gets_what_came_after_it_else_a_snapshot_or_a_refusal() {
         let mut db = open("resume");
         let to = SessionId::new(0, 7);
-        let none = resume(&db, "t", to, Resume::New).unwrap();
+        let none = resume(&db, "t", to, (Resume::New, &mut u64::MAX), false).unwrap();
         assert_eq!(frames(&none), ["!0.0|new"]);
         // No log yet: a place before it is where the log is.
         let zero = Resume::After { epoch: 0, seq: 0 };
         assert_eq!(
-            frames(&resume(&db, "t", to, zero).unwrap()),
+            frames(&resume(&db, "t", to, (zero, &mut u64::MAX), false).unwrap()),
             ["!0.0|resumed"]
         );
         for i in 1..=5u8 {
@@ -777,15 +796,22 @@ mod tests {
         let e = epoch(&db, "t");
         let after = |seq| Resume::After { epoch: e, seq };
         assert_eq!(
-            frames(&resume(&db, "t", to, after(3)).unwrap()),
+            frames(&resume(&db, "t", to, (after(3), &mut u64::MAX), false).unwrap()),
             [format!("!{e}.5|resumed"), "4|4".into(), "5|5".into()]
         );
         assert_eq!(
-            frames(&resume(&db, "t", to, after(5)).unwrap()),
+            frames(&resume(&db, "t", to, (after(5), &mut u64::MAX), false).unwrap()),
             [format!("!{e}.5|resumed")]
         );
         // From before the log began: every frame.
-        let from_zero = resume(&db, "t", to, Resume::After { epoch: 0, seq: 0 }).unwrap();
+        let from_zero = resume(
+            &db,
+            "t",
+            to,
+            (Resume::After { epoch: 0, seq: 0 }, &mut u64::MAX),
+            false,
+        )
+        .unwrap();
         assert_eq!(frames(&from_zero).len(), 6);
         // Another epoch: a snapshot; ahead of the log: refused.
         let other = Resume::After {
@@ -793,10 +819,10 @@ mod tests {
             seq: 2,
         };
         assert_eq!(
-            frames(&resume(&db, "t", to, other).unwrap()),
+            frames(&resume(&db, "t", to, (other, &mut u64::MAX), false).unwrap()),
             [format!("!{e}.5|snapshot")]
         );
-        let ahead = resume(&db, "t", to, after(6)).unwrap_err();
+        let ahead = resume(&db, "t", to, (after(6), &mut u64::MAX), false).unwrap_err();
         assert_eq!(ahead.status, 400);
         assert!(
             ahead.message.contains("ahead of the log"),
@@ -808,9 +834,32 @@ mod tests {
         commit(&mut db, &mut [broadcast("t", b"6")], r, 1_000);
         assert_eq!(kept(&db, "t"), [5, 6]);
         assert_eq!(
-            frames(&resume(&db, "t", to, after(3)).unwrap()),
+            frames(&resume(&db, "t", to, (after(3), &mut u64::MAX), false).unwrap()),
             [format!("!{e}.6|snapshot")]
         );
-        assert_eq!(frames(&resume(&db, "t", to, after(4)).unwrap()).len(), 3);
+        assert_eq!(
+            frames(&resume(&db, "t", to, (after(4), &mut u64::MAX), false).unwrap()).len(),
+            3
+        );
+    }
+
+    #[test]
+    fn a_batchs_resumes_share_a_budget_past_which_one_connecting_comes_back_later() {
+        let mut db = open("budget");
+        let to = SessionId::new(0, 7);
+        for i in 1..=5u8 {
+            commit(&mut db, &mut [broadcast("t", &[b'0' + i])], WIDE, 1_000);
+        }
+        let e = epoch(&db, "t");
+        let after = |seq| Resume::After { epoch: e, seq };
+        // Past the budget: refused for now (503), not a snapshot.
+        let mut budget = 3;
+        assert!(resume(&db, "t", to, (after(3), &mut budget), false).is_ok());
+        assert_eq!(budget, 1, "frames 4 and 5, a byte each");
+        let later = resume(&db, "t", to, (after(3), &mut budget), false).unwrap_err();
+        assert_eq!((later.status, budget), (503, 1));
+        // A session that fell behind is not refused: it gets a snapshot.
+        let in_place = resume(&db, "t", to, (after(3), &mut budget), true).unwrap();
+        assert_eq!(frames(&in_place), [format!("!{e}.5|snapshot")]);
     }
 }

@@ -194,6 +194,10 @@ struct Outbox {
     /// A numbered session resuming in place: broadcasts of its log are dropped until the
     /// node's frames of its resume come (they bring them, and those after come after).
     resuming: bool,
+    /// Broadcasts dropped while resuming: past a mailbox of them the resume is taken as lost
+    /// (refused on its way, a full mailbox at its object) and the session as having missed
+    /// frames again, so its connection closes it (1013) and its client reconnects.
+    resume_dropped: u16,
 }
 
 /// A session's outbound side (see the module's notes). Shared by the session table, its
@@ -252,6 +256,7 @@ impl SessionOut {
                 socket: None,
                 reading: false,
                 resuming: false,
+                resume_dropped: 0,
             }),
         }
     }
@@ -449,6 +454,7 @@ impl SessionOut {
             return false;
         }
         o.resuming = true;
+        o.resume_dropped = 0;
         let (kept, logged): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut o.mail)
             .into_iter()
             .partition(|f| !f.is_logged());
@@ -473,7 +479,12 @@ impl SessionOut {
         if o.resuming {
             if frame.is_logged() {
                 ShardStats::add(&stats.session_mailbox_dropped, 1);
-                return None;
+                o.resume_dropped = o.resume_dropped.saturating_add(1);
+                if usize::from(o.resume_dropped) < SESSION_MAILBOX {
+                    return None;
+                }
+                o.missed = true;
+                return Some(self.slot);
             }
             o.resuming = !frame.is_node();
         }
