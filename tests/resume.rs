@@ -350,3 +350,72 @@ fn a_numbered_viewer_that_falls_behind_resumes_in_place_with_every_broadcast() {
         slow.positions
     );
 }
+
+/// A numbered viewer of `limits/<object>` after `after`, or the status of its refused upgrade.
+fn try_viewer(node: &TestNode, object: &str, after: &str) -> Result<WebSocket<TcpStream>, u16> {
+    let url = format!(
+        "ws://127.0.0.2:{}/o/limits/{object}?combd_after={after}",
+        node.port
+    );
+    match tungstenite::client(url.as_str(), connect(node.public())) {
+        Ok((ws, _)) => Ok(ws),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => {
+            Err(resp.status().as_u16())
+        }
+        Err(e) => panic!("{object}: {e}"),
+    }
+}
+
+#[test]
+fn resumes_into_one_object_past_a_batchs_budget_come_back_and_end_lossless() {
+    let node = TestNode::start(&[TEST_APPS, ("COMBD_SHARDS", "1")]);
+    let post = |what: &str| {
+        let raw =
+            format!("POST /o/limits/storm?{what} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+        request(node.local(), raw.as_bytes()).status
+    };
+    // A log of 7 broadcasts of 100 kB: a replay from its start is 700 kB, and a batch's
+    // resumes may read 1 MiB together.
+    assert_eq!(post("do=value&n=1"), 200);
+    assert_eq!(post("do=sends&n=7&size=100000"), 200);
+    // The object held for a moment, three resumes from the log's start queue behind it and
+    // run in one batch (the app's batches are of 3): one is replayed, the others refused.
+    let refused = std::thread::scope(|s| {
+        let hold = s.spawn(|| post("do=sleep&ms=400"));
+        wait_stats(&node, "the object to be held", |s| s["cells_awake"] == 1);
+        let viewers: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| try_viewer(&node, "storm", "0.0")))
+            .collect();
+        assert_eq!(hold.join().unwrap(), 200);
+        viewers
+            .into_iter()
+            .map(|v| v.join().unwrap())
+            .filter(|v| v.as_ref().err() == Some(&503))
+            .count()
+    });
+    assert!(
+        refused >= 1,
+        "a batch's replays are bounded: some come back later"
+    );
+    // Each, connecting again, gets every frame once, in order.
+    for _ in 0..3 {
+        let ws = loop {
+            match try_viewer(&node, "storm", "0.0") {
+                Ok(ws) => break ws,
+                Err(503) => continue,
+                Err(s) => panic!("refused {s}"),
+            }
+        };
+        let mut v = Numbered {
+            ws,
+            epoch: 0,
+            last: 0,
+            placed: false,
+            got: Vec::new(),
+            positions: Vec::new(),
+        };
+        v.until(7);
+        assert_eq!(v.last, 7);
+        assert!(v.got.iter().all(|p| p.len() == 100_000));
+    }
+}
