@@ -39,8 +39,13 @@ impl Numbered {
     }
 
     fn new(node: &TestNode, board: &str) -> Numbered {
+        Numbered::on(Numbered::open(node, board, None))
+    }
+
+    /// A viewer on `ws`, with no place yet.
+    fn on(ws: WebSocket<TcpStream>) -> Numbered {
         Numbered {
-            ws: Numbered::open(node, board, None),
+            ws,
             epoch: 0,
             last: 0,
             placed: false,
@@ -286,14 +291,7 @@ fn a_numbered_viewer_that_falls_behind_resumes_in_place_with_every_broadcast() {
         ("COMBD_SHARDS", "1"),
         ("COMBD_SQLITE_SYNC", "normal"),
     ]);
-    let mut slow = Numbered {
-        ws: slow_viewer(&node, "new"),
-        epoch: 0,
-        last: 0,
-        placed: false,
-        got: Vec::new(),
-        positions: Vec::new(),
-    };
+    let mut slow = Numbered::on(slow_viewer(&node, "new"));
     let url = format!("ws://127.0.0.2:{}/o/limits/lag", node.port);
     let (mut reader, _) = tungstenite::client(url.as_str(), connect_from(READER, node.public()))
         .expect("the reader's handshake");
@@ -406,14 +404,7 @@ fn resumes_into_one_object_past_a_batchs_budget_come_back_and_end_lossless() {
                 Err(s) => panic!("refused {s}"),
             }
         };
-        let mut v = Numbered {
-            ws,
-            epoch: 0,
-            last: 0,
-            placed: false,
-            got: Vec::new(),
-            positions: Vec::new(),
-        };
+        let mut v = Numbered::on(ws);
         v.until(7);
         assert_eq!(v.last, 7);
         assert!(v.got.iter().all(|p| p.len() == 100_000));

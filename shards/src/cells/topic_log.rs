@@ -533,6 +533,18 @@ fn new_epoch() -> u64 {
     (u64::from_le_bytes(b) >> 11).max(1)
 }
 
+/// The numbers the log gave `effects`' broadcasts (0: none), in order: for tests.
+#[cfg(test)]
+pub(super) fn seqs(effects: &[Effect]) -> Vec<u64> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Broadcast { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -603,16 +615,6 @@ mod tests {
 
     fn epoch(db: &Connection, topic: &str) -> u64 {
         find_topic(db, topic).unwrap().unwrap().1
-    }
-
-    fn seqs(effects: &[Effect]) -> Vec<u64> {
-        effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Broadcast { seq, .. } => Some(*seq),
-                _ => None,
-            })
-            .collect()
     }
 
     const WIDE: Retention = Retention {

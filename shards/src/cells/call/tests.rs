@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::super::store::{self, StoreConfig};
+use super::super::topic_log::seqs;
 use super::*;
 use crate::http::Response;
 
@@ -150,17 +151,6 @@ fn a_failed_batch_applies_nothing_then_runs_one_by_one() {
     let r = batch(&Echo, &mut scratch, &[http("e")], &On::Scratch);
     assert!(!r.wrote);
     assert_eq!(seqs(&r.effects), [0]);
-}
-
-/// The sequence numbers of `effects`' broadcasts.
-fn seqs(effects: &[Effect]) -> Vec<u64> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Broadcast { seq, .. } => Some(*seq),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Broadcasts its input, writing nothing.
