@@ -395,6 +395,8 @@ fn resumes_into_one_object_past_a_batchs_budget_come_back_and_end_lossless() {
         refused >= 1,
         "a batch's replays are bounded: some come back later"
     );
+    let counted = node.stats()["topic_log_resumes_refused"].as_u64().unwrap();
+    assert_eq!(counted, refused as u64, "each refusal counted");
     // Each, connecting again, gets every frame once, in order.
     for _ in 0..3 {
         let ws = loop {

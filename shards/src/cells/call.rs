@@ -67,6 +67,8 @@ pub(super) struct BatchResult {
     pub alarm_at: Option<u64>,
     /// What the calls that committed did to their topics' logs.
     pub logged: Logged,
+    /// Numbered sessions' attaches refused for now: past the batch's replay budget.
+    pub resumes_refused: u64,
 }
 
 impl BatchResult {
@@ -85,6 +87,7 @@ impl BatchResult {
             due_moved: false,
             alarm_at: None,
             logged: Logged::default(),
+            resumes_refused: 0,
         }
     }
 
@@ -132,6 +135,7 @@ impl BatchResult {
         self.due_moved |= more.due_moved;
         self.set_alarm_at(more.alarm_at);
         self.add_logged(more.logged);
+        self.resumes_refused += more.resumes_refused;
         self.failed.extend(more.failed.into_iter().map(|i| i + at));
     }
 }
@@ -286,6 +290,7 @@ fn run_each(
             match topic_log::resume(db, &r.topic, to, (r.resume, &mut replay), r.in_place) {
                 Ok(first) => mine.push(first),
                 Err(e) => {
+                    result.resumes_refused += u64::from(e.status == 503);
                     result.outputs.push(Err(e));
                     continue;
                 }

@@ -205,6 +205,8 @@ pub struct ShardStats {
     pub topic_log_frames: AtomicU64,
     /// Frames trimmed from topics' logs past their retention.
     pub topic_log_trimmed: AtomicU64,
+    /// Numbered sessions' attaches refused (503) past their batch's replay budget.
+    pub topic_log_resumes_refused: AtomicU64,
     /// Calls killed past `COMBD_CPU_LIMIT_TICKS`.
     pub cpu_limit_killed: AtomicU64,
     /// Calls killed past 1 s of host calls.
@@ -428,6 +430,7 @@ impl ShardStats {
             ("slow_calls", "combd_slow_calls_total", Counter, "Calls longer than 10 ms.", g(&self.slow_calls)),
             ("topic_log_frames", "combd_topic_log_frames_total", Counter, "Broadcasts numbered and kept in their topic's log.", g(&self.topic_log_frames)),
             ("topic_log_trimmed", "combd_topic_log_trimmed_total", Counter, "Frames trimmed from topics' logs past their retention.", g(&self.topic_log_trimmed)),
+            ("topic_log_resumes_refused", "combd_topic_log_resumes_refused_total", Counter, "Numbered sessions' attaches refused past their batch's replay budget.", g(&self.topic_log_resumes_refused)),
             ("cpu_limit_killed", "combd_cpu_limit_killed_total", Counter, "Calls killed past the tick limit.", g(&self.cpu_limit_killed)),
             ("host_time_killed", "combd_host_time_killed_total", Counter, "Calls killed past 1 s of host calls.", g(&self.host_time_killed)),
             ("sql_timeouts", "combd_sql_timeouts_total", Counter, "SQL statements interrupted past 100 ms.", g(&self.sql_timeouts)),

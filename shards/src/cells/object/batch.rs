@@ -346,6 +346,7 @@ fn file_result(state: &ShardState, cell: &ObjectCell, result: &BatchResult) {
     ShardStats::add(&stats.slow_calls, result.slow_calls);
     ShardStats::add(&stats.topic_log_frames, result.logged.frames);
     ShardStats::add(&stats.topic_log_trimmed, result.logged.trimmed);
+    ShardStats::add(&stats.topic_log_resumes_refused, result.resumes_refused);
     for l in &result.limits {
         ShardStats::add(l.counter(stats), 1);
     }
