@@ -101,6 +101,24 @@ impl Topic {
     fn range(&self) -> (i64, i64) {
         (self.key(0), self.key(SEQ_MAX))
     }
+
+    /// The topic with its newest frame's number and running total, as `db` has them.
+    fn with_newest(self, db: &Connection) -> rusqlite::Result<Topic> {
+        Ok(match newest(db, &self)? {
+            Some(end) => Topic {
+                last: end.seq,
+                total: end.total,
+                ..self
+            },
+            None => self,
+        })
+    }
+}
+
+/// Whether the object has the log's tables (made by its first broadcast).
+fn has_log(db: &Connection) -> bool {
+    db.prepare_cached("SELECT 1 FROM _combd_log LIMIT 0")
+        .is_ok()
 }
 
 /// What an object knows of its topics' logs between its calls, so a call that broadcasts
@@ -143,6 +161,18 @@ struct End {
     at_ms: i64,
     total: u64,
     len: u64,
+}
+
+impl End {
+    /// A row of `SELECT key, at_ms, total, length(payload) FROM _combd_log`.
+    fn of(r: &rusqlite::Row<'_>) -> rusqlite::Result<End> {
+        Ok(End {
+            seq: (r.get::<_, i64>(0)? as u64) & SEQ_MAX,
+            at_ms: r.get(1)?,
+            total: r.get::<_, i64>(2)? as u64,
+            len: r.get::<_, i64>(3)? as u64,
+        })
+    }
 }
 
 /// Numbers the broadcasts among `effects` (one call's, in order) topic by topic, keeps them in
@@ -246,10 +276,7 @@ fn log_frame(
 /// `topic` as a call finds it in the database: made, with a fresh epoch, if it has no row (the
 /// tables too, at an object's first broadcast).
 fn open_topic(tx: &Connection, topic: &str) -> rusqlite::Result<Cached> {
-    if tx
-        .prepare_cached("SELECT 1 FROM _combd_log LIMIT 0")
-        .is_err()
-    {
+    if !has_log(tx) {
         tx.execute_batch(SCHEMA)?;
     }
     let (id, epoch) = match find_topic(tx, topic)? {
@@ -266,15 +293,8 @@ fn open_topic(tx: &Connection, topic: &str) -> rusqlite::Result<Cached> {
         epoch,
         last: 0,
         total: 0,
-    };
-    let t = match newest(tx, &t)? {
-        Some(end) => Topic {
-            last: end.seq,
-            total: end.total,
-            ..t
-        },
-        None => t,
-    };
+    }
+    .with_newest(tx)?;
     Ok(Cached {
         t,
         first: oldest(tx, &t)?,
@@ -319,14 +339,7 @@ fn end(db: &Connection, t: &Topic, newest: bool) -> rusqlite::Result<Option<End>
     };
     let (lo, hi) = t.range();
     db.prepare_cached(sql)?
-        .query_row([lo, hi], |r| {
-            Ok(End {
-                seq: (r.get::<_, i64>(0)? as u64) & SEQ_MAX,
-                at_ms: r.get(1)?,
-                total: r.get::<_, i64>(2)? as u64,
-                len: r.get::<_, i64>(3)? as u64,
-            })
-        })
+        .query_row([lo, hi], End::of)
         .optional()
 }
 
@@ -370,12 +383,7 @@ fn trim(
     )?;
     let mut q = stmt.query([lo, hi])?;
     while let Some(r) = q.next()? {
-        let end = End {
-            seq: (r.get::<_, i64>(0)? as u64) & SEQ_MAX,
-            at_ms: r.get(1)?,
-            total: r.get::<_, i64>(2)? as u64,
-            len: r.get::<_, i64>(3)? as u64,
-        };
+        let end = End::of(r)?;
         let (frames, bytes) = kept(&end);
         keep = end;
         let within = frames <= retention.frames
@@ -468,22 +476,14 @@ fn current(db: &Connection, topic: &str) -> rusqlite::Result<Topic> {
         last: 0,
         total: 0,
     };
-    let found = match db.prepare_cached("SELECT 1 FROM _combd_log LIMIT 0") {
-        Ok(_) => find_topic(db, topic)?,
-        Err(_) => None,
+    let found = match has_log(db) {
+        true => find_topic(db, topic)?,
+        false => None,
     };
-    let Some((id, epoch)) = found else {
-        return Ok(none);
-    };
-    let t = Topic { id, epoch, ..none };
-    Ok(match newest(db, &t)? {
-        Some(end) => Topic {
-            last: end.seq,
-            total: end.total,
-            ..t
-        },
-        None => t,
-    })
+    match found {
+        Some((id, epoch)) => Topic { id, epoch, ..none }.with_newest(db),
+        None => Ok(none),
+    }
 }
 
 /// Appends `t`'s frames after `after` to `out`, each numbered.
