@@ -214,13 +214,21 @@ fn a_viewer_resumes_across_a_kill_9_of_the_node() {
 
 /// The status and body of a refused upgrade.
 fn refused(node: &TestNode, path: &str) -> (u16, String) {
+    match upgrade(node, path) {
+        Ok(_) => panic!("{path}: upgraded"),
+        Err(refused) => refused,
+    }
+}
+
+/// A WebSocket to `path`, or the status and body of its refused upgrade.
+fn upgrade(node: &TestNode, path: &str) -> Result<WebSocket<TcpStream>, (u16, String)> {
     let url = format!("ws://127.0.0.2:{}{path}", node.port);
     match tungstenite::client(url.as_str(), connect(node.public())) {
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => (
+        Ok((ws, _)) => Ok(ws),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => Err((
             resp.status().as_u16(),
             String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).into_owned(),
-        ),
-        Ok(_) => panic!("{path}: upgraded"),
+        )),
         Err(e) => panic!("{path}: {e}"),
     }
 }
@@ -351,17 +359,7 @@ fn a_numbered_viewer_that_falls_behind_resumes_in_place_with_every_broadcast() {
 
 /// A numbered viewer of `limits/<object>` after `after`, or the status of its refused upgrade.
 fn try_viewer(node: &TestNode, object: &str, after: &str) -> Result<WebSocket<TcpStream>, u16> {
-    let url = format!(
-        "ws://127.0.0.2:{}/o/limits/{object}?combd_after={after}",
-        node.port
-    );
-    match tungstenite::client(url.as_str(), connect(node.public())) {
-        Ok((ws, _)) => Ok(ws),
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => {
-            Err(resp.status().as_u16())
-        }
-        Err(e) => panic!("{object}: {e}"),
-    }
+    upgrade(node, &format!("/o/limits/{object}?combd_after={after}")).map_err(|(status, _)| status)
 }
 
 #[test]
