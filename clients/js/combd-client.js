@@ -30,6 +30,12 @@
 // the log is (why: "new", "resumed", or "snapshot": the place was gone, the app's attach
 // sends the state).
 //
+// Presence (numbered, of an app that keeps it, README "Presence"): client.presence is a Map
+// of the topic's members (who => { who, verified, name, devices, since }) and
+// client.unlisted the sessions attached but not listed, kept from the node's members and
+// changes; onPresence: (members, change) => { ... } after each (change: null for the members
+// as the connection attached, else { join, leave }).
+//
 // For a page that shows more than the state (all optional):
 //   onState's third argument: { reason, wait } while a retry waits (`why` without its
 //     "retrying in …", and the wait in ms); with { code } after an open connection closed,
@@ -83,6 +89,7 @@ export function connect(path, options = {}) {
     query = () => ({}),
     numbered = false,
     onPosition = () => {},
+    onPresence = () => {},
     onMessage = () => {},
     onState = () => {},
     onAttempt = () => {},
@@ -99,7 +106,10 @@ export function connect(path, options = {}) {
   let stopped = false;
   let attempting = false; // a WebSocket is opening or open, or why it ended is being asked
   let restarting = false; // the last connection that opened was closed with 1001
-  const client = { state: "connecting", lastClose: null, attempts: 0, place: null };
+  const client = {
+    state: "connecting", lastClose: null, attempts: 0, place: null,
+    presence: new Map(), unlisted: 0,
+  };
 
   function setState(state, why = "", info = {}) {
     client.state = state;
@@ -161,6 +171,7 @@ export function connect(path, options = {}) {
     let opened = false;
     let greeted = false;
     let placed = false; // a position came on this connection: numbers count from it
+    let present = false; // the members came on this connection: changes apply from them
     try {
       ws = new WebSocketImpl(url("ws"), offered);
     } catch (err) {
@@ -208,6 +219,10 @@ export function connect(path, options = {}) {
         header = new TextDecoder().decode(bytes.subarray(0, bar));
         payload = bytes.slice(bar + 1).buffer;
       }
+      if (header === "!presence") {
+        present = presence(JSON.parse(payload), present);
+        return null;
+      }
       if (header.startsWith("!")) {
         const [epoch, last] = header.slice(1).split(".").map(Number);
         if (payload !== "resumed" || !client.place) client.place = { epoch, last };
@@ -225,6 +240,21 @@ export function connect(path, options = {}) {
       }
       client.place.last = seq;
       return [payload, { seq }];
+    };
+    // The topic's members (replacing what the client had) or a change of them (applied once
+    // the members came on this connection; dropped before). Whether the members came.
+    const presence = (p, present) => {
+      if (Array.isArray(p.members)) {
+        client.presence = new Map(p.members.map((m) => [m.who, m]));
+      } else if (present) {
+        for (const m of p.join ?? []) client.presence.set(m.who, m);
+        for (const who of p.leave ?? []) client.presence.delete(who);
+      } else {
+        return false;
+      }
+      client.unlisted = p.unlisted ?? 0;
+      onPresence(client.presence, Array.isArray(p.members) ? null : { join: p.join, leave: p.leave });
+      return true;
     };
     // A handshake the node refused fires `error` and then (in browsers) `close` with 1006;
     // some runtimes fire only the `error`: whichever comes first ends this connection.

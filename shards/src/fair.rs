@@ -37,17 +37,21 @@ pub enum Pool {
     /// In a fleet: a shard's reads of an object's owner in etcd on their way
     /// (`FLEET_LOOKUPS_MAX`), each counted to the client whose request started it.
     Lookups,
+    /// Members listed in the presence of the node's topics (`COMBD_PRESENCE_MAX`), each
+    /// counted to the client whose session made it a member.
+    Presence,
 }
 
 impl Pool {
     /// Every pool, in the order `/stats` lists them.
-    pub const ALL: [Pool; 6] = [
+    pub const ALL: [Pool; 7] = [
         Pool::Objects,
         Pool::Handshakes,
         Pool::Answers,
         Pool::Creations,
         Pool::Inbound,
         Pool::Lookups,
+        Pool::Presence,
     ];
 
     /// Its name in its figures' names: `fair_<name>_<figure>` in `/stats`,
@@ -60,6 +64,7 @@ impl Pool {
             Pool::Creations => "object_creations",
             Pool::Inbound => "inbound_bytes",
             Pool::Lookups => "fleet_lookups",
+            Pool::Presence => "presence",
         }
     }
 }
@@ -312,6 +317,8 @@ pub struct Pools {
     pub inbound: Vec<Arc<Ledger>>,
     /// Per shard, in a fleet: reads of an object's owner on their way.
     pub lookups: Vec<Arc<Ledger>>,
+    /// Members listed in presence (`COMBD_PRESENCE_MAX`), node-wide.
+    pub presence: Arc<Ledger>,
 }
 
 /// The sizes of the pools.
@@ -326,6 +333,8 @@ pub struct PoolSizes {
     pub creations: u64,
     /// A shard's inbound budget.
     pub inbound_bytes: u64,
+    /// `COMBD_PRESENCE_MAX`.
+    pub presence: u64,
 }
 
 impl Pools {
@@ -343,6 +352,7 @@ impl Pools {
             creations: each(Pool::Creations, sizes.creations),
             inbound: each(Pool::Inbound, sizes.inbound_bytes),
             lookups: each(Pool::Lookups, FLEET_LOOKUPS_MAX as u64),
+            presence: Ledger::new(Pool::Presence, sizes.presence, shares),
         }
     }
 
@@ -358,6 +368,7 @@ impl Pools {
                 Pool::Creations => &self.creations,
                 Pool::Inbound => &self.inbound,
                 Pool::Lookups => &self.lookups,
+                Pool::Presence => std::slice::from_ref(&self.presence),
             };
             let sum = |f: fn(&PoolFigures) -> &AtomicU64| -> u64 {
                 ledgers
@@ -458,6 +469,7 @@ impl Pool {
             Pool::Creations => pool_fields!("object_creations", "creations"),
             Pool::Inbound => pool_fields!("inbound_bytes", "bytes"),
             Pool::Lookups => pool_fields!("fleet_lookups", "lookups"),
+            Pool::Presence => pool_fields!("presence", "members"),
         }
     }
 }

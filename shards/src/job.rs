@@ -95,6 +95,7 @@ impl Job {
                 query,
                 client,
                 caller,
+                topic: String::new(),
                 resume: None,
             },
             reply: Reply::Attach { reply, may_pass },
@@ -117,6 +118,7 @@ impl Job {
                 query,
                 client,
                 caller,
+                topic: String::new(),
                 resume: None,
             },
             reply: Reply::Session(session),
@@ -178,16 +180,18 @@ impl Job {
         }
     }
 
-    /// The attach of a numbered session: `resume`, its place and topic, if it has one.
-    /// A session attaching again in place ([`Job::reattach`]) resumes in place.
-    pub fn resuming(mut self, resume: Option<(Resume, String)>) -> Job {
+    /// The attach of a session subscribed to `topic`; of a numbered one, with `resume`, its
+    /// place. A session attaching again in place ([`Job::reattach`]) resumes in place.
+    pub fn on_topic(mut self, topic: String, resume: Option<Resume>) -> Job {
         let in_place = matches!(self.reply, Reply::Session(_));
-        if let Owned::Attach { resume: r, .. } = &mut self.input {
-            *r = resume.map(|(resume, topic)| Resuming {
-                resume,
-                topic,
-                in_place,
-            });
+        if let Owned::Attach {
+            resume: r,
+            topic: t,
+            ..
+        } = &mut self.input
+        {
+            *r = resume.map(|resume| Resuming { resume, in_place });
+            *t = topic;
         }
         self
     }
@@ -198,11 +202,10 @@ impl Job {
     }
 }
 
-/// A numbered session's attach ([`crate::ws::numbered`]): its place, its topic, and whether it
-/// resumes in place (it fell behind) rather than as it connects.
+/// A numbered session's attach ([`crate::ws::numbered`]): its place, and whether it resumes
+/// in place (it fell behind) rather than as it connects.
 pub(crate) struct Resuming {
     pub resume: Resume,
-    pub topic: String,
     pub in_place: bool,
 }
 
@@ -255,7 +258,9 @@ pub(crate) enum Owned {
         query: Option<String>,
         client: Option<Arc<Client>>,
         caller: Arc<Caller>,
-        /// A numbered session's place, and its topic ([`crate::ws::numbered`]).
+        /// The topic it is subscribed to.
+        topic: String,
+        /// A numbered session's place ([`crate::ws::numbered`]).
         resume: Option<Resuming>,
     },
     Detach {
@@ -291,13 +296,14 @@ pub(crate) enum Owned {
 
 impl Owned {
     /// A numbered session's attach: the session, its place and its topic.
-    pub fn resume(&self) -> Option<(SessionId, &Resuming)> {
+    pub fn resume(&self) -> Option<(SessionId, &Resuming, &str)> {
         match self {
             Owned::Attach {
                 session,
                 resume: Some(r),
+                topic,
                 ..
-            } => Some((*session, r)),
+            } => Some((*session, r, topic)),
             _ => None,
         }
     }

@@ -212,6 +212,7 @@ impl NodeShared {
                     .object_create_rate
                     .saturating_mul(limits::OBJECT_CREATE_BURST_SECONDS),
                 inbound_bytes: p.inbound_budget_bytes,
+                presence: p.settings.presence_max,
             },
             p.settings.shares(),
             p.inboxes.len(),

@@ -34,7 +34,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 /// Put among a node's settings, starts `combd-test-node` (the node and the test apps:
-/// `fanout`, `hold`, `limits`, `stall`, `whoami`, `caller`, `alarmer`, `bank`) instead of
+/// `fanout`, `hold`, `limits`, `stall`, `whoami`, `caller`, `alarmer`, `bank`, `room`) instead of
 /// `combd`. It is no setting: [`combd_command`] takes it out before the node sees the rest.
 pub const TEST_APPS: (&str, &str) = ("binary", "combd-test-node");
 

@@ -85,6 +85,15 @@ pub const MAX_OBJECTS_PER_APP_DEFAULT: u64 = 100_000;
 /// 1,000 s (over a quarter of an hour) divided by the shards to reach the default
 /// `COMBD_MAX_OBJECTS_PER_APP`: time for the operator to see `objects_created` climb.
 pub const OBJECT_CREATE_RATE_DEFAULT: u64 = 100;
+/// Default of `COMBD_PRESENCE_MAX`: members listed in presence on the node, every topic
+/// together. A member costs its entry in its topic (its name, up to a token's subject, and
+/// the share it holds: about 200 bytes), and each of its joins and leaves a few dozen bytes
+/// to every numbered viewer of its topic; 100,000 is 10,000 users in 10 rooms each, 20 MB.
+pub const PRESENCE_MAX_DEFAULT: u64 = 100_000;
+/// Default of `COMBD_PRESENCE_TOPIC_MAX`: members listed in one topic's presence. The snapshot a
+/// viewer gets as it attaches lists them all (1,000 are about 60 KB of JSON), and a room of more
+/// is an audience, shown as a count (`unlisted`), not a list.
+pub const PRESENCE_TOPIC_MAX_DEFAULT: u64 = 1_000;
 /// The creation bucket's capacity, in seconds of `COMBD_OBJECT_CREATE_RATE` (1,000 objects by
 /// default): a page or a test that makes many new objects at once is not refused for it, while
 /// a steady flood is held to the rate.

@@ -389,6 +389,29 @@ settings_table! {
             meaning: "object databases a shard creates per second (a token bucket holding 10 s of it); \
                       past it a write to a new object gets 429 object creation rate",
         }
+        /// `COMBD_PRESENCE_MAX`: members listed in presence on the node.
+        presence_max: u64 {
+            env: "COMBD_PRESENCE_MAX",
+            flag: "--presence-max",
+            default: limits::PRESENCE_MAX_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "presence_max",
+            meaning: "members listed in the presence of every topic on the node together, a shared pool \
+                      (each client held to its share); a session attaching past it is attached but not \
+                      listed",
+        }
+        /// `COMBD_PRESENCE_TOPIC_MAX`: members listed in one topic's presence.
+        presence_topic_max: u64 {
+            env: "COMBD_PRESENCE_TOPIC_MAX",
+            flag: "--presence-topic-max",
+            default: limits::PRESENCE_TOPIC_MAX_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "presence_topic_max",
+            meaning: "members listed in one topic's presence; a session attaching past it is attached but \
+                      not listed (counted in the topic's unlisted)",
+        }
         /// `COMBD_TLS_HANDSHAKE_TIMEOUT`: from the accept to the handshake's end.
         tls_handshake_timeout: Duration {
             env: "COMBD_TLS_HANDSHAKE_TIMEOUT",

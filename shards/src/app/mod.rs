@@ -360,6 +360,17 @@ pub enum Effect {
         /// The log's epoch and last frame they bring the session to.
         place: (u64, u64),
     },
+    /// A change of a topic's presence (`to`: `None`), or its members for one session that
+    /// attached (`to`: the session), as JSON (`cells::presence`): the node's, not an app's to
+    /// make; numbered sessions only get it.
+    Presence {
+        /// The topic.
+        topic: String,
+        /// The session told the members, or `None`: the topic's change, to all its sessions.
+        to: Option<SessionId>,
+        /// The JSON.
+        payload: Vec<u8>,
+    },
 }
 
 /// How a session that missed messages is brought back in sync ([`App::resync`]).
@@ -452,6 +463,13 @@ pub trait App: Send + Sync + 'static {
     /// error that refuses the attach. Runs on the session's shard.
     fn topic(&self, _query: Option<&str>) -> Result<String, AppError> {
         Ok(String::new())
+    }
+
+    /// Whether the node keeps the presence of the app's topics (who is attached to each: a
+    /// verified identity, else a session) and tells it to their numbered sessions
+    /// (`cells::presence`, README "Presence").
+    fn presence(&self) -> bool {
+        false
     }
 
     /// How a session that missed messages (its mailbox was full, its shard behind, or another

@@ -286,8 +286,8 @@ fn run_each(
     let mut replay = TOPIC_LOG_REPLAY_BATCH_BYTES;
     for input in inputs {
         let mut mine = Vec::new();
-        if let Some((to, r)) = input.resume() {
-            match topic_log::resume(db, &r.topic, to, (r.resume, &mut replay), r.in_place) {
+        if let Some((to, r, topic)) = input.resume() {
+            match topic_log::resume(db, topic, to, (r.resume, &mut replay), r.in_place) {
                 Ok(first) => mine.push(first),
                 Err(e) => {
                     result.resumes_refused += u64::from(e.status == 503);

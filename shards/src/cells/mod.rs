@@ -28,6 +28,7 @@ mod commit;
 mod create;
 mod fire;
 mod object;
+mod presence;
 mod route;
 pub(crate) use alarm_wakes::AlarmWakes;
 pub(crate) mod session;
@@ -54,6 +55,7 @@ use crate::state::ShardState;
 use crate::stats::ShardStats;
 use crate::ws::{self, OutFrame};
 use object::ObjectCell;
+use presence::Presence;
 use session::Sessions;
 
 /// The cells of one shard.
@@ -66,6 +68,8 @@ pub(crate) struct Cells {
     /// head the closing cell has not finished advancing.
     closing: RefCell<HashMap<String, async_channel::Receiver<()>>>,
     sessions: Sessions,
+    /// Who is attached to the topics of the objects living here, for apps that keep presence.
+    presence: Presence,
     /// The shard's `COMBD_OBJECT_CREATE_RATE`.
     create_rate: create::CreateRate,
     /// In a fleet: the owners of objects asked for lately, and the reads of owners on their
@@ -173,6 +177,7 @@ impl Cells {
         Cells {
             create_rate: create::CreateRate::new(state.settings().object_create_rate),
             sessions: Sessions::new(state.clone()),
+            presence: Presence::new(state.clone()),
             state,
             objects: RefCell::new(HashMap::new()),
             closing: RefCell::new(HashMap::new()),
@@ -451,6 +456,20 @@ impl Cells {
                     self.broadcast_run(key, &mut run).await;
                     self.sessions
                         .deliver(Some(key), to, OutFrame::node(frames, place))
+                }
+                Effect::Presence {
+                    topic,
+                    to: None,
+                    payload,
+                } => run.push(topic, OutFrame::presence(&payload)),
+                Effect::Presence {
+                    to: Some(to),
+                    payload,
+                    ..
+                } => {
+                    self.broadcast_run(key, &mut run).await;
+                    self.sessions
+                        .deliver(Some(key), to, OutFrame::presence(&payload))
                 }
             }
         }

@@ -691,16 +691,15 @@ impl<'c> HttpConn<'c> {
             query: up.query.clone(),
             client: up.client.clone(),
             caller: up.caller.clone(),
+            numbered: up.resume.is_some(),
         };
-        // A numbered session's place, and the topic whose log it is in.
-        let resume = up.resume.map(|r| (r, topic.clone()));
-        let opened = sessions.open((slot, asker), up.object_key().into(), topic, who);
+        let opened = sessions.open((slot, asker), up.object_key().into(), topic.clone(), who);
         let session = opened.session_id();
         let attaching = Attaching::new(sessions, opened);
         let (tx, rx) = async_channel::bounded(1);
         let (query, client, caller) = (up.query.clone(), up.client.clone(), up.caller.clone());
-        let job =
-            Job::attach(session, query, client, caller, tx, up.replay.is_some()).resuming(resume);
+        let job = Job::attach(session, query, client, caller, tx, up.replay.is_some())
+            .on_topic(topic, up.resume);
         self.conn
             .cells
             .submit(&up.app, &up.object, job.asked_by(asker));

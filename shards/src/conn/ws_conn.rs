@@ -557,7 +557,7 @@ impl<'c> WsConn<'c> {
             session.client().cloned(),
             session.caller().clone(),
         )
-        .resuming(resume.map(|r| (r, session.topic_name().to_string())));
+        .on_topic(session.topic_name().to_string(), resume);
         self.conn.cells.submit(&to.app, &to.object, job);
     }
 

@@ -212,6 +212,9 @@ enum Kind {
     /// Frames the node made for one numbered session (a position, a replay), sent as they are;
     /// the place they bring it to (epoch, last).
     Node { place: (u64, u64) },
+    /// A change of a topic's presence, or its members (`crate::cells::presence`), already
+    /// headed `!presence|`: for numbered sessions only.
+    Presence,
 }
 
 /// How a session's messages are written: as they are, compressed where it is worth it
@@ -277,6 +280,21 @@ impl OutFrame {
     /// `place`: the log's epoch and last frame once the session has them.
     pub fn node(frames: Vec<u8>, place: (u64, u64)) -> Arc<OutFrame> {
         OutFrame::new(frames, 0, false, Kind::Node { place })
+    }
+
+    /// A topic's presence, as numbered sessions are told it: `!presence|<json>`.
+    pub fn presence(json: &[u8]) -> Arc<OutFrame> {
+        let mut payload = Vec::with_capacity(json.len() + 10);
+        payload.extend_from_slice(super::numbered::PRESENCE.as_bytes());
+        payload.extend_from_slice(json);
+        let mut plain = Vec::with_capacity(payload.len() + 10);
+        super::encode_message(&mut plain, true, &payload);
+        OutFrame::new(plain, 0, true, Kind::Presence)
+    }
+
+    /// A topic's presence ([`OutFrame::presence`]), which only numbered sessions take.
+    pub fn is_presence(&self) -> bool {
+        self.kind == Kind::Presence
     }
 
     /// A broadcast numbered in its topic's log.

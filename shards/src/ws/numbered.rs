@@ -18,6 +18,11 @@
 //! a number means frames were lost on the way (its session fell behind): the client
 //! reconnects with its place.
 
+/// The header of a topic's presence (`crate::cells::presence`): a change,
+/// `{"join":[...],"leave":[...],"unlisted":n}`, or its members as a session attaches,
+/// `{"members":[...],"unlisted":n}`.
+pub const PRESENCE: &str = "!presence|";
+
 /// The query parameter that makes a session numbered.
 pub const PARAM: &str = "combd_after";
 

@@ -14,6 +14,7 @@ pub mod caller;
 pub mod fanout;
 pub mod hold;
 pub mod limits;
+pub mod room;
 pub mod stall;
 pub mod whoami;
 
@@ -26,7 +27,7 @@ pub(crate) fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a s
 
 /// Registers every test app in `apps` (beside the built-in apps, before any module).
 pub fn register(apps: &Apps) {
-    let list: [Arc<dyn App>; 8] = [
+    let list: [Arc<dyn App>; 9] = [
         Arc::new(fanout::Fanout),
         Arc::new(hold::Hold),
         Arc::new(limits::Limits),
@@ -35,6 +36,7 @@ pub fn register(apps: &Apps) {
         Arc::new(caller::CallerApp),
         Arc::new(alarmer::Alarmer),
         Arc::new(bank::Bank),
+        Arc::new(room::Room),
     ];
     for app in list {
         // The names are distinct from each other and from the built-in apps': a duplicate is

@@ -29,6 +29,7 @@ use super::super::call::{BatchResult, CallLimits, On, Run, Target};
 use super::super::commit::Committed;
 use super::super::create::create;
 use super::super::fire::run_inputs;
+use super::super::presence;
 use super::super::store::{Store, Wal};
 use super::super::{Cells, Refusal};
 use super::{ObjectCell, Queued};
@@ -66,6 +67,10 @@ pub(super) async fn run_one(
         first_at,
     } = take_batch(cells, cell);
     let count = inputs.len() as u64;
+    let moves = match cell.app.presence() {
+        true => presence::moves(&inputs, askers.iter().map(|a| a.key)),
+        false => Vec::new(),
+    };
     let (store, ran) = match store {
         Store::Present(db) => {
             let (db, _, ran) = run_on(state, cell, db, inputs, On::Db, fleet_wal).await;
@@ -87,6 +92,10 @@ pub(super) async fn run_one(
     drop(holds);
     let mut ran = ran;
     reserve_answers(state, &askers, &mut ran.result.outputs);
+    let result = &mut ran.result;
+    cells
+        .presence
+        .apply(&cell.key, moves, &result.outputs, &mut result.effects);
     file_result(state, cell, &ran.result);
     ShardStats::add(&stats.batches, 1);
     stats.batch_max.fetch_max(count, Ordering::Relaxed);

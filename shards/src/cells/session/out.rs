@@ -127,6 +127,8 @@ pub(crate) struct Joined<'a> {
     frames: &'a [Arc<OutFrame>],
     bytes: OnceCell<Vec<u8>>,
     len: u64,
+    /// Some of them are a topic's presence, which only numbered sessions take.
+    presence: bool,
 }
 
 impl<'a> Joined<'a> {
@@ -135,6 +137,7 @@ impl<'a> Joined<'a> {
             frames,
             bytes: OnceCell::new(),
             len: frames.iter().map(|f| f.plain().len() as u64).sum(),
+            presence: frames.iter().any(|f| f.is_presence()),
         }
     }
 
@@ -218,6 +221,8 @@ pub(crate) struct SessionOut {
     client: Option<Arc<crate::auth::Client>>,
     /// What the node saw of its upgrade, for its whole life (a resync attaches with it again).
     caller: Arc<crate::app::Caller>,
+    /// Numbered (`crate::ws::numbered`): it takes its topic's presence.
+    numbered: bool,
     out: RefCell<Outbox>,
 }
 
@@ -226,6 +231,8 @@ pub(crate) struct Attach {
     pub query: Option<String>,
     pub client: Option<Arc<crate::auth::Client>>,
     pub caller: Arc<crate::app::Caller>,
+    /// Numbered (`crate::ws::numbered`).
+    pub numbered: bool,
 }
 
 impl SessionOut {
@@ -245,6 +252,7 @@ impl SessionOut {
             query: who.query,
             client: who.client,
             caller: who.caller,
+            numbered: who.numbered,
             out: RefCell::new(Outbox {
                 mail: VecDeque::new(),
                 waiting_bytes: 0,
@@ -472,6 +480,9 @@ impl SessionOut {
     pub(super) fn queue(&self, frame: Arc<OutFrame>) -> Option<usize> {
         let len = frame.plain().len() as u64;
         let stats = self.state.stats();
+        if frame.is_presence() && !self.numbered {
+            return None;
+        }
         let mut o = self.out.borrow_mut();
         if o.closing.is_some() || o.tally.is_none() {
             return None;
@@ -525,6 +536,17 @@ impl SessionOut {
     /// waits in the mail), else queued each as [`decide`] says and written from the mail if
     /// the connection still waits in its read. The slot to wake, if any.
     pub(super) fn fan_out(&self, frames: &[Arc<OutFrame>], joined: &Joined) -> Option<usize> {
+        if joined.presence && !self.numbered {
+            let app: Vec<_> = frames
+                .iter()
+                .filter(|f| !f.is_presence())
+                .cloned()
+                .collect();
+            return match app.is_empty() {
+                true => None,
+                false => self.fan_out(&app, &Joined::new(&app)),
+            };
+        }
         if self.send_now(frames, joined) {
             return None;
         }

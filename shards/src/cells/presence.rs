@@ -1,0 +1,351 @@
+//! Presence: who is attached to each topic of an object, kept by the node for an app that asks
+//! for it ([`App::presence`](crate::app::App::presence)), and told to the topic's numbered
+//! sessions as it changes (`crate::ws::numbered`).
+//!
+//! A **member** of a topic is a verified identity (a token's `sub`: two tabs of one user are one
+//! member, with two devices) or, for a session without one, the session itself. The object's
+//! home shard keeps its topics' members here, beside its cell and not in it: an object let go
+//! while its sessions stay attached (idle, or under pressure) keeps them, and their detaches
+//! find them when it comes back. A node's restart forgets them with its sessions; in a fleet the
+//! sessions of an object are all on its owner (their WebSockets pass through to it), so a new
+//! owner starts with none, as its sessions reconnect to it.
+//!
+//! Each batch of an object applies its attaches and detaches here once it ran, in its order,
+//! and makes one change a topic: `!presence|{"join":[...],"leave":[...]}` to the topic's
+//! numbered sessions, after the batch's own broadcasts, and to each session that attached a
+//! snapshot, `!presence|{"members":[...],"unlisted":n}`. Listed members are bounded per topic
+//! (`COMBD_PRESENCE_TOPIC_MAX`) and on the node (`COMBD_PRESENCE_MAX`, a pool each client holds
+//! its share of): a session attaching past either is attached, not listed, and counted in its
+//! topic's `unlisted`.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+
+use combd_kernel::fair::ClientKey;
+
+use crate::app::{AppError, Effect, Output, SessionId};
+use crate::fair::Share;
+use crate::job::Owned;
+use crate::object_key::ObjectKey;
+use crate::state::ShardState;
+use crate::stats::ShardStats;
+
+/// The presence of the objects living on one shard.
+pub(crate) struct Presence {
+    state: Rc<ShardState>,
+    objects: RefCell<HashMap<ObjectKey, ObjectPresence>>,
+}
+
+/// One object's topics and the sessions attached to them.
+#[derive(Default)]
+struct ObjectPresence {
+    topics: HashMap<String, TopicPresence>,
+    sessions: HashMap<SessionId, Seat>,
+}
+
+/// Where an attached session counts: its topic, and the member it is one device of (`None`:
+/// not listed, the topic or the node being full).
+struct Seat {
+    topic: String,
+    who: Option<String>,
+}
+
+/// One topic's members, by name, and the sessions attached to it but not listed.
+#[derive(Default)]
+struct TopicPresence {
+    members: BTreeMap<String, Member>,
+    unlisted: u64,
+}
+
+/// A member of a topic.
+struct Member {
+    /// A verified identity (else a session).
+    verified: bool,
+    /// Its token's `name` claim, if it has one.
+    name: Option<String>,
+    /// Its sessions attached to the topic.
+    devices: u32,
+    /// When it joined, in milliseconds since the Unix epoch.
+    since_ms: u64,
+    /// Its place in the node's pool of members, given back when it leaves.
+    _share: Share,
+}
+
+/// An attach or a detach of a batch, as presence sees it.
+pub(crate) enum Move {
+    Attach {
+        /// Its input's place in the batch (its answer says whether it attached).
+        index: usize,
+        session: SessionId,
+        topic: String,
+        /// A verified identity's subject and name claim.
+        identity: Option<(String, Option<String>)>,
+        /// Who its pool place is counted to.
+        asker: ClientKey,
+        /// A numbered session, told the topic's members.
+        numbered: bool,
+    },
+    Detach {
+        session: SessionId,
+    },
+}
+
+/// The attaches and detaches of a batch, in its order.
+pub(crate) fn moves<'a>(
+    inputs: &[Owned],
+    askers: impl Iterator<Item = ClientKey> + 'a,
+) -> Vec<Move> {
+    inputs
+        .iter()
+        .zip(askers)
+        .enumerate()
+        .filter_map(|(index, (input, asker))| match input {
+            Owned::Attach {
+                session,
+                topic,
+                client,
+                resume,
+                ..
+            } => Some(Move::Attach {
+                index,
+                session: *session,
+                topic: topic.clone(),
+                identity: client.as_ref().map(|c| (c.subject.clone(), c.name.clone())),
+                asker,
+                numbered: resume.is_some(),
+            }),
+            Owned::Detach { session } => Some(Move::Detach { session: *session }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a batch changed of one topic: the members whose entry changed (joined, left, or
+/// another device), and whether its unlisted count moved.
+#[derive(Default)]
+struct Changed {
+    who: BTreeSet<String>,
+    unlisted: bool,
+}
+
+impl Presence {
+    pub fn new(state: Rc<ShardState>) -> Presence {
+        Presence {
+            state,
+            objects: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Applies a batch's `moves` to object `key`'s presence (an attach only if its answer in
+    /// `outputs` says it attached), and adds to `effects` each changed topic's change and a
+    /// snapshot for each numbered session that attached.
+    pub fn apply(
+        &self,
+        key: &ObjectKey,
+        moves: Vec<Move>,
+        outputs: &[Result<Output, AppError>],
+        effects: &mut Vec<Effect>,
+    ) {
+        if moves.is_empty() {
+            return;
+        }
+        let mut objects = self.objects.borrow_mut();
+        let object = objects.entry(key.clone()).or_default();
+        let mut changed: BTreeMap<String, Changed> = BTreeMap::new();
+        let mut snapshots = Vec::new();
+        for m in moves {
+            match m {
+                Move::Attach { index, .. } if !matches!(outputs.get(index), Some(Ok(_))) => {}
+                Move::Attach {
+                    session,
+                    topic,
+                    identity,
+                    asker,
+                    numbered,
+                    ..
+                } => {
+                    if numbered {
+                        snapshots.push((session, topic.clone()));
+                    }
+                    self.attach(object, &mut changed, session, topic, identity, asker);
+                }
+                Move::Detach { session } => object.detach(&mut changed, session),
+            }
+        }
+        for (topic, c) in &changed {
+            if let Some(payload) = object.change(topic, c) {
+                ShardStats::add(&self.state.stats().presence_changes, 1);
+                effects.push(Effect::Presence {
+                    topic: topic.clone(),
+                    to: None,
+                    payload,
+                });
+            }
+        }
+        for (session, topic) in snapshots {
+            let payload = object.snapshot(&topic);
+            effects.push(Effect::Presence {
+                topic,
+                to: Some(session),
+                payload,
+            });
+        }
+        if object.sessions.is_empty() {
+            objects.remove(key);
+        }
+    }
+
+    /// A session attaches to `topic`: one more device of its member, a new member, or (the
+    /// topic or the node full) unlisted. A session attached already (attaching again in place)
+    /// changes nothing.
+    fn attach(
+        &self,
+        object: &mut ObjectPresence,
+        changed: &mut BTreeMap<String, Changed>,
+        session: SessionId,
+        topic: String,
+        identity: Option<(String, Option<String>)>,
+        asker: ClientKey,
+    ) {
+        if object.sessions.contains_key(&session) {
+            return;
+        }
+        let t = object.topics.entry(topic.clone()).or_default();
+        let (who, verified, name) = match identity {
+            Some((sub, name)) => (sub, true, name),
+            None => (session.to_string(), false, None),
+        };
+        let seat = match t.members.get_mut(&who) {
+            Some(m) => {
+                m.devices += 1;
+                Some(who)
+            }
+            None => self.join(t, &who, verified, name, asker).then_some(who),
+        };
+        let c = changed.entry(topic.clone()).or_default();
+        match &seat {
+            Some(who) => {
+                c.who.insert(who.clone());
+            }
+            None => {
+                t.unlisted += 1;
+                c.unlisted = true;
+                ShardStats::add(&self.state.stats().presence_unlisted, 1);
+            }
+        }
+        object.sessions.insert(session, Seat { topic, who: seat });
+    }
+
+    /// Lists a new member in `t`, if the topic and the node's pool (within its client's share)
+    /// have room for it.
+    fn join(
+        &self,
+        t: &mut TopicPresence,
+        who: &str,
+        verified: bool,
+        name: Option<String>,
+        asker: ClientKey,
+    ) -> bool {
+        if t.members.len() as u64 >= self.state.settings().presence_topic_max {
+            return false;
+        }
+        let Ok(share) = self.state.node().pools.presence.take(asker, 1) else {
+            return false;
+        };
+        let member = Member {
+            verified,
+            name,
+            devices: 1,
+            since_ms: now_ms(),
+            _share: share,
+        };
+        t.members.insert(who.to_string(), member);
+        true
+    }
+}
+
+impl ObjectPresence {
+    /// A session detaches: one device fewer of its member, which leaves with its last.
+    fn detach(&mut self, changed: &mut BTreeMap<String, Changed>, session: SessionId) {
+        let Some(seat) = self.sessions.remove(&session) else {
+            return;
+        };
+        let Some(t) = self.topics.get_mut(&seat.topic) else {
+            return;
+        };
+        let c = changed.entry(seat.topic.clone()).or_default();
+        match seat.who {
+            Some(who) => {
+                if let Some(m) = t.members.get_mut(&who) {
+                    m.devices = m.devices.saturating_sub(1);
+                    if m.devices == 0 {
+                        t.members.remove(&who);
+                    }
+                }
+                c.who.insert(who);
+            }
+            None => {
+                t.unlisted = t.unlisted.saturating_sub(1);
+                c.unlisted = true;
+            }
+        }
+        if t.members.is_empty() && t.unlisted == 0 {
+            self.topics.remove(&seat.topic);
+        }
+    }
+
+    /// A topic's change, as its numbered sessions are told it: the members that joined or
+    /// changed (with their entry now) and those that left; `None` if nothing did.
+    fn change(&self, topic: &str, c: &Changed) -> Option<Vec<u8>> {
+        let t = self.topics.get(topic);
+        let (mut join, mut leave) = (Vec::new(), Vec::new());
+        for who in &c.who {
+            match t.and_then(|t| t.members.get(who)) {
+                Some(m) => join.push(m.json(who)),
+                None => leave.push(serde_json::Value::from(who.as_str())),
+            }
+        }
+        if join.is_empty() && leave.is_empty() && !c.unlisted {
+            return None;
+        }
+        let unlisted = t.map_or(0, |t| t.unlisted);
+        let v = serde_json::json!({ "join": join, "leave": leave, "unlisted": unlisted });
+        Some(v.to_string().into_bytes())
+    }
+
+    /// A topic's members, as a session attaching is told them.
+    fn snapshot(&self, topic: &str) -> Vec<u8> {
+        self.members(topic).to_string().into_bytes()
+    }
+
+    fn members(&self, topic: &str) -> serde_json::Value {
+        let t = self.topics.get(topic);
+        let members: Vec<_> = t
+            .map(|t| t.members.iter().map(|(who, m)| m.json(who)).collect())
+            .unwrap_or_default();
+        let unlisted = t.map_or(0, |t| t.unlisted);
+        serde_json::json!({ "members": members, "unlisted": unlisted })
+    }
+}
+
+impl Member {
+    fn json(&self, who: &str) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "who": who,
+            "verified": self.verified,
+            "devices": self.devices,
+            "since": self.since_ms,
+        });
+        if let Some(name) = &self.name {
+            v["name"] = name.as_str().into();
+        }
+        v
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
