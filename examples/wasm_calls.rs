@@ -61,6 +61,7 @@ fn main() {
     };
     let click = Input::Message {
         session,
+        client: None,
         msg: Message::Text(r#"{"t":"click","i":17,"c":1}"#),
     };
     let attach = Input::Attach {
@@ -68,6 +69,7 @@ fn main() {
         query: Some("page=0"),
         client: None,
         caller: &caller,
+        resumed: false,
     };
     let cases: [Case<'_>; 3] = [
         (

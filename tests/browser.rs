@@ -550,6 +550,11 @@ fn million_page_recovers_by_itself_in_chromium() {
                 &box_checked(BOX),
                 WAIT,
             );
+            // The page resumed from its place in the page's log, its grid kept: not reloaded.
+            assert!(
+                b.eval(tab, "million.resumes").as_u64() >= Some(1),
+                "the page resumed"
+            );
         }
         if reconnecting_shot {
             break;

@@ -1,13 +1,15 @@
 //! The chat app against the real node with real WebSocket clients (tungstenite), each with a
-//! token offered as the subprotocol a browser would use: two users see each other's messages
-//! and presence; a client cut off resumes with `?after=` and ends with every message exactly
-//! once; past 1,000 missed messages the hello says `gap`; a kill -9 leaves no ghost in the
+//! token offered as the subprotocol a browser would use, and each numbered as the page is
+//! (`combd_after`): two users see each other's messages and presence (the node's); a client
+//! cut off resumes from its place in the room's log and ends with every message exactly once;
+//! one whose place is gone gets the hello and is told so; a kill -9 leaves no ghost in the
 //! room; no token, no room.
 
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::net::TcpStream;
 use std::path::PathBuf;
 
@@ -38,46 +40,154 @@ fn token(sub: &str, name: &str) -> String {
     support::auth::token(SECRET, sub, Some(name))
 }
 
-/// `sub` in `room`, resuming after message `after` if given; its hello.
-fn join(
-    node: &TestNode,
-    room: &str,
-    sub: &str,
-    after: Option<u64>,
-) -> (WebSocket<TcpStream>, Value) {
-    use tungstenite::client::IntoClientRequest;
-    let after = after.map_or(String::new(), |a| format!("?after={a}"));
-    let mut req = format!("ws://127.0.0.2:{}/o/chat/{room}{after}", node.port)
+/// A user in a room as the page is: numbered, keeping its place, the members it was told, and
+/// the messages it took (by id, once each).
+struct Chatter {
+    ws: WebSocket<TcpStream>,
+    place: Option<(u64, u64)>,
+    /// A position came on this connection: numbers count from it.
+    placed: bool,
+    /// Why the last position was sent (`new`, `resumed`, `snapshot`).
+    why: String,
+    hello: Option<Value>,
+    members: BTreeSet<String>,
+    present: bool,
+    /// Message ids taken, in order.
+    ids: Vec<u64>,
+    errors: Vec<String>,
+}
+
+impl Chatter {
+    /// `sub` joins `room`: new, or from `place`. Returns once it is live (the hello came, or
+    /// its place resumed) and knows who is in the room.
+    fn join(node: &TestNode, room: &str, sub: &str, place: Option<(u64, u64)>) -> Chatter {
+        let mut c = Chatter {
+            ws: Chatter::open(node, room, sub, place),
+            place,
+            placed: false,
+            why: String::new(),
+            hello: None,
+            members: BTreeSet::new(),
+            present: false,
+            ids: Vec::new(),
+            errors: Vec::new(),
+        };
+        c.until(|c| c.present && (c.hello.is_some() || c.why == "resumed"));
+        c
+    }
+
+    fn open(
+        node: &TestNode,
+        room: &str,
+        sub: &str,
+        place: Option<(u64, u64)>,
+    ) -> WebSocket<TcpStream> {
+        use tungstenite::client::IntoClientRequest;
+        let after = place.map_or("new".to_string(), |(e, s)| format!("{e}.{s}"));
+        let mut req = format!(
+            "ws://127.0.0.2:{}/o/chat/{room}?combd_after={after}",
+            node.port
+        )
         .into_client_request()
         .unwrap();
-    let name = format!("{}{}", sub[..1].to_uppercase(), &sub[1..]);
-    req.headers_mut().insert(
-        "sec-websocket-protocol",
-        format!("combd, combd.bearer.{}", token(sub, &name))
-            .parse()
-            .unwrap(),
-    );
-    let (mut ws, resp) = tungstenite::client(req, connect(node.public())).unwrap();
-    assert_eq!(resp.headers()["sec-websocket-protocol"], "combd");
-    // What the room broadcast between the upgrade and the attach comes first; the hello is
-    // the room as of the attach, and includes it.
-    let hello = next(&mut ws, "hello");
-    assert_eq!(hello["me"], sub);
-    (ws, hello)
-}
+        let name = format!("{}{}", sub[..1].to_uppercase(), &sub[1..]);
+        req.headers_mut().insert(
+            "sec-websocket-protocol",
+            format!("combd, combd.bearer.{}", token(sub, &name))
+                .parse()
+                .unwrap(),
+        );
+        let (ws, resp) = tungstenite::client(req, connect(node.public())).unwrap();
+        assert_eq!(resp.headers()["sec-websocket-protocol"], "combd");
+        ws
+    }
 
-fn say(ws: &mut WebSocket<TcpStream>, text: &str) {
-    let m = serde_json::json!({ "t": "say", "text": text }).to_string();
-    ws.send(tungstenite::Message::text(m)).unwrap();
-}
-
-/// The next message of type `t` (others, such as presence diffs, skipped).
-fn next(ws: &mut WebSocket<TcpStream>, t: &str) -> Value {
-    loop {
-        let m = read_json(ws);
-        if m["t"] == t || (t == "error" && m.get("error").is_some()) {
-            return m;
+    /// Reads until `done` holds, as the protocol asks a client to.
+    fn until(&mut self, done: impl Fn(&Chatter) -> bool) {
+        while !done(self) {
+            let text = match self.ws.read().expect("timed out waiting") {
+                tungstenite::Message::Text(t) => t.as_str().to_string(),
+                tungstenite::Message::Ping(_) | tungstenite::Message::Pong(_) => continue,
+                other => panic!("unexpected {other:?}"),
+            };
+            let (head, payload) = text.split_once('|').unwrap();
+            self.take(head, payload);
         }
+    }
+
+    fn take(&mut self, head: &str, payload: &str) {
+        if head == "!presence" {
+            let p: Value = serde_json::from_str(payload).unwrap();
+            let who = |v: &Value| {
+                v.as_str()
+                    .map_or(v["who"].as_str(), Some)
+                    .unwrap()
+                    .to_string()
+            };
+            if let Some(members) = p["members"].as_array() {
+                self.members = members.iter().map(who).collect();
+                self.present = true;
+            } else if self.present {
+                p["join"].as_array().unwrap().iter().for_each(|m| {
+                    self.members.insert(who(m));
+                });
+                p["leave"].as_array().unwrap().iter().for_each(|m| {
+                    self.members.remove(&who(m));
+                });
+            }
+        } else if let Some(place) = head.strip_prefix('!') {
+            let (e, l) = place.split_once('.').unwrap();
+            let (epoch, last) = (e.parse().unwrap(), l.parse().unwrap());
+            // A resume's frames follow its position: the client counts from its own place.
+            self.place = match (payload, self.place) {
+                ("resumed", Some((_, mine))) => Some((epoch, mine)),
+                _ => Some((epoch, last)),
+            };
+            self.placed = true;
+            self.why = payload.to_string();
+        } else if head.is_empty() {
+            // The session's own: its hello, or an error.
+            let m: Value = serde_json::from_str(payload).unwrap();
+            if m["t"] == "hello" {
+                self.ids.extend(ids(&m["history"]));
+                self.hello = Some(m);
+            } else {
+                self.errors.push(m["error"].as_str().unwrap().to_string());
+            }
+        } else {
+            let seq: u64 = head.parse().unwrap();
+            let (epoch, last) = self.place.unwrap();
+            if !self.placed || seq <= last {
+                return;
+            }
+            assert_eq!(seq, last + 1, "a gap in the log's numbers");
+            self.place = Some((epoch, seq));
+            let m: Value = serde_json::from_str(payload).unwrap();
+            self.ids.push(m["id"].as_u64().unwrap());
+        }
+    }
+
+    fn say(&mut self, text: &str) {
+        let m = serde_json::json!({ "t": "say", "text": text }).to_string();
+        self.ws.send(tungstenite::Message::text(m)).unwrap();
+    }
+
+    /// Says `text` and waits for it to come back.
+    fn said(&mut self, text: &str) -> u64 {
+        let before = self.ids.len();
+        self.say(text);
+        self.until(|c| c.ids.len() > before);
+        *self.ids.last().unwrap()
+    }
+
+    fn error(&mut self) -> String {
+        let before = self.errors.len();
+        self.until(|c| c.errors.len() > before);
+        self.errors.last().unwrap().clone()
+    }
+
+    fn members(&self) -> Vec<&str> {
+        self.members.iter().map(String::as_str).collect()
     }
 }
 
@@ -94,124 +204,113 @@ fn ids(history: &Value) -> Vec<u64> {
 fn two_users_see_each_others_messages_and_presence() {
     let file = key_file();
     let node = start(&file);
-    let (mut alice, hello) = join(&node, "r1", "alice", None);
-    assert_eq!(hello["presence"], serde_json::json!(["alice"]));
-    assert_eq!(hello["history"], serde_json::json!([]));
+    let mut alice = Chatter::join(&node, "r1", "alice", None);
+    let hello = alice.hello.clone().unwrap();
+    assert_eq!(
+        (&hello["me"], &hello["history"]),
+        (&"alice".into(), &serde_json::json!([]))
+    );
     assert_eq!(hello["last"], 0);
-    assert_eq!(
-        next(&mut alice, "presence"),
-        serde_json::json!({ "t": "presence", "join": ["alice"], "leave": [] })
-    );
-    let (mut bob, hello) = join(&node, "r1", "bob", None);
-    assert_eq!(hello["presence"], serde_json::json!(["alice", "bob"]));
-    assert_eq!(
-        next(&mut alice, "presence")["join"],
-        serde_json::json!(["bob"])
-    );
+    assert_eq!(alice.members(), ["alice"]);
+    let mut bob = Chatter::join(&node, "r1", "bob", None);
+    assert_eq!(bob.members(), ["alice", "bob"]);
+    alice.until(|a| a.members.contains("bob"));
 
-    say(&mut alice, "hi bob");
-    for ws in [&mut alice, &mut bob] {
-        let m = next(ws, "msg");
-        assert_eq!(
-            (m["id"].as_u64(), &m["from"], &m["name"]),
-            (Some(1), &"alice".into(), &"Alice".into())
-        );
-        assert_eq!(m["text"], "hi bob");
-        assert!(m["at"].as_u64().unwrap() > 1_700_000_000_000);
-    }
-    say(&mut bob, "hi alice");
-    assert_eq!(next(&mut alice, "msg")["id"], 2);
+    assert_eq!(alice.said("hi bob"), 1);
+    bob.until(|b| b.ids == [1]);
+    assert_eq!(bob.said("hi alice"), 2);
+    alice.until(|a| a.ids == [1, 2]);
     // A second tab of bob's: he is in the room once, and its close does not make him leave.
-    let (bob2, _) = join(&node, "r1", "bob", None);
+    let bob2 = Chatter::join(&node, "r1", "bob", None);
     drop(bob2);
-    bob.close(None).unwrap();
-    let diff = next(&mut alice, "presence");
-    assert_eq!(diff["leave"], serde_json::json!(["bob"]), "{diff}");
-    assert_eq!(diff["join"], serde_json::json!([]));
+    bob.ws.close(None).unwrap();
+    alice.until(|a| !a.members.contains("bob"));
     let got = request(
         node.public(),
         b"GET /o/chat/r1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(got.status, 401, "a room is for identified clients only");
+    let got = request(
+        node.public(),
+        format!(
+            "GET /o/chat/r1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            token("carol", "Carol")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(
+        got.json(),
+        serde_json::json!({ "last": 2, "presence": ["alice"] })
+    );
 
     // Bad input: an error to the sender, nothing stored.
-    say(&mut alice, &"x".repeat(4097));
-    assert!(next(&mut alice, "error")["error"]
-        .as_str()
-        .unwrap()
-        .contains("4096"));
-    say(&mut alice, "");
-    next(&mut alice, "error");
-    say(&mut alice, "still here");
+    alice.say(&"x".repeat(4097));
+    assert!(alice.error().contains("4096"));
+    alice.say("");
+    alice.error();
     assert_eq!(
-        next(&mut alice, "msg")["id"],
+        alice.said("still here"),
         3,
         "ids go up by one per stored message"
     );
 }
 
 #[test]
-fn a_client_cut_off_resumes_with_after_and_sees_every_message_once() {
+fn a_client_cut_off_resumes_from_its_place_and_sees_every_message_once() {
     let file = key_file();
     let node = start(&file);
-    let (mut alice, _) = join(&node, "r2", "alice", None);
-    let (mut bob, _) = join(&node, "r2", "bob", None);
+    let mut alice = Chatter::join(&node, "r2", "alice", None);
+    let mut bob = Chatter::join(&node, "r2", "bob", None);
     for i in 0..3 {
-        say(&mut alice, &format!("before {i}"));
+        alice.said(&format!("before {i}"));
     }
-    let mut seen: Vec<u64> = (0..3)
-        .map(|_| next(&mut bob, "msg")["id"].as_u64().unwrap())
-        .collect();
-    for _ in 0..3 {
-        next(&mut alice, "msg");
-    }
+    bob.until(|b| b.ids.len() == 3);
+    let place = bob.place;
     drop(bob); // cut, without a close
     for i in 0..5 {
-        say(&mut alice, &format!("while away {i}"));
-        assert_eq!(next(&mut alice, "msg")["text"], format!("while away {i}"));
+        alice.said(&format!("while away {i}"));
     }
-    // Every message up to 8 is stored (alice saw each come back): the hello carries 4 to 8.
-    let (mut bob, hello) = join(&node, "r2", "bob", Some(*seen.last().unwrap()));
-    seen.extend(ids(&hello["history"]));
-    assert!(hello.get("gap").is_none());
-    say(&mut alice, "welcome back");
-    seen.push(next(&mut bob, "msg")["id"].as_u64().unwrap());
+    // Every message up to 8 is committed (alice saw each come back): the log replays 4 to 8,
+    // and there is no hello.
+    let mut back = Chatter::join(&node, "r2", "bob", place);
+    assert_eq!(back.why, "resumed");
+    assert!(back.hello.is_none());
+    back.until(|b| b.ids.len() == 5);
+    alice.said("welcome back");
+    back.until(|b| b.ids.len() == 6);
     assert_eq!(
-        seen,
-        (1..=9).collect::<Vec<_>>(),
+        back.ids,
+        (4..=9).collect::<Vec<_>>(),
         "every message once, in order"
     );
     // A fresh join gets the last 50 and what the room's last id is.
-    let (_, hello) = join(&node, "r2", "carol", None);
+    let carol = Chatter::join(&node, "r2", "carol", None);
+    let hello = carol.hello.unwrap();
     assert_eq!(ids(&hello["history"]), (1..=9).collect::<Vec<_>>());
     assert_eq!(hello["last"], 9);
 }
 
 #[test]
-fn past_a_thousand_missed_messages_the_hello_says_gap() {
+fn a_client_whose_place_is_gone_gets_the_hello_and_is_told_so() {
     let file = key_file();
     let node = start(&file);
-    let (mut alice, _) = join(&node, "r3", "alice", None);
-    // 1,001 messages in bursts that fit the room's mailbox, each burst acknowledged by its
-    // last message coming back.
-    let mut sent = 0;
-    while sent < 1001 {
-        let burst = (1001 - sent).min(200);
-        for i in 0..burst {
-            say(&mut alice, &format!("m{}", sent + i));
+    let mut alice = Chatter::join(&node, "r3", "alice", None);
+    alice.said("first");
+    let place = alice.place;
+    // 300 messages of 4,096 bytes: the room's log keeps 1 MiB, so the first is trimmed.
+    let text = "x".repeat(4096);
+    for _ in 0..3 {
+        let before = alice.ids.len();
+        for _ in 0..100 {
+            alice.say(&text);
         }
-        sent += burst;
-        while next(&mut alice, "msg")["id"].as_u64().unwrap() < sent as u64 {}
+        alice.until(|a| a.ids.len() == before + 100);
     }
-    let (_, hello) = join(&node, "r3", "bob", Some(0));
-    assert_eq!(hello["gap"], true);
-    assert_eq!(ids(&hello["history"]), (952..=1001).collect::<Vec<_>>());
-    let (_, hello) = join(&node, "r3", "carol", Some(1));
-    assert!(hello.get("gap").is_none());
+    let bob = Chatter::join(&node, "r3", "bob", place);
+    assert_eq!(bob.why, "snapshot");
     assert_eq!(
-        ids(&hello["history"]).len(),
-        1000,
-        "exactly the 1,000 after id 1"
+        ids(&bob.hello.unwrap()["history"]),
+        (252..=301).collect::<Vec<_>>()
     );
 }
 
@@ -226,15 +325,15 @@ fn a_room_keeps_its_last_ten_thousand_messages() {
     let share = total.div_ceil(6);
     let mut sent = 0;
     for u in 0..6 {
-        let (mut user, _) = join(&node, "kept", &format!("u{u}"), None);
+        let mut user = Chatter::join(&node, "kept", &format!("u{u}"), None);
         let until = (sent + share).min(total);
         while sent < until {
             let burst = (until - sent).min(200);
             for i in 0..burst {
-                say(&mut user, &format!("m{}", sent + i));
+                user.say(&format!("m{}", sent + i));
             }
             sent += burst;
-            while next(&mut user, "msg")["id"].as_u64().unwrap() < sent as u64 {}
+            user.until(|u| u.ids.last() == Some(&(sent as u64)));
         }
     }
     // The room's database holds exactly the last RETAIN, ids 6 to RETAIN + 5.
@@ -249,31 +348,31 @@ fn a_room_keeps_its_last_ten_thousand_messages() {
         })
         .unwrap();
     assert_eq!((n, first, last), (RETAIN, 6, (RETAIN + 5) as u64));
-    // A resume within what the node answers still finds every message.
-    let after = (RETAIN + 5 - 1000) as u64;
-    let (_, hello) = join(&node, "kept", "bob", Some(after));
-    assert!(hello.get("gap").is_none());
-    assert_eq!(ids(&hello["history"]).len(), 1000);
+    let bob = Chatter::join(&node, "kept", "bob", None);
+    let last = (RETAIN + 5) as u64;
+    assert_eq!(
+        ids(&bob.hello.unwrap()["history"]),
+        (last - 49..=last).collect::<Vec<_>>()
+    );
 }
 
 #[test]
 fn a_node_killed_with_users_in_a_room_leaves_no_ghost_in_it() {
     let file = key_file();
     let node = start(&file);
-    let (mut bob, _) = join(&node, "r4", "bob", None);
-    say(&mut bob, "last words");
-    next(&mut bob, "msg");
+    let mut bob = Chatter::join(&node, "r4", "bob", None);
+    bob.said("last words");
     let data = node.kill9();
     let s = settings(&file);
     let env: Vec<(&str, &str)> = s.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let node = TestNode::start_in(data, &env);
-    let (_, hello) = join(&node, "r4", "alice", None);
+    let alice = Chatter::join(&node, "r4", "alice", None);
     assert_eq!(
-        hello["presence"],
-        serde_json::json!(["alice"]),
+        alice.members(),
+        ["alice"],
         "bob's session died with the node"
     );
-    assert_eq!(hello["history"][0]["text"], "last words");
+    assert_eq!(alice.hello.unwrap()["history"][0]["text"], "last words");
 }
 
 #[test]
@@ -304,60 +403,33 @@ fn a_client_that_asks_for_the_chat_protocol_gets_it() {
 }
 
 #[test]
-fn a_resume_past_its_bytes_carries_the_last_fifty_and_says_gap() {
-    let file = key_file();
-    let node = start(&file);
-    let (mut alice, _) = join(&node, "r5", "alice", None);
-    // 200 messages of 4,096 control characters: each about 24.6 KB as JSON (escaped six bytes
-    // a character), 4.9 MB in all: past the 4 MiB a resume may carry.
-    let text = "\u{1}".repeat(4096);
-    for burst in 1..=4u64 {
-        for _ in 0..50 {
-            say(&mut alice, &text);
-        }
-        while next(&mut alice, "msg")["id"].as_u64().unwrap() < burst * 50 {}
-    }
-    let (_, hello) = join(&node, "r5", "bob", Some(0));
-    assert_eq!(hello["gap"], true);
-    assert_eq!(ids(&hello["history"]), (151..=200).collect::<Vec<_>>());
-    let (_, hello) = join(&node, "r5", "carol", Some(150));
-    assert!(hello.get("gap").is_none());
-    assert_eq!(ids(&hello["history"]), (151..=200).collect::<Vec<_>>());
-}
-
-#[test]
 fn a_user_who_leaves_after_the_room_was_let_go_leaves_presence() {
     let file = key_file();
     let node = start(&file);
-    let (mut alice, _) = join(&node, "r7", "alice", None);
-    next(&mut alice, "presence");
-    let (mut bob, _) = join(&node, "r7", "bob", None);
-    assert_eq!(
-        next(&mut alice, "presence")["join"],
-        serde_json::json!(["bob"])
-    );
+    let mut alice = Chatter::join(&node, "r7", "alice", None);
+    let mut bob = Chatter::join(&node, "r7", "bob", None);
+    alice.until(|a| a.members.contains("bob"));
     // Both idle: the room object is let go while their sessions stay attached.
     wait_stats(&node, "the idle room to be let go", |s| {
         s["objects_live"] == 0
     });
     // Bob closes his tab: the room is opened again for his detach, and alice sees him leave.
-    bob.close(None).unwrap();
-    let diff = next(&mut alice, "presence");
-    assert_eq!(diff["leave"], serde_json::json!(["bob"]), "{diff}");
+    bob.ws.close(None).unwrap();
+    alice.until(|a| !a.members.contains("bob"));
     // The last one out, after another idle pause, leaves an empty room.
     wait_stats(&node, "the idle room to be let go again", |s| {
         s["objects_live"] == 0
     });
     let restores = node.stats()["restores"].as_u64().unwrap();
-    alice.close(None).unwrap();
+    alice.ws.close(None).unwrap();
     // Her detach opens the room once more, runs, and the room is let go after it.
     wait_stats(&node, "alice's detach to have run", |s| {
         s["restores"].as_u64() > Some(restores) && s["objects_live"] == 0
     });
-    let (_, hello) = join(&node, "r7", "carol", None);
+    let carol = Chatter::join(&node, "r7", "carol", None);
     assert_eq!(
-        hello["presence"],
-        serde_json::json!(["carol"]),
+        carol.members(),
+        ["carol"],
         "nobody who left is still listed"
     );
 }

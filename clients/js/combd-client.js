@@ -11,7 +11,7 @@
 //   });
 //   room.send({ t: "say", text: "hi" });
 //
-// States: connecting, live (a first message came on this connection), reconnecting (waiting
+// States: connecting, live (a first message came on this connection; numbered: its position), reconnecting (waiting
 // out a jittered backoff: 0.5 s doubling to 30 s, back to 0.5 s once a connection delivers a
 // message), busy (the node is full or asked to try later: 503 with retry-after, 1013),
 // invalid (the request itself is wrong: 400, 404; no retry), unauthorized (401: the token is
@@ -194,12 +194,15 @@ export function connect(path, options = {}) {
       if (typeof m === "string") {
         try { m = JSON.parse(m); } catch { /* not JSON: passed on as text */ }
       }
-      if (!greeted) {
-        greeted = true;
-        failures = 0; // this connection delivered: the next loss starts the backoff again
-        setState("live");
-      }
+      delivered();
       onMessage(m, info);
+    };
+    // The first message on this connection (for a numbered one, its position) makes it live.
+    const delivered = () => {
+      if (greeted) return;
+      greeted = true;
+      failures = 0; // this connection delivered: the next loss starts the backoff again
+      setState("live");
     };
     // A numbered message: its payload and { seq } to pass on, or null (a position, a broadcast
     // it has, or one from before this connection's position). A gap ends the connection, which
@@ -229,6 +232,7 @@ export function connect(path, options = {}) {
         else client.place.epoch = epoch;
         placed = true;
         onPosition(epoch, last, payload);
+        delivered();
         return null;
       }
       if (header === "") return [payload, { seq: 0 }];

@@ -64,11 +64,17 @@ impl Job {
         }
     }
 
-    /// A message from a session (errors go back to the session).
-    pub fn message(session: SessionId, text: bool, payload: Vec<u8>) -> Job {
+    /// A message from a session (errors go back to the session), whose token named `client`.
+    pub fn message(
+        session: SessionId,
+        client: Option<Arc<Client>>,
+        text: bool,
+        payload: Vec<u8>,
+    ) -> Job {
         Job {
             input: Owned::Message {
                 session,
+                client,
                 text,
                 payload,
             },
@@ -250,6 +256,8 @@ pub(crate) enum Owned {
     },
     Message {
         session: SessionId,
+        /// The client its session's token named, if any.
+        client: Option<Arc<Client>>,
         text: bool,
         payload: Vec<u8>,
     },
@@ -336,10 +344,12 @@ impl Owned {
             },
             Owned::Message {
                 session,
+                client,
                 text,
                 payload,
             } => Input::Message {
                 session: *session,
+                client: client.as_deref(),
                 msg: if *text {
                     Message::Text(
                         std::str::from_utf8(payload)
@@ -360,6 +370,7 @@ impl Owned {
                 query: query.as_deref(),
                 client: client.as_deref(),
                 caller,
+                resumed: false,
             },
             Owned::Detach { session } => Input::Detach { session: *session },
             Owned::Alarm {

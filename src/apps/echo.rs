@@ -34,6 +34,7 @@ impl App for Echo {
             Input::Message {
                 session,
                 msg: Message::Text(t),
+                ..
             } => {
                 cx.send(*session, t)?;
                 Ok(Output::None)
@@ -41,6 +42,7 @@ impl App for Echo {
             Input::Message {
                 session,
                 msg: Message::Binary(b),
+                ..
             } => {
                 cx.send_binary(*session, b)?;
                 Ok(Output::None)

@@ -180,8 +180,17 @@ impl App for Million {
                 "GET, HEAD",
                 "view the board over a WebSocket",
             )),
-            Input::Attach { session, query, .. } => {
+            Input::Attach {
+                session,
+                query,
+                resumed,
+                ..
+            } => {
                 let page = page_of(*query)?;
+                // A numbered viewer resuming is sent every update it missed: it has the page.
+                if *resumed {
+                    return Ok(Output::None);
+                }
                 let bits = load_page(cx, page)?;
                 let msg = serde_json::json!({ "t": "page", "p": page, "s": session_number(*session), "bits": hex(&bits) });
                 cx.send(*session, &msg.to_string())?;
@@ -190,7 +199,7 @@ impl App for Million {
             Input::Detach { .. } | Input::Alarm { .. } | Input::FromObject { .. } => {
                 Ok(Output::None)
             }
-            Input::Message { session, msg } => {
+            Input::Message { session, msg, .. } => {
                 let click = parse_click(*session, msg)?;
                 apply(cx, &[click])?;
                 Ok(Output::None)
@@ -205,7 +214,7 @@ impl App for Million {
         let mut outputs = Vec::with_capacity(inputs.len());
         for input in inputs {
             match input {
-                Input::Message { session, msg } => {
+                Input::Message { session, msg, .. } => {
                     clicks.push(parse_click(*session, msg)?);
                     outputs.push(Output::None);
                 }

@@ -92,7 +92,7 @@ impl CallInput {
                 alarm: None,
                 from: None,
             },
-            Input::Message { session, msg } => {
+            Input::Message { session, msg, .. } => {
                 let (kind, body) = match msg {
                     Message::Text(t) => (1, t.as_bytes().to_vec()),
                     Message::Binary(b) => (2, b.to_vec()),
@@ -109,6 +109,7 @@ impl CallInput {
                 query,
                 client,
                 caller,
+                ..
             } => CallInput {
                 kind: 3,
                 session: Some(session),

@@ -161,17 +161,15 @@ process.on("exit", () => opened.forEach((c) => c.close()));
 function client(room, token, extra = {}) {
   const seen = { states: [], messages: [], waiters: [] };
   const poke = () => seen.waiters.forEach((w) => w());
-  let last = 0;
   const c = connect(`/o/chat/${room}-${RUN}`, {
     base: URL_,
     token,
-    query: () => ({ after: String(last) }),
+    numbered: true,
     onMessage: (m) => {
-      if (m.t === "hello") m.history.forEach((h) => { last = Math.max(last, h.id); });
-      if (m.t === "msg") last = Math.max(last, m.id);
       seen.messages.push(m);
       poke();
     },
+    onPresence: poke,
     onState: (s) => { seen.states.push(s); poke(); },
     ...extra,
   });
@@ -201,7 +199,7 @@ test("a refused token is unauthorized, and not retried", live, async () => {
   c.close();
 });
 
-test("a dropped connection resumes after the last message: none lost, none twice", live, async () => {
+test("a dropped connection resumes from its place: none lost, none twice, no second hello", live, async () => {
   const sockets = [];
   class Kept extends WebSocket {
     constructor(...a) { super(...a); sockets.push(this); }
@@ -218,23 +216,32 @@ test("a dropped connection resumes after the last message: none lost, none twice
   bob.c.send({ t: "say", text: "two" });
   bob.c.send({ t: "say", text: "three" });
   await until("resumed", alice.seen.waiters, () => sockets.length === 2 && alice.c.state === "live");
-  await until("three", alice.seen.waiters, () =>
-    alice.seen.messages.some((m) => m.text === "three" || (m.history ?? []).some((h) => h.text === "three")));
-  // As a page shows them: each message once, by id (what reached the new session before its
-  // hello is in the hello too).
-  let shown = 0;
-  const texts = [];
-  for (const m of alice.seen.messages.flatMap((m) => (m.t === "hello" ? m.history : m.t === "msg" ? [m] : []))) {
-    if (m.id > shown) {
-      shown = m.id;
-      texts.push(m.text);
-    }
-  }
-  assert.deepEqual(texts, ["one", "two", "three"]);
-  const ids = alice.seen.messages.filter((m) => m.t === "hello").flatMap((h) => h.history.map((m) => m.id));
-  assert.equal(new Set(ids).size, ids.length, "no hello repeats a message");
+  await until("three", alice.seen.waiters, () => alice.seen.messages.some((m) => m.text === "three"));
+  // The resumed connection got what it missed from the room's log, in order, once each, and
+  // no hello: the client's place made it live.
+  const msgs = alice.seen.messages.filter((m) => m.t === "msg");
+  assert.deepEqual(msgs.map((m) => m.text), ["one", "two", "three"]);
+  assert.deepEqual(msgs.map((m) => m.id), [1, 2, 3]);
+  assert.equal(alice.seen.messages.filter((m) => m.t === "hello").length, 1, "one hello, on the first connection");
   alice.c.close();
   bob.c.close();
+});
+
+test("a room's presence: each user once whatever its tabs, joins and leaves as they come", live, async () => {
+  const alice = client("js-presence", process.env.COMBD_TOKEN_ALICE);
+  await until("alice alone", alice.seen.waiters, () => alice.c.presence.has("alice"));
+  assert.deepEqual([...alice.c.presence.keys()], ["alice"]);
+  assert.equal(alice.c.presence.get("alice").verified, true);
+  const bob = client("js-presence", process.env.COMBD_TOKEN_BOB);
+  const bob2 = client("js-presence", process.env.COMBD_TOKEN_BOB);
+  await until("bob on two devices", alice.seen.waiters, () => alice.c.presence.get("bob")?.devices === 2);
+  await until("bob sees alice", bob.seen.waiters, () => bob.c.presence.has("alice"));
+  bob2.c.close();
+  await until("bob on one", alice.seen.waiters, () => alice.c.presence.get("bob")?.devices === 1);
+  bob.c.close();
+  await until("bob gone", alice.seen.waiters, () => !alice.c.presence.has("bob"));
+  assert.deepEqual([...alice.c.presence.keys()], ["alice"]);
+  alice.c.close();
 });
 
 test("a numbered viewer that drops its link gets every broadcast it missed, once, in order", live, async () => {

@@ -2,26 +2,16 @@
 //! a request and may answer, alarms, messages between objects, and the built-in chat.
 
 /// The chat app's (`src/apps/chat.rs`) bounds, here so `/stats` shows them. Messages a hello
-/// carries without `?after=`: a screenful.
+/// carries: a screenful (a client that resumes gets what it missed from the room's log).
 pub const CHAT_HISTORY_MESSAGES: usize = 50;
-
-/// Most messages a chat resume (`?after=<id>`) sends; past it the hello carries the last
-/// [`CHAT_HISTORY_MESSAGES`] and says `"gap":true` (a client that missed more reloads).
-pub const CHAT_RESUME_MAX_MESSAGES: usize = 1000;
-
-/// Largest chat resume, in bytes of JSON: a hello of 1,000 messages escaped at worst six bytes
-/// a byte (26 MB) would pass a call's sends (`SENDS_MAX_BYTES`, 16 MiB) and lock clients out of
-/// the room; past 4 MiB the hello says `"gap":true` instead.
-pub const CHAT_RESUME_MAX_BYTES: usize = 4 * 1024 * 1024;
 
 /// Longest chat message text, in bytes.
 pub const CHAT_TEXT_MAX_BYTES: usize = 4096;
 
 /// Messages a chat room keeps: older ones are deleted as new ones come, so a room's database
-/// (and a flood of messages) stays bounded, ~45 MB at most (10,000 of 4 KiB text). At least
-/// [`CHAT_RESUME_MAX_MESSAGES`], so a resume the node would answer never finds one missing.
+/// (and a flood of messages) stays bounded, ~45 MB at most (10,000 of 4 KiB text).
 pub const CHAT_RETAIN_MESSAGES: usize = 10_000;
-const _: () = assert!(CHAT_RETAIN_MESSAGES >= CHAT_RESUME_MAX_MESSAGES);
+const _: () = assert!(CHAT_RETAIN_MESSAGES >= CHAT_HISTORY_MESSAGES);
 
 /// Most alarms an object may have pending (`cx.set_alarm`): past it a set fails the call
 /// (`507 too many alarms`). An object's alarms are rows of its own database; the bound keeps a

@@ -62,8 +62,6 @@ pub const FIXED: &[Fixed] = &[
     fixed!("reminders_fired_kept", REMINDERS_FIRED_KEPT),
     fixed!("reminder_list_max_bytes", REMINDER_LIST_MAX_BYTES),
     fixed!("chat_history_messages", CHAT_HISTORY_MESSAGES),
-    fixed!("chat_resume_max_messages", CHAT_RESUME_MAX_MESSAGES),
-    fixed!("chat_resume_max_bytes", CHAT_RESUME_MAX_BYTES),
     fixed!("chat_text_max_bytes", CHAT_TEXT_MAX_BYTES),
     fixed!("chat_retain_messages", CHAT_RETAIN_MESSAGES),
     fixed!("topic_log_frames", TOPIC_LOG_FRAMES),

@@ -96,6 +96,8 @@ pub fn limit_error(what: Limit) -> AppError {
 pub struct Cx<'a> {
     db: Option<&'a rusqlite::Connection>,
     object: Option<&'a str>,
+    /// The object's presence, for an app that keeps it.
+    presence: Option<&'a crate::cells::PresenceView>,
     effects: &'a mut Vec<Effect>,
     budget: &'a mut CallBudget,
 }
@@ -110,6 +112,7 @@ impl<'a> Cx<'a> {
         Cx {
             db,
             object: None,
+            presence: None,
             effects,
             budget,
         }
@@ -121,6 +124,25 @@ impl<'a> Cx<'a> {
             object: Some(name),
             ..self
         }
+    }
+
+    /// The same context, reading the object's presence from `view`.
+    pub(crate) fn with_presence(self, view: Option<&'a crate::cells::PresenceView>) -> Cx<'a> {
+        Cx {
+            presence: view,
+            ..self
+        }
+    }
+
+    /// The members of `topic`'s presence, by name, and the sessions attached to it but not
+    /// listed, for an app that keeps presence ([`super::App::presence`]; none for another): as
+    /// they were when the call's batch began (its own attaches and detaches apply once it
+    /// ran). A host call.
+    pub fn presence(&mut self, topic: &str) -> Result<(Vec<super::Member>, u64), AppError> {
+        self.budget.spend(combd_kernel::limits::HOST_CALL_TICKS)?;
+        Ok(self
+            .presence
+            .map_or((Vec::new(), 0), |view| view.members(topic)))
     }
 
     /// The object's own name: the `<name>` of `/o/<app>/<name>` (`None` for a stateless app).

@@ -133,6 +133,9 @@ pub enum Input<'a> {
     Message {
         /// Who sent it.
         session: SessionId,
+        /// The client its session's token named, as its attach had it ([`Input::Attach`]);
+        /// `None` for a stateless app's message.
+        client: Option<&'a Client>,
         /// The message.
         msg: Message<'a>,
     },
@@ -147,6 +150,12 @@ pub enum Input<'a> {
         client: Option<&'a Client>,
         /// What the node saw of its upgrade request, as for [`Input::Http`]; kept as long.
         caller: &'a Caller,
+        /// A numbered session resuming (README "Resuming a WebSocket"): the node sends it,
+        /// before anything this call sends, every broadcast of its topic after its place, so
+        /// it has the state its broadcasts make. An app whose attach sends a snapshot (its
+        /// state) need not send it again. False for a new session, and for one whose place was
+        /// gone (it is told `snapshot`: it needs the state).
+        resumed: bool,
     },
     /// A session detached (its WebSocket closed).
     Detach {
@@ -371,6 +380,21 @@ pub enum Effect {
         /// The JSON.
         payload: Vec<u8>,
     },
+}
+
+/// A member of a topic's presence, as an app reads it ([`Cx::presence`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// A verified identity's subject, else the session's id.
+    pub who: String,
+    /// Whether `who` is a verified identity.
+    pub verified: bool,
+    /// Its token's `name` claim, if it has one.
+    pub name: Option<String>,
+    /// Its sessions attached to the topic.
+    pub devices: u32,
+    /// When it joined, in milliseconds since the Unix epoch.
+    pub since_ms: u64,
 }
 
 /// How a session that missed messages is brought back in sync ([`App::resync`]).

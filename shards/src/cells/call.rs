@@ -6,6 +6,7 @@ use combd_kernel::limits::{SLOW_CALL, TOPIC_LOG_REPLAY_BATCH_BYTES};
 use crate::app::{limit_error, App, AppError, CallBudget, Cx, Effect, Input, Output};
 use crate::job::Owned;
 use crate::limit::Limit;
+use crate::ws::numbered::Why;
 
 use super::store::watch;
 use super::topic_log::{self, Appended, Logged, Retention, TopicCache};
@@ -21,6 +22,8 @@ pub(super) struct Target<'a> {
     pub alarms: Option<&'a crate::alarms::AlarmIndex>,
     /// What the object knows of its topics' logs between calls, kept as each call commits.
     pub topics: Option<&'a TopicCache>,
+    /// Its presence, for an app that keeps it.
+    pub presence: Option<&'a super::PresenceView>,
 }
 
 /// The database a batch runs on.
@@ -286,9 +289,13 @@ fn run_each(
     let mut replay = TOPIC_LOG_REPLAY_BATCH_BYTES;
     for input in inputs {
         let mut mine = Vec::new();
+        let mut resumed = false;
         if let Some((to, r, topic)) = input.resume() {
             match topic_log::resume(db, topic, to, (r.resume, &mut replay), r.in_place) {
-                Ok(first) => mine.push(first),
+                Ok((first, why)) => {
+                    resumed = why == Why::Resumed;
+                    mine.push(first);
+                }
                 Err(e) => {
                     result.resumes_refused += u64::from(e.status == 503);
                     result.outputs.push(Err(e));
@@ -297,7 +304,11 @@ fn run_each(
             }
         }
         let (r, st) = run.call(db, input.bytes(), &mut mine, &mut result.logs, |cx| {
-            run.app.handle(cx, &input.input()?).and_then(checked)
+            let mut input = input.input()?;
+            if let Input::Attach { resumed: r, .. } = &mut input {
+                *r = resumed;
+            }
+            run.app.handle(cx, &input).and_then(checked)
         });
         if st.wrote {
             match run.on {
@@ -434,7 +445,9 @@ pub(super) fn call<T>(
     let r = (|| -> Result<T, AppError> {
         let tx = db.transaction()?;
         let out = {
-            let mut cx = Cx::new(Some(&tx), effects, &mut budget).with_object(target.name);
+            let mut cx = Cx::new(Some(&tx), effects, &mut budget)
+                .with_object(target.name)
+                .with_presence(target.presence);
             let _app = sandbox::AppSql::enter();
             guarded(|| f(&mut cx))
         };

@@ -56,6 +56,7 @@ use crate::stats::ShardStats;
 use crate::ws::{self, OutFrame};
 use object::ObjectCell;
 use presence::Presence;
+pub(crate) use presence::PresenceView;
 use session::Sessions;
 
 /// The cells of one shard.

@@ -21,10 +21,11 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use combd_kernel::fair::ClientKey;
 
-use crate::app::{AppError, Effect, Output, SessionId};
+use crate::app::{AppError, Effect, Member as Listed, Output, SessionId};
 use crate::fair::Share;
 use crate::job::Owned;
 use crate::object_key::ObjectKey;
@@ -34,7 +35,39 @@ use crate::stats::ShardStats;
 /// The presence of the objects living on one shard.
 pub(crate) struct Presence {
     state: Rc<ShardState>,
-    objects: RefCell<HashMap<ObjectKey, ObjectPresence>>,
+    objects: RefCell<HashMap<ObjectKey, PresenceView>>,
+}
+
+/// One object's presence, shared with its batch's thread: an app's call reads it
+/// ([`crate::app::Cx::presence`]) as it was before the batch; the batch's own attaches and
+/// detaches are applied once it ran, on the shard, never while a call reads.
+#[derive(Clone, Default)]
+pub(crate) struct PresenceView(Arc<Mutex<ObjectPresence>>);
+
+impl PresenceView {
+    fn lock(&self) -> MutexGuard<'_, ObjectPresence> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `topic`'s members, by name, and the sessions attached to it but not listed.
+    pub fn members(&self, topic: &str) -> (Vec<Listed>, u64) {
+        let o = self.lock();
+        let Some(t) = o.topics.get(topic) else {
+            return (Vec::new(), 0);
+        };
+        let members = t
+            .members
+            .iter()
+            .map(|(who, m)| Listed {
+                who: who.clone(),
+                verified: m.verified,
+                name: m.name.clone(),
+                devices: m.devices,
+                since_ms: m.since_ms,
+            })
+            .collect();
+        (members, t.unlisted)
+    }
 }
 
 /// One object's topics and the sessions attached to them.
@@ -151,7 +184,9 @@ impl Presence {
             return;
         }
         let mut objects = self.objects.borrow_mut();
-        let object = objects.entry(key.clone()).or_default();
+        let view = objects.entry(key.clone()).or_default().clone();
+        let mut object = view.lock();
+        let object = &mut *object;
         let mut changed: BTreeMap<String, Changed> = BTreeMap::new();
         let mut snapshots = Vec::new();
         for m in moves {
@@ -194,6 +229,11 @@ impl Presence {
         if object.sessions.is_empty() {
             objects.remove(key);
         }
+    }
+
+    /// Object `key`'s presence, for its next batch to read.
+    pub fn view(&self, key: &ObjectKey) -> Option<PresenceView> {
+        self.objects.borrow().get(key).cloned()
     }
 
     /// A session attaches to `topic`: one more device of its member, a new member, or (the

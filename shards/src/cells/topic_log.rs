@@ -421,7 +421,7 @@ pub(super) fn resume(
     to: SessionId,
     (resume, budget): (Resume, &mut u64),
     in_place: bool,
-) -> Result<Effect, AppError> {
+) -> Result<(Effect, Why), AppError> {
     let _node = sandbox::NodeSql::enter();
     let t = current(db, topic)?;
     let why = match resume {
@@ -460,11 +460,12 @@ pub(super) fn resume(
         }
         _ => {}
     }
-    Ok(Effect::Resume {
+    let effect = Effect::Resume {
         to,
         frames: out,
         place: (t.epoch, t.last),
-    })
+    };
+    Ok((effect, why))
 }
 
 /// `topic` as a resume finds it: its id, epoch, last frame and running total; all 0 with no
@@ -759,7 +760,8 @@ mod tests {
     }
 
     /// The payloads of a resume's frames (unmasked, as the node writes them).
-    fn frames(effect: &Effect) -> Vec<String> {
+    /// A resume's frames, as text; each says why, and the resume's `Why` must agree.
+    fn frames((effect, why): &(Effect, Why)) -> Vec<String> {
         let Effect::Resume { frames, .. } = effect else {
             panic!("not a resume: {effect:?}");
         };
@@ -777,6 +779,11 @@ mod tests {
             out.push(String::from_utf8(payload.to_vec()).unwrap());
             at += head + len;
         }
+        let said = out[0].split('|').nth(1).unwrap();
+        let said = [Why::New, Why::Resumed, Why::Snapshot]
+            .into_iter()
+            .find(|w| position(0, 0, *w).ends_with(&format!("|{said}")));
+        assert_eq!(said, Some(*why));
         out
     }
 
@@ -784,12 +791,12 @@ mod tests {
     fn a_place_in_the_log_gets_what_came_after_it_else_a_snapshot_or_a_refusal() {
         let mut db = open("resume");
         let to = SessionId::new(0, 7);
-        let none = resume(&db, "t", to, (Resume::New, &mut u64::MAX), false).unwrap();
+        let none = resume(&db, "t", to, (Resume::New, &mut { u64::MAX }), false).unwrap();
         assert_eq!(frames(&none), ["!0.0|new"]);
         // No log yet: a place before it is where the log is.
         let zero = Resume::After { epoch: 0, seq: 0 };
         assert_eq!(
-            frames(&resume(&db, "t", to, (zero, &mut u64::MAX), false).unwrap()),
+            frames(&resume(&db, "t", to, (zero, &mut { u64::MAX }), false).unwrap()),
             ["!0.0|resumed"]
         );
         for i in 1..=5u8 {
@@ -798,11 +805,11 @@ mod tests {
         let e = epoch(&db, "t");
         let after = |seq| Resume::After { epoch: e, seq };
         assert_eq!(
-            frames(&resume(&db, "t", to, (after(3), &mut u64::MAX), false).unwrap()),
+            frames(&resume(&db, "t", to, (after(3), &mut { u64::MAX }), false).unwrap()),
             [format!("!{e}.5|resumed"), "4|4".into(), "5|5".into()]
         );
         assert_eq!(
-            frames(&resume(&db, "t", to, (after(5), &mut u64::MAX), false).unwrap()),
+            frames(&resume(&db, "t", to, (after(5), &mut { u64::MAX }), false).unwrap()),
             [format!("!{e}.5|resumed")]
         );
         // From before the log began: every frame.
@@ -810,7 +817,7 @@ mod tests {
             &db,
             "t",
             to,
-            (Resume::After { epoch: 0, seq: 0 }, &mut u64::MAX),
+            (Resume::After { epoch: 0, seq: 0 }, &mut { u64::MAX }),
             false,
         )
         .unwrap();
@@ -821,10 +828,10 @@ mod tests {
             seq: 2,
         };
         assert_eq!(
-            frames(&resume(&db, "t", to, (other, &mut u64::MAX), false).unwrap()),
+            frames(&resume(&db, "t", to, (other, &mut { u64::MAX }), false).unwrap()),
             [format!("!{e}.5|snapshot")]
         );
-        let ahead = resume(&db, "t", to, (after(6), &mut u64::MAX), false).unwrap_err();
+        let ahead = resume(&db, "t", to, (after(6), &mut { u64::MAX }), false).unwrap_err();
         assert_eq!(ahead.status, 400);
         assert!(
             ahead.message.contains("ahead of the log"),
@@ -836,11 +843,11 @@ mod tests {
         commit(&mut db, &mut [broadcast("t", b"6")], r, 1_000);
         assert_eq!(kept(&db, "t"), [5, 6]);
         assert_eq!(
-            frames(&resume(&db, "t", to, (after(3), &mut u64::MAX), false).unwrap()),
+            frames(&resume(&db, "t", to, (after(3), &mut { u64::MAX }), false).unwrap()),
             [format!("!{e}.6|snapshot")]
         );
         assert_eq!(
-            frames(&resume(&db, "t", to, (after(4), &mut u64::MAX), false).unwrap()).len(),
+            frames(&resume(&db, "t", to, (after(4), &mut { u64::MAX }), false).unwrap()).len(),
             3
         );
     }

@@ -199,6 +199,8 @@ pub struct OutFrame {
     text: bool,
     deflated: OnceLock<Option<Box<[u8]>>>,
     numbered: OnceLock<Box<[u8]>>,
+    /// Numbered and compressed where it is worth it, and whether it was.
+    numbered_deflated: OnceLock<(Box<[u8]>, bool)>,
     kind: Kind,
 }
 
@@ -218,22 +220,28 @@ enum Kind {
 }
 
 /// How a session's messages are written: as they are, compressed where it is worth it
-/// (permessage-deflate negotiated), or numbered ([`super::numbered`]: never compressed).
+/// (permessage-deflate negotiated), or numbered ([`super::numbered`]), compressed too where
+/// it was negotiated and is worth it (the node's own frames, a position or a replay, never).
 #[derive(Debug, Clone, Copy)]
 pub enum Framing {
     /// As they are.
     Plain,
     /// Compressed where it is worth it.
     Deflate(Negotiated),
-    /// Numbered, never compressed.
-    Numbered,
+    /// Numbered; compressed where it is worth it if `deflate` (negotiated).
+    Numbered {
+        /// permessage-deflate was negotiated.
+        deflate: bool,
+    },
 }
 
 impl Framing {
     /// A session's framing: numbered if its client asked, else as compression was negotiated.
     pub fn of(deflate: Option<Negotiated>, numbered: bool) -> Framing {
         match (numbered, deflate) {
-            (true, _) => Framing::Numbered,
+            (true, d) => Framing::Numbered {
+                deflate: d.is_some(),
+            },
             (false, Some(d)) => Framing::Deflate(d),
             (false, None) => Framing::Plain,
         }
@@ -248,6 +256,7 @@ impl OutFrame {
             text,
             deflated: OnceLock::new(),
             numbered: OnceLock::new(),
+            numbered_deflated: OnceLock::new(),
             kind,
         })
     }
@@ -329,7 +338,17 @@ impl OutFrame {
         };
         match framing {
             Framing::Plain => (&self.plain, false),
-            Framing::Numbered => (self.numbered.get_or_init(|| self.number(seq, epoch)), false),
+            Framing::Numbered { deflate: false } => (
+                self.numbered
+                    .get_or_init(|| self.number(seq, epoch, false).0),
+                false,
+            ),
+            Framing::Numbered { deflate: true } => {
+                let (bytes, deflated) = self
+                    .numbered_deflated
+                    .get_or_init(|| self.number(seq, epoch, true));
+                (bytes, *deflated)
+            }
             Framing::Deflate(_) => match self.deflated.get_or_init(|| self.compress()) {
                 Some(d) => (d, true),
                 None => (&self.plain, false),
@@ -337,9 +356,10 @@ impl OutFrame {
         }
     }
 
-    /// The frame for a numbered session: its number before its payload; the first frame of
-    /// a log after the position that says the log begins (its epoch is new).
-    fn number(&self, seq: u64, epoch: u64) -> Box<[u8]> {
+    /// The frame for a numbered session: its number before its payload, compressed where it
+    /// is worth it if `deflate`; the first frame of a log after the position that says the log
+    /// begins (its epoch is new). Whether it went compressed.
+    fn number(&self, seq: u64, epoch: u64, deflate: bool) -> (Box<[u8]>, bool) {
         let payload = &self.plain[self.header_len..];
         let mut out = Vec::with_capacity(payload.len() + 40);
         if seq == 1 {
@@ -347,8 +367,20 @@ impl OutFrame {
             super::encode_message(&mut out, true, begins.as_bytes());
         }
         let numbered = super::numbered::prefixed(seq, payload);
-        super::encode_message(&mut out, self.text, &numbered);
-        out.into_boxed_slice()
+        let deflated = match deflate
+            .then(|| compressed_frame(self.text, &numbered))
+            .flatten()
+        {
+            Some(frame) => {
+                out.extend_from_slice(&frame);
+                true
+            }
+            None => {
+                super::encode_message(&mut out, self.text, &numbered);
+                false
+            }
+        };
+        (out.into_boxed_slice(), deflated)
     }
 
     fn compress(&self) -> Option<Box<[u8]>> {
@@ -566,7 +598,7 @@ mod tests {
     }
 
     #[test]
-    fn a_numbered_session_gets_each_message_with_its_number_never_compressed() {
+    fn a_numbered_session_gets_each_message_with_its_number() {
         let text = |b: &[u8]| String::from_utf8(b[2..].to_vec()).unwrap();
         let deflate = offered([&b"permessage-deflate"[..]]);
         let numbered = Framing::of(deflate, true);
@@ -594,6 +626,24 @@ mod tests {
         let position = b"!9.0|new";
         assert_eq!(&bytes[2..2 + position.len()], position);
         assert_eq!(text(&bytes[2 + position.len()..]), "1|y");
+        // A long one is compressed, number and all, where deflate was negotiated (once for
+        // every such session), and plain for one without it.
+        let long = format!("{{\"u\":\"{}\"}}", "ab".repeat(400));
+        let sent = OutFrame::logged(true, long.as_bytes(), 7, 9);
+        let (bytes, deflated) = sent.for_session(numbered);
+        assert!(deflated && bytes.len() < long.len() / 4, "{}", bytes.len());
+        assert_eq!(bytes[0], 0xC1, "FIN, RSV1, text");
+        let body = &bytes[2..];
+        let inflated = inflate(body, 1 << 20).unwrap();
+        assert_eq!(String::from_utf8(inflated).unwrap(), format!("7|{long}"));
+        let (plain, deflated) = sent.for_session(Framing::of(None, true));
+        assert!(!deflated);
+        // A 16-bit length: 126 and two bytes.
+        assert_eq!((plain[0], plain[1]), (0x81, 126));
+        assert_eq!(
+            String::from_utf8(plain[4..].to_vec()).unwrap(),
+            format!("7|{long}")
+        );
         // The node's own frames go as they are.
         let node = OutFrame::node(vec![0x81, 1, b'z'], (9, 3));
         assert_eq!(node.for_session(numbered).0, &[0x81, 1, b'z']);

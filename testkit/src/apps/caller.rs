@@ -80,7 +80,7 @@ impl App for CallerApp {
                 cx.send(*session, &hello.to_string())?;
                 Ok(Output::None)
             }
-            Input::Message { session, msg } => message(cx, *session, msg),
+            Input::Message { session, msg, .. } => message(cx, *session, msg),
             Input::Detach { .. } | Input::Alarm { .. } | Input::FromObject { .. } => {
                 Ok(Output::None)
             }

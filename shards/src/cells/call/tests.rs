@@ -18,6 +18,7 @@ const TEST_TARGET: Target<'static> = Target {
     shard: 0,
     alarms: None,
     topics: None,
+    presence: None,
 };
 
 /// `run_batch` on the test object, without limits.

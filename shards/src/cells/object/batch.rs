@@ -73,13 +73,13 @@ pub(super) async fn run_one(
     };
     let (store, ran) = match store {
         Store::Present(db) => {
-            let (db, _, ran) = run_on(state, cell, db, inputs, On::Db, fleet_wal).await;
+            let (db, _, ran) = run_on(cells, cell, db, inputs, On::Db, fleet_wal).await;
             drop(permit);
             (Store::Present(db), ran)
         }
         Store::Absent(scratch) => {
             let (scratch, inputs, ran) =
-                run_on(state, cell, scratch, inputs, On::Scratch, None).await;
+                run_on(cells, cell, scratch, inputs, On::Scratch, None).await;
             drop(permit);
             if ran.result.wrote {
                 write_absent(cells, cell, scratch, inputs, fleet_wal).await
@@ -248,14 +248,14 @@ async fn write_absent(
         Ok(db) => {
             drop(scratch);
             let permit = state.acquire_awake().await;
-            let (db, _, ran) = run_on(state, cell, db, inputs, On::Db, fleet_wal).await;
+            let (db, _, ran) = run_on(cells, cell, db, inputs, On::Db, fleet_wal).await;
             drop(permit);
             (Store::Present(db), ran)
         }
         Err(refusal) => {
             let permit = state.acquire_awake().await;
             let on = On::ScratchRefusing(refusal.app_error());
-            let (scratch, _, ran) = run_on(state, cell, scratch, inputs, on, None).await;
+            let (scratch, _, ran) = run_on(cells, cell, scratch, inputs, on, None).await;
             drop(permit);
             let stats = state.stats();
             let counter = match refusal {
@@ -274,13 +274,14 @@ async fn write_absent(
 /// Runs `inputs` on `db` on a blocking thread; gives back the connection and the inputs (to
 /// run again when a scratch run wrote).
 async fn run_on(
-    state: &ShardState,
+    cells: &Cells,
     cell: &ObjectCell,
     db: rusqlite::Connection,
     inputs: Vec<Owned>,
     on: On,
     fleet_wal: Option<std::path::PathBuf>,
 ) -> (rusqlite::Connection, Vec<Owned>, Ran) {
+    let state = &cells.state;
     let app = cell.app.clone();
     let limits = CallLimits {
         ticks: state.settings().cpu_limit_ticks,
@@ -294,6 +295,7 @@ async fn run_on(
     let stages = [Stage::BatchToThread, Stage::BatchRun, Stage::BatchBack];
     // What the object knows of its topics' logs goes with its connection, and comes back.
     let topics = cell.topics.take();
+    let presence = cells.presence.view(&cell.key);
     let (db, inputs, ran, topics) = state
         .on_thread_timed((cell.opened_by(), Work::Compute), stages, move || {
             let mut db = db;
@@ -303,6 +305,7 @@ async fn run_on(
                 shard,
                 alarms: Some(&alarms),
                 topics: Some(&topics),
+                presence: presence.as_ref(),
             };
             let run = Run::new(app.as_ref(), target, limits, &on);
             let result = run_inputs(run, &mut db, &inputs);

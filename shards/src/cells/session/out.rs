@@ -379,7 +379,7 @@ impl SessionOut {
                 continue;
             }
             w.messages += 1;
-            if let Framing::Numbered = framing {
+            if let Framing::Numbered { .. } = framing {
                 w.place = frame.place().or(w.place);
             }
             let (bytes, deflated) = frame.for_session(framing);
