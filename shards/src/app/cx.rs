@@ -11,6 +11,13 @@ use super::{AppError, Effect, SessionId};
 use crate::limit::Limit;
 use crate::sandbox::NodeSql;
 
+/// Where a call reads its object's presence from ([`Cx::presence`]): the node's record of it,
+/// kept by the cells.
+pub(crate) trait PresenceSource: Sync {
+    /// `topic`'s members, by name, and the sessions attached to it but not listed.
+    fn members(&self, topic: &str) -> (Vec<super::Member>, u64);
+}
+
 /// What one call has used of its limits. A limit that trips stays tripped: the call fails with
 /// that error even if the app ignored the error the host call returned.
 #[derive(Debug)]
@@ -97,7 +104,7 @@ pub struct Cx<'a> {
     db: Option<&'a rusqlite::Connection>,
     object: Option<&'a str>,
     /// The object's presence, for an app that keeps it.
-    presence: Option<&'a crate::cells::PresenceView>,
+    presence: Option<&'a dyn PresenceSource>,
     effects: &'a mut Vec<Effect>,
     budget: &'a mut CallBudget,
 }
@@ -127,7 +134,7 @@ impl<'a> Cx<'a> {
     }
 
     /// The same context, reading the object's presence from `view`.
-    pub(crate) fn with_presence(self, view: Option<&'a crate::cells::PresenceView>) -> Cx<'a> {
+    pub(crate) fn with_presence(self, view: Option<&'a dyn PresenceSource>) -> Cx<'a> {
         Cx {
             presence: view,
             ..self

@@ -57,6 +57,7 @@ pub use caller::{
     withheld_header, Caller, Cors, APP_HEADERS_WITHHELD, APP_RESPONSE_HEADERS, CORS_HEADERS,
     CORS_METHODS,
 };
+pub(crate) use cx::PresenceSource;
 pub use cx::{limit_error, CallBudget, Cx};
 pub use registry::{Apps, Changes, RegisterError};
 

@@ -445,9 +445,10 @@ pub(super) fn call<T>(
     let r = (|| -> Result<T, AppError> {
         let tx = db.transaction()?;
         let out = {
+            let presence = target.presence.map(|p| p as &dyn crate::app::PresenceSource);
             let mut cx = Cx::new(Some(&tx), effects, &mut budget)
                 .with_object(target.name)
-                .with_presence(target.presence);
+                .with_presence(presence);
             let _app = sandbox::AppSql::enter();
             guarded(|| f(&mut cx))
         };

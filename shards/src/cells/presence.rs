@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use combd_kernel::fair::ClientKey;
 
-use crate::app::{AppError, Effect, Member as Listed, Output, SessionId};
+use crate::app::{AppError, Effect, Member as Listed, Output, PresenceSource, SessionId};
 use crate::fair::Share;
 use crate::job::Owned;
 use crate::object_key::ObjectKey;
@@ -48,9 +48,10 @@ impl PresenceView {
     fn lock(&self) -> MutexGuard<'_, ObjectPresence> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
-    /// `topic`'s members, by name, and the sessions attached to it but not listed.
-    pub fn members(&self, topic: &str) -> (Vec<Listed>, u64) {
+impl PresenceSource for PresenceView {
+    fn members(&self, topic: &str) -> (Vec<Listed>, u64) {
         let o = self.lock();
         let Some(t) = o.topics.get(topic) else {
             return (Vec::new(), 0);
