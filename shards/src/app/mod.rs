@@ -370,6 +370,12 @@ pub enum Effect {
         /// The log's epoch and last frame they bring the session to.
         place: (u64, u64),
     },
+    /// A numbered session resuming in place that its object could not resume now: closed with
+    /// 1013, so its client reconnects with its place: the node's, not an app's to make.
+    TryAgain {
+        /// The session.
+        to: SessionId,
+    },
     /// A change of a topic's presence (`to`: `None`), or its members for one session that
     /// attached (`to`: the session), as JSON (`cells::presence`): the node's, not an app's to
     /// make; numbered sessions only get it.

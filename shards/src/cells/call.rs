@@ -291,10 +291,18 @@ fn run_each(
         let mut mine = Vec::new();
         let mut resumed = false;
         if let Some((to, r, topic)) = input.resume() {
-            match topic_log::resume(db, topic, to, (r.resume, &mut replay), r.in_place) {
+            match topic_log::resume(db, topic, to, (r.resume, &mut replay)) {
                 Ok((first, why)) => {
                     resumed = why == Why::Resumed;
                     mine.push(first);
+                }
+                Err(e) if e.status == 503 && r.in_place => {
+                    // A session resuming in place past the batch's replay: closed with 1013,
+                    // its client reconnects with its place (a snapshot would lose frames).
+                    result.resumes_refused += 1;
+                    result.effects.push(Effect::TryAgain { to });
+                    result.outputs.push(Ok(Output::None));
+                    continue;
                 }
                 Err(e) => {
                     result.resumes_refused += u64::from(e.status == 503);
@@ -445,7 +453,9 @@ pub(super) fn call<T>(
     let r = (|| -> Result<T, AppError> {
         let tx = db.transaction()?;
         let out = {
-            let presence = target.presence.map(|p| p as &dyn crate::app::PresenceSource);
+            let presence = target
+                .presence
+                .map(|p| p as &dyn crate::app::PresenceSource);
             let mut cx = Cx::new(Some(&tx), effects, &mut budget)
                 .with_object(target.name)
                 .with_presence(presence);

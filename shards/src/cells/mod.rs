@@ -458,6 +458,10 @@ impl Cells {
                     self.sessions
                         .deliver(Some(key), to, OutFrame::node(frames, place))
                 }
+                Effect::TryAgain { to } => {
+                    self.broadcast_run(key, &mut run).await;
+                    self.sessions.deliver(Some(key), to, OutFrame::try_again())
+                }
                 Effect::Presence {
                     topic,
                     to: None,

@@ -413,14 +413,14 @@ fn trim(
 /// its first frame if none was trimmed. Read on the object's connection before the attach's
 /// call, so nothing commits between the two. `budget`: the bytes of replay the batch may still
 /// read ([`TOPIC_LOG_REPLAY_BATCH_BYTES`]), less this one's; past it the attach is refused
-/// (503 `overloaded`: its client comes back) or, `in_place` (a session that fell behind),
-/// sent a snapshot, so a storm of resumes into one object holds at most that much a batch.
+/// (503 `overloaded`: its client comes back with its place; a session that fell behind is
+/// closed for it with 1013, `cells::call`), so a storm of resumes into one object holds at most
+/// that much a batch.
 pub(super) fn resume(
     db: &Connection,
     topic: &str,
     to: SessionId,
     (resume, budget): (Resume, &mut u64),
-    in_place: bool,
 ) -> Result<(Effect, Why), AppError> {
     let _node = sandbox::NodeSql::enter();
     let t = current(db, topic)?;
@@ -436,9 +436,8 @@ pub(super) fn resume(
                 return Err(AppError::new(400, e));
             }
             match replayable(db, &t, seq)?.filter(|_| same) {
-                // Past what this batch may still read for resumes: a session resuming in
-                // place gets a snapshot (it stays consistent); one connecting comes back later.
-                Some(bytes) if bytes > *budget && in_place => Why::Snapshot,
+                // Past what this batch may still read for resumes: refused, and its client
+                // comes back later with its place (one resuming in place is closed for it).
                 Some(bytes) if bytes > *budget => {
                     let e = AppError::new(503, "overloaded: too many resumes at once");
                     return Err(e.with_detail(format!("{bytes} bytes of replay, {budget} left")));
@@ -791,12 +790,12 @@ mod tests {
     fn a_place_in_the_log_gets_what_came_after_it_else_a_snapshot_or_a_refusal() {
         let mut db = open("resume");
         let to = SessionId::new(0, 7);
-        let none = resume(&db, "t", to, (Resume::New, &mut { u64::MAX }), false).unwrap();
+        let none = resume(&db, "t", to, (Resume::New, &mut { u64::MAX })).unwrap();
         assert_eq!(frames(&none), ["!0.0|new"]);
         // No log yet: a place before it is where the log is.
         let zero = Resume::After { epoch: 0, seq: 0 };
         assert_eq!(
-            frames(&resume(&db, "t", to, (zero, &mut { u64::MAX }), false).unwrap()),
+            frames(&resume(&db, "t", to, (zero, &mut { u64::MAX })).unwrap()),
             ["!0.0|resumed"]
         );
         for i in 1..=5u8 {
@@ -805,11 +804,11 @@ mod tests {
         let e = epoch(&db, "t");
         let after = |seq| Resume::After { epoch: e, seq };
         assert_eq!(
-            frames(&resume(&db, "t", to, (after(3), &mut { u64::MAX }), false).unwrap()),
+            frames(&resume(&db, "t", to, (after(3), &mut { u64::MAX })).unwrap()),
             [format!("!{e}.5|resumed"), "4|4".into(), "5|5".into()]
         );
         assert_eq!(
-            frames(&resume(&db, "t", to, (after(5), &mut { u64::MAX }), false).unwrap()),
+            frames(&resume(&db, "t", to, (after(5), &mut { u64::MAX })).unwrap()),
             [format!("!{e}.5|resumed")]
         );
         // From before the log began: every frame.
@@ -818,7 +817,6 @@ mod tests {
             "t",
             to,
             (Resume::After { epoch: 0, seq: 0 }, &mut { u64::MAX }),
-            false,
         )
         .unwrap();
         assert_eq!(frames(&from_zero).len(), 6);
@@ -828,10 +826,10 @@ mod tests {
             seq: 2,
         };
         assert_eq!(
-            frames(&resume(&db, "t", to, (other, &mut { u64::MAX }), false).unwrap()),
+            frames(&resume(&db, "t", to, (other, &mut { u64::MAX })).unwrap()),
             [format!("!{e}.5|snapshot")]
         );
-        let ahead = resume(&db, "t", to, (after(6), &mut { u64::MAX }), false).unwrap_err();
+        let ahead = resume(&db, "t", to, (after(6), &mut { u64::MAX })).unwrap_err();
         assert_eq!(ahead.status, 400);
         assert!(
             ahead.message.contains("ahead of the log"),
@@ -843,11 +841,11 @@ mod tests {
         commit(&mut db, &mut [broadcast("t", b"6")], r, 1_000);
         assert_eq!(kept(&db, "t"), [5, 6]);
         assert_eq!(
-            frames(&resume(&db, "t", to, (after(3), &mut { u64::MAX }), false).unwrap()),
+            frames(&resume(&db, "t", to, (after(3), &mut { u64::MAX })).unwrap()),
             [format!("!{e}.6|snapshot")]
         );
         assert_eq!(
-            frames(&resume(&db, "t", to, (after(4), &mut { u64::MAX }), false).unwrap()).len(),
+            frames(&resume(&db, "t", to, (after(4), &mut { u64::MAX })).unwrap()).len(),
             3
         );
     }
@@ -863,12 +861,9 @@ mod tests {
         let after = |seq| Resume::After { epoch: e, seq };
         // Past the budget: refused for now (503), not a snapshot.
         let mut budget = 3;
-        assert!(resume(&db, "t", to, (after(3), &mut budget), false).is_ok());
+        assert!(resume(&db, "t", to, (after(3), &mut budget)).is_ok());
         assert_eq!(budget, 1, "frames 4 and 5, a byte each");
-        let later = resume(&db, "t", to, (after(3), &mut budget), false).unwrap_err();
+        let later = resume(&db, "t", to, (after(3), &mut budget)).unwrap_err();
         assert_eq!((later.status, budget), (503, 1));
-        // A session that fell behind is not refused: it gets a snapshot.
-        let in_place = resume(&db, "t", to, (after(3), &mut budget), true).unwrap();
-        assert_eq!(frames(&in_place), [format!("!{e}.5|snapshot")]);
     }
 }

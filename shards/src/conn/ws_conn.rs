@@ -44,6 +44,7 @@ fn closing(why: CloseWhy) -> Close {
         CloseWhy::Slow => Close::Frame(Some(close::POLICY), "slow"),
         CloseWhy::OutboundBudget => Close::Frame(Some(close::TRY_AGAIN_LATER), "outbound budget"),
         CloseWhy::AppRemoved => Close::Frame(Some(close::GOING_AWAY), "app removed"),
+        CloseWhy::ResumeLater => Close::Frame(Some(close::TRY_AGAIN_LATER), "resume later"),
     }
 }
 

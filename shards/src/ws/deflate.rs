@@ -217,6 +217,8 @@ enum Kind {
     /// A change of a topic's presence, or its members (`crate::cells::presence`), already
     /// headed `!presence|`: for numbered sessions only.
     Presence,
+    /// No frame: the session is to be closed with 1013 (its resume could not be served now).
+    TryAgain,
 }
 
 /// How a session's messages are written: as they are, compressed where it is worth it
@@ -299,6 +301,17 @@ impl OutFrame {
         let mut plain = Vec::with_capacity(payload.len() + 10);
         super::encode_message(&mut plain, true, &payload);
         OutFrame::new(plain, 0, true, Kind::Presence)
+    }
+
+    /// Not a frame: what closes a session with 1013, try again later (a numbered session's
+    /// resume in place its object could not serve now: its client reconnects with its place).
+    pub fn try_again() -> Arc<OutFrame> {
+        OutFrame::new(Vec::new(), 0, false, Kind::TryAgain)
+    }
+
+    /// What closes the session ([`OutFrame::try_again`]).
+    pub fn is_try_again(&self) -> bool {
+        self.kind == Kind::TryAgain
     }
 
     /// A topic's presence ([`OutFrame::presence`]), which only numbered sessions take.

@@ -45,6 +45,9 @@ pub(crate) enum CloseWhy {
     OutboundBudget,
     /// Its app was removed (its module left the apps directory, and SIGHUP reloaded it).
     AppRemoved,
+    /// A numbered session whose resume in place its object could not serve now: its client
+    /// reconnects with its place.
+    ResumeLater,
 }
 
 /// What to do with a frame for a session.
@@ -483,6 +486,9 @@ impl SessionOut {
         if frame.is_presence() && !self.numbered {
             return None;
         }
+        if frame.is_try_again() {
+            return self.close_for(CloseWhy::ResumeLater);
+        }
         let mut o = self.out.borrow_mut();
         if o.closing.is_some() || o.tally.is_none() {
             return None;
@@ -521,6 +527,9 @@ impl SessionOut {
                         CloseWhy::Slow => &stats.ws_slow_closed,
                         CloseWhy::OutboundBudget => &stats.outbound_budget_closed,
                         CloseWhy::AppRemoved => &stats.ws_app_removed_closed,
+                        // Never decided here: a resume its object refused
+                        // (`topic_log_resumes_refused`).
+                        CloseWhy::ResumeLater => &stats.topic_log_resumes_refused,
                     },
                     1,
                 );
