@@ -433,3 +433,57 @@ fn a_user_who_leaves_after_the_room_was_let_go_leaves_presence() {
         "nobody who left is still listed"
     );
 }
+
+/// `GET /o/chat/<room>?user=<sub>` with any user's token.
+fn where_is(node: &TestNode, sub: &str) -> Resp {
+    request(
+        node.public(),
+        format!(
+            "GET /o/chat/any?user={sub} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            token("carol", "Carol")
+        )
+        .as_bytes(),
+    )
+}
+
+#[test]
+fn a_user_is_seen_across_rooms_on_its_devices_and_last_seen_once_gone() {
+    let file = key_file();
+    let node = start(&file);
+    assert_eq!(where_is(&node, "alice").status, 404, "never seen");
+    // Bob watches both rooms.
+    let mut bob_lobby = Chatter::join(&node, "lobby", "bob", None);
+    let mut bob_games = Chatter::join(&node, "games", "bob", None);
+    let a1 = Chatter::join(&node, "lobby", "alice", None);
+    let a2 = Chatter::join(&node, "games", "alice", None);
+    let a3 = Chatter::join(&node, "games", "alice", None);
+    bob_lobby.until(|b| b.members.contains("alice"));
+    bob_games.until(|b| b.members.contains("alice"));
+    let seen = where_is(&node, "alice").json();
+    let rooms: Vec<(String, u64)> = seen["rooms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["room"].as_str().unwrap().to_string(),
+                r["devices"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rooms, [("games".to_string(), 2), ("lobby".to_string(), 1)]);
+    assert_eq!(seen["last_seen"], Value::Null, "here now");
+    for c in [a1, a2, a3] {
+        drop(c);
+    }
+    // Once bob saw her leave both rooms, she is nowhere, last seen then.
+    bob_lobby.until(|b| b.present && !b.members.contains("alice"));
+    bob_games.until(|b| b.present && !b.members.contains("alice"));
+    let gone = where_is(&node, "alice").json();
+    assert_eq!(gone["rooms"], serde_json::json!([]), "{gone}");
+    assert!(
+        gone["last_seen"].as_u64().unwrap() > 1_700_000_000_000,
+        "{gone}"
+    );
+    assert_eq!(where_is(&node, "%zz").status, 400);
+}

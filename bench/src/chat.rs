@@ -27,7 +27,7 @@ struct User {
 }
 
 /// An HS256 token for `sub`, signed with the secret in `key_file`, valid for a day.
-fn token(secret: &str, sub: &str) -> Result<String, String> {
+pub(crate) fn token(secret: &str, sub: &str) -> Result<String, String> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|e| e.to_string())?

@@ -11,7 +11,8 @@
 //! at TCP, how long the node took from full to refusing, and the connected client's echo
 //! latency during the flood.
 //!
-//! `click` and `mailbox`: see `click.rs`; `http`: `http.rs`; `fanout`: `fanout.rs`.
+//! `click` and `mailbox`: see `click.rs`; `http`: `http.rs`; `fanout`: `fanout.rs`; `chat`:
+//! `chat.rs`; `presence`: `presence.rs`.
 //!
 //! Usage: `combd-bench idle|flood|click|mailbox --port P [--target 127.0.0.2] [--conns N]
 //! [--out FILE] [--pages N] [--board NAME] [--interval-ms MS] [--duration-s S] [--deflate on]`
@@ -31,6 +32,7 @@ mod chat;
 mod click;
 mod fanout;
 mod http;
+mod presence;
 mod svg;
 mod target;
 mod tls;
@@ -64,6 +66,8 @@ pub(crate) struct Args {
     /// `chat`: the rooms the users spread over, and the node's HS256 secret to mint tokens.
     rooms: usize,
     auth_key_file: Option<String>,
+    /// `presence`: changes (a leave or a join) a second.
+    rate: u64,
 }
 
 /// `--deflate on`: the WebSockets offer permessage-deflate.
@@ -120,6 +124,7 @@ fn parse_args() -> Result<(String, Args), String> {
         frames: 8,
         rooms: 10,
         auth_key_file: None,
+        rate: 100,
     };
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -130,6 +135,7 @@ fn parse_args() -> Result<(String, Args), String> {
             "--out" => a.out = Some(v),
             "--frames" => a.frames = v.parse().map_err(|_| format!("--frames {v:?}"))?,
             "--rooms" => a.rooms = v.parse().map_err(|_| format!("--rooms {v:?}"))?,
+            "--rate" => a.rate = v.parse().map_err(|_| format!("--rate {v:?}"))?,
             "--auth-key-file" => a.auth_key_file = Some(v),
             "--deflate" => DEFLATE.store(v == "on", Ordering::Relaxed),
             "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
@@ -530,8 +536,9 @@ fn main() {
         "handshakes" => tls::handshakes(&args),
         "fanout" => fanout::fanout(&args),
         "chat" => chat::chat(&args),
+        "presence" => presence::presence(&args),
         other => Err(format!(
-            "unknown scenario {other:?} (have: idle, flood, click, overload, mailbox, idle-tls, http, handshakes, fanout, chat)"
+            "unknown scenario {other:?} (have: idle, flood, click, overload, mailbox, idle-tls, http, handshakes, fanout, chat, presence)"
         )),
     };
     match result {

@@ -101,8 +101,7 @@ impl Job {
                 query,
                 client,
                 caller,
-                topic: String::new(),
-                resume: None,
+                subscribed: None,
             },
             reply: Reply::Attach { reply, may_pass },
             hold: None,
@@ -124,8 +123,7 @@ impl Job {
                 query,
                 client,
                 caller,
-                topic: String::new(),
-                resume: None,
+                subscribed: None,
             },
             reply: Reply::Session(session),
             hold: None,
@@ -186,18 +184,19 @@ impl Job {
         }
     }
 
-    /// The attach of a session subscribed to `topic`; of a numbered one, with `resume`, its
-    /// place. A session attaching again in place ([`Job::reattach`]) resumes in place.
-    pub fn on_topic(mut self, topic: String, resume: Option<Resume>) -> Job {
+    /// The attach of a session subscribed to `topic`, for its object's presence (`presence`:
+    /// the app keeps it); of a numbered one, with `resume`, its place. A session attaching
+    /// again in place ([`Job::reattach`]) resumes in place. A plain session of an app without
+    /// presence carries nothing of it.
+    pub fn on_topic(mut self, topic: &str, resume: Option<Resume>, presence: bool) -> Job {
         let in_place = matches!(self.reply, Reply::Session(_));
-        if let Owned::Attach {
-            resume: r,
-            topic: t,
-            ..
-        } = &mut self.input
-        {
-            *r = resume.map(|resume| Resuming { resume, in_place });
-            *t = topic;
+        if let Owned::Attach { subscribed, .. } = &mut self.input {
+            *subscribed = (resume.is_some() || presence).then(|| {
+                Box::new(Subscribed {
+                    topic: topic.to_string(),
+                    resume: resume.map(|resume| Resuming { resume, in_place }),
+                })
+            });
         }
         self
     }
@@ -206,6 +205,16 @@ impl Job {
     pub fn is_detach(&self) -> bool {
         matches!(self.input, Owned::Detach { .. })
     }
+}
+
+/// What an attach carries of its session's topic, when its object needs it: for a numbered
+/// session's log, and for its app's presence. Boxed: a plain viewer's attach (most of them)
+/// carries none, and every job, whatever its kind, is as large as its largest input.
+pub(crate) struct Subscribed {
+    /// The topic.
+    pub topic: String,
+    /// A numbered session's place ([`crate::ws::numbered`]).
+    pub resume: Option<Resuming>,
 }
 
 /// A numbered session's attach ([`crate::ws::numbered`]): its place, and whether it resumes
@@ -266,10 +275,8 @@ pub(crate) enum Owned {
         query: Option<String>,
         client: Option<Arc<Client>>,
         caller: Arc<Caller>,
-        /// The topic it is subscribed to.
-        topic: String,
-        /// A numbered session's place ([`crate::ws::numbered`]).
-        resume: Option<Resuming>,
+        /// Its topic and place, if its object needs them ([`Subscribed`]).
+        subscribed: Option<Box<Subscribed>>,
     },
     Detach {
         session: SessionId,
@@ -308,10 +315,9 @@ impl Owned {
         match self {
             Owned::Attach {
                 session,
-                resume: Some(r),
-                topic,
+                subscribed: Some(s),
                 ..
-            } => Some((*session, r, topic)),
+            } => s.resume.as_ref().map(|r| (*session, r, s.topic.as_str())),
             _ => None,
         }
     }

@@ -115,6 +115,7 @@ pub mod testing;
 #[cfg(not(feature = "testing"))]
 mod testing;
 pub mod tls;
+pub mod users;
 pub mod ws;
 
 pub use node::{DrainHandle, Node, NodeConfig, StartError};

@@ -78,6 +78,8 @@ pub struct NodeShared {
     pub alarms: Arc<crate::alarms::AlarmIndex>,
     /// The pools shared between clients, each client held to its share (`crate::fair`).
     pub pools: Pools,
+    /// Where each verified user is, across the node's objects (`crate::users`).
+    pub users: Arc<crate::users::Users>,
 }
 
 /// Which cap a connection counts against: where it came in, and from where.
@@ -221,7 +223,9 @@ impl NodeShared {
         admission
             .memory_budget_bytes
             .store(p.memory_budget_bytes, Ordering::Relaxed);
+        let users = Arc::new(crate::users::Users::new(p.settings.presence_max));
         NodeShared {
+            users,
             objects,
             stats: (0..p.inboxes.len())
                 .map(|_| ShardStats::default())

@@ -15,7 +15,9 @@
 //! A session may get the room's broadcasts between its upgrade and its hello; the hello is the
 //! room as of its attach, which includes them, so a client skips what comes before it.
 //!
-//! `GET /o/chat/<room>` answers `{"last":<id>,"presence":[<sub>…]}`. The node serves a page at
+//! `GET /o/chat/<room>` answers `{"last":<id>,"presence":[<sub>…]}`; with `?user=<sub>`, where
+//! that user is among the rooms (`{"user":…,"rooms":[{"room":…,"devices":n,"since":ms}],
+//! "last_seen":ms|null}`, the node's record of users across rooms). The node serves a page at
 //! `/chat/`.
 
 use combd_shards::app::{App, AppError, Client, Cx, Input, Message, Output};
@@ -80,8 +82,16 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
     match input {
         Input::Http {
             method: "GET" | "HEAD",
+            query,
             ..
         } => {
+            if let Some(sub) =
+                query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("user=")))
+            {
+                let sub = percent_decoded(sub)
+                    .ok_or_else(|| AppError::new(400, "user must be a URL-encoded subject"))?;
+                return Ok(Output::Http(Response::json(200, &user(cx, &sub)?)));
+            }
             let (members, _) = cx.presence(TOPIC)?;
             let subs: Vec<String> = members.into_iter().map(|m| m.who).collect();
             let body = serde_json::json!({ "last": last_id(cx)?, "presence": subs });
@@ -114,6 +124,38 @@ fn one(cx: &mut Cx<'_>, input: &Input<'_>) -> Result<Output, AppError> {
         Input::Alarm { .. } | Input::FromObject { .. } | Input::Detach { .. } => Ok(Output::None),
         Input::Message { client, msg, .. } => say(cx, client_of(*client)?, msg),
     }
+}
+
+/// `text` with its `%XX` escapes decoded, if they are all valid and make UTF-8.
+fn percent_decoded(text: &str) -> Option<String> {
+    let (bytes, mut out, mut i) = (text.as_bytes(), Vec::with_capacity(text.len()), 0);
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Where user `sub` is among the chat's rooms (on how many devices, since when), and when it was
+/// last in a room of the node: `{"user":…,"rooms":[{"room":…,"devices":n,"since":ms}],
+/// "last_seen":ms|null}`; a user the node does not know: 404.
+fn user(cx: &mut Cx<'_>, sub: &str) -> Result<serde_json::Value, AppError> {
+    let seen = cx
+        .user(sub)?
+        .ok_or_else(|| AppError::new(404, "no such user seen"))?;
+    let rooms: Vec<serde_json::Value> = seen
+        .places
+        .iter()
+        .filter(|p| p.topic == TOPIC)
+        .map(|p| serde_json::json!({ "room": p.object, "devices": p.devices, "since": p.since_ms }))
+        .collect();
+    Ok(serde_json::json!({ "user": sub, "rooms": rooms, "last_seen": seen.last_seen_ms }))
 }
 
 /// A user says something: stored (the room keeps its last `RETAIN`) and broadcast to the room.
@@ -207,5 +249,20 @@ impl App for Chat {
             outputs.push(one(cx, input)?);
         }
         Ok(outputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_in_the_query_is_url_decoded() {
+        assert_eq!(percent_decoded("alice").as_deref(), Some("alice"));
+        assert_eq!(percent_decoded("a%40b.c").as_deref(), Some("a@b.c"));
+        assert_eq!(percent_decoded("%C3%A9").as_deref(), Some("é"));
+        assert_eq!(percent_decoded("%4"), None);
+        assert_eq!(percent_decoded("%zz"), None);
+        assert_eq!(percent_decoded("%FF"), None, "not UTF-8");
     }
 }

@@ -105,6 +105,8 @@ pub struct Cx<'a> {
     object: Option<&'a str>,
     /// The object's presence, for an app that keeps it.
     presence: Option<&'a dyn PresenceSource>,
+    /// The node's users, and the app's name (it sees its own objects only).
+    users: Option<(&'a crate::users::Users, &'a str)>,
     effects: &'a mut Vec<Effect>,
     budget: &'a mut CallBudget,
 }
@@ -120,6 +122,7 @@ impl<'a> Cx<'a> {
             db,
             object: None,
             presence: None,
+            users: None,
             effects,
             budget,
         }
@@ -150,6 +153,20 @@ impl<'a> Cx<'a> {
         Ok(self
             .presence
             .map_or((Vec::new(), 0), |view| view.members(topic)))
+    }
+
+    /// The same context, reading where users are from `users`, for app `app`.
+    pub(crate) fn with_users(self, users: Option<(&'a crate::users::Users, &'a str)>) -> Cx<'a> {
+        Cx { users, ..self }
+    }
+
+    /// Where the verified user `sub` is among the app's objects (the topics of apps that keep
+    /// presence it is a member of, on how many devices, since when), and when it was last in
+    /// any topic of the node; `None` for a user the node does not know. This node's objects
+    /// only (in a fleet, not those another node owns). A host call.
+    pub fn user(&mut self, sub: &str) -> Result<Option<super::UserSeen>, AppError> {
+        self.budget.spend(combd_kernel::limits::HOST_CALL_TICKS)?;
+        Ok(self.users.and_then(|(users, app)| users.of(sub, app)))
     }
 
     /// The object's own name: the `<name>` of `/o/<app>/<name>` (`None` for a stateless app).

@@ -52,6 +52,7 @@ pub use crate::auth::Client;
 pub use crate::home::home_shard;
 use crate::limit::Limit;
 pub use crate::stats::Deployment;
+pub use crate::users::{UserPlace, UserSeen};
 pub use caller::{
     app_response_header, check_app_response, valid_content_type, valid_header_value,
     withheld_header, Caller, Cors, APP_HEADERS_WITHHELD, APP_RESPONSE_HEADERS, CORS_HEADERS,

@@ -24,6 +24,8 @@ pub(super) struct Target<'a> {
     pub topics: Option<&'a TopicCache>,
     /// Its presence, for an app that keeps it.
     pub presence: Option<&'a super::PresenceView>,
+    /// The node's users (`crate::users`).
+    pub users: Option<&'a crate::users::Users>,
 }
 
 /// The database a batch runs on.
@@ -458,7 +460,8 @@ pub(super) fn call<T>(
                 .map(|p| p as &dyn crate::app::PresenceSource);
             let mut cx = Cx::new(Some(&tx), effects, &mut budget)
                 .with_object(target.name)
-                .with_presence(presence);
+                .with_presence(presence)
+                .with_users(target.users.map(|u| (u, target.app)));
             let _app = sandbox::AppSql::enter();
             guarded(|| f(&mut cx))
         };

@@ -19,7 +19,7 @@
 //! topic's `unlisted`.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -79,10 +79,11 @@ struct ObjectPresence {
 }
 
 /// Where an attached session counts: its topic, and the member it is one device of (`None`:
-/// not listed, the topic or the node being full).
+/// not listed, the topic or the node being full), a verified identity or not.
 struct Seat {
     topic: String,
     who: Option<String>,
+    verified: bool,
 }
 
 /// One topic's members, by name, and the sessions attached to it but not listed.
@@ -137,17 +138,16 @@ pub(crate) fn moves<'a>(
         .filter_map(|(index, (input, asker))| match input {
             Owned::Attach {
                 session,
-                topic,
+                subscribed: Some(s),
                 client,
-                resume,
                 ..
             } => Some(Move::Attach {
                 index,
                 session: *session,
-                topic: topic.clone(),
+                topic: s.topic.clone(),
                 identity: client.as_ref().map(|c| (c.subject.clone(), c.name.clone())),
                 asker,
-                numbered: resume.is_some(),
+                numbered: s.resume.is_some(),
             }),
             Owned::Detach { session } => Some(Move::Detach { session: *session }),
             _ => None,
@@ -156,10 +156,10 @@ pub(crate) fn moves<'a>(
 }
 
 /// What a batch changed of one topic: the members whose entry changed (joined, left, or
-/// another device), and whether its unlisted count moved.
+/// another device), each a verified identity or not, and whether its unlisted count moved.
 #[derive(Default)]
 struct Changed {
-    who: BTreeSet<String>,
+    who: BTreeMap<String, bool>,
     unlisted: bool,
 }
 
@@ -210,6 +210,7 @@ impl Presence {
             }
         }
         for (topic, c) in &changed {
+            self.tell_users(key, topic, object, c);
             if let Some(payload) = object.change(topic, c) {
                 ShardStats::add(&self.state.stats().presence_changes, 1);
                 effects.push(Effect::Presence {
@@ -229,6 +230,20 @@ impl Presence {
         }
         if object.sessions.is_empty() {
             objects.remove(key);
+        }
+    }
+
+    /// Tells the node's users (`crate::users`) where the verified members `c` names of `key`'s
+    /// `topic` are now.
+    fn tell_users(&self, key: &ObjectKey, topic: &str, object: &ObjectPresence, c: &Changed) {
+        let users = &self.state.node().users;
+        let now = now_ms();
+        let members = object.topics.get(topic).map(|t| &t.members);
+        for (who, _) in c.who.iter().filter(|(_, verified)| **verified) {
+            let (devices, since) = members
+                .and_then(|m| m.get(who))
+                .map_or((0, 0), |m| (m.devices, m.since_ms));
+            users.set(who, (key.as_str(), topic), (devices, since), now);
         }
     }
 
@@ -267,7 +282,7 @@ impl Presence {
         let c = changed.entry(topic.clone()).or_default();
         match &seat {
             Some(who) => {
-                c.who.insert(who.clone());
+                c.who.insert(who.clone(), verified);
             }
             None => {
                 t.unlisted += 1;
@@ -275,7 +290,12 @@ impl Presence {
                 ShardStats::add(&self.state.stats().presence_unlisted, 1);
             }
         }
-        object.sessions.insert(session, Seat { topic, who: seat });
+        let seat = Seat {
+            topic,
+            who: seat,
+            verified,
+        };
+        object.sessions.insert(session, seat);
     }
 
     /// Lists a new member in `t`, if the topic and the node's pool (within its client's share)
@@ -324,7 +344,7 @@ impl ObjectPresence {
                         t.members.remove(&who);
                     }
                 }
-                c.who.insert(who);
+                c.who.insert(who, seat.verified);
             }
             None => {
                 t.unlisted = t.unlisted.saturating_sub(1);
@@ -341,7 +361,7 @@ impl ObjectPresence {
     fn change(&self, topic: &str, c: &Changed) -> Option<Vec<u8>> {
         let t = self.topics.get(topic);
         let (mut join, mut leave) = (Vec::new(), Vec::new());
-        for who in &c.who {
+        for who in c.who.keys() {
             match t.and_then(|t| t.members.get(who)) {
                 Some(m) => join.push(m.json(who)),
                 None => leave.push(serde_json::Value::from(who.as_str())),

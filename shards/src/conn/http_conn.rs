@@ -693,13 +693,17 @@ impl<'c> HttpConn<'c> {
             caller: up.caller.clone(),
             numbered: up.resume.is_some(),
         };
-        let opened = sessions.open((slot, asker), up.object_key().into(), topic.clone(), who);
+        let job_topic = (up.resume.is_some() || up.app.presence()).then(|| topic.clone());
+        let opened = sessions.open((slot, asker), up.object_key().into(), topic, who);
         let session = opened.session_id();
         let attaching = Attaching::new(sessions, opened);
         let (tx, rx) = async_channel::bounded(1);
         let (query, client, caller) = (up.query.clone(), up.client.clone(), up.caller.clone());
-        let job = Job::attach(session, query, client, caller, tx, up.replay.is_some())
-            .on_topic(topic, up.resume);
+        let job = Job::attach(session, query, client, caller, tx, up.replay.is_some()).on_topic(
+            job_topic.as_deref().unwrap_or(""),
+            up.resume,
+            up.app.presence(),
+        );
         self.conn
             .cells
             .submit(&up.app, &up.object, job.asked_by(asker));

@@ -559,7 +559,7 @@ impl<'c> WsConn<'c> {
             session.client().cloned(),
             session.caller().clone(),
         )
-        .on_topic(session.topic_name().to_string(), resume);
+        .on_topic(session.topic_name(), resume, to.app.presence());
         self.conn.cells.submit(&to.app, &to.object, job);
     }
 

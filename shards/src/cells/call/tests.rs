@@ -19,6 +19,7 @@ const TEST_TARGET: Target<'static> = Target {
     alarms: None,
     topics: None,
     presence: None,
+    users: None,
 };
 
 /// `run_batch` on the test object, without limits.

@@ -296,6 +296,7 @@ async fn run_on(
     // What the object knows of its topics' logs goes with its connection, and comes back.
     let topics = cell.topics.take();
     let presence = cells.presence.view(&cell.key);
+    let users = state.node().users.clone();
     let (db, inputs, ran, topics) = state
         .on_thread_timed((cell.opened_by(), Work::Compute), stages, move || {
             let mut db = db;
@@ -306,6 +307,7 @@ async fn run_on(
                 alarms: Some(&alarms),
                 topics: Some(&topics),
                 presence: presence.as_ref(),
+                users: Some(&users),
             };
             let run = Run::new(app.as_ref(), target, limits, &on);
             let result = run_inputs(run, &mut db, &inputs);
