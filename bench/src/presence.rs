@@ -2,7 +2,8 @@
 //! the `chat` app, each with a token of its own (`u<i>`, minted from `--auth-key-file`), each
 //! a numbered session that is told its room's presence (README "Presence"). Every
 //! `1 / --rate` seconds (`--rate`, changes a second, 100) one user changes: a connected one
-//! leaves (its socket closed) or one that left joins again (a new WebSocket), alternately.
+//! leaves (its socket closed) or one that left a second ago or more joins again (a new
+//! WebSocket), alternately.
 //! A change's **latency** is the time from the leave's close (or the join's upgrade request)
 //! to the moment the room's watcher (its first user, which never changes) is told it in a
 //! `!presence|` change; a change not told within 10 s is **lost**. Every user reads its
@@ -93,10 +94,12 @@ pub fn presence(a: &Args) -> Result<serde_json::Value, String> {
     let tick = Duration::from_secs_f64(1.0 / a.rate.max(1) as f64);
     // The changes told to no watcher yet: (name, leave?) -> when.
     let mut waiting: HashMap<(String, bool), Instant> = HashMap::new();
-    let mut left: VecDeque<usize> = VecDeque::new();
+    // Users that left, and when: one joins again a second after it left at the soonest, so a
+    // leave and the join after it are two changes, never one batch's (where they would cancel).
+    let mut left: VecDeque<(usize, Instant)> = VecDeque::new();
     let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
         .map_err(|e| e.to_string())?;
-    let (mut changes, mut lost, mut failed) = (0u64, 0u64, 0u64);
+    let (mut ticks, mut changes, mut lost, mut failed) = (0u64, 0u64, 0u64, 0u64);
     let mut cpu = CpuWindow::start(pid);
     let mut events = Events::with_capacity(4096);
     let t0 = Instant::now();
@@ -111,18 +114,20 @@ pub fn presence(a: &Args) -> Result<serde_json::Value, String> {
         }
         if now >= next && now < run_until {
             next += tick;
-            changes += 1;
+            ticks += 1;
             // Alternately: a user leaves (never a room's watcher, users 0..rooms), or the one
-            // that left longest ago joins again.
-            if changes % 2 == 1 || left.is_empty() {
+            // that left longest ago joins again (a second after it left at the soonest).
+            let rejoin = left.front().filter(|(_, at)| at.elapsed() >= Duration::from_secs(1));
+            if ticks % 2 == 1 || rejoin.is_none() {
                 let i = rooms + (rng.next() as usize % (users.len() - rooms).max(1));
                 if let Some(mut s) = users[i].stream.take() {
                     let _ = poll.registry().deregister(&mut s);
                     drop(s);
                     waiting.insert((users[i].sub.clone(), true), Instant::now());
-                    left.push_back(i);
+                    left.push_back((i, Instant::now()));
+                    changes += 1;
                 }
-            } else if let Some(i) = left.pop_front() {
+            } else if let Some((i, _)) = left.pop_front() {
                 let at = Instant::now();
                 match open(a, &secret, run, i, users[i].room) {
                     Ok((mut s, inbuf)) => {
@@ -132,6 +137,7 @@ pub fn presence(a: &Args) -> Result<serde_json::Value, String> {
                         users[i].stream = Some(s);
                         users[i].inbuf = inbuf;
                         waiting.insert((users[i].sub.clone(), false), at);
+                        changes += 1;
                     }
                     Err(_) => failed += 1,
                 }
