@@ -12,7 +12,7 @@
 //! latency during the flood.
 //!
 //! `click` and `mailbox`: see `click.rs`; `http`: `http.rs`; `fanout`: `fanout.rs`; `chat`:
-//! `chat.rs`; `presence`: `presence.rs`.
+//! `chat.rs`; `presence`: `presence.rs`; `storm` (with `bench/storm.sh`): `storm.rs`.
 //!
 //! Usage: `combd-bench idle|flood|click|mailbox --port P [--target 127.0.0.2] [--conns N]
 //! [--out FILE] [--pages N] [--board NAME] [--interval-ms MS] [--duration-s S] [--deflate on]`
@@ -33,6 +33,7 @@ mod click;
 mod fanout;
 mod http;
 mod presence;
+mod storm;
 mod svg;
 mod target;
 mod tls;
@@ -42,6 +43,7 @@ pub(crate) use target::{
     CpuWindow,
 };
 
+#[derive(Clone)]
 pub(crate) struct Args {
     target: Ipv4Addr,
     port: u16,
@@ -66,8 +68,10 @@ pub(crate) struct Args {
     /// `chat`: the rooms the users spread over, and the node's HS256 secret to mint tokens.
     rooms: usize,
     auth_key_file: Option<String>,
-    /// `presence`: changes (a leave or a join) a second.
+    /// `presence`: changes (a leave or a join) a second; `storm`: clicks a second.
     rate: u64,
+    /// `storm`: the file written once the viewers are live (the script then restarts the node).
+    ready: Option<String>,
 }
 
 /// `--deflate on`: the WebSockets offer permessage-deflate.
@@ -125,6 +129,7 @@ fn parse_args() -> Result<(String, Args), String> {
         rooms: 10,
         auth_key_file: None,
         rate: 100,
+        ready: None,
     };
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -136,6 +141,7 @@ fn parse_args() -> Result<(String, Args), String> {
             "--frames" => a.frames = v.parse().map_err(|_| format!("--frames {v:?}"))?,
             "--rooms" => a.rooms = v.parse().map_err(|_| format!("--rooms {v:?}"))?,
             "--rate" => a.rate = v.parse().map_err(|_| format!("--rate {v:?}"))?,
+            "--ready" => a.ready = Some(v),
             "--auth-key-file" => a.auth_key_file = Some(v),
             "--deflate" => DEFLATE.store(v == "on", Ordering::Relaxed),
             "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
@@ -537,8 +543,9 @@ fn main() {
         "fanout" => fanout::fanout(&args),
         "chat" => chat::chat(&args),
         "presence" => presence::presence(&args),
+        "storm" => storm::storm(&args),
         other => Err(format!(
-            "unknown scenario {other:?} (have: idle, flood, click, overload, mailbox, idle-tls, http, handshakes, fanout, chat, presence)"
+            "unknown scenario {other:?} (have: idle, flood, click, overload, mailbox, idle-tls, http, handshakes, fanout, chat, presence, storm)"
         )),
     };
     match result {

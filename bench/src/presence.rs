@@ -117,7 +117,9 @@ pub fn presence(a: &Args) -> Result<serde_json::Value, String> {
             ticks += 1;
             // Alternately: a user leaves (never a room's watcher, users 0..rooms), or the one
             // that left longest ago joins again (a second after it left at the soonest).
-            let rejoin = left.front().filter(|(_, at)| at.elapsed() >= Duration::from_secs(1));
+            let rejoin = left
+                .front()
+                .filter(|(_, at)| at.elapsed() >= Duration::from_secs(1));
             if ticks % 2 == 1 || rejoin.is_none() {
                 let i = rooms + (rng.next() as usize % (users.len() - rooms).max(1));
                 if let Some(mut s) = users[i].stream.take() {
