@@ -231,3 +231,117 @@ fn a_module_declaring_the_clients_credentials_is_refused() {
         );
     }
 }
+
+/// A module that keeps presence (`presence()` answers 1): it tells a session attaching whether
+/// it resumed (`input` part 12) and who its client is (part 3), answers a message with its
+/// sender's subject (part 3 of a message), and answers a `GET` with its topic's members
+/// (`presence`), or with `?<sub>` where that user is (`user`; 404 for one never seen).
+const PRESENCE_MODULE: &str = r#"(module
+  (import "combd" "kind" (func $kind (result i32)))
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "send" (func $send (param i32 i64 i32 i32) (result i32)))
+  (import "combd" "session_shard" (func $shard (result i32)))
+  (import "combd" "session_id" (func $sid (result i64)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (import "combd" "presence" (func $presence (param i32 i32 i32 i32) (result i32)))
+  (import "combd" "user" (func $user (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 100) "resumed=")
+  (data (i32.const 120) ",sub=")
+  (data (i32.const 140) "from=")
+  (func (export "presence") (result i32) (i32.const 1))
+  (func $append (param $part i32) (param $at i32) (result i32)
+    (local $n i32)
+    (local.set $n (call $input (local.get $part) (local.get $at) (i32.const 256)))
+    (if (i32.lt_s (local.get $n) (i32.const 0)) (then (local.set $n (i32.const 0))))
+    (i32.add (local.get $at) (local.get $n)))
+  (func (export "handle") (result i32)
+    (local $k i32) (local $n i32) (local $at i32)
+    (local.set $k (call $kind))
+    (if (i32.eq (local.get $k) (i32.const 3)) (then
+      (memory.copy (i32.const 4096) (i32.const 100) (i32.const 8))
+      (local.set $at (call $append (i32.const 12) (i32.const 4104)))
+      (memory.copy (local.get $at) (i32.const 120) (i32.const 5))
+      (local.set $at (call $append (i32.const 3) (i32.add (local.get $at) (i32.const 5))))
+      (drop (call $send (call $shard) (call $sid) (i32.const 4096)
+        (i32.sub (local.get $at) (i32.const 4096))))
+      (return (i32.const 0))))
+    (if (i32.eq (local.get $k) (i32.const 1)) (then
+      (memory.copy (i32.const 4096) (i32.const 140) (i32.const 5))
+      (local.set $at (call $append (i32.const 3) (i32.const 4101)))
+      (drop (call $send (call $shard) (call $sid) (i32.const 4096)
+        (i32.sub (local.get $at) (i32.const 4096))))
+      (return (i32.const 0))))
+    (if (i32.eq (local.get $k) (i32.const 0)) (then
+      (local.set $n (call $input (i32.const 1) (i32.const 2048) (i32.const 256)))
+      (if (i32.gt_s (local.get $n) (i32.const 0))
+        (then (local.set $n
+          (call $user (i32.const 2048) (local.get $n) (i32.const 8192) (i32.const 32768))))
+        (else (local.set $n
+          (call $presence (i32.const 0) (i32.const 0) (i32.const 8192) (i32.const 32768)))))
+      (if (i32.lt_s (local.get $n) (i32.const 0))
+        (then (call $respond (i32.const 404) (i32.const 0) (i32.const 0)))
+        (else (call $respond (i32.const 200) (i32.const 8192) (local.get $n))))))
+    (i32.const 0)))"#;
+
+#[test]
+fn a_module_keeps_presence_knows_a_resume_and_who_sent_a_message() {
+    const SECRET: &str = "combd-wasm-presence-secret-0123456789abcdef";
+    let key = support::auth::key_file("wasm-presence", SECRET);
+    let dir = apps_dir(&[("pres.wat", PRESENCE_MODULE)]);
+    let node = TestNode::start(&[
+        ("COMBD_APPS_DIR", dir.to_str().unwrap()),
+        ("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap()),
+    ]);
+    let open = |after: &str| {
+        use tungstenite::client::IntoClientRequest;
+        let token = support::auth::token(SECRET, "alice", Some("Alice"));
+        let mut req = format!("ws://127.0.0.2:{}/o/pres/r?combd_after={after}", node.port)
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert(
+            "sec-websocket-protocol",
+            format!("combd, combd.bearer.{token}").parse().unwrap(),
+        );
+        tungstenite::client(req, connect(node.public())).unwrap().0
+    };
+    // Its messages, headed as a numbered session's are, until the members came.
+    let until_members = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>| {
+        let mut got = Vec::new();
+        loop {
+            let text = ws.read().unwrap().into_text().unwrap().as_str().to_string();
+            // A change may come first (the client drops it): the members end the wait.
+            let members = text.starts_with("!presence|{\"members\"");
+            got.push(text);
+            if members {
+                return got;
+            }
+        }
+    };
+    let mut ws = open("new");
+    let got = until_members(&mut ws);
+    assert!(got.contains(&"|resumed=0,sub=alice".to_string()), "{got:?}");
+    let members: serde_json::Value =
+        serde_json::from_str(got.last().unwrap().strip_prefix("!presence|").unwrap()).unwrap();
+    assert_eq!(members["members"][0]["who"], "alice", "{members}");
+    ws.send(tungstenite::Message::text("hi")).unwrap();
+    let from = ws.read().unwrap().into_text().unwrap();
+    assert_eq!(
+        from.as_str(),
+        "|from=alice",
+        "a message carries its session's client"
+    );
+    // The module reads its topic's members, and where a user is.
+    let r = get(&node, "/o/pres/r");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["members"][0]["devices"], 1, "{}", r.text());
+    let r = get(&node, "/o/pres/r?alice");
+    assert_eq!(r.json()["places"][0]["object"], "r", "{}", r.text());
+    assert_eq!(r.json()["last_seen"], serde_json::Value::Null);
+    assert_eq!(get(&node, "/o/pres/r?bob").status, 404);
+    // A second device of alice that resumes from before the log began is told it resumed.
+    let mut again = open("0.0");
+    let got = until_members(&mut again);
+    assert!(got.contains(&"|resumed=1,sub=alice".to_string()), "{got:?}");
+    assert!(got.iter().any(|t| t.ends_with("|resumed")), "{got:?}");
+}

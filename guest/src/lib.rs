@@ -57,6 +57,8 @@ mod raw {
             bp: *const u8,
             bn: i32,
         ) -> i64;
+        pub fn presence(tp: *const u8, tn: i32, ptr: *mut u8, cap: i32) -> i32;
+        pub fn user(sp: *const u8, sn: i32, ptr: *mut u8, cap: i32) -> i32;
     }
 }
 
@@ -145,6 +147,41 @@ pub enum Part {
     FromApp = 10,
     /// A message's sender: its name.
     FromName = 11,
+    /// An attach: `1` if its session resumes from its topic's log (it has the state its
+    /// broadcasts make: no snapshot needed), else `0`.
+    Resumed = 12,
+}
+
+/// Whether the current attach's session resumes from its topic's log ([`Part::Resumed`]).
+pub fn resumed() -> bool {
+    input(Part::Resumed).as_deref() == Some(b"1")
+}
+
+/// A copying import's answer whole: called once to learn its length, then with room for it.
+fn copied(call: impl Fn(*mut u8, i32) -> i32) -> Option<Vec<u8>> {
+    let n = call(core::ptr::null_mut(), 0);
+    if n < 0 {
+        return None;
+    }
+    let mut buf = alloc::vec![0u8; n as usize];
+    call(buf.as_mut_ptr(), n);
+    Some(buf)
+}
+
+/// `topic`'s members, as JSON: `{"members":[{"who","verified","name","devices","since"}…],
+/// "unlisted":n}` (an app that keeps presence: export `presence` answering 1).
+pub fn presence(topic: &str) -> Vec<u8> {
+    // SAFETY: the pointers and lengths are live slices' (the buffer's, `copied`'s).
+    copied(|ptr, cap| unsafe { raw::presence(topic.as_ptr(), len(topic.len()), ptr, cap) })
+        .unwrap_or_default()
+}
+
+/// Where the verified user `sub` is among the app's objects, as JSON:
+/// `{"places":[{"object","topic","devices","since"}…],"last_seen":ms|null}`; `None` for a user
+/// the node does not know.
+pub fn user(sub: &str) -> Option<Vec<u8>> {
+    // SAFETY: the pointers and lengths are live slices' (the buffer's, `copied`'s).
+    copied(|ptr, cap| unsafe { raw::user(sub.as_ptr(), len(sub.len()), ptr, cap) })
 }
 
 /// A part of the current input, or `None` if it has none.

@@ -50,6 +50,8 @@ pub(crate) struct CallInput {
     pub alarm: Option<(i64, u64)>,
     /// For a message from another object (kind 6): its app and name (`input` parts 10, 11).
     pub from: Option<(String, String)>,
+    /// For an attach: whether its session resumes from its topic's log (`input` part 12).
+    pub resumed: Option<bool>,
 }
 
 /// The client of an input, as a module reads it (`input` parts 3 and 4).
@@ -91,8 +93,13 @@ impl CallInput {
                 object: None,
                 alarm: None,
                 from: None,
+                resumed: None,
             },
-            Input::Message { session, msg, .. } => {
+            Input::Message {
+                session,
+                msg,
+                client,
+            } => {
                 let (kind, body) = match msg {
                     Message::Text(t) => (1, t.as_bytes().to_vec()),
                     Message::Binary(b) => (2, b.to_vec()),
@@ -101,6 +108,7 @@ impl CallInput {
                     kind,
                     session: Some(session),
                     body,
+                    client: client_of(client),
                     ..CallInput::default()
                 }
             }
@@ -109,7 +117,7 @@ impl CallInput {
                 query,
                 client,
                 caller,
-                ..
+                resumed,
             } => CallInput {
                 kind: 3,
                 session: Some(session),
@@ -117,6 +125,7 @@ impl CallInput {
                 client: client_of(client),
                 caller: Some(std::sync::Arc::new(caller.clone())),
                 caller_text: Some(caller_text(caller)),
+                resumed: Some(resumed),
                 ..CallInput::default()
             },
             Input::Detach { session } => CallInput {
@@ -276,6 +285,8 @@ pub(crate) struct Host {
     pub limiter: Limiter,
     /// A limit or failure that stops the call, whatever the module does next.
     pub stopped: Option<AppError>,
+    /// The last answer of `presence` or `user`, copied out from here.
+    pub reply: Vec<u8>,
 }
 
 impl Host {
@@ -290,6 +301,7 @@ impl Host {
             output: Output::default(),
             limiter: Limiter::new(memory_bytes),
             stopped: None,
+            reply: Vec::new(),
         }
     }
 
@@ -331,6 +343,7 @@ impl Host {
             object: None,
             alarm: None,
             from: None,
+            resumed: None,
         };
         self.inputs.get(self.current).unwrap_or(&NONE)
     }
@@ -483,6 +496,8 @@ fn input_part(i: &CallInput, part: i32) -> Option<&[u8]> {
         9 => text(&i.object),
         10 => i.from.as_ref().map(|(a, _)| a.as_bytes()),
         11 => i.from.as_ref().map(|(_, n)| n.as_bytes()),
+        // An attach that resumes from its topic's log ("Resuming a WebSocket"): "1", else "0".
+        12 => i.resumed.map(|r| if r { &b"1"[..] } else { &b"0"[..] }),
         _ => None,
     }
 }

@@ -35,6 +35,7 @@
 mod cache;
 mod host;
 mod module;
+mod realtime;
 mod sql;
 mod sql_state;
 mod v2;
@@ -115,6 +116,9 @@ impl App for WasmApp {
     }
     fn identified(&self) -> bool {
         self.version().identified()
+    }
+    fn presence(&self) -> bool {
+        self.version().presence()
     }
     fn wants_header(&self, name: &str) -> bool {
         self.version().wants_header(name)
@@ -279,6 +283,7 @@ impl Deployed {
         host::link(&mut linker)
             .and_then(|()| sql::link(&mut linker))
             .and_then(|()| v2::link(&mut linker))
+            .and_then(|()| realtime::link(&mut linker))
             .and_then(|()| wasi::link(&mut linker))
             .map_err(|e| fail(dir, e.to_string()))?;
         let loader = Loader {

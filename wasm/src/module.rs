@@ -37,6 +37,8 @@ pub struct Version {
     resync: Resync,
     /// The module serves identified clients only (its `identified()` answered 1).
     identified: bool,
+    /// The node keeps its topics' presence (its `presence()` answered 1).
+    presence: bool,
     /// The request header fields it sees (its `headers()`), lower case.
     headers: Vec<String>,
     /// The origins whose pages may call it (its `cors()`); `None`: no CORS.
@@ -74,6 +76,7 @@ const EXPORTS: &[(&str, &[ValType], &[ValType], bool)] = &[
     ("memory_kb", &[], &[ValType::I32], false),
     ("resync", &[], &[ValType::I32], false),
     ("identified", &[], &[ValType::I32], false),
+    ("presence", &[], &[ValType::I32], false),
     ("headers", &[], &[ValType::I32], false),
     ("cors", &[], &[ValType::I32], false),
     ("_initialize", &[], &[], false),
@@ -153,6 +156,7 @@ impl Loader {
             memory_kb: WASM_MEMORY_KB_DEFAULT.min(self.memory_max_kb),
             resync: Resync::Close,
             identified: false,
+            presence: false,
             headers: Vec::new(),
             cors: None,
             initial_bytes: match module.get_export("memory") {
@@ -195,6 +199,13 @@ impl Version {
                 0 => false,
                 1 => true,
                 n => return Err(format!("identified() answered {n}; it must be 0 or 1")),
+            };
+        }
+        if has("presence") {
+            self.presence = match self.call_at_load("presence")? {
+                0 => false,
+                1 => true,
+                n => return Err(format!("presence() answered {n}; it must be 0 or 1")),
             };
         }
         if has("schema") {
@@ -419,6 +430,10 @@ impl App for Version {
 
     fn identified(&self) -> bool {
         self.identified
+    }
+
+    fn presence(&self) -> bool {
+        self.presence
     }
 
     fn wants_header(&self, name: &str) -> bool {
