@@ -73,6 +73,22 @@ fn caller_text(c: &combd_shards::app::Caller) -> (Option<String>, Vec<u8>) {
 }
 
 impl CallInput {
+    /// What a request and an attach share: the query, the client, what the node saw of the
+    /// caller.
+    fn asked(
+        query: Option<&str>,
+        client: Option<&combd_shards::app::Client>,
+        caller: &combd_shards::app::Caller,
+    ) -> CallInput {
+        CallInput {
+            query: query.map(str::to_string),
+            client: client_of(client),
+            caller: Some(std::sync::Arc::new(caller.clone())),
+            caller_text: Some(caller_text(caller)),
+            ..CallInput::default()
+        }
+    }
+
     pub fn new(input: &Input<'_>) -> CallInput {
         match *input {
             Input::Http {
@@ -83,17 +99,9 @@ impl CallInput {
                 caller,
             } => CallInput {
                 kind: 0,
-                session: None,
                 method: Some(method.to_string()),
-                query: query.map(str::to_string),
                 body: body.to_vec(),
-                client: client_of(client),
-                caller: Some(std::sync::Arc::new(caller.clone())),
-                caller_text: Some(caller_text(caller)),
-                object: None,
-                alarm: None,
-                from: None,
-                resumed: None,
+                ..CallInput::asked(query, client, caller)
             },
             Input::Message {
                 session,
@@ -121,12 +129,8 @@ impl CallInput {
             } => CallInput {
                 kind: 3,
                 session: Some(session),
-                query: query.map(str::to_string),
-                client: client_of(client),
-                caller: Some(std::sync::Arc::new(caller.clone())),
-                caller_text: Some(caller_text(caller)),
                 resumed: Some(resumed),
-                ..CallInput::default()
+                ..CallInput::asked(query, client, caller)
             },
             Input::Detach { session } => CallInput {
                 kind: 4,

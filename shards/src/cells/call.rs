@@ -455,13 +455,7 @@ pub(super) fn call<T>(
     let r = (|| -> Result<T, AppError> {
         let tx = db.transaction()?;
         let out = {
-            let presence = target
-                .presence
-                .map(|p| p as &dyn crate::app::PresenceSource);
-            let mut cx = Cx::new(Some(&tx), effects, &mut budget)
-                .with_object(target.name)
-                .with_presence(presence)
-                .with_users(target.users.map(|u| (u, target.app)));
+            let mut cx = context(target, &tx, effects, &mut budget);
             let _app = sandbox::AppSql::enter();
             guarded(|| f(&mut cx))
         };
@@ -502,6 +496,23 @@ pub(super) fn call<T>(
         logged: if r.is_ok() { logged } else { Logged::default() },
     };
     (r, stats)
+}
+
+/// A call's context for `target`: its transaction `tx`, the effects and budget it adds to, the
+/// object's presence and the node's users.
+fn context<'c>(
+    target: Target<'c>,
+    tx: &'c rusqlite::Connection,
+    effects: &'c mut Vec<Effect>,
+    budget: &'c mut CallBudget,
+) -> Cx<'c> {
+    let presence = target
+        .presence
+        .map(|p| p as &dyn crate::app::PresenceSource);
+    Cx::new(Some(tx), effects, budget)
+        .with_object(target.name)
+        .with_presence(presence)
+        .with_users(target.users.map(|u| (u, target.app)))
 }
 
 /// Whether the connection holds a write transaction on any of its schemas (`main`, or `temp`

@@ -372,8 +372,7 @@ impl<'c> WsConn<'c> {
         let mut handed = 0;
         let mut turn_spent = false;
         let (conn, ws, rate) = (&*self.conn, &mut self.ws, &mut self.rate);
-        let session = self.watch.session.as_ref();
-        let (session, to) = (session.map(|s| (s.session_id(), s.client())), &ws.to);
+        let (session, to) = (self.watch.session.as_deref(), &ws.to);
         let mut message = |text: bool, payload: &[u8], out: &mut Vec<u8>| {
             handed += payload.len();
             closing = on_message(conn, session, to, (text, payload), out);
@@ -677,7 +676,7 @@ impl<'c> WsConn<'c> {
 /// straight back into `out`). `Some`: the WebSocket is to close.
 fn on_message(
     conn: &Conn,
-    session: Option<(SessionId, Option<&Arc<crate::auth::Client>>)>,
+    session: Option<&SessionOut>,
     to: &Addressee,
     (text, payload): (bool, &[u8]),
     out: &mut Vec<u8>,
@@ -687,14 +686,15 @@ fn on_message(
     if let Some(log) = &conn.log {
         log.on_message(true);
     }
-    if let Some((s, client)) = session {
+    if let Some(s) = session {
         // Its bytes are held against the connection's and the shard's inbound budget
         // until the object has run it; past the shard's, refused like a full mailbox.
         let Some(hold) = conn.hold_input(payload.len() as u64) else {
             ws::encode_error(out, "overloaded");
             return None;
         };
-        let job = Job::message(s, client.cloned(), text, payload.to_vec()).held(hold);
+        let job = Job::message(s.session_id(), s.client().cloned(), text, payload.to_vec());
+        let job = job.held(hold);
         conn.cells.submit(&to.app, &to.object, job);
         return None;
     }
