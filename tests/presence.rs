@@ -178,16 +178,8 @@ fn a_member_leaves_after_its_room_was_let_go() {
 
 /// A WebSocket to `path` carrying `sub`'s token as the subprotocol a browser offers.
 fn open_as(node: &TestNode, path: &str, sub: &str) -> WebSocket<TcpStream> {
-    use tungstenite::client::IntoClientRequest;
     let token = support::auth::token(SECRET, sub, Some(&sub.to_uppercase()));
-    let mut req = format!("ws://127.0.0.2:{}{path}", node.port)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut().insert(
-        "sec-websocket-protocol",
-        format!("combd, combd.bearer.{token}").parse().unwrap(),
-    );
-    tungstenite::client(req, connect(node.public())).unwrap().0
+    support::auth::open_ws_with(node, path, &token)
 }
 
 #[test]

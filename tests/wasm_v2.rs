@@ -294,16 +294,8 @@ fn a_module_keeps_presence_knows_a_resume_and_who_sent_a_message() {
         ("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap()),
     ]);
     let open = |after: &str| {
-        use tungstenite::client::IntoClientRequest;
         let token = support::auth::token(SECRET, "alice", Some("Alice"));
-        let mut req = format!("ws://127.0.0.2:{}/o/pres/r?combd_after={after}", node.port)
-            .into_client_request()
-            .unwrap();
-        req.headers_mut().insert(
-            "sec-websocket-protocol",
-            format!("combd, combd.bearer.{token}").parse().unwrap(),
-        );
-        tungstenite::client(req, connect(node.public())).unwrap().0
+        support::auth::open_ws_with(&node, &format!("/o/pres/r?combd_after={after}"), &token)
     };
     // Its messages, headed as a numbered session's are, until the members came.
     let until_members = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>| {

@@ -24,3 +24,23 @@ pub fn now() -> u64 {
 pub fn token(secret: &str, sub: &str, name: Option<&str>) -> String {
     combd_shards::auth::mint(secret, sub, name, 600, now(), (None, None)).unwrap()
 }
+
+/// A WebSocket to `path` on the node's public listener, offering `token` as a browser does
+/// (the subprotocols `combd, combd.bearer.<token>`).
+pub fn open_ws_with(
+    node: &super::TestNode,
+    path: &str,
+    token: &str,
+) -> tungstenite::WebSocket<std::net::TcpStream> {
+    use tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://127.0.0.2:{}{path}", node.port)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        format!("combd, combd.bearer.{token}").parse().unwrap(),
+    );
+    tungstenite::client(req, super::connect(node.public()))
+        .unwrap()
+        .0
+}
