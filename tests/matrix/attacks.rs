@@ -79,6 +79,10 @@ pub const ATTACKS: &[Attack] = &[
         run: deflate_bombs,
     },
     Attack {
+        name: "numbered churn, forged places",
+        run: numbered_churn,
+    },
+    Attack {
         name: "canned ClientHellos",
         run: canned_hellos,
     },
@@ -398,6 +402,43 @@ fn ws_not_reading(ctx: &Ctx<'_>, t: &Target) -> Outcome {
     hold(ctx, &mut quiet, started, false);
     Outcome::Ran {
         note: format!("{} quiet, {sent} messages", quiet.len()),
+        failures,
+    }
+}
+
+/// WebSockets that attach numbered and leave at once, again and again (for an app that keeps
+/// presence each is a join and a leave told to the room; each attach reads the topic's log),
+/// and upgrades with forged places (ahead of the log, another epoch): the node's attach,
+/// resume and presence paths under churn.
+fn numbered_churn(ctx: &Ctx<'_>, t: &Target) -> Outcome {
+    if t.app.is_none() {
+        return Outcome::Skipped("a node route takes no WebSocket".into());
+    }
+    let places = ["new", "0.0", "1.99999999", "77.3"];
+    let started = Instant::now();
+    let (mut opened, mut refused, mut i) = (0u64, 0u64, 0usize);
+    let mut failures = Vec::new();
+    while started.elapsed() < ctx.window {
+        let path = format!(
+            "{}?combd_after={}",
+            t.path("busy"),
+            places[i % places.len()]
+        );
+        let head = upgrade_head(t, &path, Role::Attacker, false);
+        // Each socket closes as it goes out of scope: its session leaves.
+        match attacker(ctx, None).map(|mut s| upgrade(&mut s, &head)) {
+            Some(true) => opened += 1,
+            _ => refused += 1,
+        }
+        i += 1;
+        if i == 50 {
+            failures.extend(honest_ws(ctx, t));
+        }
+        // The attacker's own pace, under the node's accept rate for one address.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Outcome::Ran {
+        note: format!("{opened} attached and left, {refused} refused"),
         failures,
     }
 }
