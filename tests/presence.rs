@@ -218,7 +218,9 @@ fn presence_is_bounded_per_topic_and_on_the_node() {
     assert_eq!(s["limits"]["presence_topic_max"], 2, "{s}");
     assert_eq!(s["limits"]["presence_max"], 3, "{s}");
     let mut a = Viewer::open(&node, "full", 0);
+    let a_id = me(&a, &[]);
     let b = Viewer::open(&node, "full", 0);
+    let b_id = me(&b, &[&a_id]);
     a.until(|a| a.members.len() == 2);
     // The topic is full: c is attached, not listed, and counted.
     let c = Viewer::open(&node, "full", 0);
@@ -235,11 +237,23 @@ fn presence_is_bounded_per_topic_and_on_the_node() {
     let refused = ["fair_presence_refused_full", "fair_presence_refused_share"]
         .map(|k| s[k].as_u64().unwrap());
     assert_eq!(refused.iter().sum::<u64>(), 1, "{refused:?}");
-    // c leaves: its topic is told the count, not a member.
+    // b leaves: room frees in its topic, and c, attached unlisted, is listed in its place (e
+    // waits on: its topic lost no member).
+    b.close();
+    a.until(|a| !a.members.contains_key(&b_id) && a.members.len() == 2);
+    assert_eq!(a.unlisted, 0);
+    let c_id = me(&a, &[&a_id]);
+    let mut e = e;
+    let s = node.stats();
+    assert_eq!(s["fair_presence_held"], 3, "{s}");
+    // c leaves as a member; e, in the other topic, is still not listed.
     c.close();
-    a.until(|a| a.unlisted == 0);
-    assert_eq!(a.members.len(), 2);
-    for v in [a, b, d, e] {
+    a.until(|a| !a.members.contains_key(&c_id));
+    assert_eq!(a.names(), vec![a_id.clone()]);
+    e.ws.send(Message::text("t1 ping")).unwrap();
+    e.until(|e| e.got.iter().any(|g| g == "t1 ping"));
+    assert_eq!((e.members.len(), e.unlisted), (1, 1));
+    for v in [a, d, e] {
         v.close();
     }
     wait_stats(&node, "every member gone", |s| s["fair_presence_held"] == 0);

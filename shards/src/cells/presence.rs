@@ -78,12 +78,14 @@ struct ObjectPresence {
     sessions: HashMap<SessionId, Seat>,
 }
 
-/// Where an attached session counts: its topic, and the member it is one device of (`None`:
-/// not listed, the topic or the node being full), a verified identity or not.
+/// Where an attached session counts: its topic, the member it is (or would be) one device
+/// of, a verified identity or not, and while it is not listed (the topic or the node was
+/// full), what listing it takes: its name claim and its client.
 struct Seat {
     topic: String,
-    who: Option<String>,
+    who: String,
     verified: bool,
+    waiting: Option<(Option<String>, ClientKey)>,
 }
 
 /// One topic's members, by name, and the sessions attached to it but not listed.
@@ -161,6 +163,8 @@ pub(crate) fn moves<'a>(
 struct Changed {
     who: BTreeMap<String, bool>,
     unlisted: bool,
+    /// A member left: room for one waiting unlisted.
+    freed: bool,
 }
 
 impl Presence {
@@ -208,6 +212,9 @@ impl Presence {
                 }
                 Move::Detach { session } => object.detach(&mut changed, session),
             }
+        }
+        for (topic, c) in changed.iter_mut().filter(|(_, c)| c.freed) {
+            self.promote(object, topic, c);
         }
         for (topic, c) in &changed {
             self.tell_users(key, topic, object, c);
@@ -272,30 +279,58 @@ impl Presence {
             Some((sub, name)) => (sub, true, name),
             None => (session.to_string(), false, None),
         };
-        let seat = match t.members.get_mut(&who) {
+        let listed = match t.members.get_mut(&who) {
             Some(m) => {
                 m.devices += 1;
-                Some(who)
+                true
             }
-            None => self.join(t, &who, verified, name, asker).then_some(who),
+            None => self.join(t, &who, verified, name.clone(), asker),
         };
         let c = changed.entry(topic.clone()).or_default();
-        match &seat {
-            Some(who) => {
-                c.who.insert(who.clone(), verified);
-            }
-            None => {
-                t.unlisted += 1;
-                c.unlisted = true;
-                ShardStats::add(&self.state.stats().presence_unlisted, 1);
-            }
+        if listed {
+            c.who.insert(who.clone(), verified);
+        } else {
+            t.unlisted += 1;
+            c.unlisted = true;
+            ShardStats::add(&self.state.stats().presence_unlisted, 1);
         }
+        let waiting = (!listed).then_some((name, asker));
         let seat = Seat {
             topic,
-            who: seat,
+            who,
             verified,
+            waiting,
         };
         object.sessions.insert(session, seat);
+    }
+
+    /// Lists sessions of `topic` that were attached unlisted, while it and the node have room
+    /// (a member left): each joins as it would have as it attached.
+    fn promote(&self, object: &mut ObjectPresence, topic: &str, c: &mut Changed) {
+        let ObjectPresence { topics, sessions } = object;
+        let Some(t) = topics.get_mut(topic) else {
+            return;
+        };
+        let waiting = sessions
+            .values_mut()
+            .filter(|s| s.topic == topic && s.waiting.is_some());
+        for seat in waiting {
+            if t.unlisted == 0 {
+                return;
+            }
+            let Some((name, asker)) = seat.waiting.clone() else {
+                continue;
+            };
+            if let Some(m) = t.members.get_mut(&seat.who) {
+                m.devices += 1;
+            } else if !self.join(t, &seat.who, seat.verified, name, asker) {
+                return;
+            }
+            seat.waiting = None;
+            t.unlisted -= 1;
+            c.unlisted = true;
+            c.who.insert(seat.who.clone(), seat.verified);
+        }
     }
 
     /// Lists a new member in `t`, if the topic and the node's pool (within its client's share)
@@ -336,17 +371,18 @@ impl ObjectPresence {
             return;
         };
         let c = changed.entry(seat.topic.clone()).or_default();
-        match seat.who {
-            Some(who) => {
-                if let Some(m) = t.members.get_mut(&who) {
+        match seat.waiting {
+            None => {
+                if let Some(m) = t.members.get_mut(&seat.who) {
                     m.devices = m.devices.saturating_sub(1);
                     if m.devices == 0 {
-                        t.members.remove(&who);
+                        t.members.remove(&seat.who);
+                        c.freed = true;
                     }
                 }
-                c.who.insert(who, seat.verified);
+                c.who.insert(seat.who, seat.verified);
             }
-            None => {
+            Some(_) => {
                 t.unlisted = t.unlisted.saturating_sub(1);
                 c.unlisted = true;
             }
