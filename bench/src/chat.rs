@@ -40,14 +40,18 @@ pub(crate) fn token(secret: &str, sub: &str) -> Result<String, String> {
     .map_err(|e| e.to_string())
 }
 
+/// The node's HS256 secret, from `--auth-key-file`, for `scenario`'s users' tokens.
+pub(crate) fn secret(a: &Args, scenario: &str) -> Result<String, String> {
+    let key_file = a.auth_key_file.as_deref().ok_or_else(|| {
+        format!("{scenario} needs --auth-key-file (the node's COMBD_AUTH_JWT_KEY_FILE)")
+    })?;
+    let secret = std::fs::read_to_string(key_file).map_err(|e| format!("{key_file}: {e}"))?;
+    Ok(secret.trim_end_matches(['\n', '\r']).to_string())
+}
+
 pub fn chat(a: &Args) -> Result<serde_json::Value, String> {
     let pid = crate::target_pid(a)?;
-    let key_file = a
-        .auth_key_file
-        .as_deref()
-        .ok_or("chat needs --auth-key-file (the node's COMBD_AUTH_JWT_KEY_FILE)")?;
-    let secret = std::fs::read_to_string(key_file).map_err(|e| format!("{key_file}: {e}"))?;
-    let secret = secret.trim_end_matches(['\n', '\r']).to_string();
+    let secret = secret(a, "chat")?;
     let rooms = a.rooms.max(1);
     let run = std::process::id();
     let mut rng = Rng(0x2545f4914f6cdd1d);

@@ -62,12 +62,7 @@ fn told(payload: &[u8]) -> (Vec<String>, Vec<String>) {
 
 pub fn presence(a: &Args) -> Result<serde_json::Value, String> {
     let pid = crate::target_pid(a)?;
-    let key_file = a
-        .auth_key_file
-        .as_deref()
-        .ok_or("presence needs --auth-key-file (the node's COMBD_AUTH_JWT_KEY_FILE)")?;
-    let secret = std::fs::read_to_string(key_file).map_err(|e| format!("{key_file}: {e}"))?;
-    let secret = secret.trim_end_matches(['\n', '\r']).to_string();
+    let secret = crate::chat::secret(a, "presence")?;
     let rooms = a.rooms.max(1);
     let run = std::process::id();
     let started = Instant::now();
