@@ -40,11 +40,14 @@ pub enum Pool {
     /// Members listed in the presence of the node's topics (`COMBD_PRESENCE_MAX`), each
     /// counted to the client whose session made it a member.
     Presence,
+    /// Subscriptions of the node's multiplexed WebSockets (`COMBD_SUBSCRIPTIONS_MAX`), each
+    /// counted to the client whose socket subscribed.
+    Subscriptions,
 }
 
 impl Pool {
     /// Every pool, in the order `/stats` lists them.
-    pub const ALL: [Pool; 7] = [
+    pub const ALL: [Pool; 8] = [
         Pool::Objects,
         Pool::Handshakes,
         Pool::Answers,
@@ -52,6 +55,7 @@ impl Pool {
         Pool::Inbound,
         Pool::Lookups,
         Pool::Presence,
+        Pool::Subscriptions,
     ];
 
     /// Its name in its figures' names: `fair_<name>_<figure>` in `/stats`,
@@ -65,6 +69,7 @@ impl Pool {
             Pool::Inbound => "inbound_bytes",
             Pool::Lookups => "fleet_lookups",
             Pool::Presence => "presence",
+            Pool::Subscriptions => "subscriptions",
         }
     }
 }
@@ -319,6 +324,8 @@ pub struct Pools {
     pub lookups: Vec<Arc<Ledger>>,
     /// Members listed in presence (`COMBD_PRESENCE_MAX`), node-wide.
     pub presence: Arc<Ledger>,
+    /// Subscriptions of multiplexed WebSockets (`COMBD_SUBSCRIPTIONS_MAX`), node-wide.
+    pub subscriptions: Arc<Ledger>,
 }
 
 /// The sizes of the pools.
@@ -335,6 +342,8 @@ pub struct PoolSizes {
     pub inbound_bytes: u64,
     /// `COMBD_PRESENCE_MAX`.
     pub presence: u64,
+    /// `COMBD_SUBSCRIPTIONS_MAX`.
+    pub subscriptions: u64,
 }
 
 impl Pools {
@@ -353,6 +362,7 @@ impl Pools {
             inbound: each(Pool::Inbound, sizes.inbound_bytes),
             lookups: each(Pool::Lookups, FLEET_LOOKUPS_MAX as u64),
             presence: Ledger::new(Pool::Presence, sizes.presence, shares),
+            subscriptions: Ledger::new(Pool::Subscriptions, sizes.subscriptions, shares),
         }
     }
 
@@ -369,6 +379,7 @@ impl Pools {
                 Pool::Inbound => &self.inbound,
                 Pool::Lookups => &self.lookups,
                 Pool::Presence => std::slice::from_ref(&self.presence),
+                Pool::Subscriptions => std::slice::from_ref(&self.subscriptions),
             };
             let sum = |f: fn(&PoolFigures) -> &AtomicU64| -> u64 {
                 ledgers
@@ -470,6 +481,7 @@ impl Pool {
             Pool::Inbound => pool_fields!("inbound_bytes", "bytes"),
             Pool::Lookups => pool_fields!("fleet_lookups", "lookups"),
             Pool::Presence => pool_fields!("presence", "members"),
+            Pool::Subscriptions => pool_fields!("subscriptions", "subscriptions"),
         }
     }
 }

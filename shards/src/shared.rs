@@ -215,6 +215,7 @@ impl NodeShared {
                     .saturating_mul(limits::OBJECT_CREATE_BURST_SECONDS),
                 inbound_bytes: p.inbound_budget_bytes,
                 presence: p.settings.presence_max,
+                subscriptions: p.settings.subscriptions_max,
             },
             p.settings.shares(),
             p.inboxes.len(),

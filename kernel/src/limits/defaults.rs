@@ -94,6 +94,16 @@ pub const PRESENCE_MAX_DEFAULT: u64 = 100_000;
 /// viewer gets as it attaches lists them all (1,000 are about 60 KB of JSON), and a room of more
 /// is an audience, shown as a count (`unlisted`), not a list.
 pub const PRESENCE_TOPIC_MAX_DEFAULT: u64 = 1_000;
+/// Default of `COMBD_WS_SUBSCRIPTIONS`: subscriptions one multiplexed WebSocket (`/ws`) carries
+/// at once. A page that shows a hundred objects (a dashboard, a list of rooms) needs one
+/// socket, not a hundred; each subscription is a session (about 400 bytes, measured in
+/// RESULTS.md) and an attach at its object.
+pub const WS_SUBSCRIPTIONS_DEFAULT: u64 = 100;
+/// Default of `COMBD_SUBSCRIPTIONS_MAX`: subscriptions of every multiplexed WebSocket on the
+/// node together, a shared pool (each client held to its share). Without it the node's
+/// sessions would be `COMBD_MAX_CONNS` × `COMBD_WS_SUBSCRIPTIONS`: a million, some 400 MB.
+/// 100,000 is 1,000 full sockets, about 40 MB.
+pub const SUBSCRIPTIONS_MAX_DEFAULT: u64 = 100_000;
 /// The creation bucket's capacity, in seconds of `COMBD_OBJECT_CREATE_RATE` (1,000 objects by
 /// default): a page or a test that makes many new objects at once is not refused for it, while
 /// a steady flood is held to the rate.

@@ -412,6 +412,29 @@ settings_table! {
             meaning: "members listed in one topic's presence; a session attaching past it is attached but \
                       not listed (counted in the topic's unlisted)",
         }
+        /// `COMBD_WS_SUBSCRIPTIONS`: subscriptions on one multiplexed WebSocket.
+        ws_subscriptions: u64 {
+            env: "COMBD_WS_SUBSCRIPTIONS",
+            flag: "--ws-subscriptions",
+            default: limits::WS_SUBSCRIPTIONS_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "ws_subscriptions",
+            meaning: "subscriptions one multiplexed WebSocket (/ws) carries at once; past it a subscribe is \
+                      refused (429 too many subscriptions) and the socket's others go on",
+        }
+        /// `COMBD_SUBSCRIPTIONS_MAX`: subscriptions of every multiplexed WebSocket on the node.
+        subscriptions_max: u64 {
+            env: "COMBD_SUBSCRIPTIONS_MAX",
+            flag: "--subscriptions-max",
+            default: limits::SUBSCRIPTIONS_MAX_DEFAULT,
+            parse: parse_count,
+            unit: Count,
+            limit: "subscriptions_max",
+            meaning: "subscriptions of every multiplexed WebSocket on the node together, a shared pool \
+                      (each client held to its share); past it or its share a subscribe is refused \
+                      (503 overloaded)",
+        }
         /// `COMBD_TLS_HANDSHAKE_TIMEOUT`: from the accept to the handshake's end.
         tls_handshake_timeout: Duration {
             env: "COMBD_TLS_HANDSHAKE_TIMEOUT",

@@ -90,7 +90,7 @@ impl Sessions {
             (id, slot),
             self.state.clone(),
             shared.clone(),
-            tally,
+            Some(tally),
             who,
         ));
         let list = topics.entry(shared).or_default();

@@ -128,13 +128,7 @@ pub(super) fn of(
             .filter(|v| valid_header_value(v))
             .map(str::to_string)
     };
-    let addr = if from_fleet {
-        req.header(CLIENT_HEADER)
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.parse::<IpAddr>().ok())
-    } else {
-        peer_ip(stream)
-    };
+    let addr = addr_of(req, from_fleet, stream);
     let mut headers = Vec::new();
     let mut bytes = 0;
     for h in req.headers.iter() {
@@ -165,6 +159,34 @@ pub(super) fn of(
         rest: rest.map(str::to_string),
         headers,
     })
+}
+
+/// What every subscription of a multiplexed WebSocket (`/ws`, for any app) is told of its
+/// upgrade `req`, which came on `stream`: the client's address and `Origin`, no path under an
+/// object, no header fields (no one app declared them).
+pub(super) fn of_socket(req: &Request<'_>, from_fleet: bool, stream: &Stream) -> Arc<Caller> {
+    Arc::new(Caller {
+        addr: addr_of(req, from_fleet, stream),
+        origin: req
+            .header("origin")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .filter(|v| valid_header_value(v))
+            .map(str::to_string),
+        rest: None,
+        headers: Vec::new(),
+    })
+}
+
+/// The client's address: the peer of `stream`, or for a request another node of the fleet
+/// passed on (`from_fleet`), the address it vouches for.
+fn addr_of(req: &Request<'_>, from_fleet: bool, stream: &Stream) -> Option<IpAddr> {
+    if from_fleet {
+        req.header(CLIENT_HEADER)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.parse::<IpAddr>().ok())
+    } else {
+        peer_ip(stream)
+    }
 }
 
 /// The address of the peer of `stream` (for a client behind the node's own TLS, the

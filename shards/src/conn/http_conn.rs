@@ -4,6 +4,7 @@
 //! one connection's burst is one batch, not one batch a request.
 
 use std::collections::VecDeque;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use combd_kernel::fair::ClientKey;
 use combd_kernel::limits;
 
 use crate::app::App;
-use crate::cells::session::{Attach, Sessions};
+use crate::cells::session::{Attach, SessionOut, Sessions};
 use crate::http::{self, Head, ParsedRequest, Request, Reserved, Response};
 use crate::job::{Attached, Job};
 use crate::object_key::ObjectKey;
@@ -19,9 +20,10 @@ use crate::stats::ShardStats;
 
 use super::access::KeptRequest;
 use super::caller::AllowOrigin;
+use super::mux::MuxUpgrade;
 use super::pass_through::PassThrough;
 use super::routes::Routed;
-use super::upgrade::{Attaching, Upgrade};
+use super::upgrade::{Attaching, Upgrade, Upgraded};
 use super::{Asked, Conn, Woke};
 
 /// What the loop does after a request was answered (or handed on).
@@ -29,6 +31,8 @@ enum AfterRequest {
     Continue,
     Close,
     Upgrade(Upgrade),
+    /// The multiplexed WebSocket's upgrade.
+    Mux(Box<MuxUpgrade>),
     /// A request for an object: it goes to the object's mailbox; its answer joins the pipeline.
     Object(Box<ObjectRequest>),
 }
@@ -128,7 +132,7 @@ impl<'c> HttpConn<'c> {
 
     /// The HTTP/1.1 loop. Returns when the connection is to close (`None`), or after an
     /// upgrade, with the upgrade for the WebSocket loop.
-    pub(super) async fn run(mut self) -> Option<Box<Upgrade>> {
+    pub(super) async fn run(mut self) -> Option<Upgraded> {
         let mut out: Vec<u8> = Vec::new();
         let mut pipeline = AnswersOwed::default();
         let mut clock = Clock::Request(self.conn.state().now_ms());
@@ -173,7 +177,12 @@ impl<'c> HttpConn<'c> {
                 }
                 AfterRequest::Upgrade(up) => {
                     self.settle(&mut pipeline, &mut out).await;
-                    return Box::pin(self.upgrade(up, out)).await.map(Box::new);
+                    let up = Box::pin(self.upgrade(up, out)).await;
+                    return up.map(|up| Upgraded::One(Box::new(up)));
+                }
+                AfterRequest::Mux(up) => {
+                    self.settle(&mut pipeline, &mut out).await;
+                    return self.upgrade_mux(up, out).await;
                 }
             }
             if !keep_alive {
@@ -458,6 +467,7 @@ impl<'c> HttpConn<'c> {
                 AfterRequest::Continue
             }
             Routed::Upgrade(up) => AfterRequest::Upgrade(up),
+            Routed::Mux(up) => AfterRequest::Mux(Box::new(up)),
             Routed::Object {
                 app,
                 object,
@@ -664,6 +674,24 @@ impl<'c> HttpConn<'c> {
         Some(up)
     }
 
+    /// Answers the multiplexed WebSocket's upgrade: its hub, once the 101 is written.
+    async fn upgrade_mux(&mut self, up: Box<MuxUpgrade>, mut out: Vec<u8>) -> Option<Upgraded> {
+        self.conn.count_status(101);
+        let date = self.conn.state().date();
+        super::upgrade::write_101(&mut out, &date, (&up.accept, up.protocol, None));
+        self.conn.flush(&mut out).await.ok()?;
+        if let Some(log) = &self.conn.log {
+            log.ws_open(self.conn.state());
+        }
+        let hub = SessionOut::hub(
+            self.conn.waker.index(),
+            self.conn.state().clone(),
+            up.client.clone(),
+            up.caller.clone(),
+        );
+        Some(Upgraded::Many(up, Rc::new(hub)))
+    }
+
     /// Opens the upgrade's session (of `sessions`) and asks its object to take it. The object
     /// may refuse it (503 `overloaded`, 507 `disk_low`, or the app's own error: answered here),
     /// or say another node owns it (the whole WebSocket passes through to it): then `None`,
@@ -692,6 +720,7 @@ impl<'c> HttpConn<'c> {
             client: up.client.clone(),
             caller: up.caller.clone(),
             numbered: up.resume.is_some(),
+            hub: None,
         };
         let job_topic = (up.resume.is_some() || up.app.presence()).then(|| topic.clone());
         let opened = sessions.open((slot, asker), up.object_key().into(), topic, who);

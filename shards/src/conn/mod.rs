@@ -15,9 +15,11 @@
 //! `Vec` that is dropped once written.
 
 mod access;
+mod addressee;
 mod caller;
 mod http_conn;
 mod message;
+mod mux;
 mod pass_through;
 mod refuse;
 mod routes;

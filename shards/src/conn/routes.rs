@@ -17,6 +17,7 @@ use crate::stats::ShardStats;
 
 use super::access::ConnLog;
 use super::caller::{allow_origin, is_preflight, preflight, AllowOrigin};
+use super::mux::MuxUpgrade;
 use super::upgrade::{Replay, Upgrade};
 use crate::shared::ConnKind;
 use crate::state::ShardState;
@@ -38,6 +39,8 @@ pub(super) struct Router<'a> {
 pub(super) enum Routed {
     Respond(Response),
     Upgrade(Upgrade),
+    /// The multiplexed WebSocket (`GET /ws`).
+    Mux(MuxUpgrade),
     Object {
         app: Arc<dyn App>,
         object: String,
@@ -166,6 +169,14 @@ impl Router<'_> {
                 node.metrics_text().into_bytes(),
             ),
             "/routes" if self.local && get => Response::json(200, &routes_json(&node.apps)),
+            crate::ws::mux::PATH if head.upgrade_websocket => {
+                return self.route_mux(req, head, from_fleet)
+            }
+            crate::ws::mux::PATH => Response::error(
+                426,
+                "GET /ws is a WebSocket upgrade: many subscriptions on one socket",
+            )
+            .with_header("upgrade", "websocket"),
             "/stats" | "/metrics" | "/routes" if self.local => method_not_allowed(),
             path if from_fleet && path.starts_with(crate::fleet::MESSAGE_PATH) => {
                 return passed_message(&node.apps, req, path)
@@ -324,6 +335,50 @@ impl Router<'_> {
             }
             Err(resp) => Routed::Respond(resp),
         }
+    }
+
+    /// The multiplexed WebSocket's upgrade (`GET /ws`): its handshake's accept key, the
+    /// subprotocol (`combd`, beside a token offered in one), and the client its token names:
+    /// a token that fails is refused here (401), not taken for anyone's, since the client
+    /// meant to be someone. No compression is negotiated.
+    fn route_mux(&self, req: &Request<'_>, head: &Head, from_fleet: bool) -> Routed {
+        let accept = match websocket_accept(req, head) {
+            Ok(accept) => accept,
+            Err(resp) => return Routed::Respond(resp),
+        };
+        let caller = super::caller::of_socket(req, from_fleet, self.stream);
+        let asker = self.address_key(&caller);
+        let node = self.state.node();
+        let token = auth::token(req.headers.iter().map(|h| (h.name, h.value)));
+        let client = match (&node.auth, token) {
+            (_, None) => None,
+            (None, Some(_)) => {
+                return Routed::Respond(unauthorized(&Refused::Invalid(
+                    "COMBD_AUTH_JWT_KEY_FILE is not set".into(),
+                )))
+            }
+            (Some(a), Some(t)) => match a.verify_for(t, asker) {
+                Ok(c) => {
+                    ShardStats::add(&self.state.stats().auth_verified, 1);
+                    Some(Arc::new(c))
+                }
+                Err(Refused::Busy) => return Routed::Respond(Response::overloaded()),
+                Err(why) => {
+                    ShardStats::add(&self.state.stats().auth_refused, 1);
+                    return Routed::Respond(unauthorized(&why));
+                }
+            },
+        };
+        if let Some(log) = self.log {
+            log.keep_upgrade(req.method, req.path, head.len as u64);
+        }
+        let offered = auth::offered_protocols(req.headers.iter().map(|h| (h.name, h.value)));
+        Routed::Mux(MuxUpgrade {
+            accept,
+            protocol: subprotocol(&[], offered),
+            client,
+            caller,
+        })
     }
 
     /// A stateless app's answer to `input`, called on the shard's loop; a failed call as the
@@ -522,7 +577,7 @@ fn valid_websocket_key(key: &[u8]) -> bool {
 /// An object's part of its route: its name and what follows it (`<object>/<rest>`, the app is
 /// told `rest`), or the 400 for a name that is not one or a rest past
 /// `app_path_rest_max_bytes`.
-fn object_and_rest(path: &str) -> Result<(&str, Option<&str>), Response> {
+pub(super) fn object_and_rest(path: &str) -> Result<(&str, Option<&str>), Response> {
     let (object, rest) = match path.split_once('/') {
         Some((object, rest)) => (object, Some(rest)),
         None => (path, None),

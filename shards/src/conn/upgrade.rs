@@ -14,6 +14,8 @@ use crate::http::Request;
 use crate::object_key::ObjectKey;
 use crate::ws;
 
+use super::mux::MuxUpgrade;
+
 /// A WebSocket upgrade that passed its checks.
 pub(super) struct Upgrade {
     pub app: Arc<dyn App>,
@@ -77,27 +79,44 @@ impl Upgrade {
 
     /// Appends the 101 that answers the upgrade to `out` (`date`: the shard's date header).
     pub(super) fn write_101(&self, out: &mut Vec<u8>, date: &[u8]) {
-        out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\ndate: ");
-        out.extend_from_slice(date);
-        out.extend_from_slice(
-            format!(
-                "\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n",
-                self.accept
-            )
-            .as_bytes(),
-        );
-        if let Some(protocol) = &self.protocol {
-            out.extend_from_slice(b"sec-websocket-protocol: ");
-            out.extend_from_slice(protocol.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        if let Some(negotiated) = &self.deflate {
-            out.extend_from_slice(b"sec-websocket-extensions: ");
-            out.extend_from_slice(negotiated.response().as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
+        write_101(out, date, (&self.accept, self.protocol, self.deflate));
+    }
+}
+
+/// What the HTTP loop hands the WebSocket loop once it wrote the 101.
+pub(super) enum Upgraded {
+    /// A WebSocket of one object (`/o/<app>/<name>`).
+    One(Box<Upgrade>),
+    /// The multiplexed WebSocket (`/ws`), with its hub.
+    Many(Box<MuxUpgrade>, Rc<SessionOut>),
+}
+
+/// Appends a 101 to `out` (`date`: the shard's date header) with its accept key, and the
+/// subprotocol and compression negotiated, if any.
+pub(super) fn write_101(
+    out: &mut Vec<u8>,
+    date: &[u8],
+    (accept, protocol, deflate): (&str, Option<&str>, Option<ws::deflate::Negotiated>),
+) {
+    out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\ndate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(
+        format!(
+            "\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\n"
+        )
+        .as_bytes(),
+    );
+    if let Some(protocol) = protocol {
+        out.extend_from_slice(b"sec-websocket-protocol: ");
+        out.extend_from_slice(protocol.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    if let Some(negotiated) = deflate {
+        out.extend_from_slice(b"sec-websocket-extensions: ");
+        out.extend_from_slice(negotiated.response().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// A session opened for an upgrade while its object is asked to take it: ended here unless

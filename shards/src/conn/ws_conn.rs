@@ -6,13 +6,12 @@
 //! through [`WsConn::close_with`]. It owns its session's outbound side ([`SessionOut`]): the
 //! session ends when the loop does, before the connection's socket closes.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use combd_kernel::limits;
 use combd_kernel::settings::Settings;
 
-use crate::app::{App, Effect, Input as AppInput, Message, Resync, SessionId};
+use crate::app::{Effect, Input as AppInput, Message, SessionId};
 use crate::cells::session::{CloseWhy, DirectSocket, SessionOut};
 use crate::defer::Defer;
 use crate::inbound::Hold;
@@ -20,12 +19,12 @@ use crate::job::Job;
 use crate::state::ShardState;
 use crate::stats::ShardStats;
 use crate::ws::deflate::Framing;
-use crate::ws::numbered::Resume;
 use crate::ws::{self, close, Decoder, WsEvent};
 
-use super::access::WsEnd;
+use super::addressee::{closing, Addressee, Close};
+use super::mux::Mux;
 use super::routes::call_stateless;
-use super::upgrade::{ForLoop, Upgrade};
+use super::upgrade::{ForLoop, Upgraded};
 use super::{Conn, Watch, Woke};
 
 /// A failed write of a session's output, and whether it cut a frame short (some of it was
@@ -38,64 +37,16 @@ struct Cut {
 /// The longest header of a frame the node sends (unmasked, a 64-bit length: RFC 6455, 5.2).
 const FRAME_HEADER_MAX: usize = 10;
 
-/// The close of a session the node decided to close.
-fn closing(why: CloseWhy) -> Close {
-    match why {
-        CloseWhy::Slow => Close::Frame(Some(close::POLICY), "slow"),
-        CloseWhy::OutboundBudget => Close::Frame(Some(close::TRY_AGAIN_LATER), "outbound budget"),
-        CloseWhy::AppRemoved => Close::Frame(Some(close::GOING_AWAY), "app removed"),
-        CloseWhy::ResumeLater => Close::Frame(Some(close::TRY_AGAIN_LATER), "resume later"),
-    }
-}
-
-/// How the node ends a WebSocket.
-#[derive(Debug, Clone, Copy)]
-enum Close {
-    /// With a close frame of its own, then a linger.
-    Frame(Option<u16>, &'static str),
-    /// Answering the client's close frame with its code (none: an empty close), then a linger.
-    Answer(Option<u16>),
-    /// Without one: the client is gone, or it is not reading.
-    Drop,
-}
-
-impl Close {
-    /// The close as the access log records it: a close without a code as 1005, one without
-    /// a close frame as 1006 (RFC 6455, 7.1.5).
-    fn end(self) -> WsEnd {
-        match self {
-            Close::Frame(code, reason) => WsEnd {
-                code: code.unwrap_or(1005),
-                by: "node",
-                reason: Some(reason),
-            },
-            Close::Answer(code) => WsEnd {
-                code: code.unwrap_or(1005),
-                by: "client",
-                reason: None,
-            },
-            Close::Drop => WsEnd {
-                code: 1006,
-                by: "connection",
-                reason: None,
-            },
-        }
-    }
-}
-
-/// Where a WebSocket's messages go.
-struct Addressee {
-    app: Arc<dyn App>,
-    object: String,
-    /// permessage-deflate as negotiated.
-    deflate: Option<ws::deflate::Negotiated>,
-    /// Its messages are numbered ([`ws::numbered`]): the session resumes from its log.
-    numbered: bool,
+/// Where a WebSocket's messages go: one object, or each subscription's of a multiplexed
+/// socket (boxed: most sockets are of one object, and the box keeps this as large as that).
+enum To {
+    One(Addressee),
+    Many(Box<Mux>),
 }
 
 /// What the loop knows of its WebSocket.
 struct Ws {
-    to: Addressee,
+    to: To,
     decoder: Decoder,
     /// A ping was sent and nothing has come back since.
     awaiting_pong: bool,
@@ -123,12 +74,23 @@ impl Ws {
             });
         Ws {
             decoder: Decoder::new(max_message).with_deflate(deflate.is_some()),
-            to: Addressee {
+            to: To::One(Addressee {
                 app,
                 object,
                 deflate,
                 numbered,
-            },
+            }),
+            awaiting_pong: false,
+            partial: None,
+        }
+    }
+
+    /// The loop's state for a multiplexed socket: messages up to the node's bound, never
+    /// compressed.
+    fn mux(mux: Mux, settings: &Settings) -> Ws {
+        Ws {
+            decoder: Decoder::new(settings.ws_max_message_bytes),
+            to: To::Many(Box::new(mux)),
             awaiting_pong: false,
             partial: None,
         }
@@ -231,26 +193,33 @@ impl<'c> WsConn<'c> {
     /// The WebSocket of an upgrade, and its connection set for it. The upgrade's box is freed
     /// here, with what the loop does not need (its accept key, query, replay), not kept for the
     /// WebSocket's life; nothing here sizes the loop's future.
-    pub(super) fn new(conn: &'c mut Conn, up: Box<Upgrade>) -> WsConn<'c> {
+    pub(super) fn new(conn: &'c mut Conn, up: Upgraded) -> WsConn<'c> {
         let state = conn.state().clone();
         let settings = state.settings();
-        let mut up = up.into_loop();
-        let session = up.session.take();
-        let ws = Ws::new(up, settings);
-        if ws.to.deflate.is_some() {
-            ShardStats::add(&state.stats().ws_deflate_opened, 1);
-        }
+        let (ws, session) = match up {
+            Upgraded::One(up) => {
+                let mut up = up.into_loop();
+                let session = up.session.take();
+                (Ws::new(up, settings), session)
+            }
+            Upgraded::Many(up, hub) => {
+                let asker = conn.asker(&up.caller, up.client.as_deref());
+                (Ws::mux(Mux::new(asker), settings), Some(hub))
+            }
+        };
         let _ = combd_kernel::sys::set_send_buffer(&conn.stream, limits::WS_SEND_BUFFER_BYTES);
-        // A plain WebSocket without permessage-deflate or access log: while it waits to read,
-        // the fan-out writes its frames itself rather than waking it (`SessionOut::fan_out`).
-        if let (Some(s), crate::tls::Stream::Plain(tcp), None, None, false) = (
-            &session,
-            &conn.stream,
-            &ws.to.deflate,
-            &conn.log,
-            ws.to.numbered,
-        ) {
-            s.set_socket(DirectSocket::of(tcp));
+        if let To::One(to) = &ws.to {
+            if to.deflate.is_some() {
+                ShardStats::add(&state.stats().ws_deflate_opened, 1);
+            }
+            // A plain WebSocket without permessage-deflate or access log: while it waits to
+            // read, the fan-out writes its frames itself rather than waking it
+            // (`SessionOut::fan_out`).
+            if let (Some(s), crate::tls::Stream::Plain(tcp), None, None, false) =
+                (&session, &conn.stream, &to.deflate, &conn.log, to.numbered)
+            {
+                s.set_socket(DirectSocket::of(tcp));
+            }
         }
         // A write that the client takes none of for COMBD_WS_SLOW_TIMEOUT fails then, not at
         // the HTTP write stall timeout: both mean a slow reader, and end it the same way.
@@ -294,6 +263,12 @@ impl<'c> WsConn<'c> {
             if let Some(close) = self.hold_partial() {
                 break close;
             }
+            if let (To::Many(mux), Some(hub)) = (&mut self.ws.to, &self.watch.session) {
+                if mux.has_pending() {
+                    // Boxed: waits that only a multiplexed socket has.
+                    Box::pin(mux.attach_pending(self.conn, hub, &mut out)).await;
+                }
+            }
             if !out.is_empty() {
                 ShardStats::add(&stats.ws_sends, 1);
             }
@@ -319,7 +294,11 @@ impl<'c> WsConn<'c> {
                 Woke::Mail => {
                     // Boxed: the largest of the loop's waits (184 bytes), which would size
                     // every idle WebSocket's task; an allocation a write of mail.
-                    if let Some(close) = Box::pin(self.write_mail()).await {
+                    let close = match self.ws.to {
+                        To::One(_) => Box::pin(self.write_mail()).await,
+                        To::Many(_) => Box::pin(self.write_mux_mail()).await,
+                    };
+                    if let Some(close) = close {
                         break close;
                     }
                 }
@@ -372,10 +351,13 @@ impl<'c> WsConn<'c> {
         let mut handed = 0;
         let mut turn_spent = false;
         let (conn, ws, rate) = (&*self.conn, &mut self.ws, &mut self.rate);
-        let (session, to) = (self.watch.session.as_deref(), &ws.to);
+        let (session, to) = (self.watch.session.as_deref(), &mut ws.to);
         let mut message = |text: bool, payload: &[u8], out: &mut Vec<u8>| {
             handed += payload.len();
-            closing = on_message(conn, session, to, (text, payload), out);
+            closing = match to {
+                To::One(to) => on_message(conn, session, to, (text, payload), out),
+                To::Many(mux) => mux.on_message(conn, text, payload, out).err(),
+            };
             turn_spent = handed.max(out.len()) >= limits::WS_DECODE_BYTES_PER_TURN;
             closing.is_none() && !turn_spent
         };
@@ -489,22 +471,27 @@ impl<'c> WsConn<'c> {
             );
             return Some(closing(why));
         }
+        let To::One(to) = &self.ws.to else {
+            return None;
+        };
         if session.take_missed() {
             ShardStats::add(&state.stats().session_resyncs, 1);
-            if let Some(close) = self.resync(&session) {
+            if let Some(close) = to.resync(self.conn, &session) {
                 return Some(close);
             }
         }
+        let framing = Framing::of(to.deflate, to.numbered);
         let permit = state.acquire_awake().await;
-        let to = &self.ws.to;
-        let mut w = session.take_for_write(Framing::of(to.deflate, to.numbered));
+        let mut w = session.take_for_write(framing);
         if let Some(place) = w.place {
             self.conn.cells.sessions().set_place(&session, place);
         }
         if let Some(log) = &self.conn.log {
             (0..w.messages).for_each(|_| log.on_message(false));
         }
-        let written = self.write_session(&session, &mut w.bytes).await;
+        let written = self
+            .write_session(&session, &mut w.bytes, |n| session.written(n))
+            .await;
         drop(permit);
         let Cut { e, cut } = written.err()?;
         // A failed write after a cut may have left that frame short too.
@@ -518,48 +505,44 @@ impl<'c> WsConn<'c> {
         })
     }
 
-    /// The session missed messages: it closes, or attaches again, as its app says. A numbered
-    /// one attaches again resuming from its place (what its connection took to write): what
-    /// it missed is in its log, and comes before anything newer.
-    fn resync(&self, session: &SessionOut) -> Option<Close> {
-        let to = &self.ws.to;
-        let try_again = Close::Frame(Some(close::TRY_AGAIN_LATER), "missed messages: reconnect");
-        if to.numbered {
-            // Missed again before its last resume reached it (the resume did not fit either):
-            // closed, and its client reconnects with its place, so a client that does not read
-            // cannot make its object read the log again and again.
-            if !session.start_resume() {
-                return Some(try_again);
-            }
-            let resume = match self.conn.cells.sessions().place(session) {
-                Some((epoch, seq)) => Resume::After { epoch, seq },
-                None => Resume::New,
-            };
-            ShardStats::add(&self.conn.state().stats().session_resumes, 1);
-            self.reattach(session, Some(resume));
+    /// Writes the mail of a multiplexed socket's subscriptions while holding an awake slot,
+    /// each frame headed with its channel, after ending the subscriptions the node closed and
+    /// resyncing those that missed frames ([`Mux::take_mail`]). `Some`: the socket is to close.
+    async fn write_mux_mail(&mut self) -> Option<Close> {
+        let hub = self.watch.session.clone()?;
+        if let Some(why) = hub.closing() {
+            return Some(closing(why));
+        }
+        hub.take_missed();
+        let To::Many(mux) = &mut self.ws.to else {
+            return None;
+        };
+        let mut mail = match mux.take_mail(self.conn) {
+            Ok(mail) => mail,
+            Err(close) => return Some(close),
+        };
+        if mail.bytes.is_empty() {
             return None;
         }
-        match to.app.resync() {
-            Resync::Close => Some(try_again),
-            Resync::Attach => {
-                self.reattach(session, None);
-                None
-            }
+        if let Some(log) = &self.conn.log {
+            (0..mail.messages).for_each(|_| log.on_message(false));
         }
-    }
-
-    /// Attaches the session again, in place, as it first attached; a numbered one from
-    /// `resume`.
-    fn reattach(&self, session: &SessionOut, resume: Option<Resume>) {
-        let to = &self.ws.to;
-        let job = Job::reattach(
-            session.session_id(),
-            session.query().map(str::to_string),
-            session.client().cloned(),
-            session.caller().clone(),
-        )
-        .on_topic(session.topic_name(), resume, to.app.presence());
-        self.conn.cells.submit(&to.app, &to.object, job);
+        let state = self.conn.state().clone();
+        let own = mail.own_bytes;
+        state.add_outbound(own);
+        let _own = Defer(|| state.release_outbound(own));
+        let permit = state.acquire_awake().await;
+        let mut bytes = std::mem::take(&mut mail.bytes);
+        let written = self
+            .write_session(&hub, &mut bytes, |n| mail.written(n))
+            .await;
+        drop(permit);
+        let Cut { e, cut } = written.err()?;
+        Some(match hub.closing() {
+            Some(why) if !cut => closing(why),
+            Some(_) => Close::Drop,
+            None => self.write_failed(&e, cut),
+        })
     }
 
     /// How a WebSocket whose write failed ends: one that took nothing for the write stall
@@ -579,11 +562,16 @@ impl<'c> WsConn<'c> {
         }
     }
 
-    /// Writes a session's output and frees it, telling the session's accounts as the kernel
-    /// takes each part. Unlike [`Conn::flush`], the wait for the socket to take it ends as soon
-    /// as the node decides to close the session (a client that stopped reading cannot hold the
-    /// task until the write stall timeout).
-    async fn write_session(&mut self, session: &SessionOut, out: &mut Vec<u8>) -> Result<(), Cut> {
+    /// Writes a session's output and frees it, telling `written` (the session's accounts) as
+    /// the kernel takes each part. Unlike [`Conn::flush`], the wait for the socket to take it
+    /// ends as soon as the node decides to close the session (a client that stopped reading
+    /// cannot hold the task until the write stall timeout).
+    async fn write_session(
+        &mut self,
+        session: &SessionOut,
+        out: &mut Vec<u8>,
+        mut written: impl FnMut(u64),
+    ) -> Result<(), Cut> {
         use futures_lite::AsyncWrite;
         use std::pin::Pin;
         use std::task::Poll;
@@ -608,7 +596,7 @@ impl<'c> WsConn<'c> {
                     if let Some(log) = &conn.log {
                         log.on_written(n);
                     }
-                    session.written(n as u64);
+                    written(n as u64);
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
@@ -626,11 +614,17 @@ impl<'c> WsConn<'c> {
     /// Tells the object the session left, and ends the session: from here the fan-out writes
     /// to its socket no more. Once; nothing after the first.
     fn leave(&mut self) {
-        if let Some(s) = self.watch.session.take() {
-            let to = &self.ws.to;
-            let job = Job::detach(s.session_id());
-            self.conn.cells.submit(&to.app, &to.object, job);
-            self.conn.cells.sessions().end(&s);
+        let Some(s) = self.watch.session.take() else {
+            return;
+        };
+        match &mut self.ws.to {
+            To::One(to) => {
+                let job = Job::detach(s.session_id());
+                self.conn.cells.submit(&to.app, &to.object, job);
+                self.conn.cells.sessions().end(&s);
+            }
+            // The hub is in no table: its subscriptions are.
+            To::Many(mux) => mux.leave(self.conn),
         }
     }
 

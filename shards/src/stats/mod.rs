@@ -297,6 +297,10 @@ pub struct ShardStats {
     /// Sessions attached to a topic that keeps presence but not listed in it (the topic's or
     /// the node's members full, or their client at its share).
     pub presence_unlisted: AtomicU64,
+    /// Subscriptions of multiplexed WebSockets (`/ws`) open now.
+    pub ws_subscriptions: AtomicU64,
+    /// Subscribes refused because their socket had `COMBD_WS_SUBSCRIPTIONS` already.
+    pub ws_subscriptions_refused: AtomicU64,
     /// Access-log lines queued for the writer.
     pub access_log_lines: AtomicU64,
     /// Access-log lines dropped: every chunk of the shard was waiting for the writer.
@@ -474,6 +478,8 @@ impl ShardStats {
             ("session_resumes", "combd_session_resumes_total", Counter, "Numbered sessions that missed messages and resumed from their topic's log.", g(&self.session_resumes)),
             ("presence_changes", "combd_presence_changes_total", Counter, "Changes of a topic's presence sent to its numbered sessions (one a topic a batch).", g(&self.presence_changes)),
             ("presence_unlisted", "combd_presence_unlisted_total", Counter, "Sessions attached to a topic that keeps presence but not listed in it (COMBD_PRESENCE_TOPIC_MAX, COMBD_PRESENCE_MAX or their client's share).", g(&self.presence_unlisted)),
+            ("ws_subscriptions", "combd_ws_subscriptions", Gauge, "Subscriptions of multiplexed WebSockets (/ws) open now.", g(&self.ws_subscriptions)),
+            ("ws_subscriptions_refused", "combd_ws_subscriptions_refused_total", Counter, "Subscribes refused because their socket had COMBD_WS_SUBSCRIPTIONS already.", g(&self.ws_subscriptions_refused)),
             ("access_log_lines", "combd_access_log_lines_total", Counter, "Access-log lines queued for the writer.", g(&self.access_log_lines)),
             ("access_log_dropped", "combd_access_log_dropped_total", Counter, "Access-log lines dropped with every chunk waiting for the writer.", g(&self.access_log_dropped)),
             ("app_errors_log_suppressed", "combd_app_errors_log_suppressed_total", Counter, "Warnings about apps' failed calls not logged past the rate.", g(&self.app_errors_log_suppressed)),

@@ -235,6 +235,15 @@ pub enum Framing {
         /// permessage-deflate was negotiated.
         deflate: bool,
     },
+    /// A subscription of a multiplexed WebSocket ([`super::mux`]): as the one-object route
+    /// would send it, never compressed, numbered if `numbered`, each frame then headed with
+    /// its channel ([`super::mux::rewrap`], by the session as it takes its mail).
+    Mux {
+        /// Its channel on the socket.
+        ch: u32,
+        /// Numbered.
+        numbered: bool,
+    },
 }
 
 impl Framing {
@@ -350,8 +359,11 @@ impl OutFrame {
             return (&self.plain, false);
         };
         match framing {
-            Framing::Plain => (&self.plain, false),
-            Framing::Numbered { deflate: false } => (
+            Framing::Plain
+            | Framing::Mux {
+                numbered: false, ..
+            } => (&self.plain, false),
+            Framing::Numbered { deflate: false } | Framing::Mux { numbered: true, .. } => (
                 self.numbered
                     .get_or_init(|| self.number(seq, epoch, false).0),
                 false,

@@ -12,6 +12,7 @@ use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 use tungstenite::protocol::frame::FrameHeader;
 
 pub mod deflate;
+pub mod mux;
 pub mod numbered;
 mod utf8;
 

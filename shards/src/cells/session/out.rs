@@ -226,7 +226,19 @@ pub(crate) struct SessionOut {
     caller: Arc<crate::app::Caller>,
     /// Numbered (`crate::ws::numbered`): it takes its topic's presence.
     numbered: bool,
+    /// The outbound side of its multiplexed WebSocket, if it is a subscription of one
+    /// ([`SessionOut::hub`]): its bytes count there too, against one budget for the socket,
+    /// and its wakes mark it.
+    hub: Option<Rc<SessionOut>>,
     out: RefCell<Outbox>,
+}
+
+/// Where a session's waiting bytes are counted: its client's tally, the shard, and its
+/// socket's hub (a subscription of a multiplexed WebSocket).
+#[derive(Clone, Copy)]
+struct Books<'a> {
+    state: &'a ShardState,
+    hub: Option<&'a SessionOut>,
 }
 
 /// Who a new session is: what [`SessionOut::new`] keeps for its life.
@@ -236,6 +248,8 @@ pub(crate) struct Attach {
     pub caller: Arc<crate::app::Caller>,
     /// Numbered (`crate::ws::numbered`).
     pub numbered: bool,
+    /// The hub of its multiplexed WebSocket, if it is one of its subscriptions.
+    pub hub: Option<Rc<SessionOut>>,
 }
 
 impl SessionOut {
@@ -243,7 +257,7 @@ impl SessionOut {
         (id, slot): (u64, usize),
         state: Rc<ShardState>,
         topic: Rc<TopicKey>,
-        tally: Rc<ClientTally>,
+        tally: Option<Rc<ClientTally>>,
         who: Attach,
     ) -> SessionOut {
         SessionOut {
@@ -256,10 +270,11 @@ impl SessionOut {
             client: who.client,
             caller: who.caller,
             numbered: who.numbered,
+            hub: who.hub,
             out: RefCell::new(Outbox {
                 mail: VecDeque::new(),
                 waiting_bytes: 0,
-                tally: Some(tally),
+                tally,
                 closing: None,
                 missed: false,
                 stuck_since: None,
@@ -270,6 +285,45 @@ impl SessionOut {
                 resume_dropped: 0,
             }),
         }
+    }
+
+    /// The outbound side of a multiplexed WebSocket (`crate::ws::mux`) on the connection of
+    /// waker `slot`, with its verified client and what the node saw of its upgrade: the
+    /// connection waits on it ([`SessionOut::has_mail`] is true once any subscription wants
+    /// it), and its subscriptions' waiting bytes add up in it, against one budget for the
+    /// socket. In no table, attached to nothing; it queues nothing itself.
+    pub fn hub(
+        slot: usize,
+        state: Rc<ShardState>,
+        client: Option<Arc<crate::auth::Client>>,
+        caller: Arc<crate::app::Caller>,
+    ) -> SessionOut {
+        let who = Attach {
+            query: None,
+            client,
+            caller,
+            numbered: false,
+            hub: None,
+        };
+        let nothing = Rc::new((String::new(), String::new()));
+        SessionOut::new((0, slot), state, nothing, None, who)
+    }
+
+    /// Books its bytes are counted in.
+    fn books(&self) -> Books<'_> {
+        Books {
+            state: &self.state,
+            hub: self.hub.as_deref(),
+        }
+    }
+
+    /// Its connection's slot, to be woken; a subscription marks its hub first, so the
+    /// connection knows to look at its subscriptions.
+    fn wake(&self) -> usize {
+        if let Some(h) = &self.hub {
+            h.out.borrow_mut().missed = true;
+        }
+        self.slot
     }
 
     /// Its id on its shard.
@@ -355,7 +409,7 @@ impl SessionOut {
     /// The kernel took `bytes` of the session's output.
     pub fn written(&self, bytes: u64) {
         let mut o = self.out.borrow_mut();
-        o.release(&self.state, bytes);
+        o.release(self.books(), bytes);
         o.stuck_since = (o.waiting_bytes > 0).then(Instant::now);
     }
 
@@ -382,21 +436,25 @@ impl SessionOut {
                 continue;
             }
             w.messages += 1;
-            if let Framing::Numbered { .. } = framing {
+            if let Framing::Numbered { .. } | Framing::Mux { numbered: true, .. } = framing {
                 w.place = frame.place().or(w.place);
             }
             let (bytes, deflated) = frame.for_session(framing);
             if deflated {
                 ShardStats::add(&stats.ws_deflated_out, 1);
             }
-            let plain = frame.plain().len();
-            saved += plain.saturating_sub(bytes.len()) as u64;
-            added += bytes.len().saturating_sub(plain) as u64;
-            w.bytes.extend_from_slice(bytes);
+            let (plain, start) = (frame.plain().len(), w.bytes.len());
+            match framing {
+                Framing::Mux { ch, .. } => crate::ws::mux::rewrap(&mut w.bytes, ch, bytes),
+                _ => w.bytes.extend_from_slice(bytes),
+            }
+            let made = w.bytes.len() - start;
+            saved += plain.saturating_sub(made) as u64;
+            added += made.saturating_sub(plain) as u64;
         }
         ShardStats::add(&stats.ws_messages_out, w.messages as u64);
-        o.release(&self.state, saved);
-        o.add(&self.state, added);
+        o.release(self.books(), saved);
+        o.add(self.books(), added);
         w
     }
 
@@ -404,10 +462,10 @@ impl SessionOut {
     /// to wake.
     pub(super) fn missed(&self) -> usize {
         let mut o = self.out.borrow_mut();
-        let dropped = o.drop_mail(&self.state);
+        let dropped = o.drop_mail(self.books());
         ShardStats::add(&self.state.stats().session_mailbox_dropped, dropped);
         o.missed = true;
-        self.slot
+        self.wake()
     }
 
     /// Closes the session for `why` unless it is closing already: its mail is dropped and
@@ -417,9 +475,9 @@ impl SessionOut {
         if o.closing.is_some() {
             return None;
         }
-        o.drop_mail(&self.state);
+        o.drop_mail(self.books());
         o.closing = Some(why);
-        Some(self.slot)
+        Some(self.wake())
     }
 
     /// The session ends (its connection closes): what it holds is given back, its socket
@@ -427,7 +485,7 @@ impl SessionOut {
     pub(super) fn end(&self) -> Option<Rc<ClientTally>> {
         let mut o = self.out.borrow_mut();
         let waiting = o.waiting_bytes;
-        o.release(&self.state, waiting);
+        o.release(self.books(), waiting);
         o.mail = VecDeque::new();
         o.socket = None;
         o.reading = false;
@@ -445,7 +503,11 @@ impl SessionOut {
             } else {
                 SESSION_MAILBOX
             },
-            session_bytes: o.waiting_bytes,
+            // A subscription's socket has one budget for all of them.
+            session_bytes: self
+                .hub
+                .as_ref()
+                .map_or(o.waiting_bytes, |h| h.out.borrow().waiting_bytes),
             shard_bytes: state.outbound(),
             shard_budget: budget,
             client_within_share: o.tally.as_ref().is_some_and(|t| {
@@ -471,7 +533,7 @@ impl SessionOut {
             .partition(|f| !f.is_logged());
         o.mail = kept;
         let bytes: u64 = logged.iter().map(|f| f.plain().len() as u64).sum();
-        o.release(&self.state, bytes);
+        o.release(self.books(), bytes);
         ShardStats::add(
             &self.state.stats().session_mailbox_dropped,
             logged.len() as u64,
@@ -501,7 +563,7 @@ impl SessionOut {
                     return None;
                 }
                 o.missed = true;
-                return Some(self.slot);
+                return Some(self.wake());
             }
             o.resuming = !frame.is_node();
         }
@@ -509,12 +571,12 @@ impl SessionOut {
         match decide(waiting, len) {
             Delivery::Queue => {
                 o.mail.push_back(frame);
-                o.add(&self.state, len);
+                o.add(self.books(), len);
                 o.stuck_since.get_or_insert_with(Instant::now);
             }
             Delivery::Resync => {
                 // The new frame is dropped with what waits.
-                let dropped = 1 + o.drop_mail(&self.state);
+                let dropped = 1 + o.drop_mail(self.books());
                 ShardStats::add(&stats.session_mailbox_dropped, dropped);
                 if !waiting.client_within_share {
                     ShardStats::add(&stats.session_share_resyncs, 1);
@@ -533,11 +595,15 @@ impl SessionOut {
                     },
                     1,
                 );
-                o.drop_mail(&self.state);
+                o.drop_mail(self.books());
                 o.closing = Some(why);
+                // A subscription's reader is its socket's: the socket closes whole.
+                if let Some(h) = &self.hub {
+                    h.out.borrow_mut().closing.get_or_insert(why);
+                }
             }
         }
-        Some(self.slot)
+        Some(self.wake())
     }
 
     /// A fan-out's frames for this session: written by the fan-out itself when the
@@ -609,7 +675,7 @@ impl SessionOut {
                 frame.clone()
             };
             o.mail.push_back(unsent);
-            o.add(&self.state, (len - left) as u64);
+            o.add(self.books(), (len - left) as u64);
             left = 0;
         }
         if !o.mail.is_empty() {
@@ -662,7 +728,7 @@ impl SessionOut {
             return false;
         };
         self.count_send(n);
-        o.release(&self.state, n as u64);
+        o.release(self.books(), n as u64);
         o.stuck_since = (o.waiting_bytes > 0).then(Instant::now);
         // Off the mail: what was sent whole, counted as messages; a frame sent in part becomes
         // its rest.
@@ -692,8 +758,11 @@ impl SessionOut {
 impl Outbox {
     /// Counts `n` more bytes waiting for the session's client: its own, its client's on the
     /// shard, and the shard's outbound bytes.
-    fn add(&mut self, state: &ShardState, n: u64) {
+    fn add(&mut self, Books { state, hub }: Books, n: u64) {
         self.waiting_bytes += n;
+        if let Some(h) = hub {
+            h.out.borrow_mut().waiting_bytes += n;
+        }
         if let Some(t) = &self.tally {
             t.add(n);
         }
@@ -702,9 +771,13 @@ impl Outbox {
 
     /// `n` of the bytes waiting for the session were written or dropped (at most what
     /// waits), given back to its client's tally and the shard's outbound bytes.
-    fn release(&mut self, state: &ShardState, n: u64) {
+    fn release(&mut self, Books { state, hub }: Books, n: u64) {
         let b = n.min(self.waiting_bytes);
         self.waiting_bytes -= b;
+        if let Some(h) = hub {
+            let mut h = h.out.borrow_mut();
+            h.waiting_bytes = h.waiting_bytes.saturating_sub(b);
+        }
         if let Some(t) = &self.tally {
             t.release(b);
         }
@@ -713,7 +786,7 @@ impl Outbox {
 
     /// Drops what waits in the mailbox; what is being written is released as the
     /// connection writes it or closes. Returns how many frames were dropped.
-    fn drop_mail(&mut self, state: &ShardState) -> u64 {
+    fn drop_mail(&mut self, books: Books) -> u64 {
         // The rest of a frame cut short stays: the connection writes it before anything else.
         let keep = usize::from(self.cut && !self.mail.is_empty());
         let dropped = (self.mail.len() - keep) as u64;
@@ -722,7 +795,7 @@ impl Outbox {
             .drain(keep..)
             .map(|f| f.plain().len() as u64)
             .sum();
-        self.release(state, queued);
+        self.release(books, queued);
         dropped
     }
 }
