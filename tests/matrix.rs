@@ -63,6 +63,7 @@ fn start(pair: &Pair, dir: &std::path::Path, more: &[(&str, &str)]) -> TestNode 
         ("COMBD_OUTBOUND_BUDGET", "8M"),
         ("COMBD_INBOUND_BUDGET", "4M"),
         ("COMBD_MAX_CONNS_PER_ADDRESS", "48"),
+        ("COMBD_SUBSCRIPTIONS_MAX", "200"),
     ];
     env.extend_from_slice(more);
     TestNode::start(&env)

@@ -78,6 +78,71 @@ export function refusal(status, retryAfter, error) {
   return null;
 }
 
+/** A message's header (up to its first `|`) and payload (text, or an ArrayBuffer for a binary
+ * message, whose header is ASCII); null without a `|`. */
+export function split(data) {
+  if (typeof data === "string") {
+    const bar = data.indexOf("|");
+    return bar < 0 ? null : [data.slice(0, bar), data.slice(bar + 1)];
+  }
+  const bytes = new Uint8Array(data);
+  const bar = bytes.indexOf(0x7c);
+  if (bar < 0) return null;
+  return [new TextDecoder().decode(bytes.subarray(0, bar)), bytes.slice(bar + 1).buffer];
+}
+
+/**
+ * A reader of one connection's numbered messages for `s` (which keeps `place`, `presence` and
+ * `unlisted`): given a message's header and payload, the payload and { seq } to pass on, or
+ * null (a position, presence, a broadcast it has, or one from before this connection's
+ * position). `gap()` when a broadcast skips a number (the session fell behind: resume from
+ * the place); `delivered()` on a position.
+ */
+function numbering(s, { onPosition, onPresence, gap, delivered }) {
+  let placed = false; // a position came on this connection: numbers count from it
+  let present = false; // the members came on this connection: changes apply from them
+  // The topic's members (replacing what it had) or a change of them (applied once the members
+  // came on this connection; dropped before).
+  const presence = (p) => {
+    if (Array.isArray(p.members)) {
+      s.presence = new Map(p.members.map((m) => [m.who, m]));
+    } else if (present) {
+      for (const m of p.join ?? []) s.presence.set(m.who, m);
+      for (const who of p.leave ?? []) s.presence.delete(who);
+    } else {
+      return;
+    }
+    present = true;
+    s.unlisted = p.unlisted ?? 0;
+    onPresence(s.presence, Array.isArray(p.members) ? null : { join: p.join, leave: p.leave });
+  };
+  return (header, payload) => {
+    if (header === "!presence") {
+      presence(JSON.parse(payload));
+      return null;
+    }
+    if (header.startsWith("!")) {
+      const [epoch, last] = header.slice(1).split(".").map(Number);
+      if (payload !== "resumed" || !s.place) s.place = { epoch, last };
+      else s.place.epoch = epoch;
+      placed = true;
+      onPosition(epoch, last, payload);
+      delivered();
+      return null;
+    }
+    if (header === "") return [payload, { seq: 0 }];
+    const seq = Number(header);
+    if (!placed || seq <= s.place.last) return null;
+    if (seq > s.place.last + 1) {
+      placed = false;
+      gap();
+      return null;
+    }
+    s.place.last = seq;
+    return [payload, { seq }];
+  };
+}
+
 /**
  * Connects to `path` (an object's URL path, or a whole ws:// or wss:// URL) and keeps the
  * connection up. Returns { send, close, retryNow, setToken, state, lastClose, attempts }.
@@ -93,6 +158,8 @@ export function connect(path, options = {}) {
     onMessage = () => {},
     onState = () => {},
     onAttempt = () => {},
+    onOpen = () => {},
+    raw = false,
     refusal: readRefusal = refusal,
     base = globalThis.location ? globalThis.location.href : undefined,
     WebSocketImpl = globalThis.WebSocket,
@@ -170,8 +237,6 @@ export function connect(path, options = {}) {
     if (token) offered.push("combd", `combd.bearer.${token}`);
     let opened = false;
     let greeted = false;
-    let placed = false; // a position came on this connection: numbers count from it
-    let present = false; // the members came on this connection: changes apply from them
     try {
       ws = new WebSocketImpl(url("ws"), offered);
     } catch (err) {
@@ -181,13 +246,28 @@ export function connect(path, options = {}) {
       setState("invalid", err.message);
       return;
     }
-    if (numbered) ws.binaryType = "arraybuffer";
-    ws.onopen = () => { opened = true; };
+    if (numbered || raw) ws.binaryType = "arraybuffer";
+    // A raw connection (multiplex()) is live as it opens: its messages are its subscriptions'.
+    ws.onopen = () => {
+      opened = true;
+      if (raw) {
+        delivered();
+        onOpen();
+      }
+    };
+    const read = numbering(client, {
+      onPosition, onPresence, delivered: () => delivered(), gap: () => ws.close(4001, "a gap: resuming"),
+    });
     ws.onmessage = (e) => {
       let m = e.data;
       let info;
+      if (raw) {
+        onMessage(m);
+        return;
+      }
       if (numbered) {
-        const taken = number(m);
+        const parts = split(m);
+        const taken = parts && read(...parts);
         if (!taken) return;
         [m, info] = taken;
       }
@@ -203,62 +283,6 @@ export function connect(path, options = {}) {
       greeted = true;
       failures = 0; // this connection delivered: the next loss starts the backoff again
       setState("live");
-    };
-    // A numbered message: its payload and { seq } to pass on, or null (a position, a broadcast
-    // it has, or one from before this connection's position). A gap ends the connection, which
-    // resumes from the place.
-    const number = (data) => {
-      let header;
-      let payload;
-      if (typeof data === "string") {
-        const bar = data.indexOf("|");
-        if (bar < 0) return null;
-        [header, payload] = [data.slice(0, bar), data.slice(bar + 1)];
-      } else {
-        // A binary message: its header is ASCII, its payload bytes.
-        const bytes = new Uint8Array(data);
-        const bar = bytes.indexOf(0x7c);
-        if (bar < 0) return null;
-        header = new TextDecoder().decode(bytes.subarray(0, bar));
-        payload = bytes.slice(bar + 1).buffer;
-      }
-      if (header === "!presence") {
-        present = presence(JSON.parse(payload), present);
-        return null;
-      }
-      if (header.startsWith("!")) {
-        const [epoch, last] = header.slice(1).split(".").map(Number);
-        if (payload !== "resumed" || !client.place) client.place = { epoch, last };
-        else client.place.epoch = epoch;
-        placed = true;
-        onPosition(epoch, last, payload);
-        delivered();
-        return null;
-      }
-      if (header === "") return [payload, { seq: 0 }];
-      const seq = Number(header);
-      if (!placed || seq <= client.place.last) return null;
-      if (seq > client.place.last + 1) {
-        ws.close(4001, "a gap: resuming");
-        return null;
-      }
-      client.place.last = seq;
-      return [payload, { seq }];
-    };
-    // The topic's members (replacing what the client had) or a change of them (applied once
-    // the members came on this connection; dropped before). Whether the members came.
-    const presence = (p, present) => {
-      if (Array.isArray(p.members)) {
-        client.presence = new Map(p.members.map((m) => [m.who, m]));
-      } else if (present) {
-        for (const m of p.join ?? []) client.presence.set(m.who, m);
-        for (const who of p.leave ?? []) client.presence.delete(who);
-      } else {
-        return false;
-      }
-      client.unlisted = p.unlisted ?? 0;
-      onPresence(client.presence, Array.isArray(p.members) ? null : { join: p.join, leave: p.leave });
-      return true;
     };
     // A handshake the node refused fires `error` and then (in browsers) `close` with 1006;
     // some runtimes fire only the `error`: whichever comes first ends this connection.
@@ -333,4 +357,145 @@ export function connect(path, options = {}) {
   };
   open();
   return client;
+}
+
+/**
+ * Many subscriptions on one WebSocket (`GET /ws`, README "Many subscriptions on one socket"):
+ * a connection as connect() keeps it (token, states, backoff), on which
+ * `client.subscribe(app, name, options)` opens a subscription to object `name` of `app`, each
+ * with its own place and presence, subscribed again from its place whenever the connection
+ * comes back:
+ *
+ *   const hub = multiplex({ token });
+ *   const lobby = hub.subscribe("chat", "lobby", {
+ *     numbered: true, query: () => ({}), onMessage: (m, { seq }) => {}, onPresence: (members) => {},
+ *     onPosition: (epoch, last, why) => {}, onState: (state, why, info) => {},
+ *   });
+ *   lobby.send({ t: "say", text: "hi" });
+ *   lobby.close();
+ *
+ * A subscription's states: subscribing, live (the node took it), reconnecting (its socket is
+ * down, or the node ended it: again after a backoff), busy (refused 503 or 429: again after a
+ * backoff), invalid (refused 400, 404, 421: not again), unauthorized (401: not again), closed.
+ */
+export function multiplex(options = {}) {
+  const { path = "/ws", random = Math.random, onState = () => {}, ...rest } = options;
+  const subs = new Map();
+  let next = 1;
+  const demux = (data) => {
+    const parts = split(data);
+    if (!parts) return;
+    const [header, payload] = parts;
+    const op = header[0] === "+" || header[0] === "-" ? header[0] : "";
+    const s = subs.get(Number(header.slice(op.length)));
+    if (!s) return;
+    if (op === "+") s.taken();
+    else if (op === "-") s.ended(payload);
+    else s.message(payload);
+  };
+  const client = connect(path, {
+    ...rest,
+    random,
+    raw: true,
+    onOpen: () => subs.forEach((s) => s.open()),
+    onMessage: demux,
+    onState: (state, why, info) => {
+      if (state !== "live") subs.forEach((s) => s.down(why));
+      onState(state, why, info);
+    },
+  });
+  client.subscriptions = subs;
+  client.subscribe = (app, name, opts = {}) => {
+    const target = `${app}/${name}`;
+    const ch = next;
+    next += 1;
+    const s = subscription(client, ch, target, opts, random, () => subs.delete(ch));
+    subs.set(ch, s);
+    if (client.state === "live") s.open();
+    return s;
+  };
+  return client;
+}
+
+/** One subscription of a multiplexed connection `client` (see multiplex()). */
+function subscription(client, ch, target, opts, random, forget) {
+  const {
+    query = () => ({}), numbered = false,
+    onMessage = () => {}, onPosition = () => {}, onPresence = () => {}, onState = () => {},
+  } = opts;
+  const s = { ch, target, state: "subscribing", place: null, presence: new Map(), unlisted: 0, lastEnd: null };
+  let read = null;
+  let timer = null;
+  let failures = 0;
+  const setState = (state, why = "", info = {}) => {
+    s.state = state;
+    onState(state, why, info);
+  };
+  const final = () => ["closed", "invalid", "unauthorized"].includes(s.state);
+  s.open = () => {
+    if (final()) return;
+    clearTimeout(timer);
+    const q = new URLSearchParams(query() ?? {});
+    if (numbered) q.set("combd_after", s.place ? `${s.place.epoch}.${s.place.last}` : "new");
+    const qs = q.toString();
+    read = numbered ? numbering(s, {
+      onPosition, onPresence, delivered: () => {},
+      // Behind: ended and subscribed again from its place (its `-` answer opens it again).
+      gap: () => { read = null; client.send(`-${ch}|`); },
+    }) : null;
+    if (client.send(`+${ch}|${target}${qs ? `?${qs}` : ""}`)) setState("subscribing");
+  };
+  s.taken = () => {
+    failures = 0;
+    setState("live");
+  };
+  s.message = (payload) => {
+    let m = payload;
+    let info = { seq: 0 };
+    if (numbered) {
+      const parts = read && split(payload);
+      const taken = parts && read(...parts);
+      if (!taken) return;
+      [m, info] = taken;
+    }
+    if (typeof m === "string") {
+      try { m = JSON.parse(m); } catch { /* not JSON: passed on as text */ }
+    }
+    onMessage(m, info);
+  };
+  s.ended = (why) => {
+    read = null;
+    if (why === "") {
+      s.open(); // the client's own unsubscribe, after a gap: again from its place
+      return;
+    }
+    let w = {};
+    try { w = JSON.parse(why); } catch { /* no reason */ }
+    s.lastEnd = w;
+    if (w.status === 401) {
+      setState("unauthorized", w.error ?? "unauthorized", w);
+      return;
+    }
+    if (w.status >= 400 && w.status < 500 && w.status !== 429) {
+      setState("invalid", w.error ?? `refused ${w.status}`, w);
+      return;
+    }
+    failures += 1;
+    const wait = backoff(failures, { random });
+    setState(w.status ? "busy" : "reconnecting", w.error ?? "ended", { ...w, wait });
+    timer = setTimeout(s.open, wait);
+  };
+  s.down = (why) => {
+    read = null;
+    clearTimeout(timer);
+    if (!final()) setState("reconnecting", why);
+  };
+  s.send = (m) => client.send(`${ch}|${typeof m === "string" ? m : JSON.stringify(m)}`);
+  s.close = () => {
+    clearTimeout(timer);
+    client.send(`-${ch}|`);
+    forget();
+    setState("closed");
+  };
+  return s;
 }

@@ -83,6 +83,10 @@ pub const ATTACKS: &[Attack] = &[
         run: numbered_churn,
     },
     Attack {
+        name: "subscription flood on /ws",
+        run: subscription_flood,
+    },
+    Attack {
         name: "canned ClientHellos",
         run: canned_hellos,
     },
@@ -440,6 +444,70 @@ fn numbered_churn(ctx: &Ctx<'_>, t: &Target) -> Outcome {
     Outcome::Ran {
         note: format!("{opened} attached and left, {refused} refused"),
         failures,
+    }
+}
+
+/// Multiplexed sockets (`/ws`) that subscribe to as many of the route's objects as the node
+/// lets them (past a socket's bound, past the client's share of the node's pool), send each
+/// a message and never read (small receive buffers), while the honest client subscribes to
+/// the route's object on a socket of its own and must be taken.
+fn subscription_flood(ctx: &Ctx<'_>, t: &Target) -> Outcome {
+    let Some(app) = t.app.as_ref().filter(|a| !a.stateless) else {
+        return Outcome::Skipped("no object to subscribe to".into());
+    };
+    let head = upgrade_head(t, "/ws", Role::Attacker, false);
+    let started = Instant::now();
+    let mut socks: Vec<TcpStream> = (0..8)
+        .filter_map(|_| attacker(ctx, Some(4096)))
+        .filter_map(|mut s| upgrade(&mut s, &head).then_some(s))
+        .collect();
+    let mut sent = 0u64;
+    for (k, s) in socks.iter_mut().enumerate() {
+        for ch in 0..120u32 {
+            let name = format!("flood-{}-{}", ctx.case, (k as u32 * 120 + ch) % 64);
+            let mut out = frame(1, false, format!("+{ch}|{}/{name}", app.name).as_bytes());
+            out.extend(frame(
+                1,
+                false,
+                format!("{ch}|{}", messages(sent)[0]).as_bytes(),
+            ));
+            if s.write_all(&out).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+    }
+    let mut failures = Vec::new();
+    failures.extend(honest_subscription(ctx, t));
+    hold(ctx, &mut socks, started, false);
+    Outcome::Ran {
+        note: format!("{} sockets, {sent} subscribes sent", socks.len()),
+        failures,
+    }
+}
+
+/// An honest multiplexed socket subscribing to the route's object: what went wrong, if
+/// anything.
+fn honest_subscription(ctx: &Ctx<'_>, t: &Target) -> Option<String> {
+    let app = t.app.as_ref()?;
+    let mut s = connect_from(HONEST, ctx.node.public());
+    if !upgrade(&mut s, &upgrade_head(t, "/ws", Role::Honest, false)) {
+        return Some("an honest /ws was not let in".into());
+    }
+    let sub = format!("+1|{}/busy", app.name);
+    s.write_all(&frame(1, false, sub.as_bytes())).ok()?;
+    s.set_read_timeout(Some(WAIT)).ok()?;
+    loop {
+        let Ok((_, payload)) = read_frame(&mut s) else {
+            return Some("an honest subscribe was not answered".into());
+        };
+        if payload.starts_with(b"+1|") {
+            return None;
+        }
+        if payload.starts_with(b"-1|") {
+            let why = String::from_utf8_lossy(&payload);
+            return Some(format!("an honest subscribe was refused: {why}"));
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 // with `node --experimental-websocket --test`): COMBD_URL, COMBD_TOKEN_ALICE, COMBD_TOKEN_BOB.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { backoff, connect, refusal } from "../combd-client.js";
+import { backoff, connect, multiplex, refusal } from "../combd-client.js";
 
 test("the backoff doubles from 0.5 s to 30 s, jittered to between half and all of it", () => {
   assert.equal(backoff(1, { random: () => 1 }), 500);
@@ -291,4 +291,48 @@ test("a numbered viewer that drops its link gets every broadcast it missed, once
   assert.ok(sockets[1].url.includes(`combd_after=${viewer.place.epoch}.`), sockets[1].url);
   clicker.close();
   viewer.close();
+});
+
+test("one socket carries many subscriptions, each resumed from its own place", live, async () => {
+  const sockets = [];
+  class Kept extends WebSocket {
+    constructor(...a) { super(...a); sockets.push(this); }
+  }
+  const seen = { a: [], b: [], waiters: [] };
+  const poke = () => seen.waiters.forEach((w) => w());
+  const hub = multiplex({ base: URL_, token: process.env.COMBD_TOKEN_ALICE, WebSocketImpl: Kept, random: () => 0 });
+  opened.push(hub);
+  const sub = (room, into) => hub.subscribe("chat", `${room}-${RUN}`, {
+    numbered: true,
+    onMessage: (m) => { into.push(m); poke(); },
+    onPresence: poke,
+    onState: poke,
+  });
+  const a = sub("js-mux-a", seen.a);
+  const b = sub("js-mux-b", seen.b);
+  await until("both live", seen.waiters, () => a.state === "live" && b.state === "live");
+  await until("both hellos", seen.waiters, () => seen.a.length > 0 && seen.b.length > 0);
+  const bobA = client("js-mux-a", process.env.COMBD_TOKEN_BOB);
+  const bobB = client("js-mux-b", process.env.COMBD_TOKEN_BOB);
+  await until("bob in a", seen.waiters, () => a.presence.has("bob") && a.presence.has("alice"));
+  await until("bob in b", seen.waiters, () => b.presence.has("bob"));
+  a.send({ t: "say", text: "a1" });
+  b.send({ t: "say", text: "b1" });
+  const texts = (got) => got.filter((m) => m.t === "msg").map((m) => m.text);
+  await until("a1 and b1", seen.waiters, () => texts(seen.a).includes("a1") && texts(seen.b).includes("b1"));
+  sockets[0].close(4000); // the link drops: both subscriptions with it
+  await until("reconnecting", seen.waiters, () => a.state === "reconnecting" && b.state === "reconnecting");
+  bobA.c.send({ t: "say", text: "a2" });
+  bobA.c.send({ t: "say", text: "a3" });
+  bobB.c.send({ t: "say", text: "b2" });
+  await until("resumed", seen.waiters, () => texts(seen.a).includes("a3") && texts(seen.b).includes("b2"), 15000);
+  assert.equal(sockets.length, 2, "one socket for both subscriptions, once again after the drop");
+  assert.deepEqual(texts(seen.a), ["a1", "a2", "a3"]);
+  assert.deepEqual(texts(seen.b), ["b1", "b2"]);
+  assert.equal(seen.a.filter((m) => m.t === "hello").length, 1, "no second hello: resumed from its place");
+  assert.equal(seen.b.filter((m) => m.t === "hello").length, 1);
+  b.close();
+  await until("bob's b sees alice leave", bobB.seen.waiters, () => !bobB.c.presence.has("alice"));
+  assert.ok(a.state === "live" && b.state === "closed");
+  hub.close();
 });

@@ -95,7 +95,11 @@ const CLIENT_JS: &str = include_str!("../../../clients/js/combd-client.js");
 /// Every app route takes a WebSocket upgrade; which methods it answers is the app's to say (a
 /// 405 names them in `allow`).
 fn routes_json(apps: &crate::app::Apps) -> serde_json::Value {
-    let mut routes = vec![node("/healthz", "both"), node(CLIENT_JS_PATH, "both")];
+    let mut routes = vec![
+        node("/healthz", "both"),
+        node(CLIENT_JS_PATH, "both"),
+        node(crate::ws::mux::PATH, "both"),
+    ];
     routes.extend(["/stats", "/metrics", "/routes"].map(|p| node(p, "local")));
     let mut list = Vec::new();
     for app in apps.names().into_iter().filter_map(|n| apps.get(n)) {
