@@ -409,3 +409,76 @@ fn expect_close(ws: &mut WebSocket<TcpStream>, code: CloseCode, reason: &str) {
         }
     }
 }
+
+/// A final masked text frame, as a client sends it.
+fn masked(payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mask = [3u8, 1, 4, 1];
+    let mut out = vec![0x81, 0x80 | payload.len() as u8];
+    out.extend_from_slice(&mask);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    out
+}
+
+#[test]
+fn a_socket_that_stops_reading_is_closed_whole_and_its_subscriptions_end() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let node = TestNode::start(&[
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_SQLITE_SYNC", "normal"),
+        ("COMBD_WS_SLOW_TIMEOUT", "2s"),
+        ("COMBD_WS_RATE", "100000"),
+        ("COMBD_WS_BURST", "100000"),
+    ]);
+    // A socket that reads nothing (its receive buffer 4 KiB), three subscriptions on it.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect_timeout(&node.public().into(), WAIT).unwrap();
+    let mut never: TcpStream = sock.into();
+    never.set_read_timeout(Some(WAIT)).unwrap();
+    upgrade_raw(&mut never, "/ws", &format!("127.0.0.2:{}", node.port));
+    for ch in 1..=3 {
+        never
+            .write_all(&masked(format!("+{ch}|million/slow?page=0").as_bytes()))
+            .unwrap();
+    }
+    wait_stats(&node, "three subscriptions", |s| s["ws_subscriptions"] == 3);
+    let mut clicker = open_ws(&node, "/o/million/slow?page=0");
+    read_text(&mut clicker);
+    let click = |ws: &mut WebSocket<TcpStream>, c: u64| {
+        let i = c % 4096;
+        ws.send(Message::text(format!(r#"{{"t":"click","i":{i},"c":{c}}}"#)))
+            .unwrap();
+        while !read_text(ws).contains(&format!(",{c}]")) {}
+    };
+    let started = Instant::now();
+    let mut c = 0;
+    while node.stats()["ws_slow_closed"] == 0 {
+        assert!(
+            started.elapsed() < WAIT * 2,
+            "the socket was never closed as slow"
+        );
+        for _ in 0..50 {
+            c += 1;
+            click(&mut clicker, c);
+        }
+    }
+    // One budget for the socket: closed whole, each subscription ended, every byte given back.
+    wait_stats(&node, "the socket's subscriptions ended", |s| {
+        s["ws_subscriptions"] == 0
+            && s["fair_subscriptions_held"] == 0
+            && s["outbound_bytes"] == 0
+            && s["ws_slow_closed"] == 1
+    });
+    let deadline = Instant::now() + WAIT;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match never.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => assert!(Instant::now() < deadline, "the slow socket was not closed"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    click(&mut clicker, 1_000_000);
+}

@@ -34,6 +34,7 @@ mod fanout;
 mod http;
 mod presence;
 mod storm;
+mod subscriptions;
 mod svg;
 mod target;
 mod tls;
@@ -72,6 +73,8 @@ pub(crate) struct Args {
     rate: u64,
     /// `storm`: the file written once the viewers are live (the script then restarts the node).
     ready: Option<String>,
+    /// `subscriptions`: subscriptions on each multiplexed socket.
+    subs: usize,
 }
 
 /// `--deflate on`: the WebSockets offer permessage-deflate.
@@ -130,6 +133,7 @@ fn parse_args() -> Result<(String, Args), String> {
         auth_key_file: None,
         rate: 100,
         ready: None,
+        subs: 100,
     };
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -142,6 +146,7 @@ fn parse_args() -> Result<(String, Args), String> {
             "--rooms" => a.rooms = v.parse().map_err(|_| format!("--rooms {v:?}"))?,
             "--rate" => a.rate = v.parse().map_err(|_| format!("--rate {v:?}"))?,
             "--ready" => a.ready = Some(v),
+            "--subs" => a.subs = v.parse().map_err(|_| format!("--subs {v:?}"))?,
             "--auth-key-file" => a.auth_key_file = Some(v),
             "--deflate" => DEFLATE.store(v == "on", Ordering::Relaxed),
             "--pages" => a.pages = v.parse().map_err(|_| format!("--pages {v:?}"))?,
@@ -544,8 +549,9 @@ fn main() {
         "chat" => chat::chat(&args),
         "presence" => presence::presence(&args),
         "storm" => storm::storm(&args),
+        "subscriptions" => subscriptions::subscriptions(&args),
         other => Err(format!(
-            "unknown scenario {other:?} (have: idle, flood, click, overload, mailbox, idle-tls, http, handshakes, fanout, chat, presence, storm)"
+            "unknown scenario {other:?} (have: idle, flood, click, overload, mailbox, idle-tls, http, handshakes, fanout, chat, presence, storm, subscriptions)"
         )),
     };
     match result {
