@@ -17,6 +17,10 @@ mod fleet_support;
 mod identity;
 #[path = "fleet/no_work.rs"]
 mod no_work;
+#[path = "fleet/presence.rs"]
+mod presence;
+#[path = "fleet/resume.rs"]
+mod resume;
 mod support;
 #[path = "fleet/tls.rs"]
 mod tls;

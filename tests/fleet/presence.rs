@@ -1,0 +1,106 @@
+//! Presence across a fleet (README "Presence", "The fleet"), on the chat app: an object's
+//! sessions are all on its owner (a WebSocket asked of another node passes through to it), so
+//! a viewer on any node sees the others join and leave as they do, and the sessions a killed
+//! node carried leave as its connections to the owner drop, well within its lease.
+
+use std::net::TcpStream;
+
+use tungstenite::{Message, WebSocket};
+
+use super::support::*;
+use super::*;
+
+const SECRET: &str = "combd-fleet-presence-secret-0123456789abcdef";
+
+/// A numbered chat client of room `fp` on `node`, as user `sub`.
+fn viewer(node: &TestNode, sub: &str) -> WebSocket<TcpStream> {
+    let ws = auth::open_ws_with(
+        node,
+        "/o/chat/fp?combd_after=new",
+        &auth::token(SECRET, sub, None),
+    );
+    ws.get_ref().set_read_timeout(Some(WAIT)).unwrap();
+    ws
+}
+
+/// The next presence message of `ws` with field `field` (`members`, `join`, `leave`) not
+/// empty, as JSON (a change before the members may come, and is passed over).
+fn next_presence(ws: &mut WebSocket<TcpStream>, field: &str) -> serde_json::Value {
+    loop {
+        if let Message::Text(t) = ws.read().expect("timed out waiting for presence") {
+            if let Some(json) = t.as_str().strip_prefix("!presence|") {
+                let p: serde_json::Value = serde_json::from_str(json).unwrap();
+                if p[field].as_array().is_some_and(|a| !a.is_empty()) {
+                    return p;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn presence_spans_the_fleet_and_a_killed_nodes_sessions_leave_within_its_lease() {
+    let Some(fleet) = Fleet::start("presence_spans_the_fleet") else {
+        return;
+    };
+    let key = auth::key_file("fleet-presence", SECRET);
+    let more = [("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap())];
+    let a = fleet.node_on(LEASE_TTL, &fleet.s3.bucket.endpoint, &more);
+    let b = fleet.node_on(LEASE_TTL, &fleet.s3.bucket.endpoint, &more);
+    // The first to write owns the room: A.
+    let mut x = viewer(&a, "xena");
+    let members = next_presence(&mut x, "members");
+    x.send(Message::text(r#"{"t":"say","text":"mine"}"#))
+        .unwrap();
+    while !matches!(x.read().unwrap(), Message::Text(t) if t.as_str().contains("mine")) {}
+    assert!(stat(&a, "fleet_claims_won") >= 1);
+    assert_eq!(members["members"].as_array().unwrap().len(), 1, "{members}");
+    // A user on B is passed through to A, and joins the same room.
+    let joined_at = Instant::now();
+    let mut y = viewer(&b, "yuri");
+    let seen_by_y = next_presence(&mut y, "members");
+    assert_eq!(
+        seen_by_y["members"].as_array().unwrap().len(),
+        2,
+        "{seen_by_y}"
+    );
+    // X is told Y joined (its own join, if it comes after its members, passed over).
+    let x_who = members["members"][0]["who"].clone();
+    let change = loop {
+        let c = next_presence(&mut x, "join");
+        if c["join"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["who"] != x_who)
+        {
+            break c;
+        }
+    };
+    assert!(
+        seen_by_y["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["who"] == change["join"][0]["who"]),
+        "{change} {seen_by_y}"
+    );
+    assert!(
+        joined_at.elapsed() < Duration::from_secs(1),
+        "a join across nodes took {:?}",
+        joined_at.elapsed()
+    );
+    assert!(stat(&b, "fleet_ws_passing") >= 1);
+    // B dies with Y on it: Y leaves the room within B's lease.
+    let killed_at = Instant::now();
+    drop(b.kill9());
+    let change = next_presence(&mut x, "leave");
+    assert_eq!(change["leave"].as_array().unwrap().len(), 1, "{change}");
+    let lease: Duration = Duration::from_secs(2);
+    assert!(
+        killed_at.elapsed() < lease,
+        "the killed node's session left after {:?}",
+        killed_at.elapsed()
+    );
+    drop(y);
+}

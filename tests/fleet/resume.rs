@@ -1,0 +1,184 @@
+//! A numbered viewer across a fleet owner's kill -9 (README "Resuming a WebSocket", "The
+//! fleet"): its topic's log ships with the object's segments, so the node that restores the
+//! object continues the log, and a viewer that reconnects to it with its place gets exactly the
+//! broadcasts it missed, then the live stream: none lost, none twice, in order.
+
+use std::net::TcpStream;
+
+use tungstenite::{Message, WebSocket};
+
+use super::support::*;
+use super::*;
+
+/// A numbered viewer of page 0 of a million board, keeping its place and what it took.
+struct Viewer {
+    ws: WebSocket<TcpStream>,
+    epoch: u64,
+    last: u64,
+    placed: bool,
+    /// Broadcasts taken, in order: (epoch, seq, payload).
+    got: Vec<(u64, u64, String)>,
+}
+
+/// A WebSocket to `path` on `node`, once it lets one in (a dead owner's object answers 503
+/// until its lease lapses and this node restores it).
+fn ws_when_served(node: &TestNode, path: &str) -> WebSocket<TcpStream> {
+    let started = Instant::now();
+    loop {
+        let url = format!("ws://127.0.0.2:{}{path}", node.port);
+        let stream = connect(node.public());
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        match tungstenite::client(url.as_str(), stream) {
+            Ok((ws, _)) => return ws,
+            Err(e) => assert!(
+                started.elapsed() < MOVE_WITHIN,
+                "{path} was not served within {MOVE_WITHIN:?}: {e}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+impl Viewer {
+    fn open(node: &TestNode, board: &str) -> Viewer {
+        Viewer {
+            ws: ws_when_served(node, &format!("/o/million/{board}?page=0&combd_after=new")),
+            epoch: 0,
+            last: 0,
+            placed: false,
+            got: Vec::new(),
+        }
+    }
+
+    fn reconnect(&mut self, node: &TestNode, board: &str) {
+        let place = format!("{}.{}", self.epoch, self.last);
+        self.ws = ws_when_served(
+            node,
+            &format!("/o/million/{board}?page=0&combd_after={place}"),
+        );
+        self.placed = false;
+    }
+
+    /// Takes messages until it has `n` broadcasts; a gap fails.
+    fn until(&mut self, n: usize) {
+        while self.got.len() < n {
+            self.take();
+        }
+    }
+
+    /// Takes messages until a position came on this connection.
+    fn until_placed(&mut self) {
+        while !self.placed {
+            self.take();
+        }
+    }
+
+    /// Takes the next message.
+    fn take(&mut self) {
+        let text = match self.ws.read().expect("a message") {
+            Message::Text(t) => t.as_str().to_string(),
+            Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+            _ => return,
+        };
+        let (header, payload) = text.split_once('|').unwrap();
+        if let Some(place) = header.strip_prefix('!') {
+            if header == "!presence" {
+                return;
+            }
+            let (e, l) = place.split_once('.').unwrap();
+            let (e, l): (u64, u64) = (e.parse().unwrap(), l.parse().unwrap());
+            assert!(payload != "snapshot", "its place was gone: {text}");
+            if payload != "resumed" {
+                self.last = l;
+            }
+            (self.epoch, self.placed) = (e, true);
+            return;
+        }
+        if header.is_empty() || !self.placed {
+            return;
+        }
+        let seq: u64 = header.parse().unwrap();
+        assert!(seq <= self.last + 1, "a gap: {seq} after {}", self.last);
+        if seq == self.last + 1 {
+            self.last = seq;
+            self.got.push((self.epoch, seq, payload.to_string()));
+        }
+    }
+}
+
+/// Clicks `n` boxes from `from` on a WebSocket of page 0 of `board`, each acknowledged by its
+/// broadcast (committed).
+fn click(ws: &mut WebSocket<TcpStream>, from: u64, n: u64) {
+    for c in from..from + n {
+        let i = c % 4096;
+        ws.send(Message::text(format!(r#"{{"t":"click","i":{i},"c":{c}}}"#)))
+            .unwrap();
+        loop {
+            let m = read_json(ws);
+            if m["t"] == "set" && m["u"].as_array().unwrap().iter().any(|u| u[3] == c) {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_numbered_viewer_resumes_on_the_next_owner_after_a_kill_9_with_every_broadcast_once() {
+    let Some(fleet) = Fleet::start("a_numbered_viewer_resumes_on_the_next_owner") else {
+        return;
+    };
+    let a = fleet.node();
+    let b = fleet.node();
+    let board = "fresume";
+    let mut viewer = Viewer::open(&a, board);
+    let mut clicker = ws_when_served(&a, &format!("/o/million/{board}?page=0"));
+    read_json(&mut clicker);
+    click(&mut clicker, 1, 20);
+    viewer.until(1);
+    // The owner dies with the viewer on it; every click was acknowledged by its broadcast.
+    drop(clicker);
+    drop(a.kill9());
+    // Clicks go on at the next owner once it restored the board; the viewer comes back there
+    // with its place.
+    let mut clicker = ws_when_served(&b, &format!("/o/million/{board}?page=0"));
+    read_json(&mut clicker);
+    click(&mut clicker, 21, 20);
+    viewer.reconnect(&b, board);
+    click(&mut clicker, 41, 10);
+    // What the log holds, from its start: its newest frame as a new viewer is told it, and
+    // every frame as a viewer from place 0 of the viewer's epoch gets them.
+    let mut log = Viewer::open(&b, board);
+    log.until_placed();
+    let newest = log.last;
+    let mut whole = Viewer {
+        ws: ws_when_served(
+            &b,
+            &format!("/o/million/{board}?page=0&combd_after={}.0", viewer.epoch),
+        ),
+        epoch: viewer.epoch,
+        last: 0,
+        placed: false,
+        got: Vec::new(),
+    };
+    whole.until(newest as usize);
+    viewer.until(newest as usize);
+    assert_eq!(
+        viewer.got, whole.got,
+        "the viewer got every broadcast of the log once, in order, across the kill"
+    );
+    assert!(
+        viewer.got.iter().all(|(e, _, _)| *e == viewer.epoch),
+        "one epoch: the log went on"
+    );
+    let clicks: usize = viewer
+        .got
+        .iter()
+        .map(|(_, _, p)| {
+            serde_json::from_str::<serde_json::Value>(p).unwrap()["u"]
+                .as_array()
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(clicks, 50, "every acknowledged click, once");
+}
