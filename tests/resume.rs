@@ -410,3 +410,70 @@ fn resumes_into_one_object_past_a_batchs_budget_come_back_and_end_lossless() {
         assert!(v.got.iter().all(|p| p.len() == 100_000));
     }
 }
+
+/// An app that keeps a short log (`App::log_retention`; the test app `brief` keeps its topic's
+/// newest 3 frames): a viewer away for fewer frames resumes, one away for more gets the app's
+/// snapshot and is told so.
+#[test]
+fn an_apps_own_retention_decides_what_a_viewer_can_resume() {
+    let node = TestNode::start(&[TEST_APPS]);
+    let say = |n: u32| {
+        for i in 0..n {
+            let body = format!("line {i}");
+            let r = request(
+                node.public(),
+                format!(
+                    "POST /o/brief/b HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    };
+    say(1);
+    let open = |after: &str| {
+        let mut ws = open_ws(&node, &format!("/o/brief/b?combd_after={after}"));
+        let mut got = Vec::new();
+        loop {
+            let Message::Text(t) = ws.read().unwrap() else {
+                continue;
+            };
+            let t = t.as_str().to_string();
+            let done = t.starts_with('!');
+            got.push(t);
+            if done {
+                return (ws, got);
+            }
+        }
+    };
+    let (ws, got) = open("new");
+    let place = got.last().unwrap()[1..]
+        .split('|')
+        .next()
+        .unwrap()
+        .to_string();
+    let epoch = place.split('.').next().unwrap().to_string();
+    drop(ws);
+    // Away for 2 frames (it keeps 3): resumed, with both.
+    say(2);
+    let (mut ws, got) = open(&place);
+    assert_eq!(got, [format!("!{epoch}.3|resumed")], "no snapshot: {got:?}");
+    let frames: Vec<String> = (0..2).map(|_| read_text(&mut ws)).collect();
+    assert_eq!(frames, ["2|line 0", "3|line 1"]);
+    drop(ws);
+    // Away for 4 more (past the 3 it keeps): the app's snapshot, and told so.
+    say(4);
+    let (mut ws, got) = open(&format!("{epoch}.3"));
+    assert_eq!(got, [format!("!{epoch}.7|snapshot")]);
+    assert_eq!(read_text(&mut ws), "|{\"n\":7,\"t\":\"state\"}");
+}
+
+/// The next text message of `ws` (pings and pongs skipped).
+fn read_text(ws: &mut WebSocket<TcpStream>) -> String {
+    loop {
+        if let Message::Text(t) = ws.read().expect("a message") {
+            return t.as_str().to_string();
+        }
+    }
+}

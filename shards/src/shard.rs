@@ -18,6 +18,7 @@ use glommio::net::{TcpListener, TcpStream, UnixStream};
 use tracing::{debug, info, warn};
 
 use crate::addresses::{AddressKey, AddressRefusal};
+use crate::cells::session::CloseWhy;
 use crate::cells::Cells;
 use crate::conn;
 use crate::job::ShardMsg;
@@ -206,6 +207,29 @@ async fn carry_inbox(cells: Rc<Cells>, inbox: async_channel::Receiver<ShardMsg>)
     }
 }
 
+/// Closes every session of the shard if this node's fleet lease was lost since it was `seen`
+/// (it held then, and it holds no more, or a new one replaced it): the objects the sessions
+/// are attached to may be other nodes' by now. Their clients reconnect (numbered ones with
+/// their place) and are passed on to each object's owner. The lease as it is now.
+fn close_if_lease_lost(
+    cells: &Cells,
+    fleet: &crate::fleet::Fleet,
+    seen: Option<(i64, bool)>,
+) -> (i64, bool) {
+    let now = fleet.lease_now();
+    if seen.is_some_and(|(id, held)| held && (!now.1 || now.0 != id)) {
+        let closed = cells.sessions().close_all(CloseWhy::LeaseLost);
+        ShardStats::add(&cells.state().stats().ws_lease_lost_closed, closed);
+        if closed > 0 {
+            warn!(
+                shard = cells.state().id(),
+                closed, "this node's fleet lease was lost: its sessions closed to move"
+            );
+        }
+    }
+    now
+}
+
 /// The housekeeping tick: measures how late the shard's timer fires (a loop that is busy or
 /// blocked shows lag; past [`TURN_OVERRUN`](limits::TURN_OVERRUN) it counts as an overrun),
 /// beats the heartbeat the watchdog checks, reads the shard's clock and wakes the waits whose
@@ -219,9 +243,14 @@ async fn tick(cells: Rc<Cells>) {
     let apps = state.node().apps.clone();
     let mut apps_seen = apps.generation();
     let alarms = cells.alarm_wakes().clone();
+    let fleet = state.node().fleet.clone();
+    let mut lease_seen = fleet.as_ref().map(|f| f.lease_now());
     while !state.draining() {
         cells.catch_up_missed();
         alarms.tick(&cells);
+        if let Some(f) = &fleet {
+            lease_seen = Some(close_if_lease_lost(&cells, f, lease_seen));
+        }
         if apps.generation() != apps_seen {
             // A reload removed (or added) an app: close the sessions of one now gone.
             apps_seen = apps.generation();

@@ -182,3 +182,93 @@ fn a_numbered_viewer_resumes_on_the_next_owner_after_a_kill_9_with_every_broadca
         .sum();
     assert_eq!(clicks, 50, "every acknowledged click, once");
 }
+
+/// A numbered viewer across a partition: its node is cut off from etcd while the viewer is on
+/// it, another node serves the board once the cut node's lease lapsed, and the viewer ends with
+/// every broadcast of the log once, in order: it is closed where it stalled (the cut node can
+/// acknowledge nothing, and then owns nothing) and resumes at the owner with its place.
+#[test]
+fn a_numbered_viewer_on_a_cut_off_node_resumes_at_the_new_owner_with_every_broadcast_once() {
+    let Some(fleet) = Fleet::start("a_numbered_viewer_on_a_cut_off_node") else {
+        return;
+    };
+    let etcd: url_like::Endpoint = fleet.etcd.endpoint.parse().unwrap();
+    let link = Proxy::start(etcd.addr);
+    let a = fleet.node_on(
+        LEASE_TTL,
+        &fleet.s3.bucket.endpoint,
+        &[("COMBD_FLEET_ETCD", &link.url())],
+    );
+    let b = fleet.node();
+    let board = "fcut";
+    let mut viewer = Viewer::open(&a, board);
+    let mut clicker = ws_when_served(&a, &format!("/o/million/{board}?page=0"));
+    read_json(&mut clicker);
+    click(&mut clicker, 1, 10);
+    viewer.until(1);
+    drop(clicker);
+    link.set_cut(true);
+    // Clicks go on at B once A's lease lapsed there and B claimed the board.
+    let cut = Instant::now();
+    while stat(&b, "fleet_claims_won") == 0 {
+        let _ = request(
+            b.public(),
+            format!("GET /o/million/{board}?page=0 HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        );
+        assert!(cut.elapsed() < MOVE_WITHIN, "B never claimed the board");
+        std::thread::sleep(Duration::from_millis(100)); // polling another process's counter
+    }
+    let mut clicker = ws_when_served(&b, &format!("/o/million/{board}?page=0"));
+    read_json(&mut clicker);
+    click(&mut clicker, 11, 10);
+    link.set_cut(false);
+    click(&mut clicker, 21, 5);
+    // The viewer was on A all along: it is closed there and comes back with its place, as its
+    // client does (to A, which passes it on to the owner now).
+    let closed = Instant::now();
+    let how = loop {
+        match viewer.ws.read() {
+            Ok(Message::Close(c)) => break format!("{c:?}"),
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => break format!("{e}"),
+            Ok(_) => {}
+        }
+        assert!(
+            closed.elapsed() < MOVE_WITHIN,
+            "the stalled viewer was never closed"
+        );
+    };
+    assert!(how.contains("Again") && how.contains("lease lost"), "{how}");
+    assert!(stat(&a, "ws_lease_lost_closed") >= 1);
+    viewer.reconnect(&a, board);
+    let mut log = Viewer::open(&b, board);
+    log.until_placed();
+    let newest = log.last;
+    let mut whole = Viewer {
+        ws: ws_when_served(
+            &b,
+            &format!("/o/million/{board}?page=0&combd_after={}.0", viewer.epoch),
+        ),
+        epoch: viewer.epoch,
+        last: 0,
+        placed: false,
+        got: Vec::new(),
+    };
+    whole.until(newest as usize);
+    viewer.until(newest as usize);
+    assert_eq!(
+        viewer.got, whole.got,
+        "every broadcast of the log once, in order"
+    );
+    let clicks: usize = viewer
+        .got
+        .iter()
+        .map(|(_, _, p)| {
+            serde_json::from_str::<serde_json::Value>(p).unwrap()["u"]
+                .as_array()
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(clicks, 25, "every acknowledged click, once");
+}

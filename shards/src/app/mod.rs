@@ -60,6 +60,28 @@ pub use caller::{
 };
 pub(crate) use cx::PresenceSource;
 pub use cx::{limit_error, CallBudget, Cx};
+
+/// How much of a topic's log an app's objects keep ([`App::log_retention`]): its newest
+/// `frames`, `bytes` of payload and `age`, whichever keeps least, and always its newest frame.
+/// Each is taken at most at the node's ([`LogRetention::NODE`]) and at least 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRetention {
+    /// Frames kept.
+    pub frames: u64,
+    /// Bytes of payload kept.
+    pub bytes: u64,
+    /// How long a frame is kept.
+    pub age: std::time::Duration,
+}
+
+impl LogRetention {
+    /// The node's: `topic_log_frames`, `topic_log_bytes`, `topic_log_age_ms`.
+    pub const NODE: LogRetention = LogRetention {
+        frames: combd_kernel::limits::TOPIC_LOG_FRAMES,
+        bytes: combd_kernel::limits::TOPIC_LOG_BYTES,
+        age: combd_kernel::limits::TOPIC_LOG_AGE,
+    };
+}
 pub use registry::{Apps, Changes, RegisterError};
 
 /// A session: one WebSocket attached to an object, on the shard that holds its connection.
@@ -495,6 +517,13 @@ pub trait App: Send + Sync + 'static {
     /// error that refuses the attach. Runs on the session's shard.
     fn topic(&self, _query: Option<&str>) -> Result<String, AppError> {
         Ok(String::new())
+    }
+
+    /// How much of each of its topics' logs the app's objects keep (README "Resuming a
+    /// WebSocket"): each at most the node's, which is the default. Less keeps an object's
+    /// database smaller; a client away longer than it keeps resumes with a snapshot.
+    fn log_retention(&self) -> LogRetention {
+        LogRetention::NODE
     }
 
     /// Whether the node keeps the presence of the app's topics (who is attached to each: a

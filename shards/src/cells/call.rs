@@ -170,6 +170,8 @@ pub(super) struct CallLimits {
     pub ticks: u64,
     /// The app's `memory_kb`, in bytes.
     pub memory_bytes: Option<u64>,
+    /// How much of its topics' logs the app keeps.
+    pub retention: Retention,
 }
 
 /// What every call of one batch runs with: the app, the object it runs on, the calls' limits
@@ -393,7 +395,7 @@ fn log_broadcasts(
     tx: &rusqlite::Transaction<'_>,
     effects: &mut [Effect],
     scratch: bool,
-    cache: Option<&TopicCache>,
+    (cache, retention): (Option<&TopicCache>, Retention),
 ) -> Result<Appended, AppError> {
     if scratch {
         return Ok(Appended::default());
@@ -401,13 +403,7 @@ fn log_broadcasts(
     let now = crate::alarms::now_ms();
     let none = TopicCache::default();
     let cache = cache.unwrap_or(&none);
-    Ok(topic_log::append(
-        tx,
-        effects,
-        Retention::node(),
-        now,
-        cache,
-    )?)
+    Ok(topic_log::append(tx, effects, retention, now, cache)?)
 }
 
 /// An answer the app may give (`check_app_response`: its content type, the header fields it
@@ -466,7 +462,12 @@ pub(super) fn call<T>(
         }
         let out = out?;
         before_commit(&tx, target, scratch, &mut budget, &mut wrote)?;
-        let log = log_broadcasts(&tx, &mut effects[first_effect..], scratch, target.topics)?;
+        let log = log_broadcasts(
+            &tx,
+            &mut effects[first_effect..],
+            scratch,
+            (target.topics, limits.retention),
+        )?;
         tx.commit()?;
         logged = log.logged;
         if let Some(cache) = target.topics {

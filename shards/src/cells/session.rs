@@ -154,6 +154,24 @@ impl Sessions {
         slots.len() as u64
     }
 
+    /// Closes every session of the shard (1013, `lease lost`): in a fleet, this node's lease
+    /// was lost, so any object its sessions are attached to may be another node's by now (it
+    /// claims objects again under a new lease). Their mail is dropped and each connection
+    /// closes when it next runs; their clients reconnect, numbered ones with their place, and
+    /// are passed on to each object's owner. Returns how many.
+    pub fn close_all(&self, why: CloseWhy) -> u64 {
+        let slots: Vec<usize> = self
+            .map
+            .borrow()
+            .values()
+            .filter_map(|s| s.close_for(why))
+            .collect();
+        for &slot in &slots {
+            self.state.wake_slot(slot);
+        }
+        slots.len() as u64
+    }
+
     /// The local sessions of object `key` subscribed to `topic`, now.
     fn subscribers(&self, key: &str, topic: &str) -> Vec<Rc<SessionOut>> {
         self.topics

@@ -55,11 +55,17 @@ pub(super) struct Retention {
 
 impl Retention {
     /// The node's ([`TOPIC_LOG_FRAMES`], [`TOPIC_LOG_BYTES`], [`TOPIC_LOG_AGE`]).
+    #[cfg(test)]
     pub fn node() -> Retention {
+        Retention::of(crate::app::LogRetention::NODE)
+    }
+
+    /// An app's ([`crate::app::App::log_retention`]), each at most the node's and at least 1.
+    pub fn of(app: crate::app::LogRetention) -> Retention {
         Retention {
-            frames: TOPIC_LOG_FRAMES,
-            bytes: TOPIC_LOG_BYTES,
-            age_ms: TOPIC_LOG_AGE.as_millis() as u64,
+            frames: app.frames.clamp(1, TOPIC_LOG_FRAMES),
+            bytes: app.bytes.clamp(1, TOPIC_LOG_BYTES),
+            age_ms: (app.age.as_millis() as u64).clamp(1, TOPIC_LOG_AGE.as_millis() as u64),
         }
     }
 }
@@ -668,6 +674,34 @@ mod tests {
             .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
             .unwrap();
         assert_eq!(tables, 0);
+    }
+
+    #[test]
+    fn an_apps_retention_is_taken_within_the_nodes() {
+        use crate::app::LogRetention;
+        use std::time::Duration;
+        let node = Retention::node();
+        let less = Retention::of(LogRetention {
+            frames: 5,
+            bytes: 100,
+            age: Duration::from_secs(1),
+        });
+        assert_eq!((less.frames, less.bytes, less.age_ms), (5, 100, 1000));
+        let more = Retention::of(LogRetention {
+            frames: u64::MAX,
+            bytes: u64::MAX,
+            age: Duration::from_secs(86_400),
+        });
+        assert_eq!(
+            (more.frames, more.bytes, more.age_ms),
+            (node.frames, node.bytes, node.age_ms)
+        );
+        let none = Retention::of(LogRetention {
+            frames: 0,
+            bytes: 0,
+            age: Duration::ZERO,
+        });
+        assert_eq!((none.frames, none.bytes, none.age_ms), (1, 1, 1));
     }
 
     #[test]

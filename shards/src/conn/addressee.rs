@@ -22,6 +22,7 @@ pub(super) fn closing(why: CloseWhy) -> Close {
         CloseWhy::OutboundBudget => Close::Frame(Some(close::TRY_AGAIN_LATER), "outbound budget"),
         CloseWhy::AppRemoved => Close::Frame(Some(close::GOING_AWAY), "app removed"),
         CloseWhy::ResumeLater => Close::Frame(Some(close::TRY_AGAIN_LATER), "resume later"),
+        CloseWhy::LeaseLost => Close::Frame(Some(close::TRY_AGAIN_LATER), "lease lost"),
     }
 }
 

@@ -243,6 +243,11 @@ impl Fleet {
         self.lease.holds()
     }
 
+    /// This node's lease now: its id, and whether it holds.
+    pub fn lease_now(&self) -> (i64, bool) {
+        (self.lease.lease().id, self.lease.holds())
+    }
+
     /// The fleet's figures for `/stats` and `/metrics`, in a fixed order (all zero but the
     /// lease's on a node alone): [`stats::figures`].
     pub fn figures(fleet: Option<&Fleet>) -> Vec<crate::stats::Field> {

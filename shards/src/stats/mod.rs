@@ -233,6 +233,9 @@ pub struct ShardStats {
     pub outbound_budget_closed: AtomicU64,
     /// Sessions closed (1001) because their app was removed by a reload.
     pub ws_app_removed_closed: AtomicU64,
+    /// Sessions closed because this node's fleet lease was lost (their objects may be another
+    /// node's now).
+    pub ws_lease_lost_closed: AtomicU64,
     /// Bytes waiting to be written on this shard (session mailboxes and writes in progress).
     pub outbound_bytes: AtomicU64,
     /// The most bytes waiting at once.
@@ -453,6 +456,7 @@ impl ShardStats {
             ("ws_slow_closed", "combd_ws_slow_closed_total", Counter, "WebSockets closed with 8 MiB waiting.", g(&self.ws_slow_closed)),
             ("outbound_budget_closed", "combd_outbound_budget_closed_total", Counter, "Connections closed at the shard's outbound budget.", g(&self.outbound_budget_closed)),
             ("ws_app_removed_closed", "combd_ws_app_removed_closed_total", Counter, "Sessions closed because their app was removed.", g(&self.ws_app_removed_closed)),
+            ("ws_lease_lost_closed", "combd_ws_lease_lost_closed_total", Counter, "Sessions closed (1013) because this node's fleet lease was lost: their objects may be another node's now.", g(&self.ws_lease_lost_closed)),
             ("outbound_bytes", "combd_outbound_bytes", Gauge, "Bytes waiting to be written.", g(&self.outbound_bytes)),
             ("outbound_bytes_max", "combd_outbound_bytes_max", Gauge, "The most bytes waiting at once.", g(&self.outbound_bytes_max)),
             ("pipeline_held_waits", "combd_pipeline_held_waits_total", Counter, "Times a connection wrote its 64 KiB of held responses before answering more.", g(&self.pipeline_held_waits)),

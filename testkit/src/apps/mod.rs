@@ -10,6 +10,7 @@ use combd_shards::app::{App, Apps};
 
 pub mod alarmer;
 pub mod bank;
+pub mod brief;
 pub mod caller;
 pub mod fanout;
 pub mod hold;
@@ -27,7 +28,7 @@ pub(crate) fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a s
 
 /// Registers every test app in `apps` (beside the built-in apps, before any module).
 pub fn register(apps: &Apps) {
-    let list: [Arc<dyn App>; 9] = [
+    let list: [Arc<dyn App>; 10] = [
         Arc::new(fanout::Fanout),
         Arc::new(hold::Hold),
         Arc::new(limits::Limits),
@@ -37,6 +38,7 @@ pub fn register(apps: &Apps) {
         Arc::new(alarmer::Alarmer),
         Arc::new(bank::Bank),
         Arc::new(room::Room),
+        Arc::new(brief::Brief),
     ];
     for app in list {
         // The names are distinct from each other and from the built-in apps': a duplicate is

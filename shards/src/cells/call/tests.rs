@@ -7,10 +7,13 @@ use super::super::topic_log::seqs;
 use super::*;
 use crate::http::Response;
 
-const NO_LIMITS: CallLimits = CallLimits {
-    ticks: u64::MAX,
-    memory_bytes: None,
-};
+fn no_limits() -> CallLimits {
+    CallLimits {
+        ticks: u64::MAX,
+        memory_bytes: None,
+        retention: Retention::node(),
+    }
+}
 
 const TEST_TARGET: Target<'static> = Target {
     app: "t",
@@ -28,7 +31,7 @@ fn batch(app: &dyn App, db: &mut rusqlite::Connection, inputs: &[Owned], on: &On
         Run {
             app,
             target: TEST_TARGET,
-            limits: NO_LIMITS,
+            limits: no_limits(),
             on,
         },
         db,
@@ -347,6 +350,7 @@ fn a_tripped_limit_decides_the_result_and_kills_the_call() {
     let limits = CallLimits {
         ticks: 10,
         memory_bytes: None,
+        retention: Retention::node(),
     };
     // Each db() is a host call of 1,000 ticks: past 10 at once.
     let run = Run {

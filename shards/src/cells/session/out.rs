@@ -48,6 +48,10 @@ pub(crate) enum CloseWhy {
     /// A numbered session whose resume in place its object could not serve now: its client
     /// reconnects with its place.
     ResumeLater,
+    /// In a fleet: this node's lease was lost, so the object the session is attached to may be
+    /// another node's now; its client reconnects (numbered: with its place) and is passed on
+    /// to whoever owns it.
+    LeaseLost,
 }
 
 /// What to do with a frame for a session.
@@ -590,8 +594,9 @@ impl SessionOut {
                         CloseWhy::OutboundBudget => &stats.outbound_budget_closed,
                         CloseWhy::AppRemoved => &stats.ws_app_removed_closed,
                         // Never decided here: a resume its object refused
-                        // (`topic_log_resumes_refused`).
+                        // (`topic_log_resumes_refused`), a lease lost.
                         CloseWhy::ResumeLater => &stats.topic_log_resumes_refused,
+                        CloseWhy::LeaseLost => &stats.ws_lease_lost_closed,
                     },
                     1,
                 );
