@@ -76,10 +76,24 @@ pub fn subscriptions(a: &Args) -> Result<serde_json::Value, String> {
     }
     let open_secs = started.elapsed().as_secs_f64();
     // What the pages' states left in the kernel is read: the node's buffers are free.
+    let mut closed = 0;
     for s in &mut socks {
-        s.set_read_timeout(Some(Duration::from_millis(1))).ok();
+        s.set_nonblocking(true).ok();
         let mut tmp = [0u8; 64 * 1024];
-        while matches!(s.read(&mut tmp), Ok(n) if n > 0) {}
+        loop {
+            match s.read(&mut tmp) {
+                Ok(0) => {
+                    closed += 1;
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        s.set_nonblocking(false).ok();
+    }
+    if closed > 0 {
+        return Err(format!("{closed} sockets were closed by the node"));
     }
     // Let the node settle, as `idle` does.
     std::thread::sleep(Duration::from_secs(2));
