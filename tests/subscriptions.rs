@@ -482,3 +482,91 @@ fn a_socket_that_stops_reading_is_closed_whole_and_its_subscriptions_end() {
     }
     click(&mut clicker, 1_000_000);
 }
+
+#[test]
+fn a_subscription_that_falls_behind_resumes_in_place_alone_with_every_broadcast() {
+    let node = TestNode::start(&[
+        TEST_APPS,
+        ("COMBD_SHARDS", "1"),
+        ("COMBD_SQLITE_SYNC", "normal"),
+    ]);
+    // A multiplexed socket that buffers little (4 KiB) and reads nothing for a while, with a
+    // numbered subscription to a busy object and a plain one to a quiet one.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.bind(&std::net::SocketAddr::from((client_address(1), 0)).into())
+        .unwrap();
+    sock.connect(&node.public().into()).unwrap();
+    let s: TcpStream = sock.into();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let url = format!("ws://127.0.0.2:{}/ws", node.port);
+    let mut m = Mux::on(tungstenite::client(url.as_str(), s).unwrap().0);
+    assert!(m.sub(1, "limits/lag?combd_after=new"));
+    assert!(m.sub(2, "room/quiet"));
+    let reader_url = format!("ws://127.0.0.2:{}/o/limits/lag", node.port);
+    let (mut reader, _) = tungstenite::client(
+        reader_url.as_str(),
+        connect_from(client_address(2), node.public()),
+    )
+    .unwrap();
+    // The object writes once, so it has a database: its broadcasts are logged.
+    let value = "POST /o/limits/lag?do=value&n=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(request(node.local(), value.as_bytes()).status, 200);
+    const EACH: usize = 500;
+    let send = format!(
+        "POST /o/limits/lag?do=sends&n={EACH}&size=8 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    );
+    let mut sent = 0;
+    for _ in 0..60 {
+        assert_eq!(request(node.local(), send.as_bytes()).status, 200);
+        sent += EACH;
+        let mut read = 0;
+        while read < EACH {
+            if let Message::Text(_) = reader.read().expect("the reader reads") {
+                read += 1;
+            }
+        }
+        if node.stats()["session_mailbox_dropped"].as_u64() >= Some(1) {
+            break;
+        }
+    }
+    assert!(node.stats()["session_mailbox_dropped"].as_u64() >= Some(1));
+    // Now it reads: channel 1 resumes in place (or, missed again before that reached it, is
+    // ended 1013 and subscribed again with its place, as a client does), and ends with every
+    // broadcast numbered 1 to the last, none twice, none missing; channel 2 stays.
+    let (mut epoch, mut last, mut placed) = (0u64, 0u64, false);
+    let mut resumed = false;
+    while last < sent as u64 {
+        m.got.clear();
+        m.ended.clear();
+        m.read_one();
+        if let Some(why) = m.ended.get(&1) {
+            assert!(why.contains("1013"), "{why}");
+            assert!(m.sub(1, &format!("limits/lag?combd_after={epoch}.{last}")));
+            placed = false;
+            continue;
+        }
+        for text in m.got.get(&1).cloned().unwrap_or_default() {
+            let (header, _) = text.split_once('|').unwrap();
+            if let Some(place) = header.strip_prefix('!') {
+                let (e, l) = place.split_once('.').unwrap();
+                let why = text.rsplit('|').next().unwrap();
+                resumed |= why == "resumed";
+                if why != "resumed" {
+                    last = l.parse().unwrap();
+                }
+                (epoch, placed) = (e.parse().unwrap(), true);
+            } else if !header.is_empty() && placed {
+                let seq: u64 = header.parse().unwrap();
+                assert!(seq <= last + 1, "a gap: {seq} after {last}");
+                last = last.max(seq);
+            }
+        }
+    }
+    assert_eq!(last, sent as u64);
+    assert!(resumed, "it resumed from its log");
+    assert!(node.stats()["session_resumes"].as_u64() >= Some(1));
+    assert!(m.acked.contains(&2), "the quiet subscription stayed");
+    m.send("2|t0 still");
+    m.until_got(2, |s| s.contains("still"));
+}

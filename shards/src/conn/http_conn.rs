@@ -20,10 +20,10 @@ use crate::stats::ShardStats;
 
 use super::access::KeptRequest;
 use super::caller::AllowOrigin;
-use super::mux::MuxUpgrade;
+
 use super::pass_through::PassThrough;
 use super::routes::Routed;
-use super::upgrade::{Attaching, Upgrade, Upgraded};
+use super::upgrade::{Attaching, MuxUpgrade, Upgrade, Upgraded};
 use super::{Asked, Conn, Woke};
 
 /// What the loop does after a request was answered (or handed on).

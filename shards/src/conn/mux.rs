@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use combd_kernel::fair::ClientKey;
 
-use crate::app::Caller;
 use crate::auth::Client;
 use crate::cells::session::{Attach, CloseWhy, SessionOut};
 use crate::fair::Share;
@@ -29,17 +28,6 @@ use crate::ws::numbered::Resume;
 use super::addressee::{Addressee, Close};
 use super::upgrade::Attaching;
 use super::Conn;
-
-/// A multiplexed WebSocket upgrade that passed its checks (`routes.rs`).
-pub(super) struct MuxUpgrade {
-    pub accept: String,
-    /// The subprotocol the 101 answers, if any (`combd`, beside an offered token).
-    pub protocol: Option<&'static str>,
-    /// The client its token named, if any: a subscription to an app it is for acts as it.
-    pub client: Option<Arc<Client>>,
-    /// Its address and `Origin` (no path under an object, no app's header fields).
-    pub caller: Arc<Caller>,
-}
 
 /// One subscription: its channel, its object, its session and its unit of the node's pool.
 struct Sub {

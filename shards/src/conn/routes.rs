@@ -17,8 +17,7 @@ use crate::stats::ShardStats;
 
 use super::access::ConnLog;
 use super::caller::{allow_origin, is_preflight, preflight, AllowOrigin};
-use super::mux::MuxUpgrade;
-use super::upgrade::{Replay, Upgrade};
+use super::upgrade::{MuxUpgrade, Replay, Upgrade};
 use crate::shared::ConnKind;
 use crate::state::ShardState;
 use crate::tls::Stream;

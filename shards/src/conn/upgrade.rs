@@ -8,13 +8,12 @@ use std::sync::Arc;
 
 use std::rc::Rc;
 
-use crate::app::App;
+use crate::app::{App, Caller};
+use crate::auth::Client;
 use crate::cells::session::{SessionOut, Sessions};
 use crate::http::Request;
 use crate::object_key::ObjectKey;
 use crate::ws;
-
-use super::mux::MuxUpgrade;
 
 /// A WebSocket upgrade that passed its checks.
 pub(super) struct Upgrade {
@@ -37,6 +36,17 @@ pub(super) struct Upgrade {
     pub resume: Option<ws::numbered::Resume>,
     /// A stateful app's session, once its object took it ([`Attaching::keep`]).
     pub session: Option<Rc<SessionOut>>,
+}
+
+/// A multiplexed WebSocket upgrade that passed its checks (`routes.rs`).
+pub(super) struct MuxUpgrade {
+    pub accept: String,
+    /// The subprotocol the 101 answers, if any (`combd`, beside an offered token).
+    pub protocol: Option<&'static str>,
+    /// The client its token named, if any: a subscription to an app it is for acts as it.
+    pub client: Option<Arc<Client>>,
+    /// Its address and `Origin` (no path under an object, no app's header fields).
+    pub caller: Arc<Caller>,
 }
 
 /// The parts of an upgrade the WebSocket loop keeps.

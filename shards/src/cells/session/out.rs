@@ -555,6 +555,10 @@ impl SessionOut {
         if frame.is_try_again() {
             return self.close_for(CloseWhy::ResumeLater);
         }
+        // A subscription of a socket that is closing whole takes nothing more.
+        if self.hub.as_ref().is_some_and(|h| h.closing().is_some()) {
+            return None;
+        }
         let mut o = self.out.borrow_mut();
         if o.closing.is_some() || o.tally.is_none() {
             return None;
@@ -588,24 +592,30 @@ impl SessionOut {
                 o.missed = true;
             }
             Delivery::Close(why) => {
-                ShardStats::add(
-                    match why {
-                        CloseWhy::Slow => &stats.ws_slow_closed,
-                        CloseWhy::OutboundBudget => &stats.outbound_budget_closed,
-                        CloseWhy::AppRemoved => &stats.ws_app_removed_closed,
-                        // Never decided here: a resume its object refused
-                        // (`topic_log_resumes_refused`), a lease lost.
-                        CloseWhy::ResumeLater => &stats.topic_log_resumes_refused,
-                        CloseWhy::LeaseLost => &stats.ws_lease_lost_closed,
-                    },
-                    1,
-                );
+                // A subscription's reader is its socket's: the socket closes whole, counted
+                // once.
+                let first = self.hub.as_ref().is_none_or(|h| {
+                    let mut h = h.out.borrow_mut();
+                    let first = h.closing.is_none();
+                    h.closing.get_or_insert(why);
+                    first
+                });
+                if first {
+                    ShardStats::add(
+                        match why {
+                            CloseWhy::Slow => &stats.ws_slow_closed,
+                            CloseWhy::OutboundBudget => &stats.outbound_budget_closed,
+                            CloseWhy::AppRemoved => &stats.ws_app_removed_closed,
+                            // Never decided here: a resume its object refused
+                            // (`topic_log_resumes_refused`), a lease lost.
+                            CloseWhy::ResumeLater => &stats.topic_log_resumes_refused,
+                            CloseWhy::LeaseLost => &stats.ws_lease_lost_closed,
+                        },
+                        1,
+                    );
+                }
                 o.drop_mail(self.books());
                 o.closing = Some(why);
-                // A subscription's reader is its socket's: the socket closes whole.
-                if let Some(h) = &self.hub {
-                    h.out.borrow_mut().closing.get_or_insert(why);
-                }
             }
         }
         Some(self.wake())
