@@ -337,3 +337,93 @@ fn a_module_keeps_presence_knows_a_resume_and_who_sent_a_message() {
     assert!(got.contains(&"|resumed=1,sub=alice".to_string()), "{got:?}");
     assert!(got.iter().any(|t| t.ends_with("|resumed")), "{got:?}");
 }
+
+/// A module that keeps `retention` of its topics' logs (`log_retention()`): a `POST` writes a
+/// row and broadcasts its body to the object's topic.
+fn short(retention: &str) -> String {
+    format!(
+        r#"(module
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "kind" (func $kind (result i32)))
+  (import "combd" "sql" (func $sql (param i32 i32) (result i32)))
+  (import "combd" "broadcast" (func $broadcast (param i32 i32 i32 i32) (result i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "{retention}\00")
+  (data (i32.const 256) "CREATE TABLE IF NOT EXISTS t (x INTEGER);\00")
+  (data (i32.const 512) "INSERT INTO t VALUES (1)")
+  (data (i32.const 600) "{{}}")
+  (func (export "log_retention") (result i32) (i32.const 16))
+  (func (export "schema") (result i32) (i32.const 256))
+  (func (export "handle") (result i32)
+    (local $n i32)
+    (if (i32.eqz (call $kind)) (then
+      (drop (call $sql (i32.const 512) (i32.const 24)))
+      (local.set $n (call $input (i32.const 0) (i32.const 4096) (i32.const 1024)))
+      (drop (call $broadcast (i32.const 0) (i32.const 0) (i32.const 4096) (local.get $n)))
+      (call $respond (i32.const 200) (i32.const 600) (i32.const 2))))
+    (i32.const 0)))"#
+    )
+}
+
+#[test]
+fn a_module_keeps_its_own_log_retention_and_a_bad_one_stops_the_start() {
+    for (bad, says) in [
+        ("frames=0", "it must be 1 to 2000 (topic_log_frames)"),
+        ("frames=5000", "it must be 1 to 2000 (topic_log_frames)"),
+        ("age_ms=x", "expected frames=, bytes= or age_ms="),
+        ("colour=1", "expected frames=, bytes= or age_ms="),
+    ] {
+        let (stderr, _) = refused_with(&[("short.wat", &short(bad))]);
+        assert!(
+            stderr.contains("log_retention()") && stderr.contains(says),
+            "{bad}: {stderr}"
+        );
+    }
+    let dir = apps_dir(&[("short.wat", &short("frames=3, age_ms=60000"))]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    let say = |n: u32| {
+        for i in 0..n {
+            let body = format!("line {i}");
+            let r = request(
+                node.public(),
+                format!(
+                    "POST /o/short/s HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    };
+    // The position a viewer of `after` is told first.
+    let position = |after: &str| {
+        let mut ws = open_ws(&node, &format!("/o/short/s?combd_after={after}"));
+        loop {
+            if let tungstenite::Message::Text(t) = ws.read().unwrap() {
+                if t.as_str().starts_with('!') {
+                    return t.as_str().to_string();
+                }
+            }
+        }
+    };
+    say(1);
+    let first = position("new");
+    let epoch = first[1..].split('.').next().unwrap().to_string();
+    assert_eq!(first, format!("!{epoch}.1|new"));
+    say(2);
+    assert_eq!(
+        position(&format!("{epoch}.1")),
+        format!("!{epoch}.3|resumed")
+    );
+    // Four more: the log keeps 3, so frame 4 is gone for a viewer at 3.
+    say(4);
+    assert_eq!(
+        position(&format!("{epoch}.3")),
+        format!("!{epoch}.7|snapshot")
+    );
+    assert_eq!(
+        position(&format!("{epoch}.5")),
+        format!("!{epoch}.7|resumed")
+    );
+}

@@ -120,6 +120,9 @@ impl App for WasmApp {
     fn presence(&self) -> bool {
         self.version().presence()
     }
+    fn log_retention(&self) -> combd_shards::app::LogRetention {
+        self.version().log_retention()
+    }
     fn wants_header(&self, name: &str) -> bool {
         self.version().wants_header(name)
     }

@@ -12,7 +12,7 @@ use combd_kernel::limits::{
     WASM_TOPIC_DEADLINE, WASM_TOPIC_TICKS,
 };
 use combd_shards::app::{
-    limit_error, withheld_header, App, AppError, Cors, Cx, Input, Output, Resync,
+    limit_error, withheld_header, App, AppError, Cors, Cx, Input, LogRetention, Output, Resync,
 };
 use combd_shards::http::Response;
 use combd_shards::limit::Limit;
@@ -39,6 +39,8 @@ pub struct Version {
     identified: bool,
     /// The node keeps its topics' presence (its `presence()` answered 1).
     presence: bool,
+    /// How much of its topics' logs its objects keep (its `log_retention()`; the node's).
+    retention: LogRetention,
     /// The request header fields it sees (its `headers()`), lower case.
     headers: Vec<String>,
     /// The origins whose pages may call it (its `cors()`); `None`: no CORS.
@@ -77,6 +79,7 @@ const EXPORTS: &[(&str, &[ValType], &[ValType], bool)] = &[
     ("resync", &[], &[ValType::I32], false),
     ("identified", &[], &[ValType::I32], false),
     ("presence", &[], &[ValType::I32], false),
+    ("log_retention", &[], &[ValType::I32], false),
     ("headers", &[], &[ValType::I32], false),
     ("cors", &[], &[ValType::I32], false),
     ("_initialize", &[], &[], false),
@@ -157,6 +160,7 @@ impl Loader {
             resync: Resync::Close,
             identified: false,
             presence: false,
+            retention: LogRetention::NODE,
             headers: Vec::new(),
             cors: None,
             initial_bytes: match module.get_export("memory") {
@@ -207,6 +211,9 @@ impl Version {
                 1 => true,
                 n => return Err(format!("presence() answered {n}; it must be 0 or 1")),
             };
+        }
+        if has("log_retention") {
+            self.retention = retention(&self.string_at_load("log_retention")?)?;
         }
         if has("schema") {
             // Leaked once per version loaded (at start and at each reload that changes it).
@@ -436,6 +443,10 @@ impl App for Version {
         self.presence
     }
 
+    fn log_retention(&self) -> LogRetention {
+        self.retention
+    }
+
     fn wants_header(&self, name: &str) -> bool {
         self.headers.iter().any(|h| h.eq_ignore_ascii_case(name))
     }
@@ -519,6 +530,36 @@ pub(crate) enum Origins {
 /// A module's `headers()`: header field names, comma-separated, at most `app_headers_max`, none
 /// of those the node withholds from apps (`APP_HEADERS_WITHHELD`: `authorization`, `cookie`,
 /// `proxy-authorization`, `sec-websocket-protocol`).
+/// A module's log retention from its `log_retention()`: `frames=<n>`, `bytes=<n>`,
+/// `age_ms=<n>`, comma-separated, any of them (the node's for the rest), each from 1 to the
+/// node's (`topic_log_frames`, `topic_log_bytes`, `topic_log_age_ms`).
+fn retention(text: &str) -> Result<LogRetention, String> {
+    let node = LogRetention::NODE;
+    let mut r = node;
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let bad = || format!("log_retention() has {item:?}: expected frames=, bytes= or age_ms=");
+        let (key, value) = item.split_once('=').ok_or_else(bad)?;
+        let n: u64 = value.trim().parse().map_err(|_| bad())?;
+        let (max, name) = match key.trim() {
+            "frames" => (node.frames, "topic_log_frames"),
+            "bytes" => (node.bytes, "topic_log_bytes"),
+            "age_ms" => (node.age.as_millis() as u64, "topic_log_age_ms"),
+            _ => return Err(bad()),
+        };
+        if n == 0 || n > max {
+            return Err(format!(
+                "log_retention() has {item:?}: it must be 1 to {max} ({name})"
+            ));
+        }
+        match key.trim() {
+            "frames" => r.frames = n,
+            "bytes" => r.bytes = n,
+            _ => r.age = Duration::from_millis(n),
+        }
+    }
+    Ok(r)
+}
+
 fn header_names(text: &str) -> Result<Vec<String>, String> {
     let names: Vec<String> = text
         .split(',')
