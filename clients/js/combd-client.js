@@ -376,7 +376,7 @@ export function connect(path, options = {}) {
  *
  * A subscription's states: subscribing, live (the node took it), reconnecting (its socket is
  * down, or the node ended it: again after a backoff), busy (refused 503 or 429: again after a
- * backoff), invalid (refused 400, 404, 421: not again), unauthorized (401: not again), closed.
+ * backoff), invalid (refused 400, 404: any 4xx but 401 and 429; not again), unauthorized (401: not again), closed.
  */
 export function multiplex(options = {}) {
   const { path = "/ws", random = Math.random, onState = () => {}, ...rest } = options;

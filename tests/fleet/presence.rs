@@ -104,3 +104,71 @@ fn presence_spans_the_fleet_and_a_killed_nodes_sessions_leave_within_its_lease()
     );
     drop(y);
 }
+
+/// The next text message of `ws` that `f` takes.
+fn until_text(ws: &mut WebSocket<TcpStream>, f: impl Fn(&str) -> bool) -> String {
+    loop {
+        if let Message::Text(t) = ws.read().expect("timed out waiting for a message") {
+            if f(t.as_str()) {
+                return t.as_str().to_string();
+            }
+        }
+    }
+}
+
+/// A subscription on a multiplexed socket of one node to an object another node owns is
+/// carried to the owner: its client is in the room's presence there, gets what is said there
+/// numbered in the room's log, says things there, and leaves when it unsubscribes.
+#[test]
+fn a_subscription_to_another_nodes_object_is_carried_to_its_owner() {
+    let Some(fleet) = Fleet::start("a_subscription_is_carried_to_the_owner") else {
+        return;
+    };
+    let key = auth::key_file("fleet-mux", SECRET);
+    let more = [("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap())];
+    let a = fleet.node_on(LEASE_TTL, &fleet.s3.bucket.endpoint, &more);
+    let b = fleet.node_on(LEASE_TTL, &fleet.s3.bucket.endpoint, &more);
+    let mut x = viewer(&a, "xena");
+    next_presence(&mut x, "members");
+    x.send(Message::text(r#"{"t":"say","text":"mine"}"#))
+        .unwrap();
+    until_text(&mut x, |t| t.contains("mine"));
+    // Yuri's socket on B subscribes to A's room.
+    let mut y = auth::open_ws_with(&b, "/ws", &auth::token(SECRET, "yuri", None));
+    y.get_ref().set_read_timeout(Some(WAIT)).unwrap();
+    y.send(Message::text("+7|chat/fp?combd_after=new")).unwrap();
+    let first = until_text(&mut y, |t| t.starts_with("+7|") || t.starts_with("-7|"));
+    assert_eq!(first, "+7|", "the subscription was refused");
+    let members = until_text(&mut y, |t| t.starts_with("7|!presence|{\"members\""));
+    assert!(
+        members.contains("xena") && members.contains("yuri"),
+        "{members}"
+    );
+    assert_eq!(stat(&b, "fleet_ws_passing"), 1);
+    next_presence(&mut x, "join");
+    // What is said on A reaches Yuri, numbered in the room's log; what Yuri says reaches A.
+    x.send(Message::text(r#"{"t":"say","text":"hello yuri"}"#))
+        .unwrap();
+    let said = until_text(&mut y, |t| t.contains("hello yuri"));
+    let seq = said.strip_prefix("7|").unwrap().split('|').next().unwrap();
+    assert!(seq.parse::<u64>().is_ok_and(|n| n >= 2), "{said}");
+    y.send(Message::text(r#"7|{"t":"say","text":"from b"}"#))
+        .unwrap();
+    until_text(&mut x, |t| t.contains("from b"));
+    // Unsubscribed: Yuri leaves the room on A, and B carries nothing more.
+    y.send(Message::text("-7|")).unwrap();
+    until_text(&mut y, |t| t == "-7|");
+    next_presence(&mut x, "leave");
+    wait_stats(&b, "the relay ended", |s| s["fleet_ws_passing"] == 0);
+    // Subscribed again, and the owner dies: the subscription ends (1013), the socket stays,
+    // and its client subscribes again with its place once another node serves the room.
+    y.send(Message::text("+8|chat/fp?combd_after=new")).unwrap();
+    until_text(&mut y, |t| t == "+8|");
+    drop(x);
+    drop(a.kill9());
+    let ended = until_text(&mut y, |t| t.starts_with("-8|"));
+    assert!(ended.contains("\"code\":1013"), "{ended}");
+    y.send(Message::text("1|x")).unwrap();
+    let no_such = until_text(&mut y, |t| t.starts_with("-1|"));
+    assert!(no_such.contains("404"), "the socket stays: {no_such}");
+}

@@ -22,6 +22,7 @@ mod message;
 mod mux;
 mod pass_through;
 mod refuse;
+mod relay;
 mod routes;
 mod tls_handoff;
 mod upgrade;

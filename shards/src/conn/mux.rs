@@ -26,6 +26,7 @@ use crate::ws::mux::{self, Envelope};
 use crate::ws::numbered::Resume;
 
 use super::addressee::{Addressee, Close};
+use super::relay;
 use super::upgrade::Attaching;
 use super::Conn;
 
@@ -34,6 +35,8 @@ struct Sub {
     ch: u32,
     to: Addressee,
     session: Rc<SessionOut>,
+    /// In a fleet: the relay to its object's owner, when another node owns it.
+    remote: Option<relay::Remote>,
     _share: Share,
 }
 
@@ -221,25 +224,29 @@ impl Mux {
         let Ok(share) = node.pools.subscriptions.take(self.asker, 1) else {
             return refused(Response::overloaded());
         };
-        let to = Addressee {
+        let mut to = Addressee {
             app,
             object: p.object.clone(),
             deflate: None,
             numbered: resume.is_some(),
         };
-        let session = self
+        let (session, remote) = self
             .open(conn, hub, &to, (topic, query, client), resume)
             .await?;
+        // A relayed subscription's frames come numbered by its owner: written as they are.
+        to.numbered &= remote.is_none();
         Ok(Sub {
             ch: p.ch,
             to,
             session,
+            remote,
             _share: share,
         })
     }
 
     /// Opens a subscription's session (to `to`, its topic, query and client as `who`) and asks
-    /// its object to take it.
+    /// its object to take it; in a fleet, an object another node owns is carried there
+    /// ([`relay`]).
     async fn open(
         &self,
         conn: &Conn,
@@ -247,7 +254,7 @@ impl Mux {
         to: &Addressee,
         (topic, query, client): (String, Option<&str>, Option<Arc<Client>>),
         resume: Option<Resume>,
-    ) -> Result<Rc<SessionOut>, String> {
+    ) -> Result<(Rc<SessionOut>, Option<relay::Remote>), String> {
         let sessions = conn.cells.sessions();
         let who = Attach {
             query: query.map(str::to_string),
@@ -262,34 +269,37 @@ impl Mux {
         let session = opened.session_id();
         let attaching = Attaching::new(sessions, opened);
         let (tx, rx) = async_channel::bounded(1);
-        let caller = hub.caller().clone();
-        let job = Job::attach(
-            session,
-            query.map(str::to_string),
-            client,
-            caller,
-            tx,
-            false,
-        )
-        .on_topic(
+        let token = client.as_ref().map(|c| c.token().to_string());
+        // In a fleet the object's owner may be another node: the answer says which.
+        let may_pass = conn.state().node().fleet.is_some();
+        let (q, caller) = (query.map(str::to_string), hub.caller().clone());
+        let job = Job::attach(session, q, client, caller, tx, may_pass).on_topic(
             job_topic.as_deref().unwrap_or(""),
             resume,
             to.app.presence(),
         );
         conn.cells
             .submit(&to.app, &to.object, job.asked_by(self.asker));
+        let overloaded = || mux::refusal(503, "overloaded");
         match rx.recv().await {
-            Ok(Attached::Yes) => attaching
-                .keep()
-                .ok_or_else(|| mux::refusal(503, "overloaded")),
+            Ok(Attached::Yes) => attaching.keep().map(|s| (s, None)).ok_or_else(overloaded),
             Ok(Attached::Refused(resp)) => Err(refusal_of(&resp)),
-            // Never asked for (the attach may not pass the socket on): a subscription to
-            // another node's object is not carried.
-            Ok(Attached::Owner(owner)) => Err(mux::refusal(
-                421,
-                &format!("the object lives on another node of the fleet: {owner}"),
-            )),
-            Err(_) => Err(mux::refusal(503, "overloaded")),
+            Ok(Attached::Owner(owner)) => {
+                let target = match query {
+                    Some(q) => format!("/o/{}/{}?{q}", to.app.name(), to.object),
+                    None => format!("/o/{}/{}", to.app.name(), to.object),
+                };
+                let opening = relay::Opening {
+                    owner: &owner,
+                    target,
+                    token: token.as_deref(),
+                    origin: hub.caller().origin.as_deref(),
+                    addr: hub.caller().addr,
+                };
+                let remote = carry(conn, &opening, attaching).await?;
+                Ok((remote.0, Some(remote.1)))
+            }
+            Err(_) => Err(overloaded()),
         }
     }
 
@@ -312,6 +322,11 @@ impl Mux {
                     return Err(super::addressee::closing(why))
                 }
                 Some(why) => Some(why_ended(why)),
+                // A relayed one is resynced by its client, subscribing again with its place.
+                None if sub.remote.is_some() && sub.session.take_missed() => Some(mux::end(
+                    crate::ws::close::TRY_AGAIN_LATER,
+                    "missed messages: resubscribe",
+                )),
                 None if sub.session.take_missed() => sub.to.resync(conn, &sub.session).map(|_| {
                     mux::end(
                         crate::ws::close::TRY_AGAIN_LATER,
@@ -359,10 +374,34 @@ impl Mux {
     }
 }
 
+/// Carries a subscription whose object another node owns to that owner (`opening`): its
+/// session (`attaching`, kept once the owner took it) and the relay.
+async fn carry(
+    conn: &Conn,
+    opening: &relay::Opening<'_>,
+    attaching: Attaching<'_>,
+) -> Result<(Rc<SessionOut>, relay::Remote), String> {
+    let overloaded = || mux::refusal(503, "overloaded");
+    let fleet = conn.state().node().fleet.clone().ok_or_else(overloaded)?;
+    let up = relay::open(&fleet, opening).await?;
+    let session = attaching.keep().ok_or_else(overloaded)?;
+    let remote = relay::start(conn.state(), fleet, session.clone(), up);
+    match remote {
+        Some(remote) => Ok((session, remote)),
+        None => {
+            conn.cells.sessions().end(&session);
+            Err(overloaded())
+        }
+    }
+}
+
 /// Tells a subscription's object its session left, and ends the session.
 fn leave(conn: &Conn, sub: &Sub) {
-    let job = Job::detach(sub.session.session_id());
-    conn.cells.submit(&sub.to.app, &sub.to.object, job);
+    // A relayed one's owner sees its connection close as the subscription is dropped.
+    if sub.remote.is_none() {
+        let job = Job::detach(sub.session.session_id());
+        conn.cells.submit(&sub.to.app, &sub.to.object, job);
+    }
     conn.cells.sessions().end(&sub.session);
     ShardStats::sub(&conn.stats().ws_subscriptions, 1);
 }
@@ -372,6 +411,14 @@ fn leave(conn: &Conn, sub: &Sub) {
 /// `overloaded` and the message dropped, as the one-object route answers an error).
 fn send(conn: &Conn, sub: &Sub, text: bool, payload: &[u8], out: &mut Vec<u8>) {
     let s = &sub.session;
+    if let Some(remote) = &sub.remote {
+        if !remote.send(text, payload) {
+            let mut frame = Vec::new();
+            crate::ws::encode_error(&mut frame, "overloaded");
+            mux::rewrap(out, sub.ch, &frame);
+        }
+        return;
+    }
     let Some(hold) = conn.hold_input(payload.len() as u64) else {
         let mut frame = Vec::new();
         crate::ws::encode_error(&mut frame, "overloaded");

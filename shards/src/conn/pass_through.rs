@@ -279,7 +279,7 @@ impl PassThrough<'_> {
 }
 
 /// Connects to `owner` (a fleet address) within `within`; how and why it failed if it did.
-async fn connect_owner(
+pub(super) async fn connect_owner(
     owner: &str,
     within: std::time::Duration,
 ) -> Result<TcpStream, (Failed, String)> {

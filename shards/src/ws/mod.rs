@@ -431,6 +431,43 @@ pub fn encode(out: &mut Vec<u8>, opcode: OpCode, payload: &[u8]) {
     out.extend_from_slice(payload);
 }
 
+/// Appends a final frame of `opcode` (1 text, 2 binary, 10 pong) masked, as a client sends
+/// it (RFC 6455, 5.3): the node's relay of a subscription to another node of its fleet
+/// (`conn/relay.rs`). The mask is drawn from a per-thread xorshift seeded by the clock: the
+/// two ends are nodes of one fleet, with no intermediary to confuse.
+pub fn encode_masked(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
+    thread_local! {
+        static SEED: std::cell::Cell<u64> = std::cell::Cell::new(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64)
+                | 1,
+        );
+    }
+    let mask = SEED.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x as u32).to_be_bytes()
+    });
+    out.push(0x80 | (opcode & 0x0f));
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n < 65536 => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&mask);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+}
+
 /// Appends a text message.
 pub fn encode_text(out: &mut Vec<u8>, text: &str) {
     encode(out, OpCode::Data(Data::Text), text.as_bytes());

@@ -123,7 +123,8 @@ pub fn end(code: u16, error: &str) -> String {
 /// those is appended as it is (never made here).
 pub fn rewrap(out: &mut Vec<u8>, ch: u32, mut frames: &[u8]) {
     let prefix = format!("{ch}|");
-    while let Some((text, start, end)) = one_frame(frames) {
+    while let Some((op @ (1 | 2), start, end)) = server_frame(frames) {
+        let text = op == 1;
         let mut payload = Vec::with_capacity(prefix.len() + end - start);
         payload.extend_from_slice(prefix.as_bytes());
         payload.extend_from_slice(&frames[start..end]);
@@ -133,15 +134,15 @@ pub fn rewrap(out: &mut Vec<u8>, ch: u32, mut frames: &[u8]) {
     out.extend_from_slice(frames);
 }
 
-/// The first frame of `frames` if it is a whole final text or binary frame without RSV bits
-/// or mask: whether it is text, and where its payload starts and ends.
-fn one_frame(frames: &[u8]) -> Option<(bool, usize, usize)> {
+/// The first frame of `frames` if it is a whole final frame without RSV bits or mask, as a
+/// node sends them (never fragmented, never compressed here): its opcode, and where its
+/// payload starts and ends.
+pub fn server_frame(frames: &[u8]) -> Option<(u8, usize, usize)> {
     let (&b0, &b1) = (frames.first()?, frames.get(1)?);
-    let text = match b0 {
-        0x81 => true,
-        0x82 => false,
-        _ => return None,
-    };
+    if b0 & 0xf0 != 0x80 {
+        return None;
+    }
+    let op = b0 & 0x0f;
     if b1 & 0x80 != 0 {
         return None;
     }
@@ -157,7 +158,7 @@ fn one_frame(frames: &[u8]) -> Option<(bool, usize, usize)> {
         n => (n as usize, 2),
     };
     let end = start.checked_add(len).filter(|&e| e <= frames.len())?;
-    Some((text, start, end))
+    Some((op, start, end))
 }
 
 #[cfg(test)]

@@ -335,3 +335,22 @@ fn decompressing_is_bounded_by_the_ratio_and_the_byte_rate() {
     );
     assert_eq!(err(d, &compressed(true, 1, &run)), WsError::InflateRate);
 }
+
+#[test]
+fn masked_frames_are_what_a_node_reads_from_a_client() {
+    let mut bytes = Vec::new();
+    super::encode_masked(&mut bytes, 1, b"hello");
+    super::encode_masked(&mut bytes, 2, &[7u8; 300]);
+    super::encode_masked(&mut bytes, 10, b"p");
+    // Two frames of the same payload are masked differently.
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    super::encode_masked(&mut a, 1, b"same");
+    super::encode_masked(&mut b, 1, b"same");
+    assert_ne!(a, b);
+    let (used, seen) = events(&mut Decoder::new(1024), &bytes).unwrap();
+    assert_eq!(used, bytes.len());
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0], "Text(\"hello\")");
+    assert!(seen[1].starts_with("Binary([7, 7"), "{}", seen[1]);
+    assert_eq!(seen[2], "Pong");
+}

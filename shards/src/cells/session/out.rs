@@ -522,6 +522,18 @@ impl SessionOut {
         }
     }
 
+    /// A frame the owner of a subscription's object sent (`conn/relay.rs`): queued as any
+    /// frame. The slot to wake, if any.
+    pub fn queue_relayed(&self, frame: Arc<OutFrame>) -> Option<usize> {
+        self.queue(frame)
+    }
+
+    /// The owner of a relayed subscription's object closed or failed: the subscription ends
+    /// with 1013 (its client subscribes again with its place). The slot to wake, if any.
+    pub fn close_on_owner_end(&self) -> Option<usize> {
+        self.close_for(CloseWhy::ResumeLater)
+    }
+
     /// A numbered session that missed frames starts resuming in place: the broadcasts of its
     /// log waiting for it, and those that come until its resume does, are dropped (its resume
     /// brings them). False if it was resuming already: its resume did not reach it either.
