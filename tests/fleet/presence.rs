@@ -107,7 +107,10 @@ fn presence_spans_the_fleet_and_a_killed_nodes_sessions_leave_within_its_lease()
 
 /// The next text message of `ws` that `f` takes.
 fn until_text(ws: &mut WebSocket<TcpStream>, f: impl Fn(&str) -> bool) -> String {
+    // Bounded even while pings keep the socket from timing out.
+    let deadline = Instant::now() + WAIT;
     loop {
+        assert!(Instant::now() < deadline, "timed out waiting for a message");
         if let Message::Text(t) = ws.read().expect("timed out waiting for a message") {
             if f(t.as_str()) {
                 return t.as_str().to_string();
@@ -126,7 +129,12 @@ fn a_subscription_to_another_nodes_object_is_carried_to_its_owner() {
     };
     let key = auth::key_file("fleet-mux", SECRET);
     let more = [("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap())];
-    let a = fleet.node_on(LEASE_TTL, &fleet.s3.bucket.endpoint, &more);
+    // The owner pings every 300 ms: the relay answers, or it would be closed.
+    let pinged = [
+        ("COMBD_AUTH_JWT_KEY_FILE", key.to_str().unwrap()),
+        ("COMBD_WS_PING_INTERVAL", "300ms"),
+    ];
+    let a = fleet.node_on(LEASE_TTL, &fleet.s3.bucket.endpoint, &pinged);
     let b = fleet.node_on(LEASE_TTL, &fleet.s3.bucket.endpoint, &more);
     let mut x = viewer(&a, "xena");
     next_presence(&mut x, "members");
@@ -155,6 +163,24 @@ fn a_subscription_to_another_nodes_object_is_carried_to_its_owner() {
     y.send(Message::text(r#"7|{"t":"say","text":"from b"}"#))
         .unwrap();
     until_text(&mut x, |t| t.contains("from b"));
+    // Past several of the owner's pings (time itself is what is tested; Xena reads, so her
+    // client answers them), the relay was not closed for want of a pong.
+    x.get_ref()
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let until = Instant::now() + Duration::from_millis(1200);
+    while Instant::now() < until {
+        match x.read() {
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("xena's socket: {e}"),
+        }
+    }
+    x.get_ref().set_read_timeout(Some(WAIT)).unwrap();
+    y.send(Message::text(r#"7|{"t":"say","text":"still here"}"#))
+        .unwrap();
+    until_text(&mut x, |t| t.contains("still here"));
+    assert_eq!(stat(&a, "ws_ping_timeouts"), 0);
     // Unsubscribed: Yuri leaves the room on A, and B carries nothing more.
     y.send(Message::text("-7|")).unwrap();
     until_text(&mut y, |t| t == "-7|");

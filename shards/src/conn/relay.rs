@@ -247,37 +247,25 @@ impl Relay {
     /// One poll: the client's messages and pongs written, the owner's frames read and queued
     /// in the session. Ready once the relay is to end.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if self.session.closing().is_some() {
-            return Poll::Ready(Ok(()));
-        }
-        while self.out.len() < 64 * 1024 {
-            match self.from_client.as_mut().poll_next(cx) {
-                Poll::Ready(Some((text, payload))) => {
-                    crate::ws::encode_masked(&mut self.out, if text { 1 } else { 2 }, &payload)
-                }
-                Poll::Ready(None) => return Poll::Ready(Ok(())),
-                Poll::Pending => break,
-            }
-        }
-        while !self.out.is_empty() {
-            match Pin::new(&mut self.up).poll_write(cx, &self.out) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(())),
-                Poll::Ready(Ok(n)) => {
-                    self.out.drain(..n);
-                }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => break,
-            }
-        }
-        if self.out.is_empty() {
-            self.out = Vec::new();
-            if let Poll::Ready(Err(e)) = Pin::new(&mut self.up).poll_flush(cx) {
-                return Poll::Ready(Err(e));
-            }
-        }
         loop {
+            if self.session.closing().is_some() {
+                return Poll::Ready(Ok(()));
+            }
+            // What came before is taken first: its pongs are written below, before the wait.
             if let Some(end) = self.take_frames() {
                 return Poll::Ready(end);
+            }
+            while self.out.len() < 64 * 1024 {
+                match self.from_client.as_mut().poll_next(cx) {
+                    Poll::Ready(Some((text, payload))) => {
+                        crate::ws::encode_masked(&mut self.out, if text { 1 } else { 2 }, &payload)
+                    }
+                    Poll::Ready(None) => return Poll::Ready(Ok(())),
+                    Poll::Pending => break,
+                }
+            }
+            if let Poll::Ready(Err(e)) = self.poll_write_out(cx) {
+                return Poll::Ready(Err(e));
             }
             let mut scratch = self.state.scratch();
             match Pin::new(&mut self.up).poll_read(cx, &mut scratch[..]) {
@@ -287,6 +275,24 @@ impl Relay {
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+
+    /// Writes what waits for the owner, as far as its socket takes it now.
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while !self.out.is_empty() {
+            match Pin::new(&mut self.up).poll_write(cx, &self.out) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
+                Poll::Ready(Ok(n)) => {
+                    self.out.drain(..n);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        self.out = Vec::new();
+        Pin::new(&mut self.up).poll_flush(cx)
     }
 
     /// Takes the whole frames the owner sent: a message queued in the session, a ping
