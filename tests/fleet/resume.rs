@@ -122,6 +122,46 @@ fn click(ws: &mut WebSocket<TcpStream>, from: u64, n: u64) {
     }
 }
 
+/// Checks that `viewer` ends with every broadcast of `board`'s log on `node` once, in order,
+/// under one epoch, and with `clicks` clicks in all: the log's newest frame as a new viewer is
+/// told it, and every frame as a viewer from place 0 of the viewer's epoch gets them.
+fn ends_with_the_log(viewer: &mut Viewer, node: &TestNode, board: &str, clicks: usize) {
+    let mut log = Viewer::open(node, board);
+    log.until_placed();
+    let newest = log.last;
+    let mut whole = Viewer {
+        ws: ws_when_served(
+            node,
+            &format!("/o/million/{board}?page=0&combd_after={}.0", viewer.epoch),
+        ),
+        epoch: viewer.epoch,
+        last: 0,
+        placed: false,
+        got: Vec::new(),
+    };
+    whole.until(newest as usize);
+    viewer.until(newest as usize);
+    assert_eq!(
+        viewer.got, whole.got,
+        "the viewer got every broadcast of the log once, in order"
+    );
+    assert!(
+        viewer.got.iter().all(|(e, _, _)| *e == viewer.epoch),
+        "one epoch: the log went on"
+    );
+    let taken: usize = viewer
+        .got
+        .iter()
+        .map(|(_, _, p)| {
+            serde_json::from_str::<serde_json::Value>(p).unwrap()["u"]
+                .as_array()
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(taken, clicks, "every acknowledged click, once");
+}
+
 #[test]
 fn a_numbered_viewer_resumes_on_the_next_owner_after_a_kill_9_with_every_broadcast_once() {
     let Some(fleet) = Fleet::start("a_numbered_viewer_resumes_on_the_next_owner") else {
@@ -145,42 +185,7 @@ fn a_numbered_viewer_resumes_on_the_next_owner_after_a_kill_9_with_every_broadca
     click(&mut clicker, 21, 20);
     viewer.reconnect(&b, board);
     click(&mut clicker, 41, 10);
-    // What the log holds, from its start: its newest frame as a new viewer is told it, and
-    // every frame as a viewer from place 0 of the viewer's epoch gets them.
-    let mut log = Viewer::open(&b, board);
-    log.until_placed();
-    let newest = log.last;
-    let mut whole = Viewer {
-        ws: ws_when_served(
-            &b,
-            &format!("/o/million/{board}?page=0&combd_after={}.0", viewer.epoch),
-        ),
-        epoch: viewer.epoch,
-        last: 0,
-        placed: false,
-        got: Vec::new(),
-    };
-    whole.until(newest as usize);
-    viewer.until(newest as usize);
-    assert_eq!(
-        viewer.got, whole.got,
-        "the viewer got every broadcast of the log once, in order, across the kill"
-    );
-    assert!(
-        viewer.got.iter().all(|(e, _, _)| *e == viewer.epoch),
-        "one epoch: the log went on"
-    );
-    let clicks: usize = viewer
-        .got
-        .iter()
-        .map(|(_, _, p)| {
-            serde_json::from_str::<serde_json::Value>(p).unwrap()["u"]
-                .as_array()
-                .unwrap()
-                .len()
-        })
-        .sum();
-    assert_eq!(clicks, 50, "every acknowledged click, once");
+    ends_with_the_log(&mut viewer, &b, board, 50);
 }
 
 /// A numbered viewer across a partition: its node is cut off from etcd while the viewer is on
@@ -241,34 +246,5 @@ fn a_numbered_viewer_on_a_cut_off_node_resumes_at_the_new_owner_with_every_broad
     assert!(how.contains("Again") && how.contains("lease lost"), "{how}");
     assert!(stat(&a, "ws_lease_lost_closed") >= 1);
     viewer.reconnect(&a, board);
-    let mut log = Viewer::open(&b, board);
-    log.until_placed();
-    let newest = log.last;
-    let mut whole = Viewer {
-        ws: ws_when_served(
-            &b,
-            &format!("/o/million/{board}?page=0&combd_after={}.0", viewer.epoch),
-        ),
-        epoch: viewer.epoch,
-        last: 0,
-        placed: false,
-        got: Vec::new(),
-    };
-    whole.until(newest as usize);
-    viewer.until(newest as usize);
-    assert_eq!(
-        viewer.got, whole.got,
-        "every broadcast of the log once, in order"
-    );
-    let clicks: usize = viewer
-        .got
-        .iter()
-        .map(|(_, _, p)| {
-            serde_json::from_str::<serde_json::Value>(p).unwrap()["u"]
-                .as_array()
-                .unwrap()
-                .len()
-        })
-        .sum();
-    assert_eq!(clicks, 25, "every acknowledged click, once");
+    ends_with_the_log(&mut viewer, &b, board, 25);
 }

@@ -169,6 +169,40 @@ enum Decoded {
     Close(Close),
 }
 
+/// How a decoding of a connection's input ended, before it is said as a [`Decoded`].
+struct Ended {
+    /// A message or ping past the connection's rate.
+    over_rate: bool,
+    /// A message's handling closes the WebSocket.
+    closing: Option<Close>,
+    /// The client's close frame, with its code.
+    client_close: Option<Option<u16>>,
+    /// The input did not decode.
+    error: Option<ws::WsError>,
+}
+
+impl Ended {
+    /// What the loop does next (`paused`: a turn's worth was handed on and more waits).
+    fn decoded(self, stats: &ShardStats, paused: bool) -> Decoded {
+        if self.over_rate {
+            ShardStats::add(&stats.ws_rate_closed, 1);
+            return Decoded::Close(Close::Frame(Some(close::POLICY), "message rate exceeded"));
+        }
+        if let Some(close) = self.closing {
+            return Decoded::Close(close);
+        }
+        if let Some(code) = self.client_close {
+            // Answer the close with the client's code (RFC 6455, 5.5.1), then close.
+            return Decoded::Close(Close::Answer(code));
+        }
+        match self.error {
+            Some(e) => Decoded::Close(decode_failed(stats, e)),
+            None if paused => Decoded::Paused,
+            None => Decoded::Done,
+        }
+    }
+}
+
 /// A connection speaking WebSocket: the loop over its I/O core, with its frames, its rate and
 /// its session's outbound side.
 pub(super) struct WsConn<'c> {
@@ -247,22 +281,10 @@ impl<'c> WsConn<'c> {
         let _open = Defer(|| ShardStats::sub(&stats.ws_open, 1));
         let mut out: Vec<u8> = Vec::new();
         let close = loop {
-            let mut paused = false;
-            // Decoded only while its input waiting is under its bound (back-pressure): what it
-            // sent meanwhile waits in `inbuf` and the kernel.
-            if !self.conn.inbuf.is_empty() && self.conn.has_room() {
-                // What is decoded moves into jobs, which hold it themselves; the rest is held
-                // again below.
-                self.ws.partial = None;
-                match self.decode_input(&mut out) {
-                    Decoded::Done => {}
-                    Decoded::Paused => paused = true,
-                    Decoded::Close(close) => break close,
-                }
-            }
-            if let Some(close) = self.hold_partial() {
-                break close;
-            }
+            let paused = match self.take_input(&mut out) {
+                Ok(paused) => paused,
+                Err(close) => break close,
+            };
             if let (To::Many(mux), Some(hub)) = (&mut self.ws.to, &self.watch.session) {
                 if mux.has_pending() {
                     // Boxed: waits that only a multiplexed socket has.
@@ -310,6 +332,28 @@ impl<'c> WsConn<'c> {
         self.ws.partial = None;
         // Boxed: a rare path whose state would otherwise size every idle WebSocket's task.
         Box::pin(self.close_with(close, out)).await;
+    }
+
+    /// Decodes what the client sent, while its input waiting is under its bound
+    /// (back-pressure: what it sent meanwhile waits in `inbuf` and the kernel), and holds what
+    /// is left of an incomplete frame or message. Whether the decoding paused for a turn;
+    /// `Err`: the WebSocket is to close.
+    fn take_input(&mut self, out: &mut Vec<u8>) -> Result<bool, Close> {
+        let mut paused = false;
+        if !self.conn.inbuf.is_empty() && self.conn.has_room() {
+            // What is decoded moves into jobs, which hold it themselves; the rest is held
+            // again below.
+            self.ws.partial = None;
+            match self.decode_input(out) {
+                Decoded::Done => {}
+                Decoded::Paused => paused = true,
+                Decoded::Close(close) => return Err(close),
+            }
+        }
+        match self.hold_partial() {
+            Some(close) => Err(close),
+            None => Ok(paused),
+        }
     }
 
     /// Holds what the connection has of an incomplete frame or message (its `inbuf` and the
@@ -395,22 +439,13 @@ impl<'c> WsConn<'c> {
         if more {
             self.conn.inbuf = inbuf;
         }
-        if over_rate {
-            ShardStats::add(&stats.ws_rate_closed, 1);
-            return Decoded::Close(Close::Frame(Some(close::POLICY), "message rate exceeded"));
-        }
-        if let Some(close) = closing {
-            return Decoded::Close(close);
-        }
-        if let Some(code) = client_close {
-            // Answer the close with the client's code (RFC 6455, 5.5.1), then close.
-            return Decoded::Close(Close::Answer(code));
-        }
-        match error {
-            Some(e) => Decoded::Close(decode_failed(stats, e)),
-            None if more && turn_spent => Decoded::Paused,
-            None => Decoded::Done,
-        }
+        let ended = Ended {
+            over_rate,
+            closing,
+            client_close,
+            error,
+        };
+        ended.decoded(stats, more && turn_spent)
     }
 
     /// Writes the loop's own output (a stateless app's answers, pongs, pings, a close) and

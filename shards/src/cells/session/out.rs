@@ -604,33 +604,26 @@ impl SessionOut {
                 o.missed = true;
             }
             Delivery::Close(why) => {
-                // A subscription's reader is its socket's: the socket closes whole, counted
-                // once.
-                let first = self.hub.as_ref().is_none_or(|h| {
-                    let mut h = h.out.borrow_mut();
-                    let first = h.closing.is_none();
-                    h.closing.get_or_insert(why);
-                    first
-                });
-                if first {
-                    ShardStats::add(
-                        match why {
-                            CloseWhy::Slow => &stats.ws_slow_closed,
-                            CloseWhy::OutboundBudget => &stats.outbound_budget_closed,
-                            CloseWhy::AppRemoved => &stats.ws_app_removed_closed,
-                            // Never decided here: a resume its object refused
-                            // (`topic_log_resumes_refused`), a lease lost.
-                            CloseWhy::ResumeLater => &stats.topic_log_resumes_refused,
-                            CloseWhy::LeaseLost => &stats.ws_lease_lost_closed,
-                        },
-                        1,
-                    );
+                if self.closes_socket(why) {
+                    ShardStats::add(closed_counter(stats, why), 1);
                 }
                 o.drop_mail(self.books());
                 o.closing = Some(why);
             }
         }
         Some(self.wake())
+    }
+
+    /// A decision to close the session for `why`: a subscription's reader is its socket's, so
+    /// its hub closes too, the socket whole. Whether this is the first close of the socket
+    /// (counted once), always for a session of its own.
+    fn closes_socket(&self, why: CloseWhy) -> bool {
+        self.hub.as_ref().is_none_or(|h| {
+            let mut h = h.out.borrow_mut();
+            let first = h.closing.is_none();
+            h.closing.get_or_insert(why);
+            first
+        })
     }
 
     /// A fan-out's frames for this session: written by the fan-out itself when the
@@ -779,6 +772,19 @@ impl SessionOut {
             o.mail = VecDeque::new();
         }
         o.mail.is_empty()
+    }
+}
+
+/// The counter of sessions the node closed for `why`.
+fn closed_counter(stats: &ShardStats, why: CloseWhy) -> &std::sync::atomic::AtomicU64 {
+    match why {
+        CloseWhy::Slow => &stats.ws_slow_closed,
+        CloseWhy::OutboundBudget => &stats.outbound_budget_closed,
+        CloseWhy::AppRemoved => &stats.ws_app_removed_closed,
+        // Never decided by a delivery: a resume its object refused
+        // (`topic_log_resumes_refused`), a lease lost.
+        CloseWhy::ResumeLater => &stats.topic_log_resumes_refused,
+        CloseWhy::LeaseLost => &stats.ws_lease_lost_closed,
     }
 }
 
