@@ -291,6 +291,7 @@ fn refused_subscribes_are_answered_on_their_channel_and_the_socket_goes_on() {
         assert_eq!(why["status"], *status, "{target}: {why}");
         assert!(why["error"].is_string(), "{target}: {why}");
     }
+    assert_eq!(node.stats()["ws_subscriptions_refused"], cases.len() as u64);
     assert!(m.sub(1, "room/a"));
     m.send("1|t0 still here");
     assert_eq!(m.until_got(1, |s| s.contains("still")), "t0 still here");

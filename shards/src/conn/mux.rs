@@ -181,7 +181,10 @@ impl Mux {
                     self.subs.reserve_exact(1);
                     self.subs.push(sub);
                 }
-                Err(why) => mux::ended(out, p.ch, &why),
+                Err(why) => {
+                    ShardStats::add(&conn.stats().ws_subscriptions_refused, 1);
+                    mux::ended(out, p.ch, &why);
+                }
             }
         }
     }

@@ -302,7 +302,8 @@ pub struct ShardStats {
     pub presence_unlisted: AtomicU64,
     /// Subscriptions of multiplexed WebSockets (`/ws`) open now.
     pub ws_subscriptions: AtomicU64,
-    /// Subscribes refused because their socket had `COMBD_WS_SUBSCRIPTIONS` already.
+    /// Subscribes refused, whatever the reason (the socket's bound, the node's pool, the app or
+    /// its object, the owner in a fleet).
     pub ws_subscriptions_refused: AtomicU64,
     /// Access-log lines queued for the writer.
     pub access_log_lines: AtomicU64,
@@ -483,7 +484,7 @@ impl ShardStats {
             ("presence_changes", "combd_presence_changes_total", Counter, "Changes of a topic's presence sent to its numbered sessions (one a topic a batch).", g(&self.presence_changes)),
             ("presence_unlisted", "combd_presence_unlisted_total", Counter, "Sessions attached to a topic that keeps presence but not listed in it (COMBD_PRESENCE_TOPIC_MAX, COMBD_PRESENCE_MAX or their client's share).", g(&self.presence_unlisted)),
             ("ws_subscriptions", "combd_ws_subscriptions", Gauge, "Subscriptions of multiplexed WebSockets (/ws) open now.", g(&self.ws_subscriptions)),
-            ("ws_subscriptions_refused", "combd_ws_subscriptions_refused_total", Counter, "Subscribes refused because their socket had COMBD_WS_SUBSCRIPTIONS already.", g(&self.ws_subscriptions_refused)),
+            ("ws_subscriptions_refused", "combd_ws_subscriptions_refused_total", Counter, "Subscribes refused, whatever the reason (the socket's bound COMBD_WS_SUBSCRIPTIONS, the node's pool, the app or its object, the owner in a fleet).", g(&self.ws_subscriptions_refused)),
             ("access_log_lines", "combd_access_log_lines_total", Counter, "Access-log lines queued for the writer.", g(&self.access_log_lines)),
             ("access_log_dropped", "combd_access_log_dropped_total", Counter, "Access-log lines dropped with every chunk waiting for the writer.", g(&self.access_log_dropped)),
             ("app_errors_log_suppressed", "combd_app_errors_log_suppressed_total", Counter, "Warnings about apps' failed calls not logged past the rate.", g(&self.app_errors_log_suppressed)),
