@@ -419,15 +419,7 @@ fn an_apps_own_retention_decides_what_a_viewer_can_resume() {
     let node = TestNode::start(&[TEST_APPS]);
     let say = |n: u32| {
         for i in 0..n {
-            let body = format!("line {i}");
-            let r = request(
-                node.public(),
-                format!(
-                    "POST /o/brief/b HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            );
+            let r = post(&node, "/o/brief/b", &format!("line {i}"));
             assert_eq!(r.status, 200, "{}", r.text());
         }
     };

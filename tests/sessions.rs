@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -246,19 +245,6 @@ fn slow_viewer_and_clicker(board: &str) -> (TestNode, TcpStream, WebSocket<TcpSt
     let mut clicker = open_ws(&node, board);
     read_json(&mut clicker);
     (node, never, clicker)
-}
-
-/// Reads (and discards) until the node has closed `s`, within the wait.
-fn read_until_closed(s: &mut TcpStream) {
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let mut buf = vec![0u8; 1 << 16];
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => assert!(Instant::now() < deadline, "the slow viewer was not closed"),
-        }
-    }
 }
 
 fn sum(stats: &serde_json::Value, key: &str) -> u64 {

@@ -413,18 +413,15 @@ fn expect_close(ws: &mut WebSocket<TcpStream>, code: CloseCode, reason: &str) {
 
 /// A final masked text frame, as a client sends it.
 fn masked(payload: &[u8]) -> Vec<u8> {
-    assert!(payload.len() < 126);
-    let mask = [3u8, 1, 4, 1];
-    let mut out = vec![0x81, 0x80 | payload.len() as u8];
-    out.extend_from_slice(&mask);
-    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    let mut out = Vec::new();
+    combd_shards::ws::encode_masked(&mut out, 1, payload);
     out
 }
 
 #[test]
 fn a_socket_that_stops_reading_is_closed_whole_and_its_subscriptions_end() {
-    use std::io::{Read, Write};
-    use std::time::{Duration, Instant};
+    use std::io::Write;
+    use std::time::Instant;
     let node = TestNode::start(&[
         ("COMBD_SHARDS", "1"),
         ("COMBD_SQLITE_SYNC", "normal"),
@@ -472,15 +469,7 @@ fn a_socket_that_stops_reading_is_closed_whole_and_its_subscriptions_end() {
             && s["outbound_bytes"] == 0
             && s["ws_slow_closed"] == 1
     });
-    let deadline = Instant::now() + WAIT;
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        match never.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => assert!(Instant::now() < deadline, "the slow socket was not closed"),
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    read_until_closed(&mut never);
     click(&mut clicker, 1_000_000);
 }
 

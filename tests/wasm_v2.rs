@@ -384,15 +384,7 @@ fn a_module_keeps_its_own_log_retention_and_a_bad_one_stops_the_start() {
     let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
     let say = |n: u32| {
         for i in 0..n {
-            let body = format!("line {i}");
-            let r = request(
-                node.public(),
-                format!(
-                    "POST /o/short/s HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            );
+            let r = post(&node, "/o/short/s", &format!("line {i}"));
             assert_eq!(r.status, 200, "{}", r.text());
         }
     };

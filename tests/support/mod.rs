@@ -423,6 +423,24 @@ pub fn request_from(from: [u8; 4], addr: SocketAddr, raw: &[u8]) -> Resp {
     read_response(&mut BufReader::new(s))
 }
 
+/// Reads (and discards) until the node has closed `s` (a slow reader it closed: what was in
+/// flight comes first), within the wait.
+pub fn read_until_closed(s: &mut TcpStream) {
+    use std::io::Read;
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => assert!(
+                std::time::Instant::now() < deadline,
+                "the slow reader was not closed"
+            ),
+        }
+    }
+}
+
 /// `POST path` with `body` to the node's public listener, on a connection of its own.
 pub fn post(node: &TestNode, path: &str, body: &str) -> Resp {
     request(
