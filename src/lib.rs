@@ -14,7 +14,8 @@
 //!   a thread for signals (drain on SIGTERM and SIGINT; on SIGHUP reload TLS, the token key and
 //!   the modules, and reopen the access log). `notify` speaks systemd's notify protocol
 //!   (ready, stopping, watchdog); `top` is the `combd top` subcommand, a live view of the
-//!   localhost `/stats`; `token` the `combd token` subcommand; `check` is `--check-config`.
+//!   localhost `/stats`; `objects` the `combd objects` subcommand over the localhost
+//!   `/objects`; `token` the `combd token` subcommand; `check` is `--check-config`.
 //!
 //! The package has two binaries, each a few lines calling [`serve::main`]: `combd`
 //! (`src/main.rs`) adds nothing, and `combd-test-node` (`src/bin/combd-test-node.rs`) adds the
@@ -32,6 +33,7 @@ mod check;
 mod coordinator;
 mod failure;
 mod notify;
+mod objects;
 pub mod serve;
 mod token;
 mod top;

@@ -21,7 +21,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tracing::{error, info, warn};
 
 use crate::failure::{fail, Failure};
-use crate::{apps, check, coordinator, notify, token, top};
+use crate::{apps, check, coordinator, notify, objects, token, top};
 
 /// Runs the node (or its `top`, `token`, `--check-config`, `--help` and `--version`) with the
 /// built-in apps ([`apps::builtin`]) and those `extra` registers beside them, before the
@@ -31,6 +31,7 @@ pub fn main(extra: fn(&Apps)) {
     match args.first().map(String::as_str) {
         Some("top") => std::process::exit(top::run(&args[1..])),
         Some("token") => std::process::exit(token::run(&args[1..])),
+        Some("objects") => std::process::exit(objects::run(&args[1..])),
         _ => {}
     }
     // Output to stdout stops quietly when its reader goes away (`combd --help | head -1`):

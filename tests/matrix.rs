@@ -373,6 +373,7 @@ fn the_registry_lists_every_route_on_the_localhost_listener_only() {
     };
     assert_eq!(route("/healthz").unwrap()["listener"], "both");
     assert_eq!(route("/routes").unwrap()["listener"], "local");
+    assert_eq!(route("/objects").unwrap()["listener"], "local");
     assert_eq!(route("/chat/").unwrap()["app"], "chat");
     // The public listener does not serve it; the localhost one answers only GET and HEAD.
     assert_eq!(request(node.public(), get).status, 404);

@@ -419,3 +419,55 @@ fn a_module_keeps_its_own_log_retention_and_a_bad_one_stops_the_start() {
         format!("!{epoch}.7|resumed")
     );
 }
+
+/// A module that deletes its object on `DELETE` (`delete()`), and writes a row on any other
+/// request.
+const GONE: &str = r#"(module
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "sql" (func $sql (param i32 i32) (result i32)))
+  (import "combd" "delete" (func $delete (result i32)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 256) "CREATE TABLE IF NOT EXISTS t (x INTEGER);\00")
+  (data (i32.const 512) "INSERT INTO t VALUES (1)")
+  (data (i32.const 600) "{}")
+  (func (export "schema") (result i32) (i32.const 256))
+  (func (export "handle") (result i32)
+    (if (i32.eq (call $input (i32.const 2) (i32.const 4096) (i32.const 16)) (i32.const 6))
+      (then (drop (call $delete)))
+      (else (drop (call $sql (i32.const 512) (i32.const 24)))))
+    (call $respond (i32.const 200) (i32.const 600) (i32.const 2))
+    (i32.const 0)))"#;
+
+#[test]
+fn a_module_deletes_its_object() {
+    let dir = apps_dir(&[("gone.wat", GONE)]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    for _ in 0..2 {
+        assert_eq!(post(&node, "/o/gone/x", "").status, 200);
+    }
+    let db = node.data_dir.join("objects/gone/x.sqlite");
+    assert!(db.exists());
+    let r = request(
+        node.public(),
+        b"DELETE /o/gone/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_stats(&node, "the module's object deleted", |s| {
+        s["objects_deleted"] == 1
+    });
+    assert!(!db.exists());
+    assert_eq!(post(&node, "/o/gone/x", "").status, 200);
+    let shown = request(
+        node.local(),
+        b"GET /objects/gone/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .json();
+    let rows = shown["tables"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "t")
+        .map(|t| t["rows"].clone());
+    assert_eq!(rows, Some(1.into()), "a new object, one row: {shown}");
+}

@@ -49,6 +49,7 @@ mod raw {
         pub fn broadcast(tp: *const u8, tn: i32, ptr: *const u8, len: i32) -> i32;
         pub fn set_alarm(at_ms: i64, ptr: *const u8, len: i32) -> i64;
         pub fn cancel_alarm(id: i64) -> i32;
+        pub fn delete() -> i32;
         pub fn send_to_object(
             ap: *const u8,
             an: i32,
@@ -353,6 +354,16 @@ pub fn set_alarm(at_ms: u64, payload: &[u8]) -> i64 {
 pub fn cancel_alarm(id: i64) -> bool {
     // SAFETY: an import of the node's.
     unsafe { raw::cancel_alarm(id) == 1 }
+}
+
+/// Deletes this object once the call's batch is durable and answered: its database, alarms,
+/// outbox, inbox and logs; its sessions close with 4404. What comes next finds a new, empty
+/// object of the same name.
+pub fn delete() {
+    // SAFETY: an import of the node's.
+    unsafe {
+        raw::delete();
+    }
 }
 
 /// Sends `body` to object `name` of `app`, exactly once, after the call commits: its id.

@@ -81,6 +81,23 @@ pub(crate) const OUTBOX: &str = "CREATE TABLE IF NOT EXISTS _combd_outbox (\
      body BLOB NOT NULL, next_ms INTEGER NOT NULL, tries INTEGER NOT NULL DEFAULT 0); \
      CREATE INDEX IF NOT EXISTS _combd_outbox_to ON _combd_outbox (app, name, id);";
 
+/// Makes the object's outbox if it has none ([`OUTBOX`]), numbering its messages from the time
+/// in nanoseconds: a receiver takes each sender's messages once by their ids (its inbox keeps
+/// the last), so a new object of a deleted one's name must number past every message the old
+/// one sent (counted from 1, a receiver would take its first messages for ones it had).
+pub(crate) fn open_outbox(db: &rusqlite::Connection) -> rusqlite::Result<()> {
+    db.execute_batch(OUTBOX)?;
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(i64::MAX as u128 / 2) as i64);
+    db.prepare(
+        "INSERT INTO sqlite_sequence (name, seq) SELECT '_combd_outbox', ?1
+           WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = '_combd_outbox')",
+    )?
+    .execute([now_ns])
+    .map(|_| ())
+}
+
 /// The SQL that makes an object's inbox: for each sender, the last of its messages taken.
 pub(crate) const INBOX: &str = "CREATE TABLE IF NOT EXISTS _combd_inbox (\
      app TEXT NOT NULL, name TEXT NOT NULL, last_id INTEGER NOT NULL, PRIMARY KEY (app, name)) \

@@ -141,6 +141,23 @@ impl Job {
         }
     }
 
+    /// The operator's delete of the object (the localhost `DELETE /objects/<app>/<name>`): the
+    /// answer goes back on `reply` once the object's files are gone.
+    pub fn delete(reply: async_channel::Sender<Response>) -> Job {
+        Job {
+            input: Owned::Delete,
+            reply: Reply::Http(reply),
+            hold: None,
+            asker: ClientKey::Local,
+        }
+    }
+
+    /// Whether this is the operator's delete (which ends a batch before it: the object's task
+    /// carries it out, not a call).
+    pub fn is_delete(&self) -> bool {
+        matches!(self.input, Owned::Delete)
+    }
+
     /// A wake for the object's due alarms; the answer says what remains (`crate::alarms`).
     pub fn alarms(reply: async_channel::Sender<Response>) -> Job {
         Job {
@@ -307,6 +324,8 @@ pub(crate) enum Owned {
         name: String,
         id: i64,
     },
+    /// The operator's delete ([`Job::delete`]): never run in a batch.
+    Delete,
 }
 
 impl Owned {
@@ -392,7 +411,7 @@ impl Owned {
                 app, name, body, ..
             } => Input::FromObject { app, name, body },
             // Never handed to an app: the batch turns them into its due alarms and messages.
-            Owned::Alarms | Owned::Delivered { .. } => {
+            Owned::Alarms | Owned::Delivered { .. } | Owned::Delete => {
                 return Err(AppError::new(500, "not an app's input"))
             }
         })
@@ -406,7 +425,7 @@ impl Owned {
             Owned::Attach { caller, .. } => caller.bytes(),
             Owned::Alarm { payload, .. } => payload.len() as u64,
             Owned::FromObject { body, .. } => body.len() as u64,
-            Owned::Detach { .. } | Owned::Alarms | Owned::Delivered { .. } => 0,
+            Owned::Detach { .. } | Owned::Alarms | Owned::Delivered { .. } | Owned::Delete => 0,
         }
     }
 }
@@ -423,6 +442,8 @@ pub(crate) enum ShardMsg {
         session: u64,
         frame: Arc<OutFrame>,
     },
+    /// Object `key` was deleted: its sessions on the receiving shard close.
+    Deleted { key: String },
     /// A framed message for every session of `key` subscribed to `topic` on the receiving shard.
     Broadcast {
         key: String,

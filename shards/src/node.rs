@@ -213,6 +213,28 @@ impl NodeConfig {
     }
 }
 
+/// Finishes the object deletes a crash interrupted (`crate::object_files`), before any shard
+/// runs: their files, and their entries in the alarm index of their home shard.
+fn finish_removals(
+    data_dir: &std::path::Path,
+    alarms: &crate::alarms::AlarmIndex,
+    shards: usize,
+) -> Result<(), StartError> {
+    let finished =
+        crate::object_files::finish_removals(data_dir).map_err(|e| StartError::Setting {
+            setting: "COMBD_DATA",
+            message: format!("cannot finish the deletes a crash interrupted: {e}"),
+        })?;
+    for (app, name) in finished {
+        let home = crate::app::home_shard(&app, &name, shards);
+        if let Err(e) = alarms.forget(&app, &name, home) {
+            tracing::warn!(object = %format!("{app}/{name}"), "cannot forget a deleted object's alarms: {e}");
+        }
+        tracing::info!(object = %format!("{app}/{name}"), "finished a delete a crash interrupted");
+    }
+    Ok(())
+}
+
 impl Node {
     /// Binds the listeners of every shard on `cpus[..settings.shards]` and starts the shards.
     /// Returns once every shard accepts connections.
@@ -240,6 +262,7 @@ impl Node {
                 }
             })?,
         );
+        finish_removals(&config.settings.data_dir, &alarms, n)?;
         let bound = bind_all(&config.settings, n)?;
         let (shard_wakers, wake_fds) = wake_sockets(n)?;
         let (inboxes, inbox_rx): (Vec<_>, Vec<_>) = (0..n)

@@ -163,6 +163,49 @@ pub(crate) fn open_flags() -> rusqlite::OpenFlags {
 
 /// Locks a connection down before any app SQL runs on it (see the module's notes).
 pub(crate) fn lock_down(db: &rusqlite::Connection) -> rusqlite::Result<()> {
+    harden(db)?;
+    db.authorizer(Some(authorize));
+    Ok(())
+}
+
+/// Locks down the operator's read-only connection to an object (`crate::inspect`): as an
+/// app's, and an authorizer that allows reading (the node's tables too) and nothing else.
+pub(crate) fn read_only(db: &rusqlite::Connection) -> rusqlite::Result<()> {
+    harden(db)?;
+    db.authorizer(Some(authorize_read));
+    Ok(())
+}
+
+/// What the operator's read-only query may do: select and read the main database, call
+/// functions (not `load_extension`), and run the pragmas that read.
+fn authorize_read(cx: AuthContext<'_>) -> Authorization {
+    let main = matches!(cx.database_name, None | Some("main"));
+    let allowed = match cx.action {
+        AuthAction::Select | AuthAction::Recursive => true,
+        AuthAction::Read { .. } => main,
+        AuthAction::Function { function_name } => {
+            !function_name.eq_ignore_ascii_case("load_extension")
+        }
+        AuthAction::Pragma {
+            pragma_name,
+            pragma_value,
+        } => {
+            main && pragma_value.is_none()
+                && PRAGMAS_ALLOWED
+                    .iter()
+                    .any(|p| p.eq_ignore_ascii_case(pragma_name))
+        }
+        _ => false,
+    };
+    match allowed {
+        true => Authorization::Allow,
+        false => Authorization::Deny,
+    }
+}
+
+/// No attached databases, SQLite's defensive mode, an untrusted schema, no FTS3 tokenizer
+/// function, no extension loading.
+fn harden(db: &rusqlite::Connection) -> rusqlite::Result<()> {
     use rusqlite::config::DbConfig;
     use rusqlite::limits::Limit;
     db.set_limit(Limit::SQLITE_LIMIT_ATTACHED, 0);
@@ -187,7 +230,6 @@ pub(crate) fn lock_down(db: &rusqlite::Connection) -> rusqlite::Result<()> {
             Some("cannot turn extension loading off".into()),
         ));
     }
-    db.authorizer(Some(authorize));
     Ok(())
 }
 

@@ -72,6 +72,8 @@ pub struct NodeShared {
     pub(crate) missed: Vec<Missed>,
     /// Each app's object databases, against `COMBD_MAX_OBJECTS_PER_APP`.
     pub(crate) objects: ObjectCounts,
+    /// The objects live on each shard now, for the operator's listing.
+    pub(crate) live: crate::live_objects::LiveObjects,
     /// The access log, when `COMBD_ACCESS_LOG` is not off.
     pub access_log: Option<Arc<AccessLog>>,
     /// The index of objects with alarms (`crate::alarms`).
@@ -109,12 +111,19 @@ pub(crate) struct Missed {
 pub(crate) struct MissedList {
     pub sessions: Vec<u64>,
     pub topics: Vec<(String, String)>,
+    /// Objects deleted, whose sessions here are to close.
+    pub deleted: Vec<String>,
 }
 
 impl Missed {
     /// A session of this shard missed a delivery.
     pub fn session(&self, id: u64) {
         self.with(|l| l.sessions.push(id));
+    }
+
+    /// Object `key` was deleted, and this shard could not be told: its sessions here close.
+    pub fn deleted(&self, key: &str) {
+        self.with(|l| l.deleted.push(key.to_string()));
     }
 
     /// The sessions of object `key` subscribed to `topic` on this shard missed a broadcast.
@@ -228,6 +237,7 @@ impl NodeShared {
         NodeShared {
             users,
             objects,
+            live: crate::live_objects::LiveObjects::new(p.inboxes.len()),
             stats: (0..p.inboxes.len())
                 .map(|_| ShardStats::default())
                 .collect(),

@@ -68,6 +68,20 @@ fn link_alarms(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
             }
         },
     )?;
+    // `delete() -> i32`: the object deletes itself once the call's batch is durable and
+    // answered (`Cx::delete`); 0, or the call fails (a stateless app, a fleet).
+    linker.func_wrap(
+        "combd",
+        "delete",
+        |mut c: Caller<'_, Host>| -> wasmtime::Result<i32> {
+            charge(&mut c)?;
+            let h = c.data_mut();
+            match h.cx().map_err(|s| s.0).and_then(|cx| cx.delete()) {
+                Ok(()) => Ok(0),
+                Err(e) => Err(h.stop(e)),
+            }
+        },
+    )?;
     linker.func_wrap("combd", "alarm_id", |c: Caller<'_, Host>| {
         c.data().input().alarm.map_or(-1, |(id, _)| id)
     })?;

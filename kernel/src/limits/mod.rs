@@ -13,12 +13,14 @@ use std::time::Duration;
 mod apps;
 mod defaults;
 mod fleet;
+mod inspect;
 mod logs;
 mod table;
 
 pub use apps::*;
 pub use defaults::*;
 pub use fleet::*;
+pub use inspect::*;
 pub use logs::*;
 pub use table::{Fixed, FIXED, SETTING_DEFAULTS};
 

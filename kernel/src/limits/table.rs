@@ -57,6 +57,11 @@ pub const FIXED: &[Fixed] = &[
     fixed!("alarm_wake_retry_ms", ALARM_WAKE_RETRY_MS),
     fixed!("object_message_max_bytes", OBJECT_MESSAGE_MAX_BYTES),
     fixed!("outbox_max", OUTBOX_MAX),
+    fixed!("object_list_page", OBJECT_LIST_PAGE),
+    fixed!("object_list_page_max", OBJECT_LIST_PAGE_MAX),
+    fixed!("object_sql_rows_max", OBJECT_SQL_ROWS_MAX),
+    fixed!("object_sql_time_limit_ms", OBJECT_SQL_TIME_LIMIT, ms),
+    fixed!("object_sql_answer_max_bytes", OBJECT_SQL_ANSWER_MAX_BYTES),
     fixed!("reminders_pending_max", REMINDERS_PENDING_MAX),
     fixed!("reminders_per_client_max", REMINDERS_PER_CLIENT_MAX),
     fixed!("reminders_fired_kept", REMINDERS_FIRED_KEPT),
@@ -343,6 +348,7 @@ mod tests {
             include_str!("defaults.rs"),
             include_str!("fleet.rs"),
             include_str!("logs.rs"),
+            include_str!("inspect.rs"),
         ]
         .into_iter()
         .flat_map(str::lines)

@@ -28,7 +28,11 @@ pub fn help_text() -> String {
     out.push_str(
         "\n  --check-config         validate the settings, print every effective limit and where it came from\n  \
          -h, --help             this text\n  -V, --version          the version\n\n\
-         Subcommand: combd top [--port P] [--once] [--json]   a live per-shard view of /stats (q quits)\n",
+         Subcommands:\n  \
+         combd top [--port P] [--once] [--json]   a live per-shard view of /stats (q quits)\n  \
+         combd objects ls [<app>] | show <app>/<name> | sql <app>/<name> <query> | rm <app>/<name> [--json] [--port P]\n      \
+         list, inspect, query (read-only) and delete objects, over the localhost /objects\n  \
+         combd token --sub <subject> [--name N] [--ttl D] [--app A]   a token the node takes (development)\n",
     );
     out
 }

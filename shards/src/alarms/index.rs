@@ -490,6 +490,16 @@ impl AlarmIndex {
         })
     }
 
+    /// Forgets a deleted object's entry (in the index of its home `shard`). Not synced: lost
+    /// in a crash, the entry is only early (a wake finds nothing due and settles it).
+    pub fn forget(&self, app: &str, name: &str, shard: usize) -> rusqlite::Result<()> {
+        self.of(shard).with(|db| {
+            db.prepare_cached("DELETE FROM alarm_index WHERE app = ?1 AND name = ?2")?
+                .execute([app, name])
+                .map(|_| ())
+        })
+    }
+
     /// The objects of `shard` that may have an alarm due at `now`, earliest first, at most
     /// `limit`, none of those `skip` says are already being woken.
     pub fn due(

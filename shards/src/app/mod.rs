@@ -410,6 +410,9 @@ pub enum Effect {
         /// The JSON.
         payload: Vec<u8>,
     },
+    /// The object deletes itself ([`Cx::delete`]) once the batch of the call that asked is
+    /// durable and answered: the node's to carry out, after the batch's other effects.
+    Delete,
 }
 
 /// A member of a topic's presence, as an app reads it ([`Cx::presence`]).

@@ -26,6 +26,8 @@ pub(super) struct Target<'a> {
     pub presence: Option<&'a super::PresenceView>,
     /// The node's users (`crate::users`).
     pub users: Option<&'a crate::users::Users>,
+    /// In a fleet (an object cannot delete itself there yet).
+    pub fleet: bool,
 }
 
 /// The database a batch runs on.
@@ -462,6 +464,16 @@ pub(super) fn call<T>(
         }
         let out = out?;
         before_commit(&tx, target, scratch, &mut budget, &mut wrote)?;
+        // A delete is decided with the call: the mark commits in its transaction (a scratch
+        // database has nothing to delete).
+        if !scratch
+            && effects[first_effect..]
+                .iter()
+                .any(|e| matches!(e, Effect::Delete))
+        {
+            let _node = sandbox::NodeSql::enter();
+            crate::object_files::mark(&tx)?;
+        }
         let log = log_broadcasts(
             &tx,
             &mut effects[first_effect..],
@@ -510,10 +522,14 @@ fn context<'c>(
     let presence = target
         .presence
         .map(|p| p as &dyn crate::app::PresenceSource);
-    Cx::new(Some(tx), effects, budget)
+    let cx = Cx::new(Some(tx), effects, budget)
         .with_object(target.name)
         .with_presence(presence)
-        .with_users(target.users.map(|u| (u, target.app)))
+        .with_users(target.users.map(|u| (u, target.app)));
+    match target.fleet {
+        true => cx.without_delete(),
+        false => cx,
+    }
 }
 
 /// Whether the connection holds a write transaction on any of its schemas (`main`, or `temp`

@@ -300,6 +300,7 @@ impl Cells {
         let cell = Rc::new(ObjectCell::new(&self.state, key.clone(), app, name, asker));
         self.objects.borrow_mut().insert(key.clone(), cell.clone());
         ShardStats::add(&self.state.stats().objects_live, 1);
+        node.live.opened(self.state.id(), &key);
         let life = object::run(self.clone(), cell.clone());
         match self.state.spawn(async move {
             let _place = place;
@@ -336,6 +337,7 @@ impl Cells {
     fn let_go(&self, key: &str) {
         if self.objects.borrow_mut().remove(key).is_some() {
             ShardStats::sub(&self.state.stats().objects_live, 1);
+            self.state.node().live.closed(self.state.id(), key);
         }
     }
 
@@ -399,6 +401,9 @@ impl Cells {
         for (key, topic) in list.topics {
             self.sessions.topic_missed(&key, &topic);
         }
+        for key in list.deleted {
+            self.sessions.close_object(&key);
+        }
     }
 
     /// Handles what another shard sent. A broadcast fans out within the shard's per-turn
@@ -414,6 +419,9 @@ impl Cells {
                 session,
                 frame,
             } => self.sessions.deliver_local(from.as_deref(), session, frame),
+            ShardMsg::Deleted { key } => {
+                self.sessions.close_object(&key);
+            }
             ShardMsg::Broadcast { key, topic, frame } => {
                 self.sessions
                     .fan_out(&key, &topic, std::slice::from_ref(&frame), fanout)
@@ -476,6 +484,8 @@ impl Cells {
                     self.sessions
                         .deliver(Some(key), to, OutFrame::presence(&payload))
                 }
+                // The object's task deletes it once the batch is answered.
+                Effect::Delete => {}
             }
         }
         self.broadcast_run(key, &mut run).await;
@@ -535,6 +545,25 @@ impl Cells {
         if let Ok(t) = told {
             t.detach();
         }
+    }
+
+    /// Closes the sessions of deleted object `key` on every shard: through the other shards'
+    /// inboxes (or, when one is full, the list of what its sessions missed), and here.
+    fn close_deleted_sessions(&self, key: &str) {
+        let node = self.state.node();
+        for (shard, inbox) in node.inboxes.iter().enumerate() {
+            if shard == self.state.id() {
+                continue;
+            }
+            let msg = ShardMsg::Deleted {
+                key: key.to_string(),
+            };
+            if inbox.try_send(msg).is_err() {
+                ShardStats::add(&self.state.stats().cross_shard_dropped, 1);
+                node.missed[shard].deleted(key);
+            }
+        }
+        self.sessions.close_object(key);
     }
 
     /// Broadcasts a run's frames, topic by topic, within one fan-out budget a turn, and

@@ -172,6 +172,26 @@ impl Sessions {
         slots.len() as u64
     }
 
+    /// Closes every session of the shard attached to object `key` (4404, `object deleted`):
+    /// each writes what waits for it, then closes. Returns how many.
+    pub fn close_object(&self, key: &str) -> u64 {
+        let slots: Vec<usize> = self
+            .map
+            .borrow()
+            .values()
+            .filter(|s| s.topic().0 == key)
+            .filter_map(|s| s.close_for(CloseWhy::ObjectDeleted))
+            .collect();
+        for &slot in &slots {
+            self.state.wake_slot(slot);
+        }
+        ShardStats::add(
+            &self.state.stats().ws_object_deleted_closed,
+            slots.len() as u64,
+        );
+        slots.len() as u64
+    }
+
     /// The local sessions of object `key` subscribed to `topic`, now.
     fn subscribers(&self, key: &str, topic: &str) -> Vec<Rc<SessionOut>> {
         self.topics

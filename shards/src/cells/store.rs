@@ -126,6 +126,13 @@ pub(crate) struct StoreConfig {
     pub fleet: bool,
 }
 
+impl StoreError {
+    /// `step` failed on `path` with `e`.
+    pub fn new(step: &'static str, path: &Path, e: &dyn fmt::Display) -> StoreError {
+        store_error(step, path, e)
+    }
+}
+
 fn store_error(step: &'static str, path: &Path, e: &dyn fmt::Display) -> StoreError {
     StoreError {
         step,

@@ -23,6 +23,7 @@ pub(super) fn closing(why: CloseWhy) -> Close {
         CloseWhy::AppRemoved => Close::Frame(Some(close::GOING_AWAY), "app removed"),
         CloseWhy::ResumeLater => Close::Frame(Some(close::TRY_AGAIN_LATER), "resume later"),
         CloseWhy::LeaseLost => Close::Frame(Some(close::TRY_AGAIN_LATER), "lease lost"),
+        CloseWhy::ObjectDeleted => Close::Frame(Some(close::OBJECT_DELETED), "object deleted"),
     }
 }
 

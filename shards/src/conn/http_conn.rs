@@ -35,6 +35,16 @@ enum AfterRequest {
     Mux(Box<MuxUpgrade>),
     /// A request for an object: it goes to the object's mailbox; its answer joins the pipeline.
     Object(Box<ObjectRequest>),
+    /// The operator's look into objects: answered on a blocking thread (a delete, through the
+    /// object's mailbox); its answer joins the pipeline.
+    Inspect(Box<InspectRequest>),
+}
+
+/// The operator's request under `/objects` (`crate::inspect`), owned so it can wait.
+struct InspectRequest {
+    ask: crate::inspect::Ask,
+    head_only: bool,
+    entry: Option<Box<KeptRequest>>,
 }
 
 /// A request answered from its one parse: what the loop does next, and whether the response
@@ -174,6 +184,10 @@ impl<'c> HttpConn<'c> {
                     if pipeline.objects >= limits::HTTP_OBJECT_PIPELINE {
                         self.settle(&mut pipeline, &mut out).await;
                     }
+                }
+                AfterRequest::Inspect(req) => {
+                    self.inspect(*req, keep_alive, &mut pipeline);
+                    self.settle(&mut pipeline, &mut out).await;
                 }
                 AfterRequest::Upgrade(up) => {
                     self.settle(&mut pipeline, &mut out).await;
@@ -468,6 +482,11 @@ impl<'c> HttpConn<'c> {
             }
             Routed::Upgrade(up) => AfterRequest::Upgrade(up),
             Routed::Mux(up) => AfterRequest::Mux(Box::new(up)),
+            Routed::Inspect(ask) => AfterRequest::Inspect(Box::new(InspectRequest {
+                ask,
+                head_only,
+                entry: (self.conn.log.as_deref()).map(|l| l.kept(req.method, req.path, bytes_in)),
+            })),
             Routed::Object {
                 app,
                 object,
@@ -603,6 +622,48 @@ impl<'c> HttpConn<'c> {
             cors: req.cors,
             entry: req.entry,
             fleet_auth: req.fleet_auth,
+        });
+        pipeline.objects += 1;
+    }
+
+    /// Answers the operator's request under `/objects` on a blocking thread (a delete through
+    /// the object's mailbox, as `cx.delete()`); its answer is owed in the pipeline.
+    fn inspect(&self, req: InspectRequest, keep_alive: bool, pipeline: &mut AnswersOwed) {
+        use crate::inspect::Ask;
+        let (tx, answer) = async_channel::bounded(1);
+        let cells = self.conn.cells.clone();
+        let node = cells.state().node().clone();
+        match req.ask {
+            Ask::Delete { app, name } => match (node.apps.get(&app), &node.fleet) {
+                (_, Some(_)) => {
+                    let e = "deleting an object in a fleet is not built yet";
+                    let _ = tx.try_send(Response::error(501, e));
+                }
+                (Some(app), None) => cells.submit(&app, &name, Job::delete(tx)),
+                (None, None) => {
+                    let _ = tx.try_send(Response::error(404, "no such app"));
+                }
+            },
+            ask => {
+                let state = cells.state().clone();
+                let task = state.clone().spawn(async move {
+                    let resp = state
+                        .on_thread(ClientKey::Local, move || crate::inspect::answer(&node, ask))
+                        .await;
+                    let _ = tx.try_send(resp);
+                });
+                if let Ok(task) = task {
+                    task.detach();
+                }
+            }
+        }
+        pipeline.owed.push_back(Owed::Object {
+            answer,
+            keep_alive,
+            head_only: req.head_only,
+            cors: None,
+            entry: req.entry,
+            fleet_auth: None,
         });
         pipeline.objects += 1;
     }

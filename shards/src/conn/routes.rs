@@ -40,6 +40,8 @@ pub(super) enum Routed {
     Upgrade(Upgrade),
     /// The multiplexed WebSocket (`GET /ws`).
     Mux(MuxUpgrade),
+    /// The operator's look into objects (`/objects`, the localhost listener only).
+    Inspect(crate::inspect::Ask),
     Object {
         app: Arc<dyn App>,
         object: String,
@@ -100,6 +102,12 @@ fn routes_json(apps: &crate::app::Apps) -> serde_json::Value {
         node(crate::ws::mux::PATH, "both"),
     ];
     routes.extend(["/stats", "/metrics", "/routes"].map(|p| node(p, "local")));
+    routes.push(serde_json::json!({
+        "path": crate::inspect::PATH,
+        "methods": ["GET", "HEAD", "POST", "DELETE"],
+        "listener": "local",
+        "under": true,
+    }));
     let mut list = Vec::new();
     for app in apps.names().into_iter().filter_map(|n| apps.get(n)) {
         let page = app.page().map(|(path, _)| path);
@@ -126,6 +134,12 @@ fn routes_json(apps: &crate::app::Apps) -> serde_json::Value {
 /// One of the node's own routes in `/routes`: it answers `GET` and `HEAD`.
 fn node(path: &str, listener: &str) -> serde_json::Value {
     serde_json::json!({ "path": path, "methods": ["GET", "HEAD"], "listener": listener })
+}
+
+/// Whether `path` is `root` or a path under it.
+fn under(path: &str, root: &str) -> bool {
+    path.strip_prefix(root)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 fn method_not_allowed() -> Response {
@@ -172,6 +186,12 @@ impl Router<'_> {
                 node.metrics_text().into_bytes(),
             ),
             "/routes" if self.local && get => Response::json(200, &routes_json(&node.apps)),
+            path if self.local && under(path, crate::inspect::PATH) => {
+                return match crate::inspect::Ask::of(req, &node.apps) {
+                    Ok(ask) => Routed::Inspect(ask),
+                    Err(resp) => Routed::Respond(resp),
+                }
+            }
             crate::ws::mux::PATH if head.upgrade_websocket => {
                 return self.route_mux(req, head, from_fleet)
             }

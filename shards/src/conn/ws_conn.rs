@@ -496,8 +496,11 @@ impl<'c> WsConn<'c> {
     async fn write_mail(&mut self) -> Option<Close> {
         let session = self.watch.session.clone()?;
         let state = self.conn.state().clone();
-        if let Some(why) = session.closing() {
-            // It reads too slowly, or the shard's outbound budget is spent.
+        if let Some(why) = session
+            .closing()
+            .filter(|why| !why.writes_mail_first() || !session.mail_waiting())
+        {
+            // It reads too slowly, the shard's outbound budget is spent, or its object went.
             tracing::debug!(
                 shard = state.id(),
                 session = session.id(),

@@ -470,9 +470,4 @@ impl Fleet {
     }
 }
 
-/// `path` with `suffix` appended (`x.sqlite` → `x.sqlite-wal`).
-pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
-}
+pub(crate) use crate::object_files::sidecar;

@@ -236,6 +236,11 @@ pub struct ShardStats {
     /// Sessions closed because this node's fleet lease was lost (their objects may be another
     /// node's now).
     pub ws_lease_lost_closed: AtomicU64,
+    /// Sessions closed (4404) because their object was deleted.
+    pub ws_object_deleted_closed: AtomicU64,
+    /// Objects deleted on this shard (their home): by `cx.delete()`, by the operator, or
+    /// finished as they opened after a crash.
+    pub objects_deleted: AtomicU64,
     /// Bytes waiting to be written on this shard (session mailboxes and writes in progress).
     pub outbound_bytes: AtomicU64,
     /// The most bytes waiting at once.
@@ -457,6 +462,8 @@ impl ShardStats {
             ("ws_slow_closed", "combd_ws_slow_closed_total", Counter, "WebSockets closed with 8 MiB waiting.", g(&self.ws_slow_closed)),
             ("outbound_budget_closed", "combd_outbound_budget_closed_total", Counter, "Connections closed at the shard's outbound budget.", g(&self.outbound_budget_closed)),
             ("ws_app_removed_closed", "combd_ws_app_removed_closed_total", Counter, "Sessions closed because their app was removed.", g(&self.ws_app_removed_closed)),
+            ("ws_object_deleted_closed", "combd_ws_object_deleted_closed_total", Counter, "Sessions closed (4404) because their object was deleted.", g(&self.ws_object_deleted_closed)),
+            ("objects_deleted", "combd_objects_deleted_total", Counter, "Objects deleted: their database, alarms, outbox, inbox and logs removed.", g(&self.objects_deleted)),
             ("ws_lease_lost_closed", "combd_ws_lease_lost_closed_total", Counter, "Sessions closed (1013) because this node's fleet lease was lost: their objects may be another node's now.", g(&self.ws_lease_lost_closed)),
             ("outbound_bytes", "combd_outbound_bytes", Gauge, "Bytes waiting to be written.", g(&self.outbound_bytes)),
             ("outbound_bytes_max", "combd_outbound_bytes_max", Gauge, "The most bytes waiting at once.", g(&self.outbound_bytes_max)),

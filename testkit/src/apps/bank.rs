@@ -7,6 +7,8 @@
 //!   value is in exactly one of the two databases (this one's outbox until delivered) at every
 //!   commit, so the sum over all accounts never changes, whatever crashes.
 //! - A message `{"credit":n}` adds `n`, exactly once.
+//! - `DELETE` closes the account: the object deletes itself (`Cx::delete`); a transfer to or
+//!   from its name later opens a new account of 1,000.
 //! - `GET` answers `{"balance":<n>}` (what is on its way to it is not in it yet: the sum over
 //!   the accounts is 1,000 each once nothing is on its way, `alarm_objects` 0 in `/stats`).
 
@@ -69,6 +71,15 @@ impl App for Bank {
                 query,
                 ..
             } => transfer(cx, *query),
+            Input::Http {
+                method: "DELETE", ..
+            } => {
+                cx.delete()?;
+                Ok(Output::Http(Response::json(
+                    200,
+                    &serde_json::json!({ "closed": true }),
+                )))
+            }
             Input::Http { .. } => {
                 let balance: i64 = cx
                     .db()?

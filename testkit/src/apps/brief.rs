@@ -1,7 +1,8 @@
 //! `brief` (test app, served only by `combd-test-node`): an app that keeps a short log
 //! ([`App::log_retention`]: its topic's newest 3 frames). `POST /o/brief/<name>` with a text
 //! body stores it and broadcasts it to the object's topic; a session's attach is sent
-//! `{"t":"state","n":<rows>}` (the app's snapshot).
+//! `{"t":"state","n":<rows>}` (the app's snapshot). `DELETE` broadcasts `bye` and deletes the
+//! object (`Cx::delete`): its sessions get `bye`, then close with 4404.
 
 use combd_shards::app::{App, AppError, Cx, Input, LogRetention, Output};
 use combd_shards::http::Response;
@@ -41,6 +42,16 @@ impl App for Brief {
                     .execute("INSERT INTO said (text) VALUES (?1)", [text])?;
                 cx.broadcast("", text)?;
                 Ok(Output::Http(Response::json(200, &serde_json::json!({}))))
+            }
+            Input::Http {
+                method: "DELETE", ..
+            } => {
+                cx.broadcast("", "bye")?;
+                cx.delete()?;
+                Ok(Output::Http(Response::json(
+                    200,
+                    &serde_json::json!({ "deleted": true }),
+                )))
             }
             Input::Attach { session, .. } => {
                 let n: i64 = cx

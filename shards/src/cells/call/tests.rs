@@ -23,6 +23,7 @@ const TEST_TARGET: Target<'static> = Target {
     topics: None,
     presence: None,
     users: None,
+    fleet: false,
 };
 
 /// `run_batch` on the test object, without limits.

@@ -47,16 +47,24 @@ struct Ran {
     due: Option<Option<u64>>,
 }
 
+/// What a batch asks of its object's task once it is handed to the commit task.
+pub(super) struct After {
+    /// A call was killed: the object is reloaded from its database.
+    pub killed: bool,
+    /// A call that committed deleted the object (`cx.delete()`).
+    pub deleted: bool,
+}
+
 /// Takes a batch from the mailbox under an awake slot and runs it (in a fleet, noting the WAL's
 /// length at `fleet_wal` after its commit). Returns the store (present once a write created
 /// the database), the committed batch (its answers and effects, to leave once it is durable),
-/// and whether a call was killed (the object must be reloaded).
+/// and what the object's task is to do next ([`After`]).
 pub(super) async fn run_one(
     cells: &Rc<Cells>,
     cell: &Rc<ObjectCell>,
     store: Store,
     fleet_wal: Option<std::path::PathBuf>,
-) -> (Store, Committed, bool) {
+) -> (Store, Committed, After) {
     let state = &cells.state;
     let stats = state.stats();
     let permit = state.acquire_awake().await;
@@ -100,7 +108,14 @@ pub(super) async fn run_one(
     file_result(state, cell, &ran.result);
     ShardStats::add(&stats.batches, 1);
     stats.batch_max.fetch_max(count, Ordering::Relaxed);
-    let killed = ran.result.killed;
+    let after = After {
+        killed: ran.result.killed,
+        deleted: ran
+            .result
+            .effects
+            .iter()
+            .any(|e| matches!(e, crate::app::Effect::Delete)),
+    };
     if let Some(at) = ran.result.alarm_at {
         // An alarm due before the shard's next tick fires on time, not at the tick.
         cells.alarm_wakes().arm(cells, at);
@@ -115,7 +130,7 @@ pub(super) async fn run_one(
         first_input_at: first_at,
         committed_at: std::time::Instant::now(),
     };
-    (store, committed, killed)
+    (store, committed, after)
 }
 
 /// The next batch: its inputs, where their answers go, their bytes held against their
@@ -191,7 +206,8 @@ fn take_batch(cells: &Cells, cell: &ObjectCell) -> Taken {
     taken
 }
 
-/// How many of the mailbox's first jobs make the next batch: at most `n`, and at most
+/// How many of the mailbox's first jobs make the next batch (none when the first is the
+/// operator's delete): at most `n`, up to the first delete, and at most
 /// `max_percent` of `n` HTTP requests of any one client held to shares (never fewer than one
 /// connection's pipeline, [`HTTP_OBJECT_PIPELINE`]), so one client's burst of requests is
 /// several batches, each of whose answers is reserved before the next is made. The batch ends
@@ -200,6 +216,10 @@ fn batch_end(mailbox: &std::collections::VecDeque<Queued>, n: usize, max_percent
     let part = ((n as u64 * max_percent / 100) as usize).max(HTTP_OBJECT_PIPELINE);
     let mut counts: Vec<(ClientKey, usize)> = Vec::new();
     for (i, q) in mailbox.iter().take(n).enumerate() {
+        if q.job.is_delete() {
+            // The operator's delete is the object's task's, after the batch before it.
+            return i;
+        }
         let asker = q.job.asker;
         if !asker.is_shared() || !matches!(q.job.reply, Reply::Http(_)) {
             continue;
@@ -310,6 +330,7 @@ async fn run_on(
                 topics: Some(&topics),
                 presence: presence.as_ref(),
                 users: Some(&users),
+                fleet: fleet_wal.is_some(),
             };
             let run = Run::new(app.as_ref(), target, limits, &on);
             let result = run_inputs(run, &mut db, &inputs);

@@ -34,6 +34,7 @@ use super::topic_log::TopicCache;
 use super::{Cells, Refusal};
 
 mod batch;
+mod delete;
 mod durability;
 
 use durability::Durability;
@@ -112,6 +113,19 @@ impl ObjectCell {
         Ok(())
     }
 
+    /// The operator's delete, taken from the head of the mailbox if it is there (the batches
+    /// before it have run): where its answer goes.
+    fn take_delete(&self) -> Option<delete::Asked> {
+        let mut mb = self.mailbox.borrow_mut();
+        if !mb.front().is_some_and(|q| q.job.is_delete()) {
+            return None;
+        }
+        match mb.pop_front().map(|q| q.job.reply) {
+            Some(crate::job::Reply::Http(reply)) => Some(reply),
+            _ => None,
+        }
+    }
+
     /// Everything queued, taken out of the mailbox.
     fn take_mail(&self) -> Vec<Queued> {
         self.mailbox.borrow_mut().drain(..).collect()
@@ -188,11 +202,26 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
                 absent => absent,
             };
         }
-        let (store, committed, killed) =
+        if let Some(asked) = cell.take_delete() {
+            match delete::mark(&state, &cell, &durability, store).await {
+                Ok(marked) => {
+                    return delete::run(&cells, &cell, pipeline, marked, Some(asked)).await
+                }
+                Err((store, answer)) => {
+                    let _ = asked.try_send(answer);
+                    db = Some(store);
+                    continue;
+                }
+            }
+        }
+        let (store, committed, after) =
             batch::run_one(&cells, &cell, store, durability.wal()).await;
         wal_len = committed.wal_len;
         pipeline.push(committed).await;
-        db = if killed || (!durability.lets_go_on_failure() && pipeline.failed()) {
+        if after.deleted {
+            return delete::run(&cells, &cell, pipeline, store, None).await;
+        }
+        db = if after.killed || (!durability.lets_go_on_failure() && pipeline.failed()) {
             wal_len = 0;
             reload(&cells, &cell, &mut pipeline, Some(store)).await
         } else {
@@ -336,20 +365,12 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
                 },
                 None => None,
             };
-            // No database here: on a node alone, none was ever written; in a fleet, none was
-            // ever shipped (the open restored nothing, and removed any stale local file). Its
-            // reads run on a scratch database and create nothing, in etcd or the bucket either.
-            let absent = matches!(path.try_exists(), Ok(false));
-            let opened = if absent {
-                store::open_scratch(&path, config).map(Store::Absent)
-            } else {
-                store::open(&path, config).map(Store::Present)
-            };
+            let (opened, deleted) = open_store(&path, config, &alarms, (&key, shard));
             if let Ok(Store::Present(db)) = &opened {
                 reconcile_alarms(&alarms, &key, shard, db);
             }
             match opened {
-                Ok(db) => Ok((db, shipping)),
+                Ok(db) => Ok((db, shipping, deleted)),
                 Err(e) => {
                     if shipping.is_some() {
                         if let Some(fleet) = &fleet {
@@ -363,7 +384,12 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
         .await;
     drop(permit);
     match opened {
-        Ok((db, shipping)) => Opened::Db(Some(db), shipping.map(Box::new)),
+        Ok((db, shipping, deleted)) => {
+            if deleted {
+                delete::deleted(state, cell.app_name());
+            }
+            Opened::Db(Some(db), shipping.map(Box::new))
+        }
         Err(Ok(e)) => {
             warn!(object = %cell.key, "cannot open: {e}");
             Opened::Db(None, None)
@@ -375,6 +401,42 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
         Err(Err(OpenError::Unavailable(e))) => {
             warn!(object = %cell.key, "cannot claim or restore from the fleet: {e}");
             Opened::NotHere(Refusal::FleetUnavailable, None)
+        }
+    }
+}
+
+/// Opens the object's database, or its scratch one when it has none: on a node alone, none
+/// was ever written; in a fleet, none was ever shipped (the open restored nothing, and removed
+/// any stale local file). Its reads run on a scratch database and create nothing, in etcd or
+/// the bucket either. A database marked deleted (its task died before it removed it) is
+/// removed now, and the object opens as new: then the second value is true. Blocks.
+fn open_store(
+    path: &std::path::Path,
+    config: StoreConfig,
+    alarms: &crate::alarms::AlarmIndex,
+    (key, shard): (&ObjectKey, usize),
+) -> (Result<Store, store::StoreError>, bool) {
+    if matches!(path.try_exists(), Ok(false)) {
+        return (store::open_scratch(path, config).map(Store::Absent), false);
+    }
+    let db = match store::open(path, config) {
+        Ok(db) => db,
+        Err(e) => return (Err(e), false),
+    };
+    let marked = {
+        let _node = crate::sandbox::NodeSql::enter();
+        crate::object_files::marked(&db).unwrap_or(false)
+    };
+    if !marked {
+        return (Ok(Store::Present(db)), false);
+    }
+    drop(db);
+    match delete::remove_files(path, alarms, key, shard) {
+        Ok(found) => (store::open_scratch(path, config).map(Store::Absent), found),
+        Err(e) => {
+            warn!(object = %key, "cannot remove a deleted object's files: {e}");
+            let e = store::StoreError::new("remove", path, &e);
+            (Err(e), false)
         }
     }
 }

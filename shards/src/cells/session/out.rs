@@ -52,6 +52,15 @@ pub(crate) enum CloseWhy {
     /// another node's now; its client reconnects (numbered: with its place) and is passed on
     /// to whoever owns it.
     LeaseLost,
+    /// Its object was deleted: what waits for it is written first, then it closes with 4404.
+    ObjectDeleted,
+}
+
+impl CloseWhy {
+    /// Whether the session's mail is written before it closes (the object's last words).
+    pub fn writes_mail_first(self) -> bool {
+        matches!(self, CloseWhy::ObjectDeleted)
+    }
 }
 
 /// What to do with a frame for a session.
@@ -387,6 +396,11 @@ impl SessionOut {
         self.out.borrow_mut().reading = false;
     }
 
+    /// Whether frames wait in the session's mailbox.
+    pub fn mail_waiting(&self) -> bool {
+        !self.out.borrow().mail.is_empty()
+    }
+
     /// Whether the connection has mail to write, or the session is to be closed or resynced.
     pub fn has_mail(&self) -> bool {
         let o = self.out.borrow();
@@ -479,7 +493,9 @@ impl SessionOut {
         if o.closing.is_some() {
             return None;
         }
-        o.drop_mail(self.books());
+        if !why.writes_mail_first() {
+            o.drop_mail(self.books());
+        }
         o.closing = Some(why);
         Some(self.wake())
     }
@@ -785,6 +801,7 @@ fn closed_counter(stats: &ShardStats, why: CloseWhy) -> &std::sync::atomic::Atom
         // (`topic_log_resumes_refused`), a lease lost.
         CloseWhy::ResumeLater => &stats.topic_log_resumes_refused,
         CloseWhy::LeaseLost => &stats.ws_lease_lost_closed,
+        CloseWhy::ObjectDeleted => &stats.ws_object_deleted_closed,
     }
 }
 

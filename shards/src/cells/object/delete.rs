@@ -1,0 +1,149 @@
+//! Deleting an object on a node alone (`crate::object_files` has the protocol): by one of its
+//! calls (`cx.delete()`, marked in the call's transaction) once that batch is answered, or by
+//! the operator (`DELETE /objects/<app>/<name>` on the localhost listener: a [`Job::delete`]
+//! at the head of its mailbox, marked in a transaction of the node's, answered once the files
+//! are gone). Either way its task lets it go first, so what waits and what comes next goes to
+//! a fresh cell, which restores (a new, empty object) only once the files are gone; its
+//! sessions, on every shard, close with 4404 `object deleted`.
+//!
+//! [`Job::delete`]: crate::job::Job::delete
+
+use std::path::Path;
+use std::rc::Rc;
+
+use tracing::warn;
+
+use crate::alarms::AlarmIndex;
+use crate::http::Response;
+use crate::object_key::ObjectKey;
+use crate::state::ShardState;
+use crate::stats::ShardStats;
+
+use super::super::commit::Pipeline;
+use super::super::store::{Store, Wal};
+use super::super::Cells;
+use super::durability::Durability;
+use super::ObjectCell;
+
+/// Where the operator's answer goes.
+pub(super) type Asked = async_channel::Sender<Response>;
+
+/// Removes a closed object's files and forgets its alarm index entry: true if there was a
+/// database. Blocks.
+pub(super) fn remove_files(
+    path: &Path,
+    alarms: &AlarmIndex,
+    key: &ObjectKey,
+    shard: usize,
+) -> std::io::Result<bool> {
+    let found = crate::object_files::remove(path)?;
+    if let Err(e) = alarms.forget(key.app(), key.name(), shard) {
+        // Only early: a wake of the new object finds nothing due and settles the entry.
+        warn!(object = %key, "cannot take a deleted object out of the alarm index: {e}");
+    }
+    Ok(found)
+}
+
+/// Marks the object deleted for the operator, in a transaction of the node's, durable before
+/// it is let go. `Err`: nothing was marked, with the answer (404 for an object that has no
+/// database, 501 in a fleet, 500 if the write failed) and the store to go on with.
+pub(super) async fn mark(
+    state: &ShardState,
+    cell: &ObjectCell,
+    durability: &Durability,
+    store: Store,
+) -> Result<Store, (Store, Response)> {
+    if durability.fleet().is_some() {
+        let e = "deleting an object in a fleet is not built yet";
+        return Err((store, Response::error(501, e)));
+    }
+    let Store::Present(mut db) = store else {
+        return Err((store, Response::error(404, "no such object")));
+    };
+    let sync = crate::cells::commit::syncs_wal(state);
+    let (db, marked) = state
+        .on_thread(cell.opened_by(), move || {
+            let marked = (|| {
+                let tx = db.transaction()?;
+                crate::object_files::mark(&tx)?;
+                tx.commit()
+            })()
+            .map_err(|e| e.to_string())
+            .and_then(|()| match (sync, Wal::of(&db)) {
+                (true, Some(wal)) => wal.sync().map_err(|e| e.to_string()),
+                _ => Ok(()),
+            });
+            (db, marked)
+        })
+        .await;
+    match marked {
+        Ok(()) => Ok(Store::Present(db)),
+        Err(e) => {
+            warn!(object = %cell.key, "cannot mark the object deleted: {e}");
+            let resp = Response::json(
+                500,
+                &serde_json::json!({ "error": "cannot delete the object", "detail": e }),
+            );
+            Err((Store::Present(db), resp))
+        }
+    }
+}
+
+/// Deletes the object whose deletion is marked (or, absent, which has no database): lets it
+/// go, answers every batch before, removes its files, frees its place under
+/// `COMBD_MAX_OBJECTS_PER_APP`, closes its sessions; then answers the operator, if it asked.
+pub(super) async fn run(
+    cells: &Rc<Cells>,
+    cell: &ObjectCell,
+    pipeline: Pipeline,
+    store: Store,
+    asked: Option<Asked>,
+) {
+    let state = &cells.state;
+    let closing = cells.let_go_closing(&cell.key);
+    cells.hand_over(&cell.app, &cell.name, cell.take_mail());
+    let _ = pipeline.finish().await;
+    let removed = match store {
+        Store::Present(db) => {
+            let (path, _) = cell.store_config(state);
+            let alarms = state.node().alarms.clone();
+            let (key, shard) = (cell.key.clone(), state.id());
+            state
+                .on_thread(cell.opened_by(), move || {
+                    drop(db);
+                    remove_files(&path, &alarms, &key, shard)
+                })
+                .await
+        }
+        Store::Absent(_) => Ok(false),
+    };
+    let answer = match removed {
+        Ok(found) => {
+            if found {
+                deleted(state, cell.app_name());
+            }
+            Response::json(200, &serde_json::json!({ "deleted": found }))
+        }
+        Err(e) => {
+            // Marked: its next open finishes the delete.
+            warn!(object = %cell.key, "cannot remove a deleted object's files: {e}");
+            Response::json(
+                500,
+                &serde_json::json!({
+                    "error": "cannot remove the object's files", "detail": e.to_string(),
+                }),
+            )
+        }
+    };
+    cells.close_deleted_sessions(cell.key.as_str());
+    drop(closing);
+    if let Some(asked) = asked {
+        let _ = asked.try_send(answer);
+    }
+}
+
+/// Counts a deleted object's database gone: its place under `COMBD_MAX_OBJECTS_PER_APP` is free.
+pub(super) fn deleted(state: &ShardState, app: &str) {
+    state.node().objects.release(app);
+    ShardStats::add(&state.stats().objects_deleted, 1);
+}
