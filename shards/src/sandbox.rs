@@ -186,14 +186,11 @@ fn authorize_read(cx: AuthContext<'_>) -> Authorization {
         AuthAction::Function { function_name } => {
             !function_name.eq_ignore_ascii_case("load_extension")
         }
-        AuthAction::Pragma {
-            pragma_name,
-            pragma_value,
-        } => {
-            main && pragma_value.is_none()
-                && PRAGMAS_ALLOWED
-                    .iter()
-                    .any(|p| p.eq_ignore_ascii_case(pragma_name))
+        // Those that read (`user_version` set is refused: the connection is read-only).
+        AuthAction::Pragma { pragma_name, .. } => {
+            main && PRAGMAS_ALLOWED
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(pragma_name))
         }
         _ => false,
     };

@@ -123,6 +123,12 @@ impl App for WasmApp {
     fn log_retention(&self) -> combd_shards::app::LogRetention {
         self.version().log_retention()
     }
+    fn schema_version(&self) -> u32 {
+        self.version().schema_version()
+    }
+    fn migrate(&self, cx: &mut Cx<'_>, from: u32) -> Result<(), AppError> {
+        self.version().migrate(cx, from)
+    }
     fn wants_header(&self, name: &str) -> bool {
         self.version().wants_header(name)
     }

@@ -41,6 +41,8 @@ pub struct Version {
     presence: bool,
     /// How much of its topics' logs its objects keep (its `log_retention()`; the node's).
     retention: LogRetention,
+    /// The version its objects are brought to as they open (its `version()`; 1).
+    schema_version: u32,
     /// The request header fields it sees (its `headers()`), lower case.
     headers: Vec<String>,
     /// The origins whose pages may call it (its `cors()`); `None`: no CORS.
@@ -80,6 +82,8 @@ const EXPORTS: &[(&str, &[ValType], &[ValType], bool)] = &[
     ("identified", &[], &[ValType::I32], false),
     ("presence", &[], &[ValType::I32], false),
     ("log_retention", &[], &[ValType::I32], false),
+    ("version", &[], &[ValType::I32], false),
+    ("migrate", &[ValType::I32], &[ValType::I32], false),
     ("headers", &[], &[ValType::I32], false),
     ("cors", &[], &[ValType::I32], false),
     ("_initialize", &[], &[], false),
@@ -161,6 +165,7 @@ impl Loader {
             identified: false,
             presence: false,
             retention: LogRetention::NODE,
+            schema_version: 1,
             headers: Vec::new(),
             cors: None,
             initial_bytes: match module.get_export("memory") {
@@ -214,6 +219,19 @@ impl Version {
         }
         if has("log_retention") {
             self.retention = retention(&self.string_at_load("log_retention")?)?;
+        }
+        if has("version") {
+            self.schema_version = match self.call_at_load("version")? {
+                v if v >= 1 => v as u32,
+                v => return Err(format!("version() answered {v}; it must be at least 1")),
+            };
+            if self.schema_version > 1 && !has("migrate") {
+                return Err(format!(
+                    "version() answered {}, but the module exports no migrate(from) to bring \
+                     its objects there",
+                    self.schema_version
+                ));
+            }
         }
         if has("schema") {
             // Leaked once per version loaded (at start and at each reload that changes it).
@@ -271,6 +289,34 @@ impl Version {
             c_string(&mut store, &i, p)
         });
         r.map_err(|e| format!("{export}() failed: {}", describe(&e, store.data())))
+    }
+
+    /// Runs `migrate(from)`: one step of an object's migration, in the transaction of `cx`
+    /// (README "Migrations"). 0 is success; anything else, or a trap, fails the step.
+    fn run_migrate(&self, cx: &mut Cx<'_>, from: u32) -> Result<(), AppError> {
+        let mut store = self.store(Vec::new(), self.ticks, WASM_CALL_DEADLINE);
+        let arg = i32::try_from(from).unwrap_or(i32::MAX);
+        let r = Host::with_cx(&mut store, cx, |store| -> wasmtime::Result<i32> {
+            let instance = self.instantiate(store)?;
+            instance
+                .get_typed_func::<i32, i32>(&mut *store, "migrate")?
+                .call(&mut *store, arg)
+        });
+        let host = store.into_data();
+        for line in host.output.lines() {
+            cx.log(&line);
+        }
+        match r {
+            Ok(0) => Ok(()),
+            Ok(code) => Err(sql_detail(
+                AppError::new(500, format!("migrate({from}) answered {code}")),
+                &host,
+            )),
+            Err(e) => {
+                let what = describe(&e, &host);
+                Err(trap_error(&e, &host).with_detail(with_sql(what, &host)))
+            }
+        }
     }
 
     /// Runs `handle` (one input) or `handle_batch` (several) in one instance.
@@ -445,6 +491,14 @@ impl App for Version {
 
     fn log_retention(&self) -> LogRetention {
         self.retention
+    }
+
+    fn schema_version(&self) -> u32 {
+        self.schema_version
+    }
+
+    fn migrate(&self, cx: &mut Cx<'_>, from: u32) -> Result<(), AppError> {
+        self.run_migrate(cx, from)
     }
 
     fn wants_header(&self, name: &str) -> bool {

@@ -485,9 +485,34 @@ pub trait App: Send + Sync + 'static {
         None
     }
 
-    /// SQL run when an object's database opens (its schema; `IF NOT EXISTS` throughout).
+    /// SQL run when an object's database opens (its schema; `IF NOT EXISTS` throughout): what
+    /// version 1 of its objects is. Later versions come from it by [`App::migrate`].
     fn schema(&self) -> &'static str {
         ""
+    }
+
+    /// The version the app's objects are brought to as they open (`cells::migrate`, README
+    /// "Migrations"): 1 (its schema alone) plus its [`App::migrations`] by default.
+    fn schema_version(&self) -> u32 {
+        1 + self.migrations().len() as u32
+    }
+
+    /// The SQL of a native app's migration steps: step `k` (from 0) takes an object from
+    /// version `k + 1` to `k + 2`.
+    fn migrations(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Takes an object from version `from` to `from + 1`: one step of its migration, inside the
+    /// transaction that runs every step it needs and records its new version (an error rolls
+    /// it all back). By default, runs step `from - 1` of [`App::migrations`].
+    fn migrate(&self, cx: &mut Cx<'_>, from: u32) -> Result<(), AppError> {
+        let step = (from as usize)
+            .checked_sub(1)
+            .and_then(|k| self.migrations().get(k))
+            .ok_or_else(|| AppError::new(500, format!("no migration from version {from}")))?;
+        cx.db()?.execute_batch(step)?;
+        Ok(())
     }
 
     /// Most inputs waiting in an object's mailbox; past it an input is refused at once.

@@ -176,6 +176,17 @@ pub(super) struct CallLimits {
     pub retention: Retention,
 }
 
+impl CallLimits {
+    /// The limits of `app`'s calls on the shard of `state`.
+    pub fn of(state: &crate::state::ShardState, app: &dyn crate::app::App) -> CallLimits {
+        CallLimits {
+            ticks: state.settings().cpu_limit_ticks,
+            memory_bytes: app.memory_kb().map(|kb| kb * 1024),
+            retention: Retention::of(app.log_retention()),
+        }
+    }
+}
+
 /// What every call of one batch runs with: the app, the object it runs on, the calls' limits
 /// and the database it runs on (the object's, or a scratch one).
 #[derive(Clone, Copy)]

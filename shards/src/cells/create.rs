@@ -133,9 +133,13 @@ pub(super) async fn create(
     if created {
         ShardStats::add(&stats.objects_created, 1);
     }
-    opened.map_err(|e| {
-        warn!(object = %key, "cannot create: {e}");
-        Refusal::StorageUnavailable
+    opened.map_err(|e| match e.is_migration() {
+        // Logged where it failed, naming the app, the object and the step.
+        true => Refusal::MigrationFailed,
+        false => {
+            warn!(object = %key, "cannot create: {e}");
+            Refusal::StorageUnavailable
+        }
     })
 }
 

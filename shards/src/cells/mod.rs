@@ -27,6 +27,7 @@ mod call;
 mod commit;
 mod create;
 mod fire;
+mod migrate;
 mod object;
 mod presence;
 mod route;
@@ -118,6 +119,8 @@ pub(crate) enum Refusal {
     NoSuchApp,
     /// The object's database could not be opened.
     StorageUnavailable,
+    /// The object could not be brought to its app's version (`migrate`): it stays as it was.
+    MigrationFailed,
     /// In a fleet: another node owns the object (or took it over).
     NotOwner,
     /// In a fleet: the coordinator or the bucket could not be reached, or this node's lease
@@ -144,6 +147,7 @@ impl Refusal {
             Refusal::CreateRate => (429, true),
             Refusal::NoSuchApp => (404, false),
             Refusal::StorageUnavailable => (500, false),
+            Refusal::MigrationFailed => (503, false),
             Refusal::NotOwner | Refusal::FleetUnavailable => (503, true),
         };
         let e = AppError::new(status, self.message());
@@ -167,6 +171,7 @@ impl Refusal {
             Refusal::CreateRate => "object creation rate",
             Refusal::NoSuchApp => "no such app",
             Refusal::StorageUnavailable => "object storage unavailable",
+            Refusal::MigrationFailed => "migration failed",
             Refusal::NotOwner => "object owned by another node",
             Refusal::FleetUnavailable => "fleet unavailable",
         }

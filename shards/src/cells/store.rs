@@ -115,7 +115,7 @@ impl Store {
 
 /// How an object's database is opened: the node's size setting and the app's schema. (The
 /// durability setting is the object's: see the module's notes.)
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct StoreConfig {
     /// `COMBD_DB_MAX`.
     pub db_max_bytes: u64,
@@ -124,9 +124,56 @@ pub(crate) struct StoreConfig {
     /// In a fleet: SQLite never checkpoints by itself (`wal_autocheckpoint=0`), so no WAL
     /// frame is overwritten before it is shipped; the object checkpoints after shipping.
     pub fleet: bool,
+    /// After the schema, what brings the object to its app's version (`super::migrate`).
+    pub migrate: Option<Migrating>,
 }
 
+/// What an object's open needs to migrate it: its app, its name, its calls' limits, and
+/// where it counts.
+#[derive(Clone)]
+pub(crate) struct Migrating {
+    pub app: std::sync::Arc<dyn crate::app::App>,
+    pub name: String,
+    pub limits: super::call::CallLimits,
+    pub stats: (std::sync::Arc<crate::NodeShared>, usize),
+}
+
+impl Migrating {
+    /// Brings `db` to the app's version, counting it; the error of a step that failed (logged).
+    pub fn run(&self, db: &mut rusqlite::Connection, path: &Path) -> Result<(), StoreError> {
+        let (node, shard) = &self.stats;
+        let stats = &node.stats[*shard];
+        match super::migrate::run(self.app.as_ref(), db, &self.name, self.limits) {
+            Ok(None) => Ok(()),
+            Ok(Some((from, to))) => {
+                crate::stats::ShardStats::add(&stats.objects_migrated, 1);
+                tracing::debug!(app = self.app.name(), object = %self.name, from, to, "migrated");
+                Ok(())
+            }
+            Err(f) => {
+                crate::stats::ShardStats::add(&stats.objects_migration_failed, 1);
+                tracing::warn!(
+                    app = self.app.name(),
+                    object = %self.name,
+                    step = %format_args!("{} to {}", f.from, f.to),
+                    "migration failed: {}",
+                    f.error
+                );
+                Err(store_error(MIGRATE, path, &f.error))
+            }
+        }
+    }
+}
+
+/// The step of a [`StoreError`] that is a failed migration.
+const MIGRATE: &str = "migrate";
+
 impl StoreError {
+    /// Whether the object could not be brought to its app's version (`super::migrate`).
+    pub fn is_migration(&self) -> bool {
+        self.step == MIGRATE
+    }
+
     /// `step` failed on `path` with `e`.
     pub fn new(step: &'static str, path: &Path, e: &dyn fmt::Display) -> StoreError {
         store_error(step, path, e)
@@ -170,7 +217,7 @@ pub(crate) fn open_scratch(
 
 /// Applies the node's pragmas, the SQL limits, the watch and the app's schema.
 fn configure(
-    db: rusqlite::Connection,
+    mut db: rusqlite::Connection,
     path: &Path,
     config: StoreConfig,
 ) -> Result<rusqlite::Connection, StoreError> {
@@ -227,6 +274,9 @@ fn configure(
             ));
         }
         r.map_err(|e| err("schema of", path, &e))?;
+    }
+    if let Some(m) = &config.migrate {
+        m.run(&mut db, path)?;
     }
     Ok(db)
 }

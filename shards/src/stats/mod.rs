@@ -238,6 +238,10 @@ pub struct ShardStats {
     pub ws_lease_lost_closed: AtomicU64,
     /// Sessions closed (4404) because their object was deleted.
     pub ws_object_deleted_closed: AtomicU64,
+    /// Objects brought to their app's version as they opened (`cells::migrate`).
+    pub objects_migrated: AtomicU64,
+    /// Opens refused because a migration step failed (the object stays as it was).
+    pub objects_migration_failed: AtomicU64,
     /// Objects deleted on this shard (their home): by `cx.delete()`, by the operator, or
     /// finished as they opened after a crash.
     pub objects_deleted: AtomicU64,
@@ -463,6 +467,8 @@ impl ShardStats {
             ("outbound_budget_closed", "combd_outbound_budget_closed_total", Counter, "Connections closed at the shard's outbound budget.", g(&self.outbound_budget_closed)),
             ("ws_app_removed_closed", "combd_ws_app_removed_closed_total", Counter, "Sessions closed because their app was removed.", g(&self.ws_app_removed_closed)),
             ("ws_object_deleted_closed", "combd_ws_object_deleted_closed_total", Counter, "Sessions closed (4404) because their object was deleted.", g(&self.ws_object_deleted_closed)),
+            ("objects_migrated", "combd_objects_migrated_total", Counter, "Objects brought to their app's version as they opened.", g(&self.objects_migrated)),
+            ("objects_migration_failed", "combd_objects_migration_failed_total", Counter, "Opens refused (503 migration failed) because a migration step failed; the object stays as it was.", g(&self.objects_migration_failed)),
             ("objects_deleted", "combd_objects_deleted_total", Counter, "Objects deleted: their database, alarms, outbox, inbox and logs removed.", g(&self.objects_deleted)),
             ("ws_lease_lost_closed", "combd_ws_lease_lost_closed_total", Counter, "Sessions closed (1013) because this node's fleet lease was lost: their objects may be another node's now.", g(&self.ws_lease_lost_closed)),
             ("outbound_bytes", "combd_outbound_bytes", Gauge, "Bytes waiting to be written.", g(&self.outbound_bytes)),

@@ -31,7 +31,6 @@ use super::super::create::create;
 use super::super::fire::run_inputs;
 use super::super::presence;
 use super::super::store::{Store, Wal};
-use super::super::topic_log::Retention;
 use super::super::{Cells, Refusal};
 use super::{ObjectCell, Queued};
 
@@ -304,11 +303,7 @@ async fn run_on(
 ) -> (rusqlite::Connection, Vec<Owned>, Ran) {
     let state = &cells.state;
     let app = cell.app.clone();
-    let limits = CallLimits {
-        ticks: state.settings().cpu_limit_ticks,
-        memory_bytes: app.memory_kb().map(|kb| kb * 1024),
-        retention: Retention::of(app.log_retention()),
-    };
+    let limits = CallLimits::of(state, app.as_ref());
     let syncs = crate::cells::commit::syncs_wal(state);
     // The object's own name (its key is `app/name`), for `Cx::object`.
     let name = cell.key.name().to_string();

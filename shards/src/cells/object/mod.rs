@@ -138,6 +138,12 @@ impl ObjectCell {
             db_max_bytes: s.db_max_bytes,
             schema: self.app.schema(),
             fleet: s.fleet.is_some(),
+            migrate: Some(store::Migrating {
+                app: self.app.clone(),
+                name: self.name.clone(),
+                limits: super::call::CallLimits::of(state, self.app.as_ref()),
+                stats: (state.node().clone(), state.id()),
+            }),
         };
         (path, config)
     }
@@ -155,9 +161,12 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     // An earlier cell of this object still closing (a fleet's, or one whose module version
     // was replaced while mail waited): this one restores only once it has closed.
     cells.wait_closed(&cell.key).await;
-    let Some((mut db, shipping)) = open_here(&cells, &cell, &durability).await else {
+    let Some((opened, shipping)) = open_here(&cells, &cell, &durability).await else {
         return;
     };
+    // Why mail is refused while the object has no database open.
+    let unopened = opened.as_ref().err().copied();
+    let mut db = opened.ok();
     let mut pipeline = Pipeline::start(&cells, &cell.key, cell.opened_by(), shipping);
     // In a fleet: the WAL's length after the last commit (what the next shipment reads up to,
     // and what decides a checkpoint).
@@ -191,7 +200,8 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
         }
         let Some(mut store) = db.take() else {
             // The database could not be opened: answer everything queued, and let go.
-            refuse_mail(&cells, &cell, Refusal::StorageUnavailable);
+            let why = unopened.unwrap_or(Refusal::StorageUnavailable);
+            refuse_mail(&cells, &cell, why);
             continue;
         };
         if durability.wants_checkpoint(wal_len) {
@@ -238,7 +248,7 @@ async fn open_here(
     cells: &Rc<Cells>,
     cell: &ObjectCell,
     durability: &Durability,
-) -> Option<(Option<Store>, Option<Shipping>)> {
+) -> Option<(Result<Store, Refusal>, Option<Shipping>)> {
     match restore(&cells.state, cell, durability).await {
         Opened::Db(db, shipping) => {
             // Served here now: no route sends its requests away once this cell is gone.
@@ -339,9 +349,9 @@ async fn reload(
 
 /// An object's database, opened; or why it is not served here.
 enum Opened {
-    /// Its database or its scratch one (none if it could not be opened), and in a fleet what
+    /// Its database or its scratch one (or why it could not be opened), and in a fleet what
     /// it ships from.
-    Db(Option<Store>, Option<Box<Shipping>>),
+    Db(Result<Store, Refusal>, Option<Box<Shipping>>),
     /// In a fleet: not served by this node; its owner's fleet address when another node owns
     /// it.
     NotHere(Refusal, Option<String>),
@@ -388,11 +398,13 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
             if deleted {
                 delete::deleted(state, cell.app_name());
             }
-            Opened::Db(Some(db), shipping.map(Box::new))
+            Opened::Db(Ok(db), shipping.map(Box::new))
         }
+        // Logged where it failed, naming the app, the object and the step.
+        Err(Ok(e)) if e.is_migration() => Opened::Db(Err(Refusal::MigrationFailed), None),
         Err(Ok(e)) => {
             warn!(object = %cell.key, "cannot open: {e}");
-            Opened::Db(None, None)
+            Opened::Db(Err(Refusal::StorageUnavailable), None)
         }
         Err(Err(OpenError::Elsewhere(owner))) => {
             tracing::debug!(object = %cell.key, %owner, "owned by another node");
@@ -409,7 +421,8 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
 /// was ever written; in a fleet, none was ever shipped (the open restored nothing, and removed
 /// any stale local file). Its reads run on a scratch database and create nothing, in etcd or
 /// the bucket either. A database marked deleted (its task died before it removed it) is
-/// removed now, and the object opens as new: then the second value is true. Blocks.
+/// removed now, and the object opens as new: then the second value is true. Migrated (to its
+/// app's version) only once it is known not to be deleted. Blocks.
 fn open_store(
     path: &std::path::Path,
     config: StoreConfig,
@@ -419,7 +432,11 @@ fn open_store(
     if matches!(path.try_exists(), Ok(false)) {
         return (store::open_scratch(path, config).map(Store::Absent), false);
     }
-    let db = match store::open(path, config) {
+    let unmigrated = StoreConfig {
+        migrate: None,
+        ..config.clone()
+    };
+    let mut db = match store::open(path, unmigrated) {
         Ok(db) => db,
         Err(e) => return (Err(e), false),
     };
@@ -428,7 +445,11 @@ fn open_store(
         crate::object_files::marked(&db).unwrap_or(false)
     };
     if !marked {
-        return (Ok(Store::Present(db)), false);
+        let migrated = match &config.migrate {
+            Some(m) => m.run(&mut db, path),
+            None => Ok(()),
+        };
+        return (migrated.map(|()| Store::Present(db)), false);
     }
     drop(db);
     match delete::remove_files(path, alarms, key, shard) {
