@@ -440,3 +440,57 @@ fn combd_objects_lists_shows_queries_and_deletes() {
     assert_eq!(code, Some(2));
     assert!(err.contains("use: combd objects"), "{err}");
 }
+
+/// A module whose objects expire after a second unwritten (`expiry()`); a request with a query
+/// also sets an alarm in 2100, which keeps its object whatever its age.
+const FLEETING: &str = r#"(module
+  (import "combd" "input" (func $input (param i32 i32 i32) (result i32)))
+  (import "combd" "sql" (func $sql (param i32 i32) (result i32)))
+  (import "combd" "set_alarm" (func $set_alarm (param i64 i32 i32) (result i64)))
+  (import "combd" "respond" (func $respond (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 256) "CREATE TABLE IF NOT EXISTS t (x INTEGER);\00")
+  (data (i32.const 512) "INSERT INTO t VALUES (1)")
+  (data (i32.const 600) "{}")
+  (func (export "expiry") (result i32) (i32.const 1))
+  (func (export "schema") (result i32) (i32.const 256))
+  (func (export "handle") (result i32)
+    (drop (call $sql (i32.const 512) (i32.const 24)))
+    (if (i32.gt_s (call $input (i32.const 1) (i32.const 4096) (i32.const 64)) (i32.const 0))
+      (then (drop (call $set_alarm (i64.const 4102444800000) (i32.const 600) (i32.const 2)))))
+    (call $respond (i32.const 200) (i32.const 600) (i32.const 2))
+    (i32.const 0)))"#;
+
+/// Objects unwritten past their app's expiry are deleted; one written since, or with an alarm
+/// pending, is kept.
+#[test]
+fn objects_unwritten_past_their_apps_expiry_are_deleted() {
+    let dir = apps_dir(&[("fleeting.wat", FLEETING)]);
+    let node = TestNode::start(&[("COMBD_APPS_DIR", dir.to_str().unwrap())]);
+    for path in [
+        "/o/fleeting/idle",
+        "/o/fleeting/waiting?alarm=1",
+        "/o/fleeting/busy",
+    ] {
+        assert_eq!(post(&node, path, "").status, 200, "{path}");
+    }
+    // `busy` is written all along; `idle` expires.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let swept = |s: &serde_json::Value| s["objects_expired"] == 1 && s["objects_expiry_kept"] != 0;
+    while !swept(&node.stats()) {
+        assert!(std::time::Instant::now() < deadline, "nothing expired");
+        assert_eq!(post(&node, "/o/fleeting/busy", "").status, 200);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(files_of(&node, "fleeting", "idle"), Vec::<String>::new());
+    assert!(database(&node, "fleeting", "busy").exists());
+    assert!(
+        database(&node, "fleeting", "waiting").exists(),
+        "its alarm keeps it"
+    );
+    let s = node.stats();
+    assert_eq!(
+        (s["objects_expired"].clone(), s["objects_deleted"].clone()),
+        (1.into(), 1.into())
+    );
+}

@@ -145,17 +145,29 @@ impl Job {
     /// answer goes back on `reply` once the object's files are gone.
     pub fn delete(reply: async_channel::Sender<Response>) -> Job {
         Job {
-            input: Owned::Delete,
+            input: Owned::Delete { idle_since: None },
             reply: Reply::Http(reply),
             hold: None,
             asker: ClientKey::Local,
         }
     }
 
+    /// The expiry of an object its app declares expiring (`App::expiry`): a delete that
+    /// happens only if the object was not written since `idle_since` (milliseconds since the
+    /// Unix epoch) and has no alarm or message pending.
+    pub fn expire(idle_since: u64, reply: async_channel::Sender<Response>) -> Job {
+        Job {
+            input: Owned::Delete {
+                idle_since: Some(idle_since),
+            },
+            ..Job::delete(reply)
+        }
+    }
+
     /// Whether this is the operator's delete (which ends a batch before it: the object's task
     /// carries it out, not a call).
     pub fn is_delete(&self) -> bool {
-        matches!(self.input, Owned::Delete)
+        matches!(self.input, Owned::Delete { .. })
     }
 
     /// A wake for the object's due alarms; the answer says what remains (`crate::alarms`).
@@ -324,8 +336,11 @@ pub(crate) enum Owned {
         name: String,
         id: i64,
     },
-    /// The operator's delete ([`Job::delete`]): never run in a batch.
-    Delete,
+    /// The operator's delete ([`Job::delete`]), or an expiry ([`Job::expire`]: only if not
+    /// written since `idle_since`): never run in a batch.
+    Delete {
+        idle_since: Option<u64>,
+    },
 }
 
 impl Owned {
@@ -411,7 +426,7 @@ impl Owned {
                 app, name, body, ..
             } => Input::FromObject { app, name, body },
             // Never handed to an app: the batch turns them into its due alarms and messages.
-            Owned::Alarms | Owned::Delivered { .. } | Owned::Delete => {
+            Owned::Alarms | Owned::Delivered { .. } | Owned::Delete { .. } => {
                 return Err(AppError::new(500, "not an app's input"))
             }
         })
@@ -425,7 +440,10 @@ impl Owned {
             Owned::Attach { caller, .. } => caller.bytes(),
             Owned::Alarm { payload, .. } => payload.len() as u64,
             Owned::FromObject { body, .. } => body.len() as u64,
-            Owned::Detach { .. } | Owned::Alarms | Owned::Delivered { .. } | Owned::Delete => 0,
+            Owned::Detach { .. }
+            | Owned::Alarms
+            | Owned::Delivered { .. }
+            | Owned::Delete { .. } => 0,
         }
     }
 }

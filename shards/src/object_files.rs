@@ -136,7 +136,10 @@ pub(crate) struct FileFacts {
     pub db_bytes: u64,
     /// Its WAL's bytes (0 without one).
     pub wal_bytes: u64,
-    /// When either was last modified (milliseconds since the Unix epoch): its last write.
+    /// When it was last written (milliseconds since the Unix epoch): the later of the
+    /// database's change and its WAL's, if the WAL holds anything (SQLite makes an empty one
+    /// when it opens the database; a checkpoint changes the database, so a write's time may
+    /// read as up to its object's idle close later).
     pub written_ms: u64,
 }
 
@@ -154,7 +157,7 @@ impl FileFacts {
         Some(FileFacts {
             db_bytes: db.len(),
             wal_bytes: wal.as_ref().map_or(0, |w| w.len()),
-            written_ms: ms(&db).max(wal.as_ref().map_or(0, ms)),
+            written_ms: ms(&db).max(wal.as_ref().filter(|w| w.len() > 0).map_or(0, ms)),
         })
     }
 }

@@ -235,8 +235,8 @@ fn close_if_lease_lost(
 /// beats the heartbeat the watchdog checks, reads the shard's clock and wakes the waits whose
 /// deadline passed (every connection timeout), refreshes the `Date` of responses, hands the
 /// access log's lines to its writer, resyncs the sessions other shards could not reach, closes
-/// the sessions of apps a reload removed, wakes the objects whose alarms are due, and runs the
-/// ping sweep.
+/// the sessions of apps a reload removed, wakes the objects whose alarms are due, sweeps the
+/// apps' expiries (shard 0), and runs the ping sweep.
 async fn tick(cells: Rc<Cells>) {
     let state = cells.state().clone();
     let mut last_ping = Instant::now();
@@ -248,6 +248,7 @@ async fn tick(cells: Rc<Cells>) {
     while !state.draining() {
         cells.catch_up_missed();
         alarms.tick(&cells);
+        cells.sweep_expiries();
         if let Some(f) = &fleet {
             lease_seen = Some(close_if_lease_lost(&cells, f, lease_seen));
         }

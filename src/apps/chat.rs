@@ -209,6 +209,10 @@ impl App for Chat {
     }
 
     /// Its messages; a room made before presence was the node's drops the table it kept it in.
+    fn expiry(&self) -> Option<std::time::Duration> {
+        Some(combd_kernel::limits::CHAT_ROOM_EXPIRY)
+    }
+
     fn schema(&self) -> &'static str {
         "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, sub TEXT NOT NULL, \
            name TEXT, text TEXT NOT NULL, at INTEGER NOT NULL);

@@ -198,6 +198,10 @@ impl App for Reminder {
         "reminder"
     }
 
+    fn expiry(&self) -> Option<std::time::Duration> {
+        Some(combd_kernel::limits::REMINDER_EXPIRY)
+    }
+
     fn schema(&self) -> &'static str {
         "CREATE TABLE IF NOT EXISTS reminders (id INTEGER PRIMARY KEY, text TEXT NOT NULL,
            due_ms INTEGER NOT NULL, fired_ms INTEGER, late_ms INTEGER,

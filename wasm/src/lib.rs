@@ -126,6 +126,9 @@ impl App for WasmApp {
     fn schema_version(&self) -> u32 {
         self.version().schema_version()
     }
+    fn expiry(&self) -> Option<std::time::Duration> {
+        self.version().expiry()
+    }
     fn migrate(&self, cx: &mut Cx<'_>, from: u32) -> Result<(), AppError> {
         self.version().migrate(cx, from)
     }

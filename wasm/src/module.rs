@@ -43,6 +43,8 @@ pub struct Version {
     retention: LogRetention,
     /// The version its objects are brought to as they open (its `version()`; 1).
     schema_version: u32,
+    /// How long its objects may go unwritten (its `expiry()`, in seconds; none).
+    expiry: Option<Duration>,
     /// The request header fields it sees (its `headers()`), lower case.
     headers: Vec<String>,
     /// The origins whose pages may call it (its `cors()`); `None`: no CORS.
@@ -83,6 +85,7 @@ const EXPORTS: &[(&str, &[ValType], &[ValType], bool)] = &[
     ("presence", &[], &[ValType::I32], false),
     ("log_retention", &[], &[ValType::I32], false),
     ("version", &[], &[ValType::I32], false),
+    ("expiry", &[], &[ValType::I32], false),
     ("migrate", &[ValType::I32], &[ValType::I32], false),
     ("headers", &[], &[ValType::I32], false),
     ("cors", &[], &[ValType::I32], false),
@@ -166,6 +169,7 @@ impl Loader {
             presence: false,
             retention: LogRetention::NODE,
             schema_version: 1,
+            expiry: None,
             headers: Vec::new(),
             cors: None,
             initial_bytes: match module.get_export("memory") {
@@ -219,6 +223,13 @@ impl Version {
         }
         if has("log_retention") {
             self.retention = retention(&self.string_at_load("log_retention")?)?;
+        }
+        if has("expiry") {
+            self.expiry = match self.call_at_load("expiry")? {
+                0 => None,
+                s if s > 0 => Some(Duration::from_secs(s as u64)),
+                s => return Err(format!("expiry() answered {s}; seconds, or 0 for none")),
+            };
         }
         if has("version") {
             self.schema_version = match self.call_at_load("version")? {
@@ -495,6 +506,10 @@ impl App for Version {
 
     fn schema_version(&self) -> u32 {
         self.schema_version
+    }
+
+    fn expiry(&self) -> Option<Duration> {
+        self.expiry
     }
 
     fn migrate(&self, cx: &mut Cx<'_>, from: u32) -> Result<(), AppError> {

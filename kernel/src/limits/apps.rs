@@ -13,6 +13,14 @@ pub const CHAT_TEXT_MAX_BYTES: usize = 4096;
 pub const CHAT_RETAIN_MESSAGES: usize = 10_000;
 const _: () = assert!(CHAT_RETAIN_MESSAGES >= CHAT_HISTORY_MESSAGES);
 
+/// How long a chat room may go without a message (or any write) before the node deletes it
+/// (`App::expiry`): a room name used once does not hold a database for ever.
+pub const CHAT_ROOM_EXPIRY: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
+/// How long a reminder object may go unwritten before the node deletes it (`App::expiry`);
+/// one with a reminder pending is kept whatever its age (its alarm is pending).
+pub const REMINDER_EXPIRY: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
 /// Most alarms an object may have pending (`cx.set_alarm`): past it a set fails the call
 /// (`507 too many alarms`). An object's alarms are rows of its own database; the bound keeps a
 /// loop that sets one per call from growing it, and a firing batch's scan short.

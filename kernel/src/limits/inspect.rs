@@ -1,5 +1,6 @@
 //! The bounds of the operator's look into objects on the localhost listener (`/objects`,
-//! `combd objects`): a listing's page, and the read-only SQL query's rows, time and answer.
+//! `combd objects`): a listing's page, and the read-only SQL query's rows, time and answer; and
+//! of the sweep that deletes the objects their app lets expire.
 
 use std::time::Duration;
 
@@ -22,3 +23,11 @@ pub const OBJECT_SQL_TIME_LIMIT: Duration = Duration::from_secs(1);
 /// Largest answer of a read-only query, in bytes of its values: past it the answer stops and
 /// says `"truncated": true`.
 pub const OBJECT_SQL_ANSWER_MAX_BYTES: usize = 1024 * 1024;
+
+/// Objects one sweep of the node's expiries deletes at most (each an open, a check and a
+/// delete, one after the other on shard 0): past it the next sweep goes on.
+pub const OBJECT_EXPIRY_PER_SWEEP: usize = 100;
+
+/// Longest wait between two sweeps of the node's expiries; an app whose expiry is shorter than
+/// ten of these is swept every tenth of its expiry (at most once a second).
+pub const OBJECT_EXPIRY_SWEEP_INTERVAL: Duration = Duration::from_secs(60);

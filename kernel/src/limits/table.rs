@@ -62,6 +62,12 @@ pub const FIXED: &[Fixed] = &[
     fixed!("object_sql_rows_max", OBJECT_SQL_ROWS_MAX),
     fixed!("object_sql_time_limit_ms", OBJECT_SQL_TIME_LIMIT, ms),
     fixed!("object_sql_answer_max_bytes", OBJECT_SQL_ANSWER_MAX_BYTES),
+    fixed!("object_expiry_per_sweep", OBJECT_EXPIRY_PER_SWEEP),
+    fixed!(
+        "object_expiry_sweep_interval_ms",
+        OBJECT_EXPIRY_SWEEP_INTERVAL,
+        ms
+    ),
     fixed!("reminders_pending_max", REMINDERS_PENDING_MAX),
     fixed!("reminders_per_client_max", REMINDERS_PER_CLIENT_MAX),
     fixed!("reminders_fired_kept", REMINDERS_FIRED_KEPT),
@@ -69,6 +75,8 @@ pub const FIXED: &[Fixed] = &[
     fixed!("chat_history_messages", CHAT_HISTORY_MESSAGES),
     fixed!("chat_text_max_bytes", CHAT_TEXT_MAX_BYTES),
     fixed!("chat_retain_messages", CHAT_RETAIN_MESSAGES),
+    fixed!("chat_room_expiry_ms", CHAT_ROOM_EXPIRY, ms),
+    fixed!("reminder_expiry_ms", REMINDER_EXPIRY, ms),
     fixed!("topic_log_frames", TOPIC_LOG_FRAMES),
     fixed!("topic_log_bytes", TOPIC_LOG_BYTES),
     fixed!("topic_log_age_ms", TOPIC_LOG_AGE, ms),

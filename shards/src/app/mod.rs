@@ -491,6 +491,13 @@ pub trait App: Send + Sync + 'static {
         ""
     }
 
+    /// How long an object of the app may go unwritten before the node deletes it (README
+    /// "Deleting an object"); `None` (the default) keeps objects until they are deleted. An
+    /// object with alarms or messages pending is kept whatever its age.
+    fn expiry(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// The version the app's objects are brought to as they open (`cells::migrate`, README
     /// "Migrations"): 1 (its schema alone) plus its [`App::migrations`] by default.
     fn schema_version(&self) -> u32 {

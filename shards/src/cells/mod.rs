@@ -26,6 +26,7 @@ mod alarm_wakes;
 mod call;
 mod commit;
 mod create;
+mod expiry;
 mod fire;
 mod migrate;
 mod object;
@@ -79,6 +80,8 @@ pub(crate) struct Cells {
     owners: route::Owners,
     /// The objects whose alarms are due, being woken (`alarm_wakes`).
     alarm_wakes: AlarmWakes,
+    /// On shard 0: the sweeps of the apps' expiries (`expiry`).
+    expiry: expiry::Expiry,
 }
 
 /// A let-go object's cell that is still closing; dropped when it has closed.
@@ -189,6 +192,7 @@ impl Cells {
             closing: RefCell::new(HashMap::new()),
             owners: route::Owners::default(),
             alarm_wakes: AlarmWakes::default(),
+            expiry: expiry::Expiry::default(),
         }
     }
 
@@ -200,6 +204,11 @@ impl Cells {
     /// The shard's state.
     pub fn state(&self) -> &Rc<ShardState> {
         &self.state
+    }
+
+    /// At a housekeeping tick: the apps' expiries swept when one is due (shard 0).
+    pub fn sweep_expiries(self: &Rc<Self>) {
+        self.expiry.tick(self);
     }
 
     /// The shard's sessions.

@@ -238,6 +238,11 @@ pub struct ShardStats {
     pub ws_lease_lost_closed: AtomicU64,
     /// Sessions closed (4404) because their object was deleted.
     pub ws_object_deleted_closed: AtomicU64,
+    /// Objects deleted because their app lets them expire and they went unwritten longer.
+    pub objects_expired: AtomicU64,
+    /// Objects past their app's expiry kept when their task looked: written since, or with
+    /// alarms or messages pending.
+    pub objects_expiry_kept: AtomicU64,
     /// Objects brought to their app's version as they opened (`cells::migrate`).
     pub objects_migrated: AtomicU64,
     /// Opens refused because a migration step failed (the object stays as it was).
@@ -467,6 +472,8 @@ impl ShardStats {
             ("outbound_budget_closed", "combd_outbound_budget_closed_total", Counter, "Connections closed at the shard's outbound budget.", g(&self.outbound_budget_closed)),
             ("ws_app_removed_closed", "combd_ws_app_removed_closed_total", Counter, "Sessions closed because their app was removed.", g(&self.ws_app_removed_closed)),
             ("ws_object_deleted_closed", "combd_ws_object_deleted_closed_total", Counter, "Sessions closed (4404) because their object was deleted.", g(&self.ws_object_deleted_closed)),
+            ("objects_expired", "combd_objects_expired_total", Counter, "Objects deleted because they went unwritten longer than their app's expiry.", g(&self.objects_expired)),
+            ("objects_expiry_kept", "combd_objects_expiry_kept_total", Counter, "Objects past their app's expiry kept: written since, or with alarms or messages pending.", g(&self.objects_expiry_kept)),
             ("objects_migrated", "combd_objects_migrated_total", Counter, "Objects brought to their app's version as they opened.", g(&self.objects_migrated)),
             ("objects_migration_failed", "combd_objects_migration_failed_total", Counter, "Opens refused (503 migration failed) because a migration step failed; the object stays as it was.", g(&self.objects_migration_failed)),
             ("objects_deleted", "combd_objects_deleted_total", Counter, "Objects deleted: their database, alarms, outbox, inbox and logs removed.", g(&self.objects_deleted)),

@@ -44,14 +44,17 @@ pub(super) fn remove_files(
     Ok(found)
 }
 
-/// Marks the object deleted for the operator, in a transaction of the node's, durable before
-/// it is let go. `Err`: nothing was marked, with the answer (404 for an object that has no
-/// database, 501 in a fleet, 500 if the write failed) and the store to go on with.
+/// Marks the object deleted for the operator (or its expiry: only if it was not written since
+/// `idle_since` and has no alarm or message pending), in a transaction of the node's, durable
+/// before it is let go. `Err`: nothing was marked, with the answer (404 for an object that has
+/// no database, 409 for an expiry the object outlived, 501 in a fleet, 500 if the write failed)
+/// and the store to go on with.
 pub(super) async fn mark(
     state: &ShardState,
     cell: &ObjectCell,
     durability: &Durability,
     store: Store,
+    idle_since: Option<u64>,
 ) -> Result<Store, (Store, Response)> {
     if durability.fleet().is_some() {
         let e = "deleting an object in a fleet is not built yet";
@@ -61,8 +64,14 @@ pub(super) async fn mark(
         return Err((store, Response::error(404, "no such object")));
     };
     let sync = crate::cells::commit::syncs_wal(state);
+    let (path, _) = cell.store_config(state);
     let (db, marked) = state
         .on_thread(cell.opened_by(), move || {
+            if let Some(since) = idle_since {
+                if let Some(why) = outlived(&db, &path, since) {
+                    return (db, Err(Outcome::Kept(why)));
+                }
+            }
             let marked = (|| {
                 let tx = db.transaction()?;
                 crate::object_files::mark(&tx)?;
@@ -72,13 +81,15 @@ pub(super) async fn mark(
             .and_then(|()| match (sync, Wal::of(&db)) {
                 (true, Some(wal)) => wal.sync().map_err(|e| e.to_string()),
                 _ => Ok(()),
-            });
+            })
+            .map_err(Outcome::Failed);
             (db, marked)
         })
         .await;
     match marked {
         Ok(()) => Ok(Store::Present(db)),
-        Err(e) => {
+        Err(Outcome::Kept(why)) => Err((Store::Present(db), Response::error(409, why))),
+        Err(Outcome::Failed(e)) => {
             warn!(object = %cell.key, "cannot mark the object deleted: {e}");
             let resp = Response::json(
                 500,
@@ -86,6 +97,28 @@ pub(super) async fn mark(
             );
             Err((Store::Present(db), resp))
         }
+    }
+}
+
+/// Why a delete was not marked.
+enum Outcome {
+    /// An expiry the object outlived: why.
+    Kept(&'static str),
+    /// The mark could not be written (or synced).
+    Failed(String),
+}
+
+/// Why an expiring object is kept: written since `since`, or something pending. Blocks.
+fn outlived(db: &rusqlite::Connection, path: &Path, since: u64) -> Option<&'static str> {
+    let facts = crate::object_files::FileFacts::of(path)?;
+    if facts.written_ms > since {
+        return Some("written since it expired");
+    }
+    let _node = crate::sandbox::NodeSql::enter();
+    match crate::alarms::remaining(db) {
+        Ok((_, 0)) => None,
+        Ok(_) => Some("it has alarms or messages pending"),
+        Err(_) => Some("cannot read what it has pending"),
     }
 }
 

@@ -113,15 +113,19 @@ impl ObjectCell {
         Ok(())
     }
 
-    /// The operator's delete, taken from the head of the mailbox if it is there (the batches
-    /// before it have run): where its answer goes.
-    fn take_delete(&self) -> Option<delete::Asked> {
+    /// The operator's delete (or an expiry), taken from the head of the mailbox if it is there
+    /// (the batches before it have run): where its answer goes, and for an expiry, since when
+    /// the object must not have been written.
+    fn take_delete(&self) -> Option<(delete::Asked, Option<u64>)> {
         let mut mb = self.mailbox.borrow_mut();
         if !mb.front().is_some_and(|q| q.job.is_delete()) {
             return None;
         }
-        match mb.pop_front().map(|q| q.job.reply) {
-            Some(crate::job::Reply::Http(reply)) => Some(reply),
+        let job = mb.pop_front()?.job;
+        match (job.reply, job.input) {
+            (crate::job::Reply::Http(reply), crate::job::Owned::Delete { idle_since }) => {
+                Some((reply, idle_since))
+            }
             _ => None,
         }
     }
@@ -212,8 +216,8 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
                 absent => absent,
             };
         }
-        if let Some(asked) = cell.take_delete() {
-            match delete::mark(&state, &cell, &durability, store).await {
+        if let Some((asked, idle_since)) = cell.take_delete() {
+            match delete::mark(&state, &cell, &durability, store, idle_since).await {
                 Ok(marked) => {
                     return delete::run(&cells, &cell, pipeline, marked, Some(asked)).await
                 }
