@@ -34,6 +34,7 @@ mod coordinator;
 mod failure;
 mod notify;
 mod objects;
+mod restore;
 pub mod serve;
 mod token;
 mod top;

@@ -236,7 +236,18 @@ fn sql_text(v: &Value, a: &Args) -> String {
 
 /// Asks the node's localhost listener; its JSON answer, or the error it gave.
 fn ask(a: &Args, method: &str, path: &str, body: &str) -> Result<Value, String> {
-    let port = a.port;
+    ask_local(a.port, method, path, body, a.json)
+}
+
+/// Asks the node's localhost listener on `port`; its JSON answer, or the error it gave (as the
+/// node's JSON when `json`).
+pub(crate) fn ask_local(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+    json: bool,
+) -> Result<Value, String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))
         .map_err(|e| format!("cannot reach 127.0.0.1:{port}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok();
@@ -258,7 +269,7 @@ fn ask(a: &Args, method: &str, path: &str, body: &str) -> Result<Value, String> 
     let v: Value = serde_json::from_str(body).map_err(|e| format!("not JSON ({status}): {e}"))?;
     match status {
         200..=299 => Ok(v),
-        _ if a.json => Err(v.to_string()),
+        _ if json => Err(v.to_string()),
         _ => Err(match v["detail"].as_str() {
             Some(d) => format!("{status} {}: {d}", v["error"].as_str().unwrap_or("")),
             None => format!("{status} {}", v["error"].as_str().unwrap_or("")),

@@ -148,12 +148,30 @@ impl WalHeader {
 pub struct WalCursor {
     header: Option<WalHeader>,
     offset: u64,
+    /// Where to go on from in a WAL of these salts, before the cursor read any header.
+    resume: Option<([u8; 8], u64)>,
 }
 
 impl WalCursor {
     /// A cursor at the start of a WAL it has not read yet.
     pub fn new() -> WalCursor {
         WalCursor::default()
+    }
+
+    /// A cursor that goes on at `offset` in the WAL generation of `salts` (where an earlier
+    /// cursor stood, [`WalCursor::position`]); in a WAL of another generation it starts at its
+    /// first frame, as a new cursor does.
+    pub fn resume(salts: [u8; 8], offset: u64) -> WalCursor {
+        WalCursor {
+            resume: Some((salts, offset.max(WAL_HEADER_BYTES))),
+            ..WalCursor::default()
+        }
+    }
+
+    /// Where it stands: the salts of the WAL generation it reads and the offset after the last
+    /// frame it packed; `None` before it read a WAL's header.
+    pub fn position(&self) -> Option<([u8; 8], u64)> {
+        self.header.map(|h| (h.salts, self.offset))
     }
 
     /// The offset in the WAL file after the last frame packed (0 before any).
@@ -210,9 +228,13 @@ impl WalCursor {
             .map_err(io("read the WAL header"))?;
         let header = WalHeader::parse(&head)?;
         if self.header != Some(header) {
-            // A new WAL generation (or the first look): its frames start after the header.
+            // A new WAL generation (or the first look): its frames start after the header,
+            // unless the cursor goes on where an earlier one stood in this generation.
             self.header = Some(header);
-            self.offset = WAL_HEADER_BYTES;
+            self.offset = match self.resume.take() {
+                Some((salts, offset)) if salts == header.salts => offset,
+                _ => WAL_HEADER_BYTES,
+            };
         }
         let frame_bytes = WAL_FRAME_HEADER_BYTES + u64::from(header.page_size);
         let available = (len.saturating_sub(self.offset) / frame_bytes) * frame_bytes;

@@ -8,6 +8,8 @@
 //! | `GET /objects/<app>/<name>` | one object: the same, and its tables with their rows |
 //! | `POST /objects/<app>/<name>/sql` | a read-only query (the body, one statement): its columns and rows |
 //! | `DELETE /objects/<app>/<name>` | deletes the object (through its mailbox, as `cx.delete()` does) |
+//! | `POST /objects/<app>/<name>/restore?at=<…>[&as=<name>]` | restores the object from the backup, in place or into a new name (through the mailbox of the one restored into) |
+//! | `GET /objects/<app>/<name>/backup` | the object's bases and last batches in the backup |
 //!
 //! Everything but the delete reads the object's files on a blocking thread, on a connection of
 //! its own opened read-only ([`open_read_only`]): in WAL mode a reader never blocks the
@@ -56,6 +58,18 @@ pub(crate) enum Ask {
         sql: String,
     },
     Delete {
+        app: String,
+        name: String,
+    },
+    /// Restore `name` (from its backup) as of `at`, into `into` (itself, or a new name).
+    Restore {
+        app: String,
+        name: String,
+        at: crate::backup::restore::At,
+        into: String,
+    },
+    /// The object's batches in the backup.
+    History {
         app: String,
         name: String,
     },
@@ -119,6 +133,21 @@ impl Ask {
                 })
             }
             ([_, _, "sql"], _) => Err(not_allowed("POST")),
+            ([a, n, "restore"], "POST") => {
+                let (at, into) = restore_query(req.query, n)?;
+                Ok(Ask::Restore {
+                    app: app(a)?,
+                    name: object(n)?,
+                    at,
+                    into,
+                })
+            }
+            ([_, _, "restore"], _) => Err(not_allowed("POST")),
+            ([a, n, "backup"], _) if read => Ok(Ask::History {
+                app: app(a)?,
+                name: object(n)?,
+            }),
+            ([_, _, "backup"], _) => Err(not_allowed("GET, HEAD")),
             _ => Err(Response::error(404, "not found")),
         }
     }
@@ -161,7 +190,56 @@ pub(crate) fn answer(node: &NodeShared, ask: Ask) -> Response {
         Ask::List { app, after, limit } => list(node, &app, after.as_deref(), limit),
         Ask::Show { app, name } => show(node, &app, &name),
         Ask::Sql { app, name, sql } => query(node, &app, &name, &sql),
-        Ask::Delete { .. } => Response::error(500, "a delete goes through the object's mailbox"),
+        Ask::History { app, name } => history(node, &app, &name),
+        Ask::Delete { .. } | Ask::Restore { .. } => {
+            Response::error(500, "a delete or restore goes through the object's mailbox")
+        }
+    }
+}
+
+/// A restore's `at` (required: `latest`, a batch's number or an RFC 3339 time) and `as` (the
+/// name restored into: the object's own by default).
+fn restore_query(
+    query: Option<&str>,
+    name: &str,
+) -> Result<(crate::backup::restore::At, String), Response> {
+    let (mut at, mut into) = (None, name.to_string());
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=').unwrap_or((pair, "")) {
+            ("at", v) => {
+                let v = v
+                    .replace("%3A", ":")
+                    .replace("%3a", ":")
+                    .replace("%2B", "+");
+                at = Some(
+                    crate::backup::restore::At::parse(&v)
+                        .map_err(|e| Response::error(400, &format!("at: {e}")))?,
+                );
+            }
+            ("as", v) if valid_object_name(v) => into = v.to_string(),
+            ("as", _) => return Err(Response::error(400, "as: not an object name")),
+            _ => {}
+        }
+    }
+    let at = at.ok_or_else(|| {
+        Response::error(400, "at=: latest, a batch's number, or an RFC 3339 time")
+    })?;
+    Ok((at, into))
+}
+
+/// `GET /objects/<app>/<name>/backup`: the object's bases and last batches in the backup. Blocks.
+fn history(node: &NodeShared, app: &str, name: &str) -> Response {
+    let Some(backup) = &node.backup else {
+        return Response::error(409, "COMBD_BACKUP is off");
+    };
+    let key = crate::object_key::ObjectKey::new(app, name);
+    match crate::backup::restore::history(backup.dir(), &key, OBJECT_LIST_PAGE_MAX) {
+        Ok(v) => Response::json(200, &v),
+        Err(e) => unreadable(&e),
     }
 }
 

@@ -164,10 +164,24 @@ impl Job {
         }
     }
 
-    /// Whether this is the operator's delete (which ends a batch before it: the object's task
-    /// carries it out, not a call).
-    pub fn is_delete(&self) -> bool {
-        matches!(self.input, Owned::Delete { .. })
+    /// The operator's restore of the object from the backup: as object `from` was (itself, in
+    /// place; another, a fork into this one, which must have no database) after the batch `at`
+    /// names. The answer goes back on `reply` once it is in place.
+    pub fn restore(
+        from: crate::object_key::ObjectKey,
+        at: crate::backup::restore::At,
+        reply: async_channel::Sender<Response>,
+    ) -> Job {
+        Job {
+            input: Owned::Restore { from, at },
+            ..Job::delete(reply)
+        }
+    }
+
+    /// Whether this is the operator's delete or restore, or an expiry (which end a batch before
+    /// them: the object's task carries them out, not a call).
+    pub fn is_lifecycle(&self) -> bool {
+        matches!(self.input, Owned::Delete { .. } | Owned::Restore { .. })
     }
 
     /// A wake for the object's due alarms; the answer says what remains (`crate::alarms`).
@@ -341,6 +355,11 @@ pub(crate) enum Owned {
     Delete {
         idle_since: Option<u64>,
     },
+    /// The operator's restore ([`Job::restore`]): never run in a batch.
+    Restore {
+        from: crate::object_key::ObjectKey,
+        at: crate::backup::restore::At,
+    },
 }
 
 impl Owned {
@@ -426,9 +445,10 @@ impl Owned {
                 app, name, body, ..
             } => Input::FromObject { app, name, body },
             // Never handed to an app: the batch turns them into its due alarms and messages.
-            Owned::Alarms | Owned::Delivered { .. } | Owned::Delete { .. } => {
-                return Err(AppError::new(500, "not an app's input"))
-            }
+            Owned::Alarms
+            | Owned::Delivered { .. }
+            | Owned::Delete { .. }
+            | Owned::Restore { .. } => return Err(AppError::new(500, "not an app's input")),
         })
     }
 
@@ -443,7 +463,8 @@ impl Owned {
             Owned::Detach { .. }
             | Owned::Alarms
             | Owned::Delivered { .. }
-            | Owned::Delete { .. } => 0,
+            | Owned::Delete { .. }
+            | Owned::Restore { .. } => 0,
         }
     }
 }
@@ -460,8 +481,11 @@ pub(crate) enum ShardMsg {
         session: u64,
         frame: Arc<OutFrame>,
     },
-    /// Object `key` was deleted: its sessions on the receiving shard close.
-    Deleted { key: String },
+    /// Object `key` was deleted or restored: its sessions on the receiving shard close.
+    CloseObject {
+        key: String,
+        why: crate::cells::session::CloseWhy,
+    },
     /// A framed message for every session of `key` subscribed to `topic` on the receiving shard.
     Broadcast {
         key: String,

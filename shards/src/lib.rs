@@ -91,6 +91,7 @@ pub mod alarms;
 pub mod alloc;
 pub mod app;
 pub mod auth;
+pub mod backup;
 mod cells;
 mod conn;
 mod defer;

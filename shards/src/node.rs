@@ -191,7 +191,10 @@ impl NodeConfig {
         shard_wakers: Vec<UnixStream>,
         inboxes: Vec<async_channel::Sender<ShardMsg>>,
         fleet: Option<Arc<Fleet>>,
-        alarms: Arc<crate::alarms::AlarmIndex>,
+        (alarms, backup): (
+            Arc<crate::alarms::AlarmIndex>,
+            Option<Arc<crate::backup::Backup>>,
+        ),
     ) -> SharedParts {
         SharedParts {
             settings: self.settings,
@@ -209,6 +212,7 @@ impl NodeConfig {
             fleet,
             access_log: self.access_log,
             alarms,
+            backup,
         }
     }
 }
@@ -263,6 +267,17 @@ impl Node {
             })?,
         );
         finish_removals(&config.settings.data_dir, &alarms, n)?;
+        let backup = match &config.settings.backup {
+            Some(dir) => Some(
+                crate::backup::Backup::start(dir, config.settings.backup_retention).map_err(
+                    |message| StartError::Setting {
+                        setting: "COMBD_BACKUP",
+                        message,
+                    },
+                )?,
+            ),
+            None => None,
+        };
         let bound = bind_all(&config.settings, n)?;
         let (shard_wakers, wake_fds) = wake_sockets(n)?;
         let (inboxes, inbox_rx): (Vec<_>, Vec<_>) = (0..n)
@@ -272,7 +287,7 @@ impl Node {
             shard_wakers,
             inboxes,
             fleet,
-            alarms,
+            (alarms, backup),
         )));
         let (tx, events) = mpsc::channel();
         let per_shard = bound.per_shard.into_iter().zip(wake_fds).zip(inbox_rx);

@@ -78,6 +78,8 @@ pub struct NodeShared {
     pub access_log: Option<Arc<AccessLog>>,
     /// The index of objects with alarms (`crate::alarms`).
     pub alarms: Arc<crate::alarms::AlarmIndex>,
+    /// The continuous backup, when `COMBD_BACKUP` names a directory (`crate::backup`).
+    pub backup: Option<Arc<crate::backup::Backup>>,
     /// The pools shared between clients, each client held to its share (`crate::fair`).
     pub pools: Pools,
     /// Where each verified user is, across the node's objects (`crate::users`).
@@ -111,8 +113,8 @@ pub(crate) struct Missed {
 pub(crate) struct MissedList {
     pub sessions: Vec<u64>,
     pub topics: Vec<(String, String)>,
-    /// Objects deleted, whose sessions here are to close.
-    pub deleted: Vec<String>,
+    /// Objects deleted or restored, whose sessions here are to close, and why.
+    pub closed: Vec<(String, crate::cells::session::CloseWhy)>,
 }
 
 impl Missed {
@@ -121,9 +123,10 @@ impl Missed {
         self.with(|l| l.sessions.push(id));
     }
 
-    /// Object `key` was deleted, and this shard could not be told: its sessions here close.
-    pub fn deleted(&self, key: &str) {
-        self.with(|l| l.deleted.push(key.to_string()));
+    /// Object `key` was deleted or restored, and this shard could not be told: its sessions
+    /// here close.
+    pub fn closed(&self, key: &str, why: crate::cells::session::CloseWhy) {
+        self.with(|l| l.closed.push((key.to_string(), why)));
     }
 
     /// The sessions of object `key` subscribed to `topic` on this shard missed a broadcast.
@@ -164,6 +167,7 @@ pub(crate) struct SharedParts {
     pub fleet: Option<Arc<Fleet>>,
     pub access_log: Option<Arc<AccessLog>>,
     pub alarms: Arc<crate::alarms::AlarmIndex>,
+    pub backup: Option<Arc<crate::backup::Backup>>,
 }
 
 /// One shard's side of the node for its connections' input accounts (`crate::inbound`).
@@ -262,6 +266,7 @@ impl NodeShared {
             fleet: p.fleet,
             access_log: p.access_log,
             alarms: p.alarms,
+            backup: p.backup,
             pools,
         }
     }
@@ -434,6 +439,7 @@ impl NodeShared {
         figures.push(("alarm_objects", "combd_alarm_objects", Gauge, "Objects with alarms pending in the alarm index.", objects));
         figures.extend(self.pools.figures());
         figures.extend(Fleet::figures(self.fleet.as_deref()));
+        figures.extend(crate::backup::Backup::figures(self.backup.as_deref()));
         figures
     }
 

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 mod apps;
+mod backup;
 mod defaults;
 mod fleet;
 mod inspect;
@@ -18,6 +19,7 @@ mod logs;
 mod table;
 
 pub use apps::*;
+pub use backup::*;
 pub use defaults::*;
 pub use fleet::*;
 pub use inspect::*;

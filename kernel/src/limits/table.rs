@@ -63,6 +63,14 @@ pub const FIXED: &[Fixed] = &[
     fixed!("object_sql_time_limit_ms", OBJECT_SQL_TIME_LIMIT, ms),
     fixed!("object_sql_answer_max_bytes", OBJECT_SQL_ANSWER_MAX_BYTES),
     fixed!("object_expiry_per_sweep", OBJECT_EXPIRY_PER_SWEEP),
+    fixed!("backup_retention_min_ms", BACKUP_RETENTION_MIN, ms),
+    fixed!("backup_queue_max_bytes", BACKUP_QUEUE_MAX_BYTES),
+    fixed!("backup_checkpoint_wal_bytes", BACKUP_CHECKPOINT_WAL_BYTES),
+    fixed!("backup_wal_max_bytes", BACKUP_WAL_MAX_BYTES),
+    fixed!("backup_snapshot_after_bytes", BACKUP_SNAPSHOT_AFTER_BYTES),
+    fixed!("backup_open_files", BACKUP_OPEN_FILES),
+    fixed!("backup_prune_interval_ms", BACKUP_PRUNE_INTERVAL, ms),
+    fixed!("backup_lag_warn_ms", BACKUP_LAG_WARN, ms),
     fixed!(
         "object_expiry_sweep_interval_ms",
         OBJECT_EXPIRY_SWEEP_INTERVAL,
@@ -339,6 +347,7 @@ pub const SETTING_DEFAULTS: &[&str] = &[
     "TLS_HELLO_TIMEOUT_DEFAULT",
     "WS_PING_INTERVAL_DEFAULT",
     "WS_SLOW_TIMEOUT_DEFAULT",
+    "BACKUP_RETENTION_DEFAULT",
     "FLEET_LEASE_TTL_DEFAULT",
     "FLEET_OBJECT_IDLE_DEFAULT",
     "FLEET_BUCKET_REGION_DEFAULT",
@@ -357,6 +366,7 @@ mod tests {
             include_str!("fleet.rs"),
             include_str!("logs.rs"),
             include_str!("inspect.rs"),
+            include_str!("backup.rs"),
         ]
         .into_iter()
         .flat_map(str::lines)

@@ -32,6 +32,8 @@ pub fn help_text() -> String {
          combd top [--port P] [--once] [--json]   a live per-shard view of /stats (q quits)\n  \
          combd objects ls [<app>] | show <app>/<name> | sql <app>/<name> <query> | rm <app>/<name> [--json] [--port P]\n      \
          list, inspect, query (read-only) and delete objects, over the localhost /objects\n  \
+         combd restore <app>/<name> --at <latest|batch|time> [--as <name>] | --all --backup B --data D\n      \
+         an object from the backup (COMBD_BACKUP), in place or into a new name; a whole node offline\n  \
          combd token --sub <subject> [--name N] [--ttl D] [--app A]   a token the node takes (development)\n",
     );
     out

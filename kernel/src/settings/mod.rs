@@ -52,8 +52,8 @@ pub use shown::DERIVED_LIMITS;
 pub use spec::{AsLimit, Context, DefaultValue, InForce, Limit, SettingSpec, Show, Unit};
 pub use table::{Settings, SETTINGS};
 use values::{
-    optional_bytes, parse_count_usize, parse_dir, parse_sqlite_sync, resolve_allowed_origins,
-    resolve_shards,
+    optional_bytes, parse_backup, parse_count_usize, parse_dir, parse_retention, parse_sqlite_sync,
+    resolve_allowed_origins, resolve_shards,
 };
 pub use values::{
     parse_access_log, parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen,
@@ -330,6 +330,25 @@ fn check_relations(s: &Settings) -> Result<(), ConfigError> {
                  of its own (on the same port, that address's public connections would be \
                  served past admission)",
                 f.node
+            ),
+        ));
+    }
+    if s.fleet.is_some() && s.backup.is_some() {
+        return Err(err(
+            "COMBD_BACKUP",
+            "a fleet node keeps every object in the fleet's bucket already: backup is for a \
+             node alone (unset COMBD_BACKUP, or COMBD_FLEET_*)"
+                .to_string(),
+        ));
+    }
+    if let Some(b) = s.backup.as_ref().filter(|b| b.starts_with(&s.data_dir)) {
+        return Err(err(
+            "COMBD_BACKUP",
+            format!(
+                "{} is inside COMBD_DATA ({}): a backup must outlive the data directory; put \
+                 it elsewhere (another disk, ideally)",
+                b.display(),
+                s.data_dir.display()
             ),
         ));
     }

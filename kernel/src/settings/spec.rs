@@ -140,6 +140,14 @@ impl Show for PathBuf {
     }
 }
 
+/// A directory that may be `off` (`COMBD_BACKUP`).
+impl Show for Option<PathBuf> {
+    fn show(&self) -> String {
+        self.as_ref()
+            .map_or("off".to_string(), |p| p.display().to_string())
+    }
+}
+
 macro_rules! show_by_display {
     ($($t:ty),*) => {
         $(impl Show for $t {

@@ -76,6 +76,30 @@ settings_table! {
                       reopened on SIGHUP); one JSON line per HTTP request and per WebSocket open and \
                       close, written off the event loop (lines past its queue are dropped and counted)",
         }
+        /// `COMBD_BACKUP`: the backup's directory, or none.
+        backup: Option<PathBuf> {
+            env: "COMBD_BACKUP",
+            flag: "--backup",
+            text: "off",
+            parse: parse_backup,
+            unit: Text,
+            limit: none,
+            meaning: "continuous backup of every object on a node alone: off, or a directory (created \
+                      if missing, outside the data directory) that every committed batch is written \
+                      to, off the event loop, as snapshots and segments; combd restore rebuilds an \
+                      object as of any moment or batch from it",
+        }
+        /// `COMBD_BACKUP_RETENTION`.
+        backup_retention: Duration {
+            env: "COMBD_BACKUP_RETENTION",
+            flag: "--backup-retention",
+            default: limits::BACKUP_RETENTION_DEFAULT,
+            parse: parse_retention,
+            unit: Duration,
+            limit: "backup_retention_ms",
+            meaning: "how far back a restore may go: the backup keeps every batch of this long (at \
+                      least a minute; durations also take d, days)",
+        }
         /// `COMBD_MAX_BODY`.
         max_body_bytes: u64 {
             env: "COMBD_MAX_BODY",

@@ -57,6 +57,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "" | "s" => 1000,
         "m" => 60_000,
         "h" => 3_600_000,
+        "d" => 86_400_000,
         _ => {
             return Err(format!(
                 "{text:?} has an unknown unit {unit:?}: use ms, s, m or h"
@@ -223,6 +224,30 @@ pub(super) fn parse_dir(text: &str) -> Result<PathBuf, String> {
         return Err("must not be empty".to_string());
     }
     Ok(PathBuf::from(text))
+}
+
+/// Parses `COMBD_BACKUP`: `off`, or the backup's directory.
+pub(super) fn parse_backup(text: &str) -> Result<Option<PathBuf>, String> {
+    match text {
+        "off" => Ok(None),
+        "" => Err("must not be empty: use off or a directory".to_string()),
+        path if path.trim() != path => Err(format!(
+            "{path:?} begins or ends with a blank: use off or a directory"
+        )),
+        path => Ok(Some(PathBuf::from(path))),
+    }
+}
+
+/// Parses `COMBD_BACKUP_RETENTION`: a duration of at least
+/// [`BACKUP_RETENTION_MIN`](limits::BACKUP_RETENTION_MIN).
+pub(super) fn parse_retention(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d < limits::BACKUP_RETENTION_MIN {
+        return Err(format!(
+            "{text:?} is shorter than a minute (backup_retention_min_ms)"
+        ));
+    }
+    Ok(d)
 }
 
 /// Parses `COMBD_SQLITE_SYNC`: true for `full`, false for `normal`.

@@ -415,8 +415,8 @@ impl Cells {
         for (key, topic) in list.topics {
             self.sessions.topic_missed(&key, &topic);
         }
-        for key in list.deleted {
-            self.sessions.close_object(&key);
+        for (key, why) in list.closed {
+            self.sessions.close_object(&key, why);
         }
     }
 
@@ -433,8 +433,8 @@ impl Cells {
                 session,
                 frame,
             } => self.sessions.deliver_local(from.as_deref(), session, frame),
-            ShardMsg::Deleted { key } => {
-                self.sessions.close_object(&key);
+            ShardMsg::CloseObject { key, why } => {
+                self.sessions.close_object(&key, why);
             }
             ShardMsg::Broadcast { key, topic, frame } => {
                 self.sessions
@@ -561,23 +561,25 @@ impl Cells {
         }
     }
 
-    /// Closes the sessions of deleted object `key` on every shard: through the other shards'
-    /// inboxes (or, when one is full, the list of what its sessions missed), and here.
-    fn close_deleted_sessions(&self, key: &str) {
+    /// Closes the sessions of object `key` (deleted or restored: `why`) on every shard: through
+    /// the other shards' inboxes (or, when one is full, the list of what its sessions missed),
+    /// and here.
+    fn close_object_sessions(&self, key: &str, why: session::CloseWhy) {
         let node = self.state.node();
         for (shard, inbox) in node.inboxes.iter().enumerate() {
             if shard == self.state.id() {
                 continue;
             }
-            let msg = ShardMsg::Deleted {
+            let msg = ShardMsg::CloseObject {
                 key: key.to_string(),
+                why,
             };
             if inbox.try_send(msg).is_err() {
                 ShardStats::add(&self.state.stats().cross_shard_dropped, 1);
-                node.missed[shard].deleted(key);
+                node.missed[shard].closed(key, why);
             }
         }
-        self.sessions.close_object(key);
+        self.sessions.close_object(key, why);
     }
 
     /// Broadcasts a run's frames, topic by topic, within one fan-out budget a turn, and

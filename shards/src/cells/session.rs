@@ -172,23 +172,24 @@ impl Sessions {
         slots.len() as u64
     }
 
-    /// Closes every session of the shard attached to object `key` (4404, `object deleted`):
-    /// each writes what waits for it, then closes. Returns how many.
-    pub fn close_object(&self, key: &str) -> u64 {
+    /// Closes every session of the shard attached to object `key` for `why` (deleted: 4404,
+    /// each writing what waits for it first; restored: 1012). Returns how many.
+    pub fn close_object(&self, key: &str, why: CloseWhy) -> u64 {
         let slots: Vec<usize> = self
             .map
             .borrow()
             .values()
             .filter(|s| s.topic().0 == key)
-            .filter_map(|s| s.close_for(CloseWhy::ObjectDeleted))
+            .filter_map(|s| s.close_for(why))
             .collect();
         for &slot in &slots {
             self.state.wake_slot(slot);
         }
-        ShardStats::add(
-            &self.state.stats().ws_object_deleted_closed,
-            slots.len() as u64,
-        );
+        let counter = match why {
+            CloseWhy::ObjectRestored => &self.state.stats().ws_object_restored_closed,
+            _ => &self.state.stats().ws_object_deleted_closed,
+        };
+        ShardStats::add(counter, slots.len() as u64);
         slots.len() as u64
     }
 

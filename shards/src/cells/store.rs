@@ -124,6 +124,9 @@ pub(crate) struct StoreConfig {
     /// In a fleet: SQLite never checkpoints by itself (`wal_autocheckpoint=0`), so no WAL
     /// frame is overwritten before it is shipped; the object checkpoints after shipping.
     pub fleet: bool,
+    /// With backup on (`crate::backup`): SQLite checkpoints neither by itself nor at close; the
+    /// object truncates its WAL once the backup holds it.
+    pub backup: bool,
     /// After the schema, what brings the object to its app's version (`super::migrate`).
     pub migrate: Option<Migrating>,
 }
@@ -242,8 +245,15 @@ fn configure(
         "PRAGMA max_page_count = {};",
         (config.db_max_bytes / page.max(512)).max(1)
     ))?;
-    if config.fleet {
+    if config.fleet || config.backup {
         configure("PRAGMA wal_autocheckpoint=0;")?;
+    }
+    if config.backup {
+        db.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .map_err(|e| err("configure", path, &e))?;
     }
     watch::install(&db);
     db.progress_handler(SQL_PROGRESS_STEPS, Some(watch::check));

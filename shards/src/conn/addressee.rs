@@ -24,6 +24,7 @@ pub(super) fn closing(why: CloseWhy) -> Close {
         CloseWhy::ResumeLater => Close::Frame(Some(close::TRY_AGAIN_LATER), "resume later"),
         CloseWhy::LeaseLost => Close::Frame(Some(close::TRY_AGAIN_LATER), "lease lost"),
         CloseWhy::ObjectDeleted => Close::Frame(Some(close::OBJECT_DELETED), "object deleted"),
+        CloseWhy::ObjectRestored => Close::Frame(Some(close::RESTARTED), "object restored"),
     }
 }
 

@@ -644,6 +644,24 @@ impl<'c> HttpConn<'c> {
                     let _ = tx.try_send(Response::error(404, "no such app"));
                 }
             },
+            Ask::Restore {
+                app,
+                name,
+                at,
+                into,
+            } => match (node.apps.get(&app), &node.fleet) {
+                (_, Some(_)) => {
+                    let e = "restoring an object in a fleet is not built yet";
+                    let _ = tx.try_send(Response::error(501, e));
+                }
+                (Some(app), None) => {
+                    let from = ObjectKey::new(app.name(), &name);
+                    cells.submit(&app, &into, Job::restore(from, at, tx));
+                }
+                (None, None) => {
+                    let _ = tx.try_send(Response::error(404, "no such app"));
+                }
+            },
             ask => {
                 let state = cells.state().clone();
                 let task = state.clone().spawn(async move {

@@ -238,6 +238,10 @@ pub struct ShardStats {
     pub ws_lease_lost_closed: AtomicU64,
     /// Sessions closed (4404) because their object was deleted.
     pub ws_object_deleted_closed: AtomicU64,
+    /// Sessions closed (1012) because their object was replaced by a restore.
+    pub ws_object_restored_closed: AtomicU64,
+    /// Objects restored from the backup (in place, or a fork into a new name).
+    pub objects_restored: AtomicU64,
     /// Objects deleted because their app lets them expire and they went unwritten longer.
     pub objects_expired: AtomicU64,
     /// Objects past their app's expiry kept when their task looked: written since, or with
@@ -476,6 +480,8 @@ impl ShardStats {
             ("objects_expiry_kept", "combd_objects_expiry_kept_total", Counter, "Objects past their app's expiry kept: written since, or with alarms or messages pending.", g(&self.objects_expiry_kept)),
             ("objects_migrated", "combd_objects_migrated_total", Counter, "Objects brought to their app's version as they opened.", g(&self.objects_migrated)),
             ("objects_migration_failed", "combd_objects_migration_failed_total", Counter, "Opens refused (503 migration failed) because a migration step failed; the object stays as it was.", g(&self.objects_migration_failed)),
+            ("ws_object_restored_closed", "combd_ws_object_restored_closed_total", Counter, "Sessions closed (1012) because their object was replaced by a restore.", g(&self.ws_object_restored_closed)),
+            ("objects_restored", "combd_objects_restored_total", Counter, "Objects restored from the backup, in place or into a new name.", g(&self.objects_restored)),
             ("objects_deleted", "combd_objects_deleted_total", Counter, "Objects deleted: their database, alarms, outbox, inbox and logs removed.", g(&self.objects_deleted)),
             ("ws_lease_lost_closed", "combd_ws_lease_lost_closed_total", Counter, "Sessions closed (1013) because this node's fleet lease was lost: their objects may be another node's now.", g(&self.ws_lease_lost_closed)),
             ("outbound_bytes", "combd_outbound_bytes", Gauge, "Bytes waiting to be written.", g(&self.outbound_bytes)),

@@ -40,6 +40,9 @@ pub mod close {
     /// The session's token expired (IANA's registered 3000, "Unauthorized"): reconnect with a
     /// new one.
     pub const UNAUTHORIZED: u16 = 3000;
+    /// The object the session was attached to was replaced by a restore (1012, "service
+    /// restart"): reconnecting attaches to it as restored.
+    pub const RESTARTED: u16 = 1012;
     /// The object the session was attached to was deleted (a private-use code: HTTP's 404
     /// "not found" after 4000). Reconnecting attaches to a new, empty object of the name.
     pub const OBJECT_DELETED: u16 = 4404;

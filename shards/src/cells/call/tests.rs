@@ -47,6 +47,7 @@ fn open(name: &str, schema: &'static str) -> rusqlite::Connection {
         db_max_bytes: 1 << 30,
         schema,
         fleet: false,
+        backup: false,
         migrate: None,
     };
     store::open(&path, config).unwrap()
@@ -240,6 +241,7 @@ fn scratch(schema: &'static str) -> rusqlite::Connection {
         db_max_bytes: 1 << 30,
         schema,
         fleet: false,
+        backup: false,
         migrate: None,
     };
     store::open_scratch(std::path::Path::new("scratch"), config).unwrap()

@@ -17,6 +17,7 @@ use combd_kernel::fair::ClientKey;
 use combd_kernel::limits::HTTP_OBJECT_PIPELINE;
 
 use crate::app::{AppError, Output};
+use crate::backup::object::ObjectBackup;
 use crate::http::Reserved;
 use crate::inbound::Hold;
 use crate::job::{Owned, Reply};
@@ -215,7 +216,7 @@ fn batch_end(mailbox: &std::collections::VecDeque<Queued>, n: usize, max_percent
     let part = ((n as u64 * max_percent / 100) as usize).max(HTTP_OBJECT_PIPELINE);
     let mut counts: Vec<(ClientKey, usize)> = Vec::new();
     for (i, q) in mailbox.iter().take(n).enumerate() {
-        if q.job.is_delete() {
+        if q.job.is_lifecycle() {
             // The operator's delete is the object's task's, after the batch before it.
             return i;
         }
@@ -314,7 +315,12 @@ async fn run_on(
     let topics = cell.topics.take();
     let presence = cells.presence.view(&cell.key);
     let users = state.node().users.clone();
-    let (db, inputs, ran, topics) = state
+    let backing_up = (
+        cell.backup.take(),
+        state.node().backup.clone(),
+        cell.key.clone(),
+    );
+    let (db, inputs, ran, topics, backed_up) = state
         .on_thread_timed((cell.opened_by(), Work::Compute), stages, move || {
             let mut db = db;
             let target = Target {
@@ -329,6 +335,10 @@ async fn run_on(
             };
             let run = Run::new(app.as_ref(), target, limits, &on);
             let result = run_inputs(run, &mut db, &inputs);
+            let backed_up = match on {
+                On::Db => back_up(backing_up, &db),
+                On::Scratch | On::ScratchRefusing(_) => backing_up.0,
+            };
             // A scratch database has nothing to make durable: it is answered without a sync.
             let wal = match on {
                 On::Db if syncs => Wal::of(&db),
@@ -346,11 +356,34 @@ async fn run_on(
                 wal_len,
                 due,
             };
-            (db, inputs, ran, topics)
+            (db, inputs, ran, topics, backed_up)
         })
         .await;
     cell.topics.set(topics);
+    cell.backup.set(backed_up);
     (db, inputs, ran)
+}
+
+/// Reads what a batch committed on the object's database `db` into its backup (with backup on),
+/// started now for a database the batch created. Blocks.
+fn back_up(
+    (ob, backup, key): (
+        Option<Box<ObjectBackup>>,
+        Option<std::sync::Arc<crate::backup::Backup>>,
+        crate::object_key::ObjectKey,
+    ),
+    db: &rusqlite::Connection,
+) -> Option<Box<ObjectBackup>> {
+    let backup = backup?;
+    let mut ob = match ob {
+        Some(ob) => ob,
+        None => {
+            let path = std::path::PathBuf::from(db.path()?);
+            Box::new(ObjectBackup::open(&backup, &key, &path, db))
+        }
+    };
+    ob.after_batch(db);
+    Some(ob)
 }
 
 /// In a fleet, what the fleet's wake index is to say once a batch that moved what the object

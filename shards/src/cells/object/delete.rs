@@ -32,11 +32,15 @@ pub(super) type Asked = async_channel::Sender<Response>;
 /// database. Blocks.
 pub(super) fn remove_files(
     path: &Path,
-    alarms: &AlarmIndex,
+    (alarms, backup): (&AlarmIndex, Option<&std::sync::Arc<crate::backup::Backup>>),
     key: &ObjectKey,
     shard: usize,
 ) -> std::io::Result<bool> {
     let found = crate::object_files::remove(path)?;
+    if let (true, Some(b)) = (found, backup) {
+        // Restored to now, the object does not exist.
+        crate::backup::object::deleted(b, key);
+    }
     if let Err(e) = alarms.forget(key.app(), key.name(), shard) {
         // Only early: a wake of the new object finds nothing due and settles the entry.
         warn!(object = %key, "cannot take a deleted object out of the alarm index: {e}");
@@ -140,11 +144,14 @@ pub(super) async fn run(
         Store::Present(db) => {
             let (path, _) = cell.store_config(state);
             let alarms = state.node().alarms.clone();
+            let backup = state.node().backup.clone();
             let (key, shard) = (cell.key.clone(), state.id());
+            // Its backup's cursor goes with it: the object's next database starts a new chain.
+            drop(cell.backup.take());
             state
                 .on_thread(cell.opened_by(), move || {
                     drop(db);
-                    remove_files(&path, &alarms, &key, shard)
+                    remove_files(&path, (&alarms, backup.as_ref()), &key, shard)
                 })
                 .await
         }
@@ -168,7 +175,10 @@ pub(super) async fn run(
             )
         }
     };
-    cells.close_deleted_sessions(cell.key.as_str());
+    cells.close_object_sessions(
+        cell.key.as_str(),
+        crate::cells::session::CloseWhy::ObjectDeleted,
+    );
     drop(closing);
     if let Some(asked) = asked {
         let _ = asked.try_send(answer);

@@ -36,6 +36,7 @@ use super::{Cells, Refusal};
 mod batch;
 mod delete;
 mod durability;
+mod restore;
 
 use durability::Durability;
 
@@ -58,6 +59,9 @@ pub(super) struct ObjectCell {
     /// What it knows of its topics' logs between batches (with its connection on a blocking
     /// thread while a batch runs); forgotten when its database is opened again.
     topics: std::cell::Cell<TopicCache>,
+    /// Its backup, with backup on and its database present (with its connection on a blocking
+    /// thread while a batch runs).
+    backup: std::cell::Cell<Option<Box<crate::backup::object::ObjectBackup>>>,
 }
 
 impl ObjectCell {
@@ -76,6 +80,7 @@ impl ObjectCell {
             slot: WakerSlot::new(state),
             opened_by,
             topics: Default::default(),
+            backup: Default::default(),
         }
     }
 
@@ -113,19 +118,16 @@ impl ObjectCell {
         Ok(())
     }
 
-    /// The operator's delete (or an expiry), taken from the head of the mailbox if it is there
-    /// (the batches before it have run): where its answer goes, and for an expiry, since when
-    /// the object must not have been written.
-    fn take_delete(&self) -> Option<(delete::Asked, Option<u64>)> {
+    /// The operator's delete or restore (or an expiry), taken from the head of the mailbox if
+    /// it is there (the batches before it have run): where its answer goes, and what it asks.
+    fn take_lifecycle(&self) -> Option<(delete::Asked, crate::job::Owned)> {
         let mut mb = self.mailbox.borrow_mut();
-        if !mb.front().is_some_and(|q| q.job.is_delete()) {
+        if !mb.front().is_some_and(|q| q.job.is_lifecycle()) {
             return None;
         }
         let job = mb.pop_front()?.job;
-        match (job.reply, job.input) {
-            (crate::job::Reply::Http(reply), crate::job::Owned::Delete { idle_since }) => {
-                Some((reply, idle_since))
-            }
+        match job.reply {
+            crate::job::Reply::Http(reply) => Some((reply, job.input)),
             _ => None,
         }
     }
@@ -142,6 +144,7 @@ impl ObjectCell {
             db_max_bytes: s.db_max_bytes,
             schema: self.app.schema(),
             fleet: s.fleet.is_some(),
+            backup: state.node().backup.is_some(),
             migrate: Some(store::Migrating {
                 app: self.app.clone(),
                 name: self.name.clone(),
@@ -216,11 +219,9 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
                 absent => absent,
             };
         }
-        if let Some((asked, idle_since)) = cell.take_delete() {
-            match delete::mark(&state, &cell, &durability, store, idle_since).await {
-                Ok(marked) => {
-                    return delete::run(&cells, &cell, pipeline, marked, Some(asked)).await
-                }
+        if let Some((asked, what)) = cell.take_lifecycle() {
+            match lifecycle(&cells, &cell, &durability, store, what).await {
+                Ok(next) => return next.run(&cells, &cell, pipeline, asked).await,
                 Err((store, answer)) => {
                     let _ = asked.try_send(answer);
                     db = Some(store);
@@ -271,6 +272,63 @@ async fn open_here(
     }
 }
 
+/// What the operator's delete or restore (or an expiry) goes on to, once it is decided.
+enum Lifecycle {
+    /// The object is marked deleted: its files go.
+    Delete(Store),
+    /// A rebuilt database is ready to replace the object's.
+    Restore(Store, restore::Rebuilt),
+}
+
+impl Lifecycle {
+    /// Carries it out (the object let go, what waits handed to its next cell) and answers.
+    async fn run(
+        self,
+        cells: &Rc<Cells>,
+        cell: &ObjectCell,
+        pipeline: Pipeline,
+        asked: delete::Asked,
+    ) {
+        match self {
+            Lifecycle::Delete(store) => {
+                delete::run(cells, cell, pipeline, store, Some(asked)).await
+            }
+            Lifecycle::Restore(store, rebuilt) => {
+                restore::run(cells, cell, pipeline, store, rebuilt, asked).await
+            }
+        }
+    }
+}
+
+/// Decides the operator's delete or restore (or an expiry) at the head of the mailbox: `Err`
+/// with the store to go on with and the answer when it is refused.
+async fn lifecycle(
+    cells: &Rc<Cells>,
+    cell: &ObjectCell,
+    durability: &Durability,
+    store: Store,
+    what: crate::job::Owned,
+) -> Result<Lifecycle, (Store, crate::http::Response)> {
+    match what {
+        crate::job::Owned::Restore { from, at } => {
+            let rebuilt = restore::prepare(&cells.state, cell, durability, &store, (from, at));
+            match rebuilt.await {
+                Ok(rebuilt) => Ok(Lifecycle::Restore(store, rebuilt)),
+                Err(answer) => Err((store, answer)),
+            }
+        }
+        crate::job::Owned::Delete { idle_since } => {
+            delete::mark(&cells.state, cell, durability, store, idle_since)
+                .await
+                .map(Lifecycle::Delete)
+        }
+        _ => Err((
+            store,
+            crate::http::Response::error(500, "not a lifecycle job"),
+        )),
+    }
+}
+
 /// Why an object goes: its module's version replaced (`retired`), and whether a shipment or
 /// sync failed in a fleet.
 struct Gone {
@@ -308,7 +366,19 @@ async fn let_object_go(
     // bring back.
     let (shipping, failed_since) = pipeline.finish().await;
     let failed = gone.failed_in_fleet || (durability.lets_go_on_failure() && failed_since);
-    let db = db.map(Store::into_conn);
+    let db = match (cell.backup.take(), db.map(Store::into_conn)) {
+        // Its backup reads what is left and truncates the WAL if it holds all of it.
+        (Some(ob), Some(conn)) => Some(
+            cells
+                .state
+                .on_thread(cell.opened_by(), move || {
+                    ob.close(&conn);
+                    conn
+                })
+                .await,
+        ),
+        (_, db) => db,
+    };
     durability
         .close(&cells.state, cell, db, shipping, failed)
         .await;
@@ -367,42 +437,24 @@ enum Opened {
 async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durability) -> Opened {
     let permit = state.acquire_restore(cell.opened_by()).await;
     let (path, config) = cell.store_config(state);
-    let fleet = durability.fleet();
-    let key = cell.key.clone();
-    let (alarms, shard) = (state.node().alarms.clone(), state.id());
+    let here = Here {
+        fleet: durability.fleet(),
+        key: cell.key.clone(),
+        alarms: state.node().alarms.clone(),
+        shard: state.id(),
+        backup: state.node().backup.clone(),
+    };
     let opened = state
-        .on_thread(cell.opened_by(), move || {
-            let shipping = match &fleet {
-                Some(fleet) => match fleet.open(&key, &path) {
-                    Ok(shipping) => Some(shipping),
-                    Err(e) => return Err(Err(e)),
-                },
-                None => None,
-            };
-            let (opened, deleted) = open_store(&path, config, &alarms, (&key, shard));
-            if let Ok(Store::Present(db)) = &opened {
-                reconcile_alarms(&alarms, &key, shard, db);
-            }
-            match opened {
-                Ok(db) => Ok((db, shipping, deleted)),
-                Err(e) => {
-                    if shipping.is_some() {
-                        if let Some(fleet) = &fleet {
-                            fleet.closed();
-                        }
-                    }
-                    Err(Ok(e))
-                }
-            }
-        })
+        .on_thread(cell.opened_by(), move || here.open(&path, config))
         .await;
     drop(permit);
     match opened {
-        Ok((db, shipping, deleted)) => {
-            if deleted {
+        Ok(o) => {
+            if o.deleted {
                 delete::deleted(state, cell.app_name());
             }
-            Opened::Db(Ok(db), shipping.map(Box::new))
+            cell.backup.set(o.backup);
+            Opened::Db(Ok(o.store), o.shipping.map(Box::new))
         }
         // Logged where it failed, naming the app, the object and the step.
         Err(Ok(e)) if e.is_migration() => Opened::Db(Err(Refusal::MigrationFailed), None),
@@ -421,6 +473,69 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
     }
 }
 
+/// What opening an object on a blocking thread needs.
+struct Here {
+    fleet: Option<Arc<crate::fleet::Fleet>>,
+    key: ObjectKey,
+    alarms: Arc<crate::alarms::AlarmIndex>,
+    shard: usize,
+    backup: Option<Arc<crate::backup::Backup>>,
+}
+
+/// What opening an object made: its store, in a fleet what it ships from, whether a delete a
+/// crash interrupted was finished, and its backup (with backup on, its database present).
+struct OpenedHere {
+    store: Store,
+    shipping: Option<Shipping>,
+    deleted: bool,
+    backup: Option<Box<crate::backup::object::ObjectBackup>>,
+}
+
+impl Here {
+    /// Claims the object in a fleet, opens its store ([`open_store`]), tells the alarm index
+    /// what it has to do and starts its backup. Blocks.
+    fn open(
+        self,
+        path: &std::path::Path,
+        config: StoreConfig,
+    ) -> Result<OpenedHere, Result<store::StoreError, OpenError>> {
+        let (key, shard) = (&self.key, self.shard);
+        let shipping = match &self.fleet {
+            Some(fleet) => Some(fleet.open(key, path).map_err(Err)?),
+            None => None,
+        };
+        let alarms = (&*self.alarms, self.backup.as_ref());
+        let (opened, deleted) = open_store(path, config, alarms, (key, shard));
+        let store = match opened {
+            Ok(store) => store,
+            Err(e) => {
+                if let (Some(fleet), Some(_)) = (&self.fleet, &shipping) {
+                    fleet.closed();
+                }
+                return Err(Ok(e));
+            }
+        };
+        let backup = match (&store, &self.backup) {
+            (Store::Present(db), Some(b)) => {
+                reconcile_alarms(&self.alarms, key, shard, db);
+                let ob = crate::backup::object::ObjectBackup::open(b, key, path, db);
+                Some(Box::new(ob))
+            }
+            (Store::Present(db), None) => {
+                reconcile_alarms(&self.alarms, key, shard, db);
+                None
+            }
+            (Store::Absent(_), _) => None,
+        };
+        Ok(OpenedHere {
+            store,
+            shipping,
+            deleted,
+            backup,
+        })
+    }
+}
+
 /// Opens the object's database, or its scratch one when it has none: on a node alone, none
 /// was ever written; in a fleet, none was ever shipped (the open restored nothing, and removed
 /// any stale local file). Its reads run on a scratch database and create nothing, in etcd or
@@ -430,7 +545,10 @@ async fn restore(state: &Rc<ShardState>, cell: &ObjectCell, durability: &Durabil
 fn open_store(
     path: &std::path::Path,
     config: StoreConfig,
-    alarms: &crate::alarms::AlarmIndex,
+    (alarms, backup): (
+        &crate::alarms::AlarmIndex,
+        Option<&Arc<crate::backup::Backup>>,
+    ),
     (key, shard): (&ObjectKey, usize),
 ) -> (Result<Store, store::StoreError>, bool) {
     if matches!(path.try_exists(), Ok(false)) {
@@ -456,7 +574,7 @@ fn open_store(
         return (migrated.map(|()| Store::Present(db)), false);
     }
     drop(db);
-    match delete::remove_files(path, alarms, key, shard) {
+    match delete::remove_files(path, (alarms, backup), key, shard) {
         Ok(found) => (store::open_scratch(path, config).map(Store::Absent), found),
         Err(e) => {
             warn!(object = %key, "cannot remove a deleted object's files: {e}");

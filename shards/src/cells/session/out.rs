@@ -54,6 +54,9 @@ pub(crate) enum CloseWhy {
     LeaseLost,
     /// Its object was deleted: what waits for it is written first, then it closes with 4404.
     ObjectDeleted,
+    /// Its object was replaced by a restore: it closes with 1012, and its client reconnects to
+    /// the object as restored.
+    ObjectRestored,
 }
 
 impl CloseWhy {
@@ -802,6 +805,7 @@ fn closed_counter(stats: &ShardStats, why: CloseWhy) -> &std::sync::atomic::Atom
         CloseWhy::ResumeLater => &stats.topic_log_resumes_refused,
         CloseWhy::LeaseLost => &stats.ws_lease_lost_closed,
         CloseWhy::ObjectDeleted => &stats.ws_object_deleted_closed,
+        CloseWhy::ObjectRestored => &stats.ws_object_restored_closed,
     }
 }
 

@@ -1,0 +1,289 @@
+//! One object's backup, on its blocking thread ([`ObjectBackup`]): where it stands in its
+//! WAL, the number of its next batch, and whether its chain goes on from a base. Made as the
+//! object opens (or its database is created), it reads what each batch committed once the
+//! batch has run, and writes a base when the chain would break (see the module above).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use combd_fleet::segment::WalCursor;
+use combd_kernel::limits::{
+    BACKUP_CHECKPOINT_WAL_BYTES, BACKUP_SNAPSHOT_AFTER_BYTES, BACKUP_WAL_MAX_BYTES,
+};
+use std::sync::atomic::Ordering;
+
+use crate::object_key::ObjectKey;
+
+use super::files::{self, Position, Record};
+use super::writer::Item;
+use super::Backup;
+
+/// An object's backup while it is open.
+pub(crate) struct ObjectBackup {
+    backup: Arc<Backup>,
+    key: ObjectKey,
+    wal: PathBuf,
+    cursor: WalCursor,
+    /// The number of its next batch.
+    next: u64,
+    /// Its chain goes on from a base to `next - 1`; else its next batch takes a base.
+    based: bool,
+    /// Bytes of segments since its last base.
+    since_base: u64,
+}
+
+impl std::fmt::Debug for ObjectBackup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectBackup")
+            .field("key", &self.key)
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+/// The salts and length of a WAL file that has a header.
+fn wal_salts(wal: &Path) -> Option<[u8; 8]> {
+    let mut head = [0u8; 24];
+    let mut f = std::fs::File::open(wal).ok()?;
+    std::io::Read::read_exact(&mut f, &mut head).ok()?;
+    let mut salts = [0u8; 8];
+    salts.copy_from_slice(&head[16..24]);
+    Some(salts)
+}
+
+impl ObjectBackup {
+    /// The backup of object `key` whose database at `db_path` is open as `db`: it goes on where
+    /// its backup stands, or takes a base now (the first time, or when its chain cannot go on).
+    /// Blocks.
+    pub fn open(
+        backup: &Arc<Backup>,
+        key: &ObjectKey,
+        db_path: &Path,
+        db: &rusqlite::Connection,
+    ) -> ObjectBackup {
+        let wal = crate::object_files::sidecar(db_path, "-wal");
+        let mut ob = ObjectBackup {
+            backup: backup.clone(),
+            key: key.clone(),
+            wal,
+            cursor: WalCursor::new(),
+            next: 1,
+            based: false,
+            since_base: 0,
+        };
+        match backup.position(key) {
+            Ok(Some(p)) => {
+                ob.next = p.seq + 1;
+                ob.based = true;
+                if let Some((salts, end)) = p.wal {
+                    ob.cursor = WalCursor::resume(salts, end);
+                }
+            }
+            // Never backed up: a base of what it is now.
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(object = %key, "backup: cannot read where it stands: {e}");
+                ob.next = 1;
+            }
+        }
+        if !ob.based {
+            ob.take_base(db);
+        }
+        ob
+    }
+
+    /// After a batch committed on `db`: its frames read and queued, a base if the chain broke
+    /// or its log grew, and the WAL truncated once the backup holds all of it. Blocks.
+    pub fn after_batch(&mut self, db: &rusqlite::Connection) {
+        if self.backup.take_broken(&self.key) {
+            self.based = false;
+        }
+        if !self.based {
+            return self.take_base(db);
+        }
+        let wal_len = std::fs::metadata(&self.wal).map_or(0, |m| m.len());
+        if !self.read(wal_len) {
+            if wal_len > BACKUP_WAL_MAX_BYTES {
+                // The backup does not keep up: a base, then the WAL may go.
+                self.gap();
+                self.take_base(db);
+            }
+            return;
+        }
+        let db_bytes = db
+            .path()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map_or(0, |m| m.len());
+        if self.since_base > BACKUP_SNAPSHOT_AFTER_BYTES.max(db_bytes) {
+            self.take_base(db);
+        } else if wal_len > BACKUP_CHECKPOINT_WAL_BYTES {
+            self.checkpoint_if_held(db);
+        }
+    }
+
+    /// Reads the frames committed up to `wal_len` and queues them, a segment per batch read;
+    /// false when the queue had no room (they stay in the WAL) or reading failed (a gap).
+    fn read(&mut self, wal_len: u64) -> bool {
+        let name = self.key.as_str();
+        loop {
+            let before = self.cursor.clone();
+            let seg = match self
+                .cursor
+                .next_segment_upto(&self.wal, name, self.next, 0, 0, wal_len)
+            {
+                Ok(Some(seg)) => seg,
+                Ok(None) => return true,
+                Err(e) => {
+                    tracing::warn!(object = %self.key, "backup: cannot read its WAL: {e}");
+                    self.gap();
+                    return false;
+                }
+            };
+            let bytes = seg.encode();
+            if !self.backup.reserve(bytes.len() as u64) {
+                // Read again at a later batch.
+                self.cursor = before;
+                self.backup.stats.deferred.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            let Some(wal) = self.cursor.position() else {
+                return false;
+            };
+            self.since_base += bytes.len() as u64;
+            let record = Record {
+                seq: self.next,
+                at_ms: crate::alarms::now_ms(),
+                wal,
+                segment: bytes,
+            };
+            let at = Position {
+                seq: self.next,
+                wal: Some(wal),
+            };
+            self.next += 1;
+            let queued_ms = record.at_ms;
+            let item = Item::Segment {
+                key: self.key.clone(),
+                record,
+                queued_ms,
+            };
+            self.backup.queue(&self.key, item, at);
+        }
+    }
+
+    /// The chain breaks here: a base follows.
+    fn gap(&mut self) {
+        self.based = false;
+        self.backup.stats.gaps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Truncates the WAL if the backup holds every frame of it (a busy one is left for later).
+    fn checkpoint_if_held(&mut self, db: &rusqlite::Connection) {
+        if self.backup.confirmed(&self.key) + 1 < self.next {
+            return;
+        }
+        if truncate(db) {
+            self.cursor = WalCursor::new();
+        }
+    }
+
+    /// Writes a base: the database as it is now (its WAL's frames with it), as batch `next`
+    /// (a new number when the chain broke, else the last batch's), then truncates the WAL if it
+    /// can. A failure leaves the chain broken (tried again at the next batch).
+    fn take_base(&mut self, db: &rusqlite::Connection) {
+        let seq = if self.based { self.next - 1 } else { self.next };
+        // Every committed frame goes into the base: the cursor skips them.
+        let mut cursor = self.cursor.clone();
+        while let Ok(Some(_)) = cursor.next_segment(&self.wal, self.key.as_str(), 0, 0, 0) {}
+        let wal = cursor
+            .position()
+            .or_else(|| wal_salts(&self.wal).map(|s| (s, 32)));
+        let dir = files::dir_of(&self.backup.dir, &self.key);
+        let name = files::base_name(seq, crate::alarms::now_ms(), wal);
+        let written = files::write_base(&dir, &name, |tmp| {
+            db.backup(rusqlite::DatabaseName::Main, tmp, None)
+                .map_err(std::io::Error::other)
+        });
+        if let Err(e) = written {
+            self.backup.stats.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(object = %self.key, "backup: cannot write a base: {e}");
+            return;
+        }
+        self.backup.stats.bases.fetch_add(1, Ordering::Relaxed);
+        self.cursor = cursor;
+        self.next = seq + 1;
+        self.based = true;
+        self.since_base = 0;
+        let item = Item::Base {
+            key: self.key.clone(),
+            seq,
+        };
+        self.backup.queue(&self.key, item, Position { seq, wal });
+        // The base holds everything: the WAL may go.
+        if truncate(db) {
+            self.cursor = WalCursor::new();
+        }
+    }
+
+    /// As the object closes: its WAL truncated if the backup holds all of it. Blocks.
+    pub fn close(mut self, db: &rusqlite::Connection) {
+        if self.based && self.read(u64::MAX) {
+            self.checkpoint_if_held(db);
+        }
+    }
+}
+
+/// `PRAGMA wal_checkpoint(TRUNCATE)`: true if it completed (no reader held it back).
+fn truncate(db: &rusqlite::Connection) -> bool {
+    let _node = crate::sandbox::NodeSql::enter();
+    db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .is_ok_and(|busy| busy == 0)
+}
+
+/// The object `key` was deleted: its backup gets an empty base after where it stands (restored
+/// to then, it does not exist). Blocks.
+pub(crate) fn deleted(backup: &Arc<Backup>, key: &ObjectKey) {
+    let seq = match backup.position(key) {
+        Ok(Some(p)) => p.seq + 1,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(object = %key, "backup: cannot read where it stands: {e}");
+            return;
+        }
+    };
+    let dir = files::dir_of(&backup.dir, key);
+    let name = files::base_name(seq, crate::alarms::now_ms(), None);
+    match files::write_base(&dir, &name, |tmp| std::fs::write(tmp, b"")) {
+        Ok(_) => {
+            backup.stats.bases.fetch_add(1, Ordering::Relaxed);
+            let item = Item::Base {
+                key: key.clone(),
+                seq,
+            };
+            backup.queue(key, item, Position { seq, wal: None });
+        }
+        Err(e) => {
+            backup.stats.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(object = %key, "backup: cannot record its delete: {e}");
+        }
+    }
+}
+
+/// Object `key`'s database was replaced by the one at `db` (a restore in place, or a fork made
+/// from another object's backup): its backup goes on from a base of it, after where it stands,
+/// so no segment of the database it replaced is ever read onto it. Blocks.
+pub(crate) fn rebased(backup: &Arc<Backup>, key: &ObjectKey, db: &Path) -> std::io::Result<u64> {
+    let seq = backup.position(key)?.map_or(1, |p| p.seq + 1);
+    let dir = files::dir_of(&backup.dir, key);
+    let name = files::base_name(seq, crate::alarms::now_ms(), None);
+    files::write_base(&dir, &name, |tmp| std::fs::copy(db, tmp).map(|_| ()))?;
+    backup.stats.bases.fetch_add(1, Ordering::Relaxed);
+    let item = Item::Base {
+        key: key.clone(),
+        seq,
+    };
+    backup.queue(key, item, Position { seq, wal: None });
+    Ok(seq)
+}
