@@ -217,6 +217,21 @@ impl NodeConfig {
     }
 }
 
+/// The backup (`COMBD_BACKUP`) and its writer, when on.
+fn start_backup(
+    settings: &combd_kernel::settings::Settings,
+) -> Result<Option<Arc<crate::backup::Backup>>, StartError> {
+    let Some(dir) = &settings.backup else {
+        return Ok(None);
+    };
+    crate::backup::Backup::start(dir, settings.backup_retention)
+        .map(Some)
+        .map_err(|message| StartError::Setting {
+            setting: "COMBD_BACKUP",
+            message,
+        })
+}
+
 /// Finishes the object deletes a crash interrupted (`crate::object_files`), before any shard
 /// runs: their files, and their entries in the alarm index of their home shard.
 fn finish_removals(
@@ -267,17 +282,7 @@ impl Node {
             })?,
         );
         finish_removals(&config.settings.data_dir, &alarms, n)?;
-        let backup = match &config.settings.backup {
-            Some(dir) => Some(
-                crate::backup::Backup::start(dir, config.settings.backup_retention).map_err(
-                    |message| StartError::Setting {
-                        setting: "COMBD_BACKUP",
-                        message,
-                    },
-                )?,
-            ),
-            None => None,
-        };
+        let backup = start_backup(&config.settings)?;
         let bound = bind_all(&config.settings, n)?;
         let (shard_wakers, wake_fds) = wake_sockets(n)?;
         let (inboxes, inbox_rx): (Vec<_>, Vec<_>) = (0..n)

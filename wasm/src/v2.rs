@@ -8,6 +8,24 @@ use wasmtime::{Caller, Linker};
 
 use crate::host::{charge, read, text, Host};
 
+/// Defines `delete() -> i32`: the object deletes itself once the call's batch is durable and
+/// answered (`Cx::delete`); 0, or the call fails (a stateless app, a fleet).
+fn link_lifecycle(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        "combd",
+        "delete",
+        |mut c: Caller<'_, Host>| -> wasmtime::Result<i32> {
+            charge(&mut c)?;
+            let h = c.data_mut();
+            match h.cx().map_err(|s| s.0).and_then(|cx| cx.delete()) {
+                Ok(()) => Ok(0),
+                Err(e) => Err(h.stop(e)),
+            }
+        },
+    )?;
+    Ok(())
+}
+
 /// Defines the alarm imports: `set_alarm(at_ms: i64, ptr, len) -> i64` (its id; a limit it
 /// meets fails the call), `cancel_alarm(id: i64) -> i32` (1 if it was pending), and for the
 /// current input, `alarm_id() -> i64` and `alarm_late_ms() -> i64` (-1 unless it is an alarm,
@@ -68,23 +86,6 @@ fn link_alarms(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
             }
         },
     )?;
-    // `delete() -> i32`: the object deletes itself once the call's batch is durable and
-    // answered (`Cx::delete`); 0, or the call fails (a stateless app, a fleet).
-    linker.func_wrap(
-        "combd",
-        "delete",
-        |mut c: Caller<'_, Host>| -> wasmtime::Result<i32> {
-            charge(&mut c)?;
-            let h = c.data_mut();
-            match h.cx().map_err(|s| s.0).and_then(|cx| cx.delete()) {
-                Ok(()) => Ok(0),
-                Err(e) => Err(h.stop(e)),
-            }
-        },
-    )?;
-    linker.func_wrap("combd", "alarm_id", |c: Caller<'_, Host>| {
-        c.data().input().alarm.map_or(-1, |(id, _)| id)
-    })?;
     linker.func_wrap("combd", "alarm_late_ms", |c: Caller<'_, Host>| {
         c.data()
             .input()
@@ -101,6 +102,7 @@ fn link_alarms(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
 /// the answer is as if it had not been called.
 pub(crate) fn link(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     link_alarms(linker)?;
+    link_lifecycle(linker)?;
     linker.func_wrap(
         "combd",
         "content_type",

@@ -302,6 +302,30 @@ fn check_shares(s: &Settings) -> Result<(), ConfigError> {
     ))
 }
 
+/// `COMBD_BACKUP`: not in a fleet (its bucket is the backup), not inside the data directory.
+fn check_backup(s: &Settings) -> Result<(), ConfigError> {
+    if s.fleet.is_some() && s.backup.is_some() {
+        return Err(err(
+            "COMBD_BACKUP",
+            "a fleet node keeps every object in the fleet's bucket already: backup is for a \
+             node alone (unset COMBD_BACKUP, or COMBD_FLEET_*)"
+                .to_string(),
+        ));
+    }
+    if let Some(b) = s.backup.as_ref().filter(|b| b.starts_with(&s.data_dir)) {
+        return Err(err(
+            "COMBD_BACKUP",
+            format!(
+                "{} is inside COMBD_DATA ({}): a backup must outlive the data directory; put \
+                 it elsewhere (another disk, ideally)",
+                b.display(),
+                s.data_dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The checks between settings, once each parsed: the TLS listener and the fleet's
 /// address each need a port other than `COMBD_LISTEN`'s, a fleet node's `COMBD_DB_MAX` is
 /// at most what it restores, the ClientHello's timeout may not exceed the handshake's, and
@@ -333,25 +357,7 @@ fn check_relations(s: &Settings) -> Result<(), ConfigError> {
             ),
         ));
     }
-    if s.fleet.is_some() && s.backup.is_some() {
-        return Err(err(
-            "COMBD_BACKUP",
-            "a fleet node keeps every object in the fleet's bucket already: backup is for a \
-             node alone (unset COMBD_BACKUP, or COMBD_FLEET_*)"
-                .to_string(),
-        ));
-    }
-    if let Some(b) = s.backup.as_ref().filter(|b| b.starts_with(&s.data_dir)) {
-        return Err(err(
-            "COMBD_BACKUP",
-            format!(
-                "{} is inside COMBD_DATA ({}): a backup must outlive the data directory; put \
-                 it elsewhere (another disk, ideally)",
-                b.display(),
-                s.data_dir.display()
-            ),
-        ));
-    }
+    check_backup(s)?;
     if s.fleet.is_some() && s.db_max_bytes > limits::FLEET_DB_MAX_BYTES {
         return Err(err(
             "COMBD_DB_MAX",

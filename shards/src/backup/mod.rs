@@ -114,6 +114,23 @@ impl Backup {
         Ok(backup)
     }
 
+    /// A backup into `dir` whose writer is gone: everything queued is lost, as a kill -9 loses
+    /// what waits for the writer.
+    #[cfg(test)]
+    pub(crate) fn detached(dir: &Path) -> Arc<Backup> {
+        let (tx, _) = mpsc::channel();
+        Arc::new(Backup {
+            dir: dir.to_path_buf(),
+            retention: Duration::from_secs(3600),
+            items: Mutex::new(tx),
+            queued_bytes: AtomicU64::new(0),
+            positions: Mutex::new(HashMap::new()),
+            confirmed: Mutex::new(HashMap::new()),
+            broken: Mutex::new(Vec::new()),
+            stats: BackupStats::default(),
+        })
+    }
+
     /// The backup's directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -275,35 +275,6 @@ pub fn history(backup: &Path, key: &ObjectKey, limit: usize) -> std::io::Result<
     Ok(serde_json::json!({ "bases": bases, "batches": Vec::from(batches) }))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn moments_parse_as_rfc_3339_and_batches_as_numbers() {
-        assert_eq!(At::parse("latest"), Ok(At::Latest));
-        assert_eq!(At::parse("42"), Ok(At::Seq(42)));
-        assert_eq!(At::parse("1970-01-01T00:00:00Z"), Ok(At::Time(0)));
-        assert_eq!(
-            At::parse("2026-12-05T17:30:00.25Z"),
-            Ok(At::Time(1_796_491_800_250))
-        );
-        assert_eq!(
-            At::parse("2026-12-05T18:30:00+01:00"),
-            Ok(At::Time(1_796_491_800_000))
-        );
-        for bad in [
-            "",
-            "yesterday",
-            "2026-13-05T17:30:00Z",
-            "2026-12-05T17:30:00",
-            "-1",
-        ] {
-            assert!(At::parse(bad).is_err(), "{bad}");
-        }
-    }
-}
-
 /// Restores every object of the backup in `backup`, as of its latest batch, into the data
 /// directory `data`, which must hold no object's database yet (a node restored whole onto an
 /// empty disk). Returns how many were restored, and how many had no database at their latest
@@ -363,4 +334,33 @@ pub fn restore_all(backup: &Path, data: &Path) -> Result<(u64, u64), String> {
         }
     }
     Ok((restored, absent))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moments_parse_as_rfc_3339_and_batches_as_numbers() {
+        assert_eq!(At::parse("latest"), Ok(At::Latest));
+        assert_eq!(At::parse("42"), Ok(At::Seq(42)));
+        assert_eq!(At::parse("1970-01-01T00:00:00Z"), Ok(At::Time(0)));
+        assert_eq!(
+            At::parse("2026-12-05T17:30:00.25Z"),
+            Ok(At::Time(1_796_491_800_250))
+        );
+        assert_eq!(
+            At::parse("2026-12-05T18:30:00+01:00"),
+            Ok(At::Time(1_796_491_800_000))
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "2026-13-05T17:30:00Z",
+            "2026-12-05T17:30:00",
+            "-1",
+        ] {
+            assert!(At::parse(bad).is_err(), "{bad}");
+        }
+    }
 }

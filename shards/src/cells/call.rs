@@ -367,7 +367,7 @@ fn run_each(
 fn before_commit(
     tx: &rusqlite::Transaction<'_>,
     target: Target<'_>,
-    scratch: bool,
+    (scratch, deletes): (bool, bool),
     budget: &mut CallBudget,
     wrote: &mut bool,
 ) -> Result<(), AppError> {
@@ -397,6 +397,12 @@ fn before_commit(
             .map_err(|e| {
                 AppError::new(503, "alarm index unavailable").with_detail(e.to_string())
             })?;
+    }
+    // A delete is decided with the call: the mark commits in its transaction (a scratch
+    // database has nothing to delete).
+    if deletes && !scratch {
+        let _node = sandbox::NodeSql::enter();
+        crate::object_files::mark(tx)?;
     }
     Ok(())
 }
@@ -474,17 +480,10 @@ pub(super) fn call<T>(
             return Err(limit_error(Limit::SqlDenied));
         }
         let out = out?;
-        before_commit(&tx, target, scratch, &mut budget, &mut wrote)?;
-        // A delete is decided with the call: the mark commits in its transaction (a scratch
-        // database has nothing to delete).
-        if !scratch
-            && effects[first_effect..]
-                .iter()
-                .any(|e| matches!(e, Effect::Delete))
-        {
-            let _node = sandbox::NodeSql::enter();
-            crate::object_files::mark(&tx)?;
-        }
+        let deletes = effects[first_effect..]
+            .iter()
+            .any(|e| matches!(e, Effect::Delete));
+        before_commit(&tx, target, (scratch, deletes), &mut budget, &mut wrote)?;
         let log = log_broadcasts(
             &tx,
             &mut effects[first_effect..],

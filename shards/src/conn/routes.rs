@@ -136,6 +136,14 @@ fn node(path: &str, listener: &str) -> serde_json::Value {
     serde_json::json!({ "path": path, "methods": ["GET", "HEAD"], "listener": listener })
 }
 
+/// The operator's request under `/objects` (`crate::inspect`), or why it is not one.
+fn inspect(req: &Request<'_>, node: &crate::NodeShared) -> Routed {
+    match crate::inspect::Ask::of(req, &node.apps) {
+        Ok(ask) => Routed::Inspect(ask),
+        Err(resp) => Routed::Respond(resp),
+    }
+}
+
 /// Whether `path` is `root` or a path under it.
 fn under(path: &str, root: &str) -> bool {
     path.strip_prefix(root)
@@ -186,12 +194,7 @@ impl Router<'_> {
                 node.metrics_text().into_bytes(),
             ),
             "/routes" if self.local && get => Response::json(200, &routes_json(&node.apps)),
-            path if self.local && under(path, crate::inspect::PATH) => {
-                return match crate::inspect::Ask::of(req, &node.apps) {
-                    Ok(ask) => Routed::Inspect(ask),
-                    Err(resp) => Routed::Respond(resp),
-                }
-            }
+            path if self.local && under(path, crate::inspect::PATH) => return inspect(req, &node),
             crate::ws::mux::PATH if head.upgrade_websocket => {
                 return self.route_mux(req, head, from_fleet)
             }

@@ -65,8 +65,14 @@ impl Snapshots {
         if !lease.holds_lease(s.lease) {
             return Err("this node's lease is gone".into());
         }
-        db.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+        // A reader (the operator's read-only query, `crate::inspect`) may hold the WAL: then the
+        // checkpoint does not complete, and the file is not the head's.
+        let busy: i64 = db
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
             .map_err(|e| format!("checkpoint: {e}"))?;
+        if busy != 0 {
+            return Err("checkpoint: a reader holds the WAL; tried again later".into());
+        }
         // The WAL starts over: the cursor starts over with it.
         s.cursor = WalCursor::new();
         if s.snapshot_at == Some(s.head) {

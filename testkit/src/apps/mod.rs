@@ -14,6 +14,7 @@ pub mod brief;
 pub mod caller;
 pub mod fanout;
 pub mod hold;
+pub mod kv;
 pub mod limits;
 pub mod room;
 pub mod stall;
@@ -28,7 +29,7 @@ pub(crate) fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a s
 
 /// Registers every test app in `apps` (beside the built-in apps, before any module).
 pub fn register(apps: &Apps) {
-    let list: [Arc<dyn App>; 10] = [
+    let list: [Arc<dyn App>; 11] = [
         Arc::new(fanout::Fanout),
         Arc::new(hold::Hold),
         Arc::new(limits::Limits),
@@ -39,6 +40,7 @@ pub fn register(apps: &Apps) {
         Arc::new(bank::Bank),
         Arc::new(room::Room),
         Arc::new(brief::Brief),
+        Arc::new(kv::Kv),
     ];
     for app in list {
         // The names are distinct from each other and from the built-in apps': a duplicate is

@@ -55,6 +55,19 @@ pub(super) struct After {
     pub deleted: bool,
 }
 
+impl After {
+    /// What `result` asks: a reload if a call was killed, a delete if one asked.
+    fn of(result: &BatchResult) -> After {
+        After {
+            killed: result.killed,
+            deleted: result
+                .effects
+                .iter()
+                .any(|e| matches!(e, crate::app::Effect::Delete)),
+        }
+    }
+}
+
 /// Takes a batch from the mailbox under an awake slot and runs it (in a fleet, noting the WAL's
 /// length at `fleet_wal` after its commit). Returns the store (present once a write created
 /// the database), the committed batch (its answers and effects, to leave once it is durable),
@@ -108,14 +121,7 @@ pub(super) async fn run_one(
     file_result(state, cell, &ran.result);
     ShardStats::add(&stats.batches, 1);
     stats.batch_max.fetch_max(count, Ordering::Relaxed);
-    let after = After {
-        killed: ran.result.killed,
-        deleted: ran
-            .result
-            .effects
-            .iter()
-            .any(|e| matches!(e, crate::app::Effect::Delete)),
-    };
+    let after = After::of(&ran.result);
     if let Some(at) = ran.result.alarm_at {
         // An alarm due before the shard's next tick fires on time, not at the tick.
         cells.alarm_wakes().arm(cells, at);

@@ -1,0 +1,333 @@
+//! Backup and restore on a node alone (README "Backup and restore"), against the real node
+//! with real files: random writes to 20 objects with the moment of each recorded, each object
+//! restored to random moments and compared, row for row, with its history replayed to then;
+//! the same across a kill -9 during the writes; a whole node restored onto an empty data
+//! directory; a deleted object restored; and the refusals.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use support::*;
+
+/// A small random source (xorshift), seeded per test.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// One object's history: after each write answered, when, and the map it left.
+type History = Vec<(u64, BTreeMap<String, String>)>;
+
+fn backup_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("combd-backup-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn env(backup: &std::path::Path) -> [(&'static str, String); 1] {
+    [("COMBD_BACKUP", backup.to_str().unwrap().to_string())]
+}
+
+fn start(data: Option<std::path::PathBuf>, backup: &std::path::Path) -> TestNode {
+    let b = backup.to_str().unwrap();
+    let vars = [TEST_APPS, ("COMBD_BACKUP", b)];
+    match data {
+        Some(d) => TestNode::start_in(d, &vars),
+        None => TestNode::start(&vars),
+    }
+}
+
+/// `writes` random writes to `kv/<name>`, one at a time, each answered before the next is
+/// sent and a millisecond after the last was answered (so every moment is between two
+/// batches), appended to `history`.
+fn write(node: &TestNode, i: usize, name: &str, writes: usize, seed: u64, history: &mut History) {
+    let mut rng = Rng(seed | 1);
+    let mut map = history.last().map(|(_, m)| m.clone()).unwrap_or_default();
+    for _ in 0..writes {
+        let k = format!("k{}", rng.below(12));
+        let v = match rng.below(5) {
+            0 => String::new(),
+            _ => format!("v{}", rng.below(1000)),
+        };
+        let raw = format!(
+            "POST /o/kv/{name} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{k}={v}",
+            k.len() + v.len() + 1
+        );
+        let r = request_from(client_address(i), node.public(), raw.as_bytes());
+        assert_eq!(r.status, 200, "{}", r.text());
+        let answered = now_ms();
+        match v.as_str() {
+            "" => map.remove(&k),
+            v => map.insert(k, v.to_string()),
+        };
+        history.push((answered, map.clone()));
+        while now_ms() <= answered {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+fn local(node: &TestNode, method: &str, path: &str) -> Resp {
+    request(
+        node.local(),
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+}
+
+/// The map of `kv/<name>`.
+fn state(node: &TestNode, name: &str) -> BTreeMap<String, String> {
+    let r = get(node, &format!("/o/kv/{name}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_value(r.json()["kv"].clone()).unwrap()
+}
+
+/// The RFC 3339 form of a moment in milliseconds (UTC).
+fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// Restores `kv/<name>` as of the moment `at` into `<name>-<tag>` and checks it against the
+/// history at that moment.
+fn check_moment(node: &TestNode, name: &str, history: &History, at: u64, tag: &str) {
+    let fork = format!("{name}-{tag}");
+    let path = format!("/objects/kv/{name}/restore?at={}&as={fork}", rfc3339(at));
+    let r = local(node, "POST", &path);
+    let expected = history.iter().rev().find(|(t, _)| *t <= at).map(|(_, m)| m);
+    match expected {
+        Some(m) => {
+            assert_eq!(r.status, 200, "{name} at {at}: {}", r.text());
+            assert_eq!(&state(node, &fork), m, "{name} at {at} ({})", r.text());
+        }
+        None => assert_eq!(r.status, 404, "{name} before its first write: {}", r.text()),
+    }
+}
+
+/// Waits until the backup's writer holds everything queued.
+fn settled(node: &TestNode) {
+    wait_stats(node, "the backup's queue empty", |s| {
+        s["backup_queued_bytes"] == 0
+    });
+}
+
+const OBJECTS: usize = 20;
+const WRITES: usize = 500;
+
+#[test]
+fn ten_thousand_writes_restore_to_any_moment_row_for_row() {
+    let backup = backup_dir("moments");
+    let node = start(None, &backup);
+    let begun = now_ms();
+    std::thread::sleep(Duration::from_millis(2));
+    let histories: Vec<History> = std::thread::scope(|s| {
+        let node = &node;
+        let threads: Vec<_> = (0..OBJECTS)
+            .map(|i| {
+                s.spawn(move || {
+                    let mut h = History::new();
+                    write(
+                        node,
+                        i,
+                        &format!("o{i}"),
+                        WRITES,
+                        0x9e37 * (i as u64 + 1),
+                        &mut h,
+                    );
+                    h
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    settled(&node);
+    let s = node.stats();
+    // A batch that changed nothing (a delete of a key not there) writes no frame: no segment.
+    let segments = s["backup_segments"].as_u64().unwrap();
+    assert!(segments >= (OBJECTS * WRITES / 2) as u64, "{segments}");
+    assert_eq!(s["backup_gaps"], 0, "{s}");
+    let mut rng = Rng(0x5eed);
+    for (i, h) in histories.iter().enumerate() {
+        for k in 0..5 {
+            let at = h[rng.below(h.len() as u64) as usize].0;
+            check_moment(&node, &format!("o{i}"), h, at, &format!("m{k}"));
+        }
+        // Before its first write it did not exist.
+        check_moment(&node, &format!("o{i}"), h, begun, "none");
+    }
+    // By batch: an object's listing names its batches; the last is its latest state.
+    let listed = local(&node, "GET", "/objects/kv/o3/backup").json();
+    let last = listed["batches"].as_array().unwrap().last().unwrap()["seq"].clone();
+    let r = local(
+        &node,
+        "POST",
+        &format!("/objects/kv/o3/restore?at={last}&as=o3-last"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(&state(&node, "o3-last"), &histories[3].last().unwrap().1);
+}
+
+#[test]
+fn a_kill_during_the_writes_skips_nothing_and_a_whole_node_restores() {
+    let backup = backup_dir("kill");
+    let node = start(None, &backup);
+    let mut histories: Vec<History> = vec![History::new(); 4];
+    std::thread::scope(|s| {
+        let node = &node;
+        for (i, h) in histories.iter_mut().enumerate() {
+            s.spawn(move || write(node, i, &format!("o{i}"), 150, 77 + i as u64, h));
+        }
+    });
+    // Killed while the writer may still hold segments: the WALs keep what it lost.
+    let data = node.kill9();
+    let node = start(Some(data), &backup);
+    std::thread::scope(|s| {
+        let node = &node;
+        for (i, h) in histories.iter_mut().enumerate() {
+            s.spawn(move || write(node, i, &format!("o{i}"), 100, 991 + i as u64, h));
+        }
+    });
+    settled(&node);
+    let mut rng = Rng(0xcafe);
+    for (i, h) in histories.iter().enumerate() {
+        // Moments before the kill and after it, and its last.
+        for k in 0..4 {
+            let at = h[rng.below(150) as usize].0;
+            check_moment(&node, &format!("o{i}"), h, at, &format!("b{k}"));
+        }
+        let at = h[150 + rng.below(100) as usize].0;
+        check_moment(&node, &format!("o{i}"), h, at, "after");
+    }
+    // The disk lost: the whole node from its backup, onto an empty data directory. The
+    // backup held everything (its queue was empty): every object is as it was last.
+    let data = node.kill9();
+    let restored = backup_dir("kill-data");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+        .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
+        .args(["--data", restored.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with("restored "), "{said}");
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+        .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
+        .args(["--data", restored.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "not onto a data directory with objects"
+    );
+    let node = start(Some(restored), &backup);
+    for (i, h) in histories.iter().enumerate() {
+        assert_eq!(
+            &state(&node, &format!("o{i}")),
+            &h.last().unwrap().1,
+            "o{i}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(data);
+}
+
+#[test]
+fn a_deleted_object_restores_to_before_its_delete_and_the_refusals_say_why() {
+    let backup = backup_dir("deleted");
+    let node = start(None, &backup);
+    let mut h = History::new();
+    write(&node, 0, "gone", 20, 5, &mut h);
+    let before = h.last().unwrap().0;
+    assert_eq!(local(&node, "DELETE", "/objects/kv/gone").status, 200);
+    settled(&node);
+    let deleted_at = now_ms();
+    std::thread::sleep(Duration::from_millis(2));
+    // As of the delete, it has no database; before it, its last state, in place.
+    let r = local(
+        &node,
+        "POST",
+        &format!("/objects/kv/gone/restore?at={}", rfc3339(deleted_at)),
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    let r = local(
+        &node,
+        "POST",
+        &format!("/objects/kv/gone/restore?at={}", rfc3339(before)),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(&state(&node, "gone"), &h.last().unwrap().1);
+    // A fork onto a name that has a database, a bad moment, an unknown batch.
+    for (path, status) in [
+        ("/objects/kv/gone/restore?at=latest&as=gone", 200),
+        ("/objects/kv/x/restore?at=latest", 404),
+        ("/objects/kv/gone/restore?at=yesterday", 400),
+        ("/objects/kv/gone/restore", 400),
+        ("/objects/kv/gone/restore?at=999999", 404),
+    ] {
+        assert_eq!(local(&node, "POST", path).status, status, "{path}");
+    }
+    write(&node, 0, "other", 1, 9, &mut History::new());
+    let r = local(&node, "POST", "/objects/kv/gone/restore?at=latest&as=other");
+    assert_eq!(
+        r.status,
+        409,
+        "a fork onto an object that has a database: {}",
+        r.text()
+    );
+    assert!(node.stats()["objects_restored"].as_u64().unwrap() >= 2);
+    // Not from a public address; not with backup off.
+    assert_eq!(
+        post(&node, "/objects/kv/gone/restore?at=latest", "").status,
+        404
+    );
+    let off = TestNode::start(&[TEST_APPS]);
+    assert_eq!(
+        local(&off, "POST", "/objects/kv/gone/restore?at=latest").status,
+        409
+    );
+    let _ = env(&backup);
+}
