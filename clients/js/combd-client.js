@@ -18,7 +18,8 @@
 // missing, expired or refused; no retry until a new token is given with setToken), closed
 // (close() was called). Close codes honoured: 1001 (the node restarts: reconnect), 1008 (too
 // many messages, or reading too slowly: wait longer), 1013 (try again later: busy), 3000 (the
-// session's token expired: unauthorized, until setToken gives a new one), 4404 (the object was
+// session's token expired: unauthorized, until setToken gives a new one), 1012 (the object was
+// restored from its backup: reconnect to it as restored), 4404 (the object was
 // deleted: reconnecting attaches to a new, empty object of the name). A node
 // that closed with 1001 and cannot be reached yet is still restarting: reconnecting, not busy.
 //
@@ -54,6 +55,7 @@ export const CLOSE_REASONS = {
   1008: "too many messages, or reading too slowly",
   1009: "a message too big",
   1011: "node error",
+  1012: "the object was restored",
   1013: "the node asked to try again later",
   3000: "the token expired",
   4404: "the object was deleted",

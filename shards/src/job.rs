@@ -482,14 +482,20 @@ pub(crate) enum ShardMsg {
         frame: Arc<OutFrame>,
     },
     /// Object `key` was deleted or restored: its sessions on the receiving shard close.
-    CloseObject {
-        key: String,
-        why: crate::cells::session::CloseWhy,
-    },
+    CloseObject { key: String, why: ObjectGone },
     /// A framed message for every session of `key` subscribed to `topic` on the receiving shard.
     Broadcast {
         key: String,
         topic: String,
         frame: Arc<OutFrame>,
     },
+}
+
+/// Why an object's sessions close on every shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ObjectGone {
+    /// It was deleted (4404).
+    Deleted,
+    /// It was replaced by a restore (1012).
+    Restored,
 }

@@ -114,7 +114,7 @@ pub(crate) struct MissedList {
     pub sessions: Vec<u64>,
     pub topics: Vec<(String, String)>,
     /// Objects deleted or restored, whose sessions here are to close, and why.
-    pub closed: Vec<(String, crate::cells::session::CloseWhy)>,
+    pub closed: Vec<(String, crate::job::ObjectGone)>,
 }
 
 impl Missed {
@@ -125,7 +125,7 @@ impl Missed {
 
     /// Object `key` was deleted or restored, and this shard could not be told: its sessions
     /// here close.
-    pub fn closed(&self, key: &str, why: crate::cells::session::CloseWhy) {
+    pub fn closed(&self, key: &str, why: crate::job::ObjectGone) {
         self.with(|l| l.closed.push((key.to_string(), why)));
     }
 

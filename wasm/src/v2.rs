@@ -86,6 +86,9 @@ fn link_alarms(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
             }
         },
     )?;
+    linker.func_wrap("combd", "alarm_id", |c: Caller<'_, Host>| {
+        c.data().input().alarm.map_or(-1, |(id, _)| id)
+    })?;
     linker.func_wrap("combd", "alarm_late_ms", |c: Caller<'_, Host>| {
         c.data()
             .input()

@@ -60,7 +60,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "d" => 86_400_000,
         _ => {
             return Err(format!(
-                "{text:?} has an unknown unit {unit:?}: use ms, s, m or h"
+                "{text:?} has an unknown unit {unit:?}: use ms, s, m, h or d"
             ))
         }
     };

@@ -130,47 +130,59 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// Reads a log's records, in order, calling `each` with each (its segment only when `with`
-/// says so of its head: a scan of times and numbers skips the frames); stops at the first
-/// record cut short or corrupt. Returns the bytes of the records read whole.
+/// says so of its number and time: a scan of times and numbers seeks over the frames); stops at
+/// the first record cut short or corrupt (one whose segment was skipped is checked when it is
+/// read), or when `each` answers false. Returns the bytes of the records read whole.
 pub(crate) fn read_log(
     path: &Path,
     with: impl Fn(u64, u64) -> bool,
     mut each: impl FnMut(Record) -> bool,
 ) -> io::Result<u64> {
-    let mut bytes = Vec::new();
-    match File::open(path) {
-        Ok(mut f) => f.read_to_end(&mut bytes)?,
+    use std::io::{Seek, SeekFrom};
+    let file = match File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(e),
     };
-    let mut at = 0usize;
-    while at + RECORD_HEAD <= bytes.len() {
-        let head = &bytes[at..at + RECORD_HEAD];
-        let len = u32::from_le_bytes([head[32], head[33], head[34], head[35]]) as usize;
-        let end = at + RECORD_HEAD + len + 4;
-        if end > bytes.len() {
+    let size = file.metadata()?.len();
+    let mut r = io::BufReader::new(file);
+    let mut at = 0u64;
+    let mut head = [0u8; RECORD_HEAD];
+    while at + RECORD_HEAD as u64 <= size {
+        r.read_exact(&mut head)?;
+        let len = u32::from_le_bytes([head[32], head[33], head[34], head[35]]) as u64;
+        let end = at + RECORD_HEAD as u64 + len + 4;
+        if end > size {
             break;
         }
-        let crc = u32::from_le_bytes([
-            bytes[end - 4],
-            bytes[end - 3],
-            bytes[end - 2],
-            bytes[end - 1],
-        ]);
-        if crc32fast::hash(&bytes[at..end - 4]) != crc {
-            break;
-        }
-        let (seq, at_ms) = (u64_at(head, 0), u64_at(head, 8));
+        let (seq, at_ms) = (u64_at(&head, 0), u64_at(&head, 8));
         let mut salts = [0u8; 8];
         salts.copy_from_slice(&head[16..24]);
-        let segment = match with(seq, at_ms) {
-            true => bytes[at + RECORD_HEAD..end - 4].to_vec(),
-            false => Vec::new(),
+        let segment = if with(seq, at_ms) {
+            let mut body = vec![0u8; len as usize + 4];
+            r.read_exact(&mut body)?;
+            let crc = u32::from_le_bytes([
+                body[len as usize],
+                body[len as usize + 1],
+                body[len as usize + 2],
+                body[len as usize + 3],
+            ]);
+            let mut h = crc32fast::Hasher::new();
+            h.update(&head);
+            h.update(&body[..len as usize]);
+            if h.finalize() != crc {
+                break;
+            }
+            body.truncate(len as usize);
+            body
+        } else {
+            r.seek(SeekFrom::Current(len as i64 + 4))?;
+            Vec::new()
         };
         let record = Record {
             seq,
             at_ms,
-            wal: (salts, u64_at(head, 24)),
+            wal: (salts, u64_at(&head, 24)),
             segment,
         };
         at = end;
@@ -178,7 +190,7 @@ pub(crate) fn read_log(
             break;
         }
     }
-    Ok(at as u64)
+    Ok(at)
 }
 
 /// Where `key`'s backup stands on disk: its newest base and the last whole record of its log.

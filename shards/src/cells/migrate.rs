@@ -16,7 +16,12 @@ use rusqlite::OptionalExtension;
 use crate::app::{App, AppError};
 use crate::sandbox::NodeSql;
 
+use std::path::Path;
+
+use crate::stats::ShardStats;
+
 use super::call::{call, CallLimits, Target};
+use super::store::{Migrate, StoreError};
 
 /// The node's table of an object's version.
 const TABLE: &str = "_combd_version";
@@ -112,6 +117,48 @@ pub(super) fn run(
             None => e.message.clone(),
         },
     })
+}
+
+/// What an object's open needs to migrate it: its app, its name, its calls' limits, and
+/// where it counts.
+pub(super) struct Migrating {
+    pub app: std::sync::Arc<dyn App>,
+    pub name: String,
+    pub limits: CallLimits,
+    pub stats: (std::sync::Arc<crate::NodeShared>, usize),
+}
+
+impl Migrating {
+    /// The hook an object's open runs after its schema ([`Migrating::run`]).
+    pub fn hook(self) -> Migrate {
+        std::sync::Arc::new(move |db, path| self.run(db, path))
+    }
+
+    /// Brings `db` to the app's version, counting it; the error of a step that failed (logged,
+    /// naming the app, the object and the step).
+    fn run(&self, db: &mut rusqlite::Connection, path: &Path) -> Result<(), StoreError> {
+        let (node, shard) = &self.stats;
+        let stats = &node.stats[*shard];
+        match run(self.app.as_ref(), db, &self.name, self.limits) {
+            Ok(None) => Ok(()),
+            Ok(Some((from, to))) => {
+                ShardStats::add(&stats.objects_migrated, 1);
+                tracing::debug!(app = self.app.name(), object = %self.name, from, to, "migrated");
+                Ok(())
+            }
+            Err(f) => {
+                ShardStats::add(&stats.objects_migration_failed, 1);
+                tracing::warn!(
+                    app = self.app.name(),
+                    object = %self.name,
+                    step = %format_args!("{} to {}", f.from, f.to),
+                    "migration failed: {}",
+                    f.error
+                );
+                Err(StoreError::migration(path, &f.error))
+            }
+        }
+    }
 }
 
 #[cfg(test)]

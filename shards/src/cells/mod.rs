@@ -564,7 +564,7 @@ impl Cells {
     /// Closes the sessions of object `key` (deleted or restored: `why`) on every shard: through
     /// the other shards' inboxes (or, when one is full, the list of what its sessions missed),
     /// and here.
-    fn close_object_sessions(&self, key: &str, why: session::CloseWhy) {
+    fn close_object_sessions(&self, key: &str, why: crate::job::ObjectGone) {
         let node = self.state.node();
         for (shard, inbox) in node.inboxes.iter().enumerate() {
             if shard == self.state.id() {

@@ -174,7 +174,11 @@ impl Sessions {
 
     /// Closes every session of the shard attached to object `key` for `why` (deleted: 4404,
     /// each writing what waits for it first; restored: 1012). Returns how many.
-    pub fn close_object(&self, key: &str, why: CloseWhy) -> u64 {
+    pub fn close_object(&self, key: &str, gone: crate::job::ObjectGone) -> u64 {
+        let why = match gone {
+            crate::job::ObjectGone::Deleted => CloseWhy::ObjectDeleted,
+            crate::job::ObjectGone::Restored => CloseWhy::ObjectRestored,
+        };
         let slots: Vec<usize> = self
             .map
             .borrow()

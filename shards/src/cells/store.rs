@@ -128,50 +128,24 @@ pub(crate) struct StoreConfig {
     /// object truncates its WAL once the backup holds it.
     pub backup: bool,
     /// After the schema, what brings the object to its app's version (`super::migrate`).
-    pub migrate: Option<Migrating>,
+    pub migrate: Option<Migrate>,
 }
 
-/// What an object's open needs to migrate it: its app, its name, its calls' limits, and
-/// where it counts.
-#[derive(Clone)]
-pub(crate) struct Migrating {
-    pub app: std::sync::Arc<dyn crate::app::App>,
-    pub name: String,
-    pub limits: super::call::CallLimits,
-    pub stats: (std::sync::Arc<crate::NodeShared>, usize),
-}
-
-impl Migrating {
-    /// Brings `db` to the app's version, counting it; the error of a step that failed (logged).
-    pub fn run(&self, db: &mut rusqlite::Connection, path: &Path) -> Result<(), StoreError> {
-        let (node, shard) = &self.stats;
-        let stats = &node.stats[*shard];
-        match super::migrate::run(self.app.as_ref(), db, &self.name, self.limits) {
-            Ok(None) => Ok(()),
-            Ok(Some((from, to))) => {
-                crate::stats::ShardStats::add(&stats.objects_migrated, 1);
-                tracing::debug!(app = self.app.name(), object = %self.name, from, to, "migrated");
-                Ok(())
-            }
-            Err(f) => {
-                crate::stats::ShardStats::add(&stats.objects_migration_failed, 1);
-                tracing::warn!(
-                    app = self.app.name(),
-                    object = %self.name,
-                    step = %format_args!("{} to {}", f.from, f.to),
-                    "migration failed: {}",
-                    f.error
-                );
-                Err(store_error(MIGRATE, path, &f.error))
-            }
-        }
-    }
-}
+/// What brings an object's database to its app's version after its schema
+/// (`super::migrate`); a step that fails is the open's error ([`StoreError::migration`]).
+pub(crate) type Migrate = std::sync::Arc<
+    dyn Fn(&mut rusqlite::Connection, &Path) -> Result<(), StoreError> + Send + Sync,
+>;
 
 /// The step of a [`StoreError`] that is a failed migration.
 const MIGRATE: &str = "migrate";
 
 impl StoreError {
+    /// A migration of the database at `path` that failed with `e`.
+    pub fn migration(path: &Path, e: &dyn fmt::Display) -> StoreError {
+        store_error(MIGRATE, path, e)
+    }
+
     /// Whether the object could not be brought to its app's version (`super::migrate`).
     pub fn is_migration(&self) -> bool {
         self.step == MIGRATE
@@ -285,8 +259,8 @@ fn configure(
         }
         r.map_err(|e| err("schema of", path, &e))?;
     }
-    if let Some(m) = &config.migrate {
-        m.run(&mut db, path)?;
+    if let Some(migrate) = &config.migrate {
+        migrate(&mut db, path)?;
     }
     Ok(db)
 }

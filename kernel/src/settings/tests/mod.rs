@@ -451,7 +451,8 @@ fn durations() {
     assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
     assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
     assert!(parse_duration("0ms").is_err());
-    assert!(parse_duration("1d").is_err());
+    assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+    assert!(parse_duration("1w").is_err());
 }
 
 #[test]

@@ -175,10 +175,7 @@ pub(super) async fn run(
             )
         }
     };
-    cells.close_object_sessions(
-        cell.key.as_str(),
-        crate::cells::session::CloseWhy::ObjectDeleted,
-    );
+    cells.close_object_sessions(cell.key.as_str(), crate::job::ObjectGone::Deleted);
     drop(closing);
     if let Some(asked) = asked {
         let _ = asked.try_send(answer);

@@ -145,12 +145,15 @@ impl ObjectCell {
             schema: self.app.schema(),
             fleet: s.fleet.is_some(),
             backup: state.node().backup.is_some(),
-            migrate: Some(store::Migrating {
-                app: self.app.clone(),
-                name: self.name.clone(),
-                limits: super::call::CallLimits::of(state, self.app.as_ref()),
-                stats: (state.node().clone(), state.id()),
-            }),
+            migrate: Some(
+                super::migrate::Migrating {
+                    app: self.app.clone(),
+                    name: self.name.clone(),
+                    limits: super::call::CallLimits::of(state, self.app.as_ref()),
+                    stats: (state.node().clone(), state.id()),
+                }
+                .hook(),
+            ),
         };
         (path, config)
     }
@@ -568,7 +571,7 @@ fn open_store(
     };
     if !marked {
         let migrated = match &config.migrate {
-            Some(m) => m.run(&mut db, path),
+            Some(migrate) => migrate(&mut db, path),
             None => Ok(()),
         };
         return (migrated.map(|()| Store::Present(db)), false);

@@ -103,6 +103,33 @@ pub(super) async fn prepare(
     }
 }
 
+/// Replaces the object's database at `path` by the rebuilt one at `file`, never leaving half
+/// of either: the old one's WAL is checkpointed into it first (refused while a reader holds
+/// it), so the rename that replaces it leaves no frame of it behind to be read into the new
+/// one; then the sidecars go. Blocks.
+fn place(store: Store, file: &std::path::Path, path: &std::path::Path) -> std::io::Result<()> {
+    if let Store::Present(db) = &store {
+        let _node = crate::sandbox::NodeSql::enter();
+        let busy: i64 = db
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .map_err(std::io::Error::other)?;
+        if busy != 0 {
+            return Err(std::io::Error::other(
+                "a reader holds the object's WAL: try again",
+            ));
+        }
+    }
+    drop(store);
+    std::fs::rename(file, path)?;
+    for sidecar in ["-wal", "-shm"] {
+        match std::fs::remove_file(crate::object_files::sidecar(path, sidecar)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    std::fs::File::open(path.parent().unwrap_or(path))?.sync_all()
+}
+
 /// Puts the rebuilt database in place of the object's (see the module's notes) and answers.
 pub(super) async fn run(
     cells: &Rc<Cells>,
@@ -125,10 +152,7 @@ pub(super) async fn run(
     let (key, file) = (cell.key.clone(), rebuilt.file.clone());
     let placed = state
         .on_thread(cell.opened_by(), move || {
-            drop(store);
-            crate::object_files::remove(&path)?;
-            std::fs::rename(&file, &path)?;
-            std::fs::File::open(path.parent().unwrap_or(&path))?.sync_all()?;
+            place(store, &file, &path)?;
             match &backup {
                 Some(b) => crate::backup::object::rebased(b, &key, &path).map(Some),
                 None => Ok(None),
@@ -148,20 +172,18 @@ pub(super) async fn run(
         }
         Err(e) => {
             warn!(object = %cell.key, "cannot put a restored database in place: {e}");
+            let _ = std::fs::remove_file(&rebuilt.file);
             if !existed {
                 state.node().objects.release(app);
             }
             refused(
-                500,
+                503,
                 "cannot put the restored database in place",
                 e.to_string(),
             )
         }
     };
-    cells.close_object_sessions(
-        cell.key.as_str(),
-        crate::cells::session::CloseWhy::ObjectRestored,
-    );
+    cells.close_object_sessions(cell.key.as_str(), crate::job::ObjectGone::Restored);
     drop(closing);
     let _ = asked.try_send(answer);
 }
