@@ -68,6 +68,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("backup_checkpoint_wal_bytes", BACKUP_CHECKPOINT_WAL_BYTES),
     fixed!("backup_wal_max_bytes", BACKUP_WAL_MAX_BYTES),
     fixed!("backup_snapshot_after_bytes", BACKUP_SNAPSHOT_AFTER_BYTES),
+    fixed!("backup_round_interval_ms", BACKUP_ROUND_INTERVAL, ms),
     fixed!("backup_open_files", BACKUP_OPEN_FILES),
     fixed!("backup_prune_interval_ms", BACKUP_PRUNE_INTERVAL, ms),
     fixed!("backup_lag_warn_ms", BACKUP_LAG_WARN, ms),

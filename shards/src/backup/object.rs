@@ -110,11 +110,15 @@ impl ObjectBackup {
             }
             return;
         }
-        let db_bytes = db
-            .path()
-            .and_then(|p| std::fs::metadata(p).ok())
-            .map_or(0, |m| m.len());
-        if self.since_base > BACKUP_SNAPSHOT_AFTER_BYTES.max(db_bytes) {
+        // The database's size is read only once the log is long enough to ask.
+        let db_bytes = || {
+            db.path()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map_or(0, |m| m.len())
+        };
+        if self.since_base > BACKUP_SNAPSHOT_AFTER_BYTES
+            && self.since_base > BACKUP_SNAPSHOT_AFTER_BYTES.max(db_bytes())
+        {
             self.take_base(db);
         } else if wal_len > BACKUP_CHECKPOINT_WAL_BYTES {
             self.checkpoint_if_held(db);

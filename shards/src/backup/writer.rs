@@ -12,7 +12,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use combd_kernel::limits::{BACKUP_LAG_WARN, BACKUP_OPEN_FILES, BACKUP_PRUNE_INTERVAL};
+use combd_kernel::limits::{
+    BACKUP_LAG_WARN, BACKUP_OPEN_FILES, BACKUP_PRUNE_INTERVAL, BACKUP_ROUND_INTERVAL,
+};
 
 use crate::object_key::ObjectKey;
 
@@ -62,12 +64,18 @@ pub(super) fn run(backup: Arc<Backup>, items: mpsc::Receiver<Item>) {
     };
     let mut pruned = Instant::now();
     let mut warned: Option<Instant> = None;
+    let mut last_round = Instant::now();
     loop {
         let first = match items.recv_timeout(BACKUP_PRUNE_INTERVAL) {
             Ok(item) => Some(item),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
+        // What comes within the round's interval shares its syncs.
+        if first.is_some() {
+            std::thread::sleep(BACKUP_ROUND_INTERVAL.saturating_sub(last_round.elapsed()));
+            last_round = Instant::now();
+        }
         let round: Vec<Item> = first.into_iter().chain(items.try_iter()).collect();
         if !round.is_empty() {
             w.round(round, &mut warned);
