@@ -89,9 +89,14 @@ pub fn run(args: &[String]) -> i32 {
             false => format!("{o} had no database: nothing to delete\n"),
         }),
     };
+    finish("combd objects", out)
+}
+
+/// Prints a subcommand's output (a reader that went away is no failure), or its error on
+/// stderr; its exit status: 0, or 1 for an error.
+pub(crate) fn finish(name: &str, out: Result<String, String>) -> i32 {
     match out {
         Ok(text) => {
-            // A reader that went away is no failure.
             let mut stdout = std::io::stdout();
             let _ = stdout
                 .write_all(text.as_bytes())
@@ -99,7 +104,7 @@ pub fn run(args: &[String]) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("combd objects: {e}");
+            eprintln!("{name}: {e}");
             1
         }
     }

@@ -11,8 +11,6 @@
 //!
 //! Exit status 0 when done, 1 when it was refused or failed, 2 for a usage error.
 
-use std::io::Write;
-
 use serde_json::Value;
 
 const USE: &str = "use: combd restore <app>/<name> --at <latest|batch|RFC 3339 time> \
@@ -104,19 +102,7 @@ pub fn run(args: &[String]) -> i32 {
             })
         }
     };
-    match out {
-        Ok(text) => {
-            let mut stdout = std::io::stdout();
-            let _ = stdout
-                .write_all(text.as_bytes())
-                .and_then(|()| stdout.flush());
-            0
-        }
-        Err(e) => {
-            eprintln!("combd restore: {e}");
-            1
-        }
-    }
+    crate::objects::finish("combd restore", out)
 }
 
 fn list_text(v: &Value, json: bool) -> String {

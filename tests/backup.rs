@@ -45,10 +45,6 @@ fn backup_dir(tag: &str) -> std::path::PathBuf {
     d
 }
 
-fn env(backup: &std::path::Path) -> [(&'static str, String); 1] {
-    [("COMBD_BACKUP", backup.to_str().unwrap().to_string())]
-}
-
 fn start(data: Option<std::path::PathBuf>, backup: &std::path::Path) -> TestNode {
     let b = backup.to_str().unwrap();
     let vars = [TEST_APPS, ("COMBD_BACKUP", b)];
@@ -86,16 +82,6 @@ fn write(node: &TestNode, i: usize, name: &str, writes: usize, seed: u64, histor
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-}
-
-fn local(node: &TestNode, method: &str, path: &str) -> Resp {
-    request(
-        node.local(),
-        format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        )
-        .as_bytes(),
-    )
 }
 
 /// The map of `kv/<name>`, read from an address of its own (a test that reads a hundred forks
@@ -136,7 +122,7 @@ fn rfc3339(ms: u64) -> String {
 fn check_moment(node: &TestNode, name: &str, history: &History, at: u64, tag: &str) {
     let fork = format!("{name}-{tag}");
     let path = format!("/objects/kv/{name}/restore?at={}&as={fork}", rfc3339(at));
-    let r = local(node, "POST", &path);
+    let r = local(node, "POST", &path, "");
     let expected = history.iter().rev().find(|(t, _)| *t <= at).map(|(_, m)| m);
     match expected {
         Some(m) => {
@@ -199,12 +185,13 @@ fn ten_thousand_writes_restore_to_any_moment_row_for_row() {
         check_moment(&node, &format!("o{i}"), h, begun, "none");
     }
     // By batch: an object's listing names its batches; the last is its latest state.
-    let listed = local(&node, "GET", "/objects/kv/o3/backup").json();
+    let listed = local(&node, "GET", "/objects/kv/o3/backup", "").json();
     let last = listed["batches"].as_array().unwrap().last().unwrap()["seq"].clone();
     let r = local(
         &node,
         "POST",
         &format!("/objects/kv/o3/restore?at={last}&as=o3-last"),
+        "",
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(&state(&node, "o3-last"), &histories[3].last().unwrap().1);
@@ -245,11 +232,14 @@ fn a_kill_during_the_writes_skips_nothing_and_a_whole_node_restores() {
     // backup held everything (its queue was empty): every object is as it was last.
     let data = node.kill9();
     let restored = backup_dir("kill-data");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
-        .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
-        .args(["--data", restored.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let restore_all = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+            .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
+            .args(["--data", restored.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let out = restore_all();
     assert!(
         out.status.success(),
         "{}",
@@ -257,11 +247,7 @@ fn a_kill_during_the_writes_skips_nothing_and_a_whole_node_restores() {
     );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.starts_with("restored "), "{said}");
-    let again = std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
-        .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
-        .args(["--data", restored.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let again = restore_all();
     assert_eq!(
         again.status.code(),
         Some(1),
@@ -285,7 +271,7 @@ fn a_deleted_object_restores_to_before_its_delete_and_the_refusals_say_why() {
     let mut h = History::new();
     write(&node, 0, "gone", 20, 5, &mut h);
     let before = h.last().unwrap().0;
-    assert_eq!(local(&node, "DELETE", "/objects/kv/gone").status, 200);
+    assert_eq!(local(&node, "DELETE", "/objects/kv/gone", "").status, 200);
     settled(&node);
     let deleted_at = now_ms();
     std::thread::sleep(Duration::from_millis(2));
@@ -294,12 +280,14 @@ fn a_deleted_object_restores_to_before_its_delete_and_the_refusals_say_why() {
         &node,
         "POST",
         &format!("/objects/kv/gone/restore?at={}", rfc3339(deleted_at)),
+        "",
     );
     assert_eq!(r.status, 404, "{}", r.text());
     let r = local(
         &node,
         "POST",
         &format!("/objects/kv/gone/restore?at={}", rfc3339(before)),
+        "",
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(&state(&node, "gone"), &h.last().unwrap().1);
@@ -311,10 +299,15 @@ fn a_deleted_object_restores_to_before_its_delete_and_the_refusals_say_why() {
         ("/objects/kv/gone/restore", 400),
         ("/objects/kv/gone/restore?at=999999", 404),
     ] {
-        assert_eq!(local(&node, "POST", path).status, status, "{path}");
+        assert_eq!(local(&node, "POST", path, "").status, status, "{path}");
     }
     write(&node, 0, "other", 1, 9, &mut History::new());
-    let r = local(&node, "POST", "/objects/kv/gone/restore?at=latest&as=other");
+    let r = local(
+        &node,
+        "POST",
+        "/objects/kv/gone/restore?at=latest&as=other",
+        "",
+    );
     assert_eq!(
         r.status,
         409,
@@ -329,8 +322,7 @@ fn a_deleted_object_restores_to_before_its_delete_and_the_refusals_say_why() {
     );
     let off = TestNode::start(&[TEST_APPS]);
     assert_eq!(
-        local(&off, "POST", "/objects/kv/gone/restore?at=latest").status,
+        local(&off, "POST", "/objects/kv/gone/restore?at=latest", "").status,
         409
     );
-    let _ = env(&backup);
 }

@@ -14,18 +14,6 @@ use support::*;
 use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::Message;
 
-/// A request to the localhost listener, on a connection of its own.
-fn local(node: &TestNode, method: &str, path: &str, body: &str) -> Resp {
-    request(
-        node.local(),
-        format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    )
-}
-
 fn database(node: &TestNode, app: &str, name: &str) -> std::path::PathBuf {
     node.data_dir
         .join("objects")

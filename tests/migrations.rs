@@ -96,17 +96,6 @@ fn notes(version: u32, broken: bool) -> String {
     )
 }
 
-fn local(node: &TestNode, method: &str, path: &str, body: &str) -> Resp {
-    request(
-        node.local(),
-        format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    )
-}
-
 /// The rows of a read-only query on `notes/<name>`.
 fn query(node: &TestNode, name: &str, sql: &str) -> serde_json::Value {
     let r = local(node, "POST", &format!("/objects/notes/{name}/sql"), sql);

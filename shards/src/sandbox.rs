@@ -183,15 +183,9 @@ fn authorize_read(cx: AuthContext<'_>) -> Authorization {
     let allowed = match cx.action {
         AuthAction::Select | AuthAction::Recursive => true,
         AuthAction::Read { .. } => main,
-        AuthAction::Function { function_name } => {
-            !function_name.eq_ignore_ascii_case("load_extension")
-        }
+        AuthAction::Function { function_name } => function_allowed(function_name),
         // Those that read (`user_version` set is refused: the connection is read-only).
-        AuthAction::Pragma { pragma_name, .. } => {
-            main && PRAGMAS_ALLOWED
-                .iter()
-                .any(|p| p.eq_ignore_ascii_case(pragma_name))
-        }
+        AuthAction::Pragma { pragma_name, .. } => main && pragma_allowed(pragma_name),
         _ => false,
     };
     match allowed {
@@ -321,6 +315,16 @@ fn temp_schema(cx: &AuthContext<'_>) -> bool {
         }
 }
 
+/// Every SQL function but `load_extension` (off besides: [`lock_down`]).
+fn function_allowed(name: &str) -> bool {
+    !name.eq_ignore_ascii_case("load_extension")
+}
+
+/// A pragma of [`PRAGMAS_ALLOWED`].
+fn pragma_allowed(name: &str) -> bool {
+    PRAGMAS_ALLOWED.iter().any(|p| p.eq_ignore_ascii_case(name))
+}
+
 /// What an app's SQL may do.
 fn allowed(cx: &AuthContext<'_>) -> bool {
     if temp_schema(cx) {
@@ -353,14 +357,8 @@ fn allowed(cx: &AuthContext<'_>) -> bool {
             RENAMING.with(|r| r.set(main));
             main
         }
-        AuthAction::Function { function_name } => {
-            !function_name.eq_ignore_ascii_case("load_extension")
-        }
-        AuthAction::Pragma { pragma_name, .. } => {
-            main && PRAGMAS_ALLOWED
-                .iter()
-                .any(|p| p.eq_ignore_ascii_case(pragma_name))
-        }
+        AuthAction::Function { function_name } => function_allowed(function_name),
+        AuthAction::Pragma { pragma_name, .. } => main && pragma_allowed(pragma_name),
         _ => false,
     }
 }

@@ -453,6 +453,18 @@ pub fn post(node: &TestNode, path: &str, body: &str) -> Resp {
     )
 }
 
+/// `method path` with `body` to the node's localhost listener, on a connection of its own.
+pub fn local(node: &TestNode, method: &str, path: &str, body: &str) -> Resp {
+    request(
+        node.local(),
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+}
+
 /// `GET path` from the node's public listener, on a connection of its own.
 pub fn get(node: &TestNode, path: &str) -> Resp {
     request(

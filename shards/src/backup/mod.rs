@@ -96,16 +96,7 @@ impl Backup {
         std::fs::create_dir_all(dir.join("objects"))
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let (tx, rx) = mpsc::channel();
-        let backup = Arc::new(Backup {
-            dir: dir.to_path_buf(),
-            retention,
-            items: Mutex::new(tx),
-            queued_bytes: AtomicU64::new(0),
-            positions: Mutex::new(HashMap::new()),
-            confirmed: Mutex::new(HashMap::new()),
-            broken: Mutex::new(Vec::new()),
-            stats: BackupStats::default(),
-        });
+        let backup = Arc::new(Backup::new(dir, retention, tx));
         let writer = backup.clone();
         std::thread::Builder::new()
             .name("combd-backup".into())
@@ -119,16 +110,21 @@ impl Backup {
     #[cfg(test)]
     pub(crate) fn detached(dir: &Path) -> Arc<Backup> {
         let (tx, _) = mpsc::channel();
-        Arc::new(Backup {
+        Arc::new(Backup::new(dir, Duration::from_secs(3600), tx))
+    }
+
+    /// A backup into `dir` whose items go to `items`.
+    fn new(dir: &Path, retention: Duration, items: mpsc::Sender<Item>) -> Backup {
+        Backup {
             dir: dir.to_path_buf(),
-            retention: Duration::from_secs(3600),
-            items: Mutex::new(tx),
+            retention,
+            items: Mutex::new(items),
             queued_bytes: AtomicU64::new(0),
             positions: Mutex::new(HashMap::new()),
             confirmed: Mutex::new(HashMap::new()),
             broken: Mutex::new(Vec::new()),
             stats: BackupStats::default(),
-        })
+        }
     }
 
     /// The backup's directory.

@@ -30,6 +30,23 @@ pub(super) struct Target<'a> {
     pub fleet: bool,
 }
 
+impl<'a> Target<'a> {
+    /// Object `name` of `app`, with none of the node's tables an object's batch uses beside
+    /// its database (alarm index, topics' logs, presence, users): a migration's, a test's.
+    pub const fn bare(app: &'a str, name: &'a str) -> Target<'a> {
+        Target {
+            app,
+            name,
+            shard: 0,
+            alarms: None,
+            topics: None,
+            presence: None,
+            users: None,
+            fleet: false,
+        }
+    }
+}
+
 /// The database a batch runs on.
 #[derive(Debug, Clone)]
 pub(super) enum On {
@@ -500,25 +517,55 @@ pub(super) fn call<T>(
     let interrupted = watch::end();
     crate::alloc::end();
     logs.push_str(&budget.log);
-    // A limit the call tripped or SQL was interrupted for; else one SQLite enforces by
-    // refusing the statement (the app saw the error and returned it).
-    let tripped = budget
-        .tripped
-        .or(interrupted)
-        .or_else(|| r.as_ref().err().and_then(AppError::limit));
-    let r = match tripped {
-        Some(limit) => Err(limit_error(limit)),
-        None => r,
-    };
-    let stats = CallStats {
-        slow: started.elapsed() > SLOW_CALL,
-        limit: tripped,
+    let ran = Ran {
+        started,
+        interrupted,
         wrote,
-        due_moved: budget.alarm_set.is_some() && r.is_ok(),
-        alarm_at: budget.first_alarm.filter(|_| r.is_ok()),
-        logged: if r.is_ok() { logged } else { Logged::default() },
+        logged,
     };
-    (r, stats)
+    ran.told(r, &budget)
+}
+
+/// What a call's run left besides its result and budget.
+struct Ran {
+    started: std::time::Instant,
+    /// The limit SQL was interrupted for, if any.
+    interrupted: Option<Limit>,
+    wrote: bool,
+    logged: Logged,
+}
+
+impl Ran {
+    /// The call's result as its caller is told it (a limit it tripped, or SQL was interrupted
+    /// for, wins over what the app answered; else one SQLite enforces by refusing the
+    /// statement, the app having seen the error and returned it), and its stats.
+    fn told<T>(
+        self,
+        r: Result<T, AppError>,
+        budget: &CallBudget,
+    ) -> (Result<T, AppError>, CallStats) {
+        let tripped = budget
+            .tripped
+            .or(self.interrupted)
+            .or_else(|| r.as_ref().err().and_then(AppError::limit));
+        let r = match tripped {
+            Some(limit) => Err(limit_error(limit)),
+            None => r,
+        };
+        let stats = CallStats {
+            slow: self.started.elapsed() > SLOW_CALL,
+            limit: tripped,
+            wrote: self.wrote,
+            due_moved: budget.alarm_set.is_some() && r.is_ok(),
+            alarm_at: budget.first_alarm.filter(|_| r.is_ok()),
+            logged: if r.is_ok() {
+                self.logged
+            } else {
+                Logged::default()
+            },
+        };
+        (r, stats)
+    }
 }
 
 /// A call's context for `target`: its transaction `tx`, the effects and budget it adds to, the

@@ -81,16 +81,7 @@ pub(super) fn run(
         let error = format!("it is at version {from}, past its app's {to}");
         return Err(Failed { from, to, error });
     }
-    let target = Target {
-        app: app.name(),
-        name,
-        shard: 0,
-        alarms: None,
-        topics: None,
-        presence: None,
-        users: None,
-        fleet: false,
-    };
+    let target = Target::bare(app.name(), name);
     let (mut effects, mut logs) = (Vec::new(), String::new());
     let mut at = from;
     let (r, _) = call(

@@ -233,36 +233,42 @@ fn configure(
     db.progress_handler(SQL_PROGRESS_STEPS, Some(watch::check));
     sandbox::lock_down(&db).map_err(|e| err("configure", path, &e))?;
     sandbox::check_node_tables(&db).map_err(|e| err("open", path, &e))?;
-    if !config.schema.is_empty() {
-        // The app's schema is app SQL: it runs under the same authorizer as its calls, and
-        // the same watch (a statement at most `SQL_STATEMENT_LIMIT`, all of it at most
-        // `HOST_TIME_LIMIT`). Unwatched, a module's schema whose statement never ends held
-        // the open, a blocking thread and a restore slot for ever, and four such objects every
-        // object's open on the shard (found by the `host_imports` fuzz target).
-        let _app = sandbox::AppSql::enter();
-        watch::begin();
-        let r = db.execute_batch(config.schema);
-        let interrupted = watch::end();
-        if sandbox::take_denied() {
-            return Err(err(
-                "schema of",
-                path,
-                &"a statement the node does not allow apps",
-            ));
-        }
-        if let Some(limit) = interrupted {
-            return Err(err(
-                "schema of",
-                path,
-                &format_args!("a statement stopped by {}", limit.as_str()),
-            ));
-        }
-        r.map_err(|e| err("schema of", path, &e))?;
-    }
+    run_schema(&db, path, config.schema)?;
     if let Some(migrate) = &config.migrate {
         migrate(&mut db, path)?;
     }
     Ok(db)
+}
+
+/// Runs the app's schema. It is app SQL: it runs under the same authorizer as its calls, and
+/// the same watch (a statement at most `SQL_STATEMENT_LIMIT`, all of it at most
+/// `HOST_TIME_LIMIT`). Unwatched, a module's schema whose statement never ends held the open,
+/// a blocking thread and a restore slot for ever, and four such objects every object's open on
+/// the shard (found by the `host_imports` fuzz target).
+fn run_schema(db: &rusqlite::Connection, path: &Path, schema: &str) -> Result<(), StoreError> {
+    if schema.is_empty() {
+        return Ok(());
+    }
+    let err = store_error;
+    let _app = sandbox::AppSql::enter();
+    watch::begin();
+    let r = db.execute_batch(schema);
+    let interrupted = watch::end();
+    if sandbox::take_denied() {
+        return Err(err(
+            "schema of",
+            path,
+            &"a statement the node does not allow apps",
+        ));
+    }
+    if let Some(limit) = interrupted {
+        return Err(err(
+            "schema of",
+            path,
+            &format_args!("a statement stopped by {}", limit.as_str()),
+        ));
+    }
+    r.map_err(|e| err("schema of", path, &e))
 }
 
 /// The statement and host-time watch. SQLite calls [`watch::check`] every few thousand VM

@@ -194,7 +194,7 @@ impl Router<'_> {
                 node.metrics_text().into_bytes(),
             ),
             "/routes" if self.local && get => Response::json(200, &routes_json(&node.apps)),
-            path if self.local && under(path, crate::inspect::PATH) => return inspect(req, &node),
+            path if self.local && under(path, crate::inspect::PATH) => return inspect(req, node),
             crate::ws::mux::PATH if head.upgrade_websocket => {
                 return self.route_mux(req, head, from_fleet)
             }

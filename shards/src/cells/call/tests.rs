@@ -15,16 +15,7 @@ fn no_limits() -> CallLimits {
     }
 }
 
-const TEST_TARGET: Target<'static> = Target {
-    app: "t",
-    name: "o",
-    shard: 0,
-    alarms: None,
-    topics: None,
-    presence: None,
-    users: None,
-    fleet: false,
-};
+const TEST_TARGET: Target<'static> = Target::bare("t", "o");
 
 /// `run_batch` on the test object, without limits.
 fn batch(app: &dyn App, db: &mut rusqlite::Connection, inputs: &[Owned], on: &On) -> BatchResult {

@@ -27,6 +27,7 @@ use crate::fleet::{Fleet, Shipping};
 use crate::state::ShardState;
 
 use super::super::commit::Pipeline;
+use super::super::store::Store;
 use super::ObjectCell;
 
 /// Where an object's commits are kept.
@@ -148,6 +149,22 @@ impl Durability {
     /// shipped, then checkpoints and uploads a snapshot (SQLite's own checkpoints are off, so
     /// the WAL is never rewritten under an unshipped frame).
     pub async fn checkpoint(
+        &self,
+        state: &ShardState,
+        cell: &ObjectCell,
+        pipeline: &Pipeline,
+        store: Store,
+    ) -> Store {
+        match store {
+            Store::Present(conn) => {
+                Store::Present(self.checkpoint_conn(state, cell, pipeline, conn).await)
+            }
+            absent => absent,
+        }
+    }
+
+    /// [`Durability::checkpoint`] of an open database.
+    async fn checkpoint_conn(
         &self,
         state: &ShardState,
         cell: &ObjectCell,

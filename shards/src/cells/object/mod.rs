@@ -183,24 +183,7 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
     let mut wal_len = 0;
     loop {
         let absent = matches!(db, Some(Store::Absent(_)));
-        // A version retired with no successor (its app removed) finishes what waits first.
-        let succeeded = || state.node().apps.contains(cell.app.name());
-        let go = (cell.app.retired() && (mail_is_empty(&cell) || succeeded()))
-            || (absent && mail_is_empty(&cell))
-            || !wait_for_mail(&state, &cell, &durability).await;
-        // Read again once the mail is here: a reload while the object waited for it reaches
-        // that mail too (it goes to a fresh cell on the new version), instead of one more
-        // batch on the old (found by the `host_imports` fuzz target).
-        let retired = cell.app.retired();
-        let go = go || (retired && succeeded());
-        // In a fleet a failed shipment (or a sync) lets the object go: the next mail claims it
-        // again and restores it from the bucket, or finds its new owner.
-        let failed_in_fleet = durability.lets_go_on_failure() && pipeline.failed();
-        if go || failed_in_fleet {
-            let gone = Gone {
-                retired,
-                failed_in_fleet,
-            };
+        if let Some(gone) = goes(&state, &cell, &durability, &pipeline, absent).await {
             return let_object_go(&cells, &cell, &durability, pipeline, db, gone).await;
         }
         if pipeline.failed() {
@@ -215,12 +198,7 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             continue;
         };
         if durability.wants_checkpoint(wal_len) {
-            store = match store {
-                Store::Present(conn) => {
-                    Store::Present(durability.checkpoint(&state, &cell, &pipeline, conn).await)
-                }
-                absent => absent,
-            };
+            store = durability.checkpoint(&state, &cell, &pipeline, store).await;
         }
         if let Some((asked, what)) = cell.take_lifecycle() {
             match lifecycle(&cells, &cell, &durability, store, what).await {
@@ -246,6 +224,34 @@ pub(super) async fn run(cells: Rc<Cells>, cell: Rc<ObjectCell>) {
             Some(store)
         };
     }
+}
+
+/// Waits for mail; `Some` when the object is to go instead: idle (or, absent, nothing waits),
+/// its version retired, or in a fleet a shipment failed.
+async fn goes(
+    state: &ShardState,
+    cell: &ObjectCell,
+    durability: &Durability,
+    pipeline: &Pipeline,
+    absent: bool,
+) -> Option<Gone> {
+    // A version retired with no successor (its app removed) finishes what waits first.
+    let succeeded = || state.node().apps.contains(cell.app.name());
+    let go = (cell.app.retired() && (mail_is_empty(cell) || succeeded()))
+        || (absent && mail_is_empty(cell))
+        || !wait_for_mail(state, cell, durability).await;
+    // Read again once the mail is here: a reload while the object waited for it reaches that
+    // mail too (it goes to a fresh cell on the new version), instead of one more batch on the
+    // old (found by the `host_imports` fuzz target).
+    let retired = cell.app.retired();
+    let go = go || (retired && succeeded());
+    // In a fleet a failed shipment (or a sync) lets the object go: the next mail claims it
+    // again and restores it from the bucket, or finds its new owner.
+    let failed_in_fleet = durability.lets_go_on_failure() && pipeline.failed();
+    (go || failed_in_fleet).then_some(Gone {
+        retired,
+        failed_in_fleet,
+    })
 }
 
 /// Restores the object (see [`restore`]): its database, or none if it could not be opened, and
