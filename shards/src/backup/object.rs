@@ -172,6 +172,10 @@ impl ObjectBackup {
                 queued_ms,
             };
             self.backup.queue(&self.key, item, at);
+            if wal.1 >= wal_len {
+                // Everything committed up to the limit is read: no second look at the file.
+                return true;
+            }
         }
     }
 
