@@ -109,7 +109,14 @@ fn a_rust_module_keeps_presence_knows_a_resume_and_finds_a_user() {
     bob.send(Message::text("while away")).unwrap();
     until(&mut bob, "2", |_| true);
     let mut back = open("alice", &format!("{epoch}.1"));
-    let (h, p) = next(&mut back);
+    // Her old socket's leave may reach the new one first: the change is the topic's, and the
+    // new session is the topic's from its upgrade on (seen once under a full suite's load).
+    let (h, p) = loop {
+        let (h, p) = next(&mut back);
+        if h != "!presence" {
+            break (h, p);
+        }
+    };
     assert!(h.starts_with('!') && p == "resumed", "{h}|{p}");
     let (h, p) = next(&mut back);
     assert_eq!(
