@@ -371,6 +371,13 @@ fn the_read_only_query_reads_and_cannot_write_attach_or_run_long() {
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n",
     );
     assert_eq!(long.status, 408, "{}", long.text());
+    // Past object_sql_answer_max_bytes (1 MiB) before object_sql_rows_max: 100 KB rows.
+    let wide = sql("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 50) SELECT printf('%.100000c', 'x') FROM n").json();
+    let rows = wide["rows"].as_array().unwrap().len();
+    assert!(
+        (10..=12).contains(&rows) && wide["truncated"] == true,
+        "{rows}"
+    );
     let many = sql("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 5000) SELECT i FROM n");
     let v = many.json();
     assert_eq!(

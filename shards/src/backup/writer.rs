@@ -258,3 +258,55 @@ fn object_dirs(root: &Path) -> Vec<PathBuf> {
     };
     list(root).iter().flat_map(|app| list(app)).collect()
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Past the retention, an object keeps its newest base older than it and everything after:
+    /// a restore to any moment within it still has what it needs.
+    #[test]
+    fn pruning_keeps_the_newest_base_past_the_retention_and_what_follows() {
+        let root = std::env::temp_dir().join(format!("combd-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let key = ObjectKey::new("a", "x");
+        let dir = files::dir_of(&root, &key);
+        let now = crate::alarms::now_ms();
+        let day = 86_400_000;
+        for (seq, at) in [(1, now - 9 * day), (5, now - 8 * day), (9, now - day)] {
+            files::write_base(&dir, &files::base_name(seq, at, None), |p| {
+                std::fs::write(p, b"db")
+            })
+            .unwrap();
+            std::fs::write(dir.join(files::log_name(seq)), b"").unwrap();
+        }
+        let mut w = Writer {
+            backup: Arc::new(Backup::new(
+                &root,
+                Duration::from_secs(7 * 86_400),
+                mpsc::channel().0,
+            )),
+            logs: HashMap::new(),
+        };
+        w.prune();
+        let kept: Vec<u64> = files::bases(&dir).unwrap().iter().map(|b| b.seq).collect();
+        assert_eq!(kept, vec![5, 9], "base 5 is the newest older than 7 days");
+        assert!(!dir.join(files::log_name(1)).exists());
+        assert!(dir.join(files::log_name(5)).exists());
+        assert_eq!(w.backup.stats.pruned.load(Ordering::Relaxed), 1);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// What waits for the writer is bounded: past `BACKUP_QUEUE_MAX_BYTES` nothing more is
+    /// taken (the object leaves its frames in its WAL).
+    #[test]
+    fn the_queue_takes_no_more_than_its_bytes() {
+        let b = Backup::detached(std::path::Path::new("."));
+        let max = combd_kernel::limits::BACKUP_QUEUE_MAX_BYTES as u64;
+        assert!(b.reserve(max - 10));
+        assert!(!b.reserve(11));
+        assert!(b.reserve(10));
+        assert!(!b.reserve(1));
+    }
+}

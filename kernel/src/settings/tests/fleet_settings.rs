@@ -355,3 +355,46 @@ fn a_fleet_node_refuses_a_database_bound_past_what_it_restores() {
         .collect();
     assert!(load(&env, &[]).is_ok());
 }
+
+/// `COMBD_BACKUP` is a node alone's: refused beside a fleet, and inside the data directory it
+/// must outlive; its retention is at least a minute, and takes days.
+#[test]
+fn backup_is_for_a_node_alone_outside_its_data_with_a_retention_of_a_minute_or_more() {
+    let s = load(&[], &[]).unwrap();
+    assert_eq!(
+        (s.backup.clone(), s.backup_retention),
+        (None, limits::BACKUP_RETENTION_DEFAULT)
+    );
+    let s = load(
+        &[
+            ("COMBD_BACKUP", "/srv/backup"),
+            ("COMBD_BACKUP_RETENTION", "30d"),
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        s.backup.as_deref(),
+        Some(std::path::Path::new("/srv/backup"))
+    );
+    assert_eq!(s.backup_retention, Duration::from_secs(30 * 86_400));
+    let refused = |env: &[(&str, &str)]| load(env, &[]).unwrap_err();
+    let e = refused(&[("COMBD_BACKUP_RETENTION", "59s")]);
+    assert_eq!(e.setting, "COMBD_BACKUP_RETENTION", "{e}");
+    let e = refused(&[
+        ("COMBD_DATA", "/srv/data"),
+        ("COMBD_BACKUP", "/srv/data/backup"),
+    ]);
+    assert!(
+        e.setting == "COMBD_BACKUP" && e.message.contains("inside COMBD_DATA"),
+        "{e}"
+    );
+    assert_eq!(refused(&[("COMBD_BACKUP", "")]).setting, "COMBD_BACKUP");
+    let mut fleet = fleet_with(&[]);
+    fleet.push(("COMBD_BACKUP", "/srv/backup"));
+    let e = refused(&fleet);
+    assert!(
+        e.setting == "COMBD_BACKUP" && e.message.contains("fleet"),
+        "{e}"
+    );
+}
