@@ -326,3 +326,30 @@ fn a_deleted_object_restores_to_before_its_delete_and_the_refusals_say_why() {
         409
     );
 }
+
+/// Objects made before backup was turned on, and never opened after: each gets its base once
+/// the node starts with backup on, so a whole node restored from the backup has them.
+#[test]
+fn objects_from_before_the_backup_get_a_base_and_restore_whole() {
+    let node = TestNode::start(&[TEST_APPS]);
+    let mut histories = vec![History::new(); 3];
+    for (i, h) in histories.iter_mut().enumerate() {
+        write(&node, i, &format!("old{i}"), 5, 31 + i as u64, h);
+    }
+    let data = node.kill9();
+    let backup = backup_dir("before");
+    let node = start(Some(data), &backup);
+    wait_stats(&node, "a base for each object", |s| s["backup_bases"] == 3);
+    let restored = backup_dir("before-data");
+    drop(node);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+        .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
+        .args(["--data", restored.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let node = TestNode::start_in(restored, &[TEST_APPS]);
+    for (i, h) in histories.iter().enumerate() {
+        assert_eq!(&state(&node, &format!("old{i}")), &h.last().unwrap().1, "old{i}");
+    }
+}

@@ -236,7 +236,8 @@ fn close_if_lease_lost(
 /// deadline passed (every connection timeout), refreshes the `Date` of responses, hands the
 /// access log's lines to its writer, resyncs the sessions other shards could not reach, closes
 /// the sessions of apps a reload removed, wakes the objects whose alarms are due, sweeps the
-/// apps' expiries (shard 0), and runs the ping sweep.
+/// apps' expiries (shard 0), and runs the ping sweep. First, with backup on, it starts giving
+/// every object a base in the backup (shard 0).
 async fn tick(cells: Rc<Cells>) {
     let state = cells.state().clone();
     let mut last_ping = Instant::now();
@@ -245,6 +246,7 @@ async fn tick(cells: Rc<Cells>) {
     let alarms = cells.alarm_wakes().clone();
     let fleet = state.node().fleet.clone();
     let mut lease_seen = fleet.as_ref().map(|f| f.lease_now());
+    cells.backfill_backup();
     while !state.draining() {
         cells.catch_up_missed();
         alarms.tick(&cells);

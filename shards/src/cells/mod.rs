@@ -23,6 +23,7 @@
 //! Connections reach cells only by [`Cells::submit`]ting a job and through their session.
 
 mod alarm_wakes;
+mod backfill;
 mod call;
 mod commit;
 mod create;
@@ -204,6 +205,14 @@ impl Cells {
     /// The shard's state.
     pub fn state(&self) -> &Rc<ShardState> {
         &self.state
+    }
+
+    /// Once after start, with backup on: every object with no base in the backup yet opened
+    /// in turn, so each gets one (shard 0, `backfill`).
+    pub fn backfill_backup(self: &Rc<Self>) {
+        if let Ok(task) = self.state.spawn(backfill::run(self.clone())) {
+            task.detach();
+        }
     }
 
     /// At a housekeeping tick: the apps' expiries swept when one is due (shard 0).
