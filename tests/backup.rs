@@ -347,9 +347,17 @@ fn objects_from_before_the_backup_get_a_base_and_restore_whole() {
         .args(["--data", restored.to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let node = TestNode::start_in(restored, &[TEST_APPS]);
     for (i, h) in histories.iter().enumerate() {
-        assert_eq!(&state(&node, &format!("old{i}")), &h.last().unwrap().1, "old{i}");
+        assert_eq!(
+            &state(&node, &format!("old{i}")),
+            &h.last().unwrap().1,
+            "old{i}"
+        );
     }
 }
