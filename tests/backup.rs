@@ -133,6 +133,15 @@ fn check_moment(node: &TestNode, name: &str, history: &History, at: u64, tag: &s
     }
 }
 
+/// `combd restore --all` of `backup` into the data directory `data`, with no node running.
+fn restore_all(backup: &std::path::Path, data: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
+        .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
+        .args(["--data", data.to_str().unwrap()])
+        .output()
+        .unwrap()
+}
+
 /// Waits until the backup's writer holds everything queued.
 fn settled(node: &TestNode) {
     wait_stats(node, "the backup's queue empty", |s| {
@@ -232,14 +241,7 @@ fn a_kill_during_the_writes_skips_nothing_and_a_whole_node_restores() {
     // backup held everything (its queue was empty): every object is as it was last.
     let data = node.kill9();
     let restored = backup_dir("kill-data");
-    let restore_all = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
-            .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
-            .args(["--data", restored.to_str().unwrap()])
-            .output()
-            .unwrap()
-    };
-    let out = restore_all();
+    let out = restore_all(&backup, &restored);
     assert!(
         out.status.success(),
         "{}",
@@ -247,7 +249,7 @@ fn a_kill_during_the_writes_skips_nothing_and_a_whole_node_restores() {
     );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.starts_with("restored "), "{said}");
-    let again = restore_all();
+    let again = restore_all(&backup, &restored);
     assert_eq!(
         again.status.code(),
         Some(1),
@@ -342,11 +344,7 @@ fn objects_from_before_the_backup_get_a_base_and_restore_whole() {
     wait_stats(&node, "a base for each object", |s| s["backup_bases"] == 3);
     let restored = backup_dir("before-data");
     drop(node);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
-        .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
-        .args(["--data", restored.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = restore_all(&backup, &restored);
     assert!(
         out.status.success(),
         "{}",

@@ -35,21 +35,9 @@ fn upgrade(s: &mut TcpStream, path: &str, extensions: Option<&str>) -> String {
 
 /// A final, masked client frame; `rsv1`: compressed.
 fn client_frame(opcode: u8, rsv1: bool, payload: &[u8]) -> Vec<u8> {
-    let mask = [7u8, 1, 9, 3];
-    let mut out = vec![0x80 | if rsv1 { 0x40 } else { 0 } | opcode];
-    match payload.len() {
-        n if n < 126 => out.push(0x80 | n as u8),
-        n if n < 65536 => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(0x80 | 127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&mask);
-    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    let mut out = Vec::new();
+    let rsv1 = if rsv1 { 0x40 } else { 0 };
+    combd_shards::ws::encode_masked_frame(&mut out, 0x80 | rsv1 | opcode, payload);
     out
 }
 

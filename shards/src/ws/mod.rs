@@ -439,9 +439,16 @@ pub fn encode(out: &mut Vec<u8>, opcode: OpCode, payload: &[u8]) {
 
 /// Appends a final frame of `opcode` (1 text, 2 binary, 10 pong) masked, as a client sends
 /// it (RFC 6455, 5.3): the node's relay of a subscription to another node of its fleet
-/// (`conn/relay.rs`). The mask is drawn from a per-thread xorshift seeded by the clock: the
-/// two ends are nodes of one fleet, with no intermediary to confuse.
+/// (`conn/relay.rs`).
 pub fn encode_masked(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
+    encode_masked_frame(out, 0x80 | (opcode & 0x0f), payload);
+}
+
+/// Appends a frame masked as a client sends it, its first byte (FIN, RSV and opcode) as given:
+/// [`encode_masked`]'s, and the tests' fragments and compressed frames. The mask is drawn from
+/// a per-thread xorshift seeded by the clock: the two ends are nodes of one fleet (or a test
+/// and its node), with no intermediary to confuse.
+pub fn encode_masked_frame(out: &mut Vec<u8>, first: u8, payload: &[u8]) {
     thread_local! {
         static SEED: std::cell::Cell<u64> = std::cell::Cell::new(
             std::time::SystemTime::now()
@@ -458,7 +465,7 @@ pub fn encode_masked(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
         s.set(x);
         (x as u32).to_be_bytes()
     });
-    out.push(0x80 | (opcode & 0x0f));
+    out.push(first);
     match payload.len() {
         n if n < 126 => out.push(0x80 | n as u8),
         n if n < 65536 => {

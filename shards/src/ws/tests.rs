@@ -4,23 +4,8 @@ use super::*;
 
 /// A client frame, masked as a client must.
 fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mask = [1u8, 2, 3, 4];
-    let mut out = vec![(if fin { 0x80 } else { 0 }) | opcode];
-    match payload.len() {
-        n if n < 126 => out.push(0x80 | n as u8),
-        n if n < 65536 => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(0x80 | 127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&mask);
-    let mut p = payload.to_vec();
-    apply_mask(&mut p, mask);
-    out.extend_from_slice(&p);
+    let mut out = Vec::new();
+    super::encode_masked_frame(&mut out, (if fin { 0x80 } else { 0 }) | opcode, payload);
     out
 }
 
