@@ -5,9 +5,11 @@
 //!   running node (its localhost `/objects/<app>/<name>/restore`; `--port`, default
 //!   `COMBD_LISTEN`'s, else 8080) to restore the object in place, or into a new name, a fork;
 //!   `--list` prints the object's bases and last batches instead.
-//! - `combd restore --all --backup <dir> --data <dir>` rebuilds every object of a backup, as of
-//!   its latest batch, into an empty data directory, with no node running: a node restored
-//!   whole after its disk was lost.
+//! - `combd restore --all --backup <dir | s3://bucket/prefix> --data <dir>` rebuilds every
+//!   object of a backup, as of its latest batch, into an empty data directory, with no node
+//!   running: a node restored whole after its disk was lost. A bucket is reached with the
+//!   `COMBD_BACKUP_S3_*` settings and `COMBD_BACKUP_KEY_FILE` in the environment, as the node
+//!   reached it.
 //!
 //! Exit status 0 when done, 1 when it was refused or failed, 2 for a usage error.
 
@@ -15,7 +17,7 @@ use serde_json::Value;
 
 const USE: &str = "use: combd restore <app>/<name> --at <latest|batch|RFC 3339 time> \
                    [--as <name>] [--port <port>] [--json] | combd restore <app>/<name> --list \
-                   | combd restore --all --backup <dir> --data <dir>";
+                   | combd restore --all --backup <dir|s3://bucket/prefix> --data <dir>";
 
 /// What was asked.
 #[derive(Debug, PartialEq, Eq)]
@@ -74,13 +76,9 @@ pub fn run(args: &[String]) -> i32 {
         return 2;
     };
     let out = match command {
-        Command::All { backup, data } => {
-            combd_shards::backup::restore::restore_all(backup.as_ref(), data.as_ref()).map(
-                |(restored, absent)| {
-                    format!("restored {restored} objects into {data} ({absent} had been deleted)\n")
-                },
-            )
-        }
+        Command::All { backup, data } => all(&backup, &data).map(|(restored, absent)| {
+            format!("restored {restored} objects into {data} ({absent} had been deleted)\n")
+        }),
         Command::List(o) => {
             crate::objects::ask_local(port, "GET", &format!("/objects/{o}/backup"), "", json)
                 .map(|v| list_text(&v, json))
@@ -103,6 +101,23 @@ pub fn run(args: &[String]) -> i32 {
         }
     };
     crate::objects::finish("combd restore", out)
+}
+
+/// `--all`: the backup's target as a node with `COMBD_BACKUP=<backup>` and `COMBD_DATA=<data>`
+/// (and the rest of the environment) would reach it, restored whole into `data`.
+fn all(backup: &str, data: &str) -> Result<(u64, u64), String> {
+    let env = |k: &str| match k {
+        "COMBD_BACKUP" => Some(backup.to_string()),
+        "COMBD_DATA" => Some(data.to_string()),
+        _ => std::env::var(k).ok(),
+    };
+    let (_, settings) =
+        combd_kernel::settings::Settings::load(env, &[], 1).map_err(|e| e.to_string())?;
+    let Some(target) = &settings.backup else {
+        return Err("--backup is off: name a directory or s3://bucket/prefix".into());
+    };
+    let target = combd_shards::node::backup_target(&settings, target).map_err(|e| e.to_string())?;
+    combd_shards::backup::restore::restore_all(&target, data.as_ref())
 }
 
 fn list_text(v: &Value, json: bool) -> String {

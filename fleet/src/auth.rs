@@ -93,7 +93,14 @@ pub fn parse_fleet_key(text: &str) -> Result<FleetKey, String> {
 /// Reads the fleet key from `path`; the error names `COMBD_FLEET_KEY_FILE` and the file,
 /// never the key.
 pub fn read_fleet_key(path: &Path) -> Result<FleetKey, ConfigError> {
-    crate::key_file::read_key_file("COMBD_FLEET_KEY_FILE", path, parse_fleet_key)
+    read_key_of("COMBD_FLEET_KEY_FILE", path)
+}
+
+/// Reads a key of the fleet key's form from `path`, which `setting` names (the backup's, which
+/// seals what it stores in a bucket, `COMBD_BACKUP_KEY_FILE`); the error names both, never the
+/// key.
+pub fn read_key_of(setting: &str, path: &Path) -> Result<FleetKey, ConfigError> {
+    crate::key_file::read_key_file(setting, path, parse_fleet_key)
 }
 
 /// Why a request from the fleet was refused.

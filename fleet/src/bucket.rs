@@ -537,6 +537,28 @@ impl Bucket {
         })
     }
 
+    /// Calls `each` with every key that starts with `prefix`, in order, a page at a time, until
+    /// it answers false (for a listing too long to hold: [`Bucket::list`] is bounded).
+    pub fn for_each_key(
+        &self,
+        prefix: &str,
+        mut each: impl FnMut(String) -> bool,
+    ) -> Result<(), BucketError> {
+        let mut token: Option<String> = None;
+        loop {
+            let page = self.list_page(prefix, FLEET_LIST_PAGE_KEYS, token.as_deref())?;
+            for c in page.contents {
+                if !each(c.key) {
+                    return Ok(());
+                }
+            }
+            match page.next_continuation_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// Whether any key starts with `prefix` (one listing of one key).
     pub fn any(&self, prefix: &str) -> Result<bool, BucketError> {
         Ok(!self.list_page(prefix, 1, None)?.contents.is_empty())

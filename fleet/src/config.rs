@@ -44,7 +44,13 @@ pub fn read_etcd_password(path: &Path) -> Result<String, ConfigError> {
 /// Reads the secret key from `path`; the error names `COMBD_FLEET_SECRET_KEY_FILE` and the
 /// file, never the key.
 pub fn read_secret_key(path: &Path) -> Result<String, ConfigError> {
-    read_key_file("COMBD_FLEET_SECRET_KEY_FILE", path, parse_secret_key)
+    read_secret_key_of("COMBD_FLEET_SECRET_KEY_FILE", path)
+}
+
+/// Reads a bucket's secret key from `path`, which `setting` names (the error names both, never
+/// the key).
+pub fn read_secret_key_of(setting: &str, path: &Path) -> Result<String, ConfigError> {
+    read_key_file(setting, path, parse_secret_key)
 }
 
 /// The bucket client's configuration from the settings and the secret key.

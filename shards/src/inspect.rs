@@ -237,7 +237,7 @@ fn history(node: &NodeShared, app: &str, name: &str) -> Response {
         return Response::error(409, "COMBD_BACKUP is off");
     };
     let key = crate::object_key::ObjectKey::new(app, name);
-    match crate::backup::restore::history(backup.dir(), &key, OBJECT_LIST_PAGE_MAX) {
+    match crate::backup::restore::history(backup.target(), &key, OBJECT_LIST_PAGE_MAX) {
         Ok(v) => Response::json(200, &v),
         Err(e) => unreadable(&e),
     }

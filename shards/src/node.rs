@@ -221,15 +221,77 @@ impl NodeConfig {
 fn start_backup(
     settings: &combd_kernel::settings::Settings,
 ) -> Result<Option<Arc<crate::backup::Backup>>, StartError> {
-    let Some(dir) = &settings.backup else {
+    let Some(target) = &settings.backup else {
         return Ok(None);
     };
-    crate::backup::Backup::start(dir, settings.backup_retention)
+    let target = backup_target(settings, target)?;
+    crate::backup::Backup::start(target, settings.backup_retention)
         .map(Some)
         .map_err(|message| StartError::Setting {
             setting: "COMBD_BACKUP",
             message,
         })
+}
+
+/// The backup's target as the settings name it: a bucket's client made with its secret key and
+/// the backup key, both read now, and its staging directory (`<data>/backup-staging`, emptied).
+pub fn backup_target(
+    settings: &combd_kernel::settings::Settings,
+    target: &combd_kernel::settings::BackupTarget,
+) -> Result<crate::backup::Target, StartError> {
+    use combd_kernel::settings::BackupTarget;
+    let (bucket, prefix) = match target {
+        BackupTarget::Dir(d) => return Ok(crate::backup::Target::Dir(d.clone())),
+        BackupTarget::Bucket { bucket, prefix } => (bucket, prefix),
+    };
+    let setting = |name: &'static str| {
+        move |e: combd_kernel::settings::ConfigError| StartError::Setting {
+            setting: name,
+            message: e.message,
+        }
+    };
+    let Some(s3) = &settings.backup_s3 else {
+        return Err(StartError::Setting {
+            setting: "COMBD_BACKUP_S3_URL",
+            message: "required with an s3:// COMBD_BACKUP".into(),
+        });
+    };
+    let secret = combd_fleet::config::read_secret_key_of(
+        "COMBD_BACKUP_S3_SECRET_KEY_FILE",
+        &s3.secret_key_file,
+    )
+    .map_err(setting("COMBD_BACKUP_S3_SECRET_KEY_FILE"))?;
+    let key = combd_fleet::auth::read_key_of("COMBD_BACKUP_KEY_FILE", &s3.key_file)
+        .map_err(setting("COMBD_BACKUP_KEY_FILE"))?;
+    let config = combd_fleet::bucket::BucketConfig {
+        endpoint: s3.url.clone(),
+        bucket: bucket.clone(),
+        region: s3.region.clone(),
+        access_key: s3.access_key.clone(),
+        secret_key: secret,
+    };
+    let fail = |message: String| StartError::Setting {
+        setting: "COMBD_BACKUP",
+        message,
+    };
+    let client = combd_fleet::bucket::Bucket::new(&config)
+        .map_err(|e| StartError::Setting {
+            setting: "COMBD_BACKUP_S3_URL",
+            message: e.to_string(),
+        })?
+        .with_fleet_key(Arc::new(key));
+    // Reached and allowed now, or the node does not start believing it backs up.
+    client
+        .any(&format!("{prefix}objects/"))
+        .map_err(|e| StartError::Setting {
+            setting: "COMBD_BACKUP_S3_URL",
+            message: format!("cannot list the backup's bucket: {e}"),
+        })?;
+    let scratch = settings.data_dir.join("backup-staging");
+    let _ = std::fs::remove_dir_all(&scratch);
+    crate::backup::BucketTarget::new(client, prefix.clone(), scratch)
+        .map(|b| crate::backup::Target::Bucket(Box::new(b)))
+        .map_err(|e| fail(format!("cannot make its staging directory: {e}")))
 }
 
 /// Finishes the object deletes a crash interrupted (`crate::object_files`), before any shard

@@ -45,3 +45,16 @@ pub const BACKUP_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 /// The backup is lagging past this (its oldest segment waiting): a warning, at most one a
 /// minute while it lasts.
 pub const BACKUP_LAG_WARN: Duration = Duration::from_secs(10);
+
+/// With an `s3://` target, the writer writes a round at most this often: each round is one PUT
+/// per object written in it (a log chunk), so a bucket gets at most one a second per object;
+/// the lag it adds is at most this.
+pub const BACKUP_BUCKET_ROUND_INTERVAL: Duration = Duration::from_secs(1);
+
+/// With an `s3://` target, an object's log of chunks since its last base is at most about this
+/// many: past it, its next batch takes a new base, so a restore reads one base and at most this
+/// many chunks (a busy object's base at most every few minutes).
+pub const BACKUP_BUCKET_LOG_CHUNKS_MAX: usize = 256;
+
+/// The largest base the backup stores in a bucket: S3's largest single PUT (5 GiB).
+pub const BACKUP_BUCKET_BASE_MAX_BYTES: u64 = 5 * 1024 * 1024 * 1024;

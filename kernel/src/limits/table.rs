@@ -73,6 +73,13 @@ pub const FIXED: &[Fixed] = &[
     fixed!("backup_prune_interval_ms", BACKUP_PRUNE_INTERVAL, ms),
     fixed!("backup_lag_warn_ms", BACKUP_LAG_WARN, ms),
     fixed!(
+        "backup_bucket_round_interval_ms",
+        BACKUP_BUCKET_ROUND_INTERVAL,
+        ms
+    ),
+    fixed!("backup_bucket_log_chunks_max", BACKUP_BUCKET_LOG_CHUNKS_MAX),
+    fixed!("backup_bucket_base_max_bytes", BACKUP_BUCKET_BASE_MAX_BYTES),
+    fixed!(
         "object_expiry_sweep_interval_ms",
         OBJECT_EXPIRY_SWEEP_INTERVAL,
         ms

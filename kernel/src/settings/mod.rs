@@ -31,6 +31,7 @@ use std::time::Duration;
 use crate::limits;
 use crate::origins::AllowedOrigins;
 
+mod backup;
 #[macro_use]
 mod declare;
 mod fleet;
@@ -41,6 +42,8 @@ mod spec;
 mod table;
 mod values;
 
+use backup::{backup_bucket_group, parse_backup, parse_retention};
+pub use backup::{BackupBucketSettings, BackupTarget};
 pub use fleet::{
     is_private, parse_bucket_name, parse_etcd_endpoints, parse_fleet_address, parse_fleet_node,
     parse_http_endpoint, parse_lease_ttl, parse_object_idle, parse_region, FleetSettings,
@@ -52,8 +55,8 @@ pub use shown::DERIVED_LIMITS;
 pub use spec::{AsLimit, Context, DefaultValue, InForce, Limit, SettingSpec, Show, Unit};
 pub use table::{Settings, SETTINGS};
 use values::{
-    optional_bytes, parse_backup, parse_count_usize, parse_dir, parse_retention, parse_sqlite_sync,
-    resolve_allowed_origins, resolve_shards,
+    optional_bytes, parse_count_usize, parse_dir, parse_sqlite_sync, resolve_allowed_origins,
+    resolve_shards,
 };
 pub use values::{
     parse_access_log, parse_bytes, parse_count, parse_count_u32, parse_duration, parse_listen,
@@ -302,8 +305,24 @@ fn check_shares(s: &Settings) -> Result<(), ConfigError> {
     ))
 }
 
-/// `COMBD_BACKUP`: not in a fleet (its bucket is the backup), not inside the data directory.
+/// `COMBD_BACKUP`: not in a fleet (its bucket is the backup), not inside the data directory;
+/// an `s3://` one with the `COMBD_BACKUP_S3_*` settings, and those only with it.
 fn check_backup(s: &Settings) -> Result<(), ConfigError> {
+    let to_bucket = matches!(s.backup, Some(BackupTarget::Bucket { .. }));
+    if to_bucket && s.backup_s3.is_none() {
+        return Err(err(
+            "COMBD_BACKUP",
+            "an s3:// backup needs COMBD_BACKUP_S3_URL, COMBD_BACKUP_S3_ACCESS_KEY, \
+             COMBD_BACKUP_S3_SECRET_KEY_FILE and COMBD_BACKUP_KEY_FILE"
+                .to_string(),
+        ));
+    }
+    if !to_bucket && s.backup_s3.is_some() {
+        return Err(err(
+            "COMBD_BACKUP_S3_URL",
+            "is set but COMBD_BACKUP is not an s3://<bucket>/<prefix>".to_string(),
+        ));
+    }
     if s.fleet.is_some() && s.backup.is_some() {
         return Err(err(
             "COMBD_BACKUP",
@@ -312,7 +331,11 @@ fn check_backup(s: &Settings) -> Result<(), ConfigError> {
                 .to_string(),
         ));
     }
-    if let Some(b) = s.backup.as_ref().filter(|b| b.starts_with(&s.data_dir)) {
+    let dir = match &s.backup {
+        Some(BackupTarget::Dir(d)) => Some(d),
+        _ => None,
+    };
+    if let Some(b) = dir.filter(|b| b.starts_with(&s.data_dir)) {
         return Err(err(
             "COMBD_BACKUP",
             format!(

@@ -140,11 +140,10 @@ impl Show for PathBuf {
     }
 }
 
-/// A directory that may be `off` (`COMBD_BACKUP`).
-impl Show for Option<PathBuf> {
+/// A backup target that may be `off` (`COMBD_BACKUP`).
+impl Show for Option<super::BackupTarget> {
     fn show(&self) -> String {
-        self.as_ref()
-            .map_or("off".to_string(), |p| p.display().to_string())
+        self.as_ref().map_or("off".to_string(), |t| t.to_string())
     }
 }
 

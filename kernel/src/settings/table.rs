@@ -76,18 +76,19 @@ settings_table! {
                       reopened on SIGHUP); one JSON line per HTTP request and per WebSocket open and \
                       close, written off the event loop (lines past its queue are dropped and counted)",
         }
-        /// `COMBD_BACKUP`: the backup's directory, or none.
-        backup: Option<PathBuf> {
+        /// `COMBD_BACKUP`: the backup's directory or bucket, or none.
+        backup: Option<BackupTarget> {
             env: "COMBD_BACKUP",
             flag: "--backup",
             text: "off",
             parse: parse_backup,
             unit: Text,
             limit: none,
-            meaning: "continuous backup of every object on a node alone: off, or a directory (created \
-                      if missing, outside the data directory) that every committed batch is written \
-                      to, off the event loop, as snapshots and segments; combd restore rebuilds an \
-                      object as of any moment or batch from it",
+            meaning: "continuous backup of every object on a node alone: off, a directory (created \
+                      if missing, outside the data directory) or s3://<bucket>/<prefix> (with the \
+                      COMBD_BACKUP_S3_* settings) that every committed batch is written to, off the \
+                      event loop, as bases and segments; combd restore rebuilds an object as of any \
+                      moment or batch from it",
         }
         /// `COMBD_BACKUP_RETENTION`.
         backup_retention: Duration {
@@ -568,6 +569,61 @@ settings_table! {
                 limit: none,
                 value: |s| s.auth.as_ref().and_then(|a| a.audience.clone()).unwrap_or_else(|| "none".into()),
                 meaning: "an aud a token must carry (unset: any or none); needs COMBD_AUTH_JWT_KEY_FILE",
+            }
+        }
+        /// The `COMBD_BACKUP_S3_*` settings and `COMBD_BACKUP_KEY_FILE`, with an `s3://` backup.
+        backup_s3: Option<BackupBucketSettings> = backup_bucket_group {
+            {
+                env: "COMBD_BACKUP_S3_URL",
+                flag: "--backup-s3-url",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.backup_s3.as_ref().map_or("none".into(), |b| b.url.clone()),
+                meaning: "the S3 endpoint of an s3:// COMBD_BACKUP, http://host:port or https://host:port \
+                          (the built-in Mozilla roots are trusted); required with one, and needs the \
+                          other COMBD_BACKUP_S3_* settings and COMBD_BACKUP_KEY_FILE",
+            }
+            {
+                env: "COMBD_BACKUP_S3_REGION",
+                flag: "--backup-s3-region",
+                default: DefaultValue::Value(|| limits::FLEET_BUCKET_REGION_DEFAULT.to_string()),
+                unit: Text,
+                limit: none,
+                value: |s| s.backup_s3.as_ref().map_or_else(
+                    || limits::FLEET_BUCKET_REGION_DEFAULT.to_string(),
+                    |b| b.region.clone(),
+                ),
+                meaning: "the region the backup bucket's S3 signatures name (the server's own)",
+            }
+            {
+                env: "COMBD_BACKUP_S3_ACCESS_KEY",
+                flag: "--backup-s3-access-key",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.backup_s3.as_ref().map_or("none".into(), |b| b.access_key.clone()),
+                meaning: "the backup bucket's access key id",
+            }
+            {
+                env: "COMBD_BACKUP_S3_SECRET_KEY_FILE",
+                flag: "--backup-s3-secret-key-file",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.backup_s3.as_ref().map_or("none".into(), |b| b.secret_key_file.show()),
+                meaning: "file holding the backup bucket's secret key (one line), read at start-up",
+            }
+            {
+                env: "COMBD_BACKUP_KEY_FILE",
+                flag: "--backup-key-file",
+                default: DefaultValue::Described("none"),
+                unit: Text,
+                limit: none,
+                value: |s| s.backup_s3.as_ref().map_or("none".into(), |b| b.key_file.show()),
+                meaning: "file holding the key that seals what the backup stores in its bucket (one line, at \
+                          least 32 bytes: openssl rand -hex 32), read at start-up; a restore takes back only \
+                          what was sealed with it (keep a copy away from the node)",
             }
         }
         /// The `COMBD_FLEET_*` settings when the fleet is on (`COMBD_FLEET_ETCD` set); none for

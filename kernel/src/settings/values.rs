@@ -226,30 +226,6 @@ pub(super) fn parse_dir(text: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(text))
 }
 
-/// Parses `COMBD_BACKUP`: `off`, or the backup's directory.
-pub(super) fn parse_backup(text: &str) -> Result<Option<PathBuf>, String> {
-    match text {
-        "off" => Ok(None),
-        "" => Err("must not be empty: use off or a directory".to_string()),
-        path if path.trim() != path => Err(format!(
-            "{path:?} begins or ends with a blank: use off or a directory"
-        )),
-        path => Ok(Some(PathBuf::from(path))),
-    }
-}
-
-/// Parses `COMBD_BACKUP_RETENTION`: a duration of at least
-/// [`BACKUP_RETENTION_MIN`](limits::BACKUP_RETENTION_MIN).
-pub(super) fn parse_retention(text: &str) -> Result<Duration, String> {
-    let d = parse_duration(text)?;
-    if d < limits::BACKUP_RETENTION_MIN {
-        return Err(format!(
-            "{text:?} is shorter than a minute (backup_retention_min_ms)"
-        ));
-    }
-    Ok(d)
-}
-
 /// Parses `COMBD_SQLITE_SYNC`: true for `full`, false for `normal`.
 pub(super) fn parse_sqlite_sync(text: &str) -> Result<bool, String> {
     match text.trim() {

@@ -1,9 +1,11 @@
-//! An object's files in the backup: `<backup>/objects/<app>/<name>/`.
+//! An object's files in the backup: `<backup>/objects/<app>/<name>/` (in a bucket, the same
+//! keys under its prefix: `crate::backup::target`).
 //!
 //! - `snap-<seq>-<at_ms>-<salts>-<end>.db`: a **base**, the object's database as of its batch
 //!   `seq` (committed at `at_ms`), with where its WAL stood then (`salts` in hex, and the offset
-//!   `end` after the last frame it holds; `0000000000000000-0` when it had none); an empty file
-//!   is *no database* (the object was deleted at `seq`, or did not exist yet).
+//!   `end` after the last frame it holds; `0000000000000000-0` when it had none);
+//!   `snap-….none` (or an empty `.db`, as the first backups wrote it) is *no database* (the
+//!   object was deleted at `seq`, or did not exist yet).
 //! - `log-<seq>`: the **segments** after base `seq`, appended one record each:
 //!   `seq u64 | at_ms u64 | salts [8] | end u64 | len u32 | segment (len bytes) | crc32 u32`
 //!   (little-endian; the CRC covers every byte of the record before it). A segment is one
@@ -29,13 +31,16 @@ pub(crate) struct Position {
     pub wal: Option<([u8; 8], u64)>,
 }
 
-/// A base: its batch, when, where the WAL stood, and its file.
+/// A base: its batch, when, where the WAL stood, whether it holds a database, and its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Base {
     pub seq: u64,
     pub at_ms: u64,
     pub wal: Option<([u8; 8], u64)>,
-    pub path: PathBuf,
+    /// False: the object had no database then.
+    pub exists: bool,
+    /// Its file's name (its key's last part, in a bucket).
+    pub name: String,
 }
 
 /// One record of a log.
@@ -67,10 +72,11 @@ fn unhex(s: &str) -> Option<[u8; 8]> {
     Some(out)
 }
 
-/// A base's file name.
-pub(crate) fn base_name(seq: u64, at_ms: u64, wal: Option<([u8; 8], u64)>) -> String {
+/// A base's file name (`exists`: it holds a database).
+pub(crate) fn base_name(seq: u64, at_ms: u64, wal: Option<([u8; 8], u64)>, exists: bool) -> String {
     let (salts, end) = wal.unwrap_or(([0; 8], 0));
-    format!("snap-{seq:020}-{at_ms:013}-{}-{end}.db", hex(&salts))
+    let ext = if exists { "db" } else { "none" };
+    format!("snap-{seq:020}-{at_ms:013}-{}-{end}.{ext}", hex(&salts))
 }
 
 /// A log's file name.
@@ -79,8 +85,12 @@ pub(crate) fn log_name(base: u64) -> String {
 }
 
 /// The base a file name names.
-fn parse_base(dir: &Path, name: &str) -> Option<Base> {
-    let rest = name.strip_prefix("snap-")?.strip_suffix(".db")?;
+pub(crate) fn parse_base(name: &str) -> Option<Base> {
+    let rest = name.strip_prefix("snap-")?;
+    let (rest, exists) = match rest.strip_suffix(".db") {
+        Some(r) => (r, true),
+        None => (rest.strip_suffix(".none")?, false),
+    };
     let mut parts = rest.split('-');
     let seq = parts.next()?.parse().ok()?;
     let at_ms = parts.next()?.parse().ok()?;
@@ -91,16 +101,21 @@ fn parse_base(dir: &Path, name: &str) -> Option<Base> {
         seq,
         at_ms,
         wal,
-        path: dir.join(name),
+        exists,
+        name: name.to_string(),
     })
 }
 
-/// The bases in `dir`, oldest first.
+/// The bases in `dir`, oldest first (an empty `.db` holds no database).
 pub(crate) fn bases(dir: &Path) -> io::Result<Vec<Base>> {
     let mut found = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .filter_map(Result::ok)
-            .filter_map(|e| parse_base(dir, e.file_name().to_str()?))
+            .filter_map(|e| {
+                let mut b = parse_base(e.file_name().to_str()?)?;
+                b.exists = b.exists && e.metadata().is_ok_and(|m| m.len() > 0);
+                Some(b)
+            })
             .collect::<Vec<_>>(),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e),
@@ -136,16 +151,26 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 pub(crate) fn read_log(
     path: &Path,
     with: impl Fn(u64, u64) -> bool,
-    mut each: impl FnMut(Record) -> bool,
+    each: impl FnMut(Record) -> bool,
 ) -> io::Result<u64> {
-    use std::io::{Seek, SeekFrom};
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(e),
     };
     let size = file.metadata()?.len();
-    let mut r = io::BufReader::new(file);
+    read_records(io::BufReader::new(file), size, with, each).map(|(at, _)| at)
+}
+
+/// [`read_log`] of `size` bytes of records from `r`; also whether it read them all (not
+/// stopped by a torn or corrupt record, or by `each`).
+pub(crate) fn read_records(
+    mut r: impl Read + io::Seek,
+    size: u64,
+    with: impl Fn(u64, u64) -> bool,
+    mut each: impl FnMut(Record) -> bool,
+) -> io::Result<(u64, bool)> {
+    use std::io::SeekFrom;
     let mut at = 0u64;
     let mut head = [0u8; RECORD_HEAD];
     while at + RECORD_HEAD as u64 <= size {
@@ -153,7 +178,7 @@ pub(crate) fn read_log(
         let len = u32::from_le_bytes([head[32], head[33], head[34], head[35]]) as u64;
         let end = at + RECORD_HEAD as u64 + len + 4;
         if end > size {
-            break;
+            return Ok((at, false));
         }
         let (seq, at_ms) = (u64_at(&head, 0), u64_at(&head, 8));
         let mut salts = [0u8; 8];
@@ -171,7 +196,7 @@ pub(crate) fn read_log(
             h.update(&head);
             h.update(&body[..len as usize]);
             if h.finalize() != crc {
-                break;
+                return Ok((at, false));
             }
             body.truncate(len as usize);
             body
@@ -187,10 +212,10 @@ pub(crate) fn read_log(
         };
         at = end;
         if !each(record) {
-            break;
+            return Ok((at, false));
         }
     }
-    Ok(at)
+    Ok((at, at == size))
 }
 
 /// Where `key`'s backup stands on disk: its newest base and the last whole record of its log.
@@ -311,9 +336,12 @@ mod tests {
         let key = ObjectKey::new("a", "x");
         let o = dir_of(&d, &key);
         assert_eq!(position(&d, &key).unwrap(), None);
-        write_base(&o, &base_name(2, 5, None), |p| std::fs::write(p, b"")).unwrap();
+        write_base(&o, &base_name(2, 5, None, false), |p| {
+            std::fs::write(p, b"")
+        })
+        .unwrap();
         let salts = [7u8; 8];
-        write_base(&o, &base_name(9, 6, Some((salts, 4128))), |p| {
+        write_base(&o, &base_name(9, 6, Some((salts, 4128)), true), |p| {
             std::fs::write(p, b"db")
         })
         .unwrap();

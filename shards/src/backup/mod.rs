@@ -1,7 +1,7 @@
 //! Continuous backup on a node alone (`COMBD_BACKUP`, README "Backup and restore").
 //!
-//! Every object's committed batches go to the backup directory as the fleet ships them to its
-//! bucket: one **segment** per batch (its WAL frames, `combd_fleet::segment`), appended to the
+//! Every object's committed batches go to the backup (a directory or a bucket: [`target`]) as
+//! the fleet ships them to its bucket: one **segment** per batch (its WAL frames, `combd_fleet::segment`), appended to the
 //! object's log behind a **base** (a copy of its database), and a new base now and then. So an
 //! object can be rebuilt as it was after any batch ([`restore`]).
 //!
@@ -31,10 +31,10 @@
 pub(crate) mod files;
 pub(crate) mod object;
 pub mod restore;
+pub mod target;
 mod writer;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -43,6 +43,7 @@ use combd_kernel::limits::BACKUP_QUEUE_MAX_BYTES;
 
 use crate::object_key::ObjectKey;
 use files::Position;
+pub use target::{BucketTarget, Target};
 use writer::Item;
 
 /// What the backup counts, for `/stats`.
@@ -68,10 +69,10 @@ pub(crate) struct BackupStats {
     pub deferred: AtomicU64,
 }
 
-/// The node's backup: its directory, the queue to its writer, where each object's backup
+/// The node's backup: its target, the queue to its writer, where each object's backup
 /// stands.
 pub struct Backup {
-    dir: PathBuf,
+    target: Target,
     retention: Duration,
     items: Mutex<mpsc::Sender<Item>>,
     queued_bytes: AtomicU64,
@@ -86,17 +87,22 @@ pub struct Backup {
 
 impl std::fmt::Debug for Backup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backup").field("dir", &self.dir).finish()
+        f.debug_struct("Backup")
+            .field("target", &self.target)
+            .finish()
     }
 }
 
 impl Backup {
-    /// Starts the backup into `dir` (created if missing) and its writer thread.
-    pub fn start(dir: &Path, retention: Duration) -> Result<Arc<Backup>, String> {
-        std::fs::create_dir_all(dir.join("objects"))
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    /// Starts the backup into `target` (a directory is created if missing) and its writer
+    /// thread.
+    pub fn start(target: Target, retention: Duration) -> Result<Arc<Backup>, String> {
+        if let Target::Dir(dir) = &target {
+            std::fs::create_dir_all(dir.join("objects"))
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
         let (tx, rx) = mpsc::channel();
-        let backup = Arc::new(Backup::new(dir, retention, tx));
+        let backup = Arc::new(Backup::new(target, retention, tx));
         let writer = backup.clone();
         std::thread::Builder::new()
             .name("combd-backup".into())
@@ -108,15 +114,16 @@ impl Backup {
     /// A backup into `dir` whose writer is gone: everything queued is lost, as a kill -9 loses
     /// what waits for the writer.
     #[cfg(test)]
-    pub(crate) fn detached(dir: &Path) -> Arc<Backup> {
+    pub(crate) fn detached(dir: &std::path::Path) -> Arc<Backup> {
         let (tx, _) = mpsc::channel();
-        Arc::new(Backup::new(dir, Duration::from_secs(3600), tx))
+        let target = Target::Dir(dir.to_path_buf());
+        Arc::new(Backup::new(target, Duration::from_secs(3600), tx))
     }
 
-    /// A backup into `dir` whose items go to `items`.
-    fn new(dir: &Path, retention: Duration, items: mpsc::Sender<Item>) -> Backup {
+    /// A backup into `target` whose items go to `items`.
+    fn new(target: Target, retention: Duration, items: mpsc::Sender<Item>) -> Backup {
         Backup {
-            dir: dir.to_path_buf(),
+            target,
             retention,
             items: Mutex::new(items),
             queued_bytes: AtomicU64::new(0),
@@ -127,9 +134,9 @@ impl Backup {
         }
     }
 
-    /// The backup's directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The backup's target.
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -141,7 +148,7 @@ impl Backup {
         if let Some(p) = Self::lock(&self.positions).get(key) {
             return Ok(Some(*p));
         }
-        files::position(&self.dir, key)
+        self.target.position(key)
     }
 
     /// Takes room for `bytes` in the queue; false when it is full.
@@ -162,6 +169,41 @@ impl Backup {
         }
     }
 
+    /// Writes `key`'s base as of batch `seq` (where its WAL stood then: `wal`; `exists`: it
+    /// has a database, which `write` writes to the path it is given), durably in a directory,
+    /// or staged for the writer to upload to a bucket; then queues it, so `key`'s later
+    /// segments follow it. Blocks.
+    fn write_base(
+        &self,
+        key: &ObjectKey,
+        (seq, wal, exists): (u64, Option<([u8; 8], u64)>, bool),
+        write: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let name = files::base_name(seq, crate::alarms::now_ms(), wal, exists);
+        let upload = match &self.target {
+            Target::Dir(dir) => {
+                files::write_base(&files::dir_of(dir, key), &name, write)?;
+                None
+            }
+            Target::Bucket(b) => {
+                let file = b.scratch_file();
+                if let Err(e) = write(&file) {
+                    let _ = std::fs::remove_file(&file);
+                    return Err(e);
+                }
+                Some((name, file))
+            }
+        };
+        self.stats.bases.fetch_add(1, Ordering::Relaxed);
+        let item = Item::Base {
+            key: key.clone(),
+            seq,
+            upload,
+        };
+        self.queue(key, item, Position { seq, wal });
+        Ok(())
+    }
+
     /// The last batch of `key` the writer has synced (0: none).
     pub(crate) fn confirmed(&self, key: &ObjectKey) -> u64 {
         Self::lock(&self.confirmed).get(key).copied().unwrap_or(0)
@@ -175,9 +217,13 @@ impl Backup {
         }
     }
 
-    /// `key`'s chain broke in the writer: its next batch takes a base.
+    /// `key`'s chain broke in the writer (or its log is long enough): its next batch takes a
+    /// base.
     fn broken(&self, key: &ObjectKey) {
-        Self::lock(&self.broken).push(key.clone());
+        let mut b = Self::lock(&self.broken);
+        if !b.contains(key) {
+            b.push(key.clone());
+        }
     }
 
     /// Whether `key`'s chain broke since it last asked (and it is told once).

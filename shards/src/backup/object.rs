@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use crate::object_key::ObjectKey;
 
-use super::files::{self, Position, Record};
+use super::files::{Position, Record};
 use super::writer::Item;
 use super::Backup;
 
@@ -206,9 +206,7 @@ impl ObjectBackup {
         let wal = cursor
             .position()
             .or_else(|| wal_salts(&self.wal).map(|s| (s, 32)));
-        let dir = files::dir_of(&self.backup.dir, &self.key);
-        let name = files::base_name(seq, crate::alarms::now_ms(), wal);
-        let written = files::write_base(&dir, &name, |tmp| {
+        let written = self.backup.write_base(&self.key, (seq, wal, true), |tmp| {
             db.backup(rusqlite::DatabaseName::Main, tmp, None)
                 .map_err(std::io::Error::other)
         });
@@ -217,18 +215,13 @@ impl ObjectBackup {
             tracing::warn!(object = %self.key, "backup: cannot write a base: {e}");
             return;
         }
-        self.backup.stats.bases.fetch_add(1, Ordering::Relaxed);
         self.cursor = cursor;
         self.next = seq + 1;
         self.based = true;
         self.since_base = 0;
-        let item = Item::Base {
-            key: self.key.clone(),
-            seq,
-        };
-        self.backup.queue(&self.key, item, Position { seq, wal });
-        // The base holds everything: the WAL may go.
-        if truncate(db) {
+        // A base in place holds everything: the WAL may go (one bound for a bucket is held once
+        // the writer has uploaded it: `checkpoint_if_held`).
+        if self.backup.target.is_local() && truncate(db) {
             self.cursor = WalCursor::new();
         }
     }
@@ -261,21 +254,9 @@ pub(crate) fn deleted(backup: &Arc<Backup>, key: &ObjectKey) {
             return;
         }
     };
-    let dir = files::dir_of(&backup.dir, key);
-    let name = files::base_name(seq, crate::alarms::now_ms(), None);
-    match files::write_base(&dir, &name, |tmp| std::fs::write(tmp, b"")) {
-        Ok(_) => {
-            backup.stats.bases.fetch_add(1, Ordering::Relaxed);
-            let item = Item::Base {
-                key: key.clone(),
-                seq,
-            };
-            backup.queue(key, item, Position { seq, wal: None });
-        }
-        Err(e) => {
-            backup.stats.errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(object = %key, "backup: cannot record its delete: {e}");
-        }
+    if let Err(e) = backup.write_base(key, (seq, None, false), |tmp| std::fs::write(tmp, b"")) {
+        backup.stats.errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(object = %key, "backup: cannot record its delete: {e}");
     }
 }
 
@@ -284,15 +265,9 @@ pub(crate) fn deleted(backup: &Arc<Backup>, key: &ObjectKey) {
 /// so no segment of the database it replaced is ever read onto it. Blocks.
 pub(crate) fn rebased(backup: &Arc<Backup>, key: &ObjectKey, db: &Path) -> std::io::Result<u64> {
     let seq = backup.position(key)?.map_or(1, |p| p.seq + 1);
-    let dir = files::dir_of(&backup.dir, key);
-    let name = files::base_name(seq, crate::alarms::now_ms(), None);
-    files::write_base(&dir, &name, |tmp| std::fs::copy(db, tmp).map(|_| ()))?;
-    backup.stats.bases.fetch_add(1, Ordering::Relaxed);
-    let item = Item::Base {
-        key: key.clone(),
-        seq,
-    };
-    backup.queue(key, item, Position { seq, wal: None });
+    backup.write_base(key, (seq, None, true), |tmp| {
+        std::fs::copy(db, tmp).map(|_| ())
+    })?;
     Ok(seq)
 }
 
@@ -301,6 +276,7 @@ pub(crate) fn rebased(backup: &Arc<Backup>, key: &ObjectKey, db: &Path) -> std::
 mod tests {
     use super::*;
     use crate::backup::restore::{build, At};
+    use crate::backup::Target;
 
     fn open_db(path: &Path) -> rusqlite::Connection {
         let db = rusqlite::Connection::open(path).unwrap();
@@ -343,7 +319,11 @@ mod tests {
         let key = ObjectKey::new("a", "x");
         let db = open_db(&db_path);
         db.execute_batch("CREATE TABLE t (x INTEGER);").unwrap();
-        let b1 = Backup::start(&backup_dir, std::time::Duration::from_secs(3600)).unwrap();
+        let b1 = Backup::start(
+            Target::Dir(backup_dir.clone()),
+            std::time::Duration::from_secs(3600),
+        )
+        .unwrap();
         let mut ob = ObjectBackup::open(&b1, &key, &db_path, &db);
         for x in 1..=3 {
             db.execute("INSERT INTO t VALUES (?1)", [x]).unwrap();
@@ -360,15 +340,19 @@ mod tests {
         drop(db);
         // After the restart: the WAL's frames after the last record are read again.
         let db = open_db(&db_path);
-        let b3 = Backup::start(&backup_dir, std::time::Duration::from_secs(3600)).unwrap();
+        let b3 = Backup::start(
+            Target::Dir(backup_dir.clone()),
+            std::time::Duration::from_secs(3600),
+        )
+        .unwrap();
         let mut ob = ObjectBackup::open(&b3, &key, &db_path, &db);
         ob.after_batch(&db);
         wait_confirmed(&b3, &key, 5);
         let out = root.join("restored.sqlite");
-        let built = build(&backup_dir, &key, At::Latest, &out).unwrap();
+        let built = build(&Target::Dir(backup_dir.clone()), &key, At::Latest, &out).unwrap();
         assert_eq!(built.seq, 5, "the two lost batches, read again as one");
         assert_eq!(values(&out), vec![1, 2, 3, 4, 5]);
-        build(&backup_dir, &key, At::Seq(3), &out).unwrap();
+        build(&Target::Dir(backup_dir.clone()), &key, At::Seq(3), &out).unwrap();
         assert_eq!(values(&out), vec![1, 2]);
         assert_eq!(b3.stats.gaps.load(Ordering::Relaxed), 0);
         let _ = std::fs::remove_dir_all(&root);

@@ -10,7 +10,8 @@ use combd_fleet::segment::{restore_onto, Segment};
 
 use crate::object_key::ObjectKey;
 
-use super::files::{self, Base};
+use super::files::Base;
+use super::Target;
 
 /// Which of an object's batches a restore rebuilds it as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,10 +137,10 @@ fn failed(e: impl std::fmt::Display) -> RestoreError {
     RestoreError::Failed(e.to_string())
 }
 
-/// The batch `at` names among the backup's of `key` in `dir`, when it committed, and the base
-/// it is rebuilt from.
-fn resolve(dir: &Path, at: At) -> Result<(u64, u64, Base), RestoreError> {
-    let bases = files::bases(dir).map_err(failed)?;
+/// The batch `at` names among the backup's of `key` in `target`, when it committed, and the
+/// base it is rebuilt from.
+fn resolve(target: &Target, key: &ObjectKey, at: At) -> Result<(u64, u64, Base), RestoreError> {
+    let bases = target.bases(key).map_err(failed)?;
     if bases.is_empty() {
         return Err(RestoreError::NotFound(
             "the backup has nothing of the object".into(),
@@ -157,22 +158,24 @@ fn resolve(dir: &Path, at: At) -> Result<(u64, u64, Base), RestoreError> {
             }
         }
         let mut found = (base.seq, base.at_ms);
-        files::read_log(
-            &dir.join(files::log_name(base.seq)),
-            |_, _| false,
-            |r| {
-                let fits = match at {
-                    At::Seq(s) => r.seq <= s,
-                    At::Time(t) => r.at_ms <= t,
-                    At::Latest => true,
-                };
-                if fits {
-                    found = (r.seq, r.at_ms);
-                }
-                fits
-            },
-        )
-        .map_err(failed)?;
+        target
+            .read_log(
+                key,
+                base.seq,
+                |_, _| false,
+                |r| {
+                    let fits = match at {
+                        At::Seq(s) => r.seq <= s,
+                        At::Time(t) => r.at_ms <= t,
+                        At::Latest => true,
+                    };
+                    if fits {
+                        found = (r.seq, r.at_ms);
+                    }
+                    fits
+                },
+            )
+            .map_err(failed)?;
         if let At::Seq(s) = at {
             if found.0 != s {
                 return Err(RestoreError::NotFound(format!(
@@ -188,36 +191,39 @@ fn resolve(dir: &Path, at: At) -> Result<(u64, u64, Base), RestoreError> {
     ))
 }
 
-/// Writes `key` as of `at`, from the backup in `backup`, to `out` (replaced), checked. Blocks.
-pub fn build(backup: &Path, key: &ObjectKey, at: At, out: &Path) -> Result<Built, RestoreError> {
-    let dir = files::dir_of(backup, key);
-    let (seq, at_ms, base) = resolve(&dir, at)?;
+/// Writes `key` as of `at`, from the backup in `target`, to `out` (replaced), checked. Blocks.
+pub fn build(target: &Target, key: &ObjectKey, at: At, out: &Path) -> Result<Built, RestoreError> {
+    let (seq, at_ms, base) = resolve(target, key, at)?;
     let mut segments = Vec::new();
     let mut bad = None;
-    files::read_log(
-        &dir.join(files::log_name(base.seq)),
-        |s, _| s <= seq,
-        |r| {
-            if r.seq > seq {
-                return false;
-            }
-            match Segment::decode(&r.segment) {
-                Ok(s) => segments.push(s),
-                Err(e) => bad = Some(e.to_string()),
-            }
-            bad.is_none()
-        },
-    )
-    .map_err(failed)?;
+    target
+        .read_log(
+            key,
+            base.seq,
+            |s, _| s <= seq,
+            |r| {
+                if r.seq > seq {
+                    return false;
+                }
+                match Segment::decode(&r.segment) {
+                    Ok(s) => segments.push(s),
+                    Err(e) => bad = Some(e.to_string()),
+                }
+                bad.is_none()
+            },
+        )
+        .map_err(failed)?;
     if let Some(e) = bad {
         return Err(RestoreError::Failed(format!("a segment is corrupt: {e}")));
     }
-    let empty = std::fs::metadata(&base.path).map_err(failed)?.len() == 0;
-    if empty && segments.is_empty() {
+    if !base.exists && segments.is_empty() {
         return Err(RestoreError::NoObject { seq });
     }
-    let _ = std::fs::remove_file(out);
-    std::fs::copy(&base.path, out).map_err(failed)?;
+    if base.exists {
+        target.fetch_base(key, &base, out).map_err(failed)?;
+    } else {
+        std::fs::write(out, b"").map_err(failed)?;
+    }
     let reached = restore_onto(out, true, base.seq, &segments).map_err(failed)?;
     if reached != seq {
         return Err(RestoreError::Failed(format!(
@@ -248,13 +254,17 @@ fn check(path: &Path) -> Result<(), RestoreError> {
 
 /// An object's batches in the backup: its bases and, of the newest `limit`, each segment's
 /// number and time.
-pub fn history(backup: &Path, key: &ObjectKey, limit: usize) -> std::io::Result<serde_json::Value> {
-    let dir = files::dir_of(backup, key);
-    let bases = files::bases(&dir)?;
+pub fn history(
+    target: &Target,
+    key: &ObjectKey,
+    limit: usize,
+) -> std::io::Result<serde_json::Value> {
+    let bases = target.bases(key)?;
     let mut batches = std::collections::VecDeque::new();
     for b in &bases {
-        files::read_log(
-            &dir.join(files::log_name(b.seq)),
+        target.read_log(
+            key,
+            b.seq,
             |_, _| false,
             |r| {
                 if batches.len() == limit {
@@ -267,19 +277,16 @@ pub fn history(backup: &Path, key: &ObjectKey, limit: usize) -> std::io::Result<
     }
     let bases: Vec<serde_json::Value> = bases
         .iter()
-        .map(|b| {
-            let empty = std::fs::metadata(&b.path).map_or(true, |m| m.len() == 0);
-            serde_json::json!({ "seq": b.seq, "at_ms": b.at_ms, "exists": !empty })
-        })
+        .map(|b| serde_json::json!({ "seq": b.seq, "at_ms": b.at_ms, "exists": b.exists }))
         .collect();
     Ok(serde_json::json!({ "bases": bases, "batches": Vec::from(batches) }))
 }
 
-/// Restores every object of the backup in `backup`, as of its latest batch, into the data
+/// Restores every object of the backup in `target`, as of its latest batch, into the data
 /// directory `data`, which must hold no object's database yet (a node restored whole onto an
 /// empty disk). Returns how many were restored, and how many had no database at their latest
 /// batch (deleted). Blocks; run with no node on `data`.
-pub fn restore_all(backup: &Path, data: &Path) -> Result<(u64, u64), String> {
+pub fn restore_all(target: &Target, data: &Path) -> Result<(u64, u64), String> {
     let objects = data.join("objects");
     let holds = |d: &Path| {
         std::fs::read_dir(d)
@@ -301,35 +308,24 @@ pub fn restore_all(backup: &Path, data: &Path) -> Result<(u64, u64), String> {
         ));
     }
     let (mut restored, mut absent) = (0, 0);
-    let list = |d: &Path| -> Vec<(String, std::path::PathBuf)> {
-        std::fs::read_dir(d)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
-            .collect()
-    };
-    for (app, app_dir) in list(&backup.join("objects")) {
-        for (name, _) in list(&app_dir) {
-            if !crate::app::valid_object_name(&app) || !crate::app::valid_object_name(&name) {
-                continue;
+    let keys = target
+        .objects()
+        .map_err(|e| format!("{}: {e}", target.describe()))?;
+    for key in keys {
+        let out = crate::app::object_path(data, key.app(), key.name());
+        let tmp = crate::object_files::sidecar(&out, "-restoring");
+        if let Some(dir) = out.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        match build(target, &key, At::Latest, &tmp) {
+            Ok(_) => {
+                std::fs::rename(&tmp, &out).map_err(|e| format!("{key}: {e}"))?;
+                restored += 1;
             }
-            let key = ObjectKey::new(&app, &name);
-            let out = crate::app::object_path(data, &app, &name);
-            let tmp = crate::object_files::sidecar(&out, "-restoring");
-            if let Some(dir) = out.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            }
-            match build(backup, &key, At::Latest, &tmp) {
-                Ok(_) => {
-                    std::fs::rename(&tmp, &out).map_err(|e| format!("{key}: {e}"))?;
-                    restored += 1;
-                }
-                Err(RestoreError::NoObject { .. }) => absent += 1,
-                Err(e) => {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(format!("{key}: {e}"));
-                }
+            Err(RestoreError::NoObject { .. }) => absent += 1,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(format!("{key}: {e}"));
             }
         }
     }

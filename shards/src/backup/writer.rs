@@ -1,25 +1,27 @@
 //! The backup's writer: one thread of the node's, taking what the objects queue ([`Item`]) in
-//! rounds: it appends each segment to its object's log, syncs every log it wrote, then tells
-//! the objects what is durable (`Backup::confirmed`), so each may checkpoint its WAL. Between
-//! rounds, every [`BACKUP_PRUNE_INTERVAL`], it drops per object what no restore within the
-//! retention needs.
+//! rounds: it appends each segment to its object's log (in a directory, a file synced once a
+//! round; in a bucket, one chunk per object per round), uploads the bases staged for a bucket,
+//! then tells the objects what is durable (`Backup::confirmed`), so each may checkpoint its
+//! WAL. Between rounds, every [`BACKUP_PRUNE_INTERVAL`], it drops per object what no restore
+//! within the retention needs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use combd_kernel::limits::{
-    BACKUP_LAG_WARN, BACKUP_OPEN_FILES, BACKUP_PRUNE_INTERVAL, BACKUP_ROUND_INTERVAL,
+    BACKUP_BUCKET_LOG_CHUNKS_MAX, BACKUP_BUCKET_ROUND_INTERVAL, BACKUP_LAG_WARN, BACKUP_OPEN_FILES,
+    BACKUP_PRUNE_INTERVAL, BACKUP_ROUND_INTERVAL,
 };
 
 use crate::object_key::ObjectKey;
 
 use super::files::{self, Record};
-use super::Backup;
+use super::{Backup, Target};
 
 /// What an object hands the writer, in its order.
 pub(crate) enum Item {
@@ -30,8 +32,13 @@ pub(crate) enum Item {
         /// When it was queued (milliseconds since the epoch): how far behind the writer is.
         queued_ms: u64,
     },
-    /// The object wrote base `seq` (its file is in place): its later segments go to `log-<seq>`.
-    Base { key: ObjectKey, seq: u64 },
+    /// The object wrote base `seq`: in place in a directory (`upload` is `None`), or staged,
+    /// to be uploaded as its name from its file. Its later segments go to its log.
+    Base {
+        key: ObjectKey,
+        seq: u64,
+        upload: Option<(String, PathBuf)>,
+    },
 }
 
 impl Item {
@@ -43,24 +50,40 @@ impl Item {
     }
 }
 
-/// An open log and the base it follows.
+/// An object's log being written: the base it follows, its file (a directory's, once opened),
+/// its chunks (a bucket's).
 struct Log {
     base: u64,
-    file: File,
+    file: Option<File>,
+    chunks: usize,
     used: Instant,
 }
 
-/// The writer's state: the logs it has open.
+/// A round's records of one object for its log after one base (a bucket's chunk).
+struct Run {
+    key: ObjectKey,
+    base: u64,
+    records: Vec<(Record, u64)>,
+}
+
+/// The writer's state: the logs it has open, and (for a bucket) the objects written since
+/// they were last pruned.
 struct Writer {
     backup: Arc<Backup>,
     logs: HashMap<ObjectKey, Log>,
+    touched: HashSet<ObjectKey>,
 }
 
 /// Runs the writer until every sender is gone (the node stopped).
 pub(super) fn run(backup: Arc<Backup>, items: mpsc::Receiver<Item>) {
+    let interval = match backup.target.is_local() {
+        true => BACKUP_ROUND_INTERVAL,
+        false => BACKUP_BUCKET_ROUND_INTERVAL,
+    };
     let mut w = Writer {
         backup,
         logs: HashMap::new(),
+        touched: HashSet::new(),
     };
     let mut pruned = Instant::now();
     let mut warned: Option<Instant> = None;
@@ -71,9 +94,9 @@ pub(super) fn run(backup: Arc<Backup>, items: mpsc::Receiver<Item>) {
             Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
-        // What comes within the round's interval shares its syncs.
+        // What comes within the round's interval shares its syncs (or its chunks).
         if first.is_some() {
-            std::thread::sleep(BACKUP_ROUND_INTERVAL.saturating_sub(last_round.elapsed()));
+            std::thread::sleep(interval.saturating_sub(last_round.elapsed()));
             last_round = Instant::now();
         }
         let round: Vec<Item> = first.into_iter().chain(items.try_iter()).collect();
@@ -88,60 +111,41 @@ pub(super) fn run(backup: Arc<Backup>, items: mpsc::Receiver<Item>) {
 }
 
 impl Writer {
-    /// Writes a round: every segment appended, every log synced, then what is durable told.
+    /// Writes a round: every segment appended, every log synced (or chunk stored), then what
+    /// is durable told.
     fn round(&mut self, round: Vec<Item>, warned: &mut Option<Instant>) {
         let backup = self.backup.clone();
-        let stats = &backup.stats;
-        let now = crate::alarms::now_ms();
         if let Some(oldest) = round.iter().find_map(|i| match i {
             Item::Segment { queued_ms, .. } => Some(*queued_ms),
             Item::Base { .. } => None,
         }) {
-            self.warn_lag(now.saturating_sub(oldest), warned);
+            self.warn_lag(crate::alarms::now_ms().saturating_sub(oldest), warned);
         }
+        let bytes: u64 = round.iter().map(Item::bytes).sum();
         let mut written: HashMap<ObjectKey, u64> = HashMap::new();
-        let mut bytes = 0;
+        let mut runs: Vec<Run> = Vec::new();
         for item in round {
-            bytes += item.bytes();
             match item {
-                Item::Base { key, seq } => {
-                    // The base is in place (written and synced by its object): later records
-                    // go to its log, made as they come.
-                    self.logs.remove(&key);
-                    written.insert(key, seq);
+                Item::Base { key, seq, upload } => {
+                    if self.base(&key, seq, upload) {
+                        written.insert(key, seq);
+                    }
                 }
                 Item::Segment {
                     key,
                     record,
                     queued_ms,
-                } => {
-                    let seq = record.seq;
-                    match self.append(&key, &record) {
-                        Ok(()) => {
-                            stats.segments.fetch_add(1, Ordering::Relaxed);
-                            stats
-                                .written_bytes
-                                .fetch_add(record.segment.len() as u64, Ordering::Relaxed);
-                            written.insert(key, seq);
-                            let lag =
-                                crate::alarms::now_ms().saturating_sub(record.at_ms.min(queued_ms));
-                            stats.lag_max_ms.fetch_max(lag, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            stats.errors.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(object = %key, "backup: cannot write segment {seq}: {e}");
-                            // Its chain has a hole now: its next batch takes a base.
-                            self.backup.broken(&key);
-                        }
-                    }
-                }
+                } => self.segment(key, (record, queued_ms), &mut runs, &mut written),
             }
+        }
+        for run in runs {
+            self.store_run(run, &mut written);
         }
         let mut synced = Vec::new();
         for (key, seq) in written {
-            let ok = match self.logs.get(&key) {
-                Some(log) => log.file.sync_data().map_err(|e| {
-                    stats.errors.fetch_add(1, Ordering::Relaxed);
+            let ok = match self.logs.get(&key).and_then(|l| l.file.as_ref()) {
+                Some(file) => file.sync_data().map_err(|e| {
+                    backup.stats.errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(object = %key, "backup: cannot sync its log: {e}");
                     self.backup.broken(&key);
                 }),
@@ -154,6 +158,120 @@ impl Writer {
         self.backup.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         self.backup.confirm(synced);
         self.close_idle();
+    }
+
+    /// Base `seq` of `key` (uploaded first, when staged): its later segments follow it. False
+    /// when the upload failed (the object's next batch takes another).
+    fn base(&mut self, key: &ObjectKey, seq: u64, upload: Option<(String, PathBuf)>) -> bool {
+        if let (Some((name, file)), Target::Bucket(b)) = (upload, &self.backup.target) {
+            if let Err(e) = b.upload_base(key, &name, &file) {
+                self.failed(key, &format!("cannot upload base {seq}: {e}"));
+                return false;
+            }
+        }
+        self.touched.insert(key.clone());
+        let log = Log {
+            base: seq,
+            file: None,
+            chunks: 0,
+            used: Instant::now(),
+        };
+        self.logs.insert(key.clone(), log);
+        true
+    }
+
+    /// A write for `key` failed: its chain has a hole now, so its next batch takes a base.
+    fn failed(&mut self, key: &ObjectKey, what: &str) {
+        self.backup.stats.errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(object = %key, "backup: {what}");
+        self.logs.remove(key);
+        self.backup.broken(key);
+    }
+
+    /// A segment: appended to its log's file in a directory, or to the round's run of its
+    /// object in a bucket.
+    fn segment(
+        &mut self,
+        key: ObjectKey,
+        (record, queued_ms): (Record, u64),
+        runs: &mut Vec<Run>,
+        written: &mut HashMap<ObjectKey, u64>,
+    ) {
+        let seq = record.seq;
+        let base = match self.log(&key) {
+            Ok(log) if seq > log.base => log.base,
+            Ok(log) => {
+                let base = log.base;
+                return self.failed(&key, &format!("segment {seq} is not after base {base}"));
+            }
+            Err(e) => return self.failed(&key, &format!("cannot open its log: {e}")),
+        };
+        if let Target::Bucket(_) = self.backup.target {
+            match runs.iter_mut().find(|r| r.key == key && r.base == base) {
+                Some(run) => run.records.push((record, queued_ms)),
+                None => runs.push(Run {
+                    key,
+                    base,
+                    records: vec![(record, queued_ms)],
+                }),
+            }
+            return;
+        }
+        let backup = self.backup.clone();
+        let appended = self.log(&key).and_then(|log| {
+            let file = match &mut log.file {
+                Some(f) => f,
+                None => log
+                    .file
+                    .insert(open_dir_log(&backup.target, &key, log.base)?),
+            };
+            file.write_all(&files::encode(&record))
+        });
+        match appended {
+            Ok(()) => {
+                self.counted(&record, queued_ms);
+                written.insert(key, seq);
+            }
+            Err(e) => self.failed(&key, &format!("cannot write segment {seq}: {e}")),
+        }
+    }
+
+    /// Stores a bucket's run as one chunk of its object's log.
+    fn store_run(&mut self, run: Run, written: &mut HashMap<ObjectKey, u64>) {
+        let Target::Bucket(b) = &self.backup.target else {
+            return;
+        };
+        let records: Vec<Record> = run.records.iter().map(|(r, _)| r.clone()).collect();
+        let Some(last) = records.last().map(|r| r.seq) else {
+            return;
+        };
+        if let Err(e) = b.put_chunk(&run.key, run.base, &records) {
+            let what = format!("cannot store segments to {last}: {e}");
+            return self.failed(&run.key, &what);
+        }
+        for (r, queued_ms) in &run.records {
+            self.counted(r, *queued_ms);
+        }
+        written.insert(run.key.clone(), last);
+        self.touched.insert(run.key.clone());
+        if let Some(log) = self.logs.get_mut(&run.key) {
+            log.chunks += 1;
+            if log.chunks >= BACKUP_BUCKET_LOG_CHUNKS_MAX {
+                // Long enough: a base, so a restore reads a bounded log.
+                self.backup.broken(&run.key);
+            }
+        }
+    }
+
+    /// A segment written: counted, and its lag.
+    fn counted(&self, record: &Record, queued_ms: u64) {
+        let stats = &self.backup.stats;
+        stats.segments.fetch_add(1, Ordering::Relaxed);
+        stats
+            .written_bytes
+            .fetch_add(record.segment.len() as u64, Ordering::Relaxed);
+        let lag = crate::alarms::now_ms().saturating_sub(record.at_ms.min(queued_ms));
+        stats.lag_max_ms.fetch_max(lag, Ordering::Relaxed);
     }
 
     /// A warning when the writer is behind by more than [`BACKUP_LAG_WARN`], at most one a
@@ -175,36 +293,33 @@ impl Writer {
         }
     }
 
-    /// Appends `record` to its object's log (the newest base's), opening it if need be.
-    fn append(&mut self, key: &ObjectKey, record: &Record) -> std::io::Result<()> {
+    /// `key`'s log: the one being written, else the newest base's (found in the target).
+    fn log(&mut self, key: &ObjectKey) -> std::io::Result<&mut Log> {
         if !self.logs.contains_key(key) {
-            let dir = files::dir_of(&self.backup.dir, key);
-            let base = files::bases(&dir)?
+            let target = &self.backup.target;
+            let base = target
+                .bases(key)?
                 .last()
                 .map(|b| b.seq)
                 .ok_or_else(|| std::io::Error::other("no base to follow"))?;
-            let file = files::open_log(&dir.join(files::log_name(base)))?;
-            self.logs.insert(
-                key.clone(),
-                Log {
-                    base,
-                    file,
-                    used: Instant::now(),
-                },
-            );
+            let chunks = match target {
+                Target::Bucket(b) => b.chunk_count(key, base)?,
+                Target::Dir(_) => 0,
+            };
+            let log = Log {
+                base,
+                file: None,
+                chunks,
+                used: Instant::now(),
+            };
+            self.logs.insert(key.clone(), log);
         }
         let log = self
             .logs
             .get_mut(key)
             .ok_or_else(|| std::io::Error::other("no log"))?;
-        if record.seq <= log.base {
-            return Err(std::io::Error::other(format!(
-                "segment {} is not after base {}",
-                record.seq, log.base
-            )));
-        }
         log.used = Instant::now();
-        log.file.write_all(&files::encode(record))
+        Ok(log)
     }
 
     /// Closes the logs used longest ago past [`BACKUP_OPEN_FILES`].
@@ -222,14 +337,19 @@ impl Writer {
         }
     }
 
-    /// Drops, for every object, the bases and logs older than the newest base that is itself
-    /// past the retention: a restore to any moment within it starts there or later.
+    /// Drops, for every object (in a bucket: every object written since it was last pruned),
+    /// the bases and logs older than the newest base that is itself past the retention: a
+    /// restore to any moment within it starts there or later.
     fn prune(&mut self) {
         let horizon =
             crate::alarms::now_ms().saturating_sub(self.backup.retention.as_millis() as u64);
-        let root = self.backup.dir.join("objects");
-        for dir in object_dirs(&root) {
-            let Ok(bases) = files::bases(&dir) else {
+        let target = &self.backup.target;
+        let objects: Vec<ObjectKey> = match target {
+            Target::Dir(_) => target.objects().unwrap_or_default(),
+            Target::Bucket(_) => self.touched.iter().cloned().collect(),
+        };
+        for key in objects {
+            let Ok(bases) = target.bases(&key) else {
                 continue;
             };
             let Some(keep) = bases
@@ -240,23 +360,30 @@ impl Writer {
             else {
                 continue;
             };
+            let mut all_gone = true;
             for b in bases.iter().filter(|b| b.seq < keep) {
-                let _ = std::fs::remove_file(&b.path);
-                let _ = std::fs::remove_file(dir.join(files::log_name(b.seq)));
-                self.backup.stats.pruned.fetch_add(1, Ordering::Relaxed);
+                match target.drop_base(&key, b) {
+                    Ok(()) => self.backup.stats.pruned.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => {
+                        all_gone = false;
+                        continue;
+                    }
+                };
+            }
+            if all_gone && bases.last().is_some_and(|b| b.seq == keep) {
+                // Nothing more to drop until it is written again.
+                self.touched.remove(&key);
             }
         }
     }
 }
 
-/// Every object's directory under `<backup>/objects/`.
-fn object_dirs(root: &Path) -> Vec<PathBuf> {
-    let list = |d: &Path| -> Vec<PathBuf> {
-        std::fs::read_dir(d)
-            .map(|e| e.filter_map(Result::ok).map(|e| e.path()).collect())
-            .unwrap_or_default()
+/// Opens `key`'s log after `base` in a directory target for append.
+fn open_dir_log(target: &Target, key: &ObjectKey, base: u64) -> std::io::Result<File> {
+    let Target::Dir(dir) = target else {
+        return Err(std::io::Error::other("not a directory"));
     };
-    list(root).iter().flat_map(|app| list(app)).collect()
+    files::open_log(&files::dir_of(dir, key).join(files::log_name(base)))
 }
 
 #[cfg(test)]
@@ -275,7 +402,7 @@ mod tests {
         let now = crate::alarms::now_ms();
         let day = 86_400_000;
         for (seq, at) in [(1, now - 9 * day), (5, now - 8 * day), (9, now - day)] {
-            files::write_base(&dir, &files::base_name(seq, at, None), |p| {
+            files::write_base(&dir, &files::base_name(seq, at, None, true), |p| {
                 std::fs::write(p, b"db")
             })
             .unwrap();
@@ -283,11 +410,12 @@ mod tests {
         }
         let mut w = Writer {
             backup: Arc::new(Backup::new(
-                &root,
+                Target::Dir(root.clone()),
                 Duration::from_secs(7 * 86_400),
                 mpsc::channel().0,
             )),
             logs: HashMap::new(),
+            touched: HashSet::new(),
         };
         w.prune();
         let kept: Vec<u64> = files::bases(&dir).unwrap().iter().map(|b| b.seq).collect();

@@ -27,11 +27,7 @@ pub(super) async fn run(cells: Rc<Cells>) {
         let Some(app) = node.apps.get(app) else {
             continue;
         };
-        let (name, data, dir) = (
-            app.name(),
-            node.settings.data_dir.clone(),
-            backup.dir().to_path_buf(),
-        );
+        let (name, data, backup) = (app.name(), node.settings.data_dir.clone(), backup.clone());
         let missing = state
             .on_thread(ClientKey::Local, move || {
                 let Ok((names, _)) = crate::object_files::names(&data, name, None, usize::MAX)
@@ -42,8 +38,7 @@ pub(super) async fn run(cells: Rc<Cells>) {
                     .into_iter()
                     .filter(|n| {
                         let key = ObjectKey::new(name, n);
-                        crate::backup::files::bases(&crate::backup::files::dir_of(&dir, &key))
-                            .is_ok_and(|b| b.is_empty())
+                        backup.target().bases(&key).is_ok_and(|b| b.is_empty())
                     })
                     .collect::<Vec<_>>()
             })

@@ -374,8 +374,8 @@ fn backup_is_for_a_node_alone_outside_its_data_with_a_retention_of_a_minute_or_m
     )
     .unwrap();
     assert_eq!(
-        s.backup.as_deref(),
-        Some(std::path::Path::new("/srv/backup"))
+        s.backup,
+        Some(BackupTarget::Dir(std::path::PathBuf::from("/srv/backup")))
     );
     assert_eq!(s.backup_retention, Duration::from_secs(30 * 86_400));
     let refused = |env: &[(&str, &str)]| load(env, &[]).unwrap_err();
@@ -395,6 +395,88 @@ fn backup_is_for_a_node_alone_outside_its_data_with_a_retention_of_a_minute_or_m
     let e = refused(&fleet);
     assert!(
         e.setting == "COMBD_BACKUP" && e.message.contains("fleet"),
+        "{e}"
+    );
+}
+
+/// An `s3://` backup names a bucket and a prefix, and needs the `COMBD_BACKUP_S3_*` settings and
+/// the key that seals what it stores; those mean nothing without it.
+#[test]
+fn an_s3_backup_needs_its_bucket_settings_and_they_need_it() {
+    let s3 = [
+        ("COMBD_BACKUP", "s3://combd-backups/node-1/"),
+        ("COMBD_BACKUP_S3_URL", "http://127.0.0.1:3900"),
+        ("COMBD_BACKUP_S3_ACCESS_KEY", "GK123"),
+        ("COMBD_BACKUP_S3_SECRET_KEY_FILE", "/etc/combd/s3.secret"),
+        ("COMBD_BACKUP_KEY_FILE", "/etc/combd/backup.key"),
+    ];
+    let s = load(&s3, &[]).unwrap();
+    assert_eq!(
+        s.backup,
+        Some(BackupTarget::Bucket {
+            bucket: "combd-backups".into(),
+            prefix: "node-1/".into()
+        })
+    );
+    let b = s.backup_s3.clone().unwrap();
+    assert_eq!(
+        (b.url.as_str(), b.region.as_str(), b.access_key.as_str()),
+        (
+            "http://127.0.0.1:3900",
+            limits::FLEET_BUCKET_REGION_DEFAULT,
+            "GK123"
+        )
+    );
+    let with = |name: &str, value: Option<&str>| -> Vec<(&str, String)> {
+        let mut env: Vec<(&str, String)> = s3
+            .iter()
+            .filter(|(n, _)| *n != name)
+            .map(|(n, v)| (*n, v.to_string()))
+            .collect();
+        if let Some(v) = value {
+            env.push((
+                s3.iter().find(|(n, _)| *n == name).unwrap().0,
+                v.to_string(),
+            ));
+        }
+        env
+    };
+    let refused = |env: Vec<(&str, String)>| {
+        let env: Vec<(&str, &str)> = env.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        load(&env, &[]).unwrap_err()
+    };
+    for (name, value, blamed) in [
+        ("COMBD_BACKUP", Some("s3://ab"), "COMBD_BACKUP"),
+        (
+            "COMBD_BACKUP",
+            Some("s3://combd-backups/a//b"),
+            "COMBD_BACKUP",
+        ),
+        (
+            "COMBD_BACKUP",
+            Some("s3://combd-backups/../x"),
+            "COMBD_BACKUP",
+        ),
+        ("COMBD_BACKUP", Some("/srv/backup"), "COMBD_BACKUP_S3_URL"),
+        ("COMBD_BACKUP_S3_URL", None, "COMBD_BACKUP_S3_ACCESS_KEY"),
+        (
+            "COMBD_BACKUP_S3_URL",
+            Some("s3.example:9000"),
+            "COMBD_BACKUP_S3_URL",
+        ),
+        ("COMBD_BACKUP_KEY_FILE", None, "COMBD_BACKUP_KEY_FILE"),
+        (
+            "COMBD_BACKUP_S3_ACCESS_KEY",
+            Some("a b"),
+            "COMBD_BACKUP_S3_ACCESS_KEY",
+        ),
+    ] {
+        let e = refused(with(name, value));
+        assert_eq!(e.setting, blamed, "{name}={value:?}: {e}");
+    }
+    let e = refused(vec![("COMBD_BACKUP", "s3://combd-backups".to_string())]);
+    assert!(
+        e.setting == "COMBD_BACKUP" && e.message.contains("COMBD_BACKUP_S3_URL"),
         "{e}"
     );
 }

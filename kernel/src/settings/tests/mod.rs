@@ -504,6 +504,18 @@ const FLEET: &[(&str, &str)] = &[
     ("COMBD_FLEET_NODE", "10.0.0.2:7946"),
 ];
 
+/// An `s3://` backup's settings, all given.
+const BACKUP_S3: &[(&str, &str)] = &[
+    ("COMBD_BACKUP", "s3://combd-backups/node-1"),
+    ("COMBD_BACKUP_S3_URL", "http://127.0.0.1:3900"),
+    ("COMBD_BACKUP_S3_ACCESS_KEY", "GK0123"),
+    (
+        "COMBD_BACKUP_S3_SECRET_KEY_FILE",
+        "/etc/combd/backup-s3.secret",
+    ),
+    ("COMBD_BACKUP_KEY_FILE", "/etc/combd/backup.key"),
+];
+
 mod fleet_settings;
 
 mod table;

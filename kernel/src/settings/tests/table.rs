@@ -57,9 +57,11 @@ fn every_flag_is_its_variable_in_lower_case() {
     assert_eq!(envs.len(), SETTINGS.len(), "a setting twice");
 }
 
-/// The fleet's settings on, so that its members with defaults may be given too.
-fn fleet_on(extra: Option<(&'static str, &str)>) -> Settings {
-    let mut env: Vec<(&str, &str)> = FLEET.to_vec();
+/// The fleet's settings on (or an `s3://` backup's, for its own), so that a group's members
+/// with defaults may be given too.
+fn group_on(extra: Option<(&'static str, &str)>) -> Settings {
+    let backup = extra.is_some_and(|(e, _)| e.starts_with("COMBD_BACKUP_S3_"));
+    let mut env: Vec<(&str, &str)> = if backup { BACKUP_S3 } else { FLEET }.to_vec();
     env.extend(extra);
     load(&env, &[]).unwrap_or_else(|e| panic!("{extra:?}: {e}"))
 }
@@ -67,16 +69,21 @@ fn fleet_on(extra: Option<(&'static str, &str)>) -> Settings {
 #[test]
 fn a_default_as_help_writes_it_is_the_value_used_when_not_given() {
     let values = |s: &Settings| -> Vec<String> { s.describe().into_iter().map(|d| d.1).collect() };
-    let defaults = values(&fleet_on(None));
+    let fleet_defaults = values(&group_on(None));
+    let backup_defaults = values(&load(BACKUP_S3, &[]).unwrap());
     let mut checked = 0;
     for s in SETTINGS {
         let DefaultValue::Value(text) = s.default else {
             continue;
         };
         let text = text();
-        let given = fleet_on(Some((s.env, &text)));
+        let given = group_on(Some((s.env, &text)));
         assert_eq!(given.sources[s.env], Source::Env);
-        assert_eq!(values(&given), defaults, "{}: --help says {text}", s.env);
+        let defaults = match s.env.starts_with("COMBD_BACKUP_S3_") {
+            true => &backup_defaults,
+            false => &fleet_defaults,
+        };
+        assert_eq!(&values(&given), defaults, "{}: --help says {text}", s.env);
         checked += 1;
     }
     assert!(checked >= 30, "{checked} defaults checked");

@@ -74,7 +74,7 @@ pub(super) async fn prepare(
     let (source, out) = (from.clone(), file.clone());
     let built = state
         .on_thread(cell.opened_by(), move || {
-            build(backup.dir(), &source, at, &out)
+            build(backup.target(), &source, at, &out)
         })
         .await;
     match built {
