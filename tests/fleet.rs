@@ -9,6 +9,8 @@
 
 #[path = "fleet/alarms.rs"]
 mod alarms;
+#[path = "fleet/delete.rs"]
+mod delete;
 #[path = "fleet/etcd_size.rs"]
 mod etcd_size;
 #[path = "../fleet/tests/support/mod.rs"]

@@ -113,3 +113,25 @@ pub fn prune(bucket: &Bucket, object: &str, kept: Snapshot) -> Result<usize, Shi
     bucket.delete_many(&old).map_err(ShipError::Bucket)?;
     Ok(old.len())
 }
+
+/// Deletes every segment and snapshot of `object` from the bucket (a deleted object's, after
+/// its tombstone is written: `Coordinator::forget`), a page at a time. Returns how many keys it
+/// deleted.
+pub fn clear(bucket: &Bucket, object: &str) -> Result<usize, ShipError> {
+    let prefix = keys::object_prefix(object);
+    let mut deleted = 0;
+    loop {
+        let mut page = Vec::new();
+        bucket
+            .for_each_key(&prefix, |k| {
+                page.push(k);
+                page.len() < FLEET_LIST_KEYS_MAX
+            })
+            .map_err(ShipError::Bucket)?;
+        if page.is_empty() {
+            return Ok(deleted);
+        }
+        bucket.delete_many(&page).map_err(ShipError::Bucket)?;
+        deleted += page.len();
+    }
+}

@@ -16,6 +16,8 @@
 //!   claim) cannot move the head.
 //! - `<prefix>snap/<object>`: the snapshot restores start from ([`Snapshot`]), written only by
 //!   [`Coordinator::record_snapshot`], fenced the same way.
+//! - `<prefix>gone/<object>`: a deleted object's **tombstone**, while the bucket may still hold
+//!   its segments and snapshots ([`Coordinator::forget`], [`Coordinator::forgotten`]).
 //!
 //! ## The parts
 //!
@@ -346,6 +348,36 @@ impl Coordinator {
     ) -> Result<Advance, CoordinatorError> {
         self.wakes()
             .advance_head_and_due(object, token, head, change)
+    }
+
+    /// Forgets `object` (deleted), if `token` is still its owner's: in one transaction its
+    /// head, snapshot, due time (`due`, as its owner knows it) and wake key go and its
+    /// tombstone is written. From then on it restores as a new object, once the bucket holds
+    /// nothing of it and its tombstone is gone ([`Coordinator::forgotten`]); an owner that
+    /// finds the tombstone finishes that first.
+    pub fn forget(
+        &self,
+        object: &str,
+        token: i64,
+        due: Option<u64>,
+    ) -> Result<Advance, CoordinatorError> {
+        self.wakes().forget(object, token, due)
+    }
+
+    /// Whether `object` has a tombstone ([`Coordinator::forget`]).
+    pub fn gone(&self, object: &str) -> Result<bool, CoordinatorError> {
+        self.objects().gone(object)
+    }
+
+    /// Takes away `object`'s tombstone (the bucket holds nothing of it any more), and with
+    /// `release` its owner key, if `token` is still its owner's.
+    pub fn forgotten(
+        &self,
+        object: &str,
+        token: i64,
+        release: bool,
+    ) -> Result<Advance, CoordinatorError> {
+        self.objects().forgotten(object, token, release)
     }
 
     /// When `object` next has something due, as its last owner recorded it.

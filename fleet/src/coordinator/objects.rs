@@ -39,6 +39,39 @@ impl<'c> Objects<'c> {
         format!("{}due/{object}", self.prefix)
     }
 
+    pub(super) fn gone_key(&self, object: &str) -> String {
+        format!("{}gone/{object}", self.prefix)
+    }
+
+    /// Whether `object` has a tombstone: it was forgotten and the bucket may still hold some
+    /// of it ([`super::Coordinator::forget`]).
+    pub(super) fn gone(&self, object: &str) -> Result<bool, CoordinatorError> {
+        let v = self.etcd.call(
+            "gone",
+            object,
+            "/v3/kv/range",
+            &json!({ "key": b64(&self.gone_key(object)), "count_only": true }),
+        )?;
+        Ok(int(&v["count"]).unwrap_or(0) > 0)
+    }
+
+    /// Takes away `object`'s tombstone once the bucket holds nothing of it, and with
+    /// `release` its owner key too (this node does not serve it any more), fenced on `token`.
+    pub(super) fn forgotten(
+        &self,
+        object: &str,
+        token: i64,
+        release: bool,
+    ) -> Result<Advance, CoordinatorError> {
+        let mut requests =
+            vec![json!({ "request_delete_range": { "key": b64(&self.gone_key(object)) } })];
+        if release {
+            requests
+                .push(json!({ "request_delete_range": { "key": b64(&self.owner_key(object)) } }));
+        }
+        self.fenced_all("forgotten", object, token, requests)
+    }
+
     /// Claims `object` for `node` under `lease`: if nobody owns it, this node does from now
     /// on ([`Claim::Won`], with the fencing token); else who does ([`Claim::Held`]).
     pub(super) fn claim(

@@ -109,6 +109,34 @@ impl<'c> Wakes<'c> {
             .fenced_all("advance head", object, token, requests)
     }
 
+    /// Forgets `object` (deleted), fenced on `token`: in one transaction its head, its
+    /// snapshot, its due time (`due`, as the owner knows it) and wake key go, and its
+    /// tombstone is written, which says its segments and snapshots may still be in the bucket.
+    pub(super) fn forget(
+        &self,
+        object: &str,
+        token: i64,
+        due: Option<u64>,
+    ) -> Result<Advance, CoordinatorError> {
+        let o = &self.objects;
+        let mut requests = vec![
+            json!({ "request_delete_range": { "key": b64(&o.head_key(object)) } }),
+            json!({ "request_delete_range": { "key": b64(&o.snapshot_key(object)) } }),
+            json!({ "request_put": { "key": b64(&o.gone_key(object)), "value": b64(&token.to_string()) } }),
+        ];
+        requests.extend(self.due_requests(
+            object,
+            DueChange {
+                was: due,
+                now: None,
+            },
+        ));
+        if due.is_none() {
+            requests.push(json!({ "request_delete_range": { "key": b64(&o.due_key(object)) } }));
+        }
+        o.fenced_all("forget", object, token, requests)
+    }
+
     /// When `object` next has something due, as its last owner recorded it.
     pub(super) fn due(&self, object: &str) -> Result<Option<u64>, CoordinatorError> {
         let v = self.objects.etcd.call(

@@ -107,8 +107,6 @@ pub struct Cx<'a> {
     presence: Option<&'a dyn PresenceSource>,
     /// The node's users, and the app's name (it sees its own objects only).
     users: Option<(&'a crate::users::Users, &'a str)>,
-    /// Whether the object may delete itself ([`Cx::delete`]): not yet in a fleet.
-    deletes: bool,
     effects: &'a mut Vec<Effect>,
     budget: &'a mut CallBudget,
 }
@@ -125,7 +123,6 @@ impl<'a> Cx<'a> {
             object: None,
             presence: None,
             users: None,
-            deletes: true,
             effects,
             budget,
         }
@@ -172,31 +169,18 @@ impl<'a> Cx<'a> {
         Ok(self.users.and_then(|(users, app)| users.of(sub, app)))
     }
 
-    /// The same context, where an object may not delete itself (in a fleet, for now).
-    pub(crate) fn without_delete(self) -> Cx<'a> {
-        Cx {
-            deletes: false,
-            ..self
-        }
-    }
-
     /// Deletes the object once this call's batch is durable and answered: its database, its
     /// alarms, its outbox and inbox, its topics' logs; its sessions are closed (4404
     /// `object deleted`), and its place under `COMBD_MAX_OBJECTS_PER_APP` is freed. The call
     /// goes on and commits as any other (its answer, sends and broadcasts leave as usual); a
     /// call that then fails deletes nothing. What waits in the mailbox after the batch finds a
-    /// new, empty object of the same name. A host call; `501` in a fleet (not built yet), and
-    /// `500` for a stateless app (it has no object).
+    /// new, empty object of the same name (in a fleet, once the fleet has forgotten it: its
+    /// etcd keys and its segments and snapshots in the bucket). A host call; `500` for a
+    /// stateless app (it has no object).
     pub fn delete(&mut self) -> Result<(), AppError> {
         self.budget.spend(combd_kernel::limits::HOST_CALL_TICKS)?;
         if self.db.is_none() {
             return Err(AppError::new(500, "this app has no object to delete"));
-        }
-        if !self.deletes {
-            return Err(AppError::new(
-                501,
-                "an object cannot delete itself in a fleet yet",
-            ));
         }
         if !self.effects.iter().any(|e| matches!(e, Effect::Delete)) {
             self.effects.push(Effect::Delete);

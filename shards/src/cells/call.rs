@@ -26,8 +26,6 @@ pub(super) struct Target<'a> {
     pub presence: Option<&'a super::PresenceView>,
     /// The node's users (`crate::users`).
     pub users: Option<&'a crate::users::Users>,
-    /// In a fleet (an object cannot delete itself there yet).
-    pub fleet: bool,
 }
 
 impl<'a> Target<'a> {
@@ -42,7 +40,6 @@ impl<'a> Target<'a> {
             topics: None,
             presence: None,
             users: None,
-            fleet: false,
         }
     }
 }
@@ -579,14 +576,10 @@ fn context<'c>(
     let presence = target
         .presence
         .map(|p| p as &dyn crate::app::PresenceSource);
-    let cx = Cx::new(Some(tx), effects, budget)
+    Cx::new(Some(tx), effects, budget)
         .with_object(target.name)
         .with_presence(presence)
-        .with_users(target.users.map(|u| (u, target.app)));
-    match target.fleet {
-        true => cx.without_delete(),
-        false => cx,
-    }
+        .with_users(target.users.map(|u| (u, target.app)))
 }
 
 /// Whether the connection holds a write transaction on any of its schemas (`main`, or `temp`

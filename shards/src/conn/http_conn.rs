@@ -634,13 +634,9 @@ impl<'c> HttpConn<'c> {
         let cells = self.conn.cells.clone();
         let node = cells.state().node().clone();
         match req.ask {
-            Ask::Delete { app, name } => match (node.apps.get(&app), &node.fleet) {
-                (_, Some(_)) => {
-                    let e = "deleting an object in a fleet is not built yet";
-                    let _ = tx.try_send(Response::error(501, e));
-                }
-                (Some(app), None) => cells.submit(&app, &name, Job::delete(tx)),
-                (None, None) => {
+            Ask::Delete { app, name } => match node.apps.get(&app) {
+                Some(app) => cells.submit(&app, &name, Job::delete(tx)),
+                None => {
                     let _ = tx.try_send(Response::error(404, "no such app"));
                 }
             },

@@ -267,6 +267,45 @@ impl Fleet {
         Opening::claim(self, key, path)?.open()
     }
 
+    /// Forgets `s`'s object, deleted (its database marked, and its last batch shipped): its head,
+    /// snapshot and due time go from etcd and its tombstone is written (fenced on this node's
+    /// token: the decision), then every segment and snapshot of it goes from the bucket, then
+    /// its tombstone (and with `release` this node's claim). A node that dies in the middle
+    /// leaves the tombstone, and the object's next owner finishes ([`Fleet::finish_forget`])
+    /// before it serves it as new. `s` goes on as a new object's (nothing shipped). Blocking.
+    pub fn forget(&self, s: &mut Shipping, release: bool) -> Result<(), String> {
+        let fenced = || "another node owns the object now".to_string();
+        match self.coordinator.forget(&s.key, s.token, s.due) {
+            Ok(Advance::Done) => {}
+            Ok(Advance::Fenced) => return Err(fenced()),
+            Err(e) => return Err(e.to_string()),
+        }
+        self.finish_forget(&s.key, s.token, release)?;
+        self.stats.objects_forgotten.fetch_add(1, Ordering::Relaxed);
+        let head = Head {
+            seq: 0,
+            token: s.token,
+        };
+        *s = Shipping::from(&s.key, s.wal.clone(), s.token, s.lease, head, None);
+        Ok(())
+    }
+
+    /// The second half of [`Fleet::forget`]: the bucket cleared of the object, then its
+    /// tombstone taken away (and its claim, with `release`). Blocking.
+    pub(crate) fn finish_forget(&self, key: &str, token: i64, release: bool) -> Result<(), String> {
+        combd_fleet::ship::clear(&self.bucket, key).map_err(|e| e.to_string())?;
+        match self.coordinator.forgotten(key, token, release) {
+            Ok(Advance::Done) => {
+                if release {
+                    self.stats.claims_released.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            Ok(Advance::Fenced) => Err("another node owns the object now".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// Gives back the claim of `s`'s object if it was never written: nothing shipped (no
     /// head, nothing cut) and no database file made at `path` (its reads ran on a scratch
     /// database). Then nothing of it stays in etcd (its owner key deleted, fenced on this

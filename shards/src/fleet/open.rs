@@ -101,6 +101,9 @@ impl<'f> Opening<'f> {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| unavailable(&e))?;
         }
+        if head.is_none() {
+            self.finish_forget_if_gone()?;
+        }
         self.refuse_if_head_lost(head)?;
         // The head the local file was left at by a clean close, if it was: read, and its mark
         // gone durably before anything here can change the file.
@@ -128,6 +131,22 @@ impl<'f> Opening<'f> {
             token: self.token,
         });
         Ok(self.owned(head, snapshot_at, due))
+    }
+
+    /// Finishes the delete of an object whose tombstone is in etcd (its owner died after
+    /// forgetting it, before the bucket was cleared): cleared now, so it starts as new and
+    /// nothing of it comes back.
+    fn finish_forget_if_gone(&self) -> Result<(), OpenError> {
+        let coordinator = &self.fleet.coordinator;
+        if !coordinator.gone(self.key).map_err(|e| unavailable(&e))? {
+            return Ok(());
+        }
+        self.fleet
+            .finish_forget(self.key, self.token, false)
+            .map_err(|e| unavailable(&e))?;
+        let stats = &self.fleet.stats;
+        stats.forgets_finished.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Refuses an object etcd records no head for while the bucket holds some of it: etcd

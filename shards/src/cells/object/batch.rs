@@ -337,7 +337,6 @@ async fn run_on(
                 topics: Some(&topics),
                 presence: presence.as_ref(),
                 users: Some(&users),
-                fleet: fleet_wal.is_some(),
             };
             let run = Run::new(app.as_ref(), target, limits, &on);
             let result = run_inputs(run, &mut db, &inputs);

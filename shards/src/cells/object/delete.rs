@@ -1,10 +1,13 @@
-//! Deleting an object on a node alone (`crate::object_files` has the protocol): by one of its
+//! Deleting an object (`crate::object_files` has the protocol on one node): by one of its
 //! calls (`cx.delete()`, marked in the call's transaction) once that batch is answered, or by
 //! the operator (`DELETE /objects/<app>/<name>` on the localhost listener: a [`Job::delete`]
 //! at the head of its mailbox, marked in a transaction of the node's, answered once the files
 //! are gone). Either way its task lets it go first, so what waits and what comes next goes to
 //! a fresh cell, which restores (a new, empty object) only once the files are gone; its
-//! sessions, on every shard, close with 4404 `object deleted`.
+//! sessions, on every shard, close with 4404 `object deleted`. In a fleet the fleet forgets it
+//! first (`Fleet::forget`: its etcd keys, then its segments and snapshots in the bucket), once
+//! the batch that marked it is shipped; an owner that restores a marked database (its last
+//! owner died before it forgot it) forgets it then.
 //!
 //! [`Job::delete`]: crate::job::Job::delete
 
@@ -51,8 +54,9 @@ pub(super) fn remove_files(
 /// Marks the object deleted for the operator (or its expiry: only if it was not written since
 /// `idle_since` and has no alarm or message pending), in a transaction of the node's, durable
 /// before it is let go. `Err`: nothing was marked, with the answer (404 for an object that has
-/// no database, 409 for an expiry the object outlived, 501 in a fleet, 500 if the write failed)
-/// and the store to go on with.
+/// no database, 409 for an expiry the object outlived, 500 if the write failed) and the store
+/// to go on with. In a fleet the mark is not shipped: the fleet forgetting the object is what
+/// decides ([`run`]).
 pub(super) async fn mark(
     state: &ShardState,
     cell: &ObjectCell,
@@ -60,10 +64,7 @@ pub(super) async fn mark(
     store: Store,
     idle_since: Option<u64>,
 ) -> Result<Store, (Store, Response)> {
-    if durability.fleet().is_some() {
-        let e = "deleting an object in a fleet is not built yet";
-        return Err((store, Response::error(501, e)));
-    }
+    let _ = durability;
     let Store::Present(mut db) = store else {
         return Err((store, Response::error(404, "no such object")));
     };
@@ -139,7 +140,8 @@ pub(super) async fn run(
     let state = &cells.state;
     let closing = cells.let_go_closing(&cell.key);
     cells.hand_over(&cell.app, &cell.name, cell.take_mail());
-    let _ = pipeline.finish().await;
+    let (shipping, failed) = pipeline.finish().await;
+    let fleet = state.node().fleet.clone();
     let removed = match store {
         Store::Present(db) => {
             let (path, _) = cell.store_config(state);
@@ -151,11 +153,26 @@ pub(super) async fn run(
             state
                 .on_thread(cell.opened_by(), move || {
                     drop(db);
+                    if let Some(fleet) = &fleet {
+                        forget(fleet, shipping, failed)?;
+                    }
                     remove_files(&path, (&alarms, backup.as_ref()), &key, shard)
                 })
                 .await
         }
-        Store::Absent(_) => Ok(false),
+        Store::Absent(_) => {
+            if let (Some(fleet), Some(s)) = (fleet, shipping) {
+                // Never written: its claim is given back, as when it is let go.
+                let (path, _) = cell.store_config(state);
+                state
+                    .on_thread(cell.opened_by(), move || {
+                        fleet.release_if_unwritten(&s, &path);
+                        fleet.closed();
+                    })
+                    .await;
+            }
+            Ok(false)
+        }
     };
     let answer = match removed {
         Ok(found) => {
@@ -165,12 +182,12 @@ pub(super) async fn run(
             Response::json(200, &serde_json::json!({ "deleted": found }))
         }
         Err(e) => {
-            // Marked: its next open finishes the delete.
-            warn!(object = %cell.key, "cannot remove a deleted object's files: {e}");
+            // Marked: its next open finishes the delete (in a fleet, if the mark was shipped).
+            warn!(object = %cell.key, "cannot delete the object: {e}");
             Response::json(
                 500,
                 &serde_json::json!({
-                    "error": "cannot remove the object's files", "detail": e.to_string(),
+                    "error": "cannot delete the object", "detail": e.to_string(),
                 }),
             )
         }
@@ -180,6 +197,23 @@ pub(super) async fn run(
     if let Some(asked) = asked {
         let _ = asked.try_send(answer);
     }
+}
+
+/// In a fleet, the deleted object forgotten by the fleet, and this node's claim given back
+/// (`shipping` is what it shipped from; `failed`: a shipment failed since the last batch, so
+/// the batch that deleted it may not be in the fleet: nothing is forgotten). Blocks.
+fn forget(
+    fleet: &crate::fleet::Fleet,
+    shipping: Option<crate::fleet::Shipping>,
+    failed: bool,
+) -> std::io::Result<()> {
+    let forgotten = match (shipping, failed) {
+        (Some(_), true) => Err("a shipment failed: the fleet does not hold the delete".into()),
+        (Some(mut s), false) => fleet.forget(&mut s, true),
+        (None, _) => Err("the object was not opened from the fleet".into()),
+    };
+    fleet.closed();
+    forgotten.map_err(std::io::Error::other)
 }
 
 /// Counts a deleted object's database gone: its place under `COMBD_MAX_OBJECTS_PER_APP` is free.

@@ -509,12 +509,21 @@ impl Here {
         config: StoreConfig,
     ) -> Result<OpenedHere, Result<store::StoreError, OpenError>> {
         let (key, shard) = (&self.key, self.shard);
-        let shipping = match &self.fleet {
+        let mut shipping = match &self.fleet {
             Some(fleet) => Some(fleet.open(key, path).map_err(Err)?),
             None => None,
         };
         let alarms = (&*self.alarms, self.backup.as_ref());
         let (opened, deleted) = open_store(path, config, alarms, (key, shard));
+        if let (true, Some(fleet), Some(s)) = (deleted, &self.fleet, shipping.as_mut()) {
+            // Restored marked deleted: its last owner died before the fleet forgot it.
+            if let Err(e) = fleet.forget(s, false) {
+                fleet.closed();
+                return Err(Err(OpenError::Unavailable(format!(
+                    "cannot finish deleting it in the fleet: {e}"
+                ))));
+            }
+        }
         let store = match opened {
             Ok(store) => store,
             Err(e) => {
