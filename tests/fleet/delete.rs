@@ -36,6 +36,12 @@ fn a_deleted_object_is_forgotten_by_etcd_and_the_bucket_and_stays_gone_after_a_f
     }
     assert!(!bucket_keys(&fleet, "counter/x").is_empty());
     assert!(etcd_has(&fleet, "head", "counter/x"));
+    // Only its owner deletes it: another node refuses, as for any object it does not own.
+    let b = fleet.node();
+    let r = local(&b, "DELETE", "/objects/counter/x", "");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"], "object owned by another node");
+    assert!(etcd_has(&fleet, "head", "counter/x"));
     let r = local(&a, "DELETE", "/objects/counter/x", "");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["deleted"], true);
@@ -48,7 +54,6 @@ fn a_deleted_object_is_forgotten_by_etcd_and_the_bucket_and_stays_gone_after_a_f
     assert_eq!(post_acked(&a, "x"), 1);
     assert_eq!(post_acked(&a, "x"), 2);
     // A dies; B restores the new object, with nothing of the old one.
-    let b = fleet.node();
     let _ = a.kill9();
     fleet.revoke_owners_lease("counter/x");
     let r = until_200("the new object on B", || get(&b, "x"));
