@@ -188,6 +188,16 @@ fn ten_thousand_writes_restore_to_any_moment_row_for_row() {
     let segments = s["backup_segments"].as_u64().unwrap();
     assert!(segments >= (OBJECTS * WRITES / 2) as u64, "{segments}");
     assert_eq!(s["backup_gaps"], 0, "{s}");
+    // The lag's 99th percentile: a bucket's bound, within a fifth above the true one, so never
+    // far above the most any segment waited; a round waits for its interval, so not nothing.
+    let (p99, max) = (
+        s["backup_lag_p99_ms"].as_u64().unwrap(),
+        s["backup_lag_max_ms"].as_u64().unwrap(),
+    );
+    assert!(
+        p99 >= 1 && p99 <= max + max / 5 + 1,
+        "p99 {p99} ms, max {max} ms"
+    );
     let mut rng = Rng(0x5eed);
     for (i, h) in histories.iter().enumerate() {
         for k in 0..5 {

@@ -63,10 +63,40 @@ pub(crate) struct BackupStats {
     pub pruned: AtomicU64,
     /// The most a segment waited between its batch's commit and its sync in the backup.
     pub lag_max_ms: AtomicU64,
+    /// How long each segment waited, as a histogram (`crate::stats::stages`' buckets).
+    pub lag: LagTimes,
     /// How long the oldest segment of the writer's last round had waited.
     pub behind_ms: AtomicU64,
     /// Times an object left frames in its WAL because the queue was full.
     pub deferred: AtomicU64,
+}
+
+/// How long segments waited between their batch's commit and their sync in the backup: a
+/// histogram with the stages' buckets (a quarter of an octave wide).
+#[derive(Debug)]
+pub(crate) struct LagTimes([AtomicU64; crate::stats::stages::BUCKETS]);
+
+impl Default for LagTimes {
+    fn default() -> LagTimes {
+        LagTimes(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl LagTimes {
+    /// Records one segment's lag.
+    pub(crate) fn record(&self, lag_ms: u64) {
+        let b = crate::stats::stages::bucket(lag_ms.saturating_mul(1000));
+        self.0[b].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The `q` quantile in milliseconds (its bucket's upper bound), 0 with nothing recorded.
+    pub(crate) fn quantile_ms(&self, q: f64) -> u64 {
+        let h = crate::stats::stages::Histogram {
+            counts: self.0.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
+            sum_us: 0,
+        };
+        h.quantile_us(q) / 1000
+    }
 }
 
 /// The node's backup: its target, the queue to its writer, where each object's backup
@@ -245,6 +275,7 @@ impl Backup {
             ("backup_queued_bytes", "combd_backup_queued_bytes", Gauge, "Bytes of segments waiting for the backup's writer.", g(|b| b.queued_bytes.load(Ordering::Relaxed))),
             ("backup_behind_ms", "combd_backup_behind_ms", Gauge, "How long the oldest segment of the writer's last round had waited (0 with nothing waiting): what a lost disk would lose.", g(|b| if b.queued_bytes.load(Ordering::Relaxed) == 0 { 0 } else { l(&b.stats.behind_ms) })),
             ("backup_lag_max_ms", "combd_backup_lag_max_ms", Gauge, "The most a segment waited between its batch's commit and its sync in the backup.", g(|b| l(&b.stats.lag_max_ms))),
+            ("backup_lag_p99_ms", "combd_backup_lag_p99_ms", Gauge, "The 99th percentile of how long segments waited between their batch's commit and their sync in the backup, since start (within a fifth above).", g(|b| b.stats.lag.quantile_ms(0.99))),
             ("backup_segments", "combd_backup_segments_total", Counter, "Segments (a batch each) written to the backup and synced.", g(|b| l(&b.stats.segments))),
             ("backup_written_bytes", "combd_backup_written_bytes_total", Counter, "Bytes of segments written to the backup.", g(|b| l(&b.stats.written_bytes))),
             ("backup_bases", "combd_backup_bases_total", Counter, "Bases (copies of an object's database) written to the backup.", g(|b| l(&b.stats.bases))),

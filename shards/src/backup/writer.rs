@@ -272,6 +272,7 @@ impl Writer {
             .fetch_add(record.segment.len() as u64, Ordering::Relaxed);
         let lag = crate::alarms::now_ms().saturating_sub(record.at_ms.min(queued_ms));
         stats.lag_max_ms.fetch_max(lag, Ordering::Relaxed);
+        stats.lag.record(lag);
     }
 
     /// A warning when the writer is behind by more than [`BACKUP_LAG_WARN`], at most one a

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod render;
-mod stages;
+pub(crate) mod stages;
 pub use render::{render_json, render_metrics, Deployment, NodeFigures};
 pub use stages::{Stage, StageTimes};
 

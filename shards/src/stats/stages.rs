@@ -80,7 +80,7 @@ static BOUNDS: std::sync::LazyLock<[u64; BUCKETS]> = std::sync::LazyLock::new(||
 });
 
 /// The bucket of `us` microseconds: the first whose upper bound holds it.
-fn bucket(us: u64) -> usize {
+pub(crate) fn bucket(us: u64) -> usize {
     BOUNDS.partition_point(|&bound| bound < us)
 }
 
