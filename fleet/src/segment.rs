@@ -150,7 +150,14 @@ pub struct WalCursor {
     offset: u64,
     /// Where to go on from in a WAL of these salts, before the cursor read any header.
     resume: Option<([u8; 8], u64)>,
+    /// The last read found nothing of its generation after what it packed.
+    at_end: bool,
 }
+
+/// Frames a cursor reads at first: what a batch commits is mostly a few frames, and a WAL that
+/// SQLite started over (a `RESTART` checkpoint) keeps the older generation's frames after the
+/// new one's, which are not read past (the read doubles while it finds only frames of its own).
+const FIRST_READ_FRAMES: u64 = 16;
 
 impl WalCursor {
     /// A cursor at the start of a WAL it has not read yet.
@@ -177,6 +184,12 @@ impl WalCursor {
     /// The offset in the WAL file after the last frame packed (0 before any).
     pub fn offset(&self) -> u64 {
         self.offset
+    }
+
+    /// Whether the last read found nothing of the WAL's generation after what it packed (the
+    /// file's end, or a frame of an older generation): a next read now would find nothing.
+    pub fn at_end(&self) -> bool {
+        self.at_end
     }
 
     /// Packs the frames committed since the last call (whole transactions only) as segment
@@ -238,6 +251,7 @@ impl WalCursor {
         }
         let frame_bytes = WAL_FRAME_HEADER_BYTES + u64::from(header.page_size);
         let available = (len.saturating_sub(self.offset) / frame_bytes) * frame_bytes;
+        self.at_end = available == 0;
         if available == 0 {
             return Ok(None);
         }
@@ -247,13 +261,15 @@ impl WalCursor {
         let max_frames =
             (FLEET_SEGMENT_MAX_BYTES as u64).saturating_sub(fixed) / frame_bytes * frame_bytes;
         let want = available.min(max_frames + frame_bytes);
-        let mut frames = vec![0u8; want as usize];
         file.seek(SeekFrom::Start(self.offset))
             .map_err(io("seek in the WAL"))?;
-        file.read_exact(&mut frames)
-            .map_err(io("read WAL frames"))?;
+        let mut frames = read_generation(&mut file, want, frame_bytes, &header.salts)?;
         // Keep the frames of this generation up to the last commit frame that fits.
         let (end, at) = commits_end(&frames, frame_bytes as usize, &header.salts, max_frames);
+        let stale_next = frames
+            .get(at + 8..at + 16)
+            .is_some_and(|s| s != header.salts);
+        self.at_end = end == at && (stale_next || at as u64 == available);
         if end == 0 {
             if at as u64 > max_frames {
                 return Err(SegmentError::TooLarge {
@@ -266,6 +282,33 @@ impl WalCursor {
         frames.truncate(end);
         self.offset += end as u64;
         Segment::new(object, seq, token, prev_token, header.page_size, frames).map(Some)
+    }
+}
+
+/// Reads up to `want` bytes of frames from where `file` stands, [`FIRST_READ_FRAMES`] first,
+/// then twice as many more at a time while every frame read is of the generation of `salts`:
+/// what follows the first frame of another generation is never read.
+fn read_generation(
+    file: &mut File,
+    want: u64,
+    frame_bytes: u64,
+    salts: &[u8; 8],
+) -> Result<Vec<u8>, SegmentError> {
+    let mut frames: Vec<u8> = Vec::new();
+    let mut more = FIRST_READ_FRAMES * frame_bytes;
+    loop {
+        let from = frames.len();
+        let upto = (from as u64 + more).min(want) as usize;
+        frames.resize(upto, 0);
+        file.read_exact(&mut frames[from..])
+            .map_err(io("read WAL frames"))?;
+        let stale = frames[from..]
+            .chunks(frame_bytes as usize)
+            .any(|f| f.len() >= 16 && f[8..16] != *salts);
+        if stale || upto as u64 >= want {
+            return Ok(frames);
+        }
+        more *= 2;
     }
 }
 

@@ -256,3 +256,55 @@ fn transactions_that_together_overflow_a_segment_split_at_a_commit() {
     assert_eq!(rows(&open_checked(&out)), rows(&db.conn));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// SQLite starts a WAL over after a `RESTART` checkpoint without shortening it: the new
+/// generation's frames come first, the older one's after them. The cursor packs the new frames
+/// only, says it reached their end, and never reads far into the older ones.
+#[test]
+fn after_a_restart_the_cursor_packs_the_new_generation_only() {
+    let dir = temp_dir("restart");
+    let db = Db::create(&dir);
+    let mut cursor = WalCursor::new();
+    db.commit(&format!(
+        "{} INSERT INTO t(v) SELECT printf('%0500d', value) FROM s",
+        series(2000)
+    ));
+    let mut seq = 0;
+    while cursor
+        .next_segment(&db.wal_path(), "room", seq + 1, TOKEN, TOKEN)
+        .unwrap()
+        .is_some()
+    {
+        seq += 1;
+    }
+    assert!(cursor.at_end());
+    let long = std::fs::metadata(db.wal_path()).unwrap().len();
+    let busy: i64 = db
+        .conn
+        .query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(busy, 0);
+    db.commit("INSERT INTO t(v) VALUES ('after')");
+    assert_eq!(
+        std::fs::metadata(db.wal_path()).unwrap().len(),
+        long,
+        "the WAL kept its length"
+    );
+    let seg = cursor
+        .next_segment(&db.wal_path(), "room", seq + 1, TOKEN, TOKEN)
+        .unwrap()
+        .expect("the new transaction");
+    assert!(seg.frame_count() <= 4, "{} frames", seg.frame_count());
+    assert!(
+        cursor.at_end(),
+        "the older generation's frames are not this one's"
+    );
+    assert!(cursor.offset() < long / 10);
+    assert_eq!(
+        cursor
+            .next_segment(&db.wal_path(), "room", seq + 2, TOKEN, TOKEN)
+            .unwrap(),
+        None
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
