@@ -58,3 +58,9 @@ pub const BACKUP_BUCKET_LOG_CHUNKS_MAX: usize = 256;
 
 /// The largest base the backup stores in a bucket: S3's largest single PUT (5 GiB).
 pub const BACKUP_BUCKET_BASE_MAX_BYTES: u64 = 5 * 1024 * 1024 * 1024;
+
+/// How long an object past [`BACKUP_CHECKPOINT_WAL_BYTES`] waits, at the end of a batch, for the
+/// backup's writer to hold its last batch (the writer is hurried: it does not wait out its
+/// round), so it can checkpoint: a busy object's batches never all wait out a round, and its
+/// WAL would grow on. Past it the object goes on and checkpoints at a later batch.
+pub const BACKUP_CHECKPOINT_WAIT: Duration = Duration::from_secs(1);

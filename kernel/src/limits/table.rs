@@ -72,6 +72,7 @@ pub const FIXED: &[Fixed] = &[
     fixed!("backup_open_files", BACKUP_OPEN_FILES),
     fixed!("backup_prune_interval_ms", BACKUP_PRUNE_INTERVAL, ms),
     fixed!("backup_lag_warn_ms", BACKUP_LAG_WARN, ms),
+    fixed!("backup_checkpoint_wait_ms", BACKUP_CHECKPOINT_WAIT, ms),
     fixed!(
         "backup_bucket_round_interval_ms",
         BACKUP_BUCKET_ROUND_INTERVAL,

@@ -36,7 +36,7 @@ mod writer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use combd_kernel::limits::BACKUP_QUEUE_MAX_BYTES;
@@ -110,6 +110,11 @@ pub struct Backup {
     positions: Mutex<HashMap<ObjectKey, Position>>,
     /// Each object's last batch the writer has synced.
     confirmed: Mutex<HashMap<ObjectKey, u64>>,
+    /// Told when `confirmed` moves.
+    confirmed_moved: Condvar,
+    /// An object waits for the writer: it writes its next round at once.
+    hurry: Mutex<bool>,
+    hurried: Condvar,
     /// Objects whose chain broke in the writer: their next batch takes a base.
     broken: Mutex<Vec<ObjectKey>>,
     pub(crate) stats: BackupStats,
@@ -159,6 +164,9 @@ impl Backup {
             queued_bytes: AtomicU64::new(0),
             positions: Mutex::new(HashMap::new()),
             confirmed: Mutex::new(HashMap::new()),
+            confirmed_moved: Condvar::new(),
+            hurry: Mutex::new(false),
+            hurried: Condvar::new(),
             broken: Mutex::new(Vec::new()),
             stats: BackupStats::default(),
         }
@@ -245,6 +253,43 @@ impl Backup {
             let at = c.entry(key).or_insert(0);
             *at = (*at).max(seq);
         }
+        self.confirmed_moved.notify_all();
+    }
+
+    /// Waits until the writer has synced `key`'s batch `seq` (hurrying it), at most `wait`:
+    /// whether it has. Blocks.
+    pub(crate) fn wait_confirmed(&self, key: &ObjectKey, seq: u64, wait: Duration) -> bool {
+        *Self::lock(&self.hurry) = true;
+        self.hurried.notify_one();
+        let deadline = std::time::Instant::now() + wait;
+        let mut c = Self::lock(&self.confirmed);
+        loop {
+            if c.get(key).is_some_and(|&at| at >= seq) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            c = self
+                .confirmed_moved
+                .wait_timeout(c, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// The writer's wait between rounds: `for` long, or until an object hurries it. Blocks.
+    fn nap(&self, time: Duration) {
+        let mut h = Self::lock(&self.hurry);
+        if !*h {
+            h = self
+                .hurried
+                .wait_timeout(h, time)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *h = false;
     }
 
     /// `key`'s chain broke in the writer (or its log is long enough): its next batch takes a

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use combd_fleet::segment::WalCursor;
 use combd_kernel::limits::{
-    BACKUP_CHECKPOINT_WAL_BYTES, BACKUP_SNAPSHOT_AFTER_BYTES, BACKUP_WAL_MAX_BYTES,
+    BACKUP_CHECKPOINT_WAIT, BACKUP_CHECKPOINT_WAL_BYTES, BACKUP_SNAPSHOT_AFTER_BYTES,
+    BACKUP_WAL_MAX_BYTES,
 };
 use std::sync::atomic::Ordering;
 
@@ -33,6 +34,10 @@ pub(crate) struct ObjectBackup {
     /// The salts of the WAL generation it last checkpointed (SQLite starts the WAL over from
     /// its top at the next write, new salts, the file as long as it was).
     restarted: Option<[u8; 8]>,
+    /// A checkpoint waits for the writer only once the WAL's generation is this long (after a
+    /// wait that failed, as much longer again: a writer that does not keep up costs a wait per
+    /// [`BACKUP_CHECKPOINT_WAL_BYTES`], not per batch).
+    wait_at: u64,
 }
 
 impl std::fmt::Debug for ObjectBackup {
@@ -74,6 +79,7 @@ impl ObjectBackup {
             based: false,
             since_base: 0,
             restarted: None,
+            wait_at: 0,
         };
         match backup.position(key) {
             Ok(Some(p)) => {
@@ -200,12 +206,23 @@ impl ObjectBackup {
         self.backup.stats.gaps.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Checkpoints the WAL if the backup holds every frame of it (a busy one is left for
-    /// later).
+    /// Checkpoints the WAL once the backup holds every frame of it, waiting for the writer
+    /// (hurried) at most [`BACKUP_CHECKPOINT_WAIT`] (a busy object's last batch is never held
+    /// already); else, or if a reader holds it back, at a later batch.
     fn checkpoint_if_held(&mut self, db: &rusqlite::Connection) {
-        if self.backup.confirmed(&self.key) + 1 < self.next {
+        let (last, used) = (self.next - 1, self.wal_used());
+        let held = self.backup.confirmed(&self.key) >= last
+            || (used >= self.wait_at
+                && self
+                    .backup
+                    .wait_confirmed(&self.key, last, BACKUP_CHECKPOINT_WAIT));
+        if !held {
+            if used >= self.wait_at {
+                self.wait_at = used + BACKUP_CHECKPOINT_WAL_BYTES;
+            }
             return;
         }
+        self.wait_at = 0;
         self.restart(db);
     }
 
@@ -375,6 +392,57 @@ mod tests {
         build(&Target::Dir(backup_dir.clone()), &key, At::Seq(3), &out).unwrap();
         assert_eq!(values(&out), vec![1, 2]);
         assert_eq!(b3.stats.gaps.load(Ordering::Relaxed), 0);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Past `BACKUP_CHECKPOINT_WAL_BYTES` of WAL, an object checkpoints only what its backup
+    /// holds: with its writer gone (nothing confirmed) the WAL grows on; with a writer, the WAL
+    /// starts over (new salts) at its next write, and a restore still has every batch.
+    #[test]
+    fn the_wal_is_checkpointed_past_its_bytes_only_once_the_backup_holds_it() {
+        let root = std::env::temp_dir().join(format!("combd-ckpt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("data")).unwrap();
+        let (backup_dir, db_path) = (root.join("backup"), root.join("data/x.sqlite"));
+        let wal = crate::object_files::sidecar(&db_path, "-wal");
+        let key = ObjectKey::new("a", "x");
+        let db = open_db(&db_path);
+        db.execute_batch("CREATE TABLE t (x INTEGER, pad BLOB);")
+            .unwrap();
+        let salts = || wal_salts(&wal).unwrap();
+        let write = |ob: &mut ObjectBackup, x: i64| {
+            // A quarter of the checkpoint's bytes a batch.
+            let pad = vec![x as u8; (BACKUP_CHECKPOINT_WAL_BYTES / 4) as usize];
+            db.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![x, pad])
+                .unwrap();
+            ob.after_batch(&db);
+        };
+        let lost = Backup::detached(&backup_dir);
+        let mut ob = ObjectBackup::open(&lost, &key, &db_path, &db);
+        write(&mut ob, 1);
+        let first = salts();
+        for x in 2..=6 {
+            write(&mut ob, x);
+        }
+        assert_eq!(salts(), first, "nothing held by a backup: no checkpoint");
+        assert!(std::fs::metadata(&wal).unwrap().len() > BACKUP_CHECKPOINT_WAL_BYTES);
+        drop(ob);
+        let b = Backup::start(
+            Target::Dir(backup_dir.clone()),
+            std::time::Duration::from_secs(3600),
+        )
+        .unwrap();
+        let mut ob = ObjectBackup::open(&b, &key, &db_path, &db);
+        // Its batch past the bytes waits for the writer to hold it, then checkpoints: the next
+        // write starts the WAL over.
+        write(&mut ob, 7);
+        write(&mut ob, 8);
+        assert_ne!(salts(), first, "held, the WAL started over");
+        write(&mut ob, 9);
+        wait_confirmed(&b, &key, ob.next - 1);
+        let out = root.join("restored.sqlite");
+        build(&Target::Dir(backup_dir.clone()), &key, At::Latest, &out).unwrap();
+        assert_eq!(values(&out), (1..=9).collect::<Vec<i64>>());
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -96,7 +96,7 @@ pub(super) fn run(backup: Arc<Backup>, items: mpsc::Receiver<Item>) {
         };
         // What comes within the round's interval shares its syncs (or its chunks).
         if first.is_some() {
-            std::thread::sleep(interval.saturating_sub(last_round.elapsed()));
+            w.backup.nap(interval.saturating_sub(last_round.elapsed()));
             last_round = Instant::now();
         }
         let round: Vec<Item> = first.into_iter().chain(items.try_iter()).collect();
