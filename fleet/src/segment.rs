@@ -157,7 +157,7 @@ pub struct WalCursor {
 /// Frames a cursor reads at first: what a batch commits is mostly a few frames, and a WAL that
 /// SQLite started over (a `RESTART` checkpoint) keeps the older generation's frames after the
 /// new one's, which are not read past (the read doubles while it finds only frames of its own).
-const FIRST_READ_FRAMES: u64 = 16;
+const FIRST_READ_FRAMES: u64 = 4;
 
 impl WalCursor {
     /// A cursor at the start of a WAL it has not read yet.
