@@ -1,6 +1,7 @@
 // combd-client: a WebSocket to a combd object that stays connected, says what state it is in,
 // and resumes where it left off. An ES module with no dependencies, for browsers and for
-// Node.js (22, or 20 with --experimental-websocket).
+// Node.js (22, or 20 with --experimental-websocket, or any runtime given a WebSocket class as
+// WebSocketImpl, e.g. the ws package's). README.md has the whole API; combd-client.d.ts its types.
 //
 //   import { connect } from "/combd-client.js";
 //   const room = connect("/o/chat/lobby", {
@@ -11,7 +12,13 @@
 //   });
 //   room.send({ t: "say", text: "hi" });
 //
-// States: connecting, live (a first message came on this connection; numbered: its position), reconnecting (waiting
+// Sending: send() while the connection is not open keeps the message (at most sendBuffer's
+// messages and bytes: { messages: 100, bytes: 1 MiB } by default) and sends what it kept, in
+// order, as the next connection opens; it answers false for one it could not keep (the buffer
+// full, or the client invalid or closed). client.buffered counts them; dropBuffered() drops them.
+//
+// States: connecting, open (the WebSocket is open, nothing came on it yet), live (a first
+// message came on this connection; numbered: its position), reconnecting (waiting
 // out a jittered backoff: 0.5 s doubling to 30 s, back to 0.5 s once a connection delivers a
 // message), busy (the node is full or asked to try later: 503 with retry-after, 1013),
 // invalid (the request itself is wrong: 400, 404; no retry), unauthorized (401: the token is
@@ -149,7 +156,8 @@ function numbering(s, { onPosition, onPresence, gap, delivered }) {
 
 /**
  * Connects to `path` (an object's URL path, or a whole ws:// or wss:// URL) and keeps the
- * connection up. Returns { send, close, retryNow, setToken, state, lastClose, attempts }.
+ * connection up. Returns { send, dropBuffered, close, retryNow, setToken, state, lastClose, attempts,
+ * buffered, place, presence, unlisted }.
  */
 export function connect(path, options = {}) {
   const {
@@ -169,7 +177,16 @@ export function connect(path, options = {}) {
     WebSocketImpl = globalThis.WebSocket,
     fetchImpl = globalThis.fetch,
     random = Math.random,
+    sendBuffer = { messages: 100, bytes: 1 << 20 },
   } = options;
+  if (typeof WebSocketImpl !== "function") {
+    throw new TypeError(
+      "combd-client: this runtime has no WebSocket: use Node.js 22 or newer (20 with " +
+      "--experimental-websocket), or pass one as WebSocketImpl (e.g. the ws package's WebSocket)",
+    );
+  }
+  const kept = []; // what send() kept while the connection was not open
+  let keptBytes = 0;
   let token = firstToken;
   let ws = null;
   let failures = 0;
@@ -179,7 +196,7 @@ export function connect(path, options = {}) {
   let restarting = false; // the last connection that opened was closed with 1001
   const client = {
     state: "connecting", lastClose: null, attempts: 0, place: null,
-    presence: new Map(), unlisted: 0,
+    presence: new Map(), unlisted: 0, buffered: 0,
   };
 
   function setState(state, why = "", info = {}) {
@@ -247,6 +264,7 @@ export function connect(path, options = {}) {
       // A URL no WebSocket can have: the request itself is wrong.
       attempting = false;
       ws = null;
+      client.dropBuffered();
       setState("invalid", err.message);
       return;
     }
@@ -257,7 +275,10 @@ export function connect(path, options = {}) {
       if (raw) {
         delivered();
         onOpen();
+        return;
       }
+      setState("open");
+      flush();
     };
     const read = numbering(client, {
       onPosition, onPresence, delivered: () => delivered(), gap: () => ws.close(4001, "a gap: resuming"),
@@ -314,6 +335,7 @@ export function connect(path, options = {}) {
           ? { state: "reconnecting", why: CLOSE_REASONS[1001] }
           : readRefusal(answer.status, answer.retryAfter, answer.error);
         if (r && (r.state === "unauthorized" || r.state === "invalid")) {
+          if (r.state === "invalid") client.dropBuffered();
           setState(r.state, r.why, info);
           return;
         }
@@ -336,15 +358,42 @@ export function connect(path, options = {}) {
     };
   }
 
+  // Sends what send() kept, in order, on the connection that just opened.
+  function flush() {
+    while (kept.length > 0 && ws && ws.readyState === 1) ws.send(kept.shift());
+    keptBytes = kept.reduce((n, m) => n + m.length, 0);
+    client.buffered = kept.length;
+  }
+
   client.send = (message) => {
-    if (!ws || ws.readyState !== 1) return false;
-    ws.send(typeof message === "string" ? message : JSON.stringify(message));
+    const text = typeof message === "string" ? message : JSON.stringify(message);
+    if (ws && ws.readyState === 1) {
+      ws.send(text);
+      return true;
+    }
+    // A raw connection's messages are its subscriptions' own (they subscribe again as it
+    // opens); a client that will not connect again keeps nothing.
+    const never = stopped || client.state === "invalid";
+    if (raw || never || kept.length >= sendBuffer.messages || keptBytes + text.length > sendBuffer.bytes) {
+      return false;
+    }
+    kept.push(text);
+    keptBytes += text.length;
+    client.buffered = kept.length;
     return true;
+  };
+  client.dropBuffered = () => {
+    const n = kept.length;
+    kept.length = 0;
+    keptBytes = 0;
+    client.buffered = 0;
+    return n;
   };
   client.close = () => {
     stopped = true;
     clearTimeout(timer);
     if (ws) ws.close(1000);
+    client.dropBuffered();
     setState("closed");
   };
   client.retryNow = () => {

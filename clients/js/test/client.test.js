@@ -31,7 +31,7 @@ function fakeSockets(plan) {
         } else {
           this.readyState = 1;
           this.onopen?.();
-          this.onmessage?.({ data: JSON.stringify(does) });
+          if (does !== "silent") this.onmessage?.({ data: JSON.stringify(does) });
         }
       });
     }
@@ -44,6 +44,40 @@ function fakeSockets(plan) {
   }
   return { Fake, sockets };
 }
+
+test("what is sent while the connection is not open is kept, bounded, and sent in order as the next one opens", async () => {
+  // The first socket is refused (no answer: a retry), the second opens and says nothing.
+  const { Fake, sockets } = fakeSockets((n) => (n === 1 ? "refused" : "silent"));
+  const states = [];
+  const waiters = [];
+  const c = connect("/o/echo/x", {
+    base: "http://127.0.0.2:9/", WebSocketImpl: Fake, random: () => 0,
+    fetchImpl: async () => { throw new TypeError("fetch failed"); },
+    sendBuffer: { messages: 2, bytes: 100 },
+    onState: (state) => { states.push(state); waiters.forEach((w) => w()); },
+  });
+  assert.equal(c.send({ n: 1 }), true);
+  assert.equal(c.send("two"), true);
+  assert.equal(c.send("three"), false, "past sendBuffer.messages");
+  assert.equal(c.buffered, 2);
+  await until("open", waiters, () => c.state === "open");
+  assert.deepEqual(sockets[1].sent, ['{"n":1}', "two"]);
+  assert.equal(c.buffered, 0);
+  // Open is not live: nothing came on this connection yet.
+  assert.ok(!states.includes("live"), `${states}`);
+  assert.equal(c.send("now"), true);
+  assert.deepEqual(sockets[1].sent.at(-1), "now");
+  sockets[1].close(1006);
+  assert.equal(c.send("x".repeat(101)), false, "past sendBuffer.bytes");
+  assert.equal(c.send("kept"), true);
+  assert.equal(c.dropBuffered(), 1);
+  c.close();
+  assert.equal(c.send("after close"), false);
+  // No WebSocket at all: a clear error, not "WebSocketImpl is not a constructor".
+  // (null stands for a runtime with none: undefined would take the default, the global one.)
+  assert.throws(() => connect("/o/echo/x", { WebSocketImpl: null, base: "http://127.0.0.2:9/" }),
+    /no WebSocket.*WebSocketImpl/);
+});
 
 test("a refused upgrade's HTTP answer says the state", async () => {
   assert.equal(refusal(401).state, "unauthorized");
@@ -79,9 +113,9 @@ test("a refused upgrade's HTTP answer says the state", async () => {
   sockets[0].close(1001);
   assert.deepEqual(states.at(-1).info, { code: 1001, reason: "the node is restarting", wait: 250 });
   assert.equal(states.at(-1).why, "the node is restarting; retrying in 0.3 s");
-  await until("the second attempt's end", waiters, () => states.length >= 4);
-  assert.deepEqual(states.map((s) => s.state), ["connecting", "live", "reconnecting", "reconnecting"]);
-  assert.deepEqual(states[3].info, { status: 0, reason: "the node is restarting", wait: 500 });
+  await until("the second attempt's end", waiters, () => states.length >= 5);
+  assert.deepEqual(states.map((s) => s.state), ["connecting", "open", "live", "reconnecting", "reconnecting"]);
+  assert.deepEqual(states[4].info, { status: 0, reason: "the node is restarting", wait: 500 });
   assert.deepEqual(attempts, [[1, "connecting"], [2, "reconnecting"]]);
   assert.equal(sockets.length, 2);
   c.retryNow(); // while a retry waits: now
