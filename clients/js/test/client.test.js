@@ -3,7 +3,19 @@
 // with `node --experimental-websocket --test`): COMBD_URL, COMBD_TOKEN_ALICE, COMBD_TOKEN_BOB.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { backoff, connect, multiplex, refusal } from "../combd-client.js";
+import { cjs } from "../build-cjs.mjs";
+
+test("the CommonJS form is the module's, as build-cjs.mjs writes it, and require() takes it", () => {
+  const source = readFileSync(new URL("../combd-client.js", import.meta.url), "utf8");
+  const written = readFileSync(new URL("../combd-client.cjs", import.meta.url), "utf8");
+  assert.equal(written, cjs(source), "combd-client.cjs is stale: run `node build-cjs.mjs`");
+  const required = createRequire(import.meta.url)("../combd-client.cjs");
+  assert.deepEqual(Object.keys(required).sort(), ["CLOSE_REASONS", "backoff", "connect", "multiplex", "refusal", "split"]);
+  assert.equal(required.backoff(4, { random: () => 1 }), backoff(4, { random: () => 1 }));
+});
 
 test("the backoff doubles from 0.5 s to 30 s, jittered to between half and all of it", () => {
   assert.equal(backoff(1, { random: () => 1 }), 500);
