@@ -58,10 +58,12 @@ fn the_javascript_client_passes_its_tests_against_a_live_node() {
     assert!(text.contains("# pass 10"), "every test ran: {text}");
 }
 
-/// `tsc` on PATH, or where `.ci/run` installs it (`~/.cache/combd/typescript`).
+/// `tsc` on PATH, or where `.ci/run` installs it (`${XDG_CACHE_HOME:-~/.cache}/combd/typescript`).
 fn tsc() -> Option<std::path::PathBuf> {
-    let cached = std::env::var_os("HOME")
-        .map(|h| std::path::PathBuf::from(h).join(".cache/combd/typescript/node_modules/.bin/tsc"));
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")));
+    let cached = cache.map(|c| c.join("combd/typescript/node_modules/.bin/tsc"));
     let on_path = Command::new("tsc")
         .arg("--version")
         .output()
