@@ -35,10 +35,7 @@ struct Args {
 impl Args {
     /// Reads the arguments; `None` after a usage error (printed).
     fn parse(args: &[String]) -> Option<Args> {
-        let mut port: u16 = std::env::var("COMBD_LISTEN")
-            .ok()
-            .and_then(|l| l.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
-            .unwrap_or(8080);
+        let mut port: u16 = local_port();
         let (mut after, mut limit, mut json, mut words) = (None, None, false, Vec::new());
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -93,6 +90,15 @@ pub fn run(args: &[String]) -> i32 {
 }
 
 /// Prints a subcommand's output (a reader that went away is no failure), or its error on
+/// The port of the node's localhost listener as this shell's `COMBD_LISTEN` names it (`ip:port`,
+/// `:port` or `port`, as the node reads it), else 8080: where the subcommands ask.
+pub(crate) fn local_port() -> u16 {
+    std::env::var("COMBD_LISTEN")
+        .ok()
+        .and_then(|l| combd_kernel::settings::parse_listen(&l).ok())
+        .map_or(8080, |a| a.port())
+}
+
 /// stderr; its exit status: 0, or 1 for an error.
 pub(crate) fn finish(name: &str, out: Result<String, String>) -> i32 {
     match out {

@@ -36,10 +36,7 @@ enum Command {
 
 /// Reads the arguments; `None` after a usage error.
 fn parse(args: &[String]) -> Option<(Command, u16, bool)> {
-    let mut port: u16 = std::env::var("COMBD_LISTEN")
-        .ok()
-        .and_then(|l| l.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
-        .unwrap_or(8080);
+    let mut port: u16 = crate::objects::local_port();
     let (mut at, mut into, mut backup, mut data) = (None, None, None, None);
     let (mut all, mut list, mut json, mut object) = (false, false, false, None);
     let mut it = args.iter();

@@ -281,10 +281,7 @@ pub fn run(args: &[String]) -> i32 {
 /// The port to ask (`--port`, else `COMBD_LISTEN`'s, else 8080), and `--once` and `--json`;
 /// `None` after saying on stderr what is wrong with them.
 fn parse_args(args: &[String]) -> Option<(u16, bool, bool)> {
-    let mut port: u16 = std::env::var("COMBD_LISTEN")
-        .ok()
-        .and_then(|l| l.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
-        .unwrap_or(8080);
+    let mut port: u16 = crate::objects::local_port();
     let (mut once, mut json) = (false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {

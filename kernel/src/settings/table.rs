@@ -16,8 +16,9 @@ settings_table! {
             parse: parse_listen,
             unit: Text,
             limit: none,
-            meaning: "public address:port of the HTTP/WebSocket listener (port 0 picks a free port); \
-                      127.0.0.1 on the same port is always served too (the localhost listener)",
+            meaning: "public address:port of the HTTP/WebSocket listener (:8080 or 8080 alone: \
+                      0.0.0.0:8080; port 0 picks a free port); 127.0.0.1 on the same port is always \
+                      served too (the localhost listener)",
         }
         /// `COMBD_DATA`.
         data_dir: PathBuf {

@@ -146,13 +146,21 @@ pub fn parse_access_log(text: &str) -> Result<AccessLogSink, String> {
     }
 }
 
-/// Parses a listen address `ip:port`. The localhost listener owns `127.0.0.1`, so the public
-/// address may not be it.
+/// Parses a listen address `ip:port`, or `:port` / `port` for `0.0.0.0:port` (as Caddy and
+/// nginx take them). The localhost listener owns `127.0.0.1`, so the public address may not be
+/// it.
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    let addr: SocketAddr = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not an address:port (e.g. 0.0.0.0:8080)"))?;
+    let t = text.trim();
+    // `:8080` and `8080` (as Caddy and nginx take them): every IPv4 address.
+    let port = t.strip_prefix(':').unwrap_or(t);
+    let addr: SocketAddr = match port.parse::<u16>() {
+        Ok(port) => SocketAddr::from(([0, 0, 0, 0], port)),
+        Err(_) => t.parse().map_err(|_| {
+            format!(
+                "{text:?} is not an address:port (e.g. 0.0.0.0:8080, or :8080 for every address)"
+            )
+        })?,
+    };
     if addr.ip() == std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
         return Err(
             "127.0.0.1 is the localhost listener's address, which is always served on \

@@ -154,7 +154,8 @@ fn zero_and_garbage_fail_naming_the_setting() {
         ("COMBD_INBOUND_BUDGET", "a lot"),
         ("COMBD_SHARDS", "0"),
         ("COMBD_SHARDS", "3"),
-        ("COMBD_LISTEN", "8080"),
+        ("COMBD_LISTEN", "80800"),
+        ("COMBD_LISTEN", ":http"),
         ("COMBD_LISTEN", "127.0.0.1:8080"),
         ("COMBD_LOG", " "),
         ("COMBD_DATA", ""),
@@ -548,4 +549,15 @@ fn allowed_origins_default_to_the_requests_own_host_and_take_a_list_or_star() {
             "http://localhost:3000".to_string()
         ])
     );
+}
+
+/// `:8080` and `8080`, as Caddy and nginx take a listen address: every IPv4 address.
+#[test]
+fn a_listen_port_alone_is_every_address() {
+    for given in [":8080", "8080", " 8080 ", "0.0.0.0:8080"] {
+        let s = load(&[("COMBD_LISTEN", given)], &[]).unwrap();
+        assert_eq!(s.listen.to_string(), "0.0.0.0:8080", "{given:?}");
+    }
+    let s = load(&[], &["--listen", ":9090"]).unwrap();
+    assert_eq!(s.listen.to_string(), "0.0.0.0:9090");
 }
