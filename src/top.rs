@@ -1,5 +1,7 @@
-//! `combd top`: a live per-shard view of the localhost `/stats`, redrawn every second.
-//! `--once` prints one snapshot and exits (scriptable); `--json` passes the raw stats through.
+//! `combd top`: a live per-shard view of the localhost `/stats`, redrawn every second, with
+//! the rates of its counters over the last second (requests, batches, refusals a second).
+//! `--once` prints one snapshot, its rates over a second, and exits (scriptable); `--json`
+//! passes the raw stats through.
 //! Refusal states are highlighted when the output is a terminal. The live view retries while
 //! the node is unreachable, quits on `q`, and stops when its stdout closes.
 
@@ -37,12 +39,31 @@ fn mb(v: &serde_json::Value) -> String {
     }
 }
 
-/// Renders one snapshot. `color` highlights refusal states.
-pub fn render(s: &serde_json::Value, color: bool) -> String {
+/// The snapshot before, and how long before: what the rates are taken over.
+pub type Before<'a> = Option<(&'a serde_json::Value, Duration)>;
+
+/// Renders one snapshot, with the rates since `before` ("-" without it). `color` highlights
+/// refusal states.
+pub fn render(s: &serde_json::Value, before: Before<'_>, color: bool) -> String {
     let style = Style { color };
-    let mut out = node_lines(s, style);
-    out.push_str(&shard_table(s, style));
+    let mut out = node_lines(s, before, style);
+    out.push_str(&shard_table(s, before, style));
     out
+}
+
+/// How much `at(now)` grew a second since `before` (a counter), "-" without it.
+fn rate(
+    now: &serde_json::Value,
+    before: Before<'_>,
+    at: impl Fn(&serde_json::Value) -> &serde_json::Value,
+) -> String {
+    match before {
+        Some((b, took)) if took.as_secs_f64() > 0.0 => {
+            let grew = u(at(now)).saturating_sub(u(at(b)));
+            format!("{:.0}", grew as f64 / took.as_secs_f64())
+        }
+        _ => "-".to_string(),
+    }
 }
 
 /// How a figure that needs attention is shown: bold red on a terminal.
@@ -69,7 +90,7 @@ fn u(v: &serde_json::Value) -> u64 {
 
 /// The node's three lines: version, uptime and whether it accepts; memory, pressure,
 /// connections and disk; the refusals.
-fn node_lines(s: &serde_json::Value, style: Style) -> String {
+fn node_lines(s: &serde_json::Value, before: Before<'_>, style: Style) -> String {
     let mut out = String::new();
     let refusing = u(&s["tcp_refusing"]) == 1;
     out.push_str(&format!(
@@ -111,18 +132,38 @@ fn node_lines(s: &serde_json::Value, style: Style) -> String {
             )
         ),
     ));
+    let sum = |v: &serde_json::Value, field: &str| -> u64 {
+        v["shards"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|sh| u(&sh[field]))
+            .sum()
+    };
+    // A counter of every shard's, a second.
+    let totals = |field: &str| match before {
+        Some((b, took)) if took.as_secs_f64() > 0.0 => {
+            let grew = sum(s, field).saturating_sub(sum(b, field));
+            format!("{:.0}", grew as f64 / took.as_secs_f64())
+        }
+        _ => "-".to_string(),
+    };
     out.push_str(&format!(
-        "refused late {}  listen stops {}  mailbox refused {}  session drops {}\n\n",
+        "requests/s {}  batches/s {}  refused late {} ({}/s)  listen stops {}  mailbox refused {} ({}/s)  session drops {}\n\n",
+        totals("requests"),
+        totals("batches"),
         u(&s["refused_late"]),
+        rate(s, before, |v| &v["refused_late"]),
         u(&s["listen_stops"]),
         u(&s["mailbox_refused"]),
+        rate(s, before, |v| &v["mailbox_refused"]),
         u(&s["session_mailbox_dropped"])
     ));
     out
 }
 
 /// A line a shard, under a header.
-fn shard_table(s: &serde_json::Value, style: Style) -> String {
+fn shard_table(s: &serde_json::Value, before: Before<'_>, style: Style) -> String {
     let mut out = format!(
         "{:>5} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>5}\n",
         "shard",
@@ -134,11 +175,12 @@ fn shard_table(s: &serde_json::Value, style: Style) -> String {
         "behind",
         "listen",
         "mbox_ref",
-        "batches",
-        "requests",
+        "batch/s",
+        "req/s",
         "lag"
     );
-    for sh in s["shards"].as_array().into_iter().flatten() {
+    for (i, sh) in s["shards"].as_array().into_iter().flatten().enumerate() {
+        let was = before.and_then(|(b, took)| Some((b["shards"].get(i)?, took)));
         let behind = u(&sh["behind"]) == 1;
         let listening = u(&sh["listening"]) == 1;
         out.push_str(&format!(
@@ -152,8 +194,8 @@ fn shard_table(s: &serde_json::Value, style: Style) -> String {
             style.flag(behind, if behind { "YES" } else { "no" }),
             style.flag(!listening, if listening { "yes" } else { "NO" }),
             u(&sh["mailbox_refused"]),
-            u(&sh["batches"]),
-            u(&sh["requests"]),
+            rate(sh, was, |v| &v["batches"]),
+            rate(sh, was, |v| &v["requests"]),
             format!("{}ms", u(&sh["lag_ms"])),
         ));
     }
@@ -234,7 +276,15 @@ pub fn run(args: &[String]) -> i32 {
     if once {
         let text = match fetch(port) {
             Ok(s) if json => format!("{s}\n"),
-            Ok(s) => render(&s, color),
+            Ok(first) => {
+                // The rates over a second.
+                let started = std::time::Instant::now();
+                std::thread::sleep(Duration::from_secs(1));
+                match fetch(port) {
+                    Ok(s) => render(&s, Some((&first, started.elapsed())), color),
+                    Err(_) => render(&first, None, color),
+                }
+            }
             Err(e) => {
                 eprintln!("combd top: {e}");
                 return 1;
@@ -248,10 +298,16 @@ pub fn run(args: &[String]) -> i32 {
     }
     let (quit, quitting) = mpsc::channel();
     let _raw = watch_for_quit(&quit);
+    let mut last: Option<(serde_json::Value, std::time::Instant)> = None;
     loop {
         let text = match fetch(port) {
             Ok(s) if json => Some(format!("{s}\n")),
-            Ok(s) => Some(render(&s, color)),
+            Ok(s) => {
+                let before = last.as_ref().map(|(b, at)| (b, at.elapsed()));
+                let text = render(&s, before, color);
+                last = Some((s, std::time::Instant::now()));
+                Some(text)
+            }
             Err(e) => {
                 let line = format!("combd top: node unreachable ({e}), retrying\n");
                 if json {
@@ -302,4 +358,33 @@ fn parse_args(args: &[String]) -> Option<(u16, bool, bool)> {
         }
     }
     Some((port, once, json))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counters are shown as rates over the time between two snapshots; without one before,
+    /// as "-".
+    #[test]
+    fn counters_show_as_rates_a_second() {
+        let at = |requests: u64, batches: u64, refused: u64| {
+            serde_json::json!({
+                "refused_late": refused,
+                "shards": [{ "shard": 0, "requests": requests, "batches": batches }],
+            })
+        };
+        let (before, now) = (at(100, 10, 0), at(400, 70, 6));
+        let text = render(&now, Some((&before, Duration::from_secs(2))), false);
+        assert!(text.contains("requests/s 150  batches/s 30"), "{text}");
+        assert!(text.contains("refused late 6 (3/s)"), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some("0"))
+            .unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(&cells[9..11], ["30", "150"], "{row}");
+        let alone = render(&now, None, false);
+        assert!(alone.contains("requests/s -  batches/s -"), "{alone}");
+    }
 }
