@@ -13,8 +13,14 @@
 //! handler, most simply by linking `std` (which `wasm32-unknown-unknown` has, importing
 //! nothing from the host: a panic is a trap, which fails the input).
 //!
-//! Builds with Rust 1.63 (Debian's `rustc` with `libstd-rust-dev-wasm32`):
-//! `examples/wasm/build-rust.sh`.
+//! Builds with today's stable Rust as rustup has it (`rustup target add wasm32-unknown-unknown`,
+//! then `cargo build --release --target wasm32-unknown-unknown` in a project that depends on it:
+//! `examples/wasm/rust-app/`), and with Rust 1.63 (Debian's `rustc` with
+//! `libstd-rust-dev-wasm32`): `examples/wasm/build-rust.sh`.
+//!
+//! Helpers beside the ABI: [`query`] (a query parameter, percent-decoded), [`percent_decode`],
+//! [`header`] (a declared header field), [`json_string`] (a string as JSON), and [`log_panic`]
+//! (a panic's message into the call's log, from `std::panic::set_hook`).
 
 #![no_std]
 #![deny(missing_docs)]
@@ -395,4 +401,81 @@ pub fn c_string(mut s: String) -> *const u8 {
     let p = s.as_ptr();
     core::mem::forget(s);
     p
+}
+
+/// `text` with its `%XX` escapes decoded, and with `+` as a space when `plus` (a query's
+/// form encoding); `None` for a bad escape or bytes that are not UTF-8.
+pub fn percent_decode(text: &str, plus: bool) -> Option<String> {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = core::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' if plus => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The query parameter `name` of the current request, decoded (`+` is a space); the first if
+/// it is given more than once; `Some("")` for one given without a value; `None` if absent (or
+/// not decodable).
+pub fn query(name: &str) -> Option<String> {
+    let q = input_text(Part::Query)?;
+    q.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (percent_decode(k, true)? == name).then(|| percent_decode(v, true))?
+    })
+}
+
+/// The header field `name` of the current request (compared without case), if the app declared
+/// it (`headers` export) and the request has it.
+pub fn header(name: &str) -> Option<String> {
+    let all = input_text(Part::Headers)?;
+    all.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| String::from(v.trim()))
+    })
+}
+
+/// `s` as a JSON string, quoted and escaped.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                out.push_str(&alloc::format!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Writes a panic's message (what `std::panic::set_hook` is given, which displays as it) to the
+/// call's log, so it is not lost with the trap that follows. In a module that links `std`:
+///
+/// ```ignore
+/// std::panic::set_hook(Box::new(|info| combd_guest::log_panic(info)));
+/// ```
+pub fn log_panic(info: &dyn core::fmt::Display) {
+    // Today's std says `panicked at <file>:<line>:<col>:` and the message on the next line.
+    log(&alloc::format!("{info}").replace('\n', " "));
 }
