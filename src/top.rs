@@ -51,19 +51,24 @@ pub fn render(s: &serde_json::Value, before: Before<'_>, color: bool) -> String 
     out
 }
 
-/// How much `at(now)` grew a second since `before` (a counter), "-" without it.
-fn rate(
-    now: &serde_json::Value,
-    before: Before<'_>,
-    at: impl Fn(&serde_json::Value) -> &serde_json::Value,
-) -> String {
+/// How much a counter grew a second: from `before` (its value, and how long ago) to `now`;
+/// "-" without a value before.
+fn per_second(now: u64, before: Option<(u64, Duration)>) -> String {
     match before {
-        Some((b, took)) if took.as_secs_f64() > 0.0 => {
-            let grew = u(at(now)).saturating_sub(u(at(b)));
-            format!("{:.0}", grew as f64 / took.as_secs_f64())
+        Some((was, took)) if took.as_secs_f64() > 0.0 => {
+            format!("{:.0}", now.saturating_sub(was) as f64 / took.as_secs_f64())
         }
         _ => "-".to_string(),
     }
+}
+
+/// [`per_second`] of the counter `at` picks from a snapshot, since the one `before`.
+fn rate(
+    now: &serde_json::Value,
+    before: Before<'_>,
+    at: impl Fn(&serde_json::Value) -> u64,
+) -> String {
+    per_second(at(now), before.map(|(b, took)| (at(b), took)))
 }
 
 /// How a figure that needs attention is shown: bold red on a terminal.
@@ -132,6 +137,12 @@ fn node_lines(s: &serde_json::Value, before: Before<'_>, style: Style) -> String
             )
         ),
     ));
+    out.push_str(&rates_line(s, before));
+    out
+}
+
+/// The node's counters over all shards a second, and its refusals (totals, and a second).
+fn rates_line(s: &serde_json::Value, before: Before<'_>) -> String {
     let sum = |v: &serde_json::Value, field: &str| -> u64 {
         v["shards"]
             .as_array()
@@ -141,25 +152,18 @@ fn node_lines(s: &serde_json::Value, before: Before<'_>, style: Style) -> String
             .sum()
     };
     // A counter of every shard's, a second.
-    let totals = |field: &str| match before {
-        Some((b, took)) if took.as_secs_f64() > 0.0 => {
-            let grew = sum(s, field).saturating_sub(sum(b, field));
-            format!("{:.0}", grew as f64 / took.as_secs_f64())
-        }
-        _ => "-".to_string(),
-    };
-    out.push_str(&format!(
+    let totals = |field: &str| rate(s, before, |v| sum(v, field));
+    format!(
         "requests/s {}  batches/s {}  refused late {} ({}/s)  listen stops {}  mailbox refused {} ({}/s)  session drops {}\n\n",
         totals("requests"),
         totals("batches"),
         u(&s["refused_late"]),
-        rate(s, before, |v| &v["refused_late"]),
+        rate(s, before, |v| u(&v["refused_late"])),
         u(&s["listen_stops"]),
         u(&s["mailbox_refused"]),
-        rate(s, before, |v| &v["mailbox_refused"]),
+        rate(s, before, |v| u(&v["mailbox_refused"])),
         u(&s["session_mailbox_dropped"])
-    ));
-    out
+    )
 }
 
 /// A line a shard, under a header.
@@ -194,8 +198,8 @@ fn shard_table(s: &serde_json::Value, before: Before<'_>, style: Style) -> Strin
             style.flag(behind, if behind { "YES" } else { "no" }),
             style.flag(!listening, if listening { "yes" } else { "NO" }),
             u(&sh["mailbox_refused"]),
-            rate(sh, was, |v| &v["batches"]),
-            rate(sh, was, |v| &v["requests"]),
+            rate(sh, was, |v| u(&v["batches"])),
+            rate(sh, was, |v| u(&v["requests"])),
             format!("{}ms", u(&sh["lag_ms"])),
         ));
     }
