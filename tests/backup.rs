@@ -220,6 +220,26 @@ fn ten_thousand_writes_restore_to_any_moment_row_for_row() {
     assert_eq!(&state(&node, "o3-last"), &histories[3].last().unwrap().1);
 }
 
+/// Restores each object of `histories` to 3 random moments the backup held before a kill (its
+/// first `held` writes, settled then) and 3 after the restart (its writes from `after` on), and
+/// checks each against its history.
+fn check_around_a_kill(
+    node: &TestNode,
+    histories: &[History],
+    seed: u64,
+    (held, after): (u64, usize),
+) {
+    let mut rng = Rng(seed);
+    for (i, h) in histories.iter().enumerate() {
+        for k in 0..3 {
+            let at = h[rng.below(held) as usize].0;
+            check_moment(node, &format!("o{i}"), h, at, &format!("b{k}"));
+            let at = h[after + rng.below((h.len() - after) as u64) as usize].0;
+            check_moment(node, &format!("o{i}"), h, at, &format!("a{k}"));
+        }
+    }
+}
+
 /// Writes `n` more to each of `histories`' objects, `o0`, `o1`, …, at once.
 fn writes_to_all(node: &TestNode, histories: &mut [History], n: usize, seed: u64) {
     std::thread::scope(|s| {
@@ -246,16 +266,7 @@ fn a_kill_during_the_writes_skips_nothing_and_a_whole_node_restores() {
     let node = start(Some(data), &backup);
     writes_to_all(&node, &mut histories, 100, 991);
     settled(&node);
-    let mut rng = Rng(0xcafe);
-    for (i, h) in histories.iter().enumerate() {
-        // Moments the backup held before the kill, and moments after the restart.
-        for k in 0..3 {
-            let at = h[rng.below(100) as usize].0;
-            check_moment(&node, &format!("o{i}"), h, at, &format!("b{k}"));
-            let at = h[150 + rng.below(100) as usize].0;
-            check_moment(&node, &format!("o{i}"), h, at, &format!("a{k}"));
-        }
-    }
+    check_around_a_kill(&node, &histories, 0xcafe, (100, 150));
     // The disk lost: the whole node from its backup, onto an empty data directory. The
     // backup held everything (its queue was empty): every object is as it was last.
     let data = node.kill9();
@@ -415,15 +426,7 @@ fn a_bucket_backup_restores_any_moment_and_takes_back_only_what_the_node_sealed(
     writes_to_all(&node, &mut histories, 40, 4242);
     settled(&node);
     assert_eq!(node.stats()["backup_errors"], 0);
-    let mut rng = Rng(0xb0c7);
-    for (i, h) in histories.iter().enumerate() {
-        for k in 0..3 {
-            let before = h[rng.below(40) as usize].0;
-            check_moment(&node, &format!("o{i}"), h, before, &format!("b{k}"));
-            let after = h[60 + rng.below(40) as usize].0;
-            check_moment(&node, &format!("o{i}"), h, after, &format!("a{k}"));
-        }
-    }
+    check_around_a_kill(&node, &histories, 0xb0c7, (40, 60));
     // A base planted in the bucket, newer than the node's: not sealed with the backup key, so
     // refused rather than restored.
     let planted = format!(
