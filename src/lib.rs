@@ -32,6 +32,7 @@ pub mod apps;
 mod check;
 mod coordinator;
 mod failure;
+mod new;
 mod notify;
 mod objects;
 mod restore;

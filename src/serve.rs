@@ -21,7 +21,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tracing::{error, info, warn};
 
 use crate::failure::{fail, Failure};
-use crate::{apps, check, coordinator, notify, objects, restore, token, top};
+use crate::{apps, check, coordinator, new, notify, objects, restore, token, top};
 
 /// Runs the node (or its `top`, `token`, `--check-config`, `--help` and `--version`) with the
 /// built-in apps ([`apps::builtin`]) and those `extra` registers beside them, before the
@@ -33,6 +33,7 @@ pub fn main(extra: fn(&Apps)) {
         Some("token") => std::process::exit(token::run(&args[1..])),
         Some("objects") => std::process::exit(objects::run(&args[1..])),
         Some("restore") => std::process::exit(restore::run(&args[1..])),
+        Some("new") => std::process::exit(new::run(&args[1..])),
         _ => {}
     }
     // Output to stdout stops quietly when its reader goes away (`combd --help | head -1`):

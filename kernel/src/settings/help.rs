@@ -34,7 +34,8 @@ pub fn help_text() -> String {
          list, inspect, query (read-only) and delete objects, over the localhost /objects\n  \
          combd restore <app>/<name> --at <latest|batch|time> [--as <name>] | --all --backup B --data D\n      \
          an object from the backup (COMBD_BACKUP), in place or into a new name; a whole node offline\n  \
-         combd token --sub <subject> [--name N] [--ttl D] [--app A]   a token the node takes (development)\n",
+         combd token --sub <subject> [--name N] [--ttl D] [--app A]   a token the node takes (development)\n  \
+         combd new <app> [--lang wat|rust|c] [--dir D]   a working app module to start from, in a new directory\n",
     );
     out
 }

@@ -1,9 +1,10 @@
-//! greet: a combd app module in Rust, as a Cargo project (`examples/wasm/rust-app/`), built
-//! with stable Rust for `wasm32-unknown-unknown`. Each object counts its visitors:
+//! A combd app module in Rust, as a Cargo project built with stable Rust for
+//! `wasm32-unknown-unknown` (`examples/wasm/rust-app/`, app `greet`; what `combd new <app>
+//! --lang rust` writes). Each object counts its visitors:
 //!
-//! - `POST /o/greet/<name>?who=<someone>` (the query percent-decoded, `+` a space) counts a
+//! - `POST /o/<app>/<name>?who=<someone>` (the query percent-decoded, `+` a space) counts a
 //!   visit and answers `{"hello":"<someone>","visits":n}`;
-//! - `GET /o/greet/<name>` answers `{"visits":n}`;
+//! - `GET /o/<app>/<name>` answers `{"visits":n}`;
 //! - a `who` longer than 64 bytes panics: the input fails (a trap) and the panic's message is in
 //!   the call's log (`log_panic`).
 
