@@ -137,13 +137,34 @@ fn check_moment(node: &TestNode, name: &str, history: &History, at: u64, tag: &s
     }
 }
 
-/// `combd restore --all` of `backup` into the data directory `data`, with no node running.
-fn restore_all(backup: &std::path::Path, data: &std::path::Path) -> std::process::Output {
+/// `combd restore --all` of `backup` (a directory, or `s3://…` with its settings in `env`) into
+/// the data directory `data`, with no node running.
+fn restore_all(backup: &str, data: &std::path::Path, env: &[(&str, &str)]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
-        .args(["restore", "--all", "--backup", backup.to_str().unwrap()])
+        .args(["restore", "--all", "--backup", backup])
         .args(["--data", data.to_str().unwrap()])
+        .envs(env.iter().copied())
         .output()
         .unwrap()
+}
+
+/// [`restore_all`], which must succeed: what it said.
+fn restored_whole(backup: &str, data: &std::path::Path, env: &[(&str, &str)]) -> String {
+    let out = restore_all(backup, data, env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Each object `<prefix><i>` of `histories` on `node` is as its history ends.
+fn each_as_last(node: &TestNode, histories: &[History], prefix: &str) {
+    for (i, h) in histories.iter().enumerate() {
+        let name = format!("{prefix}{i}");
+        assert_eq!(&state(node, &name), &h.last().unwrap().1, "{name}");
+    }
 }
 
 /// Waits until the backup's writer holds everything queued.
@@ -271,28 +292,17 @@ fn a_kill_during_the_writes_skips_nothing_and_a_whole_node_restores() {
     // backup held everything (its queue was empty): every object is as it was last.
     let data = node.kill9();
     let restored = backup_dir("kill-data");
-    let out = restore_all(&backup, &restored);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let said = String::from_utf8_lossy(&out.stdout);
+    let dir = backup.to_str().unwrap();
+    let said = restored_whole(dir, &restored, &[]);
     assert!(said.starts_with("restored "), "{said}");
-    let again = restore_all(&backup, &restored);
+    let again = restore_all(dir, &restored, &[]);
     assert_eq!(
         again.status.code(),
         Some(1),
         "not onto a data directory with objects"
     );
     let node = start(Some(restored), &backup);
-    for (i, h) in histories.iter().enumerate() {
-        assert_eq!(
-            &state(&node, &format!("o{i}")),
-            &h.last().unwrap().1,
-            "o{i}"
-        );
-    }
+    each_as_last(&node, &histories, "o");
     let _ = std::fs::remove_dir_all(data);
 }
 
@@ -374,20 +384,9 @@ fn objects_from_before_the_backup_get_a_base_and_restore_whole() {
     wait_stats(&node, "a base for each object", |s| s["backup_bases"] == 3);
     let restored = backup_dir("before-data");
     drop(node);
-    let out = restore_all(&backup, &restored);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    restored_whole(backup.to_str().unwrap(), &restored, &[]);
     let node = TestNode::start_in(restored, &[TEST_APPS]);
-    for (i, h) in histories.iter().enumerate() {
-        assert_eq!(
-            &state(&node, &format!("old{i}")),
-            &h.last().unwrap().1,
-            "old{i}"
-        );
-    }
+    each_as_last(&node, &histories, "old");
 }
 
 /// The backup in a real bucket: every moment restores as in a directory, across a kill -9 (the
@@ -453,31 +452,15 @@ fn a_bucket_backup_restores_any_moment_and_takes_back_only_what_the_node_sealed(
     // The disk lost: every object restored whole from the bucket.
     let gone = node.kill9();
     let restored = backup_dir("s3-data");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_combd"))
-        .args(["restore", "--all", "--backup", &target])
-        .args(["--data", restored.to_str().unwrap()])
-        .envs(
-            vars.iter()
-                .copied()
-                .filter(|(k, _)| k.starts_with("COMBD_BACKUP_")),
-        )
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let said = String::from_utf8_lossy(&out.stdout);
+    let s3: Vec<(&str, &str)> = vars
+        .iter()
+        .copied()
+        .filter(|(k, _)| k.starts_with("COMBD_BACKUP_"))
+        .collect();
+    let said = restored_whole(&target, &restored, &s3);
     assert!(said.starts_with("restored "), "{said}");
     let node = TestNode::start_in(restored, &[TEST_APPS]);
-    for (i, h) in histories.iter().enumerate() {
-        assert_eq!(
-            &state(&node, &format!("o{i}")),
-            &h.last().unwrap().1,
-            "o{i}"
-        );
-    }
+    each_as_last(&node, &histories, "o");
     let _ = std::fs::remove_dir_all(gone);
     let _ = std::fs::remove_dir_all(keys);
 }
