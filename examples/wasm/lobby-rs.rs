@@ -32,22 +32,6 @@ pub extern "C" fn topic() -> *const u8 {
     combd::c_str("\0")
 }
 
-/// A JSON string of `s`.
-fn quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// A message: stored, then broadcast to the room.
 fn say() -> Result<(), (u16, &'static str)> {
     let text = combd::input_text(Part::Body).ok_or((400, "a message is text"))?;
@@ -61,8 +45,8 @@ fn say() -> Result<(), (u16, &'static str)> {
         &[who.as_deref().map_or(Value::Null, Value::Text), Value::Text(&text)],
     )
     .map_err(|_| (500, "storage"))?;
-    let who = who.map_or("null".into(), |s| quoted(&s));
-    let json = format!("{{\"t\":\"said\",\"who\":{who},\"text\":{}}}", quoted(&text));
+    let who = who.map_or("null".into(), |s| combd::json_string(&s));
+    let json = format!("{{\"t\":\"said\",\"who\":{who},\"text\":{}}}", combd::json_string(&text));
     combd::broadcast("", &json);
     Ok(())
 }
@@ -83,8 +67,8 @@ fn hello() -> Result<(), (u16, &'static str)> {
         if r > 0 {
             json.push(',');
         }
-        let who = text(0).map_or("null".into(), |w| quoted(&w));
-        let said = quoted(&text(1).unwrap_or_default());
+        let who = text(0).map_or("null".into(), |w| combd::json_string(&w));
+        let said = combd::json_string(&text(1).unwrap_or_default());
         json.push_str(&format!("{{\"who\":{who},\"text\":{said}}}"));
     }
     json.push_str("]}");
