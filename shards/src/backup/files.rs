@@ -127,15 +127,21 @@ pub(crate) fn bases(dir: &Path) -> io::Result<Vec<Base>> {
 /// A record as bytes.
 pub(crate) fn encode(r: &Record) -> Vec<u8> {
     let mut out = Vec::with_capacity(RECORD_HEAD + r.segment.len() + 4);
+    encode_into(r, &mut out);
+    out
+}
+
+/// A record's bytes, appended to `out` (a bucket's chunk holds a round's records).
+pub(crate) fn encode_into(r: &Record, out: &mut Vec<u8>) {
+    let start = out.len();
     out.extend_from_slice(&r.seq.to_le_bytes());
     out.extend_from_slice(&r.at_ms.to_le_bytes());
     out.extend_from_slice(&r.wal.0);
     out.extend_from_slice(&r.wal.1.to_le_bytes());
     out.extend_from_slice(&(r.segment.len() as u32).to_le_bytes());
     out.extend_from_slice(&r.segment);
-    let crc = crc32fast::hash(&out);
+    let crc = crc32fast::hash(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
-    out
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {

@@ -53,7 +53,7 @@ fn io_error(e: impl std::fmt::Display) -> io::Error {
 }
 
 /// A chunk's key's last part: its first and last batch, and where the WAL stood after the last.
-fn chunk_name(records: &[Record]) -> Option<String> {
+fn chunk_name(records: &[&Record]) -> Option<String> {
     let (first, last) = (records.first()?, records.last()?);
     let (salts, end) = last.wal;
     let hex: String = salts.iter().map(|b| format!("{b:02x}")).collect();
@@ -131,14 +131,14 @@ impl BucketTarget {
         &self,
         key: &ObjectKey,
         base: u64,
-        records: &[Record],
+        records: &[&Record],
     ) -> io::Result<()> {
         let Some(name) = chunk_name(records) else {
             return Ok(());
         };
         let mut body = Vec::with_capacity(records.iter().map(|r| r.segment.len() + 64).sum());
         for r in records {
-            body.extend_from_slice(&files::encode(r));
+            files::encode_into(r, &mut body);
         }
         let at = format!("{}{name}", self.log(key, base));
         self.bucket.put_sealed(&at, body).map_err(io_error)
@@ -346,7 +346,7 @@ mod tests {
             wal: ([0xa0 | seq as u8; 8], 4096 * seq),
             segment: Vec::new(),
         };
-        let name = chunk_name(&[rec(7), rec(8), rec(9)]).expect("a name");
+        let name = chunk_name(&[&rec(7), &rec(8), &rec(9)]).expect("a name");
         assert!(
             name.starts_with("00000000000000000007-00000000000000000009-"),
             "{name}"

@@ -241,7 +241,7 @@ impl Writer {
         let Target::Bucket(b) = &self.backup.target else {
             return;
         };
-        let records: Vec<Record> = run.records.iter().map(|(r, _)| r.clone()).collect();
+        let records: Vec<&Record> = run.records.iter().map(|(r, _)| r).collect();
         let Some(last) = records.last().map(|r| r.seq) else {
             return;
         };

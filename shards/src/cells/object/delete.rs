@@ -25,7 +25,6 @@ use crate::stats::ShardStats;
 use super::super::commit::Pipeline;
 use super::super::store::{Store, Wal};
 use super::super::Cells;
-use super::durability::Durability;
 use super::ObjectCell;
 
 /// Where the operator's answer goes.
@@ -60,11 +59,9 @@ pub(super) fn remove_files(
 pub(super) async fn mark(
     state: &ShardState,
     cell: &ObjectCell,
-    durability: &Durability,
     store: Store,
     idle_since: Option<u64>,
 ) -> Result<Store, (Store, Response)> {
-    let _ = durability;
     let Store::Present(mut db) = store else {
         return Err((store, Response::error(404, "no such object")));
     };

@@ -327,7 +327,7 @@ async fn lifecycle(
             }
         }
         crate::job::Owned::Delete { idle_since } => {
-            delete::mark(&cells.state, cell, durability, store, idle_since)
+            delete::mark(&cells.state, cell, store, idle_since)
                 .await
                 .map(Lifecycle::Delete)
         }
