@@ -72,6 +72,9 @@ struct Writer {
     backup: Arc<Backup>,
     logs: HashMap<ObjectKey, Log>,
     touched: HashSet<ObjectKey>,
+    /// Objects a write failed for: their segments are not written until their next base (it
+    /// holds them), so no log goes on past a hole (a restore would stop there at a gap).
+    holed: HashSet<ObjectKey>,
 }
 
 /// Runs the writer until every sender is gone (the node stopped).
@@ -84,6 +87,7 @@ pub(super) fn run(backup: Arc<Backup>, items: mpsc::Receiver<Item>) {
         backup,
         logs: HashMap::new(),
         touched: HashSet::new(),
+        holed: HashSet::new(),
     };
     let mut pruned = Instant::now();
     let mut warned: Option<Instant> = None;
@@ -170,6 +174,7 @@ impl Writer {
             }
         }
         self.touched.insert(key.clone());
+        self.holed.remove(key);
         let log = Log {
             base: seq,
             file: None,
@@ -185,6 +190,7 @@ impl Writer {
         self.backup.stats.errors.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(object = %key, "backup: {what}");
         self.logs.remove(key);
+        self.holed.insert(key.clone());
         self.backup.broken(key);
     }
 
@@ -198,6 +204,10 @@ impl Writer {
         written: &mut HashMap<ObjectKey, u64>,
     ) {
         let seq = record.seq;
+        if self.holed.contains(&key) {
+            // After a hole: its next base holds this batch.
+            return;
+        }
         let base = match self.log(&key) {
             Ok(log) if seq > log.base => log.base,
             Ok(log) => {
@@ -417,6 +427,7 @@ mod tests {
             )),
             logs: HashMap::new(),
             touched: HashSet::new(),
+            holed: HashSet::new(),
         };
         w.prune();
         let kept: Vec<u64> = files::bases(&dir).unwrap().iter().map(|b| b.seq).collect();
@@ -437,5 +448,64 @@ mod tests {
         assert!(!b.reserve(11));
         assert!(b.reserve(10));
         assert!(!b.reserve(1));
+    }
+
+    /// After a write that failed, an object's segments are not written until its next base:
+    /// none follows a hole in its log.
+    #[test]
+    fn after_a_hole_nothing_is_written_until_the_next_base() {
+        let root = std::env::temp_dir().join(format!("combd-hole-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let key = ObjectKey::new("a", "x");
+        let dir = files::dir_of(&root, &key);
+        files::write_base(&dir, &files::base_name(5, 1, None, true), |p| {
+            std::fs::write(p, b"db")
+        })
+        .unwrap();
+        let mut w = Writer {
+            backup: Arc::new(Backup::new(
+                Target::Dir(root.clone()),
+                Duration::from_secs(3600),
+                mpsc::channel().0,
+            )),
+            logs: HashMap::new(),
+            touched: HashSet::new(),
+            holed: HashSet::new(),
+        };
+        let segment = |seq: u64| Item::Segment {
+            key: key.clone(),
+            record: Record {
+                seq,
+                at_ms: 1,
+                wal: ([0; 8], 32),
+                segment: vec![seq as u8],
+            },
+            queued_ms: 1,
+        };
+        let seqs = |base: u64| {
+            let mut seen = Vec::new();
+            files::read_log(
+                &dir.join(files::log_name(base)),
+                |_, _| false,
+                |r| {
+                    seen.push(r.seq);
+                    true
+                },
+            )
+            .unwrap();
+            seen
+        };
+        // 5 is not after base 5: a hole, so 6 is not written either.
+        w.round(vec![segment(5), segment(6)], &mut None);
+        assert_eq!(seqs(5), Vec::<u64>::new());
+        assert_eq!(w.backup.stats.errors.load(Ordering::Relaxed), 1);
+        let base = Item::Base {
+            key: key.clone(),
+            seq: 7,
+            upload: None,
+        };
+        w.round(vec![segment(7), base, segment(8)], &mut None);
+        assert_eq!(seqs(7), vec![8], "after its next base, written again");
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
