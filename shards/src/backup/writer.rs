@@ -118,7 +118,6 @@ impl Writer {
     /// Writes a round: every segment appended, every log synced (or chunk stored), then what
     /// is durable told.
     fn round(&mut self, round: Vec<Item>, warned: &mut Option<Instant>) {
-        let backup = self.backup.clone();
         if let Some(oldest) = round.iter().find_map(|i| match i {
             Item::Segment { queued_ms, .. } => Some(*queued_ms),
             Item::Base { .. } => None,
@@ -147,16 +146,14 @@ impl Writer {
         }
         let mut synced = Vec::new();
         for (key, seq) in written {
-            let ok = match self.logs.get(&key).and_then(|l| l.file.as_ref()) {
-                Some(file) => file.sync_data().map_err(|e| {
-                    backup.stats.errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(object = %key, "backup: cannot sync its log: {e}");
-                    self.backup.broken(&key);
-                }),
-                None => Ok(()),
-            };
-            if ok.is_ok() {
-                synced.push((key, seq));
+            let synced_now = self
+                .logs
+                .get(&key)
+                .and_then(|l| l.file.as_ref())
+                .map(File::sync_data);
+            match synced_now {
+                Some(Err(e)) => self.failed(&key, &format!("cannot sync its log: {e}")),
+                Some(Ok(())) | None => synced.push((key, seq)),
             }
         }
         self.backup.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
